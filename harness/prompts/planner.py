@@ -1,0 +1,163 @@
+"""Residue targeting: prompts whose chat-templated length hits every residue exactly.
+
+Calibrate once per (tokenizer, template, context): pick a padding unit that adds exactly
+one templated token per repetition (verified in context, not assumed), size the document
+so the unpadded prompt sits just under the context, then build each residue's prompt
+arithmetically (same document, ``m`` padding units). Each prompt is verified again where
+it is sent (``/tokenize`` on the server, and ``usage.prompt_tokens`` of the answer).
+
+Prompt shape (the lab copy model and the tiny GPU model are trained/built for it, but
+neither depends on the exact wording)::
+
+    <instruction: reproduce the first N lines of the document below exactly>
+
+    <document line 1>
+    ...
+    <document line D>
+    <padding: m units>
+
+The warm-up for the ``warm`` phase is the same conversation continued by one more turn,
+so it shares the measured prompt's whole templated prefix (DESIGN §2 'warm').
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Sequence
+
+from .corpus import document_lines
+
+Message = dict[str, str]
+CountMany = Callable[[Sequence[Sequence[Message]]], list[int]]
+
+INSTRUCTION = ("Reproduce the first {n} lines of the document below exactly as written, "
+               "and nothing else.")
+WARMUP_ASSISTANT = "Understood."
+WARMUP_FOLLOWUP = "Thank you. Which of those sentences is the shortest?"
+# Tried in order; the first that adds exactly one templated token per repetition, in
+# context, wins. Symbols first (a copy model cannot mistake them for prose); common words
+# as a fallback for tokenizers that never merged a space into a symbol.
+PAD_CANDIDATES = (" ~", " .", " -", " *", " =", " ;", " +", " the", " and", " a", " of")
+
+
+class PlanError(RuntimeError):
+    """A residue target that cannot be hit exactly (never silently shifted)."""
+
+
+@dataclass(frozen=True)
+class PromptPlan:
+    residue: int
+    modulus: int
+    target_len: int          # templated length aimed at (≡ residue mod modulus)
+    pad_count: int
+    messages: tuple[Message, ...]
+    warmup_messages: tuple[Message, ...]
+    expected: str            # the passage a correct answer reproduces verbatim
+    document: str            # the source text the answer is judged against
+
+    def as_dict(self) -> dict:
+        return {"residue": self.residue, "modulus": self.modulus,
+                "target_len": self.target_len, "pad_count": self.pad_count}
+
+
+@dataclass
+class Calibration:
+    pad_unit: str
+    doc_lines: int
+    base_len: int            # templated length with zero padding
+    answer_lines: int
+    seed: int
+    lines: list[str] = field(repr=False, default_factory=list)
+
+    def content(self, pad_count: int) -> str:
+        return _content(self.lines[: self.doc_lines], self.answer_lines,
+                        self.pad_unit, pad_count)
+
+
+def _content(lines: Sequence[str], answer_lines: int, pad_unit: str, pad_count: int) -> str:
+    return (INSTRUCTION.format(n=answer_lines) + "\n\n" + "\n".join(lines) + "\n"
+            + pad_unit * pad_count)
+
+
+def _conv(content: str) -> list[Message]:
+    return [{"role": "user", "content": content}]
+
+
+def calibrate(count_many: CountMany, context: int, modulus: int, *, answer_lines: int = 3,
+              seed: int = 0, max_len: int | None = None) -> Calibration:
+    """One calibration per (tokenizer, template, context)."""
+    if context < 64:
+        raise PlanError(f"--context {context} is too small (minimum 64 tokens)")
+    if modulus < 1:
+        raise PlanError("modulus must be positive")
+    probe = document_lines(max(answer_lines + 2, 8), seed)
+    pad_unit = _pick_pad_unit(count_many, probe, answer_lines, modulus)
+
+    # Size the document: per-line token counts estimate, one exact count confirms.
+    base_target = max(context - modulus // 2, 0)
+    est_lines = max(answer_lines + 1, 16)
+    lines = document_lines(est_lines, seed)
+    while True:
+        n0, n1 = count_many([_conv(_content(lines[:answer_lines + 1], answer_lines, pad_unit, 0)),
+                             _conv(_content(lines, answer_lines, pad_unit, 0))])
+        per_line = (n1 - n0) / max(len(lines) - answer_lines - 1, 1)
+        need = int((base_target - n0) / max(per_line, 1e-9)) + answer_lines + 1
+        if need <= len(lines) or n1 >= base_target:
+            break
+        lines = document_lines(int(need * 1.05) + 8, seed)
+    doc_n = max(answer_lines + 1, min(need, len(lines)))
+    lines = document_lines(max(doc_n, len(lines)), seed)
+    # Exact: shrink until the unpadded prompt is at or under the target.
+    base = count_many([_conv(_content(lines[:doc_n], answer_lines, pad_unit, 0))])[0]
+    while base > base_target and doc_n > answer_lines + 1:
+        drop = max(1, int((base - base_target) / max(per_line, 1)))
+        doc_n = max(answer_lines + 1, doc_n - drop)
+        base = count_many([_conv(_content(lines[:doc_n], answer_lines, pad_unit, 0))])[0]
+    cal = Calibration(pad_unit, doc_n, base, answer_lines, seed, lines)
+    # Verify arithmetic at both ends of the padding range, in context.
+    ends = count_many([_conv(cal.content(1)), _conv(cal.content(modulus - 1))])
+    if ends != [base + 1, base + modulus - 1]:
+        raise PlanError(f"padding unit {pad_unit!r} is not one token per step in context "
+                        f"(base {base}, +1 -> {ends[0]}, +{modulus - 1} -> {ends[1]})")
+    if max_len is not None and base + modulus - 1 + 1 > max_len:
+        raise PlanError(f"--context {context} does not fit max_model_len {max_len}")
+    return cal
+
+
+def _pick_pad_unit(count_many: CountMany, probe: Sequence[str], answer_lines: int,
+                   modulus: int) -> str:
+    steps = sorted({0, 1, 2, 3, 5, 8, 13, min(modulus, 64), modulus})
+    for unit in PAD_CANDIDATES:
+        counts = count_many([_conv(_content(probe, answer_lines, unit, m)) for m in steps])
+        if all(c - counts[0] == m for c, m in zip(counts, steps)):
+            return unit
+    raise PlanError("no padding unit adds exactly one templated token per repetition "
+                    f"with this tokenizer (tried {', '.join(repr(u) for u in PAD_CANDIDATES)})")
+
+
+def plan_residue(cal: Calibration, residue: int, modulus: int) -> PromptPlan:
+    if not 0 <= residue < modulus:
+        raise PlanError(f"residue {residue} is outside 0..{modulus - 1}")
+    pad = (residue - cal.base_len) % modulus
+    content = cal.content(pad)
+    messages = tuple(_conv(content))
+    warmup = messages + ({"role": "assistant", "content": WARMUP_ASSISTANT},
+                         {"role": "user", "content": WARMUP_FOLLOWUP})
+    doc_lines = cal.lines[: cal.doc_lines]
+    return PromptPlan(residue=residue, modulus=modulus, target_len=cal.base_len + pad,
+                      pad_count=pad, messages=messages, warmup_messages=warmup,
+                      expected="\n".join(doc_lines[: cal.answer_lines]),
+                      document="\n".join(doc_lines))
+
+
+def plan(count_many: CountMany, residues: Iterable[int], *, context: int, modulus: int,
+         answer_lines: int = 3, seed: int = 0, verify: bool = False,
+         max_len: int | None = None) -> list[PromptPlan]:
+    cal = calibrate(count_many, context, modulus, answer_lines=answer_lines, seed=seed,
+                    max_len=max_len)
+    plans = [plan_residue(cal, r, modulus) for r in residues]
+    if verify and plans:
+        measured = count_many([list(p.messages) for p in plans])
+        for p, n in zip(plans, measured):
+            if n != p.target_len:
+                raise PlanError(f"residue {p.residue}: built {n} tokens, aimed at {p.target_len}")
+    return plans

@@ -1,0 +1,146 @@
+"""Append-only JSONL results: one record per phase, flushed as it completes.
+
+``results/<run-id>.jsonl`` holds the records (docs/records.md), ``<run-id>.manifest.json``
+the run manifest. A killed sweep loses nothing that finished; ``--resume`` keeps the
+points whose every phase is on disk and drops the records of a point that was cut off
+half-way (it is rerun whole, on a fresh server, so no phase is ever recorded twice).
+"""
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterable
+
+RECORD_SUFFIX = ".jsonl"
+MANIFEST_SUFFIX = ".manifest.json"
+POINT_KEY = ("config_id", "residue")
+
+
+class StoreError(RuntimeError):
+    """A results file or run id that cannot be read."""
+
+
+def new_run_id() -> str:
+    return datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(2)
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+class ResultStore:
+    def __init__(self, out_dir: str | Path, run_id: str):
+        self.out_dir = Path(out_dir)
+        self.run_id = run_id
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        self.records_path = self.out_dir / f"{run_id}{RECORD_SUFFIX}"
+        self.manifest_path = self.out_dir / f"{run_id}{MANIFEST_SUFFIX}"
+        self.logs_dir = self.out_dir / f"{run_id}.logs"
+        self._fh = None
+
+    # -- records -----------------------------------------------------------------------
+    def append(self, record: dict[str, Any]) -> None:
+        if self._fh is None:
+            self._fh = open(self.records_path, "a", encoding="utf-8")
+        self._fh.write(json.dumps(record, ensure_ascii=False, sort_keys=True) + "\n")
+        self._fh.flush()
+        os.fsync(self._fh.fileno())
+
+    def close(self) -> None:
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
+
+    def read(self) -> list[dict[str, Any]]:
+        return read_jsonl(self.records_path) if self.records_path.exists() else []
+
+    def prune_partial(self, phases_per_point: dict[tuple, set[str]]) -> set[tuple]:
+        """Keep only points whose requested phases are all on disk; rewrite atomically.
+
+        Returns the set of completed point keys ``(config_id, residue)``."""
+        records = self.read()
+        seen: dict[tuple, set[str]] = {}
+        for r in records:
+            seen.setdefault((r["config_id"], r["residue"]), set()).add(r["phase"])
+        done = {k for k, phases in seen.items()
+                if k in phases_per_point and phases_per_point[k] <= phases}
+        keep = [r for r in records if (r["config_id"], r["residue"]) in done]
+        if len(keep) != len(records):
+            tmp = self.records_path.with_suffix(".jsonl.tmp")
+            with open(tmp, "w", encoding="utf-8") as fh:
+                for r in keep:
+                    fh.write(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n")
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, self.records_path)
+        return done
+
+    # -- manifest ----------------------------------------------------------------------
+    def write_manifest(self, manifest: dict[str, Any]) -> None:
+        tmp = self.manifest_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True, default=str))
+        os.replace(tmp, self.manifest_path)
+
+    def read_manifest(self) -> dict[str, Any]:
+        if not self.manifest_path.exists():
+            raise StoreError(f"no manifest for run {self.run_id} in {self.out_dir}")
+        return json.loads(self.manifest_path.read_text())
+
+
+def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
+    """Records of one file. A torn last line (a sweep killed mid-write) is skipped."""
+    out = []
+    with open(path, encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, 1):
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return out
+
+
+def resolve_results(ref: str | Path, out_dir: str | Path = "results") -> Path:
+    """A results file path, or a run id looked up in ``out_dir``."""
+    p = Path(ref)
+    if p.is_file():
+        return p
+    cand = Path(out_dir) / f"{ref}{RECORD_SUFFIX}"
+    if cand.is_file():
+        return cand
+    raise StoreError(f"{ref}: not a results file and no run {ref!r} in {out_dir}/")
+
+
+def load_records(refs: Iterable[str | Path], out_dir: str | Path = "results") -> list[dict]:
+    """Records of several files/run ids; the last record of a (run, config, residue, phase)
+    wins, so nothing is counted twice."""
+    latest: dict[tuple, dict] = {}
+    for ref in refs:
+        for r in read_jsonl(resolve_results(ref, out_dir)):
+            latest[(r.get("run_id"), r.get("config_id"), r.get("residue"), r.get("phase"))] = r
+    return list(latest.values())
+
+
+def load_frame(refs: Iterable[str | Path], out_dir: str | Path = "results"):
+    """The records as a pandas DataFrame (one row per phase record)."""
+    import pandas as pd
+    return pd.DataFrame.from_records(load_records(refs, out_dir))
+
+
+def load_manifest_for(results_path: str | Path) -> dict[str, Any] | None:
+    p = Path(results_path)
+    m = p.with_name(p.name[: -len(RECORD_SUFFIX)] + MANIFEST_SUFFIX) \
+        if p.name.endswith(RECORD_SUFFIX) else None
+    if m and m.exists():
+        return json.loads(m.read_text())
+    return None
+
+
+def elapsed(t0: float) -> float:
+    return round(time.monotonic() - t0, 4)
