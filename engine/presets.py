@@ -73,6 +73,9 @@ class ServingConfig:
     max_model_len: int = 245_760
     kv_cache_memory_bytes: int | None = None
     patches: str = "all"
+    # Model geometry: "hybrid" (recurrent state + attention, the thread's model) or
+    # "dense"; None = whatever the model/engine defaults to.
+    geometry: str | None = None
     notes: tuple[str, ...] = field(default=(), compare=False)
     overrides: tuple[str, ...] = field(default=(), compare=False)
 
@@ -98,6 +101,8 @@ class ServingConfig:
         else:
             parts.append("no-prefix-cache")
         parts.append(f"patches={self.patches}")
+        if self.geometry:
+            parts.append(self.geometry)
         return " ".join(parts)
 
     def speculative_config(self) -> dict[str, Any] | None:
@@ -138,8 +143,11 @@ def normalise_patches(value: str) -> str:
     return ",".join(names)
 
 
+GEOMETRIES = ("hybrid", "dense")
+
+
 def resolve(spec: str = "mtp", ctx: str = "huge", *, engine: str = "lab",
-            model: str | None = None, patches: str = "all",
+            model: str | None = None, patches: str = "all", geometry: str | None = None,
             **overrides: Any) -> ServingConfig:
     """Resolve a preset plus explicit overrides (``None`` means 'not given').
 
@@ -222,8 +230,11 @@ def resolve(spec: str = "mtp", ctx: str = "huge", *, engine: str = "lab",
     if int(preset["max_model_len"]) <= 0:
         raise PresetError("max_model_len must be positive")
 
+    if geometry is not None and geometry not in GEOMETRIES:
+        raise PresetError(f"unknown geometry {geometry!r}; allowed: {', '.join(GEOMETRIES)}")
+
     return ServingConfig(
-        engine=engine, model=model, spec=spec, method=method, draft_tokens=k, ctx=ctx,
+        engine=engine, geometry=geometry, model=model, spec=spec, method=method, draft_tokens=k, ctx=ctx,
         cudagraph_mode=mode, prefix_caching=prefix_caching,
         block_size=int(preset["block_size"]),
         prefix_match_unit=None if unit is None else int(unit),

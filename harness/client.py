@@ -1,0 +1,170 @@
+"""Async client for one OpenAI-compatible server: chat, tokenize, metrics, probes.
+
+Thin on purpose: every call returns plain data or raises one of the typed errors below,
+so the sweep can tell a dead server (``ServerGone``) from a slow one (``RequestTimeout``)
+from an engine error answered over HTTP (``ServerError``).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+DRAFTS = "vllm:spec_decode_num_drafts"
+ACCEPTED = "vllm:spec_decode_num_accepted_tokens"
+
+
+class ClientError(RuntimeError):
+    """Base of the client's errors."""
+
+
+class ServerGone(ClientError):
+    """The connection was refused, reset or dropped: the server is not there."""
+
+
+class RequestTimeout(ClientError):
+    """No answer within the timeout."""
+
+
+class ServerError(ClientError):
+    """The server answered with an HTTP error."""
+
+    def __init__(self, status: int, body: str):
+        super().__init__(f"HTTP {status}: {body[:300]}")
+        self.status = status
+        self.body = body
+
+
+@dataclass(frozen=True)
+class ChatResult:
+    answer: str
+    content_was_null: bool
+    finish_reason: str | None
+    prompt_tokens: int | None
+    cached_tokens: int | None
+    completion_tokens: int | None
+    latency_s: float
+
+
+class EngineClient:
+    def __init__(self, base_url: str, *, timeout: float = 120.0, api_key: str | None = None):
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.base_url = base_url.rstrip("/")
+        self.timeout = timeout
+        self._http = httpx.AsyncClient(base_url=self.base_url, headers=headers,
+                                       timeout=httpx.Timeout(timeout, connect=5.0),
+                                       trust_env=False)
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> "EngineClient":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.aclose()
+
+    async def _request(self, method: str, path: str, *, timeout: float | None = None,
+                       **kw: Any) -> httpx.Response:
+        try:
+            resp = await self._http.request(method, path, timeout=timeout or self.timeout, **kw)
+        except httpx.TimeoutException as e:
+            raise RequestTimeout(f"{method} {path}: no answer in {timeout or self.timeout:g}s") from e
+        except (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError,
+                httpx.WriteError, httpx.NetworkError) as e:
+            raise ServerGone(f"{method} {path}: {type(e).__name__}: {e}") from e
+        if resp.status_code >= 400:
+            raise ServerError(resp.status_code, resp.text)
+        return resp
+
+    # -- probes ------------------------------------------------------------------------
+    async def health(self, timeout: float = 2.0) -> bool:
+        try:
+            resp = await self._http.get("/health", timeout=timeout)
+        except httpx.HTTPError:
+            return False
+        return resp.status_code == 200
+
+    async def models(self) -> list[dict[str, Any]]:
+        return (await self._request("GET", "/v1/models", timeout=10)).json().get("data", [])
+
+    async def version(self) -> dict[str, Any]:
+        try:
+            return (await self._request("GET", "/version", timeout=10)).json()
+        except ServerError:
+            return {}
+
+    async def reset_prefix_cache(self) -> None:
+        await self._request("POST", "/reset_prefix_cache", timeout=30)
+
+    # -- work --------------------------------------------------------------------------
+    async def tokenize(self, messages: Sequence[dict[str, str]], model: str) -> int | None:
+        """Templated length by the server's own tokenizer; None when it has no /tokenize."""
+        try:
+            resp = await self._request("POST", "/tokenize", timeout=60, json={
+                "model": model, "messages": list(messages), "add_generation_prompt": True})
+        except ServerError as e:
+            if e.status in (404, 405, 501):
+                return None
+            raise
+        data = resp.json()
+        return int(data["count"]) if "count" in data else len(data.get("tokens", []))
+
+    async def chat(self, messages: Sequence[dict[str, str]], *, model: str, max_tokens: int,
+                   seed: int = 0) -> ChatResult:
+        body = {"model": model, "messages": list(messages), "max_tokens": max_tokens,
+                "temperature": 0.0, "seed": seed, "stream": False}
+        t0 = time.monotonic()
+        resp = await self._request("POST", "/v1/chat/completions", json=body)
+        latency = time.monotonic() - t0
+        data = resp.json()
+        choice = (data.get("choices") or [{}])[0]
+        content = (choice.get("message") or {}).get("content")
+        usage = data.get("usage") or {}
+        details = usage.get("prompt_tokens_details") or {}
+        return ChatResult(
+            answer=content if isinstance(content, str) else "",
+            content_was_null=content is None,
+            finish_reason=choice.get("finish_reason"),
+            prompt_tokens=usage.get("prompt_tokens"),
+            cached_tokens=details.get("cached_tokens") if details else None,
+            completion_tokens=usage.get("completion_tokens"),
+            latency_s=latency,
+        )
+
+    async def spec_counters(self) -> tuple[float, float] | None:
+        """(drafts, accepted tokens) summed over label sets; None without /metrics."""
+        try:
+            text = (await self._request("GET", "/metrics", timeout=10)).text
+        except ServerError:
+            return None
+        return spec_counters_from_text(text)
+
+
+def spec_counters_from_text(text: str) -> tuple[float, float]:
+    drafts = accepted = 0.0
+    for family in text_string_to_metric_families(text):
+        name = family.name.removesuffix("_total")  # untyped exposition keeps the suffix
+        if name not in (DRAFTS, ACCEPTED):
+            continue
+        for sample in family.samples:
+            if sample.name.endswith("_created"):
+                continue
+            if name == DRAFTS:
+                drafts += sample.value
+            else:
+                accepted += sample.value
+    return drafts, accepted
+
+
+def tok_per_step(before: tuple[float, float] | None, after: tuple[float, float] | None) -> float | None:
+    """``1 + Δaccepted / Δdrafts``; None when no draft was proposed (or no metrics)."""
+    if before is None or after is None:
+        return None
+    d_drafts = after[0] - before[0]
+    if d_drafts <= 0:
+        return None
+    return round(1.0 + (after[1] - before[1]) / d_drafts, 3)

@@ -1,0 +1,267 @@
+"""How a server lives and dies: slots, ports, spawn, readiness, logs, teardown.
+
+Scheduling (which data point runs next) lives in ``residue_sweep``; this module only
+knows processes. A server is started in its own session / process group with its output
+captured to a log file next to the results, is ready when ``/health`` answers 200 while
+its process is still alive (a server that exits during boot is a boot failure at once,
+with the log lines that say why), and is stopped by SIGTERM → wait → SIGKILL of its whole
+process tree, after which nothing of it may survive.
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import socket
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import psutil
+
+from .client import EngineClient
+
+READY_POLL_S = 0.02
+READY_POLL_MAX_S = 0.5
+TERM_GRACE_S = 5.0
+# Log lines that explain a failure: Python errors, vLLM's capacity message, asserts.
+_EXPLAIN = re.compile(r"(Error|Exception|Traceback|assert|Assertion|KV cache is needed|"
+                      r"out of memory|OOM|CUDA|address already in use|Killed|FATAL|died)",
+                      re.IGNORECASE)
+
+
+class BootFailure(RuntimeError):
+    def __init__(self, reason: str, log_excerpt: list[str], *, port_conflict: bool = False):
+        super().__init__(reason)
+        self.reason = reason
+        self.log_excerpt = log_excerpt
+        self.port_conflict = port_conflict
+
+
+@dataclass(frozen=True)
+class Slot:
+    """Where a server runs: a CPU slot or one GPU (``CUDA_VISIBLE_DEVICES``)."""
+
+    id: str
+    gpu: str | None = None
+
+    @classmethod
+    def cpu(cls, n: int) -> list["Slot"]:
+        return [cls(f"cpu{i}") for i in range(n)]
+
+    @classmethod
+    def gpus(cls, ids: Sequence[str]) -> list["Slot"]:
+        return [cls(f"gpu{g}", gpu=str(g)) for g in ids]
+
+
+class PortAllocator:
+    """Free loopback ports without races between our own slots: the kernel picks a free
+    port, and ports handed out and not yet released are never handed out again. A clash
+    with another program is caught at boot (``address already in use``) and retried."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._taken: set[int] = set()
+
+    def acquire(self) -> int:
+        with self._lock:
+            for _ in range(64):
+                with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                    s.bind(("127.0.0.1", 0))
+                    port = s.getsockname()[1]
+                if port not in self._taken:
+                    self._taken.add(port)
+                    return port
+        raise RuntimeError("no free port")
+
+    def release(self, port: int) -> None:
+        with self._lock:
+            self._taken.discard(port)
+
+
+# Every server this process started and has not finished stopping; Ctrl-C and exit paths
+# kill them all.
+_LIVE: set["ServerProcess"] = set()
+_LIVE_LOCK = threading.Lock()
+
+
+def live_servers() -> list["ServerProcess"]:
+    with _LIVE_LOCK:
+        return list(_LIVE)
+
+
+def kill_all_servers() -> int:
+    """Synchronous last resort (signal handlers, atexit): kill every live server tree."""
+    n = 0
+    for srv in live_servers():
+        srv.kill_tree_now()
+        n += 1
+    return n
+
+
+def log_excerpt(path: Path, *, tail: int = 12, explain: int = 12) -> list[str]:
+    """The lines that explain a failure: matching error lines, then the last lines."""
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return []
+    hits = [ln for ln in lines if _EXPLAIN.search(ln)][-explain:]
+    last = lines[-tail:]
+    out: list[str] = []
+    for ln in hits + last:
+        if ln not in out:
+            out.append(ln[:500])
+    return out
+
+
+@dataclass(eq=False)
+class ServerProcess:
+    argv: list[str]
+    env: dict[str, str]
+    port: int
+    log_path: Path
+    slot: Slot
+    proc: subprocess.Popen | None = None
+    started_at: float = 0.0
+    boot_s: float | None = None
+    # psutil.Process objects, not pids: psutil refuses to signal a reused pid.
+    _procs: dict[int, psutil.Process] = field(default_factory=dict)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_path, "ab")
+        env = {**os.environ, **self.env}
+        self.started_at = time.monotonic()
+        try:
+            self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL, env=env,
+                                         start_new_session=True)
+        except OSError as e:
+            log.close()
+            raise BootFailure(f"cannot start {self.argv[0]!r}: {e}", []) from e
+        log.close()
+        self._procs[self.proc.pid] = psutil.Process(self.proc.pid)
+        with _LIVE_LOCK:
+            _LIVE.add(self)
+
+    def exited(self) -> int | None:
+        return None if self.proc is None else self.proc.poll()
+
+    def tree_alive(self) -> bool:
+        """The server process itself is running (a zombie counts as dead)."""
+        if self.proc is None or self.proc.poll() is not None:
+            return False
+        try:
+            return psutil.Process(self.proc.pid).status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return False
+
+    def _remember_children(self) -> None:
+        if self.proc is None:
+            return
+        try:
+            for c in psutil.Process(self.proc.pid).children(recursive=True):
+                self._procs.setdefault(c.pid, c)
+        except psutil.NoSuchProcess:
+            pass
+
+    async def wait_ready(self, client: EngineClient, timeout: float) -> float:
+        """Poll /health while watching the process; returns boot seconds."""
+        assert self.proc is not None
+        deadline = self.started_at + timeout
+        delay = READY_POLL_S
+        while True:
+            code = self.proc.poll()
+            if code is not None:
+                excerpt = log_excerpt(self.log_path)
+                conflict = any("address already in use" in ln.lower() for ln in excerpt)
+                raise BootFailure(f"server exited with code {code} during boot: "
+                                  f"{_last_meaningful(excerpt)}", excerpt, port_conflict=conflict)
+            if await client.health(timeout=min(2.0, max(0.1, deadline - time.monotonic()))):
+                self.boot_s = time.monotonic() - self.started_at
+                self._remember_children()
+                return self.boot_s
+            if time.monotonic() >= deadline:
+                raise BootFailure(f"not healthy after {timeout:g}s", log_excerpt(self.log_path))
+            await asyncio.sleep(delay)
+            delay = min(delay * 1.5, READY_POLL_MAX_S)
+
+    async def stop(self, grace: float = TERM_GRACE_S) -> float:
+        """SIGTERM the process group, wait, SIGKILL what is left; verify nothing survives."""
+        t0 = time.monotonic()
+        await asyncio.to_thread(self._stop_sync, grace)
+        return time.monotonic() - t0
+
+    def _stop_sync(self, grace: float) -> None:
+        if self.proc is None:
+            return
+        self._remember_children()
+        procs = _existing(self._procs)
+        _signal_group(self.proc.pid, signal.SIGTERM)
+        for p in procs:
+            _send(p, signal.SIGTERM)
+        _, alive = psutil.wait_procs(procs, timeout=grace)
+        if alive:
+            _signal_group(self.proc.pid, signal.SIGKILL)
+            for p in alive:
+                _send(p, signal.SIGKILL)
+            psutil.wait_procs(alive, timeout=5)
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+        survivors = [p for p in _existing(self._procs) if _status(p) != psutil.STATUS_ZOMBIE]
+        with _LIVE_LOCK:
+            _LIVE.discard(self)
+        if survivors:
+            raise RuntimeError(f"server processes survived teardown: {[p.pid for p in survivors]}")
+
+    def kill_tree_now(self) -> None:
+        if self.proc is None:
+            return
+        self._remember_children()
+        _signal_group(self.proc.pid, signal.SIGKILL)
+        for p in _existing(self._procs):
+            _send(p, signal.SIGKILL)
+        with _LIVE_LOCK:
+            _LIVE.discard(self)
+
+
+def _last_meaningful(lines: list[str]) -> str:
+    for ln in reversed(lines):
+        if _EXPLAIN.search(ln):
+            return ln.strip()[:300]
+    return (lines[-1].strip()[:300] if lines else "no output")
+
+
+def _existing(procs: dict[int, psutil.Process]) -> list[psutil.Process]:
+    return [p for p in procs.values() if p.is_running()]
+
+
+def _status(p: psutil.Process) -> str:
+    try:
+        return p.status()
+    except psutil.NoSuchProcess:
+        return psutil.STATUS_ZOMBIE
+
+
+def _send(p: psutil.Process, sig: int) -> None:
+    try:
+        p.send_signal(sig)
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        pass
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
