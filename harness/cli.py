@@ -1,0 +1,464 @@
+"""``sweep``: the command line. The only place that parses argv.
+
+    sweep [options]                 run a residue sweep (the default verb)
+    sweep report RESULTS... [-o F]  markdown report from results files / run ids
+    sweep compare OLD NEW [--json]  what changed between two runs
+    sweep presets                   the SPEC / CTX preset table
+
+Exit codes: 0 every point ok (or the gate passed), 1 a point is not ok (or a regression
+against --baseline), 2 usage or configuration error, 3 the sweep could not run at all,
+130 interrupted (every finished record is on disk; ``--resume RUN_ID`` continues).
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shlex
+import signal
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+from engine.presets import CTXS, CUDAGRAPH_MODES, PATCHES, SPECS, preset_table_markdown
+
+from .configs import (ENGINES, ISOLATIONS, PHASES, SweepOptions, UsageError, config_id,
+                      describe, expand_matrix, modulus_for, parse_phases, parse_reference,
+                      parse_slots, select_residues)
+from .engines import make_adapter
+from .prompts import PlanError, TemplateError
+from .residue_sweep import (Point, Sweep, SweepAborted, harness_version, load_golden,
+                            plan_points)
+from .server_pool import BootFailure, ServerProcess, kill_all_servers
+from .store import ResultStore, StoreError, load_manifest_for, load_records, new_run_id, now_iso
+
+EXIT_OK, EXIT_NOT_OK, EXIT_USAGE, EXIT_ABORT, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports a usage error in one line (flag + allowed values), exit 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(message)
+
+
+def _positive_int(flag: str):
+    def conv(v: str) -> int:
+        try:
+            n = int(v)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{v!r} is not an integer") from None
+        if n < 1:
+            raise argparse.ArgumentTypeError(f"{n} must be at least 1")
+        return n
+    return conv
+
+
+def _positive_float(v: str) -> float:
+    try:
+        x = float(v)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{v!r} is not a number") from None
+    if x <= 0:
+        raise argparse.ArgumentTypeError(f"{x:g} must be positive")
+    return x
+
+
+def sweep_parser() -> _Parser:
+    p = _Parser(prog="sweep", description="Residue sweep of an LLM serving engine: one fresh "
+                "server per data point, every residue of the chat-templated prompt length, "
+                "cold and on a prefix-cache hit, every answer checked verbatim by sha1.",
+                formatter_class=argparse.RawDescriptionHelpFormatter,
+                epilog="Comma-separated values of a configuration flag expand into a matrix, "
+                "e.g. --cudagraph FULL_AND_PIECEWISE,PIECEWISE --patches none,all.\n"
+                "Sub-verbs: sweep report ..., sweep compare ..., sweep presets.")
+    g = p.add_argument_group("engine and configuration")
+    g.add_argument("--engine", default="lab", choices=ENGINES, help="lab (CPU, default) | vllm | cmd")
+    g.add_argument("--spec", default="mtp", help=f"speculative preset: {', '.join(SPECS)} (matrix)")
+    g.add_argument("--ctx", default="huge", help=f"context preset: {', '.join(CTXS)} (matrix)")
+    g.add_argument("--draft-tokens", metavar="K", help="draft tokens k (matrix; default from --spec)")
+    g.add_argument("--cudagraph", metavar="MODE",
+                   help=f"cudagraph mode(s): {', '.join(CUDAGRAPH_MODES)} (default from preset)")
+    g.add_argument("--prefix-cache", dest="prefix_cache", action="store_true", default=None,
+                   help="prefix caching on (the preset default)")
+    g.add_argument("--no-prefix-cache", dest="prefix_cache", action="store_false",
+                   help="prefix caching off")
+    g.add_argument("--block-size", metavar="N", help="KV block size(s) (matrix)")
+    g.add_argument("--prefix-match-unit", metavar="N|none", help="prefix-cache hash unit(s) (matrix)")
+    g.add_argument("--max-model-len", metavar="N", help="max model length(s) (matrix)")
+    g.add_argument("--kv-cache-memory-bytes", metavar="N", help="KV cache memory (matrix)")
+    g.add_argument("--patches", default="all",
+                   help=f"fix set(s): all | none | names joined by '+' from {', '.join(PATCHES)} (matrix)")
+    g.add_argument("--geometry", help="model geometry: hybrid | dense (lab; matrix)")
+    g.add_argument("--model", help="model directory (lab: the shipped copy model by default)")
+    g.add_argument("--served-model-name", help="model name for requests (default: /v1/models)")
+    g.add_argument("--server-cmd", metavar="TEMPLATE",
+                   help="--engine cmd: server command with {port}, {gpu}, {model} placeholders")
+    g.add_argument("--api-key", help="bearer token for the server")
+    w = p.add_argument_group("what to measure")
+    w.add_argument("--residues", default="all",
+                   help="all | risky | LIST (3,4,5) | A-B | sample:N (default all)")
+    w.add_argument("--modulus", default="128", help="N or auto (the configuration's hit unit)")
+    w.add_argument("--context", type=_positive_int("--context"), default=4096,
+                   help="approximate templated length of the measured prompt (default 4096)")
+    w.add_argument("--phases", default="cold,self-hit", help=f"{','.join(PHASES)} (default cold,self-hit)")
+    w.add_argument("--reference", default="passage", help="passage | cold | golden:RUN")
+    w.add_argument("--answer-lines", type=_positive_int("--answer-lines"), default=3,
+                   help="lines of the document the answer must reproduce (default 3)")
+    w.add_argument("--max-tokens", type=_positive_int("--max-tokens"), default=256)
+    w.add_argument("--seed", type=int, default=0, help="corpus / sampling seed (default 0)")
+    r = p.add_argument_group("how to run")
+    r.add_argument("--isolation", default="fresh", choices=ISOLATIONS,
+                   help="fresh (new server per point, default) | reset | shared")
+    r.add_argument("--slots", type=_positive_int("--slots"), help="parallel CPU slots (default: cores)")
+    r.add_argument("--gpus", metavar="LIST", help="one server per GPU id, e.g. 0,1")
+    r.add_argument("--timeout", type=_positive_float, default=120.0, help="per request, seconds")
+    r.add_argument("--boot-timeout", type=_positive_float,
+                   help="server boot, seconds (default: lab 60, cmd 300, vllm 900)")
+    r.add_argument("--out", default="results", help="results directory (default results/)")
+    r.add_argument("--reports-dir", default="reports", help="report directory (default reports/)")
+    r.add_argument("--resume", metavar="RUN_ID", help="continue an interrupted run")
+    r.add_argument("--dry-run", action="store_true", help="print the plan and server commands; start nothing")
+    r.add_argument("--no-progress", action="store_true", help="no progress bar")
+    o = p.add_argument_group("gating and output")
+    o.add_argument("--baseline", metavar="RUN_OR_FILE", help="fail only on regressions against it")
+    o.add_argument("--junit", metavar="PATH", help="write JUnit XML (one testcase per point x phase)")
+    o.add_argument("--full", action="store_true", help="do not fold clean rows in the report")
+    o.add_argument("--gh-issue", type=_positive_int("--gh-issue"), metavar="N",
+                   help="post the report as a comment on GitHub issue N (needs gh)")
+    return p
+
+
+def build_options(ns: argparse.Namespace, argv: Sequence[str]) -> SweepOptions:
+    if ns.engine != "cmd" and ns.server_cmd:
+        raise UsageError("--server-cmd is only for --engine cmd")
+    if ns.slots and ns.gpus:
+        raise UsageError("--slots and --gpus are exclusive: --gpus gives one slot per GPU")
+    configs = expand_matrix(engine=ns.engine, model=ns.model, spec=ns.spec, ctx=ns.ctx,
+                            draft_tokens=ns.draft_tokens, cudagraph=ns.cudagraph,
+                            prefix_cache=ns.prefix_cache, block_size=ns.block_size,
+                            prefix_match_unit=ns.prefix_match_unit, patches=ns.patches,
+                            max_model_len=ns.max_model_len,
+                            kv_cache_memory_bytes=ns.kv_cache_memory_bytes, geometry=ns.geometry)
+    if ns.modulus == "auto":
+        modulus = None
+    else:
+        try:
+            modulus = int(ns.modulus)
+        except ValueError:
+            raise UsageError(f"--modulus: {ns.modulus!r} is not valid; allowed: a positive integer or auto") from None
+        if modulus < 1:
+            raise UsageError("--modulus must be at least 1")
+    phases = parse_phases(ns.phases)
+    reference = parse_reference(ns.reference, phases)
+    for cfg in configs:  # residue syntax errors surface now, not mid-sweep
+        select_residues(ns.residues, cfg, modulus_for(cfg, modulus), seed=ns.seed)
+    boot_timeout = ns.boot_timeout or {"lab": 60.0, "cmd": 300.0, "vllm": 900.0}[ns.engine]
+    return SweepOptions(
+        engine=ns.engine, configs=tuple(configs), model=ns.model, residues=ns.residues,
+        modulus=modulus, context=ns.context, phases=phases, reference=reference,
+        isolation=ns.isolation, slots=parse_slots(ns.slots, ns.gpus, ns.engine),
+        server_cmd=ns.server_cmd, served_model_name=ns.served_model_name,
+        max_tokens=ns.max_tokens, timeout=ns.timeout, boot_timeout=boot_timeout,
+        out=Path(ns.out), reports_dir=Path(ns.reports_dir), resume=ns.resume,
+        dry_run=ns.dry_run, answer_lines=ns.answer_lines, seed=ns.seed,
+        baseline=ns.baseline, junit=Path(ns.junit) if ns.junit else None, full=ns.full,
+        gh_issue=ns.gh_issue, api_key=ns.api_key, argv=tuple(argv))
+
+
+# -- the sweep verb ------------------------------------------------------------------------
+def run_sweep(argv: Sequence[str]) -> int:
+    parser = sweep_parser()
+    ns = parser.parse_args(list(argv))
+    resume_id = ns.resume
+    if resume_id:
+        # A resumed run is the same run: same plan, from the manifest's command line.
+        store = ResultStore(ns.out, resume_id)
+        try:
+            manifest = store.read_manifest()
+        except StoreError as e:
+            raise UsageError(f"--resume: {e}") from None
+        argv = [a for a in shlex.split(manifest["command"])[1:]]
+        ns = parser.parse_args(argv)
+        ns.resume = resume_id
+    opts = build_options(ns, argv)
+    adapter = make_adapter(opts.engine, opts.server_cmd)
+    if opts.dry_run:
+        return _dry_run(opts, adapter)
+    return asyncio.run(_sweep_async(opts, adapter, show_progress=not ns.no_progress))
+
+
+def _dry_run(opts: SweepOptions, adapter) -> int:
+    out = sys.stdout
+    print(f"engine: {opts.engine}   slots: {', '.join(s.id for s in opts.slots)}   "
+          f"isolation: {opts.isolation}   phases: {', '.join(opts.phases)}   "
+          f"reference: {opts.reference}", file=out)
+    print(f"configurations ({len(opts.configs)}):", file=out)
+    for line in describe(opts):
+        print("  " + line, file=out)
+    try:
+        plan = plan_points(opts, adapter)
+    except (SweepAborted, TemplateError) as e:
+        plan = None
+        print(f"prompt plan: computed at run time ({e})", file=out)
+    total = 0
+    for cfg in opts.configs:
+        mod = modulus_for(cfg, opts.modulus)
+        residues, note = select_residues(opts.residues, cfg, mod, seed=opts.seed)
+        total += len(residues)
+        print(f"\n[{config_id(cfg)}] {cfg.label()}", file=out)
+        print(f"  residues: {_ranges(residues)} (mod {mod}){'  -- ' + note if note else ''}", file=out)
+        print(f"  rule predicts: {cfg.predicted_bug_b_residues(mod) or 'nothing (no spec or no prefix cache)'}", file=out)
+        print(f"  server: {adapter.shell_line(cfg, '{port}', opts.slots[0])}", file=out)
+        if plan:
+            pts = [p for p in plan.points if p.cfg_id == config_id(cfg)]
+            if pts:
+                lens = [p.plan.target_len for p in pts]
+                print(f"  templated lengths: {min(lens)}..{max(lens)} "
+                      f"(padding unit {plan.pad_unit.get(config_id(cfg))!r}); e.g. rerun: "
+                      f"{pts[0].rerun}", file=out)
+    print(f"\n{total} data points x {len(opts.phases)} phases; nothing started (--dry-run).", file=out)
+    return EXIT_OK
+
+
+def _ranges(values: Sequence[int]) -> str:
+    out, start, prev = [], None, None
+    for v in values:
+        if start is None:
+            start = prev = v
+        elif v == prev + 1:
+            prev = v
+        else:
+            out.append(f"{start}-{prev}" if start != prev else f"{start}")
+            start = prev = v
+    if start is not None:
+        out.append(f"{start}-{prev}" if start != prev else f"{start}")
+    return ",".join(out)
+
+
+async def _sweep_async(opts: SweepOptions, adapter, *, show_progress: bool) -> int:
+    run_id = opts.resume or new_run_id()
+    store = ResultStore(opts.out, run_id)
+    golden = load_golden(opts.golden_run, opts.out) if opts.golden_run else None
+    try:
+        plan = await asyncio.to_thread(plan_points, opts, adapter)
+    except PlanError as e:
+        raise UsageError(str(e)) from None
+    points = plan.points
+    if opts.resume:
+        want = {p.key: set(opts.phases) for p in points}
+        done = store.prune_partial(want)
+        points = [p for p in points if p.key not in done]
+        _say(f"resuming {run_id}: {len(done)} points already complete, {len(points)} to run")
+        manifest = store.read_manifest()
+    else:
+        manifest = {
+            "run_id": run_id, "command": shlex.join(["sweep", *opts.argv]),
+            "harness_version": harness_version(), "engine": opts.engine,
+            "host": socket.gethostname(), "started_at": now_iso(), "ended_at": None,
+            "configs": [{"config_id": config_id(c), "config_label": c.label(),
+                         "config": c.as_dict()} for c in opts.configs],
+            "residues": sorted({p.residue for p in plan.points}), "modulus": opts.modulus or "auto",
+            "phases": list(opts.phases), "isolation": opts.isolation,
+            "reference": opts.reference, "context": opts.context,
+            "slots": [s.id for s in opts.slots],
+            "sampled": {k: v for k, v in plan.sampled.items() if v},
+            "planning_s": round(plan.planning_s, 3), "interrupted": False, "exit_code": None,
+        }
+    store.write_manifest(manifest)
+    _say(f"run {run_id}: {len(plan.points)} data points x {len(opts.phases)} phases over "
+         f"{len(opts.configs)} configuration(s), {len(opts.slots)} slot(s), isolation "
+         f"{opts.isolation}; records -> {store.records_path}")
+    for cid, note in plan.sampled.items():
+        if note:
+            _say(f"  sampled ({cid}): {note}")
+
+    bar = _progress(len(points), show_progress)
+
+    def on_point(point: Point, records: list[dict]) -> None:
+        bad = [r for r in records if r["verdict"] != "ok"]
+        if bad and not show_progress:
+            _say(f"  residue {point.residue}: " + ", ".join(f"{r['phase']} {r['verdict']}" for r in bad))
+        if bar is not None:
+            bar.set_postfix_str(_counts(sweep.counters.verdicts), refresh=False)
+            bar.update(1)
+
+    sweep = Sweep(opts, adapter, store, plan, on_point_done=on_point, golden=golden)
+    loop = asyncio.get_running_loop()
+    main_task = asyncio.current_task()
+    interrupted = False
+
+    def _interrupt() -> None:
+        nonlocal interrupted
+        interrupted = True
+        if main_task is not None:
+            main_task.cancel()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, _interrupt)
+    t0 = time.monotonic()
+    try:
+        await sweep.run(points)
+    except asyncio.CancelledError:
+        if not interrupted:
+            raise
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+        kill_all_servers()
+        store.close()
+        if bar is not None:
+            bar.close()
+    wall = time.monotonic() - t0
+    records = store.read()
+    manifest.update({"ended_at": now_iso(), "interrupted": interrupted,
+                     "wall_s": round(wall, 3)})
+    if interrupted:
+        manifest["exit_code"] = EXIT_INTERRUPTED
+        store.write_manifest(manifest)
+        _say(f"\ninterrupted: {sweep.counters.points_done} points finished and on disk in "
+             f"{store.records_path}; no server left running. Continue with: "
+             f"sweep --resume {run_id} --out {opts.out}")
+        return EXIT_INTERRUPTED
+    code = _finish(opts, store, manifest, records, wall)
+    manifest["exit_code"] = code
+    store.write_manifest(manifest)
+    return code
+
+
+def _finish(opts: SweepOptions, store: ResultStore, manifest: dict, records: list[dict],
+            wall: float) -> int:
+    from . import gate, report
+    report_md = report.render_markdown(records, [manifest], full=opts.full)
+    opts.reports_dir.mkdir(parents=True, exist_ok=True)
+    report_path = report.write_report(records, [manifest], opts.reports_dir / f"{store.run_id}.md",
+                                      full=opts.full)
+    print(report_md)
+    counts = _counts(_verdict_counter(records))
+    _say(f"\n{len(records)} records ({counts}) in {wall:.1f}s")
+    _say(f"results: {store.records_path}")
+    _say(f"report:  {report_path}")
+    if opts.junit:
+        _say(f"junit:   {gate.write_junit(records, opts.junit)}")
+    if gate.append_github_step_summary(report_md):
+        _say("report appended to $GITHUB_STEP_SUMMARY")
+    if opts.gh_issue:
+        gate.post_issue_comment(report_path, opts.gh_issue)
+        _say(f"report posted to issue #{opts.gh_issue}")
+    baseline = load_records([opts.baseline], opts.out) if opts.baseline else None
+    code = gate.gate_exit_code(records, baseline)
+    if baseline is not None:
+        regs = gate.find_regressions(baseline, records)
+        _say(f"gate: {len(regs)} regression(s) against {opts.baseline}")
+    return code
+
+
+def _verdict_counter(records: list[dict]):
+    from collections import Counter
+    return Counter(r["verdict"] for r in records)
+
+
+def _counts(counter) -> str:
+    return " ".join(f"{k}={v}" for k, v in sorted(counter.items())) or "-"
+
+
+def _progress(total: int, enabled: bool):
+    if not enabled or total == 0:
+        return None
+    from tqdm import tqdm
+    return tqdm(total=total, unit="pt", file=sys.stderr, dynamic_ncols=True,
+                mininterval=0.3, desc="sweep")
+
+
+def _say(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+# -- sub-verbs -----------------------------------------------------------------------------
+def run_report(argv: Sequence[str]) -> int:
+    p = _Parser(prog="sweep report", description="Markdown report from results files or run ids.")
+    p.add_argument("results", nargs="+", help="results .jsonl files or run ids")
+    p.add_argument("-o", "--output", help="write the markdown to this file")
+    p.add_argument("--full", action="store_true", help="do not fold clean rows")
+    p.add_argument("--out", default="results", help="where run ids are looked up")
+    p.add_argument("--gh-issue", type=_positive_int("--gh-issue"), metavar="N",
+                   help="post the report as a comment on GitHub issue N (needs gh)")
+    ns = p.parse_args(list(argv))
+    from . import gate, report
+    from .store import resolve_results
+    try:
+        paths = [resolve_results(r, ns.out) for r in ns.results]
+    except StoreError as e:
+        raise UsageError(str(e)) from None
+    records = load_records(paths)
+    manifests = [m for m in (load_manifest_for(pth) for pth in paths) if m]
+    md = report.render_markdown(records, manifests, full=ns.full)
+    if ns.output:
+        path = report.write_report(records, manifests, ns.output, full=ns.full)
+        _say(f"report: {path}")
+    else:
+        print(md)
+    if ns.gh_issue:
+        if not ns.output:
+            raise UsageError("--gh-issue needs -o FILE (gh posts a file)")
+        gate.post_issue_comment(ns.output, ns.gh_issue)
+    return EXIT_OK
+
+
+def run_compare(argv: Sequence[str]) -> int:
+    p = _Parser(prog="sweep compare", description="What changed between two runs, per "
+                "configuration and residue: fixed, regressed, still broken, newly covered.")
+    p.add_argument("old", help="results file or run id (baseline)")
+    p.add_argument("new", help="results file or run id")
+    p.add_argument("--json", action="store_true", help="machine-readable summary on stdout")
+    p.add_argument("--out", default="results", help="where run ids are looked up")
+    ns = p.parse_args(list(argv))
+    from . import compare
+    try:
+        old = load_records([ns.old], ns.out)
+        new = load_records([ns.new], ns.out)
+    except StoreError as e:
+        raise UsageError(str(e)) from None
+    result = compare.compare_records(old, new)
+    print(json.dumps(result, indent=2, sort_keys=True) if ns.json
+          else compare.render_compare_markdown(result))
+    return EXIT_NOT_OK if result.get("regressed") else EXIT_OK
+
+
+def run_presets(argv: Sequence[str]) -> int:
+    _Parser(prog="sweep presets", description="The SPEC / CTX preset table.").parse_args(list(argv))
+    print(preset_table_markdown())
+    return EXIT_OK
+
+
+SUBCOMMANDS = {"report": run_report, "compare": run_compare, "presets": run_presets}
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if args and args[0] in SUBCOMMANDS:
+            code = SUBCOMMANDS[args[0]](args[1:])
+        else:
+            code = run_sweep(args)
+    except UsageError as e:
+        print(f"sweep: error: {e}", file=sys.stderr)
+        code = EXIT_USAGE
+    except (SweepAborted, TemplateError, StoreError) as e:
+        print(f"sweep: cannot run: {e}", file=sys.stderr)
+        code = EXIT_ABORT
+    except BrokenPipeError:  # `sweep ... | head`
+        sys.stderr.close()
+        code = EXIT_OK
+    except KeyboardInterrupt:
+        kill_all_servers()
+        print("sweep: interrupted", file=sys.stderr)
+        code = EXIT_INTERRUPTED
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,191 @@
+"""Engine adapters: how a configuration becomes a server, and what the server says it is.
+
+The seam that keeps the harness testable without a GPU (like httpx's transports): an
+adapter turns a ``ServingConfig`` into argv + env for a port and slot, names the local
+tokenizer used for planning, and reads back the *effective* configuration after boot.
+
+- ``lab``: the CPU lab engine (``python -m engine.lab``), the embedded default;
+- ``vllm``: ``vllm serve`` argv from the shared presets (``engine.vllm``);
+- ``cmd``: any OpenAI-compatible server from a user template with ``{port}``, ``{gpu}``,
+  ``{model}`` placeholders.
+"""
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+from engine.presets import ServingConfig
+
+from .client import EngineClient
+from .configs import LAB_MODEL_DIR, UsageError
+from .server_pool import Slot
+
+# Fields compared between requested and effective configuration.
+COMPARED = ("cudagraph_mode", "prefix_caching", "block_size", "prefix_match_unit",
+            "max_model_len", "method", "draft_tokens")
+
+
+class EngineAdapter:
+    name = "base"
+    has_reset = True
+
+    def command(self, cfg: ServingConfig, port: int, slot: Slot) -> tuple[list[str], dict[str, str]]:
+        raise NotImplementedError
+
+    def tokenizer_dir(self, cfg: ServingConfig) -> Path | None:
+        if cfg.model and (Path(cfg.model) / "tokenizer.json").is_file():
+            return Path(cfg.model)
+        return None
+
+    async def effective(self, client: EngineClient, cfg: ServingConfig,
+                        log_text: str) -> dict[str, Any]:
+        """{'config': effective dict, 'engine_version': str, 'patch_status': dict|None,
+        'model': served model id, 'max_model_len': int|None}"""
+        version = await client.version()
+        models = await client.models()
+        first = models[0] if models else {}
+        eff = cfg.as_dict()
+        if first.get("max_model_len"):
+            eff["max_model_len"] = int(first["max_model_len"])
+        return {"config": eff, "engine_version": str(version.get("version", "unknown")),
+                "patch_status": None, "model": first.get("id")}
+
+    def shell_line(self, cfg: ServingConfig, port: int | str = "{port}",
+                   slot: Slot | None = None) -> str:
+        argv, env = self.command(cfg, port, slot or Slot("cpu0"))  # type: ignore[arg-type]
+        envs = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(env.items()))
+        return (envs + " " if envs else "") + shlex.join(str(a) for a in argv)
+
+
+def mismatches(requested: dict[str, Any], effective: dict[str, Any]) -> list[str]:
+    out = []
+    for key in COMPARED:
+        if key in effective and effective.get(key) != requested.get(key):
+            out.append(f"{key}: requested {requested.get(key)!r}, server runs {effective.get(key)!r}")
+    return out
+
+
+class LabAdapter(EngineAdapter):
+    name = "lab"
+
+    def model_dir(self, cfg: ServingConfig) -> Path:
+        return Path(cfg.model) if cfg.model else LAB_MODEL_DIR
+
+    def tokenizer_dir(self, cfg: ServingConfig) -> Path | None:
+        d = self.model_dir(cfg)
+        return d if (d / "tokenizer.json").is_file() else None
+
+    def command(self, cfg, port, slot):
+        argv = [sys.executable, "-m", "engine.lab", "--host", "127.0.0.1", "--port", str(port),
+                "--block-size", str(cfg.block_size), "--max-model-len", str(cfg.max_model_len),
+                "-cc", json.dumps({"cudagraph_mode": cfg.cudagraph_mode}),
+                "--enable-prompt-tokens-details", "--seed", "0",
+                "--patches", cfg.patches]
+        if cfg.model:
+            argv += ["--model", cfg.model]
+        argv.append("--enable-prefix-caching" if cfg.prefix_caching else "--no-enable-prefix-caching")
+        if cfg.prefix_match_unit:
+            argv += ["--prefix-match-unit", str(cfg.prefix_match_unit)]
+        if cfg.speculative_config():
+            argv += ["--speculative-config", json.dumps(cfg.speculative_config())]
+        if cfg.kv_cache_memory_bytes:
+            argv += ["--kv-cache-memory-bytes", str(cfg.kv_cache_memory_bytes)]
+        if cfg.geometry:
+            argv += ["--geometry", cfg.geometry]
+        # One numpy/BLAS thread per server: slots are the parallelism.
+        env = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+               "PYTHONUNBUFFERED": "1"}
+        return argv, env
+
+    async def effective(self, client, cfg, log_text):
+        base = await super().effective(client, cfg, log_text)
+        version = await client.version()
+        reported = version.get("effective_config") or {}
+        eff = base["config"]
+        eff.update(_normalise_reported(reported))
+        base["patch_status"] = version.get("patches")
+        base["engine_version"] = str(version.get("version", "unknown"))
+        return base
+
+
+def _normalise_reported(rep: dict[str, Any]) -> dict[str, Any]:
+    """Map an engine's self-report onto ServingConfig field names (and keep extras)."""
+    out: dict[str, Any] = {}
+    aliases = {"enable_prefix_caching": "prefix_caching", "hash_unit": "prefix_match_unit",
+               "effective_hash_unit": "effective_hash_unit"}
+    for k, v in rep.items():
+        out[aliases.get(k, k)] = v
+    spec = rep.get("speculative_config")
+    if isinstance(spec, dict):
+        out["method"] = spec.get("method")
+        out["draft_tokens"] = int(spec.get("num_speculative_tokens") or 0)
+    elif "speculative_config" in rep and spec is None:
+        out["method"], out["draft_tokens"] = None, 0
+    out.pop("speculative_config", None)
+    return out
+
+
+class VllmAdapter(EngineAdapter):
+    name = "vllm"
+
+    def __init__(self) -> None:
+        try:
+            from engine.vllm import launch  # noqa: F401  (presets only, no vLLM import)
+        except ImportError as e:  # pragma: no cover - packaging error
+            raise UsageError(f"--engine vllm: the launcher is missing ({e})") from None
+        self._launch = launch
+
+    def command(self, cfg, port, slot):
+        if not cfg.model:
+            raise UsageError("--engine vllm needs --model (a local model directory or HF id)")
+        return self._launch.build_command(cfg, port=int(port) if str(port).isdigit() else port,
+                                          model=cfg.model, gpu=slot.gpu)
+
+    async def effective(self, client, cfg, log_text):
+        base = await super().effective(client, cfg, log_text)
+        try:
+            parsed = self._launch.parse_effective_config(log_text)
+        except Exception as e:  # a log we cannot read is recorded, not fatal
+            parsed = {"log_parse_error": str(e)}
+        base["config"].update(_normalise_reported(parsed))
+        status = getattr(self._launch, "patch_status_from_log", None)
+        if status:
+            base["patch_status"] = status(log_text)
+        return base
+
+
+class CmdAdapter(EngineAdapter):
+    """Any OpenAI-compatible server; the configuration is whatever the template starts, so
+    the effective configuration is only what the server's endpoints report."""
+
+    name = "cmd"
+
+    def __init__(self, template: str | None):
+        if not template:
+            raise UsageError("--engine cmd needs --server-cmd 'TEMPLATE' with a {port} placeholder")
+        if "{port}" not in template:
+            raise UsageError("--server-cmd: the template has no {port} placeholder")
+        try:
+            template.format(port=1, gpu="0", model="m")
+        except (KeyError, IndexError, ValueError) as e:
+            raise UsageError(f"--server-cmd: bad placeholder {e}; allowed: {{port}}, {{gpu}}, "
+                             "{model}") from None
+        self.template = template
+
+    def command(self, cfg, port, slot):
+        line = self.template.format(port=port, gpu=slot.gpu or "", model=cfg.model or "")
+        env = {"CUDA_VISIBLE_DEVICES": slot.gpu} if slot.gpu is not None else {}
+        return shlex.split(line), env
+
+
+def make_adapter(engine: str, server_cmd: str | None = None) -> EngineAdapter:
+    if engine == "lab":
+        return LabAdapter()
+    if engine == "vllm":
+        return VllmAdapter()
+    if engine == "cmd":
+        return CmdAdapter(server_cmd)
+    raise UsageError(f"--engine: {engine!r} is not valid; allowed: lab, vllm, cmd")

@@ -1,0 +1,443 @@
+"""What runs next, and what one data point does.
+
+Plans the data points (configuration × residue, each with its prompt), hands them to slot
+workers through one shared queue (work stealing: a slow point never idles another slot),
+and drives each point through its phases on its own server, streaming one record per
+phase to the store as it completes. Process lifetime is ``server_pool``'s job.
+"""
+from __future__ import annotations
+
+import asyncio
+import socket
+import subprocess
+import time
+from collections import Counter, deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from engine.presets import ServingConfig
+
+from . import __version__
+from .client import (EngineClient, RequestTimeout, ServerError, ServerGone, tok_per_step)
+from .configs import SweepOptions, config_id, modulus_for, rerun_command, select_residues
+from .engines import EngineAdapter, mismatches
+from .prompts import ChatTokenizer, PlanError, PromptPlan, calibrate, plan_residue
+from .server_pool import BootFailure, PortAllocator, ServerProcess, Slot, log_excerpt
+from .store import ResultStore, now_iso, read_jsonl, resolve_results
+from .verdict import judge
+
+WARMUP_MAX_TOKENS = 16
+MAX_PORT_RETRIES = 3
+
+
+@dataclass
+class Point:
+    cfg: ServingConfig
+    cfg_id: str
+    residue: int
+    modulus: int
+    plan: PromptPlan
+    rerun: str
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return (self.cfg_id, self.residue)
+
+
+@dataclass
+class SweepPlan:
+    points: list[Point]
+    sampled: dict[str, str | None]          # config_id -> note about left-out residues
+    planning_s: float
+    pad_unit: dict[str, str] = field(default_factory=dict)
+
+
+class SweepAborted(RuntimeError):
+    """The sweep could not run at all (exit code 3)."""
+
+
+def harness_version() -> str:
+    root = Path(__file__).resolve().parent.parent
+    try:
+        sha = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"],
+                             capture_output=True, text=True, timeout=5).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--",
+                                "harness", "engine"], capture_output=True, text=True,
+                               timeout=5).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        sha, dirty = "", ""
+    if not sha:
+        return __version__
+    return f"{__version__}+g{sha}{'.dirty' if dirty else ''}"
+
+
+# -- planning ------------------------------------------------------------------------------
+def plan_points(opts: SweepOptions, adapter: EngineAdapter,
+                count_many_for: Callable[[ServingConfig], Callable] | None = None) -> SweepPlan:
+    """Calibrate once per (tokenizer, context, modulus), then build every residue's prompt
+    arithmetically. ``count_many_for`` supplies a counter for configurations without a
+    local tokenizer (a probe server's /tokenize)."""
+    t0 = time.monotonic()
+    points: list[Point] = []
+    sampled: dict[str, str | None] = {}
+    pad_units: dict[str, str] = {}
+    calibrations: dict[tuple, Any] = {}
+    tokenizers: dict[Path, ChatTokenizer] = {}
+    for cfg in opts.configs:
+        cid = config_id(cfg)
+        modulus = modulus_for(cfg, opts.modulus)
+        residues, note = select_residues(opts.residues, cfg, modulus, seed=opts.seed)
+        sampled[cid] = note
+        tdir = adapter.tokenizer_dir(cfg)
+        if tdir is not None:
+            if tdir not in tokenizers:
+                tokenizers[tdir] = ChatTokenizer.from_dir(tdir)
+            counter = tokenizers[tdir].count_many
+            key: tuple = (str(tdir), opts.context, modulus)
+        elif count_many_for is not None:
+            counter = count_many_for(cfg)
+            key = ("remote", cid, opts.context, modulus)
+        else:
+            raise SweepAborted(f"no local tokenizer for {cfg.label()} and no server to ask: "
+                               "give --model DIR with tokenizer.json")
+        need = opts.context + modulus + opts.max_tokens
+        if need > cfg.max_model_len:
+            raise PlanError(f"--context {opts.context} + modulus {modulus} + --max-tokens "
+                            f"{opts.max_tokens} exceeds max_model_len {cfg.max_model_len} "
+                            f"of {cfg.label()}")
+        if key not in calibrations:
+            calibrations[key] = calibrate(counter, opts.context, modulus,
+                                          answer_lines=opts.answer_lines, seed=opts.seed)
+        cal = calibrations[key]
+        pad_units[cid] = cal.pad_unit
+        for r in residues:
+            points.append(Point(cfg, cid, r, modulus, plan_residue(cal, r, modulus),
+                                rerun_command(opts, cfg, r, modulus)))
+    return SweepPlan(points, sampled, time.monotonic() - t0, pad_units)
+
+
+def load_golden(run_ref: str, out_dir: Path) -> dict[tuple, str]:
+    """sha1 of the correct answer per (config_id or label, residue), from a reference run."""
+    golden: dict[tuple, str] = {}
+    for r in read_jsonl(resolve_results(run_ref, out_dir)):
+        if r.get("verdict") == "ok":
+            golden.setdefault((r["config_id"], r["residue"]), r["sha1"])
+            golden.setdefault((r.get("config_label"), r["residue"]), r["sha1"])
+    if not golden:
+        raise SweepAborted(f"golden run {run_ref}: no ok records to take reference sha1s from")
+    return golden
+
+
+# -- running -------------------------------------------------------------------------------
+@dataclass
+class Counters:
+    total_points: int
+    points_done: int = 0
+    verdicts: Counter = field(default_factory=Counter)
+    timings: list[dict[str, float]] = field(default_factory=list)
+
+
+class Sweep:
+    """Drives planned points through slot workers; records stream into ``store``."""
+
+    def __init__(self, opts: SweepOptions, adapter: EngineAdapter, store: ResultStore,
+                 plan: SweepPlan, *, on_point_done: Callable[[Point, list[dict]], None] | None = None,
+                 golden: dict[tuple, str] | None = None):
+        self.opts = opts
+        self.adapter = adapter
+        self.store = store
+        self.plan = plan
+        self.on_point_done = on_point_done
+        self.golden = golden or {}
+        self.ports = PortAllocator()
+        self.node = socket.gethostname()
+        self.version = harness_version()
+        self.counters = Counters(total_points=len(plan.points))
+        self._teardowns: set[asyncio.Task] = set()
+
+    async def run(self, points: list[Point]) -> Counters:
+        queue: deque[Point] = deque(points)
+        workers = [asyncio.create_task(self._worker(slot, queue), name=f"slot-{slot.id}")
+                   for slot in self.opts.slots]
+        try:
+            await asyncio.gather(*workers)
+        finally:
+            for w in workers:
+                w.cancel()
+            await asyncio.gather(*workers, return_exceptions=True)
+            if self._teardowns:
+                await asyncio.gather(*self._teardowns, return_exceptions=True)
+        return self.counters
+
+    # -- one slot ----------------------------------------------------------------------
+    async def _worker(self, slot: Slot, queue: deque[Point]) -> None:
+        server: ServerProcess | None = None
+        client: EngineClient | None = None
+        server_cfg: str | None = None
+        info: dict[str, Any] = {}
+        try:
+            while queue:
+                point = queue.popleft()
+                t_point = time.monotonic()
+                reuse = (self.opts.isolation != "fresh" and server is not None
+                         and server_cfg == point.cfg_id and server.tree_alive())
+                boot_s = teardown_s = 0.0
+                if not reuse:
+                    if server is not None:
+                        self._background_stop(server, client)
+                        server = client = None
+                    try:
+                        server, client, info = await self._boot(point, slot)
+                        server_cfg = point.cfg_id
+                        boot_s = server.boot_s or 0.0
+                    except BootFailure as e:
+                        self._emit_point(point, slot, [self._failure_record(
+                            point, slot, phase, "boot-fail", e.reason, e.log_excerpt, {}, None)
+                            for phase in self.opts.phases])
+                        self._timing(t_point, 0.0, 0.0, 0.0)
+                        continue
+                elif self.opts.isolation == "reset":
+                    try:
+                        await client.reset_prefix_cache()  # type: ignore[union-attr]
+                    except Exception:  # proven (or not) by the next cold request
+                        pass
+                t_req = time.monotonic()
+                records, server_dead = await self._run_phases(point, slot, server, client, info)
+                req_s = time.monotonic() - t_req
+                if self.opts.isolation == "fresh" or server_dead:
+                    t_down = time.monotonic()
+                    self._background_stop(server, client)
+                    teardown_s = time.monotonic() - t_down
+                    server = client = None
+                    server_cfg = None
+                self._timing(t_point, boot_s, req_s, teardown_s)
+        finally:
+            if server is not None:
+                await self._stop(server, client)
+
+    def _timing(self, t_point: float, boot: float, req: float, down: float) -> None:
+        self.counters.timings.append({"boot": boot, "requests": req, "teardown": down,
+                                      "point": time.monotonic() - t_point})
+
+    async def _boot(self, point: Point, slot: Slot) -> tuple[ServerProcess, EngineClient, dict]:
+        last: BootFailure | None = None
+        for _ in range(MAX_PORT_RETRIES):
+            port = self.ports.acquire()
+            argv, env = self.adapter.command(point.cfg, port, slot)
+            if slot.gpu is not None:
+                env = {"CUDA_VISIBLE_DEVICES": slot.gpu, **env}
+            log_path = self.store.logs_dir / f"{point.cfg_id}-r{point.residue:03d}-{slot.id}-{port}.log"
+            server = ServerProcess(argv, env, port, log_path, slot)
+            client = EngineClient(server.base_url, timeout=self.opts.timeout,
+                                  api_key=self.opts.api_key)
+            try:
+                server.start()
+                await server.wait_ready(client, self.opts.boot_timeout)
+                info = await self.adapter.effective(client, point.cfg, _read(log_path))
+                info["boot_s"] = round(server.boot_s or 0.0, 4)
+                return server, client, info
+            except BootFailure as e:
+                last = e
+                await self._stop(server, client, port)
+                if not e.port_conflict:
+                    raise
+            except BaseException:
+                await self._stop(server, client, port)
+                raise
+        assert last is not None
+        raise last
+
+    def _background_stop(self, server, client) -> None:
+        task = asyncio.create_task(self._stop(server, client))
+        self._teardowns.add(task)
+        task.add_done_callback(self._teardowns.discard)
+
+    async def _stop(self, server: ServerProcess | None, client: EngineClient | None,
+                    port: int | None = None) -> None:
+        if client is not None:
+            await client.aclose()
+        if server is not None:
+            try:
+                await asyncio.shield(server.stop())
+            finally:
+                self.ports.release(server.port)
+        elif port is not None:
+            self.ports.release(port)
+
+    # -- one data point ----------------------------------------------------------------
+    async def _run_phases(self, point: Point, slot: Slot, server: ServerProcess,
+                          client: EngineClient, info: dict) -> tuple[list[dict], bool]:
+        opts = self.opts
+        model = opts.served_model_name or info.get("model") or point.cfg.model or "default"
+        records: list[dict] = []
+        try:
+            templated = await client.tokenize(point.plan.messages, model)
+        except (ServerGone, RequestTimeout, ServerError) as e:
+            templated = None
+            tokenize_error = str(e)
+        else:
+            tokenize_error = None
+        cold_sha1: str | None = None
+        dead_reason: tuple[str, str, list[str]] | None = None
+        for phase in opts.phases:
+            if dead_reason is not None:
+                verdict, why, excerpt = dead_reason
+                rec = self._failure_record(point, slot, phase, verdict,
+                                           f"{why} (in an earlier phase)", excerpt, info, templated)
+                records.append(rec)
+                self.store.append(rec)
+                continue
+            try:
+                if phase == "warm":
+                    await client.chat(point.plan.warmup_messages, model=model,
+                                      max_tokens=WARMUP_MAX_TOKENS, seed=opts.seed)
+                before = await client.spec_counters()
+                res = await client.chat(point.plan.messages, model=model,
+                                        max_tokens=opts.max_tokens, seed=opts.seed)
+                after = await client.spec_counters()
+            except RequestTimeout as e:
+                dead_reason = ("timeout", str(e), log_excerpt(server.log_path))
+                rec = self._failure_record(point, slot, phase, "timeout", str(e),
+                                           dead_reason[2], info, templated)
+            except (ServerGone, ServerError) as e:
+                alive = await _still_alive(server)
+                if isinstance(e, ServerError) and 400 <= e.status < 500 and alive:
+                    rec = self._failure_record(point, slot, phase, "invalid",
+                                               f"server rejected the request: {e}", [], info,
+                                               templated)
+                else:
+                    why = f"{e}; server process {'alive' if alive else 'dead'}"
+                    excerpt = log_excerpt(server.log_path)
+                    dead_reason = ("crash", why, excerpt)
+                    rec = self._failure_record(point, slot, phase, "crash", why, excerpt,
+                                               info, templated)
+            else:
+                rec = self._judged_record(point, slot, phase, res, tok_per_step(before, after),
+                                          info, templated, tokenize_error, cold_sha1)
+                if phase == "cold":
+                    cold_sha1 = rec["sha1"]
+            records.append(rec)
+            self.store.append(rec)
+        self._count(point, records)
+        return records, dead_reason is not None
+
+    def _emit_point(self, point: Point, slot: Slot, records: list[dict]) -> None:
+        for rec in records:
+            self.store.append(rec)
+        self._count(point, records)
+
+    def _count(self, point: Point, records: list[dict]) -> None:
+        self.counters.points_done += 1
+        for r in records:
+            self.counters.verdicts[r["verdict"]] += 1
+        if self.on_point_done:
+            self.on_point_done(point, records)
+
+    # -- records -----------------------------------------------------------------------
+    def _base_record(self, point: Point, slot: Slot, phase: str, info: dict,
+                     templated: int | None) -> dict[str, Any]:
+        requested = point.cfg.as_dict()
+        effective = info.get("config") or requested
+        return {
+            "run_id": self.store.run_id, "harness_version": self.version,
+            "config_id": point.cfg_id, "config_label": point.cfg.label(),
+            "config": effective, "requested_config": requested,
+            "config_mismatch": mismatches(requested, effective),
+            "engine": point.cfg.engine, "engine_version": info.get("engine_version"),
+            "patches": point.cfg.patches, "patch_status": info.get("patch_status"),
+            "model": info.get("model") or point.cfg.model, "slot": slot.id, "node": self.node,
+            "isolation": self.opts.isolation, "residue": point.residue,
+            "modulus": point.modulus, "target_len": point.plan.target_len,
+            "templated_len": templated if templated is not None else point.plan.target_len,
+            "templated_len_source": "server /tokenize" if templated is not None else "local tokenizer",
+            "phase": phase, "reference": self.opts.reference,
+            "boot_s": info.get("boot_s"), "started_at": now_iso(), "rerun": point.rerun,
+        }
+
+    def _failure_record(self, point, slot, phase, verdict, reason, excerpt, info, templated):
+        rec = self._base_record(point, slot, phase, info, templated)
+        rec.update({"prompt_tokens": None, "cached_tokens": None, "computed_tail": None,
+                    "answer": "", "content_was_null": False, "sha1": None,
+                    "reference_sha1": None, "expected_chars": len(point.plan.expected),
+                    "verbatim_n": 0, "verbatim_total": 0, "repeats": 0, "finish_reason": None,
+                    "completion_tokens": None, "tok_per_step": None, "latency_s": None,
+                    "verdict": verdict, "reason": reason, "log_excerpt": excerpt})
+        return rec
+
+    def _reference_sha1(self, point: Point, phase: str, cold_sha1: str | None) -> tuple[str | None, str | None]:
+        """(expected passage or None, reference sha1 or None) for this phase."""
+        ref = self.opts.reference
+        if ref == "passage":
+            return point.plan.expected, None
+        if ref == "cold":
+            return None, (cold_sha1 if phase != "cold" else None)
+        sha = self.golden.get((point.cfg_id, point.residue)) or \
+            self.golden.get((point.cfg.label(), point.residue))
+        return (None, sha) if sha else (point.plan.expected, None)
+
+    def _judged_record(self, point, slot, phase, res, tps, info, templated, tokenize_error,
+                       cold_sha1) -> dict[str, Any]:
+        rec = self._base_record(point, slot, phase, info, templated)
+        expected, ref_sha1 = self._reference_sha1(point, phase, cold_sha1)
+        j = judge(res.answer, source=point.plan.document, expected=expected,
+                  reference_sha1=ref_sha1, finish_reason=res.finish_reason)
+        verdict, reason = j.verdict, j.reason
+        invalid = self._invalid_reason(point, phase, res, templated)
+        if invalid:
+            verdict, reason = "invalid", f"{invalid} (answer judged {j.verdict}: {j.reason})"
+        cached = res.cached_tokens
+        rec.update({
+            "prompt_tokens": res.prompt_tokens, "cached_tokens": cached,
+            "computed_tail": (res.prompt_tokens - cached) if (cached is not None and
+                                                               res.prompt_tokens is not None) else None,
+            "answer": res.answer, "content_was_null": res.content_was_null, "sha1": j.sha1,
+            "reference_sha1": ref_sha1 if ref_sha1 else (
+                _sha1(expected) if expected is not None else None),
+            "expected_chars": len(point.plan.expected), "verbatim_n": j.verbatim_n,
+            "verbatim_total": j.verbatim_total, "repeats": j.repeats,
+            "finish_reason": res.finish_reason, "completion_tokens": res.completion_tokens,
+            "tok_per_step": tps, "latency_s": round(res.latency_s, 4), "verdict": verdict,
+            "reason": reason, "log_excerpt": [],
+        })
+        if tokenize_error:
+            rec["tokenize_error"] = tokenize_error
+        return rec
+
+    def _invalid_reason(self, point: Point, phase: str, res, templated: int | None) -> str | None:
+        target = point.plan.target_len
+        if templated is not None and templated != target:
+            return f"templated length {templated} by the server's /tokenize, target {target}"
+        if res.prompt_tokens is not None and res.prompt_tokens != target:
+            return f"usage.prompt_tokens {res.prompt_tokens} != target {target}"
+        cached = res.cached_tokens
+        if cached is None:
+            return None
+        if phase == "cold" and cached > 0:
+            return (f"cold request hit the cache ({cached} tokens): "
+                    f"{self.opts.isolation} isolation not proven")
+        if phase != "cold" and point.cfg.prefix_caching and cached == 0:
+            return f"{phase}: no prefix-cache hit (cached_tokens 0)"
+        return None
+
+
+def _sha1(text: str) -> str:
+    from .verdict import sha1
+    return sha1(text)
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+async def _still_alive(server: ServerProcess) -> bool:
+    """Death is judged by the process tree, not /health (vLLM has answered 200 on /health
+    after its engine core died, vllm-project/vllm#21443). Give a dying process a moment."""
+    for _ in range(10):
+        if not server.tree_alive():
+            return False
+        await asyncio.sleep(0.05)
+    return server.tree_alive()
