@@ -1,0 +1,239 @@
+"""What a vLLM server actually booted with, read from its startup log.
+
+The requested configuration is not the effective one: vLLM resolves cudagraph modes
+against the attention backend (and logs "setting cudagraph_mode=..."), grows the
+attention block for hybrid models ("Setting attention block size to ..."), sizes the KV
+pool from memory, and may refuse to boot. Every pattern below is built from the format
+string in vLLM 0.27.1's source (file named next to it); 0.26.0 prints the same lines.
+Lines may carry a process prefix (``(EngineCore pid=..)``) and ANSI colours; both are
+ignored. Unknown or absent lines leave their key out, never guess.
+"""
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+# v1/engine/core.py: "Initializing a V1 LLM engine (v%s) with config: %s" (VllmConfig.__str__)
+_INIT = re.compile(r"Initializing a V1 LLM engine \(v(?P<version>[^)]+)\) with config: (?P<cfg>.*)$")
+# config/vllm.py VllmConfig.__str__ fields
+_CFG_MODEL = re.compile(r"(?:^|, )model='(?P<v>[^']*)'")
+_CFG_MAX_SEQ = re.compile(r"max_seq_len=(?P<v>\d+)")
+_CFG_PREFIX = re.compile(r"enable_prefix_caching=(?P<v>True|False)")
+_CFG_CHUNKED = re.compile(r"enable_chunked_prefill=(?P<v>True|False)")
+_CFG_SEED = re.compile(r"seed=(?P<v>None|-?\d+)")
+_CFG_SERVED = re.compile(r"served_model_name=(?P<v>[^,]*),")
+# config/speculative.py SpeculativeConfig.__repr__:
+#   f"SpeculativeConfig({method=}, {model=}, {num_spec_tokens=})"
+_CFG_SPEC = re.compile(
+    r"speculative_config=(?:None|SpeculativeConfig\(method='?(?P<method>[^',]*)'?, "
+    r"model=(?P<model>None|'[^']*'), num_spec_tokens=(?P<k>\d+|None)\))")
+# config/compilation.py CompilationConfig.__repr__: str(dict) with enum reprs, e.g.
+#   'cudagraph_mode': <CUDAGraphMode.FULL_AND_PIECEWISE: (2, 1)>
+_CFG_CG = re.compile(r"'cudagraph_mode': <CUDAGraphMode\.(?P<v>\w+)")
+# config/compilation.py: "...; setting cudagraph_mode=PIECEWISE" (backend downgrade)
+# config/vllm.py: "Overriding cudagraph_mode to PIECEWISE." ; "Setting cudagraph_mode to FULL."
+_CG_CHANGE = re.compile(r"(?:setting cudagraph_mode=|[Oo]verriding cudagraph_mode to "
+                        r"|Setting cudagraph_mode to )(?P<v>[A-Z_]+)")
+# v1/core/kv_cache_utils.py: "GPU KV cache size: %s tokens" (%s = f"{n:,}")
+_KV_TOKENS = re.compile(r"GPU KV cache size: (?P<v>[\d,]+) tokens")
+# "Maximum concurrency for %s tokens per request: %.2fx"
+_CONCURRENCY = re.compile(r"Maximum concurrency for (?P<len>[\d,]+) tokens per request: "
+                          r"(?P<x>[\d.]+)x")
+# v1/worker/gpu_worker.py: "Available KV cache memory: %s GiB"
+_KV_MEM = re.compile(r"Available KV cache memory: (?P<v>[\d.]+) GiB")
+# platforms/interface.py (hybrid models)
+_ATTN_BLOCK = re.compile(r"Setting attention block size to (?P<v>\d+) tokens")
+_MAMBA_PAD = re.compile(r"Padding mamba page size by (?P<v>[\d.]+)%")
+# v1/worker/gpu_worker.py: "Using V2 Model Runner"
+_V2_RUNNER = re.compile(r"Using V2 Model Runner")
+# v1/worker/gpu_model_runner.py / gpu/cudagraph_utils.py progress bars:
+#   "Capturing CUDA graphs (decode, FULL)" / "(mixed prefill-decode, PIECEWISE)"
+_CAPTURE = re.compile(r"Capturing CUDA graphs \((?P<kind>[^,)]+), (?P<mode>[A-Z_]+)\)")
+# entrypoints/serve/utils/api_utils.py: "non-default args: %s" (a dict repr)
+_NON_DEFAULT = re.compile(r"non-default args: (?P<v>\{.*\})")
+_ARG_INT = {name: re.compile(rf"'{name}': (?P<v>\d+|None)")
+            for name in ("block_size", "prefix_match_unit", "max_model_len",
+                         "kv_cache_memory_bytes")}
+# v1/core/kv_cache_utils.py boot refusal (DESIGN §1 'Boot capacity')
+_KV_REFUSAL = re.compile(
+    r"To serve at least one request with the model's max seq len \((?P<len>\d+)\), "
+    r"\(?(?P<need>[\d.]+) GiB KV cache is needed, which is larger than the available KV "
+    r"cache memory \((?P<avail>[\d.]+) GiB\)")
+# engine/vllm/patches: "residue-lab patches: {json}" logged by the plugin in each process
+_PATCHES = re.compile(r"residue-lab patches: (?P<v>\{.*\})")
+
+
+def _last(pattern: re.Pattern[str], lines: list[str]) -> re.Match[str] | None:
+    for line in reversed(lines):
+        m = pattern.search(line)
+        if m:
+            return m
+    return None
+
+
+def _int(text: str) -> int:
+    return int(text.replace(",", ""))
+
+
+def parse_effective_config(log_text: str) -> dict[str, Any]:
+    """The configuration a vLLM server reports in its startup log.
+
+    Keys (present only when the log says so): ``vllm_version``, ``model``,
+    ``served_model_name``, ``max_model_len``, ``prefix_caching``, ``chunked_prefill``,
+    ``seed``, ``speculative_config`` (``{"method", "num_speculative_tokens", "model"}`` or
+    ``None`` when off), ``cudagraph_mode`` (after any downgrade), ``cudagraph_mode_requested``
+    (from the engine config line, when a later line changed it), ``cudagraph_captures``
+    (``[[kind, mode], ...]``), ``kv_cache_tokens``, ``max_concurrency``,
+    ``kv_cache_memory_gib``, ``block_size`` (attention block after hybrid promotion, else
+    the one requested), ``prefix_match_unit`` (as requested; vLLM does not log a resolved
+    one), ``mamba_page_padding_pct``, ``model_runner`` (``v1``/``v2``), ``patches``
+    (the plugin's status map), ``boot_error`` (the KV-capacity refusal, parsed).
+    """
+    text = _ANSI.sub("", log_text or "")
+    lines = text.splitlines()
+    out: dict[str, Any] = {}
+
+    args = _last(_NON_DEFAULT, lines)
+    requested: dict[str, int | None] = {}
+    if args:
+        for name, pat in _ARG_INT.items():
+            m = pat.search(args["v"])
+            if m:
+                requested[name] = None if m["v"] == "None" else int(m["v"])
+
+    init = _last(_INIT, lines)
+    if init:
+        out["vllm_version"] = init["version"]
+        cfg = init["cfg"]
+        if m := _CFG_MODEL.search(cfg):
+            out["model"] = m["v"]
+        if m := _CFG_SERVED.search(cfg):
+            out["served_model_name"] = m["v"]
+        if m := _CFG_MAX_SEQ.search(cfg):
+            out["max_model_len"] = int(m["v"])
+        if m := _CFG_PREFIX.search(cfg):
+            out["prefix_caching"] = m["v"] == "True"
+        if m := _CFG_CHUNKED.search(cfg):
+            out["chunked_prefill"] = m["v"] == "True"
+        if m := _CFG_SEED.search(cfg):
+            out["seed"] = None if m["v"] == "None" else int(m["v"])
+        if m := _CFG_SPEC.search(cfg):
+            if m["method"] is None:
+                out["speculative_config"] = None
+            else:
+                k = m["k"]
+                model = m["model"]
+                out["speculative_config"] = {
+                    "method": m["method"],
+                    "num_speculative_tokens": None if k == "None" else int(k),
+                    "model": None if model == "None" else model.strip("'"),
+                }
+        if m := _CFG_CG.search(cfg):
+            out["cudagraph_mode"] = m["v"]
+
+    # Later lines that change the mode win over the config line (they run after it).
+    if init:
+        after = lines[_index_of(lines, init.string) + 1:]
+    else:
+        after = lines
+    change = _last(_CG_CHANGE, after)
+    if change:
+        if "cudagraph_mode" in out and out["cudagraph_mode"] != change["v"]:
+            out["cudagraph_mode_requested"] = out["cudagraph_mode"]
+        out["cudagraph_mode"] = change["v"]
+    captures = []
+    for line in lines:
+        m = _CAPTURE.search(line)
+        if m and [m["kind"], m["mode"]] not in captures:
+            captures.append([m["kind"], m["mode"]])
+    if captures:
+        out["cudagraph_captures"] = captures
+
+    if m := _last(_KV_TOKENS, lines):
+        out["kv_cache_tokens"] = _int(m["v"])
+    if m := _last(_CONCURRENCY, lines):
+        out["max_concurrency"] = float(m["x"])
+        out.setdefault("max_model_len", _int(m["len"]))
+    if m := _last(_KV_MEM, lines):
+        out["kv_cache_memory_gib"] = float(m["v"])
+
+    if m := _last(_ATTN_BLOCK, lines):
+        out["block_size"] = int(m["v"])
+    elif requested.get("block_size") is not None:
+        out["block_size"] = requested["block_size"]
+    if "prefix_match_unit" in requested:
+        out["prefix_match_unit"] = requested["prefix_match_unit"]
+    if m := _last(_MAMBA_PAD, lines):
+        out["mamba_page_padding_pct"] = float(m["v"])
+
+    if _last(_V2_RUNNER, lines):
+        out["model_runner"] = "v2"
+    elif "kv_cache_tokens" in out:
+        # The V2 line is logged at worker init, before the KV pool is sized: a log that
+        # got as far as the pool without it ran the V1 runner.
+        out["model_runner"] = "v1"
+
+    if m := _last(_PATCHES, lines):
+        try:
+            out["patches"] = json.loads(m["v"])
+        except ValueError:
+            out["patches"] = {"unparsed": m["v"]}
+
+    if m := _last(_KV_REFUSAL, lines):
+        out["boot_error"] = {
+            "kind": "kv-capacity",
+            "max_model_len": int(m["len"]),
+            "needed_gib": float(m["need"]),
+            "available_gib": float(m["avail"]),
+            "line": m.string.strip(),
+        }
+    return out
+
+
+def patch_status_from_log(log_text: str) -> dict[str, str] | None:
+    """The patch map the plugin logged (``residue-lab patches: {...}``), or ``None`` when
+    the log has no such line (plugin not installed / not discovered, or boot died first)."""
+    text = _ANSI.sub("", log_text or "")
+    m = _last(_PATCHES, text.splitlines())
+    if not m:
+        return None
+    try:
+        return json.loads(m["v"])
+    except ValueError:
+        return {"unparsed": m["v"]}
+
+
+def _index_of(lines: list[str], line: str) -> int:
+    for i in range(len(lines) - 1, -1, -1):
+        if lines[i] == line:
+            return i
+    return -1
+
+
+def compare_effective(requested: dict[str, Any], effective: dict[str, Any]) -> list[str]:
+    """Human lines for every field where the server differs from the request.
+
+    ``requested`` is ``ServingConfig.identity()`` (or a dict with the same keys).
+    """
+    out: list[str] = []
+    pairs = [("max_model_len", "max_model_len"), ("prefix_caching", "prefix_caching"),
+             ("cudagraph_mode", "cudagraph_mode"), ("block_size", "block_size"),
+             ("prefix_match_unit", "prefix_match_unit")]
+    for req_key, eff_key in pairs:
+        if eff_key in effective and req_key in requested \
+                and effective[eff_key] != requested[req_key]:
+            out.append(f"{req_key}: requested {requested[req_key]!r}, "
+                       f"server runs {effective[eff_key]!r}")
+    if "speculative_config" in effective:
+        eff = effective["speculative_config"]
+        want_method = requested.get("method")
+        want_k = requested.get("draft_tokens") if want_method else None
+        got_method = eff["method"] if eff else None
+        got_k = eff["num_speculative_tokens"] if eff else None
+        if (want_method, want_k) != (got_method, got_k):
+            out.append(f"speculative: requested {want_method} k={want_k}, "
+                       f"server runs {got_method} k={got_k}")
+    return out
