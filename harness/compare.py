@@ -1,0 +1,208 @@
+"""What changed between two sweeps, per configuration and residue.
+
+Configurations are matched by ``config_id`` (the hash of the configuration's identity),
+then by ``config_label`` for a configuration whose id is on one side only (a harness
+version that hashes differently still lines up by its human label). Within a matched
+configuration each residue is one of:
+
+- ``fixed``: some phase was not ok before, every phase is ok now;
+- ``regressed``: a phase that was ok before is not ok now (this is what a gate fails on);
+- ``still_broken``: not ok before, not ok now (and no phase that was ok went bad);
+- ``newly_covered``: not measured before (its new status is given beside it);
+- ``no_longer_covered``: measured before, not now;
+- ``unchanged_ok``: ok before and now.
+
+The result is a plain JSON-serialisable dict (``sweep compare --json``).
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from ._markdown import bold, code, escape_text, table
+from .report import BUG_VERDICTS, latest_records, phase_key, residues_phrase, sha12, worst
+
+STATUSES = ("regressed", "fixed", "still_broken", "newly_covered", "no_longer_covered",
+            "unchanged_ok")
+STATUS_WORDS = {s: s.replace("_", " ") for s in STATUSES}
+
+
+def _by_config(records: list[dict]) -> dict[str, dict]:
+    recs, _ = latest_records(records)
+    out: dict[str, dict] = {}
+    for r in recs:
+        cid = r.get("config_id") or r.get("config_label") or "?"
+        c = out.setdefault(cid, {"config_id": cid, "config_label": r.get("config_label") or cid,
+                                 "runs": [], "cells": {}})
+        if r.get("run_id") and r["run_id"] not in c["runs"]:
+            c["runs"].append(r["run_id"])
+        c["cells"][(int(r["residue"]), r.get("phase") or "?")] = r
+    return out
+
+
+def _match(old: dict[str, dict], new: dict[str, dict]) -> list[tuple[str | None, str | None]]:
+    pairs: list[tuple[str | None, str | None]] = []
+    old_left = dict(old)
+    for cid in new:
+        if cid in old_left:
+            pairs.append((cid, cid))
+            old_left.pop(cid)
+    by_label = {c["config_label"]: cid for cid, c in old_left.items()}
+    for cid in new:
+        if any(n == cid for _, n in pairs):
+            continue
+        oid = by_label.pop(new[cid]["config_label"], None)
+        if oid is not None:
+            old_left.pop(oid, None)
+        pairs.append((oid, cid))
+    for oid in old_left:
+        pairs.append((oid, None))
+    return pairs
+
+
+def _cell_summary(r: dict) -> dict[str, Any]:
+    return {"verdict": r.get("verdict"), "sha1": (r.get("sha1") or "")[:12],
+            "verbatim": f"{r.get('verbatim_n')}/{r.get('verbatim_total')}",
+            "reason": r.get("reason"), "run_id": r.get("run_id"), "rerun": r.get("rerun")}
+
+
+def _point(residue: int, old_cells: dict, new_cells: dict) -> dict[str, Any]:
+    phases = sorted(set(old_cells) | set(new_cells), key=phase_key)
+    old_v = {p: old_cells[p].get("verdict") for p in old_cells}
+    new_v = {p: new_cells[p].get("verdict") for p in new_cells}
+    regressed_phases = [p for p in phases
+                        if old_v.get(p) == "ok" and p in new_v and new_v[p] != "ok"]
+    old_status = worst(old_v.values()) if old_v else None
+    new_status = worst(new_v.values()) if new_v else None
+    if not old_cells:
+        status = "newly_covered"
+    elif not new_cells:
+        status = "no_longer_covered"
+    elif regressed_phases:
+        status = "regressed"
+    elif old_status != "ok" and new_status == "ok":
+        status = "fixed"
+    elif new_status != "ok":
+        status = "still_broken"
+    else:
+        status = "unchanged_ok"
+    return {
+        "residue": residue, "status": status, "old_status": old_status,
+        "new_status": new_status, "regressed_phases": regressed_phases,
+        "phases": {p: {"old": _cell_summary(old_cells[p]) if p in old_cells else None,
+                       "new": _cell_summary(new_cells[p]) if p in new_cells else None}
+                   for p in phases},
+    }
+
+
+def compare_records(old: list[dict], new: list[dict]) -> dict:
+    """Per configuration and residue, what changed from ``old`` to ``new`` (JSON-able)."""
+    o, n = _by_config(old), _by_config(new)
+    configs = []
+    totals = {s: 0 for s in STATUSES}
+    regressions = []
+    for oid, nid in _match(o, n):
+        oc = o.get(oid) if oid else None
+        nc = n.get(nid) if nid else None
+        ocells, ncells = (oc or {}).get("cells", {}), (nc or {}).get("cells", {})
+        residues = sorted({res for res, _ in ocells} | {res for res, _ in ncells})
+        points = []
+        for res in residues:
+            op = {p: r for (rr, p), r in ocells.items() if rr == res}
+            np_ = {p: r for (rr, p), r in ncells.items() if rr == res}
+            pt = _point(res, op, np_)
+            points.append(pt)
+            totals[pt["status"]] += 1
+            for ph in pt["regressed_phases"]:
+                r = np_[ph]
+                regressions.append({
+                    "config_id": (nc or oc)["config_id"],
+                    "config_label": (nc or oc)["config_label"], "residue": res, "phase": ph,
+                    "old_verdict": op[ph].get("verdict"), "new_verdict": r.get("verdict"),
+                    "sha1": (r.get("sha1") or "")[:12], "reason": r.get("reason"),
+                    "rerun": r.get("rerun"), "run_id": r.get("run_id")})
+        counts = {s: sum(1 for p in points if p["status"] == s) for s in STATUSES}
+        configs.append({
+            "config_id": nid or oid, "old_config_id": oid, "new_config_id": nid,
+            "config_label": (nc or oc)["config_label"],
+            "matched_by": ("config_id" if oid == nid else "config_label" if oid and nid
+                           else "new only" if nid else "old only"),
+            "old_runs": (oc or {}).get("runs", []), "new_runs": (nc or {}).get("runs", []),
+            "counts": counts, "points": points,
+        })
+    old_runs = sorted({r.get("run_id") for r in old if r.get("run_id")})
+    new_runs = sorted({r.get("run_id") for r in new if r.get("run_id")})
+    return {"old_runs": old_runs, "new_runs": new_runs, "summary": totals,
+            "regressions": regressions, "configs": configs,
+            "ok": not regressions}
+
+
+def _cell_word(c: dict | None) -> str:
+    if c is None:
+        return "–"
+    if c["verdict"] == "ok":
+        return c["verbatim"]
+    return bold(escape_text(c["verdict"])) + f" {code(c['sha1'] or '–')}"
+
+
+def render_compare_markdown(result: dict, *, show_unchanged: bool = False) -> str:
+    """Markdown of :func:`compare_records`: a totals line, then per configuration the
+    residues that changed (``unchanged_ok`` folded into a count unless asked for)."""
+    old = ", ".join(code(r) for r in result.get("old_runs", [])) or "–"
+    new = ", ".join(code(r) for r in result.get("new_runs", [])) or "–"
+    s = result["summary"]
+    out = [f"# Sweep comparison: {old} → {new}", ""]
+    parts = [f"{s[k]} {STATUS_WORDS[k]}" for k in STATUSES if s.get(k)]
+    verdict = bold(f"{len(result['regressions'])} regression"
+                   f"{'s' if len(result['regressions']) != 1 else ''}") \
+        if result["regressions"] else "no regressions"
+    out += [f"{verdict}; " + (", ".join(parts) if parts else "nothing to compare") + ".", ""]
+    for c in result["configs"]:
+        out += [f"## {code(c['config_label'])}", ""]
+        if c["matched_by"] in ("new only", "old only"):
+            out += [f"Only in the {'new' if c['matched_by'] == 'new only' else 'old'} run.", ""]
+        elif c["matched_by"] == "config_label":
+            out += ["Matched by label (the configuration ids differ).", ""]
+        by: dict[str, list[int]] = defaultdict(list)
+        for p in c["points"]:
+            by[p["status"]].append(p["residue"])
+        bullets = []
+        for st in STATUSES:
+            if by.get(st):
+                word = STATUS_WORDS[st]
+                txt = f"- {bold(word) if st == 'regressed' else word}: {residues_phrase(by[st])}"
+                if st == "newly_covered":
+                    bad = [p["residue"] for p in c["points"]
+                           if p["status"] == st and p["new_status"] != "ok"]
+                    txt += f" (not ok now: {residues_phrase(bad)})" if bad else " (all ok)"
+                bullets.append(txt)
+        out += bullets + [""]
+        rows = []
+        phases = sorted({ph for p in c["points"] for ph in p["phases"]}, key=phase_key)
+        for p in c["points"]:
+            quiet = p["status"] in ("unchanged_ok", "no_longer_covered") or (
+                p["status"] == "newly_covered" and p["new_status"] == "ok")
+            if quiet and not show_unchanged:
+                continue
+            row = [f"residue {p['residue']}",
+                   bold(STATUS_WORDS[p["status"]]) if p["status"] == "regressed"
+                   else STATUS_WORDS[p["status"]]]
+            for ph in phases:
+                cell = p["phases"].get(ph) or {}
+                row.append(f"{_cell_word(cell.get('old'))} → {_cell_word(cell.get('new'))}")
+            rows.append(row)
+        if rows:
+            header = ["residue", "change"] + [f"{escape_text(ph)} (old → new)" for ph in phases]
+            out += [table(header, rows), ""]
+        reruns = [r for r in result["regressions"] if r["config_id"] == c["config_id"]]
+        seen = []
+        for r in reruns:
+            if r.get("rerun") and r["rerun"] not in seen:
+                seen.append(r["rerun"])
+        if seen:
+            from ._markdown import fence
+            out += ["Rerun the regressions:", "", fence("\n".join(seen), "sh"), ""]
+    return "\n".join(out)
+
+
+__all__ = ["compare_records", "render_compare_markdown", "STATUSES", "BUG_VERDICTS", "sha12"]

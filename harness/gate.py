@@ -1,0 +1,220 @@
+"""Gating a merge on a sweep: exit codes, JUnit XML, GitHub step summary, issue comments.
+
+- With a baseline, a sweep fails (exit 1) only on *regressions*: a (configuration,
+  residue, phase) cell that was ok in the baseline and is not ok now. A cell broken in the
+  baseline and still broken does not fail the gate (it is a known bug, and the report says
+  so); neither does a newly covered cell (there is nothing to regress from).
+- Without a baseline, any non-ok cell fails.
+- A sweep with no records at all fails either way: a gate that measured nothing must not
+  pass.
+"""
+from __future__ import annotations
+
+import os
+import pathlib
+import shutil
+import subprocess
+import xml.etree.ElementTree as ET
+from typing import Iterable
+
+from ._markdown import cap
+from .compare import compare_records
+from .report import latest_records, phase_key
+
+EXIT_OK = 0
+EXIT_FAIL = 1
+EXCERPT_CHARS = 200
+# GitHub limits: a step summary is at most 1 MiB, an issue comment 65,536 characters.
+STEP_SUMMARY_LIMIT = 1024 * 1024
+ISSUE_COMMENT_LIMIT = 65536
+
+
+class GateError(RuntimeError):
+    """A gate action that could not be carried out (e.g. ``gh`` missing or failing)."""
+
+
+class GhNotFound(GateError):
+    pass
+
+
+def find_regressions(baseline: list[dict], new: list[dict]) -> list[dict]:
+    """Cells ok in ``baseline`` and not ok in ``new``: one dict per (config, residue, phase)
+    with ``config_id``, ``config_label``, ``residue``, ``phase``, ``old_verdict``,
+    ``new_verdict``, ``sha1`` (12 hex), ``reason``, ``rerun``, ``run_id``."""
+    return compare_records(baseline, new)["regressions"]
+
+
+def gate_exit_code(records: list[dict], baseline: list[dict] | None = None, *,
+                   allow_empty: bool = False) -> int:
+    """0 when the sweep passes, 1 when it fails (see the module docstring)."""
+    if not records:
+        return EXIT_OK if allow_empty else EXIT_FAIL
+    if baseline is not None:
+        return EXIT_FAIL if find_regressions(baseline, records) else EXIT_OK
+    recs, _ = latest_records(records)
+    return EXIT_FAIL if any(r.get("verdict") != "ok" for r in recs) else EXIT_OK
+
+
+# ----------------------------------------------------------------------------------------
+# JUnit XML
+# ----------------------------------------------------------------------------------------
+def _xml_safe(text) -> str:
+    """Text XML 1.0 can carry: characters it forbids (most C0 controls, surrogates,
+    U+FFFE/U+FFFF) become ``\\xNN`` escapes. ElementTree escapes ``<``, ``&``, quotes."""
+    out = []
+    for ch in "" if text is None else str(text):
+        cp = ord(ch)
+        if cp in (0x9, 0xA, 0xD) or 0x20 <= cp <= 0xD7FF or 0xE000 <= cp <= 0xFFFD \
+                or 0x10000 <= cp <= 0x10FFFF:
+            out.append(ch)
+        else:
+            out.append(f"\\x{cp:02x}" if cp < 0x100 else f"\\u{cp:04x}")
+    return "".join(out)
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def testcase_name(r: dict) -> str:
+    return f"{r.get('config_label') or r.get('config_id')} residue {r.get('residue')} " \
+           f"{r.get('phase')}"
+
+
+def failure_message(r: dict) -> str:
+    """``broken: sha1 da39a3ee5e6b: "" (empty answer, finish_reason=stop)``."""
+    ans = r.get("answer") or ""
+    excerpt = cap(ans, EXCERPT_CHARS) if ans else ""
+    sha = (r.get("sha1") or "")[:12] or "-"
+    return _one_line(f"{r.get('verdict')}: sha1 {sha}: {excerpt!r} ({r.get('reason') or ''})")
+
+
+def write_junit(records: list[dict], path, *, suite_name: str = "residue-sweep") -> pathlib.Path:
+    """JUnit XML: one ``<testsuite>`` per configuration, one ``<testcase>`` per data point ×
+    phase (name: configuration label, residue, phase). A non-ok cell gets a ``<failure>``
+    whose ``type`` is the verdict and whose message carries verdict, sha1 (12 hex) and the
+    answer excerpt; its text adds reason, log lines and the rerun command."""
+    recs, _ = latest_records(records)
+    by_cfg: dict[str, list[dict]] = {}
+    for r in recs:
+        by_cfg.setdefault(r.get("config_id") or r.get("config_label") or "?", []).append(r)
+    root = ET.Element("testsuites", name=suite_name)
+    t_total = f_total = 0
+    time_total = 0.0
+    for cid, rs in by_cfg.items():
+        rs.sort(key=lambda r: (int(r.get("residue") or 0), phase_key(r.get("phase") or "")))
+        label = rs[0].get("config_label") or cid
+        fails = sum(1 for r in rs if r.get("verdict") != "ok")
+        t = sum(float(r.get("latency_s") or 0.0) for r in rs)
+        starts = sorted(r.get("started_at") for r in rs if r.get("started_at"))
+        attrs = {"name": _xml_safe(label), "tests": str(len(rs)), "failures": str(fails),
+                 "errors": "0", "skipped": "0", "time": f"{t:.3f}"}
+        if starts:
+            attrs["timestamp"] = _xml_safe(starts[0][:19])
+        node = rs[0].get("node")
+        if node:
+            attrs["hostname"] = _xml_safe(node)
+        suite = ET.SubElement(root, "testsuite", attrs)
+        props = ET.SubElement(suite, "properties")
+        for key in ("config_id", "run_id", "engine", "engine_version", "patches", "model",
+                    "slot", "isolation", "harness_version"):
+            if rs[0].get(key) is not None:
+                ET.SubElement(props, "property", name=key, value=_xml_safe(rs[0][key]))
+        for r in rs:
+            case = ET.SubElement(suite, "testcase", {
+                "name": _xml_safe(testcase_name(r)),
+                "classname": _xml_safe(f"residue_sweep.{cid}"),
+                "time": f"{float(r.get('latency_s') or 0.0):.3f}"})
+            if r.get("verdict") != "ok":
+                fail = ET.SubElement(case, "failure", {
+                    "message": _xml_safe(failure_message(r)),
+                    "type": _xml_safe(r.get("verdict") or "invalid")})
+                lines = [f"verdict: {r.get('verdict')}", f"reason: {r.get('reason')}",
+                         f"sha1: {r.get('sha1')}",
+                         f"verbatim: {r.get('verbatim_n')}/{r.get('verbatim_total')}",
+                         f"finish_reason: {r.get('finish_reason')}",
+                         f"tok/step: {r.get('tok_per_step')}",
+                         f"cached_tokens: {r.get('cached_tokens')} "
+                         f"(computed tail {r.get('computed_tail')})",
+                         f"answer: {cap(r.get('answer') or '', EXCERPT_CHARS)!r}"]
+                for line in r.get("log_excerpt") or []:
+                    lines.append(f"log: {line}")
+                if r.get("rerun"):
+                    lines.append(f"rerun: {r['rerun']}")
+                fail.text = _xml_safe("\n".join(lines))
+            if r.get("rerun"):
+                out = ET.SubElement(case, "system-out")
+                out.text = _xml_safe(f"rerun: {r['rerun']}")
+        t_total += len(rs)
+        f_total += fails
+        time_total += t
+    root.set("tests", str(t_total))
+    root.set("failures", str(f_total))
+    root.set("errors", "0")
+    root.set("time", f"{time_total:.3f}")
+    p = pathlib.Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    ET.indent(root)
+    ET.ElementTree(root).write(p, encoding="utf-8", xml_declaration=True)
+    return p
+
+
+# ----------------------------------------------------------------------------------------
+# GitHub
+# ----------------------------------------------------------------------------------------
+def append_github_step_summary(markdown: str) -> bool:
+    """Append ``markdown`` to ``$GITHUB_STEP_SUMMARY`` (GitHub Actions); False when unset.
+    A summary over GitHub's 1 MiB limit is cut with a note (rerun with the report file)."""
+    target = os.environ.get("GITHUB_STEP_SUMMARY")
+    if not target:
+        return False
+    text = markdown if markdown.endswith("\n") else markdown + "\n"
+    data = text.encode("utf-8")
+    if len(data) > STEP_SUMMARY_LIMIT - 256:
+        note = "\n\n*(report cut to fit GitHub's 1 MiB step-summary limit; see the report file)*\n"
+        data = data[: STEP_SUMMARY_LIMIT - 256 - len(note)].decode("utf-8", "ignore").encode() \
+            + note.encode()
+    with open(target, "ab") as fh:
+        fh.write(data)
+    return True
+
+
+def post_issue_comment(markdown_path, issue: int, *, repo: str | None = None,
+                       gh: str | None = None) -> None:
+    """Post the report as a comment on issue/PR ``issue`` with
+    ``gh issue comment N --body-file FILE [--repo OWNER/NAME]``.
+
+    Raises :class:`GhNotFound` when the GitHub CLI is not on PATH, :class:`GateError` when
+    the file is missing or too long for a comment, or gh fails (its stderr included)."""
+    path = pathlib.Path(markdown_path)
+    try:
+        number = int(issue)
+    except (TypeError, ValueError):
+        raise GateError(f"--gh-issue needs an issue number, got {issue!r}") from None
+    if number <= 0:
+        raise GateError(f"--gh-issue needs a positive issue number, got {issue!r}")
+    if not path.is_file():
+        raise GateError(f"report {path} does not exist")
+    size = len(path.read_text(encoding="utf-8"))
+    if size > ISSUE_COMMENT_LIMIT:
+        raise GateError(f"report {path} is {size} characters; a GitHub comment takes at most "
+                        f"{ISSUE_COMMENT_LIMIT}. Post the folded report (without --full) or "
+                        "attach the file.")
+    exe = gh or shutil.which("gh")
+    if not exe:
+        raise GhNotFound("`gh` (GitHub CLI) is not on PATH: install it from https://cli.github.com "
+                         f"and run `gh auth login`, or paste {path} into issue #{number} by hand")
+    argv = [exe, "issue", "comment", str(number), "--body-file", str(path)]
+    if repo:
+        argv += ["--repo", repo]
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise GateError(f"`gh issue comment` could not run: {e}") from e
+    if proc.returncode != 0:
+        raise GateError(f"`gh issue comment {number}` failed (exit {proc.returncode}): "
+                        f"{(proc.stderr or proc.stdout).strip()}")
+
+
+__all__ = ["find_regressions", "gate_exit_code", "write_junit", "append_github_step_summary",
+           "post_issue_comment", "GateError", "GhNotFound", "EXIT_OK", "EXIT_FAIL"]
