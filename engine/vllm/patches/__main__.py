@@ -19,7 +19,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true", help="print the full manifest as JSON")
     ap.add_argument("--select", default=None,
                     help="patch selection (default: $RESIDUE_LAB_PATCHES, else all)")
+    ap.add_argument("--check-source", metavar="DIR",
+                    help="only read a vLLM source tree (DIR/vllm/...) and check the patch "
+                         "targets' shapes there, without importing it")
     args = ap.parse_args(argv)
+
+    if args.check_source:
+        from ._static import check_source_tree
+
+        result = check_source_tree(args.check_source)
+        print(json.dumps(result, indent=2))
+        return 1 if any(v.startswith("mismatch") for v in result.values()) else 0
 
     from . import apply_patches, patch_manifest
 
