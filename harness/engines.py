@@ -173,6 +173,10 @@ class CmdAdapter(EngineAdapter):
         except (KeyError, IndexError, ValueError) as e:
             raise UsageError(f"--server-cmd: bad placeholder {e}; allowed: {{port}}, {{gpu}}, "
                              "{model}") from None
+        try:
+            shlex.split(template)
+        except ValueError as e:
+            raise UsageError(f"--server-cmd: cannot split the command line: {e}") from None
         self.template = template
 
     def command(self, cfg, port, slot):

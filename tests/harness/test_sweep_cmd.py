@@ -1,0 +1,193 @@
+"""End to end through the real CLI against the fake engine (``--engine cmd``): real
+server processes on 127.0.0.1, faults chosen by the test, nothing left behind."""
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, fake_cmd
+
+pytestmark = pytest.mark.usefixtures("no_leftovers")
+
+
+def sweep(tmp_path: Path, tok_dir: Path, *args: str, server: tuple[str, ...] = (),
+          timeout: float = 180, check_rc: int | None = None):
+    argv = [sys.executable, "-m", "harness", "--engine", "cmd", "--model", str(tok_dir),
+            "--server-cmd", fake_cmd(tok_dir, *server), "--context", "800",
+            "--out", str(tmp_path / "results"), "--reports-dir", str(tmp_path / "reports"),
+            "--no-progress", *args]
+    proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    if check_rc is not None:
+        assert proc.returncode == check_rc, proc.stderr[-3000:]
+    return proc
+
+
+def records(tmp_path: Path) -> list[dict]:
+    files = list((tmp_path / "results").glob("*.jsonl"))
+    assert len(files) == 1, files
+    return [json.loads(line) for line in files[0].read_text().splitlines() if line.strip()]
+
+
+def cells(recs):
+    return {(r["residue"], r["phase"]): r for r in recs}
+
+
+def test_breaks_exactly_at_the_chosen_residue(tmp_path, tok_dir):
+    proc = sweep(tmp_path, tok_dir, "--residues", "4-9", "--slots", "2",
+                 server=("--break-residue", "7"), check_rc=1)
+    c = cells(records(tmp_path))
+    assert len(c) == 12
+    bad = {k for k, r in c.items() if r["verdict"] != "ok"}
+    assert bad == {(7, "self-hit")}
+    r = c[(7, "self-hit")]
+    assert r["verdict"] == "broken" and r["content_was_null"] and r["answer"] == ""
+    assert r["sha1"].startswith("da39a3ee5e6b") and r["computed_tail"] == 7
+    assert r["prompt_tokens"] == r["target_len"] and r["target_len"] % 128 == 7
+    assert c[(7, "cold")]["cached_tokens"] == 0
+    for (res, phase), rec in c.items():
+        assert rec["templated_len_source"] == "server /tokenize"
+        assert "--residues " + str(res) in rec["rerun"]
+    assert "results:" in proc.stderr and list((tmp_path / "reports").glob("*.md"))
+    manifest = json.loads(next((tmp_path / "results").glob("*.manifest.json")).read_text())
+    assert manifest["exit_code"] == 1 and manifest["interrupted"] is False
+    assert "6 of 128 residues" in json.dumps(manifest["sampled"])
+
+
+def test_all_clean_exits_zero(tmp_path, tok_dir):
+    sweep(tmp_path, tok_dir, "--residues", "0,1", "--phases", "cold,warm,self-hit",
+          check_rc=0)
+    c = cells(records(tmp_path))
+    assert {r["verdict"] for r in c.values()} == {"ok"}
+    assert c[(0, "warm")]["cached_tokens"] > 0
+
+
+def test_boot_failure_is_recorded_with_the_log_lines(tmp_path, tok_dir):
+    msg = ("To serve at least one request with the model's max seq len (245760), 5.16 GiB KV "
+           "cache is needed, which is larger than the available KV cache memory (4.90 GiB)")
+    sweep(tmp_path, tok_dir, "--residues", "3", server=("--boot-fail", shlex.quote(msg)), check_rc=1)
+    recs = records(tmp_path)
+    assert [r["verdict"] for r in recs] == ["boot-fail", "boot-fail"]
+    assert "KV cache is needed" in recs[0]["reason"]
+    assert any("5.16 GiB" in ln for ln in recs[0]["log_excerpt"])
+
+
+def test_crash_mid_request_and_the_sweep_goes_on(tmp_path, tok_dir):
+    sweep(tmp_path, tok_dir, "--residues", "4-6", server=("--crash-residue", "5"), check_rc=1)
+    c = cells(records(tmp_path))
+    assert c[(5, "cold")]["verdict"] == "crash"
+    assert "dead" in c[(5, "cold")]["reason"]
+    assert any("FATAL" in ln for ln in c[(5, "cold")]["log_excerpt"])
+    assert c[(5, "self-hit")]["verdict"] == "crash"
+    assert "earlier phase" in c[(5, "self-hit")]["reason"]
+    assert all(c[(r, p)]["verdict"] == "ok" for r in (4, 6) for p in ("cold", "self-hit"))
+
+
+def test_timeout_kills_the_stuck_server(tmp_path, tok_dir):
+    sweep(tmp_path, tok_dir, "--residues", "8,9", "--timeout", "2",
+          server=("--hang-residue", "9"), check_rc=1)
+    c = cells(records(tmp_path))
+    assert c[(9, "cold")]["verdict"] == "timeout"
+    assert c[(9, "self-hit")]["verdict"] == "timeout"
+    assert c[(8, "self-hit")]["verdict"] == "ok"
+
+
+def test_no_cache_hit_is_invalid_not_ok(tmp_path, tok_dir):
+    sweep(tmp_path, tok_dir, "--residues", "3", server=("--unit", "100000"), check_rc=1)
+    c = cells(records(tmp_path))
+    assert c[(3, "cold")]["verdict"] == "ok"
+    assert c[(3, "self-hit")]["verdict"] == "invalid"
+    assert "no prefix-cache hit" in c[(3, "self-hit")]["reason"]
+
+
+def test_server_without_tokenize_uses_the_local_tokenizer(tmp_path, tok_dir):
+    sweep(tmp_path, tok_dir, "--residues", "2", server=("--no-tokenize",), check_rc=0)
+    assert {r["templated_len_source"] for r in records(tmp_path)} == {"local tokenizer"}
+
+
+def test_reference_cold(tmp_path, tok_dir):
+    sweep(tmp_path, tok_dir, "--residues", "6,7", "--reference", "cold",
+          server=("--break-residue", "6"), check_rc=1)
+    c = cells(records(tmp_path))
+    assert c[(6, "self-hit")]["verdict"] == "broken"
+    assert c[(6, "self-hit")]["reference_sha1"] == c[(6, "cold")]["sha1"]
+    assert c[(7, "self-hit")]["verdict"] == "ok"
+
+
+def test_ctrl_c_then_resume_loses_and_duplicates_nothing(tmp_path, tok_dir):
+    out = tmp_path / "results"
+    argv = [sys.executable, "-m", "harness", "--engine", "cmd", "--model", str(tok_dir),
+            "--server-cmd", fake_cmd(tok_dir), "--context", "800", "--residues", "0-11",
+            "--slots", "1", "--out", str(out), "--reports-dir", str(tmp_path / "reports"),
+            "--no-progress"]
+    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # wait for real progress, then interrupt
+        files = list(out.glob("*.jsonl"))
+        if files and len(files[0].read_text().splitlines()) >= 5:
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err[-2000:]
+    assert "sweep --resume" in err
+    run_id = next(out.glob("*.jsonl")).name[: -len(".jsonl")]
+    before = [json.loads(l) for l in (out / f"{run_id}.jsonl").read_text().splitlines() if l]
+    assert 5 <= len(before) < 24
+    manifest = json.loads((out / f"{run_id}.manifest.json").read_text())
+    assert manifest["interrupted"] is True
+    resumed = subprocess.run([sys.executable, "-m", "harness", "--resume", run_id, "--out",
+                              str(out), "--reports-dir", str(tmp_path / "reports"),
+                              "--no-progress"], cwd=ROOT, capture_output=True, text=True,
+                             timeout=120)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    after = [json.loads(l) for l in (out / f"{run_id}.jsonl").read_text().splitlines() if l]
+    keys = [(r["residue"], r["phase"]) for r in after]
+    assert len(keys) == len(set(keys)) == 24
+    # every record finished before the interrupt for a complete point survives untouched
+    complete = {r["residue"] for r in before if sum(b["residue"] == r["residue"] for b in before) == 2}
+    kept = {(r["residue"], r["phase"], r["started_at"]) for r in after}
+    for r in before:
+        if r["residue"] in complete:
+            assert (r["residue"], r["phase"], r["started_at"]) in kept
+
+
+@pytest.mark.parametrize("args,flag", [
+    (["--spec", "bogus"], "--spec"),
+    (["--cudagraph", "FULLISH"], "--cudagraph"),
+    (["--residues", "130"], "--residues"),
+    (["--residues", "sample:x"], "--residues"),
+    (["--phases", "hot"], "--phases"),
+    (["--isolation", "cozy"], "--isolation"),
+    (["--patches", "everything"], "--patches"),
+    (["--reference", "cold", "--phases", "self-hit"], "--reference"),
+    (["--gpus", "a,b"], "--gpus"),
+    (["--context", "-5"], "--context"),
+    (["--engine", "cmd"], "--engine cmd"),
+    (["--modulus", "zero"], "--modulus"),
+    (["--engine", "cmd", "--server-cmd", "serve --port {port} --name 'x"], "--server-cmd"),
+    (["--resume", "no-such-run"], "--resume"),
+])
+def test_bad_flags_are_one_line_exit_2(tmp_path, args, flag):
+    proc = subprocess.run([sys.executable, "-m", "harness", "--out", str(tmp_path), *args],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("sweep: error:") and flag in lines[0]
+    assert "Traceback" not in proc.stderr
+
+
+def test_dry_run_starts_nothing(tmp_path, tok_dir):
+    proc = sweep(tmp_path, tok_dir, "--residues", "risky", "--dry-run", check_rc=0)
+    assert "fake_engine.py --port '{port}'" in proc.stdout or "fake_engine.py --port {port}" in proc.stdout
+    assert "nothing started" in proc.stdout
+    assert not (tmp_path / "results").exists()
