@@ -69,6 +69,7 @@ def escape_text(text: str | None, *, limit: int | None = None) -> str:
     text = str(text)
     if limit is not None:
         text = cap(text, limit)
+    text = text.replace("\r\n", "\n")
     out = []
     for ch in text:
         if ch in "\r\n":

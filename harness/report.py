@@ -805,7 +805,8 @@ def render_markdown(records: list[dict], manifests: list[dict] | None = None, *,
         title_md = escape_text(title)
     out = [f"# {title_md}", ""]
     headline = (f"{len(configs)} configuration{'s' if len(configs) != 1 else ''}, "
-                f"{points} data points, {total_cells} phase cells: ")
+                f"{points} data point{'s' if points != 1 else ''}, "
+                f"{total_cells} phase cell{'s' if total_cells != 1 else ''}: ")
     headline += (bold(f"{bad_points} point{'s' if bad_points != 1 else ''} not ok "
                       f"({bad_cells} cell{'s' if bad_cells != 1 else ''})")
                  if bad_points else "all ok")

@@ -1,0 +1,151 @@
+"""Gate exit codes, JUnit XML (junitparser + XSD), GitHub step summary, gh issue comment."""
+from __future__ import annotations
+
+import json
+import os
+import stat
+import sys
+import xml.etree.ElementTree as ET
+
+import pytest
+
+import synth
+from conftest import FIXTURES
+from harness.gate import (GateError, GhNotFound, append_github_step_summary, find_regressions,
+                          gate_exit_code, post_issue_comment, write_junit)
+
+FULL = synth.make_config()
+PIECEWISE = synth.make_config(cudagraph="PIECEWISE")
+
+
+def test_gate_without_baseline_fails_on_any_non_ok():
+    assert gate_exit_code(synth.sweep(PIECEWISE, range(8))) == 0
+    assert gate_exit_code(synth.sweep(FULL, range(8), broken=[4])) == 1
+    inv = [synth.record(FULL, 1, "cold", verdict="invalid", reason="wrong residue")]
+    assert gate_exit_code(inv) == 1
+    assert gate_exit_code([]) == 1 and gate_exit_code([], allow_empty=True) == 0
+
+
+def test_gate_with_baseline_fails_only_on_regressions():
+    base = synth.sweep(FULL, range(8), broken=[4])
+    assert gate_exit_code(synth.sweep(FULL, range(8), broken=[4]), base) == 0   # still broken
+    assert gate_exit_code(synth.sweep(FULL, range(8)), base) == 0               # fixed
+    assert gate_exit_code(synth.sweep(FULL, range(16), broken=[4, 12]), base) == 0  # new point
+    new = synth.sweep(FULL, range(8), broken=[4, 5])
+    assert gate_exit_code(new, base) == 1
+    regs = find_regressions(base, new)
+    assert [(r["residue"], r["phase"], r["new_verdict"]) for r in regs] == [(5, "self-hit", "broken")]
+    assert regs[0]["rerun"].startswith("sweep ")
+
+
+HOSTILE = "<script>x</script> & \"q\" ]]> \x00\x1b @someone #1 | `t`"
+
+
+def _junit_records():
+    recs = synth.sweep(FULL, [3, 4, 5], broken=[4]) + synth.sweep(PIECEWISE, [3, 4, 5])
+    recs.append(synth.record(FULL, 6, "self-hit", verdict="diverged", answer=HOSTILE,
+                             reason="hostile " + HOSTILE, log_excerpt=[HOSTILE]))
+    recs.append(synth.record(FULL, 7, "cold", verdict="boot-fail", answer="",
+                             reason="KV cache too small", log_excerpt=["ValueError: 5.16 GiB"]))
+    return recs
+
+
+def test_junit_is_valid_and_complete(tmp_path):
+    junitparser = pytest.importorskip("junitparser")
+    recs = _junit_records()
+    path = write_junit(recs, tmp_path / "out" / "junit.xml")
+    xml = junitparser.JUnitXml.fromfile(str(path))
+    cases = [(suite.name, case) for suite in xml for case in suite]
+    assert len(cases) == len(recs)  # one testcase per data point x phase
+    names = {case.name for _, case in cases}
+    assert f"{synth.label(FULL)} residue 4 self-hit" in names
+    assert f"{synth.label(PIECEWISE)} residue 4 self-hit" in names
+    failed = {case.name: case.result[0] for _, case in cases if case.result}
+    assert len(failed) == 3
+    f4 = failed[f"{synth.label(FULL)} residue 4 self-hit"]
+    assert f4.type == "broken"
+    assert f4.message.startswith("broken: sha1 da39a3ee5e6b: ''")
+    assert "empty answer" in f4.message
+    hostile = failed[f"{synth.label(FULL)} residue 6 self-hit"]
+    assert hostile.type == "diverged" and "<script>x</script>" in hostile.message
+    assert "\\x00" in hostile.message and "\x00" not in hostile.message
+    boot = failed[f"{synth.label(FULL)} residue 7 cold"]
+    assert boot.type == "boot-fail" and "log: ValueError: 5.16 GiB" in boot.text
+    suites = {s.name: s for s in xml}
+    assert suites[synth.label(FULL)].tests == 8 and suites[synth.label(FULL)].failures == 3
+    assert suites[synth.label(PIECEWISE)].failures == 0
+    ET.parse(path)  # well-formed for the stdlib parser too
+
+
+def test_junit_validates_against_xsd(tmp_path):
+    xmlschema = pytest.importorskip("xmlschema")
+    schema = xmlschema.XMLSchema(str(FIXTURES / "junit.xsd"))
+    path = write_junit(_junit_records(), tmp_path / "junit.xml")
+    schema.validate(str(path))
+    empty = write_junit([], tmp_path / "empty.xml")
+    schema.validate(str(empty))
+
+
+def test_step_summary(tmp_path, monkeypatch):
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+    assert append_github_step_summary("# x") is False
+    target = tmp_path / "summary.md"
+    target.write_text("earlier step\n")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(target))
+    assert append_github_step_summary("# report\n\n| a |\n|---|\n| 1 |") is True
+    assert append_github_step_summary("second") is True
+    assert target.read_text() == "earlier step\n# report\n\n| a |\n|---|\n| 1 |\nsecond\n"
+
+
+def test_step_summary_is_capped(tmp_path, monkeypatch):
+    target = tmp_path / "summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(target))
+    append_github_step_summary("x" * (2 * 1024 * 1024))
+    data = target.read_bytes()
+    assert len(data) <= 1024 * 1024 and b"1 MiB step-summary limit" in data
+
+
+def _fake_gh(tmp_path, rc=0):
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    log = tmp_path / "gh-argv.json"
+    gh = bindir / "gh"
+    gh.write_text(f"#!{sys.executable}\n"
+                  "import json, sys\n"
+                  f"open({str(log)!r}, 'w').write(json.dumps(sys.argv[1:]))\n"
+                  f"sys.stderr.write('HTTP 404: issue not found' if {rc} else '')\n"
+                  f"sys.exit({rc})\n")
+    gh.chmod(gh.stat().st_mode | stat.S_IXUSR)
+    return bindir, log
+
+
+def test_issue_comment_through_fake_gh(tmp_path, monkeypatch):
+    bindir, log = _fake_gh(tmp_path)
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    report = tmp_path / "report.md"
+    report.write_text("# report\n")
+    post_issue_comment(report, 42)
+    assert json.loads(log.read_text()) == ["issue", "comment", "42", "--body-file", str(report)]
+    post_issue_comment(report, 7, repo="syv-ai/qwen38-27b-rtx3090")
+    assert json.loads(log.read_text()) == ["issue", "comment", "7", "--body-file", str(report),
+                                           "--repo", "syv-ai/qwen38-27b-rtx3090"]
+
+
+def test_issue_comment_errors(tmp_path, monkeypatch):
+    report = tmp_path / "report.md"
+    report.write_text("# report\n")
+    monkeypatch.setenv("PATH", str(tmp_path / "nowhere"))
+    with pytest.raises(GhNotFound, match="gh.*not on PATH.*cli.github.com"):
+        post_issue_comment(report, 42)
+    bindir, _ = _fake_gh(tmp_path, rc=1)
+    monkeypatch.setenv("PATH", str(bindir))
+    with pytest.raises(GateError, match="exit 1.*HTTP 404"):
+        post_issue_comment(report, 42)
+    with pytest.raises(GateError, match="does not exist"):
+        post_issue_comment(tmp_path / "missing.md", 42)
+    with pytest.raises(GateError, match="positive issue number"):
+        post_issue_comment(report, 0)
+    big = tmp_path / "big.md"
+    big.write_text("x" * 70000)
+    with pytest.raises(GateError, match="at most 65536"):
+        post_issue_comment(big, 42)

@@ -1,0 +1,280 @@
+"""render_markdown / write_report on recorded runs (synthetic records following
+docs/records.md, written to JSONL and read back through harness.store)."""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+import synth
+from conftest import gfm_html, gfm_tables, parse_html
+from harness.report import (fmt_ranges, miss_probability, miss_sentence, render_markdown,
+                            write_report)
+from harness.store import load_manifest_for, load_records
+
+FULL = synth.make_config()
+PIECEWISE = synth.make_config(cudagraph="PIECEWISE")
+
+
+def _load(path):
+    return load_records([path]), [m for m in [load_manifest_for(path)] if m]
+
+
+@pytest.fixture
+def run128(write_run):
+    recs = synth.sweep(FULL, range(128), broken=[4])
+    return _load(write_run("run128", recs, synth.manifest_for(recs)))
+
+
+def test_fmt_ranges():
+    assert fmt_ranges([0, 1, 2, 3, 5, 6, 7]) == "0–3, 5–7"
+    assert fmt_ranges([4]) == "4"
+    assert fmt_ranges([1, 2, 9]) == "1, 2, 9"
+    assert fmt_ranges(list(range(128))) == "0–127"
+
+
+@pytest.mark.parametrize("covered,modulus,pct", [(5, 128, "96%"), (3, 128, "98%"),
+                                                 (64, 128, "50%"), (127, 128, "0.78%")])
+def test_miss_sentence(covered, modulus, pct):
+    s = miss_sentence(covered, modulus)
+    assert s == (f"{covered} of {modulus} residue{'s' if covered != 1 else ''} sampled: a single "
+                 f"broken residue would be missed {pct} of the time.")
+    assert miss_probability(128, 128) == 0.0
+
+
+def test_128_residues_fold_into_one_clean_line(run128):
+    records, manifests = run128
+    md = render_markdown(records, manifests)
+    t = gfm_tables(md)[0]
+    assert t["head"][1:] == ["cold", "self-hit"]
+    assert t["rows"] == [["residues 0–3, 5–127", "794/794", "794/794"],
+                         ["residue 4", "794/794", "empty, stop, 1.00 tok/step †1"]]
+    # the bad row and cell are bold; the clean ones are not
+    html = gfm_html(md)
+    assert "<strong>residue 4</strong>" in html
+    assert "<strong>empty, <code>stop</code>, 1.00 tok/step</strong>" in html
+    assert "127 clean, 1 broken: residue 4" in md
+    assert "**the sweep agrees**: broken exactly at residue 4" in md
+    assert "sampled:" not in md  # a full sweep has no miss probability
+
+
+def test_full_shows_every_residue(run128):
+    records, manifests = run128
+    t = gfm_tables(render_markdown(records, manifests, full=True))[0]
+    assert [r[0] for r in t["rows"]] == [f"residue {i}" for i in range(128)]
+    assert t["rows"][4][2].startswith("empty")
+
+
+def test_every_non_ok_cell_has_its_sha1(run128):
+    records, manifests = run128
+    md = render_markdown(records, manifests)
+    notes = [t for t in gfm_tables(md) if t["head"] and t["head"][0] == "†"][0]
+    assert notes["rows"][0][:5] == ["†1", "4", "self-hit", "broken", "da39a3ee5e6b"]
+    bad = [r for r in records if r["verdict"] != "ok"]
+    for r in bad:
+        assert r["sha1"][:12] in md
+
+
+def test_thread_table_full_vs_piecewise(write_run):
+    recs = synth.sweep(FULL, [3, 4, 5], broken=[4]) + synth.sweep(PIECEWISE, [3, 4, 5])
+    records, _ = _load(write_run("fvp", recs))
+    md = render_markdown(records)
+    tables = gfm_tables(md)
+    main = tables[0]
+    assert main["head"] == ["SPEC=mtp CTX=huge k=3 block=128 unit=128 patches=none",
+                            "FULL_AND_PIECEWISE cold", "FULL_AND_PIECEWISE self-hit",
+                            "PIECEWISE cold", "PIECEWISE self-hit"]
+    assert main["rows"][1] == ["residue 4", "794/794", "empty, stop, 1.00 tok/step †1",
+                               "794/794", "794/794"]
+    thread = tables[1]  # configurations as rows, residues as columns (the thread's shape)
+    assert thread["head"][1:] == ["residue 3", "residue 4", "residue 5"]
+    assert thread["rows"][0] == ["FULL_AND_PIECEWISE", "794/794", "empty, stop, 1.00 tok/step",
+                                 "794/794"]
+    assert thread["rows"][1] == ["PIECEWISE", "794/794", "794/794", "794/794"]
+    # partial sweep: the miss probability as a sentence, once per configuration
+    assert md.count("3 of 128 residues sampled: a single broken residue would be missed "
+                    "98% of the time.") == 2
+    assert "predicts no break: `PIECEWISE` captures no FULL graph" in md
+
+
+def test_five_sampled_residues_miss_sentence(write_run):
+    recs = synth.sweep(FULL, [8, 12, 16, 32, 124])
+    records, manifests = _load(write_run("five", recs, synth.manifest_for(recs)))
+    md = render_markdown(records, manifests)
+    assert ("5 of 128 residues sampled: a single broken residue would be missed 96% of the "
+            "time.") in md
+    assert "**not tested**: residue 4 was not sampled" in md
+
+
+@pytest.mark.parametrize("kw,expect", [
+    (dict(answer="", tok_per_step=1.0), "empty, `stop`, 1.00 tok/step"),
+    (dict(answer="T", tok_per_step=None), "1 char, `stop`"),
+    (dict(answer="Tx", tok_per_step=1.0), "1/2, `stop`, 1.00 tok/step"),
+    (dict(answer="The quick brown fox jumps over the lazy ", repeats=1, tok_per_step=None,
+          finish_reason="length"), "40/40, `length`"),
+])
+def test_bad_cell_wording_broken(kw, expect):
+    r = synth.record(FULL, 4, "self-hit", verdict="broken", reason="collapsed", **kw)
+    md = render_markdown([r])
+    assert f"**{expect}**" in md
+
+
+def test_bad_cell_wording_repetition_and_other_verdicts():
+    rep = synth.record(FULL, 8, "self-hit", verdict="broken", answer="the fox " * 60,
+                       repeats=12, finish_reason="length", tok_per_step=1.97,
+                       reason="degenerate repetition")
+    crash = synth.record(FULL, 9, "cold", verdict="crash", answer="", reason="engine died",
+                         log_excerpt=["AssertionError: block_size 2048 > unit 128"])
+    boot = synth.record(FULL, 10, "cold", verdict="boot-fail", answer="",
+                        reason="5.16 GiB KV cache is needed, which is larger than the "
+                               "available KV cache memory (4.9 GiB)")
+    tmo = synth.record(FULL, 11, "cold", verdict="timeout", answer="", reason="no answer in 600 s")
+    inv = synth.record(FULL, 12, "self-hit", verdict="invalid", reason="no cache hit: cached_tokens 0")
+    div = synth.record(FULL, 13, "cold", verdict="diverged", answer=synth.PASSAGE[:100] + "X",
+                       reason="differs after 100 chars")
+    md = render_markdown([rep, crash, boot, tmo, inv, div])
+    assert re.search(r"\*\*4/480, repetition ×12, `length`, 1\.97 tok/step\*\*", md)
+    assert "**crash**" in md and "**timeout**" in md
+    assert "**boot-fail: 5.16 GiB KV cache is needed, which is larger than the availa… (+29 chars)**" in md
+    assert "**invalid: no cache hit: cached\\_tokens 0**" in md
+    assert "**100/101, diverged, `stop`, 3.76 tok/step**" in md
+    # the crash's log line goes in the footnote, escaped
+    assert "block\\_size 2048 &gt; unit 128" in md
+    t = gfm_tables(md)[0]
+    assert len(t["rows"]) == 6
+    assert "1 boot-fail: residue 10, 1 crash: residue 9, 1 timeout: residue 11, 1 broken: " \
+           "residue 8, 1 diverged: residue 13, 1 invalid: residue 12" in md
+
+
+def test_hostile_answers_end_to_end(write_run):
+    hostile = ["a | b | c", "``` code ``` and `tick`", "<script>alert('x')</script>",
+               "cc @someone please", "fixes #1 and GH-2", "<!-- x --> <b>bold</b> &amp;"]
+    recs = synth.sweep(FULL, range(20))
+    for i, text in enumerate(hostile):
+        recs.append(synth.record(FULL, 20 + i, "cold", verdict="diverged", answer=text,
+                                 reason=f"differs: {text}"))
+        recs.append(synth.record(FULL, 20 + i, "self-hit", verdict="broken", answer=text,
+                                 reason="collapsed", log_excerpt=[text]))
+    records, _ = _load(write_run("hostile", recs))
+    for full in (False, True):
+        md = render_markdown(records, full=full)
+        html = gfm_html(md)
+        parsed = parse_html(html)
+        allowed = {"h1", "h2", "h3", "p", "ul", "li", "strong", "em", "code", "pre", "table",
+                   "thead", "tbody", "tr", "th", "td"}
+        assert set(parsed.tags) <= allowed, set(parsed.tags) - allowed
+        assert "<script" not in html and "<b>" not in html and "<!--" not in html
+        assert "@someone" not in html and "#1 " not in html and "GH-2" not in html
+        assert "@\u200dsomeone" in html and "#\u200d1" in html and "GH-\u200d2" in html
+        tables = gfm_tables(md)  # every row has as many cells as its header
+        notes = [t for t in tables if t["head"] and t["head"][0] == "†"][0]
+        excerpts = [row[-1] for row in notes["rows"]]
+        assert "a | b | c" in excerpts
+        assert "``` code ``` and `tick`" in excerpts
+        assert "<script>alert('x')</script>" in excerpts
+        assert "<!-- x --> <b>bold</b> &amp;" in excerpts
+
+
+def test_excerpts_are_capped():
+    r = synth.record(FULL, 4, "self-hit", verdict="diverged", answer="x" * 5000, reason="long")
+    md = render_markdown([r])
+    assert "x" * 81 not in md and "(+4920 chars)" in md
+
+
+def test_hit_granularity_note_when_modulus_cannot_resolve():
+    hybrid = synth.make_config(unit=None, geometry="hybrid")
+    recs = synth.sweep(hybrid, range(128), hit_unit=2048)
+    for r in recs:  # hits on 2048-token pages: 22528 or 24576 depending on the length
+        if r["phase"] == "self-hit":
+            r["cached_tokens"] = 22528 if r["residue"] < 64 else 24576
+            r["computed_tail"] = r["prompt_tokens"] - r["cached_tokens"]
+    md = render_markdown(recs)
+    assert "are all multiples of 2048 (their gcd)" in md
+    assert "which a mod-128 sweep cannot resolve" in md
+    # no unit: the rule cannot name a residue; with unit 128 no such note
+    assert "cannot name a residue" in md
+    assert "their gcd" not in render_markdown(synth.sweep(FULL, range(128)))
+
+
+def test_ladder_block_and_match_unit(write_run):
+    recs = []
+    for block, unit in ((16, None), (128, None), (16, 128), (128, 128)):
+        c = synth.make_config(block=block, unit=unit)
+        recs += synth.sweep(c, range(128), broken=[4] if unit else [],
+                            hit_unit=unit or 2048)
+    records, _ = _load(write_run("ladder", recs))
+    md = render_markdown(records)
+    assert "## Ladder: block × unit" in md
+    ladder = [t for t in gfm_tables(md) if t["head"][:2] == ["block", "unit"]][0]
+    assert ladder["rows"] == [
+        ["16", "none", "128/128", "clean", "unresolvable at this modulus"],
+        ["16", "128", "128/128", "broken at residue 4", "broken at residue 4"],
+        ["128", "none", "128/128", "clean", "unresolvable at this modulus"],
+        ["128", "128", "128/128", "broken at residue 4", "broken at residue 4"],
+    ]
+    # four configurations as columns; clean rows still fold
+    main = gfm_tables(md)[0]
+    assert len(main["head"]) == 1 + 4 * 2
+    assert main["rows"][0][0] == "residues 0–3, 5–127"
+
+
+def test_no_ladder_when_many_dimensions_differ():
+    a = synth.sweep(FULL, [1])
+    b = synth.sweep(synth.make_config(spec="dflash2", k=7, cudagraph="PIECEWISE", block=16,
+                                      unit=None), [1])
+    assert "## Ladder" not in render_markdown(a + b)
+
+
+def test_provenance_and_rerun(run128):
+    records, manifests = run128
+    md = render_markdown(records, manifests)
+    prov = md[md.index("## Provenance"):]
+    for needle in ("`20261130-004512-ab12`", "lab lab-0.1.0", "lab-tiny-copy", "cpu0",
+                   "ci-runner-1", "fresh", "`0.1.0+gc16d594`", "2026-11-30T00:45:12+00:00",
+                   "sweep --spec mtp --ctx huge --residues all"):
+        assert needle in prov, needle
+    assert "prefill-discriminator: off" in md
+    assert "**Effective configuration:** `engine=lab" in md
+    assert "prefix_match_unit=128" in md
+    assert "sweep --spec mtp --ctx huge --residues 4 --cudagraph FULL_AND_PIECEWISE" in md
+    html = gfm_html(md)
+    assert html.count("<pre") == 1  # the rerun block
+
+
+def test_config_mismatch_and_fix_reported():
+    fixed = synth.make_config(patches="all")
+    requested = dict(fixed, cudagraph_mode="FULL")
+    recs = synth.sweep(fixed, [3, 4, 5], mismatch=["cudagraph_mode"], requested=requested)
+    md = render_markdown(recs)
+    assert "**Config mismatch:** cudagraph\\_mode: asked FULL, got FULL\\_AND\\_PIECEWISE" in md
+    assert "predicts no break: the prefill-discriminator fix is on" in md
+    assert "**the sweep agrees** (no break)" in md
+
+
+def test_disagreement_is_said():
+    recs = synth.sweep(FULL, range(128), broken=[9])
+    md = render_markdown(recs)
+    assert "**the sweep disagrees**: broken at residue 9, the rule predicts residue 4" in md
+
+
+def test_interrupted_manifest_and_missing_points(write_run):
+    recs = synth.sweep(FULL, range(10))
+    m = synth.manifest_for(recs, residues=list(range(128)), interrupted=True)
+    records, manifests = _load(write_run("cut", recs, m))
+    md = render_markdown(records, manifests)
+    assert "**Missing:** planned but not on disk: residues 10–127" in md
+    assert "did not finish" in md
+
+
+def test_latest_record_wins_across_runs():
+    old = synth.sweep(FULL, [4], broken=[4], run_id="r1", started_at="2026-11-29T00:00:00+00:00")
+    new = synth.sweep(FULL, [4], run_id="r2", started_at="2026-11-30T00:00:00+00:00")
+    md = render_markdown(old + new)
+    assert "all ok" in md and "2 older record(s)" in md
+
+
+def test_empty_and_write_report(tmp_path, run128):
+    assert "No records" in render_markdown([])
+    records, manifests = run128
+    p = write_report(records, manifests, tmp_path / "deep" / "r.md")
+    assert p.read_text(encoding="utf-8") == render_markdown(records, manifests)
