@@ -23,11 +23,23 @@ DRAFT = "/models/dflash-drafter"
 
 
 def require_vllm():
-    if os.environ.get("RESIDUE_LAB_REQUIRE_VLLM") == "1":
-        import vllm  # a missing vLLM must fail here, not skip
+    """The real vLLM, or skip (fail under RESIDUE_LAB_REQUIRE_VLLM=1).
 
-        return vllm
-    return pytest.importorskip("vllm")
+    Not ``pytest.importorskip``: with ``tests/`` on ``sys.path`` (pytest puts it there for
+    ``tests/conftest.py``) and no vLLM installed, ``import vllm`` would happily import this
+    very directory as a namespace package. A real vLLM has a file origin.
+    """
+    import importlib.util
+
+    spec = importlib.util.find_spec("vllm")
+    if spec is None or spec.origin in (None, "namespace"):
+        if os.environ.get("RESIDUE_LAB_REQUIRE_VLLM") == "1":
+            pytest.fail("RESIDUE_LAB_REQUIRE_VLLM=1 but vLLM is not installed "
+                        "(pip install -e '.[vllm]')", pytrace=False)
+        pytest.skip("vLLM is not installed", allow_module_level=True)
+    import vllm
+
+    return vllm
 
 
 def preset_cases():
