@@ -34,7 +34,7 @@ BUG_VERDICTS = frozenset({"broken", "diverged"})
 REPEAT_MIN = 3              # the most frequent 40-char block this often = degenerate repetition
 FOLD_ABOVE = 12             # tables with more rows than this fold their clean rows
 EXCERPT_CHARS = 80          # answer excerpt in the footnotes
-REASON_CHARS = 60           # reason inside a bad cell (boot-fail / invalid)
+REASON_CHARS = 90           # reason inside a bad cell (boot-fail / invalid)
 DEFAULT_MODULUS = 128
 # Identity fields of a configuration in the order a reader wants them; anything else a
 # config dict carries is shown after these.
@@ -100,8 +100,7 @@ def miss_sentence(covered: int, modulus: int) -> str:
     """The thread's sentence: ``5 of 128 residues sampled: a single broken residue would be
     missed 96% of the time.``"""
     p = miss_probability(covered, modulus)
-    noun = "residue" if covered == 1 else "residues"
-    return (f"{covered} of {modulus} {noun} sampled: a single broken residue would be "
+    return (f"{covered} of {modulus} residues sampled: a single broken residue would be "
             f"missed {fmt_percent(p)} of the time.")
 
 
@@ -385,9 +384,14 @@ def predict_bug_b(cd: ConfigData) -> Prediction:
 
 
 def agreement(cd: ConfigData, pred: Prediction) -> str:
+    """Does the sweep agree with the rule? Only points that produced answers count: a
+    boot-fail, crash, timeout or invalid point says nothing about Bug B."""
     statuses = cd.statuses()
-    covered = set(statuses)
+    covered = {r for r, s in statuses.items() if s == "ok" or s in BUG_VERDICTS}
+    unmeasured = set(statuses) - covered
     broken = {r for r, s in statuses.items() if s in BUG_VERDICTS}
+    if not covered:
+        return "**nothing measured** (no point produced an answer), so the rule is untested"
     if pred.residues is None:
         if broken:
             return f"broken at {residues_phrase(broken)}; the rule cannot be checked here"
@@ -400,7 +404,9 @@ def agreement(cd: ConfigData, pred: Prediction) -> str:
                 "rule predicts none (another bug, or a fix that did not apply)")
     sampled = predicted & covered
     if not sampled:
-        return (f"**not tested**: {residues_phrase(predicted)} was not sampled, so the sweep "
+        why = ("was swept but produced no answer" if predicted & unmeasured
+               else "was not sampled")
+        return (f"**not tested**: {residues_phrase(predicted)} {why}, so the sweep "
                 "can neither confirm nor refute the rule")
     if broken == sampled:
         extra = "" if sampled == predicted else f" (of {residues_phrase(predicted)})"
@@ -450,7 +456,7 @@ class _Footnotes:
                 reason += " — log: " + escape_text(str(r["log_excerpt"][-1]), limit=120)
             rows.append([m] + ([short.get(cd.config_id, code(cd.label))] if multi else []) + [
                 str(r.get("residue")), escape_text(r.get("phase")),
-                escape_text(r.get("verdict")), code(sha12(r)),
+                escape_text(r.get("verdict")), code(sha12(r)) if r.get("sha1") else "–",
                 code(r["finish_reason"]) if r.get("finish_reason") else "–",
                 f"{float(tps):.2f}" if tps is not None else "–",
                 f"{cached if cached is not None else '–'} / {tail if tail is not None else '–'}",
@@ -755,8 +761,15 @@ def render_provenance(configs: list[ConfigData], records: list[dict],
         if m.get("command"):
             rows.append([f"command ({escape_text(m.get('run_id') or '?')})",
                          code(cap(str(m["command"]), 300))])
-        if m.get("sampled"):
-            rows.append(["sampled", escape_text(str(m["sampled"]))])
+        sampled = m.get("sampled")
+        if isinstance(sampled, dict):
+            labels = {c.config_id: c.label for c in configs}
+            for cid, note in sampled.items():
+                if note:
+                    rows.append([f"sampled ({code(labels.get(cid, cid))})",
+                                 escape_text(str(note))])
+        elif sampled:
+            rows.append(["sampled", escape_text(str(sampled))])
         if m.get("interrupted") or (m.get("started_at") and not m.get("ended_at")):
             rows.append(["interrupted", bold(f"run {escape_text(m.get('run_id') or '?')} did "
                                              "not finish")])

@@ -37,7 +37,7 @@ def test_fmt_ranges():
                                                  (64, 128, "50%"), (127, 128, "0.78%")])
 def test_miss_sentence(covered, modulus, pct):
     s = miss_sentence(covered, modulus)
-    assert s == (f"{covered} of {modulus} residue{'s' if covered != 1 else ''} sampled: a single "
+    assert s == (f"{covered} of {modulus} residues sampled: a single "
                  f"broken residue would be missed {pct} of the time.")
     assert miss_probability(128, 128) == 0.0
 
@@ -135,7 +135,8 @@ def test_bad_cell_wording_repetition_and_other_verdicts():
     md = render_markdown([rep, crash, boot, tmo, inv, div])
     assert re.search(r"\*\*4/480, repetition ×12, `length`, 1\.97 tok/step\*\*", md)
     assert "**crash**" in md and "**timeout**" in md
-    assert "**boot-fail: 5.16 GiB KV cache is needed, which is larger than the availa… (+29 chars)**" in md
+    assert ("**boot-fail: 5.16 GiB KV cache is needed, which is larger than the available KV "
+            "cache memory (4.9 GiB)**") in md
     assert "**invalid: no cache hit: cached\\_tokens 0**" in md
     assert "**100/101, diverged, `stop`, 3.76 tok/step**" in md
     # the crash's log line goes in the footnote, escaped
@@ -249,6 +250,21 @@ def test_config_mismatch_and_fix_reported():
     assert "**Config mismatch:** cudagraph\\_mode: asked FULL, got FULL\\_AND\\_PIECEWISE" in md
     assert "predicts no break: the prefill-discriminator fix is on" in md
     assert "**the sweep agrees** (no break)" in md
+
+
+def test_unmeasured_points_do_not_count_as_agreement():
+    boot = [synth.record(FULL, 4, ph, verdict="boot-fail", answer="", reason="KV cache too small")
+            for ph in ("cold", "self-hit")]
+    assert "**nothing measured**" in render_markdown(boot)
+    md = render_markdown(boot + synth.sweep(FULL, [3, 5]))
+    assert "**not tested**: residue 4 was swept but produced no answer" in md
+
+
+def test_long_boot_fail_reason_is_capped_in_the_cell_not_the_footnote():
+    reason = "server exited with code 1 during boot: " + "x" * 200
+    r = synth.record(FULL, 4, "cold", verdict="boot-fail", answer="", reason=reason)
+    md = render_markdown([r])
+    assert "(+149 chars)**" in md and "(+119 chars)" in md
 
 
 def test_disagreement_is_said():
