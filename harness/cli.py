@@ -31,7 +31,7 @@ from .configs import (ENGINES, ISOLATIONS, PHASES, SweepOptions, UsageError, con
 from .engines import make_adapter
 from .prompts import PlanError, TemplateError
 from .residue_sweep import (Point, Sweep, SweepAborted, harness_version, load_golden,
-                            plan_points)
+                            plan_points, timing_summary)
 from .server_pool import BootFailure, ServerProcess, kill_all_servers
 from .store import ResultStore, StoreError, load_manifest_for, load_records, new_run_id, now_iso
 
@@ -315,7 +315,8 @@ async def _sweep_async(opts: SweepOptions, adapter, *, show_progress: bool) -> i
     wall = time.monotonic() - t0
     records = store.read()
     manifest.update({"ended_at": now_iso(), "interrupted": interrupted,
-                     "wall_s": round(wall, 3)})
+                     "wall_s": round(wall, 3),
+                     "timing": timing_summary(sweep.counters.timings, len(opts.slots), wall)})
     if interrupted:
         manifest["exit_code"] = EXIT_INTERRUPTED
         store.write_manifest(manifest)

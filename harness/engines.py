@@ -11,6 +11,7 @@ tokenizer used for planning, and reads back the *effective* configuration after 
 """
 from __future__ import annotations
 
+import asyncio
 import json
 import shlex
 import sys
@@ -44,14 +45,18 @@ class EngineAdapter:
                         log_text: str) -> dict[str, Any]:
         """{'config': effective dict, 'engine_version': str, 'patch_status': dict|None,
         'model': served model id, 'max_model_len': int|None}"""
-        version = await client.version()
-        models = await client.models()
+        version, models = await asyncio.gather(client.version(), client.models())
         first = models[0] if models else {}
         eff = cfg.as_dict()
         if first.get("max_model_len"):
             eff["max_model_len"] = int(first["max_model_len"])
-        return {"config": eff, "engine_version": str(version.get("version", "unknown")),
+        info = {"config": eff, "engine_version": str(version.get("version", "unknown")),
                 "patch_status": None, "model": first.get("id")}
+        self.refine(info, version, log_text)
+        return info
+
+    def refine(self, info: dict[str, Any], version: dict[str, Any], log_text: str) -> None:
+        """Engine-specific reading of what the server reported (in place)."""
 
     def shell_line(self, cfg: ServingConfig, port: int | str = "{port}",
                    slot: Slot | None = None) -> str:
@@ -100,15 +105,9 @@ class LabAdapter(EngineAdapter):
                "PYTHONUNBUFFERED": "1"}
         return argv, env
 
-    async def effective(self, client, cfg, log_text):
-        base = await super().effective(client, cfg, log_text)
-        version = await client.version()
-        reported = version.get("effective_config") or {}
-        eff = base["config"]
-        eff.update(_normalise_reported(reported))
-        base["patch_status"] = version.get("patches")
-        base["engine_version"] = str(version.get("version", "unknown"))
-        return base
+    def refine(self, info, version, log_text):
+        info["config"].update(_normalise_reported(version.get("effective_config") or {}))
+        info["patch_status"] = version.get("patches")
 
 
 def _normalise_reported(rep: dict[str, Any]) -> dict[str, Any]:
@@ -144,17 +143,15 @@ class VllmAdapter(EngineAdapter):
         return self._launch.build_command(cfg, port=int(port) if str(port).isdigit() else port,
                                           model=cfg.model, gpu=slot.gpu)
 
-    async def effective(self, client, cfg, log_text):
-        base = await super().effective(client, cfg, log_text)
+    def refine(self, info, version, log_text):
         try:
             parsed = self._launch.parse_effective_config(log_text)
         except Exception as e:  # a log we cannot read is recorded, not fatal
             parsed = {"log_parse_error": str(e)}
-        base["config"].update(_normalise_reported(parsed))
+        info["config"].update(_normalise_reported(parsed))
         status = getattr(self._launch, "patch_status_from_log", None)
         if status:
-            base["patch_status"] = status(log_text)
-        return base
+            info["patch_status"] = status(log_text)
 
 
 class CmdAdapter(EngineAdapter):

@@ -19,7 +19,8 @@ from typing import Any, Callable
 from engine.presets import ServingConfig
 
 from . import __version__
-from .client import (EngineClient, RequestTimeout, ServerError, ServerGone, tok_per_step)
+from .client import (EngineClient, RequestTimeout, ServerError, ServerGone, shared_http,
+                     tok_per_step)
 from .configs import SweepOptions, config_id, modulus_for, rerun_command, select_residues
 from .engines import EngineAdapter, mismatches
 from .prompts import ChatTokenizer, PlanError, PromptPlan, calibrate, plan_residue
@@ -157,6 +158,13 @@ class Sweep:
         self._teardowns: set[asyncio.Task] = set()
 
     async def run(self, points: list[Point]) -> Counters:
+        self._http = shared_http()
+        try:
+            return await self._run(points)
+        finally:
+            await self._http.aclose()
+
+    async def _run(self, points: list[Point]) -> Counters:
         queue: deque[Point] = deque(points)
         workers = [asyncio.create_task(self._worker(slot, queue), name=f"slot-{slot.id}")
                    for slot in self.opts.slots]
@@ -175,27 +183,29 @@ class Sweep:
         server: ServerProcess | None = None
         client: EngineClient | None = None
         server_cfg: str | None = None
+        server_timing: dict[str, float] | None = None
         info: dict[str, Any] = {}
         try:
             while queue:
                 point = queue.popleft()
                 t_point = time.monotonic()
+                timing = {"boot": 0.0, "requests": 0.0, "teardown": 0.0}
                 reuse = (self.opts.isolation != "fresh" and server is not None
                          and server_cfg == point.cfg_id and server.tree_alive())
-                boot_s = teardown_s = 0.0
                 if not reuse:
                     if server is not None:
-                        self._background_stop(server, client)
+                        self._background_stop(server, client, server_timing)
                         server = client = None
                     try:
                         server, client, info = await self._boot(point, slot)
-                        server_cfg = point.cfg_id
-                        boot_s = server.boot_s or 0.0
+                        server_cfg, server_timing = point.cfg_id, timing
+                        timing["boot"] = server.boot_s or 0.0
                     except BootFailure as e:
                         self._emit_point(point, slot, [self._failure_record(
                             point, slot, phase, "boot-fail", e.reason, e.log_excerpt, {}, None)
                             for phase in self.opts.phases])
-                        self._timing(t_point, 0.0, 0.0, 0.0)
+                        timing["boot"] = time.monotonic() - t_point
+                        self._timing(t_point, timing)
                         continue
                 elif self.opts.isolation == "reset":
                     try:
@@ -204,21 +214,23 @@ class Sweep:
                         pass
                 t_req = time.monotonic()
                 records, server_dead = await self._run_phases(point, slot, server, client, info)
-                req_s = time.monotonic() - t_req
+                timing["requests"] = time.monotonic() - t_req
                 if self.opts.isolation == "fresh" or server_dead:
-                    t_down = time.monotonic()
-                    self._background_stop(server, client)
-                    teardown_s = time.monotonic() - t_down
+                    # Teardown overlaps the next boot on this slot; its time is filled in
+                    # when it finishes.
+                    self._background_stop(server, client, timing)
                     server = client = None
                     server_cfg = None
-                self._timing(t_point, boot_s, req_s, teardown_s)
+                self._timing(t_point, timing)
         finally:
             if server is not None:
-                await self._stop(server, client)
+                await self._stop(server, client, timing=server_timing)
 
-    def _timing(self, t_point: float, boot: float, req: float, down: float) -> None:
-        self.counters.timings.append({"boot": boot, "requests": req, "teardown": down,
-                                      "point": time.monotonic() - t_point})
+    def _timing(self, t_point: float, timing: dict[str, float]) -> None:
+        """Per point: boot, requests, teardown (filled in later when it runs in the
+        background) and the point's wall time on its slot, teardown excluded."""
+        timing["point"] = time.monotonic() - t_point
+        self.counters.timings.append(timing)
 
     async def _boot(self, point: Point, slot: Slot) -> tuple[ServerProcess, EngineClient, dict]:
         last: BootFailure | None = None
@@ -230,7 +242,7 @@ class Sweep:
             log_path = self.store.logs_dir / f"{point.cfg_id}-r{point.residue:03d}-{slot.id}-{port}.log"
             server = ServerProcess(argv, env, port, log_path, slot)
             client = EngineClient(server.base_url, timeout=self.opts.timeout,
-                                  api_key=self.opts.api_key)
+                                  api_key=self.opts.api_key, http=self._http)
             try:
                 server.start()
                 await server.wait_ready(client, self.opts.boot_timeout)
@@ -248,18 +260,20 @@ class Sweep:
         assert last is not None
         raise last
 
-    def _background_stop(self, server, client) -> None:
-        task = asyncio.create_task(self._stop(server, client))
+    def _background_stop(self, server, client, timing: dict[str, float] | None = None) -> None:
+        task = asyncio.create_task(self._stop(server, client, timing=timing))
         self._teardowns.add(task)
         task.add_done_callback(self._teardowns.discard)
 
     async def _stop(self, server: ServerProcess | None, client: EngineClient | None,
-                    port: int | None = None) -> None:
+                    port: int | None = None, *, timing: dict[str, float] | None = None) -> None:
         if client is not None:
             await client.aclose()
         if server is not None:
             try:
-                await asyncio.shield(server.stop())
+                took = await asyncio.shield(server.stop())
+                if timing is not None:
+                    timing["teardown"] = timing.get("teardown", 0.0) + took
             finally:
                 self.ports.release(server.port)
         elif port is not None:
@@ -441,3 +455,31 @@ async def _still_alive(server: ServerProcess) -> bool:
             return False
         await asyncio.sleep(0.05)
     return server.tree_alive()
+
+
+def timing_summary(timings: list[dict[str, float]], slots: int, wall: float) -> dict[str, float]:
+    """Where the wall time went: medians per point, and how busy the slots were.
+
+    ``efficiency`` = Σ(boot + requests + teardown) / (slots × wall): 1.0 means the harness
+    added nothing to the irreducible cost and no slot ever idled."""
+    import statistics
+    if not timings or wall <= 0:
+        return {}
+    med = {k: statistics.median(t.get(k, 0.0) for t in timings)
+           for k in ("boot", "requests", "teardown", "point")}
+    busy = sum(t.get("boot", 0.0) + t.get("requests", 0.0) + t.get("teardown", 0.0)
+               for t in timings)
+    overhead = [max(0.0, t.get("point", 0.0) - t.get("boot", 0.0) - t.get("requests", 0.0))
+                for t in timings]
+    return {
+        "points": len(timings), "slots": slots, "wall_s": round(wall, 3),
+        "median_boot_s": round(med["boot"], 4), "median_requests_s": round(med["requests"], 4),
+        "median_teardown_s": round(med["teardown"], 4),
+        "median_point_s": round(med["point"], 4),
+        "median_overhead_s": round(statistics.median(overhead), 4),
+        "sum_boot_s": round(sum(t.get("boot", 0.0) for t in timings), 3),
+        "sum_requests_s": round(sum(t.get("requests", 0.0) for t in timings), 3),
+        "sum_teardown_s": round(sum(t.get("teardown", 0.0) for t in timings), 3),
+        "efficiency": round(busy / (slots * wall), 4),
+        "overhead_fraction": round(sum(overhead) / (slots * wall), 4),
+    }
