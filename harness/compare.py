@@ -12,7 +12,10 @@ configuration each residue is one of:
 - ``no_longer_covered``: measured before, not now;
 - ``unchanged_ok``: ok before and now.
 
-The result is a plain JSON-serialisable dict (``sweep compare --json``).
+The result is a plain JSON-serialisable dict (``sweep compare --json``): ``summary``
+(count per status), ``regressions`` (one entry per regressed cell), ``regressed`` (their
+number: non-zero means a gate fails), ``ok``, and ``configs`` with every point's old and
+new verdict, sha1 and rerun line per phase.
 """
 from __future__ import annotations
 
@@ -133,8 +136,8 @@ def compare_records(old: list[dict], new: list[dict]) -> dict:
     old_runs = sorted({r.get("run_id") for r in old if r.get("run_id")})
     new_runs = sorted({r.get("run_id") for r in new if r.get("run_id")})
     return {"old_runs": old_runs, "new_runs": new_runs, "summary": totals,
-            "regressions": regressions, "configs": configs,
-            "ok": not regressions}
+            "regressions": regressions, "regressed": len(regressions),
+            "configs": configs, "ok": not regressions}
 
 
 def _cell_word(c: dict | None) -> str:

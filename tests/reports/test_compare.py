@@ -26,7 +26,7 @@ def test_statuses_per_configuration_and_residue(write_run):
     assert by[12] == "newly_covered" and by[0] == "no_longer_covered" and by[3] == "unchanged_ok"
     assert [(r["residue"], r["phase"], r["old_verdict"], r["new_verdict"], r["sha1"])
             for r in res["regressions"]] == [(7, "self-hit", "ok", "broken", "da39a3ee5e6b")]
-    assert not res["ok"]
+    assert not res["ok"] and res["regressed"] == 1
 
     md = render_compare_markdown(res)
     assert "**1 regression**" in md

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Regenerate the committed lab reproductions of the thread's tables (reports/*.md) and the
+# real-sweep fixtures the report tests read (tests/reports/fixtures/lab/*.jsonl).
+#
+#   reports/regenerate.sh            # everything (CPU only, the embedded lab engine)
+#   ONLY=fvp reports/regenerate.sh   # one of: fvp full128 fixed128 ladder
+#   SLOTS=4 reports/regenerate.sh    # parallel fresh servers (default: all cores)
+#
+# Every data point runs on its own fresh lab server (--isolation fresh), so the tables
+# show what the thread showed with the method the thread settled on. A sweep that finds a
+# broken point exits 1: that is the expected result here, not a failure of this script.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+SWEEP=${SWEEP:-"python -m harness"}
+WORK=results/regen   # relative, so the manifests' command lines read the same anywhere
+FIX=tests/reports/fixtures/lab
+SLOTS_ARG=${SLOTS:+--slots $SLOTS}
+mkdir -p "$FIX" reports
+
+# run NAME SWEEP-ARGS... : one sweep into $WORK/NAME, kept as $FIX/NAME.{jsonl,manifest.json}
+run() {
+  local name=$1; shift
+  case " ${ONLY:-$name} " in *" $name "*) ;; *) return 0 ;; esac
+  echo "== $name: sweep $*" >&2
+  local rc=0
+  rm -rf "${WORK:?}/$name"
+  # shellcheck disable=SC2086
+  $SWEEP "$@" $SLOTS_ARG --out "$WORK/$name" --reports-dir "$WORK/$name/reports" \
+    --no-progress >/dev/null || rc=$?
+  if [ "$rc" -gt 1 ]; then echo "sweep $name failed (exit $rc)" >&2; exit "$rc"; fi
+  local jsonl; jsonl=$(ls "$WORK/$name"/*.jsonl)
+  cp "$jsonl" "$FIX/$name.jsonl"
+  cp "${jsonl%.jsonl}.manifest.json" "$FIX/$name.manifest.json"
+  # the report is rendered from the kept fixture, so tests and reports/ can never disagree
+  $SWEEP report "$FIX/$name.jsonl" -o "reports/$name.md"
+}
+
+# 1. SPEC=mtp CTX=huge, FULL_AND_PIECEWISE vs PIECEWISE at residues 3/4/5, cold and
+#    self-hit (mhenrichsen's and mjungnickel18's tables). Unpatched, so Bug B is live.
+run fvp --spec mtp --ctx huge --residues 3-5 --cudagraph FULL_AND_PIECEWISE,PIECEWISE \
+  --patches none
+
+# 2. The 128-residue summary: 127 clean, 1 broken, and it is k+1 = 4.
+run full128 --spec mtp --ctx huge --residues all --cudagraph FULL_AND_PIECEWISE --patches none
+
+# 3. The same with the fixes applied: 128/128 clean (compared with 2 below).
+run fixed128 --spec mtp --ctx huge --residues all --cudagraph FULL_AND_PIECEWISE --patches all
+
+# 4. The block / match-unit ladder (mjungnickel18): only the match unit arms Bug B.
+#    dflash2 at k=7, as on the thread's SPEC=dflash2 service: broken at residue 8.
+run ladder --spec dflash2 --ctx huge --residues all --cudagraph FULL_AND_PIECEWISE \
+  --block-size 16,128 --prefix-match-unit none,128 --patches none
+
+# What the fixes changed, per residue (sweep compare).
+if [ -f "$FIX/full128.jsonl" ] && [ -f "$FIX/fixed128.jsonl" ]; then
+  $SWEEP compare "$FIX/full128.jsonl" "$FIX/fixed128.jsonl" > reports/compare-unpatched-vs-patched.md || true
+fi
+echo "reports/ and $FIX/ regenerated" >&2
