@@ -1,0 +1,125 @@
+"""python -m engine.tinymodel {tokenizer,train,check,probe} ...
+
+  tokenizer OUT_DIR
+      Train the byte-level BPE tokenizer on the project corpus and write tokenizer.json,
+      tokenizer_config.json (ChatML template, eos <|im_end|>), vocab.json, merges.txt.
+      CPU, ~5 s. The committed copy lives in engine/tinymodel/tokenizer/.
+
+  train --variant {hybrid,dense} --out DIR [--tokenizer DIR] [--time-cap S] [--seed N]
+      GPU. Curriculum training on the harness-shaped copy task (see train.py), then a
+      fresh-prompt check of the bf16 weights and the served layout written to DIR
+      (config.json, model.safetensors, generation_config.json, tokenizer files,
+      training.json with the curve and metrics).
+
+  check DIR [--n N] [--device cuda]
+      Load a served checkpoint with transformers and report exact match and worst-token
+      logit margins on fresh prompts (random final-stage conversations from unseen seeds,
+      and the harness's own plans at context 1,200: all 128 residues), plus real greedy
+      decoding of a few plans.
+
+  probe --model DIR --out DIR [...]
+      On a machine with vLLM: boot `vllm serve`-equivalent servers on the model (setsid,
+      /health poll), send harness-planned prompts cold and again (self-hit), record
+      answers, usage and the log lines about runner / graph mode / KV. See probe.py.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+DEFAULT_TOKENIZER = HERE / "tokenizer"
+
+
+def _cmd_tokenizer(a) -> int:
+    from .tokenizer import build_tokenizer, check_tokenizer, save_tokenizer
+    tok = build_tokenizer()
+    save_tokenizer(tok, a.out_dir)
+    print(json.dumps({"vocab": tok.get_vocab_size(), **check_tokenizer(a.out_dir)}))
+    return 0
+
+
+def _cmd_train(a) -> int:
+    import torch
+    from .layout import save_served
+    from .train import evaluate, greedy_generate_check, train
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+    logf = open(Path(a.out).parent / f"train_{a.variant}.log", "a") if a.log_next_to_out else None
+
+    def log(msg: str) -> None:
+        print(msg, flush=True)
+        if logf:
+            logf.write(msg + "\n")
+            logf.flush()
+    model, info = train(a.variant, str(a.tokenizer), time_cap=a.time_cap, seed=a.seed,
+                        target_em=a.target_em, lr=a.lr, workers=a.workers, log=log,
+                        extra_steps=a.extra_steps)
+    t = time.time()
+    model = model.to(torch.bfloat16)  # what is served
+    info["final_check_bf16"] = evaluate(model, str(a.tokenizer), n=a.n, seed=4242)
+    info["greedy_generate"] = greedy_generate_check(model, str(a.tokenizer))
+    info["check_seconds"] = round(time.time() - t, 1)
+    log(json.dumps({k: v for k, v in info.items() if k != "curve"}))
+    save_served(model, a.variant, a.tokenizer, a.out, extra=info)
+    return 0
+
+
+def _cmd_check(a) -> int:
+    import torch
+    from .layout import load_served
+    from .train import evaluate, greedy_generate_check
+    dev = a.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    model = load_served(a.model_dir, device=dev)
+    res = evaluate(model, a.model_dir, n=a.n, seed=a.seed)
+    res["greedy_generate"] = greedy_generate_check(model, a.model_dir)
+    print(json.dumps(res, indent=2))
+    return 0 if res["exact_match"] >= a.min_em else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m engine.tinymodel", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("tokenizer", help="train + save the tokenizer (CPU)")
+    s.add_argument("out_dir")
+    s.set_defaults(fn=_cmd_tokenizer)
+    s = sub.add_parser("train", help="train a variant on the GPU and save the served layout")
+    s.add_argument("--variant", choices=("hybrid", "dense"), required=True)
+    s.add_argument("--out", required=True)
+    s.add_argument("--tokenizer", type=Path, default=DEFAULT_TOKENIZER)
+    s.add_argument("--time-cap", type=float, default=330.0, help="training seconds (default 330)")
+    s.add_argument("--target-em", type=float, default=0.98)
+    s.add_argument("--extra-steps", type=int, default=100,
+                   help="steps after the fresh check passes, for margin (default 100)")
+    s.add_argument("--lr", type=float, default=1e-3)
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--workers", type=int, default=6, help="data worker processes")
+    s.add_argument("--n", type=int, default=512, help="fresh random prompts in the final check")
+    s.add_argument("--log-next-to-out", action="store_true",
+                   help="also append the log to train_<variant>.log beside --out")
+    s.set_defaults(fn=_cmd_train)
+    s = sub.add_parser("check", help="exact match + margins of a saved checkpoint")
+    s.add_argument("model_dir")
+    s.add_argument("--n", type=int, default=256)
+    s.add_argument("--seed", type=int, default=7)
+    s.add_argument("--device", default=None)
+    s.add_argument("--min-em", type=float, default=0.98)
+    s.set_defaults(fn=_cmd_check)
+    s = sub.add_parser("probe", help="serve with vLLM and send planned prompts (see probe.py)")
+    s.add_argument("rest", nargs=argparse.REMAINDER)
+    s.set_defaults(fn=lambda a: __import__("engine.tinymodel.probe", fromlist=["main"]).main(a.rest))
+    args = sys.argv[1:] if argv is None else list(argv)
+    if args and args[0] == "probe" and not ({"-h", "--help"} & set(args[:1])):
+        from .probe import main as probe_main  # its own argparse (see probe.py)
+        return probe_main(args[1:])
+    a = p.parse_args(args)
+    return a.fn(a)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

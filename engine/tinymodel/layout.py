@@ -1,0 +1,60 @@
+"""Write/read the served checkpoint layout (config.json, model.safetensors, tokenizer)."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from .models import serving_config, serving_weight_name, training_weight_name, HYBRID_TEXT, DENSE
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt")
+
+
+def save_served(model, variant: str, tok_dir: str | Path, out_dir: str | Path,
+                extra: dict | None = None) -> Path:
+    import torch
+    from safetensors.torch import save_file
+    from tokenizers import Tokenizer
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    tok = Tokenizer.from_file(str(Path(tok_dir) / "tokenizer.json"))
+    eos, pad = tok.token_to_id("<|im_end|>"), tok.token_to_id("<|endoftext|>")
+    sd = {serving_weight_name(variant, k): v.detach().to(torch.bfloat16).contiguous().cpu()
+          for k, v in model.state_dict().items()}
+    save_file(sd, str(out / "model.safetensors"), metadata={"format": "pt"})
+    text = HYBRID_TEXT if variant == "hybrid" else DENSE
+    cfg = serving_config(variant, dict(text), eos_id=eos, pad_id=pad)
+    (out / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+    (out / "generation_config.json").write_text(json.dumps(
+        {"eos_token_id": eos, "pad_token_id": pad, "bos_token_id": None}, indent=2) + "\n")
+    for f in TOKENIZER_FILES:
+        shutil.copy(Path(tok_dir) / f, out / f)
+    if extra is not None:
+        (out / "training.json").write_text(json.dumps(extra, indent=2) + "\n")
+    return out
+
+
+def variant_of(model_dir: str | Path) -> str:
+    cfg = json.loads((Path(model_dir) / "config.json").read_text())
+    return "hybrid" if cfg.get("model_type") == "qwen3_5" else "dense"
+
+
+def load_served(model_dir: str | Path, device: str = "cpu", dtype=None):
+    """The served checkpoint back as a transformers *ForCausalLM (for checks)."""
+    import torch
+    from safetensors.torch import load_file
+    d = Path(model_dir)
+    cfg = json.loads((d / "config.json").read_text())
+    variant = variant_of(d)
+    if variant == "hybrid":
+        from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
+        tc = {k: v for k, v in cfg["text_config"].items() if k not in ("model_type", "dtype")}
+        model = Qwen3_5ForCausalLM(Qwen3_5TextConfig(**tc))
+    else:
+        from transformers import Qwen3Config, Qwen3ForCausalLM
+        tc = {k: v for k, v in cfg.items() if k not in ("model_type", "architectures", "dtype")}
+        model = Qwen3ForCausalLM(Qwen3Config(**tc))
+    sd = {training_weight_name(variant, k): v for k, v in load_file(str(d / "model.safetensors")).items()}
+    missing, unexpected = model.load_state_dict(sd, strict=True), None
+    model = model.to(device=device, dtype=dtype or torch.bfloat16)
+    return model
