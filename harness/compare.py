@@ -2,7 +2,9 @@
 
 Configurations are matched by ``config_id`` (the hash of the configuration's identity),
 then by ``config_label`` for a configuration whose id is on one side only (a harness
-version that hashes differently still lines up by its human label). Within a matched
+version that hashes differently still lines up by its human label), then by the whole
+configuration apart from the patch set (the before / after comparison of a fix). Within a
+matched
 configuration each residue is one of:
 
 - ``fixed``: some phase was not ok before, every phase is ok now;
@@ -19,6 +21,7 @@ new verdict, sha1 and rerun line per phase.
 """
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from typing import Any
 
@@ -28,6 +31,9 @@ from .report import BUG_VERDICTS, latest_records, phase_key, residues_phrase, sh
 STATUSES = ("regressed", "fixed", "still_broken", "newly_covered", "no_longer_covered",
             "unchanged_ok")
 STATUS_WORDS = {s: s.replace("_", " ") for s in STATUSES}
+# Fields that may differ between matched configurations: the fix set is what a before /
+# after comparison changes on purpose.
+PATCH_FIELDS = frozenset({"patches"})
 
 
 def _by_config(records: list[dict]) -> dict[str, dict]:
@@ -36,30 +42,49 @@ def _by_config(records: list[dict]) -> dict[str, dict]:
     for r in recs:
         cid = r.get("config_id") or r.get("config_label") or "?"
         c = out.setdefault(cid, {"config_id": cid, "config_label": r.get("config_label") or cid,
-                                 "runs": [], "cells": {}})
+                                 "config": r.get("config") or {}, "runs": [], "cells": {}})
         if r.get("run_id") and r["run_id"] not in c["runs"]:
             c["runs"].append(r["run_id"])
         c["cells"][(int(r["residue"]), r.get("phase") or "?")] = r
     return out
 
 
-def _match(old: dict[str, dict], new: dict[str, dict]) -> list[tuple[str | None, str | None]]:
-    pairs: list[tuple[str | None, str | None]] = []
+def _sans(config: dict, drop: frozenset) -> str:
+    return json.dumps({k: v for k, v in config.items() if k not in drop and k not in
+                       ("notes", "overrides")}, sort_keys=True, default=str)
+
+
+def _match(old: dict[str, dict], new: dict[str, dict]
+           ) -> list[tuple[str | None, str | None, str]]:
+    """Pairs (old id, new id, matched_by): same config_id, else same label, else the same
+    configuration apart from the patch set (before/after a fix), else unmatched."""
+    pairs: list[tuple[str | None, str | None, str]] = []
     old_left = dict(old)
-    for cid in new:
+    new_left = [cid for cid in new]
+    for cid in list(new_left):
         if cid in old_left:
-            pairs.append((cid, cid))
+            pairs.append((cid, cid, "config_id"))
             old_left.pop(cid)
-    by_label = {c["config_label"]: cid for cid, c in old_left.items()}
-    for cid in new:
-        if any(n == cid for _, n in pairs):
-            continue
-        oid = by_label.pop(new[cid]["config_label"], None)
-        if oid is not None:
-            old_left.pop(oid, None)
-        pairs.append((oid, cid))
-    for oid in old_left:
-        pairs.append((oid, None))
+            new_left.remove(cid)
+    keys = (("config_label", lambda c: c["config_label"]),
+            ("configuration except patches",
+             lambda c: _sans(c["config"], PATCH_FIELDS) if c["config"] else None))
+    for how, key in keys:
+        index: dict = {}
+        for oid, c in old_left.items():
+            k = key(c)
+            if k is not None:
+                index.setdefault(k, []).append(oid)
+        for cid in list(new_left):
+            k = key(new[cid])
+            cands = index.get(k) if k is not None else None
+            if cands:
+                oid = cands.pop(0)
+                old_left.pop(oid, None)
+                new_left.remove(cid)
+                pairs.append((oid, cid, how))
+    pairs += [(None, cid, "new only") for cid in new_left]
+    pairs += [(oid, None, "old only") for oid in old_left]
     return pairs
 
 
@@ -104,7 +129,7 @@ def compare_records(old: list[dict], new: list[dict]) -> dict:
     configs = []
     totals = {s: 0 for s in STATUSES}
     regressions = []
-    for oid, nid in _match(o, n):
+    for oid, nid, how in _match(o, n):
         oc = o.get(oid) if oid else None
         nc = n.get(nid) if nid else None
         ocells, ncells = (oc or {}).get("cells", {}), (nc or {}).get("cells", {})
@@ -128,8 +153,8 @@ def compare_records(old: list[dict], new: list[dict]) -> dict:
         configs.append({
             "config_id": nid or oid, "old_config_id": oid, "new_config_id": nid,
             "config_label": (nc or oc)["config_label"],
-            "matched_by": ("config_id" if oid == nid else "config_label" if oid and nid
-                           else "new only" if nid else "old only"),
+            "old_config_label": (oc or {}).get("config_label"),
+            "matched_by": how,
             "old_runs": (oc or {}).get("runs", []), "new_runs": (nc or {}).get("runs", []),
             "counts": counts, "points": points,
         })
@@ -166,6 +191,10 @@ def render_compare_markdown(result: dict, *, show_unchanged: bool = False) -> st
             out += [f"Only in the {'new' if c['matched_by'] == 'new only' else 'old'} run.", ""]
         elif c["matched_by"] == "config_label":
             out += ["Matched by label (the configuration ids differ).", ""]
+        elif c["matched_by"] == "configuration except patches":
+            old_p = c.get("old_config_label") or "?"
+            out += [f"Matched with {code(old_p)}: the same configuration apart from the "
+                    "patch set.", ""]
         by: dict[str, list[int]] = defaultdict(list)
         for p in c["points"]:
             by[p["status"]].append(p["residue"])

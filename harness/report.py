@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import pathlib
+import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Iterable
@@ -611,8 +612,11 @@ def render_config_summary(cd: ConfigData, manifest_residues: list[int] | None,
     if mism:
         detail = []
         for f in mism:
-            detail.append(f"{f}: asked {_fmt_value(f, cd.requested.get(f))}, "
-                          f"got {_fmt_value(f, cd.config.get(f))}")
+            if re.fullmatch(r"[A-Za-z_]\w*", f):  # a bare field name: say both values
+                detail.append(f"{f}: asked {_fmt_value(f, cd.requested.get(f))}, "
+                              f"got {_fmt_value(f, cd.config.get(f))}")
+            else:  # already a sentence ("max_model_len: requested 245760, server runs …")
+                detail.append(f)
         lines.append("- **Config mismatch:** " + escape_text("; ".join(detail)))
     overrides = cd.config.get("overrides") or []
     if overrides:

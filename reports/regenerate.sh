@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Regenerate the committed lab reproductions of the thread's tables (reports/*.md) and the
-# real-sweep fixtures the report tests read (tests/reports/fixtures/lab/*.jsonl).
+# real-sweep fixtures the report tests read (tests/reports/fixtures/lab/*.jsonl.gz).
 #
 #   reports/regenerate.sh            # everything (CPU only, the embedded lab engine)
 #   ONLY=fvp reports/regenerate.sh   # one of: fvp full128 fixed128 ladder
@@ -18,7 +18,7 @@ FIX=tests/reports/fixtures/lab
 SLOTS_ARG=${SLOTS:+--slots $SLOTS}
 mkdir -p "$FIX" reports
 
-# run NAME SWEEP-ARGS... : one sweep into $WORK/NAME, kept as $FIX/NAME.{jsonl,manifest.json}
+# run NAME SWEEP-ARGS... : one sweep into $WORK/NAME, kept as $FIX/NAME.{jsonl.gz,manifest.json}
 run() {
   local name=$1; shift
   case " ${ONLY:-$name} " in *" $name "*) ;; *) return 0 ;; esac
@@ -30,10 +30,11 @@ run() {
     --no-progress >/dev/null || rc=$?
   if [ "$rc" -gt 1 ]; then echo "sweep $name failed (exit $rc)" >&2; exit "$rc"; fi
   local jsonl; jsonl=$(ls "$WORK/$name"/*.jsonl)
-  cp "$jsonl" "$FIX/$name.jsonl"
+  # kept as the test fixture (gzip -n: no name/time in the header, so reruns diff cleanly);
+  # tests/reports/test_recorded_runs.py checks that reports/NAME.md is exactly what it renders
+  gzip -n -9 -c "$jsonl" > "$FIX/$name.jsonl.gz"
   cp "${jsonl%.jsonl}.manifest.json" "$FIX/$name.manifest.json"
-  # the report is rendered from the kept fixture, so tests and reports/ can never disagree
-  $SWEEP report "$FIX/$name.jsonl" -o "reports/$name.md"
+  $SWEEP report "$jsonl" -o "reports/$name.md"
 }
 
 # 1. SPEC=mtp CTX=huge, FULL_AND_PIECEWISE vs PIECEWISE at residues 3/4/5, cold and
@@ -53,7 +54,9 @@ run ladder --spec dflash2 --ctx huge --residues all --cudagraph FULL_AND_PIECEWI
   --block-size 16,128 --prefix-match-unit none,128 --patches none
 
 # What the fixes changed, per residue (sweep compare).
-if [ -f "$FIX/full128.jsonl" ] && [ -f "$FIX/fixed128.jsonl" ]; then
-  $SWEEP compare "$FIX/full128.jsonl" "$FIX/fixed128.jsonl" > reports/compare-unpatched-vs-patched.md || true
+old=$(ls "$WORK"/full128/*.jsonl 2>/dev/null || true)
+new=$(ls "$WORK"/fixed128/*.jsonl 2>/dev/null || true)
+if [ -n "$old" ] && [ -n "$new" ]; then
+  $SWEEP compare "$old" "$new" > reports/compare-unpatched-vs-patched.md || true
 fi
 echo "reports/ and $FIX/ regenerated" >&2

@@ -67,3 +67,17 @@ def test_identical_runs_compare_clean():
     res = compare_records(recs, recs)
     assert res["ok"] and res["summary"]["still_broken"] == 1 and res["summary"]["unchanged_ok"] == 127
     assert "no regressions" in render_compare_markdown(res)
+
+
+def test_before_and_after_a_fix_match_apart_from_the_patch_set():
+    fixed_cfg = synth.make_config(patches="all")
+    old = synth.sweep(FULL, range(8), broken=[4], run_id="unpatched")
+    new = synth.sweep(fixed_cfg, range(8), run_id="patched")
+    res = compare_records(old, new)
+    (cfg,) = res["configs"]
+    assert cfg["matched_by"] == "configuration except patches"
+    assert res["summary"]["fixed"] == 1 and res["summary"]["unchanged_ok"] == 7
+    md = render_compare_markdown(res)
+    assert "the same configuration apart from the patch set" in md
+    rows = {r[0]: r[1] for r in gfm_tables(md)[0]["rows"]}
+    assert rows == {"residue 4": "fixed"}

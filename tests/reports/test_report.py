@@ -267,6 +267,12 @@ def test_long_boot_fail_reason_is_capped_in_the_cell_not_the_footnote():
     assert "(+149 chars)**" in md and "(+119 chars)" in md
 
 
+def test_config_mismatch_as_sentences():
+    recs = synth.sweep(FULL, [3], mismatch=["max_model_len: requested 245760, server runs 1048576"])
+    assert ("**Config mismatch:** max\\_model\\_len: requested 245760, server runs 1048576\n"
+            in render_markdown(recs))
+
+
 def test_disagreement_is_said():
     recs = synth.sweep(FULL, range(128), broken=[9])
     md = render_markdown(recs)
