@@ -139,110 +139,63 @@ class Counters:
     timings: list[dict[str, float]] = field(default_factory=list)
 
 
-class Sweep:
-    """Drives planned points through slot workers; records stream into ``store``."""
+class PointRunner:
+    """The per-point code, shared by every backend: boot a server for a point on a slot,
+    run its phases (each record handed to ``emit`` as it completes), stop the server.
+    A backend only decides *where* this runs (local slots here, Ray tasks elsewhere)."""
 
-    def __init__(self, opts: SweepOptions, adapter: EngineAdapter, store: ResultStore,
-                 plan: SweepPlan, *, on_point_done: Callable[[Point, list[dict]], None] | None = None,
-                 golden: dict[tuple, str] | None = None):
+    def __init__(self, opts: SweepOptions, adapter: EngineAdapter, *, run_id: str,
+                 logs_dir: Path, golden: dict[tuple, str] | None = None,
+                 http=None, version: str | None = None):
         self.opts = opts
         self.adapter = adapter
-        self.store = store
-        self.plan = plan
-        self.on_point_done = on_point_done
+        self.run_id = run_id
+        self.logs_dir = logs_dir
         self.golden = golden or {}
         self.ports = PortAllocator()
         self.node = socket.gethostname()
-        self.version = harness_version()
-        self.counters = Counters(total_points=len(plan.points))
-        self._teardowns: set[asyncio.Task] = set()
+        self.version = version or harness_version()
+        self.http = http
 
-    async def run(self, points: list[Point]) -> Counters:
-        self._http = shared_http()
+    async def run_fresh(self, point: Point, slot: Slot,
+                        emit: Callable[[dict], None]) -> tuple[list[dict], dict[str, float]]:
+        """One whole data point on its own fresh server: boot, phases, teardown."""
+        t_point = time.monotonic()
+        timing = {"boot": 0.0, "requests": 0.0, "teardown": 0.0}
         try:
-            return await self._run(points)
-        finally:
-            await self._http.aclose()
-
-    async def _run(self, points: list[Point]) -> Counters:
-        queue: deque[Point] = deque(points)
-        workers = [asyncio.create_task(self._worker(slot, queue), name=f"slot-{slot.id}")
-                   for slot in self.opts.slots]
+            server, client, info = await self.boot(point, slot)
+        except BootFailure as e:
+            records = self.boot_fail_records(point, slot, e)
+            for r in records:
+                emit(r)
+            timing["boot"] = time.monotonic() - t_point
+            timing["point"] = time.monotonic() - t_point
+            return records, timing
+        timing["boot"] = server.boot_s or 0.0
         try:
-            await asyncio.gather(*workers)
+            t_req = time.monotonic()
+            records, _ = await self.run_phases(point, slot, server, client, info, emit)
+            timing["requests"] = time.monotonic() - t_req
+            timing["point"] = time.monotonic() - t_point
         finally:
-            for w in workers:
-                w.cancel()
-            await asyncio.gather(*workers, return_exceptions=True)
-            if self._teardowns:
-                await asyncio.gather(*self._teardowns, return_exceptions=True)
-        return self.counters
+            await self.stop(server, client, timing=timing)
+        return records, timing
 
-    # -- one slot ----------------------------------------------------------------------
-    async def _worker(self, slot: Slot, queue: deque[Point]) -> None:
-        server: ServerProcess | None = None
-        client: EngineClient | None = None
-        server_cfg: str | None = None
-        server_timing: dict[str, float] | None = None
-        info: dict[str, Any] = {}
-        try:
-            while queue:
-                point = queue.popleft()
-                t_point = time.monotonic()
-                timing = {"boot": 0.0, "requests": 0.0, "teardown": 0.0}
-                reuse = (self.opts.isolation != "fresh" and server is not None
-                         and server_cfg == point.cfg_id and server.tree_alive())
-                if not reuse:
-                    if server is not None:
-                        self._background_stop(server, client, server_timing)
-                        server = client = None
-                    try:
-                        server, client, info = await self._boot(point, slot)
-                        server_cfg, server_timing = point.cfg_id, timing
-                        timing["boot"] = server.boot_s or 0.0
-                    except BootFailure as e:
-                        self._emit_point(point, slot, [self._failure_record(
-                            point, slot, phase, "boot-fail", e.reason, e.log_excerpt, {}, None)
-                            for phase in self.opts.phases])
-                        timing["boot"] = time.monotonic() - t_point
-                        self._timing(t_point, timing)
-                        continue
-                elif self.opts.isolation == "reset":
-                    try:
-                        await client.reset_prefix_cache()  # type: ignore[union-attr]
-                    except Exception:  # proven (or not) by the next cold request
-                        pass
-                t_req = time.monotonic()
-                records, server_dead = await self._run_phases(point, slot, server, client, info)
-                timing["requests"] = time.monotonic() - t_req
-                if self.opts.isolation == "fresh" or server_dead:
-                    # Teardown overlaps the next boot on this slot; its time is filled in
-                    # when it finishes.
-                    self._background_stop(server, client, timing)
-                    server = client = None
-                    server_cfg = None
-                self._timing(t_point, timing)
-        finally:
-            if server is not None:
-                await self._stop(server, client, timing=server_timing)
+    def boot_fail_records(self, point: Point, slot: Slot, e: BootFailure) -> list[dict]:
+        return [self._failure_record(point, slot, phase, "boot-fail", e.reason,
+                                     e.log_excerpt, {}, None) for phase in self.opts.phases]
 
-    def _timing(self, t_point: float, timing: dict[str, float]) -> None:
-        """Per point: boot, requests, teardown (filled in later when it runs in the
-        background) and the point's wall time on its slot, teardown excluded."""
-        timing["point"] = time.monotonic() - t_point
-        self.counters.timings.append(timing)
-
-    async def _boot(self, point: Point, slot: Slot) -> tuple[ServerProcess, EngineClient, dict]:
+    async def boot(self, point: Point, slot: Slot) -> tuple[ServerProcess, EngineClient, dict]:
         last: BootFailure | None = None
         for _ in range(MAX_PORT_RETRIES):
             port = self.ports.acquire()
             argv, env = self.adapter.command(point.cfg, port, slot)
             if slot.gpu is not None:
                 env = {"CUDA_VISIBLE_DEVICES": slot.gpu, **env}
-            log_path = self.store.logs_dir / f"{point.cfg_id}-r{point.residue:03d}-{slot.id}-{port}.log"
+            log_path = self.logs_dir / f"{point.cfg_id}-r{point.residue:03d}-{slot.id}-{port}.log"
             server = ServerProcess(argv, env, port, log_path, slot)
             client = EngineClient(server.base_url, timeout=self.opts.timeout,
-                                  api_key=self.opts.api_key, http=self._http)
+                                  api_key=self.opts.api_key, http=self.http)
             try:
                 server.start()
                 await server.wait_ready(client, self.opts.boot_timeout)
@@ -251,21 +204,16 @@ class Sweep:
                 return server, client, info
             except BootFailure as e:
                 last = e
-                await self._stop(server, client, port)
+                await self.stop(server, client, port)
                 if not e.port_conflict:
                     raise
             except BaseException:
-                await self._stop(server, client, port)
+                await self.stop(server, client, port)
                 raise
         assert last is not None
         raise last
 
-    def _background_stop(self, server, client, timing: dict[str, float] | None = None) -> None:
-        task = asyncio.create_task(self._stop(server, client, timing=timing))
-        self._teardowns.add(task)
-        task.add_done_callback(self._teardowns.discard)
-
-    async def _stop(self, server: ServerProcess | None, client: EngineClient | None,
+    async def stop(self, server: ServerProcess | None, client: EngineClient | None,
                     port: int | None = None, *, timing: dict[str, float] | None = None) -> None:
         if client is not None:
             await client.aclose()
@@ -280,8 +228,9 @@ class Sweep:
             self.ports.release(port)
 
     # -- one data point ----------------------------------------------------------------
-    async def _run_phases(self, point: Point, slot: Slot, server: ServerProcess,
-                          client: EngineClient, info: dict) -> tuple[list[dict], bool]:
+    async def run_phases(self, point: Point, slot: Slot, server: ServerProcess,
+                         client: EngineClient, info: dict,
+                         emit: Callable[[dict], None]) -> tuple[list[dict], bool]:
         opts = self.opts
         model = opts.served_model_name or info.get("model") or point.cfg.model or "default"
         records: list[dict] = []
@@ -300,7 +249,7 @@ class Sweep:
                 rec = self._failure_record(point, slot, phase, verdict,
                                            f"{why} (in an earlier phase)", excerpt, info, templated)
                 records.append(rec)
-                self.store.append(rec)
+                emit(rec)
                 continue
             try:
                 if phase == "warm":
@@ -332,21 +281,8 @@ class Sweep:
                 if phase == "cold":
                     cold_sha1 = rec["sha1"]
             records.append(rec)
-            self.store.append(rec)
-        self._count(point, records)
+            emit(rec)
         return records, dead_reason is not None
-
-    def _emit_point(self, point: Point, slot: Slot, records: list[dict]) -> None:
-        for rec in records:
-            self.store.append(rec)
-        self._count(point, records)
-
-    def _count(self, point: Point, records: list[dict]) -> None:
-        self.counters.points_done += 1
-        for r in records:
-            self.counters.verdicts[r["verdict"]] += 1
-        if self.on_point_done:
-            self.on_point_done(point, records)
 
     # -- records -----------------------------------------------------------------------
     def _base_record(self, point: Point, slot: Slot, phase: str, info: dict,
@@ -354,7 +290,7 @@ class Sweep:
         requested = point.cfg.as_dict()
         effective = info.get("config") or requested
         return {
-            "run_id": self.store.run_id, "harness_version": self.version,
+            "run_id": self.run_id, "harness_version": self.version,
             "config_id": point.cfg_id, "config_label": point.cfg.label(),
             "config": effective, "requested_config": requested,
             "config_mismatch": mismatches(requested, effective),
@@ -433,6 +369,115 @@ class Sweep:
         if phase != "cold" and point.cfg.prefix_caching and cached == 0:
             return f"{phase}: no prefix-cache hit (cached_tokens 0)"
         return None
+
+
+
+class Sweep:
+    """Drives planned points through slot workers; records stream into ``store``."""
+
+    def __init__(self, opts: SweepOptions, adapter: EngineAdapter, store: ResultStore,
+                 plan: SweepPlan, *, on_point_done: Callable[[Point, list[dict]], None] | None = None,
+                 golden: dict[tuple, str] | None = None):
+        self.opts = opts
+        self.store = store
+        self.plan = plan
+        self.on_point_done = on_point_done
+        self.runner = PointRunner(opts, adapter, run_id=store.run_id, logs_dir=store.logs_dir,
+                                  golden=golden)
+        self.counters = Counters(total_points=len(plan.points))
+        self._teardowns: set[asyncio.Task] = set()
+
+    async def run(self, points: list[Point]) -> Counters:
+        self.runner.http = shared_http()
+        try:
+            return await self._run(points)
+        finally:
+            await self.runner.http.aclose()
+
+    async def _run(self, points: list[Point]) -> Counters:
+        queue: deque[Point] = deque(points)
+        workers = [asyncio.create_task(self._worker(slot, queue), name=f"slot-{slot.id}")
+                   for slot in self.opts.slots]
+        try:
+            await asyncio.gather(*workers)
+        finally:
+            for w in workers:
+                w.cancel()
+            await asyncio.gather(*workers, return_exceptions=True)
+            if self._teardowns:
+                await asyncio.gather(*self._teardowns, return_exceptions=True)
+        return self.counters
+
+    # -- one slot ----------------------------------------------------------------------
+    async def _worker(self, slot: Slot, queue: deque[Point]) -> None:
+        server: ServerProcess | None = None
+        client: EngineClient | None = None
+        server_cfg: str | None = None
+        server_timing: dict[str, float] | None = None
+        info: dict[str, Any] = {}
+        try:
+            while queue:
+                point = queue.popleft()
+                t_point = time.monotonic()
+                timing = {"boot": 0.0, "requests": 0.0, "teardown": 0.0}
+                reuse = (self.opts.isolation != "fresh" and server is not None
+                         and server_cfg == point.cfg_id and server.tree_alive())
+                if not reuse:
+                    if server is not None:
+                        self._background_stop(server, client, server_timing)
+                        server = client = None
+                    try:
+                        server, client, info = await self.runner.boot(point, slot)
+                        server_cfg, server_timing = point.cfg_id, timing
+                        timing["boot"] = server.boot_s or 0.0
+                    except BootFailure as e:
+                        self._emit_point(point, self.runner.boot_fail_records(point, slot, e))
+                        timing["boot"] = time.monotonic() - t_point
+                        self._timing(t_point, timing)
+                        continue
+                elif self.opts.isolation == "reset":
+                    try:
+                        await client.reset_prefix_cache()  # type: ignore[union-attr]
+                    except Exception:  # proven (or not) by the next cold request
+                        pass
+                t_req = time.monotonic()
+                records, server_dead = await self.runner.run_phases(
+                    point, slot, server, client, info, self.store.append)
+                self._count(point, records)
+                timing["requests"] = time.monotonic() - t_req
+                if self.opts.isolation == "fresh" or server_dead:
+                    # Teardown overlaps the next boot on this slot; its time is filled in
+                    # when it finishes.
+                    self._background_stop(server, client, timing)
+                    server = client = None
+                    server_cfg = None
+                self._timing(t_point, timing)
+        finally:
+            if server is not None:
+                await self.runner.stop(server, client, timing=server_timing)
+
+    def _timing(self, t_point: float, timing: dict[str, float]) -> None:
+        """Per point: boot, requests, teardown (filled in later when it runs in the
+        background) and the point's wall time on its slot, teardown excluded."""
+        timing["point"] = time.monotonic() - t_point
+        self.counters.timings.append(timing)
+
+    def _background_stop(self, server, client, timing: dict[str, float] | None = None) -> None:
+        task = asyncio.create_task(self.runner.stop(server, client, timing=timing))
+        self._teardowns.add(task)
+        task.add_done_callback(self._teardowns.discard)
+
+    def _emit_point(self, point: Point, records: list[dict]) -> None:
+        for rec in records:
+            self.store.append(rec)
+        self._count(point, records)
+
+    def _count(self, point: Point, records: list[dict]) -> None:
+        self.counters.points_done += 1
+        for r in records:
+            self.counters.verdicts[r["verdict"]] += 1
+        if self.on_point_done:
+            self.on_point_done(point, records)
 
 
 def _sha1(text: str) -> str:
