@@ -25,7 +25,7 @@ from typing import Any, Sequence
 
 from engine.presets import CTXS, CUDAGRAPH_MODES, PATCHES, SPECS, preset_table_markdown
 
-from .configs import (ENGINES, ISOLATIONS, PHASES, SweepOptions, UsageError, config_id,
+from .configs import (BACKENDS, ENGINES, ISOLATIONS, PHASES, SweepOptions, UsageError, config_id,
                       describe, expand_matrix, modulus_for, parse_phases, parse_reference,
                       parse_slots, select_residues)
 from .engines import make_adapter
@@ -113,6 +113,10 @@ def sweep_parser() -> _Parser:
     r = p.add_argument_group("how to run")
     r.add_argument("--isolation", default="fresh", choices=ISOLATIONS,
                    help="fresh (new server per point, default) | reset | shared")
+    r.add_argument("--backend", default="local", choices=BACKENDS,
+                   help="where data points run: local slots (default) | ray (a Ray cluster)")
+    r.add_argument("--ray-address", metavar="ADDR",
+                   help="--backend ray: auto | ray://host:port (default: auto)")
     r.add_argument("--slots", type=_positive_int("--slots"), help="parallel CPU slots (default: cores)")
     r.add_argument("--gpus", metavar="LIST", help="one server per GPU id, e.g. 0,1")
     r.add_argument("--timeout", type=_positive_float, default=120.0, help="per request, seconds")
@@ -135,6 +139,8 @@ def sweep_parser() -> _Parser:
 def build_options(ns: argparse.Namespace, argv: Sequence[str]) -> SweepOptions:
     if ns.engine != "cmd" and ns.server_cmd:
         raise UsageError("--server-cmd is only for --engine cmd")
+    if ns.ray_address and ns.backend != "ray":
+        raise UsageError("--ray-address is only for --backend ray")
     if ns.slots and ns.gpus:
         raise UsageError("--slots and --gpus are exclusive: --gpus gives one slot per GPU")
     configs = expand_matrix(engine=ns.engine, model=ns.model, spec=ns.spec, ctx=ns.ctx,
@@ -166,7 +172,8 @@ def build_options(ns: argparse.Namespace, argv: Sequence[str]) -> SweepOptions:
         out=Path(ns.out), reports_dir=Path(ns.reports_dir), resume=ns.resume,
         dry_run=ns.dry_run, answer_lines=ns.answer_lines, seed=ns.seed,
         baseline=ns.baseline, junit=Path(ns.junit) if ns.junit else None, full=ns.full,
-        gh_issue=ns.gh_issue, api_key=ns.api_key, argv=tuple(argv))
+        gh_issue=ns.gh_issue, api_key=ns.api_key, backend=ns.backend,
+        ray_address=ns.ray_address, argv=tuple(argv))
 
 
 # -- the sweep verb ------------------------------------------------------------------------

@@ -24,6 +24,7 @@ from .server_pool import Slot
 ENGINES = ("lab", "vllm", "cmd")
 PHASES = ("cold", "warm", "self-hit")
 ISOLATIONS = ("fresh", "reset", "shared")
+BACKENDS = ("local", "ray")
 LAB_MODEL_DIR = Path(__file__).resolve().parent.parent / "engine" / "lab" / "model"
 
 
@@ -59,6 +60,8 @@ class SweepOptions:
     full: bool = False
     gh_issue: int | None = None
     api_key: str | None = None
+    backend: str = "local"         # local slots | ray (harness.backends.ray_backend)
+    ray_address: str | None = None
     argv: tuple[str, ...] = field(default=(), compare=False)
 
     @property

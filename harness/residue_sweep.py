@@ -388,6 +388,12 @@ class Sweep:
         self._teardowns: set[asyncio.Task] = set()
 
     async def run(self, points: list[Point]) -> Counters:
+        if self.opts.backend == "ray":
+            # Same per-point code (PointRunner.run_fresh), run as Ray tasks; records come
+            # back here and are written by this process only.
+            from .backends.ray_backend import run_on_ray
+            await run_on_ray(self, points)
+            return self.counters
         self.runner.http = shared_http()
         try:
             return await self._run(points)

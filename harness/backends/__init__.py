@@ -1,0 +1,1 @@
+"""Backends: where data points run (local slots are residue_sweep.Sweep itself)."""
