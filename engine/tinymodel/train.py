@@ -124,12 +124,12 @@ def train(variant: str, tok_dir: str, *, time_cap: float, target_em: float = 0.9
           eval_every: int = 50, extra_steps: int = 100) -> tuple[object, dict]:
     import torch
     torch.manual_seed(seed)
+    prod = Producer(tok_dir, tokens_per_batch, max_bs, workers, seed)  # fork before CUDA
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     model = build_model(variant).to(dev)
     nparams = sum(p.numel() for p in model.parameters())
     opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.98), weight_decay=0.01,
                             fused=(dev == "cuda"))
-    prod = Producer(tok_dir, tokens_per_batch, max_bs, workers, seed)
     curve: list[dict] = []
     stage, stage_ems, solved_at = 0, [], None
     t0 = time.time()
@@ -170,7 +170,7 @@ def train(variant: str, tok_dir: str, *, time_cap: float, target_em: float = 0.9
                     prod.set_stage(stage)
                     log(f"[{variant}] -> stage {stage} (max {D.STAGES[stage][0]} tokens) at step {step}")
             if stage == len(D.STAGES) - 1 and solved_at is None and step % eval_every == 0 \
-                    and len(stage_ems) >= 2 and min(stage_ems[-2:]) >= target_em:
+                    and len(stage_ems) >= 3 and sum(stage_ems[-3:]) / 3 >= target_em - 0.03:
                 res = evaluate(model, tok_dir, n=256, seed=1234 + step, bf16=False)
                 log(f"[{variant}] fresh check at step {step}: {json.dumps(res)}")
                 if res["exact_match"] >= target_em:
