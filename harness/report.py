@@ -363,7 +363,10 @@ def predict_bug_b(cd: ConfigData) -> Prediction:
     source = "match unit"
     if not unit:
         g, nvals = hit_granularity(cd)
-        if g and nvals >= 2:
+        if c.get("geometry") == "dense" and c.get("block_size"):
+            # a dense model hits in whole KV blocks
+            unit, source = int(c["block_size"]), "block size (dense, no match unit)"
+        elif g and nvals >= 2:
             unit, source = g, "measured hit granularity (gcd of cached_tokens)"
         else:
             return Prediction(None, True, f"cannot name a residue: k={k}, but no "

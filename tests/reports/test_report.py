@@ -219,6 +219,14 @@ def test_ladder_block_and_match_unit(write_run):
     assert main["rows"][0][0] == "residues 0–3, 5–127"
 
 
+def test_dense_model_without_unit_hits_in_blocks():
+    dense = synth.make_config(unit=None, block=16, geometry="dense")
+    md = render_markdown(synth.sweep(dense, range(128), broken=[4, 20, 36, 52, 68, 84, 100, 116],
+                                     hit_unit=16))
+    assert "predicts residues 4, 20, 36, 52, 68, 84, 100, 116 (k + 1 = 4, mod block size" in md
+    assert "**the sweep agrees**: broken exactly at residues 4, 20, 36, 52, 68, 84, 100, 116" in md
+
+
 def test_no_ladder_when_many_dimensions_differ():
     a = synth.sweep(FULL, [1])
     b = synth.sweep(synth.make_config(spec="dflash2", k=7, cudagraph="PIECEWISE", block=16,
