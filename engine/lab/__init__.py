@@ -1,0 +1,21 @@
+"""residue-lab CPU lab engine: an OpenAI-compatible server in which vLLM's Bug B, issue
+#18 and the boot-capacity failure are real mechanisms (see docs/lab-engine.md).
+
+Module map (each file's docstring names the vLLM code path it mirrors):
+
+- ``cli.py``            flags -> ``LabConfig``; boot order (capacity check before listening)
+- ``config.py``         effective configuration, page arithmetic, KV capacity check
+- ``serve.py``          process lifetime: engine + uvicorn, exit status after engine death
+- ``server.py``         OpenAI-compatible HTTP endpoints
+- ``engine_core.py``    step loop, asyncio front, fatal-error path
+- ``scheduler.py``      token budget, chunked prefill, prefix-hit lookup, preemption
+- ``kv_cache_manager.py`` prefix-cache lookups per KV group, slot allocation, #18 assert
+- ``block_pool.py``     physical blocks, LRU free queue, hash -> block map, KV arrays
+- ``model_runner.py``   persistent batch, cudagraph dispatch (Bug B), verify, drafting
+- ``model.py``          the deterministic hybrid copy model
+- ``spec_decode.py``    mtp / dflash / ngram drafters
+- ``tokenizer.py``      tokenizer, chat template, incremental detokenizer
+- ``metrics.py``        vLLM-named Prometheus metrics
+- ``train_tokenizer.py`` offline: generates the training text and trains ``model/``
+"""
+from .config import VERSION as __version__  # noqa: F401

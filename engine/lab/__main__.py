@@ -1,0 +1,4 @@
+"""``python -m engine.lab --port P [flags]``: start the lab engine."""
+from .cli import main
+
+main()

@@ -1,0 +1,99 @@
+"""Block pool: the paged KV cache's physical blocks, their reference counts, the LRU queue
+of free blocks and the map from block hash to cached block.
+
+Mirrors ``vllm/v1/core/block_pool.py`` (``BlockPool``, ``FreeKVCacheBlockQueue``):
+- a freed block keeps its hash and stays findable by prefix-cache lookups until it is
+  reallocated; reallocation takes the least recently freed block first (LRU) and evicts
+  its hash then;
+- blocks of a finished request are freed tail first, so its prefix outlives its suffix;
+- ``touch`` takes a cached free block back out of the free queue when a new request hits it.
+
+The KV data itself lives in two flat numpy arrays indexed by slot
+(``block_id * block_size + offset``): ``kv_tok`` (the token id a layer wrote) and
+``kv_pos`` (the position it was written for). Recurrent-state snapshots for hybrid
+prefix caching (vLLM's cached mamba-group blocks) are attached to the hash of the block
+that ends an aligned prefix and evicted with it.
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any
+
+import numpy as np
+
+
+class BlockPool:
+    def __init__(self, num_blocks: int, block_size: int, enable_caching: bool) -> None:
+        self.num_blocks = num_blocks
+        self.block_size = block_size
+        self.enable_caching = enable_caching
+        n_slots = num_blocks * block_size
+        self.kv_tok = np.zeros(n_slots, dtype=np.int32)
+        self.kv_pos = np.full(n_slots, -1, dtype=np.int32)
+        self.ref_cnt = [0] * num_blocks
+        self.block_hash: list[int | None] = [None] * num_blocks
+        # Insertion order = eviction order (front is evicted first).
+        self.free_queue: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
+        self.cached: dict[int, int] = {}          # block hash -> block id
+        self.state_snapshots: dict[int, Any] = {}  # block hash -> recurrent state
+
+    @property
+    def num_free_blocks(self) -> int:
+        return len(self.free_queue)
+
+    def usage(self) -> float:
+        return 1.0 - len(self.free_queue) / self.num_blocks
+
+    def get_cached_block(self, block_hash: int) -> int | None:
+        return self.cached.get(block_hash)
+
+    def _evict(self, block_id: int) -> None:
+        h = self.block_hash[block_id]
+        if h is not None:
+            if self.cached.get(h) == block_id:
+                del self.cached[h]
+                self.state_snapshots.pop(h, None)
+            self.block_hash[block_id] = None
+
+    def get_new_blocks(self, n: int) -> list[int]:
+        if n > len(self.free_queue):
+            raise ValueError(f"cannot get {n} free blocks from the pool")
+        out = []
+        for _ in range(n):
+            b, _ = self.free_queue.popitem(last=False)
+            self._evict(b)
+            self.ref_cnt[b] = 1
+            out.append(b)
+        return out
+
+    def touch(self, blocks: list[int]) -> None:
+        for b in blocks:
+            if self.ref_cnt[b] == 0:
+                self.free_queue.pop(b, None)
+            self.ref_cnt[b] += 1
+
+    def free_blocks(self, ordered_blocks: list[int]) -> None:
+        """Free blocks; ``ordered_blocks`` is in eviction order (first evicted first)."""
+        for b in ordered_blocks:
+            self.ref_cnt[b] -= 1
+            if self.ref_cnt[b] == 0:
+                self.free_queue[b] = None
+
+    def cache_block(self, block_id: int, block_hash: int) -> None:
+        if not self.enable_caching or self.block_hash[block_id] is not None:
+            return
+        if block_hash in self.cached:  # an identical block is already cached: keep that one
+            return
+        self.block_hash[block_id] = block_hash
+        self.cached[block_hash] = block_id
+
+    def store_snapshot(self, block_hash: int, state: Any) -> None:
+        if self.enable_caching and block_hash in self.cached:
+            self.state_snapshots[block_hash] = state
+
+    def reset_prefix_cache(self) -> bool:
+        for h, b in list(self.cached.items()):
+            self.block_hash[b] = None
+        self.cached.clear()
+        self.state_snapshots.clear()
+        return True

@@ -1,0 +1,164 @@
+"""Command line: vLLM-spelled flags validated into one ``LabConfig``; boot; serve.
+
+Mirrors ``vllm/entrypoints/openai/cli_args.py`` + ``vllm/engine/arg_utils.py`` (flag
+spelling and JSON-valued ``--speculative-config`` / ``-cc``) and the start of
+``vllm/entrypoints/openai/api_server.py`` (engine first, then the HTTP server; the KV
+capacity check fails the boot before anything listens). Bad flag values: one line on
+stderr, exit 2. Capacity failure: vLLM's ValueError message, exit 1.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+from .config import (CUDAGRAPH_MODES, GEOMETRIES, MODEL_DIR, PATCHES, SPEC_METHODS, VERSION,
+                     CapacityError, ConfigError, LabConfig)
+
+T0 = time.monotonic()
+
+
+def _json_arg(flag: str):
+    def parse(v: str) -> dict:
+        try:
+            d = json.loads(v)
+        except json.JSONDecodeError as e:
+            raise argparse.ArgumentTypeError(f"{flag}: not valid JSON ({e})") from None
+        if not isinstance(d, dict):
+            raise argparse.ArgumentTypeError(f"{flag}: must be a JSON object")
+        return d
+    return parse
+
+
+def _patches(v: str) -> tuple[str, ...]:
+    v = v.strip()
+    if v == "all":
+        return PATCHES
+    if v == "none":
+        return ()
+    names = {p.strip() for p in v.replace("+", ",").split(",") if p.strip()}
+    bad = sorted(names - set(PATCHES))
+    if bad or not names:
+        raise argparse.ArgumentTypeError(
+            f"unknown patch {', '.join(bad) or repr(v)}; allowed: all, none, or a comma list of "
+            + ", ".join(PATCHES))
+    return tuple(p for p in PATCHES if p in names)
+
+
+def _pos_int(v: str) -> int:
+    try:
+        i = int(v)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {v!r}") from None
+    if i <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive: {v}")
+    return i
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one clear line, exit 2
+        sys.stderr.write(f"engine.lab: error: {message}\n")
+        raise SystemExit(2)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="python -m engine.lab",
+        description="residue-lab CPU lab engine: an OpenAI-compatible server that replicates "
+                    "vLLM's scheduler, paged KV cache, prefix cache, spec decode and cudagraph "
+                    "dispatch around a deterministic copy model (not a model of quality).",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    a = p.add_argument
+    a("--model", default=str(MODEL_DIR),
+      help="model directory (tokenizer.json, tokenizer_config.json, config.json)")
+    a("--served-model-name", default=None,
+      help="model id served by /v1/models and accepted in requests (default: lab-copy)")
+    a("--host", default="127.0.0.1", help="address to bind")
+    a("--port", type=int, default=8000, help="port to bind")
+    a("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=False,
+      help="automatic prefix caching (off by default, as vLLM does for hybrid models)")
+    a("--block-size", type=_pos_int, default=16, help="KV cache block size in tokens")
+    a("--prefix-match-unit", type=_pos_int, default=None,
+      help="hash unit for prefix-cache hits in tokens (a multiple of --block-size); hybrid "
+           "geometry without it aligns hits to the state page block (2048 at k=3, 2176 at k=5/7)")
+    a("--speculative-config", type=_json_arg("--speculative-config"), default=None,
+      help='JSON: {"method": "mtp"|"dflash"|"ngram", "num_speculative_tokens": k}')
+    a("-cc", "--compilation-config", type=_json_arg("--compilation-config"), default=None,
+      help='JSON: {"cudagraph_mode": "NONE"|"PIECEWISE"|"FULL"|"FULL_DECODE_ONLY"|'
+           '"FULL_AND_PIECEWISE"} (default FULL_AND_PIECEWISE)')
+    a("--max-model-len", type=_pos_int, default=32768, help="max tokens per request")
+    a("--kv-cache-memory-bytes", type=_pos_int, default=None,
+      help="KV cache memory in bytes; sizes the block pool (tokens = bytes // bytes per token) "
+           "and the boot check. Default: a pool comfortably larger than --max-model-len")
+    a("--max-num-batched-tokens", type=_pos_int, default=8192,
+      help="token budget per scheduler step (chunked prefill)")
+    a("--max-num-seqs", type=_pos_int, default=256, help="max running requests")
+    a("--enable-prompt-tokens-details", action="store_true",
+      help="report usage.prompt_tokens_details.cached_tokens")
+    a("--api-key", default=None,
+      help="require 'Authorization: Bearer KEY' on /v1/* (also read from VLLM_API_KEY)")
+    a("--seed", type=int, default=0, help="seed of the drafters' deterministic imperfection")
+    a("--patches", type=_patches, default=PATCHES,
+      help="lab only: fixes to apply: all, none, or a comma list of " + ", ".join(PATCHES))
+    a("--geometry", choices=GEOMETRIES, default="hybrid",
+      help="lab only: hybrid (recurrent state + attention, the thread's model) or dense")
+    a("--version", action="version", version=VERSION)
+    return p
+
+
+def config_from_args(argv: list[str] | None = None) -> LabConfig:
+    p = build_parser()
+    ns = p.parse_args(argv)
+    spec = ns.speculative_config
+    if spec is not None:
+        method = spec.get("method")
+        if method not in SPEC_METHODS:
+            p.error(f"--speculative-config: method must be one of {', '.join(SPEC_METHODS)}, "
+                    f"got {method!r}")
+        k = spec.get("num_speculative_tokens")
+        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= 64:
+            p.error(f"--speculative-config: num_speculative_tokens must be an integer 1..64, "
+                    f"got {k!r}")
+        spec = {"method": method, "num_speculative_tokens": k,
+                **{kk: v for kk, v in spec.items()
+                   if kk in ("prompt_lookup_max", "prompt_lookup_min")}}
+    mode = (ns.compilation_config or {}).get("cudagraph_mode", "FULL_AND_PIECEWISE")
+    if isinstance(mode, str):
+        mode = mode.upper()
+    if mode not in CUDAGRAPH_MODES:
+        p.error(f"--compilation-config: cudagraph_mode must be one of "
+                f"{', '.join(CUDAGRAPH_MODES)}, got {mode!r}")
+    cfg = LabConfig(
+        model=ns.model, served_model_name=ns.served_model_name or "lab-copy", host=ns.host,
+        port=ns.port, enable_prefix_caching=ns.enable_prefix_caching, block_size=ns.block_size,
+        prefix_match_unit=ns.prefix_match_unit, speculative_config=spec, cudagraph_mode=mode,
+        max_model_len=ns.max_model_len, kv_cache_memory_bytes=ns.kv_cache_memory_bytes,
+        max_num_batched_tokens=ns.max_num_batched_tokens, max_num_seqs=ns.max_num_seqs,
+        enable_prompt_tokens_details=ns.enable_prompt_tokens_details,
+        api_key=ns.api_key or os.environ.get("VLLM_API_KEY") or None, seed=ns.seed,
+        patches=ns.patches, geometry=ns.geometry)
+    if not (0 < cfg.port < 65536):
+        p.error(f"--port must be 1..65535, got {cfg.port}")
+    try:
+        cfg.finalize()
+    except ConfigError as e:
+        p.error(str(e))
+    return cfg
+
+
+def main(argv: list[str] | None = None) -> None:
+    from ._log import log
+
+    try:
+        cfg = config_from_args(argv)
+    except CapacityError as e:
+        log("ERROR", "core.py:718", "EngineCore failed to start.")
+        sys.stderr.write(f"ValueError: {e}\n")
+        raise SystemExit(1)
+    log("INFO", "api_server.py:1885", f"vLLM API server version {VERSION} (residue-lab engine)")
+    log("INFO", "utils.py:328", f"engine config: {json.dumps(cfg.effective(), default=str)}")
+    from .serve import serve
+
+    raise SystemExit(serve(cfg, T0))

@@ -1,0 +1,154 @@
+"""Engine core: the step loop (schedule -> execute -> update) and its asyncio front.
+
+Mirrors ``vllm/v1/engine/core.py`` (``EngineCore.step``, the busy loop, and the fatal
+error path: an exception in the core kills it, ``EngineDeadError`` reaches every
+in-flight request) and ``vllm/v1/engine/async_llm.py`` (per-request output queues, abort
+on client disconnect). vLLM runs the core in its own process; the lab runs it as one
+asyncio task in the server process (a step is tens of microseconds), which keeps boot fast
+and the failure path identical from the outside: 500s, ``/health`` failing, and the
+process exiting non-zero shortly after.
+"""
+from __future__ import annotations
+
+import asyncio
+import itertools
+import sys
+import traceback
+from typing import AsyncIterator, Callable
+
+import numpy as np
+
+from .block_pool import BlockPool
+from .config import LabConfig
+from .kv_cache_manager import KVCacheManager
+from ._log import log
+from .metrics import EngineMetrics
+from .model import CopyModel
+from .model_runner import ModelRunner
+from .request import Request
+from .scheduler import Scheduler
+from .spec_decode import Drafter
+from .tokenizer import LabTokenizer
+
+
+class EngineDeadError(RuntimeError):
+    def __init__(self, msg: str = "EngineCore encountered an issue. See stack trace (above) "
+                                  "for the root cause.") -> None:
+        super().__init__(msg)
+
+
+class EngineCore:
+    def __init__(self, cfg: LabConfig, tokenizer: LabTokenizer) -> None:
+        self.cfg = cfg
+        self.tokenizer = tokenizer
+        self.metrics = EngineMetrics(cfg.served_model_name)
+        self.pool = BlockPool(cfg.num_gpu_blocks, cfg.block_size, cfg.enable_prefix_caching)
+        self.kvm = KVCacheManager(
+            self.pool, block_size=cfg.block_size, alignment=cfg.effective_hash_unit,
+            hybrid=cfg.geometry == "hybrid", enable_caching=cfg.enable_prefix_caching,
+            sliding_window_block=cfg.sliding_window_block,
+            sliding_window_guard=cfg.patch_on("sliding-window-guard"), metrics=self.metrics)
+        self.model = CopyModel(tokenizer, tokenizer.nl_id)
+        drafter = None
+        if cfg.method:
+            nd = (cfg.geometry_info.raw.get("drafters", {}).get("ngram", {})
+                  if cfg.geometry_info else {})
+            spec = cfg.speculative_config or {}
+            drafter = Drafter(cfg.method, cfg.num_spec_tokens, self.model, cfg.seed,
+                              tokenizer.vocab_size,
+                              int(spec.get("prompt_lookup_max") or nd.get("prompt_lookup_max", 4)),
+                              int(spec.get("prompt_lookup_min") or nd.get("prompt_lookup_min", 1)))
+        self.runner = ModelRunner(cfg, self.pool.kv_tok, self.pool.kv_pos, self.model, drafter)
+        self.scheduler = Scheduler(cfg, self.kvm, self.runner, self.metrics)
+
+    def add_request(self, req: Request) -> None:
+        self.scheduler.add_request(req)
+
+    def abort(self, req_id: str) -> None:
+        self.scheduler.abort(req_id)
+
+    def has_work(self) -> bool:
+        return self.scheduler.has_work()
+
+    def step(self):
+        so = self.scheduler.schedule()
+        if not so.items:
+            return []
+        outs = self.runner.execute(so.items)
+        return self.scheduler.update_from_output(so, outs)
+
+    def reset_prefix_cache(self) -> bool:
+        return self.kvm.reset_prefix_cache()
+
+
+class AsyncEngine:
+    """Runs the core's busy loop as an asyncio task; streams outputs per request."""
+
+    def __init__(self, core: EngineCore, on_dead: Callable[[], None] | None = None) -> None:
+        self.core = core
+        self.queues: dict[str, asyncio.Queue] = {}
+        self.dead: BaseException | None = None
+        self.on_dead = on_dead
+        self._wake: asyncio.Event | None = None
+        self._task: asyncio.Task | None = None
+        self._ids = itertools.count()
+
+    def start(self) -> None:
+        self._wake = asyncio.Event()
+        self._task = asyncio.get_running_loop().create_task(self._loop())
+
+    async def _loop(self) -> None:
+        assert self._wake is not None
+        while True:
+            if not self.core.has_work():
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            try:
+                results = self.core.step()
+            except Exception as e:  # the engine core dies
+                self._die(e)
+                return
+            for req, new, reason in results:
+                q = self.queues.get(req.request_id)
+                if q is not None:
+                    q.put_nowait((new, reason, req))
+            await asyncio.sleep(0)
+
+    def _die(self, e: BaseException) -> None:
+        self.dead = e
+        tb = "".join(traceback.format_exception(type(e), e, e.__traceback__))
+        log("ERROR", "core.py:708", "EngineCore encountered a fatal error.\n" + tb.rstrip())
+        log("ERROR", "async_llm.py:480", "AsyncLLM output_handler failed.")
+        for q in self.queues.values():
+            q.put_nowait(EngineDeadError())
+        sys.stderr.flush()
+        if self.on_dead:
+            self.on_dead()
+
+    async def generate(self, prompt_ids: np.ndarray, max_tokens: int
+                       ) -> AsyncIterator[tuple[list[int], str | None, Request]]:
+        if self.dead is not None:
+            raise EngineDeadError()
+        req_id = f"chatcmpl-{next(self._ids):08x}"
+        req = Request(req_id, prompt_ids, max_tokens, self.core.tokenizer.stop_token_ids)
+        q: asyncio.Queue = asyncio.Queue()
+        self.queues[req_id] = q
+        finished = False
+        try:
+            self.core.add_request(req)
+            assert self._wake is not None
+            self._wake.set()
+            while True:
+                item = await q.get()
+                if isinstance(item, BaseException):
+                    raise item
+                new, reason, r = item
+                finished = reason is not None
+                yield new, reason, r
+                if finished:
+                    return
+        finally:
+            self.queues.pop(req_id, None)
+            if not finished and self.dead is None:
+                self.core.abort(req_id)

@@ -1,0 +1,318 @@
+"""The lab copy model: a deterministic hybrid (recurrent state + attention) whose next
+token is computed from what is stored in the request's KV slots.
+
+Mirrors the *forward pass* of a hybrid model such as vLLM's
+``vllm/model_executor/models/qwen3_next.py`` (gated-delta-net recurrent layers + full
+attention): attention reads the paged KV cache through the request's block table; the
+recurrent layers carry a fixed-size per-request state that is advanced token by token and
+is all the model remembers of tokens it does not attend to.
+
+What the "layers" compute (no learned weights, but nothing is a flag either):
+
+- **KV slot** (``kv_tok``/``kv_pos`` in the block pool arrays): the token id and position
+  the layer wrote. Attention only trusts a slot whose stored position is the one asked for.
+- **Recurrent state** (``State``): where we are in the ChatML structure (outside a turn,
+  reading a role, inside a turn of some role) and, inside an assistant turn, a *copy
+  pointer* into the context plus how many lines remain. When the state enters an
+  assistant turn, the instruction reader (an attention pass over the last user turn's
+  slots) finds the count of lines asked for and where the document starts.
+- **Output**: inside an assistant turn, the token under the copy pointer, or
+  ``<|im_end|>`` once the requested lines are out. Inside a user/system turn (the model
+  was never handed the assistant header) it continues the text like a bare induction
+  head: the token that followed the most recent earlier occurrence of the current token.
+  That rule loops on its own output, which is how a corrupted state degenerates into
+  repetition. Outside any turn it ends the sequence.
+
+The state update is the same for prefill and decode: if an input token disagrees with what
+is under the copy pointer, the pointer re-anchors on the last earlier occurrence of that
+token (the induction fallback). So a correct engine answers verbatim, and an engine that
+writes the wrong tokens into slots or advances the state over the wrong inputs answers
+wrongly -- for that reason alone.
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+ENDOFTEXT, IM_START, IM_END = 0, 1, 2
+NUM_SPECIAL = 3
+OUTSIDE, ROLE, TURN = 0, 1, 2
+NO_LIMIT = 1 << 30
+
+NUMBER_WORDS = {w: i + 1 for i, w in enumerate(
+    "one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
+    "fifteen sixteen seventeen eighteen nineteen twenty".split())}
+_NUM = r"(\d+|" + "|".join(NUMBER_WORDS) + r")"
+# "the first 3 lines", "the opening two lines", "3 first lines", "first twenty lines"
+_COUNT_BEFORE = re.compile(_NUM + r"(?:[\s\-]+[A-Za-z'\-]+){0,3}?[\s\-]+lines?\b", re.I)
+_SINGLE_LINE = re.compile(r"\b(first|opening|top|initial|1st)\s+line\b", re.I)
+_VERB = re.compile(r"\b(reproduce|copy|repeat|write|output|print|return|give|transcribe|echo|"
+                   r"type|quote|recite|show|list|provide|reply|respond|duplicate)\b", re.I)
+_FENCE = re.compile(r"^\s*(```.*|-{3,}\s*)$")
+
+
+class State:
+    """Per-request recurrent state (fixed size, like a GDN/Mamba state)."""
+
+    __slots__ = ("mode", "role", "role_toks", "ptr", "end", "lines_left")
+
+    def __init__(self) -> None:
+        self.mode = OUTSIDE
+        self.role = ""
+        self.role_toks: tuple[int, ...] = ()
+        self.ptr = -1          # copy pointer (a context position), -1: none
+        self.end = 0           # end of the copy source (exclusive)
+        self.lines_left = 0
+
+    def copy(self) -> "State":
+        s = State.__new__(State)
+        s.mode, s.role, s.role_toks = self.mode, self.role, self.role_toks
+        s.ptr, s.end, s.lines_left = self.ptr, self.end, self.lines_left
+        return s
+
+    @property
+    def copying(self) -> bool:
+        return self.mode == TURN and self.role == "assistant" and self.ptr >= 0
+
+    def __repr__(self) -> str:  # debugging aid
+        return (f"State(mode={self.mode}, role={self.role!r}, ptr={self.ptr}, end={self.end}, "
+                f"lines_left={self.lines_left})")
+
+
+class SeqView:
+    """One request's context as attention sees it: KV slots read through its block table."""
+
+    __slots__ = ("kv_tok", "kv_pos", "bt", "bs", "_ctx")
+
+    def __init__(self, kv_tok: np.ndarray, kv_pos: np.ndarray, block_table: np.ndarray,
+                 block_size: int) -> None:
+        self.kv_tok, self.kv_pos, self.bt, self.bs = kv_tok, kv_pos, block_table, block_size
+        self._ctx: np.ndarray | None = None
+
+    def tok(self, p: int) -> int:
+        if p < 0 or p // self.bs >= len(self.bt):
+            return -1
+        slot = int(self.bt[p // self.bs]) * self.bs + p % self.bs
+        return int(self.kv_tok[slot]) if self.kv_pos[slot] == p else -1
+
+    def tokens(self, n: int) -> np.ndarray:
+        """Tokens at positions [0, n); -1 where the slot does not hold that position."""
+        if self._ctx is not None and len(self._ctx) >= n:
+            return self._ctx[:n]
+        nb = -(-n // self.bs)
+        slots = (self.bt[:nb, None].astype(np.int64) * self.bs
+                 + np.arange(self.bs)).ravel()[:n]
+        t = self.kv_tok[slots]
+        t = np.where(self.kv_pos[slots] == np.arange(n), t, -1)
+        self._ctx = t
+        return t
+
+    def invalidate(self) -> None:
+        self._ctx = None
+
+    def last_occurrence(self, x: int, before: int) -> int:
+        if before <= 0:
+            return -1
+        hits = np.flatnonzero(self.tokens(before) == x)
+        return int(hits[-1]) if len(hits) else -1
+
+
+def parse_instruction(lines: list[str]) -> tuple[int, int, int]:
+    """(first doc line, end doc line (exclusive), count) for a user message split in lines.
+
+    The instruction is a line with a count (digits or one..twenty) near "line(s)", in the
+    first or last paragraph; the document is the rest of the message, without surrounding
+    blank lines and ``` / --- fences. No instruction: the whole message, no line limit.
+    """
+    blank = [not ln.strip() for ln in lines]
+    paras: list[tuple[int, int]] = []
+    i = 0
+    while i < len(lines):
+        if blank[i]:
+            i += 1
+            continue
+        j = i
+        while j < len(lines) and not blank[j]:
+            j += 1
+        paras.append((i, j))
+        i = j
+    if not paras:
+        return 0, 0, 0
+
+    def count_of(line: str) -> int | None:
+        m = _COUNT_BEFORE.search(line)
+        if m:
+            w = m.group(1).lower()
+            return int(w) if w.isdigit() else NUMBER_WORDS[w]
+        if _SINGLE_LINE.search(line):
+            return 1
+        return None
+
+    candidates = []  # (score, line index, count, at_top)
+    for pi, (a, b) in enumerate(paras):
+        if pi not in (0, len(paras) - 1):
+            continue
+        for li in range(a, b):
+            n = count_of(lines[li])
+            if n is None:
+                continue
+            score = 2 if _VERB.search(lines[li]) else 0
+            low = lines[li].lower()
+            at_top = pi == 0 and not (pi == len(paras) - 1 and
+                                      re.search(r"\b(above|preceding|previous)\b", low))
+            if re.search(r"\b(below|following|follows|next)\b", low) and pi == 0:
+                score += 1
+            if re.search(r"\b(above|preceding|previous)\b", low) and pi == len(paras) - 1:
+                score += 1
+            candidates.append((score, li, n, at_top, (a, b)))
+    if not candidates:
+        first, end = 0, len(lines)
+        count = NO_LIMIT
+    else:
+        score, li, count, at_top, (a, b) = max(candidates, key=lambda c: (c[0], -c[1]))
+        if at_top:
+            # "Copy the first 2 lines of this text:" directly followed by the text
+            first = li + 1 if (lines[li].rstrip().endswith(":") and li + 1 < b) else b
+            end = len(lines)
+        else:
+            first = 0
+            end = li if li > a else a
+    skip = lambda k: blank[k] or bool(_FENCE.match(lines[k]))  # noqa: E731
+    while first < end and skip(first):
+        first += 1
+    while end > first and skip(end - 1):
+        end -= 1
+    return first, end, count
+
+
+class CopyModel:
+    """The forward pass: state update, instruction reader and output rule."""
+
+    def __init__(self, tokenizer, nl_id: int) -> None:
+        self.tokenizer = tokenizer
+        self.nl = nl_id
+        self._role_cache: dict[tuple[int, ...], str] = {}
+
+    # -- recurrent layer ------------------------------------------------------------------
+    def _role_name(self, toks: tuple[int, ...]) -> str:
+        name = self._role_cache.get(toks)
+        if name is None:
+            name = self.tokenizer.decode(list(toks), skip_special_tokens=False).strip()
+            self._role_cache[toks] = name
+        return name
+
+    def step(self, s: State, view: SeqView, x: int, p: int) -> None:
+        """Advance the state over input token x at position p."""
+        if x == IM_START:
+            s.mode, s.role, s.role_toks, s.ptr = ROLE, "", (), -1
+            return
+        if x == IM_END or x == ENDOFTEXT:
+            s.mode, s.ptr = OUTSIDE, -1
+            return
+        if s.mode == ROLE:
+            if x == self.nl:
+                s.role = self._role_name(s.role_toks)
+                s.mode = TURN
+                if s.role == "assistant":
+                    self.read_instruction(s, view, p)
+            else:
+                s.role_toks = s.role_toks + (x,)
+            return
+        if s.copying:
+            if s.ptr < s.end and view.tok(s.ptr) == x:
+                s.ptr += 1
+                if x == self.nl:
+                    s.lines_left -= 1
+            else:  # the input is not what the pointer holds: re-anchor (induction)
+                q = view.last_occurrence(x, before=p)
+                s.ptr = q + 1 if q >= 0 else s.end
+
+    def advance(self, s: State, view: SeqView, start: int, toks: np.ndarray,
+                boundaries: list[int]) -> dict[int, State]:
+        """Advance over a prefill chunk at positions [start, start+len). Tokens that cannot
+        change the state (text inside a non-copying turn, or outside turns) are skipped in
+        bulk. Returns snapshots {b: state before position b} for each boundary b in
+        (start, start+len]."""
+        n = len(toks)
+        specials = np.flatnonzero(toks < NUM_SPECIAL)
+        snaps: dict[int, State] = {}
+        bi = 0
+        i = 0
+        si = 0  # index into specials
+        while True:
+            # record boundaries reached so far (state before position start+i)
+            while bi < len(boundaries) and boundaries[bi] <= start + i:
+                if boundaries[bi] == start + i:
+                    snaps[boundaries[bi]] = s.copy()
+                bi += 1
+            if i >= n:
+                break
+            if s.mode == ROLE or s.copying:
+                self.step(s, view, int(toks[i]), start + i)
+                i += 1
+                continue
+            # skip to the next special token (state is constant until then), but stop at
+            # boundaries so snapshots are taken
+            while si < len(specials) and specials[si] < i:
+                si += 1
+            j = int(specials[si]) if si < len(specials) else n
+            if bi < len(boundaries):
+                j = min(j, max(boundaries[bi] - start, i))
+            if j > i:
+                i = j
+                continue
+            self.step(s, view, int(toks[i]), start + i)
+            i += 1
+        return snaps
+
+    # -- the instruction reader (attention over the last user turn) ------------------------
+    def read_instruction(self, s: State, view: SeqView, p: int) -> None:
+        ctx = view.tokens(p + 1)
+        starts = np.flatnonzero(ctx == IM_START)
+        s.ptr, s.end, s.lines_left = 0, 0, 0
+        for st in starts[::-1][1:]:  # skip this assistant header's own <|im_start|>
+            nls = np.flatnonzero(ctx[st + 1:p + 1] == self.nl)
+            if not len(nls):
+                continue
+            cs = int(st) + 1 + int(nls[0]) + 1
+            if self._role_name(tuple(int(t) for t in ctx[st + 1:cs - 1])) != "user":
+                continue
+            tail = ctx[cs:p + 1]
+            ends = np.flatnonzero((tail == IM_END) | (tail == IM_START))
+            ce = cs + (int(ends[0]) if len(ends) else len(tail))
+            self._plan_copy(s, ctx, cs, ce)
+            return
+
+    def _plan_copy(self, s: State, ctx: np.ndarray, cs: int, ce: int) -> None:
+        content = ctx[cs:ce]
+        nl = np.flatnonzero(content == self.nl)
+        line_starts = np.concatenate(([0], nl + 1))
+        line_ends = np.concatenate((nl, [len(content)]))
+        pieces = [[int(t) for t in content[a:b] if t >= 0] for a, b in zip(line_starts, line_ends)]
+        lines = self.tokenizer.decode_batch(pieces, skip_special_tokens=False)
+        first, end, count = parse_instruction(lines)
+        if first >= end or count <= 0:
+            s.ptr = s.end = cs
+            return
+        s.ptr = cs + int(line_starts[first])
+        s.end = cs + int(line_ends[end - 1])
+        s.lines_left = count
+
+    # -- output head ------------------------------------------------------------------------
+    def next_token(self, s: State, view: SeqView, x: int, p: int) -> int:
+        """The token the model emits after input x at position p (state already includes x)."""
+        if s.mode != TURN:
+            return IM_END
+        if s.role == "assistant":
+            if s.ptr < 0 or s.ptr >= s.end:
+                return IM_END
+            t = view.tok(s.ptr)
+            if t < 0 or t < NUM_SPECIAL or (t == self.nl and s.lines_left <= 1):
+                return IM_END
+            return t
+        q = view.last_occurrence(x, before=p)
+        if q < 0:
+            return IM_END
+        t = view.tok(q + 1)
+        return t if t >= 0 else IM_END

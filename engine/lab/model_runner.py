@@ -1,0 +1,175 @@
+"""Model runner: the persistent batch, input preparation, cudagraph dispatch by batch
+shape, the forward pass, rejection sampling and drafting.
+
+Mirrors ``vllm/v1/worker/gpu_model_runner.py`` (``_prepare_inputs``, the uniform-decode
+check that picks the cudagraph runtime mode, ``execute_model``, ``propose_draft_token_ids``),
+``vllm/v1/cudagraph_dispatcher.py`` (``CudagraphDispatcher.dispatch``) and
+``vllm/v1/sample/rejection_sampler.py`` (greedy verification of 1 + k tokens).
+
+The bug class lives in ``dispatch``: a batch is a *uniform decode* batch by shape alone
+(every request has exactly 1 + k scheduled tokens). With FULL graphs for decode
+(FULL / FULL_DECODE_ONLY / FULL_AND_PIECEWISE) such a batch replays the *captured
+spec-verify plan*. A replayed graph does not read what the scheduler scheduled: it reads
+the persistent per-row decode inputs (the last sampled token and the drafts, staged only
+for rows that are decoding) and writes them at the positions a decode step writes, and it
+advances the recurrent state over them as a verify step does. For decode rows that is
+exactly the eager computation. For a row whose *final prefill chunk* happens to be
+1 + k tokens (a prefix-cache hit leaves tail = len - hit), the row's staging buffers hold
+whatever the row's previous occupant last decoded: the last 1 + k KV slots and the
+recurrent state are written from the wrong tokens, and the answer follows from that.
+The ``prefill-discriminator`` patch adds the missing condition: no scheduled request may
+still be in prefill (vLLM's V2 runner checks ``num_computed < prefill_len``).
+PIECEWISE and NONE never replay the captured plan.
+"""
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .config import FULL_DECODE_MODES, LabConfig
+from .model import CopyModel, SeqView, State
+from .request import Request
+from .spec_decode import Drafter
+
+CAPTURED, EAGER = "FULL", "PIECEWISE"
+
+
+@dataclass
+class RunnerOutput:
+    emitted: list[int]          # sampled tokens (empty for a non-final prefill chunk)
+    num_inputs_accepted: int    # scheduled inputs whose KV/state is now valid
+    num_accepted_drafts: int
+    state: State
+    snapshots: dict[int, State] = field(default_factory=dict)
+    drafts: list[int] = field(default_factory=list)
+
+
+class ModelRunner:
+    def __init__(self, cfg: LabConfig, kv_tok: np.ndarray, kv_pos: np.ndarray,
+                 model: CopyModel, drafter: Drafter | None) -> None:
+        self.cfg = cfg
+        self.k = cfg.num_spec_tokens if drafter else 0
+        self.bs = cfg.block_size
+        self.kv_tok, self.kv_pos = kv_tok, kv_pos
+        self.model, self.drafter = model, drafter
+        self.full_decode = cfg.cudagraph_mode in FULL_DECODE_MODES
+        self.discriminator = cfg.patch_on("prefill-discriminator")
+        self.snapshot_every = (cfg.effective_hash_unit
+                               if cfg.geometry == "hybrid" and cfg.enable_prefix_caching else 0)
+        rows = cfg.max_num_seqs
+        self.rows: dict[str, int] = {}
+        self.free_rows = list(range(rows))
+        # Persistent per-row decode inputs: what a replayed verify graph reads.
+        self.stage_last = np.zeros(rows, dtype=np.int32)
+        self.stage_drafts = np.zeros((rows, max(1, self.k)), dtype=np.int32)
+        self.dispatch_counts = {CAPTURED: 0, EAGER: 0}
+
+    # -- persistent batch ---------------------------------------------------------------
+    def release(self, req_id: str) -> None:
+        row = self.rows.pop(req_id, None)
+        if row is not None:
+            heapq.heappush(self.free_rows, row)
+
+    def _row(self, req: Request) -> int:
+        row = self.rows.get(req.request_id)
+        if row is None:
+            row = heapq.heappop(self.free_rows)
+            self.rows[req.request_id] = row
+        return row
+
+    # -- dispatch -----------------------------------------------------------------------
+    def dispatch(self, items: list[tuple[Request, int, list[int]]]) -> str:
+        if not (self.k and self.full_decode):
+            return EAGER
+        num_tokens = sum(n for _, n, _ in items)
+        max_query = max(n for _, n, _ in items)
+        uniform_decode = max_query == 1 + self.k and num_tokens == len(items) * max_query
+        if uniform_decode and self.discriminator:
+            uniform_decode = not any(req.is_prefill for req, _, _ in items)
+        if uniform_decode and num_tokens <= self.cfg.max_cudagraph_capture_size:
+            return CAPTURED
+        return EAGER
+
+    # -- execute ------------------------------------------------------------------------
+    def execute(self, items: list[tuple[Request, int, list[int]]]) -> dict[str, RunnerOutput]:
+        bs = self.bs
+        rows = [self._row(req) for req, _, _ in items]
+        for (req, n, spec), row in zip(items, rows):
+            if not req.is_prefill:  # stage the decode inputs of decoding rows
+                self.stage_last[row] = req.last_token()
+                if spec:
+                    self.stage_drafts[row, :len(spec)] = spec
+        plan = self.dispatch(items)
+        self.dispatch_counts[plan] += 1
+
+        inputs = []
+        for (req, n, spec), row in zip(items, rows):
+            start = req.num_computed_tokens
+            if plan == CAPTURED:
+                toks = np.concatenate(([self.stage_last[row]], self.stage_drafts[row, :self.k]))
+            elif req.is_prefill:
+                toks = req.token_array()[start:start + n]
+            else:
+                toks = np.asarray([req.last_token()] + spec, dtype=np.int32)
+            pos = np.arange(start, start + n)
+            slots = req.block_table[pos // bs].astype(np.int64) * bs + pos % bs
+            self.kv_tok[slots] = toks
+            self.kv_pos[slots] = pos
+            inputs.append(toks)
+
+        outs: dict[str, RunnerOutput] = {}
+        for (req, n, spec), toks in zip(items, inputs):
+            outs[req.request_id] = self._forward(req, n, spec, toks, plan)
+        return outs
+
+    def _boundaries(self, start: int, n: int) -> list[int]:
+        u = self.snapshot_every
+        if not u:
+            return []
+        first = (start // u + 1) * u
+        return list(range(first, start + n + 1, u))
+
+    def _forward(self, req: Request, n: int, spec: list[int], toks: np.ndarray,
+                 plan: str) -> RunnerOutput:
+        model = self.model
+        view = SeqView(self.kv_tok, self.kv_pos, req.block_table, self.bs)
+        start = req.num_computed_tokens
+        boundaries = self._boundaries(start, n)
+        prefill_end = start + n >= req.num_prompt_tokens and not req.output_token_ids
+        a = 0
+        if plan == CAPTURED or not req.is_prefill:
+            # verify kernel: every position is computed, states kept per position
+            s = req.state.copy()
+            states, outs = [], []
+            for i in range(n):
+                x = int(toks[i])
+                model.step(s, view, x, start + i)
+                outs.append(model.next_token(s, view, x, start + i))
+                states.append(s.copy())
+            if req.is_prefill:  # the scheduler's view: a prefill chunk, all of it computed
+                accepted = n
+                emitted = [outs[-1]] if prefill_end else []
+            else:               # rejection sampling (greedy): accept drafts the target agrees with
+                while a < len(spec) and spec[a] == outs[a]:
+                    a += 1
+                accepted = a + 1
+                emitted = outs[:a + 1]
+            state = states[accepted - 1]
+            snaps = {b: states[b - start - 1] for b in boundaries if b - start <= accepted}
+        else:
+            state = req.state.copy()
+            snaps = model.advance(state, view, start, toks, boundaries)
+            accepted = n
+            emitted = ([model.next_token(state, view, int(toks[-1]), start + n - 1)]
+                       if prefill_end else [])
+        out = RunnerOutput(emitted, accepted, a, state, snaps)
+        if emitted and self.drafter is not None:
+            pos = start + accepted  # position of the token just sampled
+            limit = self.cfg.max_model_len - pos - 1
+            tokens = None
+            if self.drafter.method == "ngram":
+                tokens = np.concatenate((req.token_array(), np.asarray(emitted, dtype=np.int32)))
+            out.drafts = self.drafter.propose(state, view, emitted[-1], pos, tokens, limit)
+        return out

@@ -1,0 +1,170 @@
+"""Scheduler: which requests run this step and with how many tokens.
+
+Mirrors ``vllm/v1/core/sched/scheduler.py`` (``Scheduler.schedule`` and
+``update_from_output``): one token budget per step (``--max-num-batched-tokens``); running
+requests first (a decoding request asks for 1 + its draft tokens, a prefilling one for
+the rest of its prompt, chunked to the budget), then waiting requests, whose prefix-cache
+hit is looked up once, on first scheduling: only the uncached tail is computed. Slots for
+k lookahead tokens are reserved for drafts. When the pool runs out, the newest running
+request is preempted (freed and recomputed later). After the step, outputs are appended,
+stop/length checks run, full blocks enter the prefix cache, and spec-decode counters move.
+"""
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from .config import LabConfig
+from .kv_cache_manager import KVCacheManager
+from .metrics import EngineMetrics
+from .model import State
+from .model_runner import ModelRunner, RunnerOutput
+from .request import FINISHED, RUNNING, WAITING, Request
+
+
+@dataclass
+class SchedulerOutput:
+    items: list[tuple[Request, int, list[int]]] = field(default_factory=list)
+
+
+class Scheduler:
+    def __init__(self, cfg: LabConfig, kvm: KVCacheManager, runner: ModelRunner,
+                 metrics: EngineMetrics) -> None:
+        self.cfg = cfg
+        self.kvm = kvm
+        self.runner = runner
+        self.metrics = metrics
+        self.k = runner.k
+        self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []
+        self.requests: dict[str, Request] = {}
+
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def add_request(self, req: Request) -> None:
+        self.kvm.update_block_hashes(req)
+        self.requests[req.request_id] = req
+        self.waiting.append(req)
+        self._gauges()
+
+    def abort(self, req_id: str) -> None:
+        req = self.requests.get(req_id)
+        if req is None or req.status == FINISHED:
+            return
+        if req.status == WAITING:
+            self.waiting.remove(req)
+        self._finish(req, "abort")
+
+    def _finish(self, req: Request, reason: str) -> None:
+        req.status = FINISHED
+        req.finish_reason = reason
+        if req in self.running:
+            self.running.remove(req)
+        self.kvm.free(req)
+        self.runner.release(req.request_id)
+        self.requests.pop(req.request_id, None)
+        self.metrics.request_success[reason] = self.metrics.request_success.get(reason, 0) + 1
+
+    def _preempt(self, req: Request) -> None:
+        self.running.remove(req)
+        self.kvm.free(req)
+        self.runner.release(req.request_id)
+        req.num_computed_tokens = 0
+        req.num_cached_tokens = max(req.num_cached_tokens, 0)
+        req.spec_token_ids = []
+        req.state = None
+        req.status = WAITING
+        self.waiting.appendleft(req)
+
+    def _gauges(self) -> None:
+        self.metrics.num_requests_running = len(self.running)
+        self.metrics.num_requests_waiting = len(self.waiting)
+        self.metrics.kv_cache_usage = self.kvm.pool.usage()
+
+    # -- schedule -----------------------------------------------------------------------
+    def schedule(self) -> SchedulerOutput:
+        out = SchedulerOutput()
+        budget = self.cfg.max_num_batched_tokens
+        i = 0
+        while i < len(self.running) and budget > 0:
+            req = self.running[i]
+            if req.num_computed_tokens < req.prefill_target:
+                n = min(req.prefill_target - req.num_computed_tokens, budget)
+                spec: list[int] = []
+            else:
+                spec = req.spec_token_ids[:max(0, budget - 1)]
+                n = 1 + len(spec)
+            while not self.kvm.allocate_slots(req, n, self.k):
+                victim = self.running[-1]
+                self._preempt(victim)
+                if victim is req:
+                    break
+            else:
+                out.items.append((req, n, spec))
+                budget -= n
+                i += 1
+                continue
+            break  # req itself was preempted
+        while (self.waiting and budget > 0 and len(self.running) < self.cfg.max_num_seqs):
+            req = self.waiting[0]
+            blocks, hit, snapshot = self.kvm.get_computed_blocks(req)
+            target = req.prefill_target
+            n = min(target - hit, budget)
+            if n <= 0:
+                blocks, hit, snapshot = [], 0, None
+                n = min(target, budget)
+            if not self.kvm.allocate_slots(req, n, self.k, blocks):
+                break
+            self.waiting.popleft()
+            req.num_computed_tokens = hit
+            if req.num_cached_tokens < 0:
+                req.num_cached_tokens = hit
+            req.state = snapshot if snapshot is not None else State()
+            req.status = RUNNING
+            self.running.append(req)
+            out.items.append((req, n, []))
+            budget -= n
+        for req, n, spec in out.items:
+            if spec:
+                self.metrics.spec_decode_num_drafts += 1
+                self.metrics.spec_decode_num_draft_tokens += len(spec)
+            if req.is_prefill:
+                self.metrics.prompt_tokens += min(n, req.num_prompt_tokens - req.num_computed_tokens)
+        self._gauges()
+        return out
+
+    # -- outputs ------------------------------------------------------------------------
+    def update_from_output(self, so: SchedulerOutput, outs: dict[str, RunnerOutput]
+                           ) -> list[tuple[Request, list[int], str | None]]:
+        results = []
+        max_len = self.cfg.max_model_len
+        for req, n, spec in so.items:
+            o = outs[req.request_id]
+            req.num_computed_tokens += o.num_inputs_accepted
+            req.state = o.state
+            if spec:
+                self.metrics.spec_decode_num_accepted_tokens += o.num_accepted_drafts
+            new: list[int] = []
+            reason = None
+            for t in o.emitted:
+                req.output_token_ids.append(t)
+                new.append(t)
+                if t in req.stop_token_ids:
+                    reason = "stop"
+                elif len(req.output_token_ids) >= req.max_tokens or req.num_tokens >= max_len:
+                    reason = "length"
+                if reason:
+                    break
+            self.metrics.generation_tokens += len(new)
+            self.kvm.cache_blocks(req)
+            if o.snapshots:
+                self.kvm.store_snapshots(req, o.snapshots)
+            if reason:
+                self._finish(req, reason)
+            else:
+                room = max_len - req.num_tokens
+                req.spec_token_ids = o.drafts[:max(0, room)] if new else []
+            results.append((req, new, reason))
+        self._gauges()
+        return results

@@ -1,0 +1,91 @@
+"""Process lifetime: build the engine, serve HTTP with uvicorn, exit non-zero after the
+engine core dies (as vLLM's API server shuts down on ``EngineDeadError``).
+
+Mirrors ``vllm/entrypoints/openai/api_server.py`` (``run_server``, ``serve_http``) and
+``vllm/entrypoints/launcher.py`` (the watchdog that terminates the server when the engine
+is dead). The startup lines on stderr are shaped like vLLM's.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+
+from ._log import log
+from .config import VERSION, LabConfig
+
+DEAD_EXIT_DELAY_S = 0.5   # keep answering 500 / failing /health this long, then exit
+
+
+def serve(cfg: LabConfig, t0: float) -> int:
+    import uvicorn
+
+    from .engine_core import AsyncEngine, EngineCore
+    from .server import build_app
+    from .tokenizer import LabTokenizer
+
+    tokenizer = LabTokenizer(cfg.model)
+    core = EngineCore(cfg, tokenizer)
+    k = cfg.num_spec_tokens
+    log("INFO", "core.py:93", f"Initializing a V1 LLM engine (v{VERSION}) with "
+        f"config: model={cfg.model!r}, max_seq_len={cfg.max_model_len}, "
+        f"enable_prefix_caching={cfg.enable_prefix_caching}, geometry={cfg.geometry}, "
+        f"speculative_config={cfg.speculative_config}, patches={cfg.patches_label()}")
+    if cfg.geometry == "hybrid":
+        log("INFO", "config.py:427", f"Setting attention block size to {cfg.page_block} tokens "
+            f"to ensure that attention page size is >= mamba page size.")
+    if cfg.enable_prefix_caching:
+        log("INFO", "kv_cache_manager.py:120", f"Prefix caching: hash block size "
+            f"{cfg.block_size}, hit alignment {cfg.effective_hash_unit} tokens"
+            + (f" (--prefix-match-unit {cfg.prefix_match_unit})" if cfg.prefix_match_unit else ""))
+    if cfg.sliding_window_block:
+        log("INFO", "kv_cache_utils.py:1000", f"dflash drafter sliding-window group block "
+            f"size: {cfg.sliding_window_block} tokens")
+    log("INFO", "kv_cache_utils.py:1087", f"GPU KV cache size: {cfg.kv_cache_tokens:,} tokens")
+    log("INFO", "kv_cache_utils.py:1091", f"Maximum concurrency for {cfg.max_model_len:,} tokens "
+        f"per request: {cfg.kv_cache_tokens / cfg.max_model_len:.2f}x")
+    log("INFO", "gpu_model_runner.py:3480", f"cudagraph_mode={cfg.cudagraph_mode}"
+        + (f", uniform decode query len {1 + k}" if k else ""))
+    log("INFO", "lab", "patches: " + ", ".join(f"{n}={s}" for n, s in cfg.patch_status().items()))
+
+    state = {"dead": False}
+    server: uvicorn.Server | None = None
+
+    def on_dead() -> None:
+        state["dead"] = True
+        loop = asyncio.get_running_loop()
+
+        def stop() -> None:
+            log("ERROR", "launcher.py:110", "Engine is dead: shutting down the API server.")
+            if server is not None:
+                server.should_exit = True
+        loop.call_later(DEAD_EXIT_DELAY_S, stop)
+
+    engine = AsyncEngine(core, on_dead)
+    app = build_app(cfg, engine, tokenizer)
+    config = uvicorn.Config(app, host=cfg.host, port=cfg.port, log_level="warning",
+                            access_log=False, lifespan="off", loop="asyncio", http="h11",
+                            timeout_graceful_shutdown=2, timeout_keep_alive=30)
+    server = uvicorn.Server(config)
+
+    async def main() -> None:
+        engine.start()
+
+        async def announce() -> None:
+            while not server.started:
+                await asyncio.sleep(0.002)
+            log("INFO", "launcher.py:46", "Available routes are: /health, /v1/models, /version, "
+                "/v1/chat/completions, /tokenize, /detokenize, /metrics, /reset_prefix_cache")
+            log("INFO", "server.py", "Application startup complete.")
+            log("INFO", "server.py", f"Uvicorn running on http://{cfg.host}:{cfg.port} "
+                f"(Press CTRL+C to quit) [boot {time.monotonic() - t0:.3f}s]")
+
+        asyncio.get_running_loop().create_task(announce())
+        await server.serve()
+
+    asyncio.run(main())
+    if state["dead"]:
+        log("ERROR", "api_server.py:1950", "API server exiting: EngineDeadError")
+        return 1
+    if not server.started:
+        return 1  # could not bind
+    return 0
