@@ -83,12 +83,13 @@ class State:
 class SeqView:
     """One request's context as attention sees it: KV slots read through its block table."""
 
-    __slots__ = ("kv_tok", "kv_pos", "bt", "bs", "_ctx")
+    __slots__ = ("kv_tok", "kv_pos", "bt", "bs", "_ctx", "written")
 
     def __init__(self, kv_tok: np.ndarray, kv_pos: np.ndarray, block_table: np.ndarray,
-                 block_size: int) -> None:
+                 block_size: int, written: int = 0) -> None:
         self.kv_tok, self.kv_pos, self.bt, self.bs = kv_tok, kv_pos, block_table, block_size
         self._ctx: np.ndarray | None = None
+        self.written = written  # positions [0, written) are written this step: gather once
 
     def tok(self, p: int) -> int:
         if p < 0 or p // self.bs >= len(self.bt):
@@ -100,13 +101,15 @@ class SeqView:
         """Tokens at positions [0, n); -1 where the slot does not hold that position."""
         if self._ctx is not None and len(self._ctx) >= n:
             return self._ctx[:n]
+        n_req = n
+        n = min(max(n, self.written), len(self.bt) * self.bs)
         nb = -(-n // self.bs)
         slots = (self.bt[:nb, None].astype(np.int64) * self.bs
                  + np.arange(self.bs)).ravel()[:n]
         t = self.kv_tok[slots]
         t = np.where(self.kv_pos[slots] == np.arange(n), t, -1)
         self._ctx = t
-        return t
+        return t[:n_req]
 
     def invalidate(self) -> None:
         self._ctx = None

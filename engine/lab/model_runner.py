@@ -134,8 +134,8 @@ class ModelRunner:
     def _forward(self, req: Request, n: int, spec: list[int], toks: np.ndarray,
                  plan: str) -> RunnerOutput:
         model = self.model
-        view = SeqView(self.kv_tok, self.kv_pos, req.block_table, self.bs)
         start = req.num_computed_tokens
+        view = SeqView(self.kv_tok, self.kv_pos, req.block_table, self.bs, start + n)
         boundaries = self._boundaries(start, n)
         prefill_end = start + n >= req.num_prompt_tokens and not req.output_token_ids
         a = 0
