@@ -256,6 +256,22 @@ def _is_repetition(r: dict) -> bool:
     return (r.get("repeats") or 0) >= REPEAT_MIN
 
 
+# A server log line that names the failure: "ValueError: ...", "AssertionError", vLLM's
+# boot-capacity message. The last such line of the excerpt is the gist.
+_GIST = re.compile(r"\b[A-Za-z_.]*(Error|Exception|Interrupt)\b|\bassert(ion)?\b|KV cache is "
+                   r"needed|larger than the available|out of memory|Killed|Traceback", re.I)
+
+
+def failure_gist(r: dict) -> str:
+    """One line saying why a crash / boot-fail / timeout happened: the last log line that
+    names an error (``ModuleNotFoundError: No module named 'x'``), else the reason."""
+    lines = [str(x).strip() for x in (r.get("log_excerpt") or []) if str(x).strip()]
+    named = [ln for ln in lines if _GIST.search(ln) and not ln.startswith("Traceback")]
+    if named:
+        return named[-1]
+    return _reason_short(r)
+
+
 def _reason_short(r: dict) -> str:
     reason = (r.get("reason") or "").strip()
     if not reason and r.get("log_excerpt"):
@@ -274,7 +290,9 @@ def cell_phrase(r: dict | None) -> str:
         return nN
     if v in ("crash", "timeout"):
         return v
-    if v in ("boot-fail", "invalid"):
+    if v == "boot-fail":
+        return f"{v}: " + escape_text(failure_gist(r), limit=REASON_CHARS)
+    if v == "invalid":
         return f"{v}: " + escape_text(_reason_short(r), limit=REASON_CHARS)
     answer = r.get("answer") or ""
     if answer == "":
@@ -429,17 +447,32 @@ def agreement(cd: ConfigData, pred: Prediction) -> str:
 # rendering
 # ----------------------------------------------------------------------------------------
 class _Footnotes:
-    """Numbered marks (†1, †2, …) for non-ok cells and the sha1 table they point to."""
+    """Numbered marks (†1, †2, …) for non-ok cells and the sha1 table they point to.
+
+    Identical bad cells of one configuration (same verdict, sha1, wording and reason: a
+    boot failure on both phases, one collapse at several residues) share one mark, and the
+    footnote lists the residues and phases it stands for."""
 
     def __init__(self) -> None:
-        self.items: list[tuple[str, ConfigData, dict]] = []
+        self.items: list[dict] = []
+        self._by_key: dict[tuple, dict] = {}
 
     def mark(self, cd: ConfigData, r: dict | None) -> str:
         if r is None or r.get("verdict") == "ok":
             return ""
-        m = f"†{len(self.items) + 1}"
-        self.items.append((m, cd, r))
-        return m
+        key = (cd.config_id, r.get("verdict"), r.get("sha1"), cell_phrase(r),
+               failure_gist(r))
+        item = self._by_key.get(key)
+        if item is None:
+            item = {"mark": f"†{len(self.items) + 1}", "cd": cd, "r": r,
+                    "residues": [], "phases": []}
+            self._by_key[key] = item
+            self.items.append(item)
+        if r.get("residue") not in item["residues"]:
+            item["residues"].append(r.get("residue"))
+        if r.get("phase") not in item["phases"]:
+            item["phases"].append(r.get("phase"))
+        return item["mark"]
 
     def render(self, multi: bool, short: dict[str, str]) -> str:
         if not self.items:
@@ -448,7 +481,8 @@ class _Footnotes:
             "residue", "phase", "verdict", "sha1", "finish", "tok/step", "cached / tail",
             "reason", "answer (excerpt)"]
         rows = []
-        for m, cd, r in self.items:
+        for item in self.items:
+            m, cd, r = item["mark"], item["cd"], item["r"]
             ans = r.get("answer") or ""
             excerpt = "`content: null`" if r.get("content_was_null") and not ans else (
                 "*(empty)*" if not ans else escape_text(ans, limit=EXCERPT_CHARS))
@@ -457,15 +491,20 @@ class _Footnotes:
             tail = r.get("computed_tail")
             reason = escape_text(_reason_short(r), limit=120)
             if r.get("log_excerpt") and r.get("verdict") in ("crash", "boot-fail", "timeout"):
-                reason += " — log: " + escape_text(str(r["log_excerpt"][-1]), limit=120)
+                reason += " — log: " + escape_text(failure_gist(r), limit=160)
+            several = len(item["residues"]) > 1
             rows.append([m] + ([short.get(cd.config_id, code(cd.label))] if multi else []) + [
-                str(r.get("residue")), escape_text(r.get("phase")),
+                fmt_ranges(item["residues"]),
+                escape_text(", ".join(sorted(item["phases"], key=phase_key))),
                 escape_text(r.get("verdict")), code(sha12(r)) if r.get("sha1") else "–",
                 code(r["finish_reason"]) if r.get("finish_reason") else "–",
                 f"{float(tps):.2f}" if tps is not None else "–",
-                f"{cached if cached is not None else '–'} / {tail if tail is not None else '–'}",
+                (f"{cached if cached is not None else '–'} / {tail if tail is not None else '–'}"
+                 + (f" (residue {r.get('residue')})" if several and cached is not None
+                    else "")),
                 reason, excerpt])
-        return "Non-ok cells (sha1 is the first 12 hex of the answer's sha1):\n\n" + table(header, rows)
+        return ("Non-ok cells (sha1 is the first 12 hex of the answer's sha1; identical cells "
+                "share a mark):\n\n" + table(header, rows))
 
 
 def _row_label(residue: int, bad: bool) -> str:
@@ -473,27 +512,29 @@ def _row_label(residue: int, bad: bool) -> str:
 
 
 def _fold_rows(rows: list[tuple[int, list[str], bool]], full: bool) -> list[list[str]]:
-    """rows: (residue, cells, all_ok). Clean rows with identical cells fold into one line
-    (``residues 0–3, 5–127``) placed where the first of them was."""
+    """rows: (residue, cells, all_ok). Rows with identical cells fold into one line placed
+    where the first of them was: clean rows (``residues 0–3, 5–127 | 794/794``) and
+    identical bad rows alike (a boot failure at every residue is one line, bold)."""
     if full or len(rows) <= FOLD_ABOVE:
         return [[_row_label(res, not ok)] + cells for res, cells, ok in rows]
-    groups: dict[tuple, list[int]] = defaultdict(list)
-    for res, cells, ok in rows:
-        if ok:
-            groups[tuple(cells)].append(res)
-    if len(groups) > 4:
+    clean_groups = {tuple(cells) for _, cells, ok in rows if ok}
+    if len(clean_groups) > 4:
         # Too varied to fold by value: fold all clean rows, say that N varies.
-        merged = [res for res, _, ok in rows if ok]
         ncol = len(rows[0][1])
-        groups = {tuple(["clean (n/N varies)"] * ncol): merged}
-    first_of = {min(v): (k, v) for k, v in groups.items()}
-    out = []
+        varied = ["clean (n/N varies)"] * ncol
+        rows = [(res, varied if ok else cells, ok) for res, cells, ok in rows]
+    groups: dict[tuple, list[int]] = defaultdict(list)
+    ok_of: dict[tuple, bool] = {}
     for res, cells, ok in rows:
-        if not ok:
-            out.append([_row_label(res, True)] + cells)
-        elif res in first_of:
-            key, members = first_of[res]
-            out.append([residues_phrase(members)] + list(key))
+        groups[tuple(cells)].append(res)
+        ok_of[tuple(cells)] = ok
+    first_of = {min(v): k for k, v in groups.items()}
+    out = []
+    for res, _, _ in rows:
+        if res in first_of:
+            key = first_of[res]
+            label = residues_phrase(groups[key])
+            out.append([label if ok_of[key] else bold(label)] + list(key))
     return out
 
 

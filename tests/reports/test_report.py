@@ -176,6 +176,40 @@ def test_hostile_answers_end_to_end(write_run):
         assert "<!-- x --> <b>bold</b> &amp;" in excerpts
 
 
+def test_identical_failures_share_a_footnote_and_fold():
+    log = ["INFO starting", "Traceback (most recent call last):",
+           "ValueError: To serve at least one request with the model's max seq len (245760), "
+           "5.16 GiB KV cache is needed, which is larger than the available KV cache memory "
+           "(4.9 GiB)"]
+    recs = [synth.record(FULL, res, ph, verdict="boot-fail", answer="", log_excerpt=log,
+                         reason=f"server exited with code 1 during boot (port {4000 + res})")
+            for res in range(128) for ph in ("cold", "self-hit")]
+    md = render_markdown(recs)
+    t = gfm_tables(md)[0]
+    # the gist of the log, not the generic reason, and one bold line for 128 residues
+    cell = ("boot-fail: ValueError: To serve at least one request with the model's max seq "
+            "len (245760), 5.16 GiB … (+80 chars) †1")
+    assert t["rows"] == [["residues 0–127", cell, cell]]
+    assert "<strong>residues 0–127</strong>" in gfm_html(md)
+    notes = [x for x in gfm_tables(md) if x["head"][0] == "†"][0]
+    assert len(notes["rows"]) == 1
+    assert notes["rows"][0][1:3] == ["0–127", "cold, self-hit"]
+    assert "**nothing measured**" in md
+    # --full: every residue, still one footnote
+    full = render_markdown(recs, full=True)
+    assert len(gfm_tables(full)[0]["rows"]) == 128
+    assert len([x for x in gfm_tables(full) if x["head"][0] == "†"][0]["rows"]) == 1
+
+
+def test_bug_b_at_several_residues_shares_one_footnote():
+    dense = synth.make_config(unit=None, block=16, geometry="dense")
+    md = render_markdown(synth.sweep(dense, range(128), broken=[4, 20, 36], hit_unit=16))
+    t = gfm_tables(md)[0]
+    assert [r[0] for r in t["rows"]] == ["residues 0–3, 5–19, 21–35, 37–127", "residues 4, 20, 36"]
+    notes = [x for x in gfm_tables(md) if x["head"][0] == "†"][0]
+    assert notes["rows"][0][:4] == ["†1", "4, 20, 36", "self-hit", "broken"]
+
+
 def test_excerpts_are_capped():
     r = synth.record(FULL, 4, "self-hit", verdict="diverged", answer="x" * 5000, reason="long")
     md = render_markdown([r])
