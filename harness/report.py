@@ -43,6 +43,9 @@ CONFIG_FIELDS = ("engine", "model", "geometry", "spec", "method", "draft_tokens"
                  "cudagraph_mode", "prefix_caching", "block_size", "prefix_match_unit",
                  "max_model_len", "kv_cache_memory_bytes", "patches")
 NOT_IDENTITY = frozenset({"notes", "overrides"})
+# What a server reports about itself that changes from one server to the next: never a
+# dimension of a configuration, never worth printing.
+VOLATILE = frozenset({"port", "host", "api_key_required"})
 FULL_GRAPH_MODES = frozenset({"FULL", "FULL_AND_PIECEWISE", "FULL_DECODE_ONLY"})
 PREFILL_FIX = "prefill-discriminator"
 SHORT_NAMES = {"block_size": "block", "prefix_match_unit": "unit", "draft_tokens": "k",
@@ -190,6 +193,16 @@ class ConfigData:
     @property
     def phases(self) -> list[str]:
         return sorted({r.get("phase") or "?" for r in self.records}, key=phase_key)
+
+    @property
+    def identity(self) -> dict:
+        """The fields that define the configuration: those the sweep asked for
+        (``requested_config``), else the known ServingConfig fields; not the extras the
+        server reported (ports, pool sizes), which go in the effective configuration."""
+        keys = [k for k in (self.requested or {}) if k not in NOT_IDENTITY]
+        if not keys:
+            keys = [k for k in CONFIG_FIELDS if k in self.config]
+        return {k: self.config.get(k, self.requested.get(k)) for k in keys}
 
     def cell(self, residue: int, phase: str) -> dict | None:
         return self._index().get((residue, phase))
@@ -381,7 +394,10 @@ def predict_bug_b(cd: ConfigData) -> Prediction:
     source = "match unit"
     if not unit:
         g, nvals = hit_granularity(cd)
-        if c.get("geometry") == "dense" and c.get("block_size"):
+        if c.get("effective_hash_unit"):
+            # what the server says its cache hits align to (lab: the state page on hybrid)
+            unit, source = int(c["effective_hash_unit"]), "hash unit the server reported"
+        elif c.get("geometry") == "dense" and c.get("block_size"):
             # a dense model hits in whole KV blocks
             unit, source = int(c["block_size"]), "block size (dense, no match unit)"
         elif g and nvals >= 2:
@@ -541,15 +557,15 @@ def _fold_rows(rows: list[tuple[int, list[str], bool]], full: bool) -> list[list
 def short_labels(configs: list[ConfigData]) -> tuple[dict[str, str], str]:
     """Column headers that name only what differs between configurations, and the common
     part (the table's corner), e.g. ``FULL_AND_PIECEWISE`` / ``SPEC=mtp CTX=huge k=3``."""
-    dicts = [c.config for c in configs]
+    dicts = [c.identity for c in configs]
     vary = varying_fields(dicts) if all(dicts) else []
     if len(configs) < 2 or not vary:
         common = configs[0].label if len(configs) == 1 else "configuration"
         return {c.config_id: code(c.label) for c in configs}, code(common)
     short = {}
     for c in configs:
-        short[c.config_id] = " ".join(describe_dim(n, c.config.get(n)) for n in vary)
-    base = configs[0].config
+        short[c.config_id] = " ".join(describe_dim(n, c.identity.get(n)) for n in vary)
+    base = configs[0].identity
     common_parts = []
     for n in ("spec", "ctx", "draft_tokens", "cudagraph_mode", "block_size",
               "prefix_match_unit", "patches", "geometry"):
@@ -648,10 +664,22 @@ def render_config_summary(cd: ConfigData, manifest_residues: list[int] | None,
                      f"are all multiples of {g} (their gcd): hits land on {g}-token units, "
                      f"which a mod-{m} sweep cannot resolve. Set `--prefix-match-unit {m}` "
                      f"or sweep modulo {g}.")
-    eff = " ".join(f"{n}={_fmt_value(n, cd.config.get(n))}"
-                   for n in config_fields([cd.config]) if n in cd.config
-                   and (cd.config.get(n) is not None or n == "prefix_match_unit"))
-    lines.append(f"- **Effective configuration:** {code(eff) if eff else '–'}")
+    elif (cd.config.get("effective_hash_unit") or 0) > m:
+        u = int(cd.config["effective_hash_unit"])
+        lines.append(f"- **Cache-hit granularity:** the server reports cache hits in {u}-token "
+                     f"units, which a mod-{m} sweep cannot resolve. Set "
+                     f"`--prefix-match-unit {m}` or sweep modulo {u}.")
+    ident = cd.identity
+    eff = " ".join(f"{n}={_fmt_value(n, cd.config.get(n, ident.get(n)))}"
+                   for n in config_fields([ident]) if n in ident
+                   and (ident.get(n) is not None or n == "prefix_match_unit"))
+    extra = " ".join(f"{n}={_fmt_value(n, v)}" for n, v in sorted(cd.config.items())
+                     if n not in ident and n not in VOLATILE and n not in NOT_IDENTITY
+                     and v is not None)
+    line = f"- **Effective configuration:** {code(eff) if eff else '–'}"
+    if extra:
+        line += f"; the server reported {code(extra)}"
+    lines.append(line)
     mism = sorted({f for r in cd.records for f in (r.get("config_mismatch") or [])})
     if mism:
         detail = []
@@ -706,15 +734,17 @@ def render_reruns(cd: ConfigData, full: bool) -> str:
         lines.append(cmd)
     rest = len(good) - 1
     more = "" if full or rest < 1 else (
-        f" (one clean point shown; the other {rest} clean point{'s' if rest != 1 else ''} "
-        "rerun the same way with their residue)")
+        " (one clean point shown; the other clean point reruns the same way with its "
+        "residue)" if rest == 1 else
+        f" (one clean point shown; the other {rest} clean points rerun the same way with "
+        "their residue)")
     return f"Rerun a cell{more}:\n\n" + fence("\n".join(lines), "sh")
 
 
 def render_ladder(configs: list[ConfigData], short: dict[str, str], corner: str) -> str:
     """Configurations that differ in one or two dimensions (the thread's block / match-unit
     table): one row each, what Bug B did, what the rule predicted."""
-    dicts = [c.config for c in configs]
+    dicts = [c.identity for c in configs]
     if len(configs) < 2 or not all(dicts):
         return ""
     vary = varying_fields(dicts)
@@ -722,8 +752,9 @@ def render_ladder(configs: list[ConfigData], short: dict[str, str], corner: str)
         return ""
 
     def sort_key(c: ConfigData):
-        return tuple((c.config.get(n) is not None, str(type(c.config.get(n))),
-                      c.config.get(n) if c.config.get(n) is not None else 0) for n in vary)
+        ident = c.identity
+        return tuple((ident.get(n) is not None, str(type(ident.get(n))),
+                      ident.get(n) if ident.get(n) is not None else 0) for n in vary)
 
     try:
         ordered = sorted(configs, key=sort_key)
@@ -754,7 +785,7 @@ def render_ladder(configs: list[ConfigData], short: dict[str, str], corner: str)
             predicted = "clean"
         else:
             predicted = "broken at " + residues_phrase(pred.residues)
-        cells = [escape_text(_fmt_value(n, c.config.get(n))) for n in vary] + [
+        cells = [escape_text(_fmt_value(n, c.identity.get(n))) for n in vary] + [
             f"{len(statuses)}/{c.modulus}", bold(outcome) if by else outcome, predicted]
         if by:
             cells[0] = bold(cells[0])
@@ -879,7 +910,7 @@ def render_markdown(records: list[dict], manifests: list[dict] | None = None, *,
     notes = _Footnotes()
     out += ["## Results", ""]
     if len(configs) > 1:
-        out += [f"Columns: {escape_text(', '.join(varying_fields([c.config for c in configs])) or 'configuration')}"
+        out += [f"Columns: {escape_text(', '.join(varying_fields([c.identity for c in configs])) or 'configuration')}"
                 f" × phase; a clean cell is verbatim `n/N`, a bad one is bold.", ""]
     else:
         out += ["A clean cell is verbatim `n/N` (chars of the answer found verbatim in the "
