@@ -31,7 +31,7 @@ from .configs import (BACKENDS, ENGINES, ISOLATIONS, PHASES, SweepOptions, Usage
 from .engines import make_adapter
 from .prompts import PlanError, TemplateError
 from .residue_sweep import (Point, Sweep, SweepAborted, harness_version, load_golden,
-                            plan_points, timing_summary)
+                            plan_points, plan_with_probes, timing_summary)
 from .server_pool import BootFailure, ServerProcess, kill_all_servers
 from .store import ResultStore, StoreError, load_manifest_for, load_records, new_run_id, now_iso
 
@@ -251,7 +251,7 @@ async def _sweep_async(opts: SweepOptions, adapter, *, show_progress: bool) -> i
     store = ResultStore(opts.out, run_id)
     golden = load_golden(opts.golden_run, opts.out) if opts.golden_run else None
     try:
-        plan = await asyncio.to_thread(plan_points, opts, adapter)
+        plan = await plan_with_probes(opts, adapter, run_id=run_id, logs_dir=store.logs_dir)
     except PlanError as e:
         raise UsageError(str(e)) from None
     points = plan.points

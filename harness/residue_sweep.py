@@ -118,6 +118,64 @@ def plan_points(opts: SweepOptions, adapter: EngineAdapter,
     return SweepPlan(points, sampled, time.monotonic() - t0, pad_units)
 
 
+class RemoteCounter:
+    """Templated lengths from a probe server's ``/tokenize`` (for engines without a local
+    tokenizer): the planner's ``count_many`` over HTTP."""
+
+    def __init__(self, base_url: str, model: str, api_key: str | None = None):
+        import httpx
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._http = httpx.Client(base_url=base_url, headers=headers, timeout=120,
+                                  trust_env=False)
+        self.model = model
+
+    def __call__(self, conversations) -> list[int]:
+        out = []
+        for messages in conversations:
+            resp = self._http.post("/tokenize", json={"model": self.model,
+                                                      "messages": list(messages),
+                                                      "add_generation_prompt": True})
+            if resp.status_code in (404, 405, 501):
+                raise SweepAborted("the server has no /tokenize and there is no local "
+                                   "tokenizer: give --model DIR with tokenizer.json")
+            resp.raise_for_status()
+            data = resp.json()
+            out.append(int(data["count"]) if "count" in data else len(data["tokens"]))
+        return out
+
+    def close(self) -> None:
+        self._http.close()
+
+
+async def plan_with_probes(opts: SweepOptions, adapter: EngineAdapter, *, run_id: str,
+                           logs_dir: Path) -> SweepPlan:
+    """Plan every point; configurations without a local tokenizer are planned against a
+    probe server of that configuration (booted, asked, stopped)."""
+    need = [c for c in opts.configs if adapter.tokenizer_dir(c) is None]
+    if not need:
+        return await asyncio.to_thread(plan_points, opts, adapter)
+    runner = PointRunner(opts, adapter, run_id=run_id, logs_dir=logs_dir)
+    counters: dict[str, RemoteCounter] = {}
+    probes = []
+    try:
+        for cfg in need:
+            try:
+                server, client, info = await runner.boot_config(cfg, opts.slots[0],
+                                                                f"{config_id(cfg)}-probe")
+            except BootFailure as e:
+                raise SweepAborted(f"probe server for planning did not boot: {e.reason}") from None
+            probes.append((server, client))
+            model = opts.served_model_name or info.get("model") or cfg.model or "default"
+            counters[config_id(cfg)] = RemoteCounter(server.base_url, model, opts.api_key)
+        return await asyncio.to_thread(plan_points, opts, adapter,
+                                       lambda cfg: counters[config_id(cfg)])
+    finally:
+        for c in counters.values():
+            c.close()
+        for server, client in probes:
+            await runner.stop(server, client)
+
+
 def load_golden(run_ref: str, out_dir: Path) -> dict[tuple, str]:
     """sha1 of the correct answer per (config_id or label, residue), from a reference run."""
     golden: dict[tuple, str] = {}
@@ -186,20 +244,26 @@ class PointRunner:
                                      e.log_excerpt, {}, None) for phase in self.opts.phases]
 
     async def boot(self, point: Point, slot: Slot) -> tuple[ServerProcess, EngineClient, dict]:
+        return await self.boot_config(point.cfg, slot, f"{point.cfg_id}-r{point.residue:03d}")
+
+    async def boot_config(self, cfg: ServingConfig, slot: Slot,
+                          log_name: str) -> tuple[ServerProcess, EngineClient, dict]:
+        """Start a server for ``cfg`` on ``slot`` and wait until it is ready; a port taken
+        by another program between our pick and its bind is retried on a new port."""
         last: BootFailure | None = None
         for _ in range(MAX_PORT_RETRIES):
             port = self.ports.acquire()
-            argv, env = self.adapter.command(point.cfg, port, slot)
+            argv, env = self.adapter.command(cfg, port, slot)
             if slot.gpu is not None:
                 env = {"CUDA_VISIBLE_DEVICES": slot.gpu, **env}
-            log_path = self.logs_dir / f"{point.cfg_id}-r{point.residue:03d}-{slot.id}-{port}.log"
+            log_path = self.logs_dir / f"{log_name}-{slot.id}-{port}.log"
             server = ServerProcess(argv, env, port, log_path, slot)
             client = EngineClient(server.base_url, timeout=self.opts.timeout,
                                   api_key=self.opts.api_key, http=self.http)
             try:
                 server.start()
                 await server.wait_ready(client, self.opts.boot_timeout)
-                info = await self.adapter.effective(client, point.cfg, _read(log_path))
+                info = await self.adapter.effective(client, cfg, _read(log_path))
                 info["boot_s"] = round(server.boot_s or 0.0, 4)
                 return server, client, info
             except BootFailure as e:

@@ -191,3 +191,16 @@ def test_dry_run_starts_nothing(tmp_path, tok_dir):
     assert "fake_engine.py --port '{port}'" in proc.stdout or "fake_engine.py --port {port}" in proc.stdout
     assert "nothing started" in proc.stdout
     assert not (tmp_path / "results").exists()
+
+
+def test_without_a_local_tokenizer_a_probe_server_plans(tmp_path, tok_dir):
+    # --model names no tokenizer: prompts are planned against the server's /tokenize
+    argv = [sys.executable, "-m", "harness", "--engine", "cmd", "--server-cmd",
+            fake_cmd(tok_dir, "--break-residue", "5"), "--context", "800", "--residues", "4-5",
+            "--out", str(tmp_path / "results"), "--reports-dir", str(tmp_path / "reports"),
+            "--no-progress"]
+    proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    c = cells(records(tmp_path))
+    assert c[(5, "self-hit")]["verdict"] == "broken" and c[(4, "self-hit")]["verdict"] == "ok"
+    assert list((tmp_path / "results").glob("*.logs/*-probe-*.log"))
