@@ -98,6 +98,10 @@ def sweep_parser() -> _Parser:
     g.add_argument("--server-cmd", metavar="TEMPLATE",
                    help="--engine cmd: server command with {port}, {gpu}, {model} placeholders")
     g.add_argument("--api-key", help="bearer token for the server")
+    g.add_argument("--draft-model", metavar="DIR", help="--engine vllm: drafter checkpoint (dflash2)")
+    g.add_argument("--engine-arg", action="append", default=[], metavar="ARG",
+                   help="--engine vllm: extra server argument, repeatable "
+                        "(e.g. --engine-arg=--language-model-only)")
     w = p.add_argument_group("what to measure")
     w.add_argument("--residues", default="all",
                    help="all | risky | LIST (3,4,5) | A-B | sample:N (default all)")
@@ -172,7 +176,8 @@ def build_options(ns: argparse.Namespace, argv: Sequence[str]) -> SweepOptions:
         out=Path(ns.out), reports_dir=Path(ns.reports_dir), resume=ns.resume,
         dry_run=ns.dry_run, answer_lines=ns.answer_lines, seed=ns.seed,
         baseline=ns.baseline, junit=Path(ns.junit) if ns.junit else None, full=ns.full,
-        gh_issue=ns.gh_issue, api_key=ns.api_key, backend=ns.backend,
+        gh_issue=ns.gh_issue, api_key=ns.api_key, draft_model=ns.draft_model,
+        engine_args=tuple(ns.engine_arg), backend=ns.backend,
         ray_address=ns.ray_address, argv=tuple(argv))
 
 
@@ -192,7 +197,8 @@ def run_sweep(argv: Sequence[str]) -> int:
         ns = parser.parse_args(argv)
         ns.resume = resume_id
     opts = build_options(ns, argv)
-    adapter = make_adapter(opts.engine, opts.server_cmd)
+    adapter = make_adapter(opts.engine, opts.server_cmd, draft_model=opts.draft_model,
+                           extra_args=opts.engine_args, work_dir=opts.out)
     if opts.dry_run:
         return _dry_run(opts, adapter)
     return asyncio.run(_sweep_async(opts, adapter, show_progress=not ns.no_progress))
@@ -219,7 +225,7 @@ def _dry_run(opts: SweepOptions, adapter) -> int:
         print(f"\n[{config_id(cfg)}] {cfg.label()}", file=out)
         print(f"  residues: {_ranges(residues)} (mod {mod}){'  -- ' + note if note else ''}", file=out)
         print(f"  rule predicts: {cfg.predicted_bug_b_residues(mod) or 'nothing (no spec or no prefix cache)'}", file=out)
-        print(f"  server: {adapter.shell_line(cfg, '{port}', opts.slots[0])}", file=out)
+        print(f"  server: {adapter.shell_line(cfg, opts.slots[0])}", file=out)
         if plan:
             pts = [p for p in plan.points if p.cfg_id == config_id(cfg)]
             if pts:

@@ -60,6 +60,8 @@ class SweepOptions:
     full: bool = False
     gh_issue: int | None = None
     api_key: str | None = None
+    draft_model: str | None = None   # --engine vllm: drafter checkpoint
+    engine_args: tuple[str, ...] = ()  # --engine vllm: extra server arguments
     backend: str = "local"         # local slots | ray (harness.backends.ray_backend)
     ray_address: str | None = None
     argv: tuple[str, ...] = field(default=(), compare=False)
@@ -261,6 +263,9 @@ def rerun_command(opts: SweepOptions, cfg: ServingConfig, residue: int, modulus:
         a += ["--model", opts.model]
     if opts.server_cmd:
         a += ["--server-cmd", opts.server_cmd]
+    if opts.draft_model:
+        a += ["--draft-model", opts.draft_model]
+    a += [f"--engine-arg={arg}" for arg in opts.engine_args]
     a += ["--spec", cfg.spec, "--ctx", cfg.ctx]
     if cfg.method:
         a += ["--draft-tokens", str(cfg.draft_tokens)]

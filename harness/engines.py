@@ -58,11 +58,16 @@ class EngineAdapter:
     def refine(self, info: dict[str, Any], version: dict[str, Any], log_text: str) -> None:
         """Engine-specific reading of what the server reported (in place)."""
 
-    def shell_line(self, cfg: ServingConfig, port: int | str = "{port}",
-                   slot: Slot | None = None) -> str:
-        argv, env = self.command(cfg, port, slot or Slot("cpu0"))  # type: ignore[arg-type]
+    def shell_line(self, cfg: ServingConfig, slot: Slot | None = None) -> str:
+        """The exact server command for ``cfg``, with ``{port}`` where the port goes."""
+        argv, env = self.command(cfg, _PORT_SENTINEL, slot or Slot("cpu0"))
         envs = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(env.items()))
-        return (envs + " " if envs else "") + shlex.join(str(a) for a in argv)
+        line = (envs + " " if envs else "") + shlex.join(str(a) for a in argv)
+        return line.replace(str(_PORT_SENTINEL), "{port}")
+
+
+# A port number no launcher rejects, replaced by "{port}" when a command is printed.
+_PORT_SENTINEL = 54321
 
 
 def mismatches(requested: dict[str, Any], effective: dict[str, Any]) -> list[str]:
@@ -128,20 +133,33 @@ def _normalise_reported(rep: dict[str, Any]) -> dict[str, Any]:
 
 
 class VllmAdapter(EngineAdapter):
+    """``python -m vllm.entrypoints.openai.api_server`` from the shared presets, with the
+    residue-lab patch plugin discoverable by every vLLM process."""
+
     name = "vllm"
 
-    def __init__(self) -> None:
-        try:
-            from engine.vllm import launch  # noqa: F401  (presets only, no vLLM import)
-        except ImportError as e:  # pragma: no cover - packaging error
-            raise UsageError(f"--engine vllm: the launcher is missing ({e})") from None
+    def __init__(self, *, draft_model: str | None = None, extra_args: tuple[str, ...] = (),
+                 plugin_dir: Path | None = None) -> None:
+        from engine.vllm import launch  # presets only: importing it does not import vLLM
         self._launch = launch
+        self.draft_model = draft_model
+        self.extra_args = tuple(extra_args)
+        self.plugin_path = None
+        if plugin_dir is not None and not _plugin_installed():
+            # residue-lab is not pip-installed where vLLM runs (e.g. a PYTHONPATH bundle):
+            # a minimal dist-info lets vLLM find the plugin's entry point anyway.
+            self.plugin_path = launch.write_plugin_dist_info(plugin_dir)
 
     def command(self, cfg, port, slot):
         if not cfg.model:
             raise UsageError("--engine vllm needs --model (a local model directory or HF id)")
-        return self._launch.build_command(cfg, port=int(port) if str(port).isdigit() else port,
-                                          model=cfg.model, gpu=slot.gpu)
+        try:
+            return self._launch.build_command(
+                cfg, port=int(port), model=cfg.model, gpu=slot.gpu,
+                draft_model=self.draft_model, extra_args=self.extra_args,
+                plugin_path=self.plugin_path)
+        except self._launch.LaunchError as e:
+            raise UsageError(f"--engine vllm: {e}") from None
 
     def refine(self, info, version, log_text):
         try:
@@ -182,11 +200,21 @@ class CmdAdapter(EngineAdapter):
         return shlex.split(line), env
 
 
-def make_adapter(engine: str, server_cmd: str | None = None) -> EngineAdapter:
+def _plugin_installed() -> bool:
+    from importlib.metadata import entry_points
+    return any(ep.value.startswith("engine.vllm.patches")
+               for ep in entry_points(group="vllm.general_plugins"))
+
+
+def make_adapter(engine: str, server_cmd: str | None = None, *, draft_model: str | None = None,
+                 extra_args: tuple[str, ...] = (), work_dir: Path | None = None) -> EngineAdapter:
+    if engine != "vllm" and (draft_model or extra_args):
+        raise UsageError("--draft-model and --engine-arg are for --engine vllm")
     if engine == "lab":
         return LabAdapter()
     if engine == "vllm":
-        return VllmAdapter()
+        return VllmAdapter(draft_model=draft_model, extra_args=extra_args,
+                           plugin_dir=(work_dir / ".vllm-plugin") if work_dir else None)
     if engine == "cmd":
         return CmdAdapter(server_cmd)
     raise UsageError(f"--engine: {engine!r} is not valid; allowed: lab, vllm, cmd")
