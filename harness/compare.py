@@ -26,7 +26,8 @@ from collections import defaultdict
 from typing import Any
 
 from ._markdown import bold, code, escape_text, table
-from .report import BUG_VERDICTS, latest_records, phase_key, residues_phrase, sha12, worst
+from .report import (BUG_VERDICTS, latest_records, phase_key, record_identity, residues_phrase,
+                     sha12, worst)
 
 STATUSES = ("regressed", "fixed", "still_broken", "newly_covered", "no_longer_covered",
             "unchanged_ok")
@@ -42,7 +43,7 @@ def _by_config(records: list[dict]) -> dict[str, dict]:
     for r in recs:
         cid = r.get("config_id") or r.get("config_label") or "?"
         c = out.setdefault(cid, {"config_id": cid, "config_label": r.get("config_label") or cid,
-                                 "config": r.get("config") or {}, "runs": [], "cells": {}})
+                                 "config": record_identity(r), "runs": [], "cells": {}})
         if r.get("run_id") and r["run_id"] not in c["runs"]:
             c["runs"].append(r["run_id"])
         c["cells"][(int(r["residue"]), r.get("phase") or "?")] = r

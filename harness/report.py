@@ -119,8 +119,13 @@ def worst(verdicts: Iterable[str]) -> str:
     return min(vs, key=lambda v: SEVERITY.index(v) if v in SEVERITY else 0)
 
 
-def identity(config: dict | None) -> dict:
-    return {k: v for k, v in (config or {}).items() if k not in NOT_IDENTITY}
+def record_identity(r: dict) -> dict:
+    """The fields that define a record's configuration (see ConfigData.identity)."""
+    config = r.get("config") or {}
+    requested = r.get("requested_config") or {}
+    keys = [k for k in requested if k not in NOT_IDENTITY] or [
+        k for k in CONFIG_FIELDS if k in config]
+    return {k: config.get(k, requested.get(k)) for k in keys}
 
 
 def _fmt_value(name: str, value: Any) -> str:

@@ -99,11 +99,12 @@ def test_lab_fixed_compare(tmp_path):
     new, _ = _lab(tmp_path, "fixed128")
     res = compare_records(old, new)
     fixed = [p["residue"] for c in res["configs"] for p in c["points"] if p["status"] == "fixed"]
-    # the configurations differ (patch set), so they are matched only if labels agree;
-    # either way nothing regressed and residue 4 is clean in the patched run
-    assert not res["regressions"]
-    assert gate_exit_code(new) == 0
-    assert fixed in ([], [4])
+    # the configurations differ only in the patch set: matched as before / after the fix
+    assert [c["matched_by"] for c in res["configs"]] == ["configuration except patches"]
+    assert not res["regressions"] and fixed == [4]
+    assert res["summary"]["unchanged_ok"] == 127
+    assert gate_exit_code(new) == 0 and gate_exit_code(new, old) == 0
+    assert gate_exit_code(old, new) == 1  # the unpatched build regresses against the fixed one
 
 
 def test_lab_ladder(tmp_path):
