@@ -896,8 +896,13 @@ def render_markdown(records: list[dict], manifests: list[dict] | None = None, *,
     points = sum(len(c.residues) for c in configs)
     bad_points = sum(1 for c in configs for s in c.statuses().values() if s != "ok")
     if title is None:
-        title_md = "Residue sweep: " + (code(configs[0].label) if len(configs) == 1 else
-                                        f"{len(configs)} configurations")
+        if len(configs) == 1:
+            title_md = "Residue sweep: " + code(configs[0].label)
+        elif len(configs) <= 4 and corner != "configuration":
+            title_md = (f"Residue sweep: {corner}, "
+                        + " vs ".join(short[c.config_id] for c in configs))
+        else:
+            title_md = f"Residue sweep: {len(configs)} configurations"
     else:
         title_md = escape_text(title)
     out = [f"# {title_md}", ""]

@@ -5,6 +5,7 @@
 #   reports/regenerate.sh            # everything (CPU only, the embedded lab engine)
 #   ONLY=fvp reports/regenerate.sh   # one of: fvp full128 fixed128 ladder
 #   SLOTS=4 reports/regenerate.sh    # parallel fresh servers (default: all cores)
+#   RENDER_ONLY=1 reports/regenerate.sh  # no sweeps: re-render reports/ from the fixtures
 #
 # Every data point runs on its own fresh lab server (--isolation fresh), so the tables
 # show what the thread showed with the method the thread settled on. A sweep that finds a
@@ -17,6 +18,22 @@ WORK=results/regen   # relative, so the manifests' command lines read the same a
 FIX=tests/reports/fixtures/lab
 SLOTS_ARG=${SLOTS:+--slots $SLOTS}
 mkdir -p "$FIX" reports
+
+# RENDER_ONLY=1: no sweeps; re-render reports/ from the kept fixtures (after a change to
+# the report code). The tests fail until this has been run.
+if [ -n "${RENDER_ONLY:-}" ]; then
+  tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+  for gz in "$FIX"/*.jsonl.gz; do
+    name=$(basename "$gz" .jsonl.gz)
+    gunzip -c "$gz" > "$tmp/$name.jsonl"
+    cp "$FIX/$name.manifest.json" "$tmp/$name.manifest.json"
+    $SWEEP report "$tmp/$name.jsonl" -o "reports/$name.md"
+  done
+  if [ -f "$tmp/full128.jsonl" ] && [ -f "$tmp/fixed128.jsonl" ]; then
+    $SWEEP compare "$tmp/full128.jsonl" "$tmp/fixed128.jsonl" > reports/compare-unpatched-vs-patched.md || true
+  fi
+  exit 0
+fi
 
 # run NAME SWEEP-ARGS... : one sweep into $WORK/NAME, kept as $FIX/NAME.{jsonl.gz,manifest.json}
 run() {
