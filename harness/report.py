@@ -513,7 +513,7 @@ class _Footnotes:
             reason = escape_text(_reason_short(r), limit=120)
             if r.get("log_excerpt") and r.get("verdict") in ("crash", "boot-fail", "timeout"):
                 reason += " — log: " + escape_text(failure_gist(r), limit=160)
-            several = len(item["residues"]) > 1
+            several = len(item["residues"]) > 1 or len(item["phases"]) > 1
             rows.append([m] + ([short.get(cd.config_id, code(cd.label))] if multi else []) + [
                 fmt_ranges(item["residues"]),
                 escape_text(", ".join(sorted(item["phases"], key=phase_key))),
@@ -521,8 +521,8 @@ class _Footnotes:
                 code(r["finish_reason"]) if r.get("finish_reason") else "–",
                 f"{float(tps):.2f}" if tps is not None else "–",
                 (f"{cached if cached is not None else '–'} / {tail if tail is not None else '–'}"
-                 + (f" (residue {r.get('residue')})" if several and cached is not None
-                    else "")),
+                 + (f" (residue {r.get('residue')} {escape_text(r.get('phase'))})"
+                    if several and cached is not None else "")),
                 reason, excerpt])
         return ("Non-ok cells (sha1 is the first 12 hex of the answer's sha1; identical cells "
                 "share a mark):\n\n" + table(header, rows))

@@ -61,3 +61,38 @@ def test_sweep_report_posts_through_gh(recorded, tmp_path):
     proc = _sweep("report", recorded, "-o", out, "--gh-issue", "4", env=env)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(log.read_text()) == ["issue", "comment", "4", "--body-file", str(out)]
+
+
+def test_hostile_answers_through_a_real_sweep(tmp_path):
+    """A server whose every answer is hostile, swept by the real CLI: the report it writes
+    renders (cmark-gfm) with intact tables, no injected tags, no live mentions or
+    references; the JUnit XML it writes parses."""
+    import junitparser
+
+    from conftest import gfm_html, gfm_tables, parse_html
+    from hostile_engine import HOSTILE
+
+    tok = FIXTURES.parents[1] / "fixtures" / "tokenizer"
+    server = (f"{sys.executable} {Path(__file__).parent / 'hostile_engine.py'} "
+              f"--port {{port}} --model {tok}")
+    proc = _sweep("--engine", "cmd", "--model", tok, "--server-cmd", server, "--context", 800,
+                  "--residues", "3,4", "--out", tmp_path / "results", "--reports-dir",
+                  tmp_path / "reports", "--junit", tmp_path / "junit.xml", "--no-progress")
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    (report,) = (tmp_path / "reports").glob("*.md")
+    md = report.read_text()
+    html = gfm_html(md)
+    tags = set(parse_html(html).tags)
+    assert tags <= {"h1", "h2", "h3", "p", "ul", "li", "strong", "em", "code", "pre", "table",
+                    "thead", "tbody", "tr", "th", "td"}, tags
+    assert "<script" not in html and "<b>" not in html and "<a " not in html
+    assert "@someone" not in html and "#1 " not in html and "GH-2" not in html
+    notes = [t for t in gfm_tables(md) if t["head"][0] == "†"][0]
+    excerpt = notes["rows"][0][-1]
+    assert excerpt.startswith("| a | b | `tick` ```fence``` <script>alert('x')</script>")
+    assert "⏎ next line" in excerpt or "(+" in excerpt
+    xml = junitparser.JUnitXml.fromfile(str(tmp_path / "junit.xml"))
+    cases = [c for s in xml for c in s]
+    assert len(cases) == 4 and all(c.result for c in cases)
+    assert all("<script>" in c.result[0].message for c in cases)
+    assert HOSTILE.startswith("| a |")
