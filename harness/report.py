@@ -372,6 +372,7 @@ class Prediction:
     residues: list[int] | None   # None: the rule cannot name residues at this modulus
     armed: bool                  # a Bug B break is expected at all
     why: str                     # markdown
+    unit: int | None = None      # the hit unit the prediction is made with, if known
 
 
 def predict_bug_b(cd: ConfigData) -> Prediction:
@@ -421,9 +422,9 @@ def predict_bug_b(cd: ConfigData) -> Prediction:
     else:
         return Prediction(None, True, f"cannot name a residue: k={k}, {source} {unit} arms "
                           f"lengths ≡ {armed} (mod {unit}), which a mod-{m} sweep cannot "
-                          "resolve")
+                          "resolve", unit)
     return Prediction(res, True, f"predicts {residues_phrase(res)} (k + 1 = {k + 1}, mod "
-                      f"{source} {unit}; {code(mode or '?')}, prefill fix off)")
+                      f"{source} {unit}; {code(mode or '?')}, prefill fix off)", unit)
 
 
 def agreement(cd: ConfigData, pred: Prediction) -> str:
@@ -600,7 +601,8 @@ def render_results_table(configs: list[ConfigData], notes: _Footnotes, *, full: 
     rows = []
     for res in residues:
         recs = [(cd, cd.cell(res, p)) for cd, p in cols]
-        ok = all(r is not None and r.get("verdict") == "ok" for _, r in recs)
+        # a cell that was not run is not a bad cell (another configuration swept less)
+        ok = all(r.get("verdict") == "ok" for _, r in recs if r is not None)
         cells = [cell_markdown(r, notes.mark(cd, r)) for cd, r in recs]
         rows.append((res, cells, ok))
     return table(header, _fold_rows(rows, full))
@@ -785,7 +787,8 @@ def render_ladder(configs: list[ConfigData], short: dict[str, str], corner: str)
             outcome = "; ".join(parts)
         pred = predict_bug_b(c)
         if pred.residues is None:
-            predicted = "unresolvable at this modulus"
+            predicted = (f"no residue mod {c.modulus} (hits in {pred.unit}-token units)"
+                         if pred.unit else f"no residue mod {c.modulus} (hit unit unknown)")
         elif not pred.residues:
             predicted = "clean"
         else:

@@ -242,9 +242,9 @@ def test_ladder_block_and_match_unit(write_run):
     assert "## Ladder: block × unit" in md
     ladder = [t for t in gfm_tables(md) if t["head"][:2] == ["block", "unit"]][0]
     assert ladder["rows"] == [
-        ["16", "none", "128/128", "clean", "unresolvable at this modulus"],
+        ["16", "none", "128/128", "clean", "no residue mod 128 (hit unit unknown)"],
         ["16", "128", "128/128", "broken at residue 4", "broken at residue 4"],
-        ["128", "none", "128/128", "clean", "unresolvable at this modulus"],
+        ["128", "none", "128/128", "clean", "no residue mod 128 (hit unit unknown)"],
         ["128", "128", "128/128", "broken at residue 4", "broken at residue 4"],
     ]
     # four configurations as columns; clean rows still fold
@@ -259,6 +259,16 @@ def test_dense_model_without_unit_hits_in_blocks():
                                      hit_unit=16))
     assert "predicts residues 4, 20, 36, 52, 68, 84, 100, 116 (k + 1 = 4, mod block size" in md
     assert "**the sweep agrees**: broken exactly at residues 4, 20, 36, 52, 68, 84, 100, 116" in md
+
+
+def test_cells_not_run_do_not_make_a_row_bad():
+    a = synth.sweep(FULL, range(20))
+    b = synth.sweep(PIECEWISE, range(10))
+    md = render_markdown(a + b)
+    rows = gfm_tables(md)[0]["rows"]
+    assert rows[1][0] == "residues 10–19" and rows[1][-1] == "not run"
+    assert "<strong>residues 10–19</strong>" not in gfm_html(md)
+    assert "all ok" in md
 
 
 def test_no_ladder_when_many_dimensions_differ():
