@@ -1,0 +1,510 @@
+"""``sweep --backend ray``: data points as Ray tasks on an existing Ray cluster.
+
+The backend only decides *where* a data point runs. Each point becomes one Ray task that
+claims the resources of one slot (``num_gpus=1`` for GPU engines, the custom resource
+``lab_slot`` or one CPU for CPU engines), runs ``PointRunner.run_fresh`` on whichever
+node Ray picks (fresh server, phases, teardown: the very code the local slots run) and
+returns the point's records, timing and server logs. This process, the driver, is the
+only writer of the results file, so the JSONL, resume, reports and gate behave exactly
+as with the local backend.
+
+Failure semantics (docs/ray.md):
+
+- a node or worker lost mid-point (``NodeDiedError``, ``WorkerCrashedError``, Ray's OOM
+  killer, ...) is the infrastructure's fault, not the engine's: the point is retried
+  once, away from the node that failed; only if the retry is lost too does the point get
+  ``infra`` records (one per phase) whose reason names both nodes and errors;
+- an exception raised by the harness code itself inside a task is a bug: the sweep stops
+  with it, as the local backend would (records so far are on disk; ``--resume``);
+- Ctrl-C (cancellation of ``run_on_ray``) force-cancels every outstanding task. A forced
+  cancel SIGKILLs the Ray worker, so each worker runs a watchdog (``_reaper.py``) that
+  kills the worker's server process groups the moment the worker is gone.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import random
+import re
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..configs import SweepOptions, UsageError
+from ..residue_sweep import Point, PointRunner, Sweep, SweepAborted
+from ..server_pool import Slot
+
+INSTALL_HINT = "--backend ray needs the ray extra: pip install 'residue-lab[ray]'"
+# Custom resource a CPU-engine slot claims when the cluster declares it, e.g.
+# `ray start --resources '{"lab_slot": 4}'`; otherwise a CPU slot is one Ray CPU.
+SLOT_RESOURCE = "lab_slot"
+# Ship this checkout's harness/ and engine/ packages to the nodes (runtime_env
+# py_modules) so every node runs the driver's code; "0" when residue-lab is installed on
+# every node already.
+SHIP_CODE_ENV = "RESIDUE_LAB_RAY_SHIP_CODE"
+POLL_S = 0.5                 # ray.wait timeout: how quickly Ctrl-C is noticed
+CANCEL_WAIT_S = 15.0         # after Ctrl-C, how long to wait for cancelled tasks to end
+MAX_UNSTARTED_RESUBMITS = 3  # a task lost before it started does not use up the retry
+LOG_TAIL_BYTES = 1 << 20     # per server log shipped back to the driver
+
+
+# -- entry point -----------------------------------------------------------------------
+def check_available():
+    """The ``ray`` module, or the one-line usage error (exit 2) when the extra is missing."""
+    try:
+        import ray
+    except ImportError:
+        raise UsageError(INSTALL_HINT) from None
+    if not hasattr(ray, "init"):  # a stray directory named ray/ on sys.path, not Ray
+        raise UsageError(INSTALL_HINT)
+    return ray
+
+
+async def run_on_ray(sweep: Sweep, points: list[Point]) -> None:
+    """Run ``points`` as Ray tasks; records, counters and progress go through ``sweep``
+    exactly as the local backend's do."""
+    ray = check_available()
+    opts = sweep.opts
+    if opts.isolation != "fresh":
+        raise UsageError(f"--backend ray runs every data point on its own fresh server; "
+                         f"--isolation {opts.isolation} is for the local backend")
+    owns = await asyncio.to_thread(_connect, ray, opts)
+    try:
+        await _RayRun(ray, sweep).run(points)
+    finally:
+        if owns:
+            await asyncio.to_thread(ray.shutdown)
+
+
+def _connect(ray, opts: SweepOptions) -> bool:
+    """Connect to the cluster; True when this call did (and so must disconnect)."""
+    if ray.is_initialized():
+        return False
+    address = opts.ray_address or "auto"
+    # ray.init runs off the main thread (the event loop keeps its signal handlers), where
+    # Ray says it cannot set its SIGTERM handler: that is intended here.
+    logging.getLogger("ray._private.worker").addFilter(_NotMainThreadNote())
+    try:
+        ray.init(address=address, runtime_env=runtime_env(), log_to_driver=False,
+                 logging_level=logging.WARNING, configure_logging=True)
+    except (ConnectionError, RuntimeError, ValueError) as e:
+        raise SweepAborted(f"--backend ray: cannot connect to a Ray cluster at "
+                           f"{address!r}: {str(e).strip().splitlines()[0] if str(e).strip() else e!r}"
+                           ) from None
+    return True
+
+
+class _NotMainThreadNote(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "not the main thread" not in record.getMessage()
+
+
+def runtime_env() -> dict[str, Any]:
+    """What every task's worker gets: this checkout's packages, unless turned off."""
+    if os.environ.get(SHIP_CODE_ENV, "1") == "0":
+        return {}
+    import engine
+    import harness
+    return {"py_modules": [str(Path(harness.__file__).parent), str(Path(engine.__file__).parent)],
+            "excludes": ["__pycache__", "*.pyc", "*.log"]}
+
+
+def gpu_engine(opts: SweepOptions) -> bool:
+    """A point of this sweep needs one GPU: vLLM always, ``cmd`` when given ``--gpus``."""
+    return opts.engine == "vllm" or any(s.gpu is not None for s in opts.slots)
+
+
+def task_resources(opts: SweepOptions, cluster_resources: dict[str, float]) -> dict[str, Any]:
+    """Ray options that claim one slot for one data point."""
+    if gpu_engine(opts):
+        return {"num_gpus": 1, "num_cpus": 1}
+    if cluster_resources.get(SLOT_RESOURCE, 0) >= 1:
+        return {"num_cpus": 0, "resources": {SLOT_RESOURCE: 1}}
+    return {"num_cpus": 1}
+
+
+def node_label(hostname: str, ip: str, node_id: str) -> str:
+    """The ``node`` of a record: nodes on one machine share hostname and IP, so the Ray
+    node id (first 8 hex) is part of it."""
+    return f"{hostname}/{ip}/{node_id[:8]}"
+
+
+def records_by_node(records: list[dict]) -> dict[str, dict[str, int]]:
+    """Verdict counts per node, e.g. for a report section or ``sweep report --by node``:
+    ``{"vm/10.0.0.2/ab12cd34": {"ok": 30, "broken": 2}, ...}``."""
+    out: dict[str, dict[str, int]] = {}
+    for r in records:
+        per = out.setdefault(str(r.get("node") or "?"), {})
+        v = str(r.get("verdict") or "invalid")
+        per[v] = per.get(v, 0) + 1
+    return dict(sorted(out.items()))
+
+
+# -- errors ----------------------------------------------------------------------------
+def is_infra_error(ray, err: BaseException) -> bool:
+    """Lost node, worker or object: the infrastructure's fault, worth one retry. An
+    exception raised by our own code in the task (RayTaskError with an ordinary cause)
+    is not."""
+    exc = ray.exceptions
+    if isinstance(err, exc.TaskCancelledError):
+        return False
+    if isinstance(err, exc.RayTaskError):
+        cause = getattr(err, "cause", None)
+        return isinstance(cause, exc.RayError) and not isinstance(cause, exc.RayTaskError) \
+            and is_infra_error(ray, cause)
+    if isinstance(err, getattr(exc, "RuntimeEnvSetupError", ())):
+        return False  # fails the same way everywhere: a setup problem, not a lost node
+    return isinstance(err, exc.RayError)
+
+
+def _one_line(err: BaseException, limit: int = 240) -> str:
+    text = " ".join(str(err).split()) or repr(err)
+    return f"{type(err).__name__}: {text[:limit]}"
+
+
+# -- the task (runs on a node) ---------------------------------------------------------
+def _run_point_task(shared: tuple, point: Point, attempt: int, tracker) -> dict[str, Any]:
+    """One data point on this node: the same ``PointRunner.run_fresh`` as local slots."""
+    import ray
+    opts, adapter, run_id, version, golden = shared
+    ctx = ray.get_runtime_context()
+    node_id = ctx.get_node_id()
+    label = node_label(socket.gethostname(), ray.util.get_node_ip_address(), node_id)
+    slot = _slot_here(ctx, node_id, gpu_engine(opts))
+    if tracker is not None:
+        try:  # where this attempt runs, so a lost node can be named and avoided
+            ray.get(tracker.started.remote(point.key, attempt, node_id, label, slot.id),
+                    timeout=30)
+        except Exception:
+            pass
+    _Watchdog.install()
+    logs_dir = Path(tempfile.mkdtemp(prefix="residue-lab-ray-"))
+    collected: list[dict] = []
+    try:
+        runner = PointRunner(opts, adapter, run_id=run_id, logs_dir=logs_dir,
+                             golden=golden, version=version)
+        runner.node = label
+        records, timing = asyncio.run(runner.run_fresh(point, slot, emit=collected.append))
+        logs = {p.name: _tail(p) for p in sorted(logs_dir.iterdir()) if p.is_file()}
+    finally:
+        for p in logs_dir.glob("*"):
+            try:
+                p.unlink()
+            except OSError:
+                pass
+        try:
+            logs_dir.rmdir()
+        except OSError:
+            pass
+    return {"records": collected or records, "timing": timing, "node": label,
+            "node_id": node_id, "slot": slot.id, "logs": logs}
+
+
+def _slot_here(ctx, node_id: str, gpu: bool) -> Slot:
+    """Slot id = the slot's kind and number + the node; for a GPU, the id Ray assigned
+    (Ray has already set CUDA_VISIBLE_DEVICES of this worker to it)."""
+    short = node_id[:8]
+    if gpu:
+        ids = ctx.get_accelerator_ids().get("GPU") or \
+            [g for g in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if g]
+        gpus = ",".join(str(g) for g in ids)
+        return Slot(f"gpu{gpus.replace(',', '+')}@{short}", gpu=gpus or None)
+    # Ray numbers no CPU slots; the worker process is the slot (it runs one point at a time).
+    return Slot(f"cpu{os.getpid()}@{short}")
+
+
+def _tail(path: Path) -> str:
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as fh:
+            if size > LOG_TAIL_BYTES:
+                fh.seek(size - LOG_TAIL_BYTES)
+            data = fh.read()
+    except OSError:
+        return ""
+    text = data.decode("utf-8", errors="replace")
+    if size > LOG_TAIL_BYTES:
+        text = f"[... first {size - LOG_TAIL_BYTES} bytes not shipped from the node ...]\n" + text
+    return text
+
+
+class _Watchdog:
+    """One ``_reaper.py`` per Ray worker process; every server this worker starts is
+    registered with it the moment it is spawned.
+
+    Registration observes ``server_pool``'s registry of live servers (every
+    ``ServerProcess.start`` adds itself right after ``Popen``, every completed stop removes
+    itself), so no per-point code is duplicated or wrapped."""
+
+    _lock = threading.Lock()
+    _proc: subprocess.Popen | None = None
+
+    @classmethod
+    def install(cls) -> None:
+        from .. import server_pool
+        with cls._lock:
+            if cls._proc is None or cls._proc.poll() is not None:
+                cls._proc = subprocess.Popen(
+                    [sys.executable, str(Path(__file__).with_name("_reaper.py"))],
+                    stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True)
+            if not isinstance(server_pool._LIVE, _ReportingSet):
+                with server_pool._LIVE_LOCK:
+                    server_pool._LIVE = _ReportingSet(server_pool._LIVE, cls._send)
+
+    @classmethod
+    def _send(cls, line: str) -> None:
+        proc = cls._proc
+        if proc is None or proc.stdin is None:
+            return
+        try:
+            proc.stdin.write(line.encode() + b"\n")
+            proc.stdin.flush()
+        except (BrokenPipeError, OSError, ValueError):
+            pass
+
+
+class _ReportingSet(set):
+    """``server_pool._LIVE`` that also tells the watchdog (a server's pid is its pgid:
+    servers start in a session of their own)."""
+
+    def __init__(self, items, send):
+        super().__init__(items)
+        self._report = send
+        for srv in items:
+            self.add(srv)
+
+    def add(self, srv) -> None:  # type: ignore[override]
+        super().add(srv)
+        if getattr(srv, "proc", None) is not None:
+            self._report(f"+{srv.proc.pid}")
+
+    def discard(self, srv) -> None:  # type: ignore[override]
+        super().discard(srv)
+        if getattr(srv, "proc", None) is not None:
+            self._report(f"-{srv.proc.pid}")
+
+
+class _Tracker:
+    """Where each attempt started (a tiny actor on the driver's node): a task lost
+    mid-point can then be pinned on its node, and a task lost before it started does
+    not count as a retry."""
+
+    def __init__(self) -> None:
+        self._where: dict[tuple, dict[str, str]] = {}
+
+    def started(self, key: tuple, attempt: int, node_id: str, label: str, slot: str) -> None:
+        self._where[(tuple(key), attempt)] = {"node_id": node_id, "node": label, "slot": slot}
+
+    def where(self, key: tuple, attempt: int) -> dict[str, str] | None:
+        return self._where.get((tuple(key), attempt))
+
+
+# -- the driver ------------------------------------------------------------------------
+@dataclass
+class _Attempt:
+    point: Point
+    attempt: int = 1
+    resubmits: int = 0
+    avoid: str | None = None                 # node id the retry stays away from
+    first_failure: str | None = None         # why attempt 1 was lost
+    first_node: dict[str, str] = field(default_factory=dict)
+    submitted_at: float = 0.0
+
+
+class _RayRun:
+    def __init__(self, ray, sweep: Sweep):
+        self.ray = ray
+        self.sweep = sweep
+        self.opts = sweep.opts
+        self.inflight: dict[Any, _Attempt] = {}
+        self.remote_fn = None
+        self.tracker = None
+        self.base_options: dict[str, Any] = {}
+        self.shared_ref = None
+
+    # -- setup -------------------------------------------------------------------------
+    def _setup(self) -> None:
+        ray = self.ray
+        resources = ray.cluster_resources()
+        self.base_options = {**task_resources(self.opts, resources), "max_retries": 0,
+                             "retry_exceptions": False, "scheduling_strategy": "SPREAD"}
+        need = self.base_options.get("resources") or (
+            {"GPU": 1} if self.base_options.get("num_gpus") else {"CPU": 1})
+        (res_name, _), = need.items()
+        slots = int(resources.get(res_name, 0))
+        nodes = [n for n in ray.nodes() if n.get("Alive")]
+        if slots < 1:
+            raise SweepAborted(f"--backend ray: the cluster has no {res_name!r} resource "
+                               f"for a slot ({len(nodes)} nodes: "
+                               f"{sorted(resources)}); start nodes with "
+                               + ("--num-gpus" if res_name == "GPU" else
+                                  f"--resources '{{\"{SLOT_RESOURCE}\": N}}' or --num-cpus"))
+        self.slot_resource = res_name
+        self.sweep.backend_info = {  # type: ignore[attr-defined]
+            "backend": "ray", "address": self.opts.ray_address or "auto",
+            "nodes": len(nodes), "slots": slots, "slot_resource": res_name,
+            "ray_version": ray.__version__}
+        print(f"ray: {len(nodes)} node(s), {slots} slot(s) of {res_name!r}; "
+              f"{'one GPU' if res_name == 'GPU' else 'one ' + repr(res_name)} per data point",
+              file=sys.stderr, flush=True)
+        tracker = ray.remote(num_cpus=0, max_restarts=0)(_Tracker)
+        try:  # on the driver's node: it must outlive any worker node
+            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+            tracker = tracker.options(scheduling_strategy=NodeAffinitySchedulingStrategy(
+                ray.get_runtime_context().get_node_id(), soft=True))
+        except Exception:
+            pass
+        self.tracker = tracker.remote()
+        self.remote_fn = ray.remote(_run_point_task)
+        s = self.sweep
+        self.shared_ref = ray.put((self.opts, s.runner.adapter, s.runner.run_id,
+                                   s.runner.version, s.runner.golden))
+
+    def _submit(self, att: _Attempt) -> None:
+        att.submitted_at = time.monotonic()
+        choices = self._avoid_options(att.avoid) if att.avoid else []
+        for extra in choices + [{}]:
+            try:
+                fn = self.remote_fn.options(**{**self.base_options, **extra})
+            except (TypeError, ValueError):
+                continue  # e.g. a Ray without label selectors: the next choice
+            ref = fn.remote(self.shared_ref, att.point, att.attempt, self.tracker)
+            self.inflight[ref] = att
+            return
+
+    def _avoid_options(self, node_id: str) -> list[dict[str, Any]]:
+        """Ways to keep a retry off the node that failed, best first, when another node
+        can take it (a one-node cluster retries on another slot of the same node)."""
+        others = [n for n in self.ray.nodes() if n.get("Alive") and n["NodeID"] != node_id
+                  and n.get("Resources", {}).get(self.slot_resource, 0) >= 1]
+        if not others:
+            return []
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+        return [
+            # any node but that one (Ray labels every node with its id)
+            {"label_selector": {"ray.io/node-id": f"!{node_id}"},
+             "scheduling_strategy": "DEFAULT"},
+            # older Ray: prefer one other node (soft: elsewhere if it is gone too)
+            {"scheduling_strategy": NodeAffinitySchedulingStrategy(
+                random.choice(others)["NodeID"], soft=True)},
+        ]
+
+    # -- main loop ---------------------------------------------------------------------
+    async def run(self, points: list[Point]) -> None:
+        if not points:
+            return
+        await asyncio.to_thread(self._setup)
+        for p in points:
+            self._submit(_Attempt(p))
+        try:
+            while self.inflight:
+                ready, _ = await asyncio.to_thread(
+                    self.ray.wait, list(self.inflight), num_returns=1, timeout=POLL_S,
+                    fetch_local=True)
+                for ref in ready:
+                    await self._collect(ref, self.inflight.pop(ref))
+        except BaseException:
+            await asyncio.shield(asyncio.to_thread(self._cancel_all))
+            raise
+
+    async def _collect(self, ref, att: _Attempt) -> None:
+        ray = self.ray
+        try:
+            result = await asyncio.to_thread(ray.get, ref)
+        except Exception as e:
+            if not is_infra_error(ray, e):
+                if isinstance(e, ray.exceptions.RayTaskError):
+                    raise SweepAborted(f"--backend ray: the harness failed on residue "
+                                       f"{att.point.residue} ({att.point.cfg_id}): "
+                                       f"{_one_line(getattr(e, 'cause', e) or e)}") from e
+                raise
+            await asyncio.to_thread(self._lost, att, e)
+            return
+        self._write(att, result)
+
+    def _write(self, att: _Attempt, result: dict[str, Any]) -> None:
+        sweep = self.sweep
+        logs_dir = sweep.store.logs_dir
+        if result.get("logs"):
+            logs_dir.mkdir(parents=True, exist_ok=True)
+            for name, text in result["logs"].items():
+                (logs_dir / Path(name).name).write_text(text, encoding="utf-8")
+        records = result["records"]
+        for rec in records:
+            rec["ray_node_id"] = result["node_id"]
+            rec["attempt"] = att.attempt
+            if att.first_failure:
+                rec["infra_retry"] = att.first_failure
+            sweep.store.append(rec)
+        sweep._count(att.point, records)
+        sweep.counters.timings.append(result["timing"])
+
+    def _lost(self, att: _Attempt, err: BaseException) -> None:
+        """A node/worker was lost under this attempt: retry once elsewhere, or record."""
+        where = self._where(att)
+        if where is None and att.resubmits < MAX_UNSTARTED_RESUBMITS:
+            # Never started (e.g. queued on a node that died): not a failed attempt.
+            att.resubmits += 1
+            att.avoid = _node_id_in(err) or att.avoid
+            self._submit(att)
+            return
+        where = where or {"node": _node_id_in(err) or "unknown node", "node_id": _node_id_in(err) or "",
+                          "slot": "?"}
+        why = f"node {where['node']} (slot {where['slot']}) lost mid-point: {_one_line(err)}"
+        if att.attempt == 1:
+            self._submit(_Attempt(att.point, attempt=2, avoid=where.get("node_id") or None,
+                                  first_failure=why, first_node=where))
+            return
+        reason = f"infrastructure: attempt 1: {att.first_failure}; retry: {why}"
+        runner = self.sweep.runner
+        slot = Slot(where.get("slot") or "?")
+        records = []
+        for phase in self.opts.phases:
+            rec = runner._failure_record(att.point, slot, phase, "infra", reason, [], {}, None)
+            rec.update({"node": where["node"], "ray_node_id": where.get("node_id"),
+                        "attempt": att.attempt, "infra_retry": att.first_failure})
+            records.append(rec)
+            self.sweep.store.append(rec)
+        self.sweep._count(att.point, records)
+        self.sweep.counters.timings.append(
+            {"boot": 0.0, "requests": 0.0, "teardown": 0.0,
+             "point": time.monotonic() - att.submitted_at})
+
+    def _where(self, att: _Attempt) -> dict[str, str] | None:
+        if self.tracker is None:
+            return None
+        try:
+            return self.ray.get(self.tracker.where.remote(att.point.key, att.attempt), timeout=10)
+        except Exception:
+            return None
+
+    def _cancel_all(self) -> None:
+        """Ctrl-C: force-cancel every outstanding task (Ray SIGKILLs a running worker; its
+        watchdog kills the servers), then wait for them to be gone."""
+        refs = list(self.inflight)
+        for ref in refs:
+            try:
+                self.ray.cancel(ref, force=True)
+            except Exception:
+                pass
+        if refs:
+            try:
+                self.ray.wait(refs, num_returns=len(refs), timeout=CANCEL_WAIT_S,
+                              fetch_local=False)
+            except Exception:
+                pass
+        self.inflight.clear()
+
+
+def _node_id_in(err: BaseException) -> str | None:
+    """NodeDiedError names the dead node in its message ("node ID: <hex>")."""
+    m = re.search(r"node ID: ([0-9a-f]{16,})", str(err))
+    return m.group(1) if m else None

@@ -1,0 +1,89 @@
+"""Ray backend pieces that need no cluster (most need no Ray at all)."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from harness.backends import ray_backend as rb
+from harness.configs import parse_slots
+from tests.conftest import ROOT
+
+REAPER = ROOT / "harness" / "backends" / "_reaper.py"
+
+
+class _Opts:
+    def __init__(self, engine: str, gpus: str | None = None):
+        self.engine = engine
+        self.slots = parse_slots(None, gpus, engine)
+
+
+def test_slot_resources():
+    assert rb.task_resources(_Opts("vllm"), {"GPU": 8, "CPU": 64}) == {"num_gpus": 1, "num_cpus": 1}
+    assert rb.task_resources(_Opts("cmd", "0,1"), {"GPU": 2}) == {"num_gpus": 1, "num_cpus": 1}
+    assert rb.task_resources(_Opts("lab"), {"CPU": 4, "lab_slot": 4}) == \
+        {"num_cpus": 0, "resources": {"lab_slot": 1}}
+    assert rb.task_resources(_Opts("cmd"), {"CPU": 4}) == {"num_cpus": 1}
+
+
+def test_node_label_and_grouping():
+    a = rb.node_label("vm", "10.0.0.2", "ab12cd34ef" * 5)
+    b = rb.node_label("vm", "10.0.0.2", "0123456789" * 5)
+    assert a == "vm/10.0.0.2/ab12cd34" and a != b  # one machine, two nodes
+    recs = [{"node": a, "verdict": "ok"}, {"node": b, "verdict": "ok"},
+            {"node": a, "verdict": "broken"}]
+    assert rb.records_by_node(recs) == {b: {"ok": 1}, a: {"ok": 1, "broken": 1}}
+
+
+def test_node_id_from_a_node_died_message():
+    msg = ("Task failed because the node it was running on is dead or unavailable. Node IP: "
+           "192.0.2.2, node ID: 3590ecc110c5eea92408b58110cb4dab41698171617b7b5705edc309. This")
+    assert rb._node_id_in(RuntimeError(msg)) == "3590ecc110c5eea92408b58110cb4dab41698171617b7b5705edc309"
+    assert rb._node_id_in(RuntimeError("The worker died unexpectedly")) is None
+
+
+def test_reaper_kills_registered_groups_when_its_worker_is_gone():
+    """The watchdog a Ray worker leaves behind: EOF on stdin (the worker died, even by
+    SIGKILL) -> every registered process group is killed; unregistered ones are not."""
+    reaper = subprocess.Popen([sys.executable, str(REAPER)], stdin=subprocess.PIPE,
+                              start_new_session=True)
+    kept = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    victim = subprocess.Popen(["sh", "-c", "sleep 60 & sleep 60"], start_new_session=True)
+    try:
+        time.sleep(0.2)
+        group = [psutil.Process(victim.pid), *psutil.Process(victim.pid).children()]
+        assert len(group) == 3  # sh and its two sleeps, one process group
+        reaper.stdin.write(f"+{victim.pid}\n+{kept.pid}\n-{kept.pid}\n".encode())
+        reaper.stdin.flush()
+        reaper.stdin.close()  # what the kernel does when the worker dies
+        assert reaper.wait(timeout=10) == 0
+        _, alive = psutil.wait_procs(group, timeout=5)
+        assert not alive
+        assert kept.poll() is None  # stopped normally earlier: not the reaper's business
+    finally:
+        for p in (kept, victim):
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            p.wait()
+
+
+def test_without_ray_the_error_is_one_clear_line(tmp_path):
+    """``ray`` not importable: exit 2 and the install hint, no traceback."""
+    code = ("import sys, runpy; sys.modules['ray'] = None; "
+            "sys.argv = ['sweep'] + sys.argv[1:]; runpy.run_module('harness', run_name='__main__')")
+    proc = subprocess.run([sys.executable, "-c", code, "--backend", "ray", "--residues", "3",
+                           "--out", str(tmp_path / "r"), "--reports-dir", str(tmp_path / "p"),
+                           "--no-progress"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "sweep: error: --backend ray needs the ray extra: pip install 'residue-lab[ray]'")
