@@ -352,3 +352,19 @@ def test_empty_and_write_report(tmp_path, run128):
     records, manifests = run128
     p = write_report(records, manifests, tmp_path / "deep" / "r.md")
     assert p.read_text(encoding="utf-8") == render_markdown(records, manifests)
+
+
+def test_sparse_records_do_not_crash_anything(tmp_path):
+    """Records from an older harness or another tool may lack keys: nothing may crash."""
+    from harness.compare import compare_records, render_compare_markdown
+    from harness.gate import gate_exit_code, write_junit
+
+    sparse = [{"config_id": "c1", "residue": 4, "phase": "self-hit", "verdict": "broken"},
+              {"config_id": "c1", "residue": 3, "phase": "self-hit", "verdict": "ok"},
+              {"config_id": "c2", "residue": 4, "phase": "cold", "verdict": "crash",
+               "log_excerpt": ["Segmentation fault"], "config": None, "answer": None}]
+    md = render_markdown(sparse)
+    assert gfm_tables(md) and "**crash**" in md
+    assert gate_exit_code(sparse) == 1
+    render_compare_markdown(compare_records(sparse, sparse))
+    write_junit(sparse, tmp_path / "j.xml")
