@@ -15,7 +15,6 @@ import pathlib
 import shutil
 import subprocess
 import xml.etree.ElementTree as ET
-from typing import Iterable
 
 from ._markdown import cap
 from .compare import compare_records
