@@ -6,7 +6,7 @@ Nothing here imports vLLM at import time; only the patches touch it, when applie
 Harness surface::
 
     argv, env = build_command(cfg, port=8001, model="/models/x", gpu="0")
-    effective = parse_effective_config(log_text)       # incl. effective["patches"]
+    effective = parse_effective_config(log_text)       # incl. effective["patch_status"]
     diffs = compare_effective(cfg.identity(), effective)
 """
 from __future__ import annotations

@@ -89,8 +89,8 @@ def parse_effective_config(log_text: str) -> dict[str, Any]:
     (``[[kind, mode], ...]``), ``kv_cache_tokens``, ``max_concurrency``,
     ``kv_cache_memory_gib``, ``block_size`` (attention block after hybrid promotion, else
     the one requested), ``prefix_match_unit`` (as requested; vLLM does not log a resolved
-    one), ``mamba_page_padding_pct``, ``model_runner`` (``v1``/``v2``), ``patches``
-    (the plugin's status map), ``boot_error`` (the KV-capacity refusal, parsed).
+    one), ``mamba_page_padding_pct``, ``model_runner`` (``v1``/``v2``), ``patch_status``
+    (the plugin's status map; not ``patches``, which names the requested selection), ``boot_error`` (the KV-capacity refusal, parsed).
     """
     text = _ANSI.sub("", log_text or "")
     lines = text.splitlines()
@@ -178,9 +178,9 @@ def parse_effective_config(log_text: str) -> dict[str, Any]:
 
     if m := _last(_PATCHES, lines):
         try:
-            out["patches"] = json.loads(m["v"])
+            out["patch_status"] = json.loads(m["v"])
         except ValueError:
-            out["patches"] = {"unparsed": m["v"]}
+            out["patch_status"] = {"unparsed": m["v"]}
 
     if m := _last(_KV_REFUSAL, lines):
         out["boot_error"] = {

@@ -95,7 +95,7 @@ def test_mtp_huge_boot():
     assert eff["kv_cache_memory_gib"] == 4.9
     assert eff["block_size"] == 128 and eff["prefix_match_unit"] == 128
     assert eff["model_runner"] == "v2" and eff["seed"] == 0
-    assert eff["patches"] == {"prefill-discriminator": "applied",
+    assert eff["patch_status"] == {"prefill-discriminator": "applied",
                               "sliding-window-guard": "applied"}
     assert "boot_error" not in eff
 

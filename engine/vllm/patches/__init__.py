@@ -188,7 +188,7 @@ def patch_status() -> dict[str, str]:
 
     The state of this process; if the plugin has not run here yet, runs it first (which
     imports vLLM). In the harness, prefer the map the server logs
-    (``parse_effective_config(log)["patches"]``): that is what the server ran with.
+    (``parse_effective_config(log)["patch_status"]``): that is what the server ran with.
     """
     return apply_patches()
 
