@@ -29,4 +29,9 @@ else
   echo "dense skipped (left ${LEFT}s) $(el)s" >> "$OUT/timings.txt"
 fi
 wait; echo "end $(el)s" >> "$OUT/timings.txt"; cat "$OUT/timings.txt"
+# The run tool brings back at most 8 files of <= 16 MiB: one tar per variant (~15 MB bf16),
+# one for the logs; the loose copies are removed so nothing else counts against the 8.
+for v in hybrid dense; do [ -d "$OUT/$v" ] && tar -cf "$OUT/$v.tar" -C "$OUT" "$v" && rm -rf "$OUT/$v"; done
+tar -cf "$OUT/logs.tar" -C "$OUT" $(cd "$OUT" && ls *.txt *.log 2>/dev/null | grep -v timings.txt) && \
+  (cd "$OUT" && rm -f stdout_*.txt train_*.log env.txt)
 grep -h '"variant"' "$OUT"/stdout_*.txt | cut -c1-1500

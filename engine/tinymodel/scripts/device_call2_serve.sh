@@ -11,3 +11,5 @@ SERVERS=()
 PYTHONPATH=/tmp/site python3 -m engine.tinymodel probe "${SERVERS[@]}" --out "$OUT/probe" \
   --residues "${RESIDUES:-3,4,5,60}" --context 1200 --boot-timeout 240 --gpu-util 0.2
 echo "probe rc=$? $(el)s" >> "$OUT/timings.txt"; cat "$OUT/timings.txt"
+# <= 8 files of <= 16 MiB come back: one tar of the probe folder (logs, probe.json, metrics).
+tar -czf "$OUT/probe.tgz" -C "$OUT" probe && rm -rf "$OUT/probe"
