@@ -220,11 +220,17 @@ class ConfigData:
         return idx
 
     def point_status(self, residue: int) -> str:
-        return worst(r.get("verdict") or "invalid" for (res, _), r in self._index().items()
-                     if res == residue)
+        return self.statuses().get(residue, "ok")
 
     def statuses(self) -> dict[int, str]:
-        return {res: self.point_status(res) for res in self.residues}
+        """Each residue's status: the worst verdict of its phases."""
+        st = getattr(self, "_statuses", None)
+        if st is None:
+            by: dict[int, list[str]] = defaultdict(list)
+            for (res, _), r in self._index().items():
+                by[res].append(r.get("verdict") or "invalid")
+            st = self._statuses = {res: worst(v) for res, v in sorted(by.items())}
+        return st
 
     def first(self, key: str, default: Any = None) -> Any:
         for r in self.records:
