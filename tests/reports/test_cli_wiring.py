@@ -95,4 +95,10 @@ def test_hostile_answers_through_a_real_sweep(tmp_path):
     cases = [c for s in xml for c in s]
     assert len(cases) == 4 and all(c.result for c in cases)
     assert all("<script>" in c.result[0].message for c in cases)
+    try:
+        import xmlschema
+    except ImportError:
+        pass
+    else:
+        xmlschema.XMLSchema(str(FIXTURES / "junit.xsd")).validate(str(tmp_path / "junit.xml"))
     assert HOSTILE.startswith("| a |")
