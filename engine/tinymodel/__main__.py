@@ -58,7 +58,7 @@ def _cmd_train(a) -> int:
             logf.flush()
     model, info = train(a.variant, str(a.tokenizer), time_cap=a.time_cap, seed=a.seed,
                         target_em=a.target_em, lr=a.lr, workers=a.workers, log=log,
-                        extra_steps=a.extra_steps)
+                        extra_steps=a.extra_steps, final_decay=a.final_decay)
     t = time.time()
     model = model.to(torch.bfloat16)  # what is served
     info["final_check_bf16"] = evaluate(model, str(a.tokenizer), n=a.n, seed=4242)
@@ -97,6 +97,9 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--extra-steps", type=int, default=100,
                    help="steps after the fresh check passes, for margin (default 100)")
     s.add_argument("--lr", type=float, default=1e-3)
+    s.add_argument("--final-decay", action="store_true",
+                   help="cosine-decay the lr to 0.1x over the time left once the last "
+                        "curriculum stage is reached (not yet tried on the GPU)")
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--workers", type=int, default=6, help="data worker processes")
     s.add_argument("--n", type=int, default=512, help="fresh random prompts in the final check")

@@ -121,7 +121,8 @@ def answer_stats(model, ids, tmask):
 def train(variant: str, tok_dir: str, *, time_cap: float, target_em: float = 0.98,
           advance_em: float = 0.9, tokens_per_batch: int = 65536, max_bs: int = 256,
           lr: float = 1e-3, seed: int = 0, workers: int = 6, log=print,
-          eval_every: int = 50, extra_steps: int = 100) -> tuple[object, dict]:
+          eval_every: int = 50, extra_steps: int = 100,
+          final_decay: bool = False) -> tuple[object, dict]:
     import torch
     torch.manual_seed(seed)
     prod = Producer(tok_dir, tokens_per_batch, max_bs, workers, seed)  # fork before CUDA
@@ -131,7 +132,7 @@ def train(variant: str, tok_dir: str, *, time_cap: float, target_em: float = 0.9
     opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.98), weight_decay=0.01,
                             fused=(dev == "cuda"))
     curve: list[dict] = []
-    stage, stage_ems, solved_at = 0, [], None
+    stage, stage_ems, solved_at, t_final = 0, [], None, None
     t0 = time.time()
     step = 0
     final_em = None
@@ -144,9 +145,12 @@ def train(variant: str, tok_dir: str, *, time_cap: float, target_em: float = 0.9
             ids_np, tm_np = prod.get()
             ids = torch.from_numpy(ids_np).to(dev, non_blocking=True)
             tm = torch.from_numpy(tm_np).to(dev, non_blocking=True)
-            warm = min(1.0, (step + 1) / 100)
+            factor = min(1.0, (step + 1) / 100)
+            if final_decay and t_final is not None:  # cosine to 0.1x over the time left
+                frac = min(1.0, (el - t_final) / max(time_cap - t_final, 1.0))
+                factor *= 0.1 + 0.45 * (1 + math.cos(math.pi * frac))
             for g in opt.param_groups:
-                g["lr"] = lr * warm
+                g["lr"] = lr * factor
             with torch.autocast(dev, dtype=torch.bfloat16, enabled=(dev == "cuda")):
                 loss, em, worst = answer_stats(model, ids, tm)
             opt.zero_grad(set_to_none=True)
@@ -168,6 +172,8 @@ def train(variant: str, tok_dir: str, *, time_cap: float, target_em: float = 0.9
                     stage += 1
                     stage_ems = []
                     prod.set_stage(stage)
+                    if stage == len(D.STAGES) - 1:
+                        t_final = time.time() - t0
                     log(f"[{variant}] -> stage {stage} (max {D.STAGES[stage][0]} tokens) at step {step}")
             if stage == len(D.STAGES) - 1 and solved_at is None and step % eval_every == 0 \
                     and len(stage_ems) >= 3 and sum(stage_ems[-3:]) / 3 >= target_em - 0.03:
@@ -183,7 +189,8 @@ def train(variant: str, tok_dir: str, *, time_cap: float, target_em: float = 0.9
         prod.close()
     info = dict(variant=variant, params=nparams, steps=step, seconds=round(time.time() - t0, 1),
                 final_stage=stage, solved_at_step=solved_at, check_at_solve=final_em,
-                curve=curve, lr=lr, tokens_per_batch=tokens_per_batch, seed=seed)
+                curve=curve, lr=lr, tokens_per_batch=tokens_per_batch, seed=seed,
+                final_decay=final_decay, final_stage_reached_s=t_final)
     return model, info
 
 
