@@ -182,8 +182,9 @@ def _run_point_task(shared: tuple, point: Point, attempt: int, tracker) -> dict[
         try:  # where this attempt runs, so a lost node can be named and avoided
             ray.get(tracker.started.remote(point.key, attempt, node_id, label, slot.id),
                     timeout=30)
-        except Exception:
-            pass
+        except Exception as e:
+            print(f"residue-lab: could not report the start of residue {point.residue} "
+                  f"to the driver: {_one_line(e)}", file=sys.stderr)
     _Watchdog.install()
     logs_dir = Path(tempfile.mkdtemp(prefix="residue-lab-ray-"))
     collected: list[dict] = []
@@ -352,14 +353,13 @@ class _RayRun:
             "backend": "ray", "address": self.opts.ray_address or "auto",
             "nodes": len(nodes), "slots": slots, "slot_resource": res_name,
             "ray_version": ray.__version__}
-        print(f"ray: {len(nodes)} node(s), {slots} slot(s) of {res_name!r}; "
-              f"{'one GPU' if res_name == 'GPU' else 'one ' + repr(res_name)} per data point",
-              file=sys.stderr, flush=True)
+        _say(f"ray: {len(nodes)} node(s), {slots} slot(s) of {res_name!r}; "
+              f"{'one GPU' if res_name == 'GPU' else 'one ' + repr(res_name)} per data point")
         tracker = ray.remote(num_cpus=0, max_restarts=0)(_Tracker)
-        try:  # on the driver's node: it must outlive any worker node
+        try:  # on the driver's node (hard: Ray's soft affinity placed it elsewhere)
             from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
             tracker = tracker.options(scheduling_strategy=NodeAffinitySchedulingStrategy(
-                ray.get_runtime_context().get_node_id(), soft=True))
+                ray.get_runtime_context().get_node_id(), soft=False))
         except Exception:
             pass
         self.tracker = tracker.remote()
@@ -450,20 +450,25 @@ class _RayRun:
     def _lost(self, att: _Attempt, err: BaseException) -> None:
         """A node/worker was lost under this attempt: retry once elsewhere, or record."""
         where = self._where(att)
+        p = att.point
         if where is None and att.resubmits < MAX_UNSTARTED_RESUBMITS:
             # Never started (e.g. queued on a node that died): not a failed attempt.
             att.resubmits += 1
             att.avoid = _node_id_in(err) or att.avoid
+            _say(f"ray: residue {p.residue} ({p.cfg_id}) lost before it started "
+                 f"({_one_line(err, 120)}); submitted again")
             self._submit(att)
             return
         where = where or {"node": _node_id_in(err) or "unknown node", "node_id": _node_id_in(err) or "",
                           "slot": "?"}
         why = f"node {where['node']} (slot {where['slot']}) lost mid-point: {_one_line(err)}"
         if att.attempt == 1:
+            _say(f"ray: residue {p.residue} ({p.cfg_id}): {why}; retrying once elsewhere")
             self._submit(_Attempt(att.point, attempt=2, avoid=where.get("node_id") or None,
                                   first_failure=why, first_node=where))
             return
         reason = f"infrastructure: attempt 1: {att.first_failure}; retry: {why}"
+        _say(f"ray: residue {p.residue} ({p.cfg_id}): retry lost too: {why}; recorded as infra")
         runner = self.sweep.runner
         slot = Slot(where.get("slot") or "?")
         records = []
@@ -483,7 +488,8 @@ class _RayRun:
             return None
         try:
             return self.ray.get(self.tracker.where.remote(att.point.key, att.attempt), timeout=10)
-        except Exception:
+        except Exception as e:
+            _say(f"ray: cannot ask where residue {att.point.residue} ran: {_one_line(e, 120)}")
             return None
 
     def _cancel_all(self) -> None:
@@ -502,6 +508,10 @@ class _RayRun:
             except Exception:
                 pass
         self.inflight.clear()
+
+
+def _say(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
 
 
 def _node_id_in(err: BaseException) -> str | None:
