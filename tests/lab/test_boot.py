@@ -93,7 +93,7 @@ def test_boot_is_fast_and_sigterm_exits_clean(tmp_path):
     try:
         boot = wait_healthy(port, proc)
         # generous bound: CI boxes are shared; the measured number is in docs/lab-engine.md
-        assert boot < 5.0
+        assert boot < 15.0
     finally:
         proc.terminate()
         # graceful shutdown; uvicorn re-raises the captured SIGTERM after it (-15)
