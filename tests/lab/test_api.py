@@ -1,0 +1,226 @@
+"""The OpenAI-compatible surface: tokenize/usage agreement, cached_tokens, the official
+openai client (plain and streamed), error codes, metrics, and prompt wordings the harness
+does not write."""
+from __future__ import annotations
+
+import json
+
+import httpx
+import openai
+import pytest
+
+from labserver import MTP, lab_server, make_document
+
+DOC = make_document(30, seed=3)
+KEY = "sk-lab-test"
+
+
+@pytest.fixture(scope="module")
+def srv(tmp_path_factory):
+    log = tmp_path_factory.mktemp("api") / "srv.log"
+    with lab_server(["--speculative-config", MTP, "--enable-prefix-caching",
+                     "--enable-prompt-tokens-details", "--block-size", "16",
+                     "--prefix-match-unit", "16", "--max-model-len", "4096",
+                     "--api-key", KEY, "--served-model-name", "labby"], log) as s:
+        s.http.headers["Authorization"] = f"Bearer {KEY}"
+        yield s
+
+
+def chat(srv, content, **kw):
+    body = {"model": "labby", "messages": [{"role": "user", "content": content}], **kw}
+    r = srv.http.post("/v1/chat/completions", json=body)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def answer(out) -> str:
+    return out["choices"][0]["message"]["content"]
+
+
+def test_tokenize_agrees_with_usage_and_cached_tokens(srv):
+    content = "Reproduce the first 4 lines of the document below exactly.\n\n" + "\n".join(DOC)
+    count = srv.templated_len(content)
+    r = srv.http.post("/tokenize", json={"messages": [{"role": "user", "content": content}],
+                                         "add_generation_prompt": True}).json()
+    assert r["max_model_len"] == 4096 and len(r["tokens"]) == count
+    srv.http.post("/reset_prefix_cache")
+    cold = chat(srv, content)
+    assert cold["usage"]["prompt_tokens"] == count
+    assert cold["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+    assert answer(cold) == "\n".join(DOC[:4])
+    hit = chat(srv, content)
+    assert hit["usage"]["prompt_tokens_details"]["cached_tokens"] == (count - 1) // 16 * 16
+    assert answer(hit) == answer(cold)
+    assert hit["usage"]["completion_tokens"] == cold["usage"]["completion_tokens"]
+    # plain prompt tokenize
+    p = srv.http.post("/tokenize", json={"prompt": "hello world"}).json()
+    assert p["count"] == len(p["tokens"]) > 0
+    d = srv.http.post("/detokenize", json={"tokens": p["tokens"]}).json()
+    assert d["prompt"] == "hello world"
+
+
+def test_reset_prefix_cache_makes_next_request_cold(srv):
+    content = "Copy the opening two lines of the text below verbatim.\n\n" + "\n".join(DOC[5:])
+    chat(srv, content)
+    assert srv.http.post("/reset_prefix_cache").status_code == 200
+    again = chat(srv, content)
+    assert again["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+
+
+def test_openai_client_plain_and_stream(srv):
+    client = openai.OpenAI(base_url=srv.url + "/v1", api_key=KEY, max_retries=0)
+    models = client.models.list()
+    assert [m.id for m in models.data] == ["labby"]
+    content = "Reproduce the first 3 lines of the document below exactly.\n\n" + "\n".join(DOC)
+    expected = "\n".join(DOC[:3])
+    r = client.chat.completions.create(model="labby",
+                                       messages=[{"role": "user", "content": content}],
+                                       max_tokens=500)
+    assert r.choices[0].message.content == expected
+    assert r.choices[0].finish_reason == "stop"
+    assert r.usage.prompt_tokens == srv.templated_len(content)
+    chunks = list(client.chat.completions.create(
+        model="labby", messages=[{"role": "user", "content": content}], max_tokens=500,
+        stream=True, stream_options={"include_usage": True}))
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == expected
+    finishes = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert finishes == ["stop"]
+    assert chunks[-1].usage.completion_tokens == r.usage.completion_tokens
+    # max_tokens cuts the answer: finish_reason length
+    short = client.chat.completions.create(model="labby",
+                                           messages=[{"role": "user", "content": content}],
+                                           max_tokens=5)
+    assert short.choices[0].finish_reason == "length"
+    assert short.usage.completion_tokens == 5
+    assert expected.startswith(short.choices[0].message.content)
+
+
+def test_stream_utf8_split_tokens(srv):
+    doc = ["Ünïcödé 😀 línea uno — ok", "第二行 second line ✓", "third"]
+    content = "Copy the first 2 lines of this text:\n" + "\n".join(doc)
+    with srv.http.stream("POST", "/v1/chat/completions", json={
+            "model": "labby", "messages": [{"role": "user", "content": content}],
+            "stream": True}) as r:
+        assert r.status_code == 200
+        deltas = []
+        for line in r.iter_lines():
+            if line.startswith("data: ") and line != "data: [DONE]":
+                body = json.loads(line[6:])
+                for ch in body["choices"]:
+                    deltas.append(ch["delta"].get("content") or "")
+    assert "".join(deltas) == "\n".join(doc[:2])
+    assert all("\ufffd" not in d for d in deltas)
+
+
+@pytest.mark.parametrize("content,expected", [
+    # instruction after the document, number word, fenced document
+    ("```\n" + "\n".join(DOC[:10]) + "\n```\n\nCopy the opening two lines of the text above "
+     "verbatim.", "\n".join(DOC[:2])),
+    # "first line" without a number
+    ("Please give me the first line of the following text.\n\n" + "\n".join(DOC),
+     DOC[0]),
+    # count in digits, "---" fences, trailing padding run
+    ("Write out the top 12 lines of the passage below, nothing else.\n\n---\n"
+     + "\n".join(DOC) + "\n---\n" + "~" * 300, "\n".join(DOC[:12])),
+    # inline: instruction line ending with ':' directly followed by the text
+    ("Return the first 3 lines of this:\n" + "\n".join(DOC), "\n".join(DOC[:3])),
+    # more lines asked than exist: the whole document
+    ("Repeat the first twenty lines of the poem below.\n\nroses\nviolets\nsugar",
+     "roses\nviolets\nsugar"),
+    # document with blank lines inside: raw lines count
+    ("Reproduce the first 4 lines of the document below exactly.\n\nalpha\n\nbeta\ngamma\n"
+     "delta", "alpha\n\nbeta\ngamma"),
+])
+def test_other_wordings(srv, content, expected):
+    assert answer(chat(srv, content, max_tokens=800)) == expected
+
+
+def test_system_prompt_multi_turn_and_content_parts(srv):
+    body = {"model": "labby", "max_tokens": 300, "messages": [
+        {"role": "system", "content": "You copy text exactly."},
+        {"role": "user", "content": "Copy the first line of the text below.\n\nold\nstuff"},
+        {"role": "assistant", "content": "old"},
+        {"role": "user", "content": [{"type": "text", "text":
+                                      "Reproduce the first 2 lines of the document below "
+                                      "exactly.\n\nnew one\nnew two\nnew three"}]}]}
+    r = srv.http.post("/v1/chat/completions", json=body)
+    assert r.status_code == 200
+    assert answer(r.json()) == "new one\nnew two"
+
+
+def test_no_instruction_echoes_message(srv):
+    assert answer(chat(srv, "hello there\nsecond line", max_tokens=50)) == "hello there\nsecond line"
+
+
+def test_error_codes(srv):
+    h = srv.http
+    url = "/v1/chat/completions"
+    msgs = [{"role": "user", "content": "hi"}]
+    r = h.post(url, json={"model": "nope", "messages": msgs})
+    assert r.status_code == 404 and "nope" in r.json()["error"]["message"]
+    r = h.post(url, content=b"{not json", headers={"content-type": "application/json"})
+    assert r.status_code == 400 and r.json()["error"]["code"] == 400
+    r = h.post(url, json={"model": "labby", "messages": [{"role": "user",
+                                                          "content": "word " * 5000}]})
+    assert r.status_code == 400 and "maximum context length" in r.json()["error"]["message"]
+    r = h.post(url, json={"model": "labby", "messages": msgs, "max_tokens": 99999})
+    assert r.status_code == 400
+    r = h.post(url, json={"model": "labby"})
+    assert r.status_code == 400
+    r = h.post(url, json={"model": "labby", "messages": "hi"})
+    assert r.status_code == 400
+    r = h.post(url, json={"model": "labby", "messages": msgs, "max_tokens": 0})
+    assert r.status_code == 400
+    r = httpx.post(srv.url + url, json={"model": "labby", "messages": msgs},
+                   headers={"Authorization": "Bearer wrong"})
+    assert r.status_code == 401 and "error" in r.json()
+    r = httpx.get(srv.url + "/v1/models")
+    assert r.status_code == 401
+    r = h.get("/no/such/route")
+    assert r.status_code == 404 and "error" in r.json()
+    r = h.post("/tokenize", json={"neither": 1})
+    assert r.status_code == 400
+    # the server is still fine
+    assert h.get("/health").status_code == 200
+    client = openai.OpenAI(base_url=srv.url + "/v1", api_key="wrong", max_retries=0)
+    with pytest.raises(openai.AuthenticationError):
+        client.chat.completions.create(model="labby", messages=msgs)
+    client = openai.OpenAI(base_url=srv.url + "/v1", api_key=KEY, max_retries=0)
+    with pytest.raises(openai.NotFoundError):
+        client.chat.completions.create(model="gpt-4", messages=msgs)
+    with pytest.raises(openai.BadRequestError):
+        client.chat.completions.create(model="labby", messages=[
+            {"role": "user", "content": "word " * 5000}])
+
+
+def test_metrics_and_version(srv):
+    text = srv.http.get("/metrics").text
+    for name in ("vllm:spec_decode_num_drafts_total", "vllm:spec_decode_num_draft_tokens_total",
+                 "vllm:spec_decode_num_accepted_tokens_total", "vllm:prefix_cache_queries_total",
+                 "vllm:prefix_cache_hits_total", "vllm:num_requests_running"):
+        assert name in text
+    assert 'model_name="labby"' in text and 'engine="0"' in text
+    c = srv.counters()
+    assert c["vllm:spec_decode_num_drafts_total"] > 0
+    assert 0 < c["vllm:spec_decode_num_accepted_tokens_total"] <= c["vllm:spec_decode_num_draft_tokens_total"]
+    v = srv.http.get("/version").json()
+    assert v["patches"] == {"prefill-discriminator": "applied", "sliding-window-guard": "applied"}
+    eff = v["effective_config"]
+    assert eff["speculative_config"] == {"method": "mtp", "num_speculative_tokens": 3}
+    assert eff["block_size"] == 16 and eff["prefix_match_unit"] == 16
+    assert eff["max_model_len"] == 4096 and eff["prefix_caching"] is True
+    assert eff["patches"] == "all" and eff["geometry"] == "hybrid"
+    m = srv.http.get("/v1/models").json()["data"][0]
+    assert m["id"] == "labby" and m["max_model_len"] == 4096
+
+
+def test_concurrent_requests_batch(srv):
+    import concurrent.futures as cf
+
+    contents = [f"Reproduce the first {i} lines of the document below exactly.\n\n"
+                + "\n".join(make_document(20, seed=i)) for i in range(1, 7)]
+    with cf.ThreadPoolExecutor(6) as ex:
+        outs = list(ex.map(lambda c: answer(chat(srv, c, max_tokens=600)), contents))
+    for i, out in enumerate(outs, start=1):
+        assert out == "\n".join(make_document(20, seed=i)[:i])
