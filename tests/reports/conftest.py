@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.reports import synth
+from . import synth
 
 HERE = Path(__file__).parent
 FIXTURES = HERE / "fixtures"

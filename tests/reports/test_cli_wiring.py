@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.reports import synth
-from tests.reports.conftest import FIXTURES
+from . import synth
+from .conftest import FIXTURES
 from harness.report import render_markdown
 from harness.store import load_manifest_for, load_records
-from tests.reports.test_gate import _fake_gh
+from .test_gate import _fake_gh
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -69,8 +69,8 @@ def test_hostile_answers_through_a_real_sweep(tmp_path):
     references; the JUnit XML it writes parses."""
     import junitparser
 
-    from tests.reports.gfm import gfm_html, gfm_tables, parse_html
-    from tests.reports.hostile_engine import HOSTILE
+    from .gfm import gfm_html, gfm_tables, parse_html
+    from .hostile_engine import HOSTILE
 
     tok = FIXTURES.parents[1] / "fixtures" / "tokenizer"
     server = (f"{sys.executable} {Path(__file__).parent / 'hostile_engine.py'} "

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import json
 
-from tests.reports import synth
-from tests.reports.gfm import gfm_tables
+from . import synth
+from .gfm import gfm_tables
 from harness.compare import compare_records, render_compare_markdown
 from harness.store import load_records
 

@@ -9,8 +9,8 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from tests.reports import synth
-from tests.reports.conftest import FIXTURES
+from . import synth
+from .conftest import FIXTURES
 from harness.gate import (GateError, GhNotFound, append_github_step_summary, find_regressions,
                           gate_exit_code, post_issue_comment, write_junit)
 

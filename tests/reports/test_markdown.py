@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.reports.gfm import gfm_html, gfm_tables, parse_html
+from .gfm import gfm_html, gfm_tables, parse_html
 from harness._markdown import ZWJ, cap, code, escape_text, fence, neutralise, table
 
 HOSTILE = ("a|b `tick` <script>alert(1)</script> <img src=x onerror=y> @someone #1 GH-12 "

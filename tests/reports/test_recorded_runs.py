@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.reports.conftest import FIXTURES
-from tests.reports.gfm import gfm_html, gfm_tables
+from .conftest import FIXTURES
+from .gfm import gfm_html, gfm_tables
 from harness.compare import compare_records
 from harness.gate import gate_exit_code, write_junit
 from harness.report import render_markdown

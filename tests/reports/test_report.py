@@ -6,8 +6,8 @@ import re
 
 import pytest
 
-from tests.reports import synth
-from tests.reports.gfm import gfm_html, gfm_tables, parse_html
+from . import synth
+from .gfm import gfm_html, gfm_tables, parse_html
 from harness.report import (fmt_ranges, miss_probability, miss_sentence, render_markdown,
                             write_report)
 from harness.store import load_manifest_for, load_records
