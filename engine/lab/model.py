@@ -144,6 +144,8 @@ def parse_instruction(lines: list[str]) -> tuple[int, int, int]:
         return 0, 0, 0
 
     def count_of(line: str) -> int | None:
+        if "line" not in line.lower():
+            return None
         m = _COUNT_BEFORE.search(line)
         if m:
             w = m.group(1).lower()

@@ -16,8 +16,37 @@ from .config import VERSION, LabConfig
 DEAD_EXIT_DELAY_S = 0.5   # keep answering 500 / failing /health this long, then exit
 
 
-def serve(cfg: LabConfig, t0: float) -> int:
+def _import_uvicorn():
+    """uvicorn's Config and Server without ``uvicorn/__init__``, which also imports its CLI
+    (click) and the multiprocess supervisors the lab never uses: ~40 ms of every boot, and
+    a sweep boots a server per data point. Falls back to the plain import."""
+    import importlib.util
+    import sys
+    import types
+
+    if "uvicorn" not in sys.modules:
+        spec = importlib.util.find_spec("uvicorn")
+        if spec is not None and spec.submodule_search_locations:
+            pkg = types.ModuleType("uvicorn")
+            pkg.__path__ = list(spec.submodule_search_locations)
+            pkg.__spec__ = spec
+            pkg.__file__ = spec.origin
+            sys.modules["uvicorn"] = pkg
+            try:
+                from uvicorn.config import Config
+                from uvicorn.server import Server
+                pkg.Config, pkg.Server = Config, Server
+                return Config, Server
+            except Exception:
+                for name in [n for n in sys.modules if n == "uvicorn" or n.startswith("uvicorn.")]:
+                    del sys.modules[name]
     import uvicorn
+
+    return uvicorn.Config, uvicorn.Server
+
+
+def serve(cfg: LabConfig, t0: float) -> int:
+    UvicornConfig, UvicornServer = _import_uvicorn()
 
     from .engine_core import AsyncEngine, EngineCore
     from .server import build_app
@@ -48,7 +77,7 @@ def serve(cfg: LabConfig, t0: float) -> int:
     log("INFO", "lab", "patches: " + ", ".join(f"{n}={s}" for n, s in cfg.patch_status().items()))
 
     state = {"dead": False}
-    server: uvicorn.Server | None = None
+    server = None
 
     def on_dead() -> None:
         state["dead"] = True
@@ -62,10 +91,10 @@ def serve(cfg: LabConfig, t0: float) -> int:
 
     engine = AsyncEngine(core, on_dead)
     app = build_app(cfg, engine, tokenizer)
-    config = uvicorn.Config(app, host=cfg.host, port=cfg.port, log_level="warning",
+    config = UvicornConfig(app, host=cfg.host, port=cfg.port, log_level="warning",
                             access_log=False, lifespan="off", loop="asyncio", http="h11",
                             timeout_graceful_shutdown=2, timeout_keep_alive=30)
-    server = uvicorn.Server(config)
+    server = UvicornServer(config)
 
     async def main() -> None:
         engine.start()
