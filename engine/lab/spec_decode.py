@@ -23,7 +23,7 @@ import numpy as np
 from .model import NUM_SPECIAL, CopyModel, SeqView, State
 
 # Error bands (per mille) of the deterministic imperfection.
-_ERR = {"mtp": 40, "dflash": 11}
+_ERR = {"mtp": 45, "dflash": 11}
 
 
 def _bad(seed: int, pos: int, salt: int, per_mille: int) -> bool:
@@ -60,7 +60,7 @@ class Drafter:
             out, x, p = [], bonus, pos
             for j in range(k):
                 t = self.model.next_token(s, view, x, p)
-                if j and _bad(self.seed, p + 1, 1, _ERR["mtp"]):
+                if _bad(self.seed, p + 1, 1, _ERR["mtp"]):
                     t = self._perturb(t)
                 out.append(t)
                 x, p = t, p + 1
