@@ -33,7 +33,8 @@ from .prompts import PlanError, TemplateError
 from .residue_sweep import (Point, Sweep, SweepAborted, harness_version, load_golden,
                             plan_points, plan_with_probes, timing_summary)
 from .server_pool import BootFailure, ServerProcess, kill_all_servers
-from .store import ResultStore, StoreError, load_manifest_for, load_records, new_run_id, now_iso
+from .store import (ResultStore, StoreError, load_manifest_for, load_records, new_run_id,
+                    now_iso, resolve_results)
 
 EXIT_OK, EXIT_NOT_OK, EXIT_USAGE, EXIT_ABORT, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
@@ -254,6 +255,11 @@ def _ranges(values: Sequence[int]) -> str:
 
 async def _sweep_async(opts: SweepOptions, adapter, *, show_progress: bool) -> int:
     run_id = opts.resume or new_run_id()
+    if opts.baseline:  # a gate that cannot be evaluated must not cost a whole sweep first
+        try:
+            resolve_results(opts.baseline, opts.out)
+        except StoreError as e:
+            raise UsageError(f"--baseline: {e}") from None
     store = ResultStore(opts.out, run_id)
     golden = load_golden(opts.golden_run, opts.out) if opts.golden_run else None
     try:
@@ -348,8 +354,8 @@ def _finish(opts: SweepOptions, store: ResultStore, manifest: dict, records: lis
     from . import gate, report
     report_md = report.render_markdown(records, [manifest], full=opts.full)
     opts.reports_dir.mkdir(parents=True, exist_ok=True)
-    report_path = report.write_report(records, [manifest], opts.reports_dir / f"{store.run_id}.md",
-                                      full=opts.full)
+    report_path = opts.reports_dir / f"{store.run_id}.md"
+    report_path.write_text(report_md, encoding="utf-8")
     print(report_md)
     counts = _counts(_verdict_counter(records))
     _say(f"\n{len(records)} records ({counts}) in {wall:.1f}s")
@@ -360,8 +366,11 @@ def _finish(opts: SweepOptions, store: ResultStore, manifest: dict, records: lis
     if gate.append_github_step_summary(report_md):
         _say("report appended to $GITHUB_STEP_SUMMARY")
     if opts.gh_issue:
-        gate.post_issue_comment(report_path, opts.gh_issue)
-        _say(f"report posted to issue #{opts.gh_issue}")
+        try:
+            gate.post_issue_comment(report_path, opts.gh_issue)
+            _say(f"report posted to issue #{opts.gh_issue}")
+        except gate.GateError as e:  # the sweep's verdict still stands
+            _say(f"sweep: could not post the report: {e}")
     baseline = load_records([opts.baseline], opts.out) if opts.baseline else None
     code = gate.gate_exit_code(records, baseline)
     if baseline is not None:
@@ -402,7 +411,6 @@ def run_report(argv: Sequence[str]) -> int:
                    help="post the report as a comment on GitHub issue N (needs gh)")
     ns = p.parse_args(list(argv))
     from . import gate, report
-    from .store import resolve_results
     try:
         paths = [resolve_results(r, ns.out) for r in ns.results]
     except StoreError as e:
@@ -418,7 +426,11 @@ def run_report(argv: Sequence[str]) -> int:
     if ns.gh_issue:
         if not ns.output:
             raise UsageError("--gh-issue needs -o FILE (gh posts a file)")
-        gate.post_issue_comment(ns.output, ns.gh_issue)
+        try:
+            gate.post_issue_comment(ns.output, ns.gh_issue)
+        except gate.GateError as e:
+            print(f"sweep: could not post the report: {e}", file=sys.stderr)
+            return EXIT_ABORT
     return EXIT_OK
 
 
