@@ -73,8 +73,9 @@ def build_parser() -> argparse.ArgumentParser:
     a = p.add_argument
     a("--model", default=str(MODEL_DIR),
       help="model directory (tokenizer.json, tokenizer_config.json, config.json)")
-    a("--served-model-name", default=None,
-      help="model id served by /v1/models and accepted in requests (default: lab-copy)")
+    a("--served-model-name", nargs="+", default=None,
+      help="model id(s) accepted in requests; the first is served by /v1/models "
+           "(default: lab-copy)")
     a("--host", default="127.0.0.1", help="address to bind")
     a("--port", type=int, default=8000, help="port to bind")
     a("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=False,
@@ -131,7 +132,8 @@ def config_from_args(argv: list[str] | None = None) -> LabConfig:
         p.error(f"--compilation-config: cudagraph_mode must be one of "
                 f"{', '.join(CUDAGRAPH_MODES)}, got {mode!r}")
     cfg = LabConfig(
-        model=ns.model, served_model_name=ns.served_model_name or "lab-copy", host=ns.host,
+        model=ns.model, served_model_name=(ns.served_model_name or ["lab-copy"])[0],
+        served_model_aliases=tuple((ns.served_model_name or [])[1:]), host=ns.host,
         port=ns.port, enable_prefix_caching=ns.enable_prefix_caching, block_size=ns.block_size,
         prefix_match_unit=ns.prefix_match_unit, speculative_config=spec, cudagraph_mode=mode,
         max_model_len=ns.max_model_len, kv_cache_memory_bytes=ns.kv_cache_memory_bytes,

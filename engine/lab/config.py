@@ -136,6 +136,7 @@ class LabConfig:
 
     model: str = str(MODEL_DIR)
     served_model_name: str = "lab-copy"
+    served_model_aliases: tuple[str, ...] = ()
     host: str = "127.0.0.1"
     port: int = 8000
     enable_prefix_caching: bool = False

@@ -46,7 +46,7 @@ async def _chain(first, rest):
 
 def build_app(cfg: LabConfig, engine: AsyncEngine, tokenizer: LabTokenizer) -> Starlette:
     served = cfg.served_model_name
-    accepted_names = {served, cfg.model}
+    accepted_names = {served, cfg.model, *cfg.served_model_aliases}
 
     def check_auth(request: HTTPRequest) -> None:
         if cfg.api_key and request.headers.get("authorization") != f"Bearer {cfg.api_key}":
