@@ -136,6 +136,13 @@ class ModelRunner:
         model = self.model
         start = req.num_computed_tokens
         view = SeqView(self.kv_tok, self.kv_pos, req.block_table, self.bs, start + n)
+        if req.state is None:
+            # No recurrent snapshot (dense geometry, or a fresh request): everything the
+            # model knows about the cached prefix is in its KV slots; derive the state
+            # bookkeeping from them, read through the block table.
+            req.state = State()
+            if start:
+                model.advance(req.state, view, 0, view.tokens(start), [])
         boundaries = self._boundaries(start, n)
         prefill_end = start + n >= req.num_prompt_tokens and not req.output_token_ids
         a = 0

@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from .config import LabConfig
 from .kv_cache_manager import KVCacheManager
 from .metrics import EngineMetrics
-from .model import State
 from .model_runner import ModelRunner, RunnerOutput
 from .request import FINISHED, RUNNING, WAITING, Request
 
@@ -120,7 +119,7 @@ class Scheduler:
             req.num_computed_tokens = hit
             if req.num_cached_tokens < 0:
                 req.num_cached_tokens = hit
-            req.state = snapshot if snapshot is not None else State()
+            req.state = snapshot  # None: the runner derives it from the cached slots
             req.status = RUNNING
             self.running.append(req)
             out.items.append((req, n, []))

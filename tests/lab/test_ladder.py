@@ -89,3 +89,18 @@ def test_dense_geometry_aligns_hits_to_block(server):
     cold, hit = self_hit(srv, content)
     assert cached(hit) == length - 8
     assert text(cold) == "\n".join(DOC[:N]) != text(hit)
+
+
+def test_dense_hits_with_short_tails_are_clean_without_the_bug(server):
+    """Dense geometry has no state snapshot: a hit whose tail no longer contains the
+    assistant header must still answer (the model reads the cached prefix's slots)."""
+    srv = server("--speculative-config", MTP, "-cc", '{"cudagraph_mode": "PIECEWISE"}',
+                 "--patches", "none", "--enable-prefix-caching", "--block-size", "128",
+                 "--geometry", "dense", "--enable-prompt-tokens-details")
+    expected = "\n".join(DOC[:N])
+    for residue in (1, 2, 3, 4, 5):
+        content, length = pad_to_residue(srv, build(DOC), residue)
+        srv.http.post("/reset_prefix_cache")
+        cold, hit = self_hit(srv, content)
+        assert cached(hit) == length - residue
+        assert text(cold) == text(hit) == expected, residue
