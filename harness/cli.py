@@ -199,7 +199,8 @@ def run_sweep(argv: Sequence[str]) -> int:
         ns.resume = resume_id
     opts = build_options(ns, argv)
     adapter = make_adapter(opts.engine, opts.server_cmd, draft_model=opts.draft_model,
-                           extra_args=opts.engine_args, work_dir=opts.out)
+                           extra_args=opts.engine_args, work_dir=opts.out,
+                           isolation=opts.isolation)
     if opts.dry_run:
         return _dry_run(opts, adapter)
     return asyncio.run(_sweep_async(opts, adapter, show_progress=not ns.no_progress))

@@ -227,8 +227,6 @@ def parse_slots(slots: int | None, gpus: str | None, engine: str) -> tuple[Slot,
         ids = _split(gpus)
         if not ids or any(not g.isdigit() for g in ids):
             raise UsageError(f"--gpus: {gpus!r} is not valid; allowed: a comma list of GPU ids (0,1)")
-        if len(set(ids)) != len(ids):
-            raise UsageError(f"--gpus: {gpus!r} names a GPU twice")
         return tuple(Slot.gpus(ids))
     n = slots if slots is not None else default_slots(engine)
     if n < 1:

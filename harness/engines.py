@@ -139,11 +139,14 @@ class VllmAdapter(EngineAdapter):
     name = "vllm"
 
     def __init__(self, *, draft_model: str | None = None, extra_args: tuple[str, ...] = (),
-                 plugin_dir: Path | None = None) -> None:
+                 plugin_dir: Path | None = None, dev_mode: bool = False) -> None:
         from engine.vllm import launch  # presets only: importing it does not import vLLM
         self._launch = launch
         self.draft_model = draft_model
         self.extra_args = tuple(extra_args)
+        # vLLM serves /reset_prefix_cache only with its development endpoints on: needed
+        # by --isolation reset, and only there (the servers listen on 127.0.0.1).
+        self.base_env = {"VLLM_SERVER_DEV_MODE": "1"} if dev_mode else {}
         self.plugin_path = None
         if plugin_dir is not None and not _plugin_installed():
             # residue-lab is not pip-installed where vLLM runs (e.g. a PYTHONPATH bundle):
@@ -157,7 +160,7 @@ class VllmAdapter(EngineAdapter):
             return self._launch.build_command(
                 cfg, port=int(port), model=cfg.model, gpu=slot.gpu,
                 draft_model=self.draft_model, extra_args=self.extra_args,
-                plugin_path=self.plugin_path)
+                plugin_path=self.plugin_path, base_env=self.base_env)
         except self._launch.LaunchError as e:
             raise UsageError(f"--engine vllm: {e}") from None
 
@@ -207,14 +210,16 @@ def _plugin_installed() -> bool:
 
 
 def make_adapter(engine: str, server_cmd: str | None = None, *, draft_model: str | None = None,
-                 extra_args: tuple[str, ...] = (), work_dir: Path | None = None) -> EngineAdapter:
+                 extra_args: tuple[str, ...] = (), work_dir: Path | None = None,
+                 isolation: str = "fresh") -> EngineAdapter:
     if engine != "vllm" and (draft_model or extra_args):
         raise UsageError("--draft-model and --engine-arg are for --engine vllm")
     if engine == "lab":
         return LabAdapter()
     if engine == "vllm":
         return VllmAdapter(draft_model=draft_model, extra_args=extra_args,
-                           plugin_dir=(work_dir / ".vllm-plugin") if work_dir else None)
+                           plugin_dir=(work_dir / ".vllm-plugin") if work_dir else None,
+                           dev_mode=isolation == "reset")
     if engine == "cmd":
         return CmdAdapter(server_cmd)
     raise UsageError(f"--engine: {engine!r} is not valid; allowed: lab, vllm, cmd")

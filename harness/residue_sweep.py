@@ -19,7 +19,7 @@ from typing import Any, Callable
 from engine.presets import ServingConfig
 
 from . import __version__
-from .client import (EngineClient, RequestTimeout, ServerError, ServerGone, shared_http,
+from .client import (ClientError, EngineClient, RequestTimeout, ServerError, ServerGone, shared_http,
                      tok_per_step)
 from .configs import SweepOptions, config_id, modulus_for, rerun_command, select_residues
 from .engines import EngineAdapter, mismatches
@@ -397,7 +397,7 @@ class PointRunner:
         j = judge(res.answer, source=point.plan.document, expected=expected,
                   reference_sha1=ref_sha1, finish_reason=res.finish_reason)
         verdict, reason = j.verdict, j.reason
-        invalid = self._invalid_reason(point, phase, res, templated)
+        invalid = self._invalid_reason(point, phase, res, templated, info)
         if invalid:
             verdict, reason = "invalid", f"{invalid} (answer judged {j.verdict}: {j.reason})"
         cached = res.cached_tokens
@@ -418,7 +418,8 @@ class PointRunner:
             rec["tokenize_error"] = tokenize_error
         return rec
 
-    def _invalid_reason(self, point: Point, phase: str, res, templated: int | None) -> str | None:
+    def _invalid_reason(self, point: Point, phase: str, res, templated: int | None,
+                        info: dict) -> str | None:
         target = point.plan.target_len
         if templated is not None and templated != target:
             return f"templated length {templated} by the server's /tokenize, target {target}"
@@ -428,8 +429,11 @@ class PointRunner:
         if cached is None:
             return None
         if phase == "cold" and cached > 0:
-            return (f"cold request hit the cache ({cached} tokens): "
-                    f"{self.opts.isolation} isolation not proven")
+            why = (f"cold request hit the cache ({cached} tokens): "
+                   f"{self.opts.isolation} isolation not proven")
+            if info.get("reset_error"):
+                why += f"; /reset_prefix_cache failed: {info['reset_error']}"
+            return why
         if phase != "cold" and point.cfg.prefix_caching and cached == 0:
             return f"{phase}: no prefix-cache hit (cached_tokens 0)"
         return None
@@ -508,8 +512,9 @@ class Sweep:
                 elif self.opts.isolation == "reset":
                     try:
                         await client.reset_prefix_cache()  # type: ignore[union-attr]
-                    except Exception:  # proven (or not) by the next cold request
-                        pass
+                        info.pop("reset_error", None)
+                    except ClientError as e:  # the next cold request proves it or not
+                        info["reset_error"] = str(e)
                 t_req = time.monotonic()
                 records, server_dead = await self.runner.run_phases(
                     point, slot, server, client, info, self.store.append)

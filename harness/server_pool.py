@@ -55,7 +55,16 @@ class Slot:
 
     @classmethod
     def gpus(cls, ids: Sequence[str]) -> list["Slot"]:
-        return [cls(f"gpu{g}", gpu=str(g)) for g in ids]
+        """One slot per entry; a GPU named twice runs two servers side by side
+        (``--gpus 0,0`` on a GPU with room for both: size their memory with the engine's
+        own flags)."""
+        seen: dict[str, int] = {}
+        out = []
+        for g in ids:
+            n = seen.get(str(g), 0)
+            seen[str(g)] = n + 1
+            out.append(cls(f"gpu{g}" + (f".{n}" if n else ""), gpu=str(g)))
+        return out
 
 
 class PortAllocator:
