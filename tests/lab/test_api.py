@@ -224,3 +224,23 @@ def test_concurrent_requests_batch(srv):
         outs = list(ex.map(lambda c: answer(chat(srv, c, max_tokens=600)), contents))
     for i, out in enumerate(outs, start=1):
         assert out == "\n".join(make_document(20, seed=i)[:i])
+
+
+def test_stream_disconnect_leaves_server_healthy_and_idle(srv):
+    """A client that hangs up mid-stream: the request is aborted (or already done), its
+    blocks freed, and the server keeps serving."""
+    content = "hello " * 200  # no instruction: echo, long answer
+    with srv.http.stream("POST", "/v1/chat/completions", json={
+            "model": "labby", "messages": [{"role": "user", "content": content}],
+            "stream": True, "max_tokens": 3000}) as r:
+        for i, _ in enumerate(r.iter_lines()):
+            if i > 3:
+                break
+    import time
+    for _ in range(100):
+        text = srv.http.get("/metrics").text
+        if 'vllm:num_requests_running{engine="0",model_name="labby"} 0.0' in text:
+            break
+        time.sleep(0.02)
+    assert 'vllm:num_requests_running{engine="0",model_name="labby"} 0.0' in text
+    assert srv.http.get("/health").status_code == 200

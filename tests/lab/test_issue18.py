@@ -53,3 +53,11 @@ def test_dflash7_sliding_window_not_promoted(server):
     assert srv.chat(PROMPT)["choices"][0]["message"]["content"] == "\n".join(DOC[:3])
     time.sleep(0.1)
     assert srv.proc.poll() is None
+
+
+def test_issue18_first_request_streamed_gets_500(server):
+    srv = server("--speculative-config", DFLASH3, "-cc", FULL, "--patches", "none", *HUGE)
+    r = srv.http.post("/v1/chat/completions", json={
+        "model": "lab-copy", "messages": [{"role": "user", "content": PROMPT}], "stream": True})
+    assert r.status_code == 500 and "error" in r.json()
+    assert srv.proc.wait(10) != 0
