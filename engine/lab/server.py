@@ -154,6 +154,13 @@ def build_app(cfg: LabConfig, engine: AsyncEngine, tokenizer: LabTokenizer) -> S
                                 f"context length is {cfg.max_model_len} tokens and your request "
                                 f"has {plen} input tokens ({max_tokens} > {cfg.max_model_len} - "
                                 f"{plen}).", param="max_tokens")
+        stops = data.get("stop") or []
+        if isinstance(stops, str):
+            stops = [stops]
+        if (not isinstance(stops, list) or len(stops) > 16
+                or not all(isinstance(x, str) and x for x in stops)):
+            raise APIError(400, "'stop' must be a non-empty string or a list of them",
+                           param="stop")
         if engine.dead is not None:
             raise EngineDeadError()
         created = int(time.time())
@@ -173,19 +180,31 @@ def build_app(cfg: LabConfig, engine: AsyncEngine, tokenizer: LabTokenizer) -> S
                 u["prompt_tokens_details"] = None
             return u
 
+        def find_stop(text: str) -> tuple[int, str] | None:
+            hits = [(text.find(x), x) for x in stops if x in text]
+            return min(hits) if hits else None
+
+        stop_reason = None
         if not stream:
             out_ids: list[int] = []
             reason, last = None, None
             async for new, reason, req in gen:
                 out_ids.extend(new)
                 last = req
+                if stops and find_stop(tokenizer.decode(out_ids)):
+                    reason = "stop"
+                    await gen.aclose()  # aborts the request
+                    break
             text = tokenizer.decode(out_ids)
+            if stops and (hit := find_stop(text)):
+                text, stop_reason = text[:hit[0]], hit[1]
             return JSONResponse({
                 "id": last.request_id if last else "chatcmpl-none", "object": "chat.completion",
                 "created": created, "model": model_name,
                 "choices": [{"index": 0, "message": {"role": "assistant", "content": text,
                                                      "tool_calls": []},
-                             "logprobs": None, "finish_reason": reason, "stop_reason": None}],
+                             "logprobs": None, "finish_reason": reason,
+                             "stop_reason": stop_reason}],
                 "usage": usage(last), "system_fingerprint": None})
 
         async def sse():
@@ -202,6 +221,9 @@ def build_app(cfg: LabConfig, engine: AsyncEngine, tokenizer: LabTokenizer) -> S
                     body["usage"] = u
                 return f"data: {json.dumps(body)}\n\n"
 
+            out_ids: list[int] = []
+            sent = 0
+            hold = max((len(x) for x in stops), default=1) - 1
             try:
                 first = True
                 async for new, reason, req in _chain(primed, gen):
@@ -209,11 +231,22 @@ def build_app(cfg: LabConfig, engine: AsyncEngine, tokenizer: LabTokenizer) -> S
                     if first:
                         yield chunk({"role": "assistant", "content": ""}, None)
                         first = False
-                    delta = detok.push(new)
+                    if stops:  # hold back what could be the start of a stop string
+                        out_ids.extend(new)
+                        text = tokenizer.decode(out_ids).rstrip("\ufffd")
+                        hit = find_stop(text)
+                        if hit:
+                            text, reason = text[:hit[0]], "stop"
+                        end = len(text) if reason else max(sent, len(text) - hold)
+                        delta, sent = text[sent:end], max(sent, end)
+                    else:
+                        delta = detok.push(new)
                     if delta or reason:
                         yield chunk({"content": delta} if delta else {}, reason)
                     if reason and include_usage:
                         yield chunk({}, None, usage(req))
+                    if reason:
+                        break
             except EngineDeadError as e:
                 err = {"error": {"message": str(e), "type": "InternalServerError",
                                  "param": None, "code": 500}}

@@ -244,3 +244,18 @@ def test_stream_disconnect_leaves_server_healthy_and_idle(srv):
         time.sleep(0.02)
     assert 'vllm:num_requests_running{engine="0",model_name="labby"} 0.0' in text
     assert srv.http.get("/health").status_code == 200
+
+
+def test_stop_strings(srv):
+    content = "Reproduce the first 3 lines of the document below exactly.\n\n" + "\n".join(DOC)
+    stop = DOC[1][10:16]
+    out = chat(srv, content, stop=[stop])
+    assert answer(out) == "\n".join(DOC[:3]).split(stop)[0]
+    assert out["choices"][0]["finish_reason"] == "stop"
+    assert out["choices"][0]["stop_reason"] == stop
+    client = openai.OpenAI(base_url=srv.url + "/v1", api_key=KEY, max_retries=0)
+    chunks = list(client.chat.completions.create(
+        model="labby", messages=[{"role": "user", "content": content}], stream=True, stop=stop))
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == answer(out)
+    assert srv.http.post("/v1/chat/completions", json={
+        "model": "labby", "messages": [{"role": "user", "content": "x"}], "stop": 5}).status_code == 400
