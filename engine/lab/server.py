@@ -251,6 +251,8 @@ def build_app(cfg: LabConfig, engine: AsyncEngine, tokenizer: LabTokenizer) -> S
                 err = {"error": {"message": str(e), "type": "InternalServerError",
                                  "param": None, "code": 500}}
                 yield f"data: {json.dumps(err)}\n\n"
+            finally:
+                await gen.aclose()  # a stop string or a hang-up aborts the request
             yield "data: [DONE]\n\n"
 
         # Run the first step before answering 200, so an engine that dies on this request
