@@ -46,6 +46,8 @@ NUMBER_WORDS = {w: i + 1 for i, w in enumerate(
 _NUM = r"(\d+|" + "|".join(NUMBER_WORDS) + r")"
 # "the first 3 lines", "the opening two lines", "3 first lines", "first twenty lines"
 _COUNT_BEFORE = re.compile(_NUM + r"(?:[\s\-]+[A-Za-z'\-]+){0,3}?[\s\-]+lines?\b", re.I)
+# "lines 1-3", "lines 1 to 3", "lines one through three"
+_RANGE = re.compile(r"\blines?\s+(?:1|one)\s*(?:-|\u2013|to|through|thru)\s*" + _NUM + r"\b", re.I)
 _SINGLE_LINE = re.compile(r"\b(first|opening|top|initial|1st)\s+line\b", re.I)
 _VERB = re.compile(r"\b(reproduce|copy|repeat|write|output|print|return|give|transcribe|echo|"
                    r"type|quote|recite|show|list|provide|reply|respond|duplicate)\b", re.I)
@@ -146,7 +148,7 @@ def parse_instruction(lines: list[str]) -> tuple[int, int, int]:
     def count_of(line: str) -> int | None:
         if "line" not in line.lower():
             return None
-        m = _COUNT_BEFORE.search(line)
+        m = _RANGE.search(line) or _COUNT_BEFORE.search(line)
         if m:
             w = m.group(1).lower()
             return int(w) if w.isdigit() else NUMBER_WORDS[w]

@@ -77,6 +77,8 @@ def test_block_pool_lru_eviction_order():
     (["Copy the first 2 lines of this text:", "A", "B", "C"], (1, 4, 2)),
     (["a", "b", "", "Reproduce the first line of the document above."], (0, 2, 1)),
     (["He wrote 3 lines.", "x", "", "Print the top seven lines of the text above."], (0, 2, 7)),
+    (["Output lines 1-4 of the text below verbatim.", "", "a", "b"], (2, 4, 4)),
+    (["a", "", "Repeat lines 1 through nine of the text above."], (0, 1, 9)),
 ])
 def test_parse_instruction(lines, expected):
     assert parse_instruction(lines) == expected
