@@ -72,7 +72,7 @@ def test_mtp_residue_4_clean_when_piecewise_or_patched(server, mode, patches):
 
 
 def test_mtp_full_decode_only_and_full_also_break(server):
-    for mode in ('{"cudagraph_mode": "FULL"}',):
+    for mode in ('{"cudagraph_mode": "FULL"}', '{"cudagraph_mode": "FULL_DECODE_ONLY"}'):
         _, cold, hit = run_point(server, MTP, mode, "none", 4)
         assert cold["text"] == EXPECTED and len(hit["text"]) <= 1
 
