@@ -87,6 +87,7 @@ def serve(cfg: LabConfig, t0: float) -> int:
             log("ERROR", "launcher.py:110", "Engine is dead: shutting down the API server.")
             if server is not None:
                 server.should_exit = True
+                server.force_exit = True  # do not wait for idle keep-alive connections
         loop.call_later(DEAD_EXIT_DELAY_S, stop)
 
     engine = AsyncEngine(core, on_dead)
