@@ -71,10 +71,11 @@ def test_mtp_residue_4_clean_when_piecewise_or_patched(server, mode, patches):
     assert hit["text"] == EXPECTED and hit["finish"] == "stop" and hit["cached"] > 0
 
 
-def test_mtp_full_decode_only_and_full_also_break(server):
-    for mode in ('{"cudagraph_mode": "FULL"}', '{"cudagraph_mode": "FULL_DECODE_ONLY"}'):
-        _, cold, hit = run_point(server, MTP, mode, "none", 4)
-        assert cold["text"] == EXPECTED and len(hit["text"]) <= 1
+@pytest.mark.parametrize("mode", ['{"cudagraph_mode": "FULL"}',
+                                  '{"cudagraph_mode": "FULL_DECODE_ONLY"}'])
+def test_mtp_full_and_full_decode_only_also_break(server, mode):
+    _, cold, hit = run_point(server, MTP, mode, "none", 4)
+    assert cold["text"] == EXPECTED and len(hit["text"]) <= 1
 
 
 def _max_block_repeats(text: str) -> int:
