@@ -31,6 +31,7 @@ wrongly -- for that reason alone.
 """
 from __future__ import annotations
 
+import bisect
 import re
 
 import numpy as np
@@ -39,6 +40,7 @@ ENDOFTEXT, IM_START, IM_END = 0, 1, 2
 NUM_SPECIAL = 3
 OUTSIDE, ROLE, TURN = 0, 1, 2
 NO_LIMIT = 1 << 30
+MAX_ROLE_TOKENS = 16  # a role name is a few tokens; longer header lines are not roles
 
 NUMBER_WORDS = {w: i + 1 for i, w in enumerate(
     "one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
@@ -85,12 +87,13 @@ class State:
 class SeqView:
     """One request's context as attention sees it: KV slots read through its block table."""
 
-    __slots__ = ("kv_tok", "kv_pos", "bt", "bs", "_ctx", "written")
+    __slots__ = ("kv_tok", "kv_pos", "bt", "bs", "_ctx", "_index", "written")
 
     def __init__(self, kv_tok: np.ndarray, kv_pos: np.ndarray, block_table: np.ndarray,
                  block_size: int, written: int = 0) -> None:
         self.kv_tok, self.kv_pos, self.bt, self.bs = kv_tok, kv_pos, block_table, block_size
         self._ctx: np.ndarray | None = None
+        self._index: dict[int, np.ndarray] | None = None
         self.written = written  # positions [0, written) are written this step: gather once
 
     def tok(self, p: int) -> int:
@@ -111,16 +114,32 @@ class SeqView:
         t = self.kv_tok[slots]
         t = np.where(self.kv_pos[slots] == np.arange(n), t, -1)
         self._ctx = t
+        self._index = None
         return t[:n_req]
 
     def invalidate(self) -> None:
         self._ctx = None
+        self._index = None
 
     def last_occurrence(self, x: int, before: int) -> int:
+        """Position of the last x at a position < before (-1: none): the induction lookup."""
         if before <= 0:
             return -1
-        hits = np.flatnonzero(self.tokens(before) == x)
-        return int(hits[-1]) if len(hits) else -1
+        ctx = self.tokens(before)
+        full = self._ctx
+        if full is None or len(full) <= 8192:
+            hits = np.flatnonzero(ctx == x)
+            return int(hits[-1]) if len(hits) else -1
+        # long contexts: a token -> sorted positions index, built once per step
+        if self._index is None:
+            order = np.argsort(full, kind="stable")
+            uniq, first = np.unique(full[order], return_index=True)
+            self._index = dict(zip(uniq.tolist(), np.split(order, first[1:])))
+        group = self._index.get(x)
+        if group is None:
+            return -1
+        k = bisect.bisect_left(group, before) - 1
+        return int(group[k]) if k >= 0 else -1
 
 
 def parse_instruction(lines: list[str]) -> tuple[int, int, int]:
@@ -223,7 +242,7 @@ class CopyModel:
                 s.mode = TURN
                 if s.role == "assistant":
                     self.read_instruction(s, view, p)
-            else:
+            elif len(s.role_toks) < MAX_ROLE_TOKENS:
                 s.role_toks = s.role_toks + (x,)
             return
         if s.copying:
@@ -255,6 +274,30 @@ class CopyModel:
                 bi += 1
             if i >= n:
                 break
+            if s.mode == ROLE and toks[i] != self.nl and toks[i] >= NUM_SPECIAL:
+                # role header text up to the newline: only its first tokens matter
+                rest = toks[i:]
+                stop = np.flatnonzero((rest == self.nl) | (rest < NUM_SPECIAL))
+                j = i + (int(stop[0]) if len(stop) else len(rest))
+                if bi < len(boundaries):
+                    j = min(j, max(boundaries[bi] - start, i + 1))
+                room = MAX_ROLE_TOKENS - len(s.role_toks)
+                if room > 0:
+                    s.role_toks = s.role_toks + tuple(int(t) for t in toks[i:min(j, i + room)])
+                i = j
+                continue
+            if s.copying:
+                # a turn that ends inside this chunk, with no snapshot due before its end:
+                # the pointer is dropped at <|im_end|>, so following it token by token
+                # cannot change the state
+                while si < len(specials) and specials[si] < i:
+                    si += 1
+                if si < len(specials) and (bi >= len(boundaries)
+                                           or boundaries[bi] > start + int(specials[si])):
+                    i = int(specials[si])
+                    self.step(s, view, int(toks[i]), start + i)
+                    i += 1
+                    continue
             if s.mode == ROLE or s.copying:
                 self.step(s, view, int(toks[i]), start + i)
                 i += 1

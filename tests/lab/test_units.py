@@ -169,3 +169,26 @@ def test_tiny_pool_admission_and_preemption_are_lossless():
         core.step()
     expected = "\n".join(f"line {i} of the quiet river text" for i in range(3))
     assert [TOK.decode(r.output_token_ids) for r in reqs] == [expected] * 3
+
+
+def test_hostile_history_is_not_quadratic():
+    """A huge assistant turn in the history (every token a pointer mismatch) and a huge
+    role line: the state update stays fast (indexed induction lookup, capped role)."""
+    import time
+
+    cfg = _cfg(max_model_len=131072, block_size=128)
+    core = EngineCore(cfg, TOK)
+    words = " ".join(f"w{i % 997}" for i in range(30000))
+    msgs = [{"role": "user", "content": "Copy the first line.\n\nalpha\nbeta"},
+            {"role": "assistant", "content": words},
+            {"role": "x" * 3000, "content": "y"},
+            {"role": "user", "content": "Copy the first 2 lines.\n\none\ntwo\nthree"}]
+    ids = TOK.encode(TOK.apply_chat_template(msgs))
+    assert len(ids) > 40000
+    req = Request("hostile", ids, 20, TOK.stop_token_ids)
+    core.add_request(req)
+    t = time.monotonic()
+    while core.has_work():
+        core.step()
+    assert time.monotonic() - t < 10
+    assert TOK.decode(req.output_token_ids) == "one\ntwo"
