@@ -89,7 +89,7 @@ def planning(contexts: list[int]) -> dict[int, float]:
     out = {}
     for ctx in contexts:
         t0 = time.monotonic()
-        cal = calibrate(tok.count_many, ctx, 128)
+        cal = calibrate(tok.count_many, ctx, 128, line_counts=tok.line_token_counts)
         [plan_residue(cal, r, 128) for r in range(128)]
         out[ctx] = time.monotonic() - t0
     return out

@@ -95,9 +95,11 @@ def plan_points(opts: SweepOptions, adapter: EngineAdapter,
             if tdir not in tokenizers:
                 tokenizers[tdir] = ChatTokenizer.from_dir(tdir)
             counter = tokenizers[tdir].count_many
+            line_counts = tokenizers[tdir].line_token_counts
             key: tuple = (str(tdir), opts.context, modulus)
         elif count_many_for is not None:
             counter = count_many_for(cfg)
+            line_counts = None
             key = ("remote", cid, opts.context, modulus)
         else:
             raise SweepAborted(f"no local tokenizer for {cfg.label()} and no server to ask: "
@@ -109,7 +111,8 @@ def plan_points(opts: SweepOptions, adapter: EngineAdapter,
                             f"of {cfg.label()}")
         if key not in calibrations:
             calibrations[key] = calibrate(counter, opts.context, modulus,
-                                          answer_lines=opts.answer_lines, seed=opts.seed)
+                                          answer_lines=opts.answer_lines, seed=opts.seed,
+                                          line_counts=line_counts)
         cal = calibrations[key]
         pad_units[cid] = cal.pad_unit
         for r in residues:

@@ -28,6 +28,7 @@ from .corpus import document_lines
 
 Message = dict[str, str]
 CountMany = Callable[[Sequence[Sequence[Message]]], list[int]]
+LineCounts = Callable[[Sequence[str]], list[int]]
 
 INSTRUCTION = ("Reproduce the first {n} lines of the document below exactly as written, "
                "and nothing else.")
@@ -83,8 +84,11 @@ def _conv(content: str) -> list[Message]:
 
 
 def calibrate(count_many: CountMany, context: int, modulus: int, *, answer_lines: int = 3,
-              seed: int = 0, max_len: int | None = None) -> Calibration:
-    """One calibration per (tokenizer, template, context)."""
+              seed: int = 0, max_len: int | None = None,
+              line_counts: LineCounts | None = None) -> Calibration:
+    """One calibration per (tokenizer, template, context). ``line_counts`` (a local
+    tokenizer's ``line_token_counts``) makes sizing a large document cheap; without it the
+    per-line counts are measured through ``count_many``."""
     if context < 64:
         raise PlanError(f"--context {context} is too small (minimum 64 tokens)")
     if modulus < 1:
@@ -92,25 +96,32 @@ def calibrate(count_many: CountMany, context: int, modulus: int, *, answer_lines
     probe = document_lines(max(answer_lines + 2, 8), seed)
     pad_unit = _pick_pad_unit(count_many, probe, answer_lines, modulus)
 
-    # Size the document: per-line token counts estimate, one exact count confirms.
+    # Size the document. Per-line token counts (short texts, tokenized in one parallel
+    # batch) give the estimate; one exact count of the whole prompt confirms it, so the
+    # 200k-token document is tokenized whole only a couple of times in all.
     base_target = max(context - modulus // 2, 0)
-    est_lines = max(answer_lines + 1, 16)
-    lines = document_lines(est_lines, seed)
-    while True:
-        n0, n1 = count_many([_conv(_content(lines[:answer_lines + 1], answer_lines, pad_unit, 0)),
-                             _conv(_content(lines, answer_lines, pad_unit, 0))])
-        per_line = (n1 - n0) / max(len(lines) - answer_lines - 1, 1)
-        need = int((base_target - n0) / max(per_line, 1e-9)) + answer_lines + 1
-        if need <= len(lines) or n1 >= base_target:
+    head = count_many([_conv(_content(probe[:answer_lines + 1], answer_lines, pad_unit, 0))])[0]
+    measure = line_counts or (lambda ls: _per_line(count_many, ls))
+    sample = document_lines(64, seed)
+    per_line = measure(sample)
+    avg = max(sum(per_line) / len(per_line), 1.0)
+    want = int((base_target - head) / avg * 1.1) + answer_lines + 32
+    lines = document_lines(max(want, answer_lines + 2), seed)
+    per_line = measure(lines)
+    doc_n, total = 0, head - sum(per_line[:answer_lines + 1])
+    for n in per_line:
+        if total + n > base_target:
             break
-        lines = document_lines(int(need * 1.05) + 8, seed)
-    doc_n = max(answer_lines + 1, min(need, len(lines)))
-    lines = document_lines(max(doc_n, len(lines)), seed)
-    # Exact: shrink until the unpadded prompt is at or under the target.
+        total += n
+        doc_n += 1
+    doc_n = max(answer_lines + 1, doc_n)
     base = count_many([_conv(_content(lines[:doc_n], answer_lines, pad_unit, 0))])[0]
     while base > base_target and doc_n > answer_lines + 1:
-        drop = max(1, int((base - base_target) / max(per_line, 1)))
-        doc_n = max(answer_lines + 1, doc_n - drop)
+        drop = 1
+        excess = base - base_target
+        while drop < doc_n - answer_lines - 1 and sum(per_line[doc_n - drop:doc_n]) < excess:
+            drop += 1
+        doc_n -= drop
         base = count_many([_conv(_content(lines[:doc_n], answer_lines, pad_unit, 0))])[0]
     cal = Calibration(pad_unit, doc_n, base, answer_lines, seed, lines)
     # Verify arithmetic at both ends of the padding range, in context.
@@ -121,6 +132,14 @@ def calibrate(count_many: CountMany, context: int, modulus: int, *, answer_lines
     if max_len is not None and base + modulus - 1 + 1 > max_len:
         raise PlanError(f"--context {context} does not fit max_model_len {max_len}")
     return cal
+
+
+def _per_line(count_many: CountMany, lines: Sequence[str]) -> list[int]:
+    """Tokens each document line adds to a prompt (its own tokens + its newline),
+    measured as the difference between prompts with and without it, in one batch."""
+    base = _conv(_content([], 1, " ", 0))
+    counts = count_many([base] + [_conv(_content([ln], 1, " ", 0)) for ln in lines])
+    return [c - counts[0] for c in counts[1:]]
 
 
 def _pick_pad_unit(count_many: CountMany, probe: Sequence[str], answer_lines: int,
@@ -151,9 +170,9 @@ def plan_residue(cal: Calibration, residue: int, modulus: int) -> PromptPlan:
 
 def plan(count_many: CountMany, residues: Iterable[int], *, context: int, modulus: int,
          answer_lines: int = 3, seed: int = 0, verify: bool = False,
-         max_len: int | None = None) -> list[PromptPlan]:
+         max_len: int | None = None, line_counts: LineCounts | None = None) -> list[PromptPlan]:
     cal = calibrate(count_many, context, modulus, answer_lines=answer_lines, seed=seed,
-                    max_len=max_len)
+                    max_len=max_len, line_counts=line_counts)
     plans = [plan_residue(cal, r, modulus) for r in residues]
     if verify and plans:
         measured = count_many([list(p.messages) for p in plans])

@@ -72,6 +72,14 @@ class ChatTokenizer:
     def count(self, messages: Sequence[Message], add_generation_prompt: bool = True) -> int:
         return len(self.encode_text(self.render(messages, add_generation_prompt)))
 
+    def line_token_counts(self, lines: Sequence[str]) -> list[int]:
+        """Tokens per document line plus its newline: an estimate for sizing documents
+        (exact where the tokenizer keeps a newline as its own token; the planner confirms
+        with one exact count either way)."""
+        nl = len(self.encode_text("\n"))
+        return [len(e.ids) + nl for e in
+                self.tokenizer.encode_batch(list(lines), add_special_tokens=False)]
+
     def count_many(self, conversations: Sequence[Sequence[Message]]) -> list[int]:
         texts = [self.render(m) for m in conversations]
         return [len(e.ids) for e in self.tokenizer.encode_batch(texts, add_special_tokens=False)]
