@@ -5,7 +5,7 @@ import json
 import shutil
 from pathlib import Path
 
-from .models import serving_config, serving_weight_name, training_weight_name, HYBRID_TEXT, DENSE
+from .models import SERVED_MAX_LEN, serving_config, serving_weight_name, training_weight_name, HYBRID_TEXT, DENSE
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt")
 
@@ -29,9 +29,29 @@ def save_served(model, variant: str, tok_dir: str | Path, out_dir: str | Path,
         {"eos_token_id": eos, "pad_token_id": pad, "bos_token_id": None}, indent=2) + "\n")
     for f in TOKENIZER_FILES:
         shutil.copy(Path(tok_dir) / f, out / f)
+    raise_served_max_len(out)
     if extra is not None:
         (out / "training.json").write_text(json.dumps(extra, indent=2) + "\n")
     return out
+
+
+def raise_served_max_len(model_dir: str | Path, n: int = SERVED_MAX_LEN) -> None:
+    """Lift the length caps vLLM derives max_model_len from (config.json's
+    max_position_embeddings, tokenizer_config.json's model_max_length) to at least ``n``,
+    so the CTX=huge preset (245,760) boots. Idempotent; also fixes an older layout."""
+    d = Path(model_dir)
+    cfg_p, tok_p = d / "config.json", d / "tokenizer_config.json"
+    if cfg_p.is_file():
+        cfg = json.loads(cfg_p.read_text())
+        tc = cfg.get("text_config", cfg)
+        if int(tc.get("max_position_embeddings") or 0) < n:
+            tc["max_position_embeddings"] = n
+            cfg_p.write_text(json.dumps(cfg, indent=2) + "\n")
+    if tok_p.is_file():
+        tk = json.loads(tok_p.read_text())
+        if int(tk.get("model_max_length") or 0) < n:
+            tk["model_max_length"] = n
+            tok_p.write_text(json.dumps(tk, indent=2, ensure_ascii=False) + "\n")
 
 
 def variant_of(model_dir: str | Path) -> str:

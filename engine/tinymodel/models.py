@@ -76,11 +76,19 @@ DENSE = dict(
 )
 
 
+#: Length cap written into the served config.json / tokenizer_config.json (>= CTX=huge).
+SERVED_MAX_LEN = 262144
+
+
 def serving_config(variant: str, text_config: dict, *, eos_id: int, pad_id: int,
                    dtype: str = "bfloat16") -> dict:
     """config.json for the served checkpoint (what vLLM 0.26.0 loads)."""
     tc = {k: v for k, v in text_config.items() if k not in ("architectures", "transformers_version")}
     tc.update(eos_token_id=eos_id, pad_token_id=pad_id, bos_token_id=None, dtype=dtype)
+    # vLLM refuses --max-model-len above max_position_embeddings (and the tokenizer's
+    # model_max_length); the CTX=huge preset asks for 245,760. RoPE has no length-dependent
+    # parameters here (default rope, no scaling), so only the cap changes.
+    tc["max_position_embeddings"] = max(int(tc.get("max_position_embeddings") or 0), SERVED_MAX_LEN)
     if variant == "dense":
         tc["architectures"] = ["Qwen3ForCausalLM"]
         tc["model_type"] = "qwen3"

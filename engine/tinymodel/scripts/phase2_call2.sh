@@ -1,0 +1,49 @@
+#!/bin/bash
+# Phase 2, device call 2 (carry .gpu/bundle/b and .gpu/extra), issued right after
+# phase2_call1.sh on the same held machine: complete /tmp/site with vLLM's _C, then run the
+# harness itself (`python3 -m harness --engine vllm`) on /tmp/tiny/hybrid:
+#   - reset isolation, all 128 residues, one harness process per configuration
+#     (FULL_AND_PIECEWISE / PIECEWISE x patches none / all), --gpus 0 each: one server each.
+#     (One process with --gpus 0,0,0,0 and the 4-configuration matrix would boot every
+#     configuration on every slot in turn: the shared queue is configuration-major.)
+#   - fresh isolation, residues 3,4,5,60 (k, k+1, k+2 for ngram k=3, plus 60), FULL_AND_PIECEWISE,
+#     patches none,all, 8 slots on GPU 0: all 8 servers boot in one wave.
+# All 12 servers boot at once. Each harness runs under `timeout --signal=INT`, so it stops
+# gracefully (kills its servers, keeps finished records, writes its manifest) before LIMIT.
+# Usage: bash engine/tinymodel/scripts/phase2_call2.sh [LIMIT_S]   (the run call's timeout_s)
+LIMIT=${1:-600}; T=$(( LIMIT - 75 )); BT=$(( T - 60 ))
+T0=$(date +%s); el() { echo $(( $(date +%s) - T0 )); }
+: "${OUT:=/tmp/out}"; W=/tmp/work; rm -rf "$W"; mkdir -p "$W" "$OUT"
+ls /tmp/site/vllm > /dev/null 2>&1 || echo "no /tmp/site/vllm: machine was not kept" >> "$W/timings.txt"
+tar -xJf .gpu/bundle/b/site_b.tar.xz -C /tmp/site && echo "unpack_b $(el)s" >> "$W/timings.txt"
+python3 -c "from engine.tinymodel.layout import raise_served_max_len as r; r('/tmp/tiny/hybrid')"
+export PYTHONPATH=/tmp/site:$PWD HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 PYTHONUNBUFFERED=1
+python3 -c "import tabulate" 2>/dev/null || export PYTHONPATH=$PYTHONPATH:$(ls $PWD/.gpu/extra/tabulate-*.whl | head -1)
+echo "sweep window T=${T}s boot-timeout ${BT}s PYTHONPATH=$PYTHONPATH" >> "$W/timings.txt"
+( while :; do echo "t=$(el) $(nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv,noheader) load $(cut -d' ' -f1-3 /proc/loadavg) vllm_procs $(pgrep -fc vllm.entrypoints)"; sleep 10; done ) > "$W/monitor.txt" 2>&1 &
+MON=$!
+COMMON=(--engine vllm --model /tmp/tiny/hybrid --geometry hybrid --spec ngram --ctx huge
+        --engine-arg=--language-model-only --engine-arg=--gpu-memory-utilization=0.08
+        --context 1200 --boot-timeout "$BT" --no-progress)
+PIDS=(); NAMES=()
+for cg in FULL_AND_PIECEWISE PIECEWISE; do for p in none all; do
+  n="reset_${cg}_${p}"
+  timeout --signal=INT -k 25 "$T" python3 -m harness "${COMMON[@]}" --cudagraph "$cg" --patches "$p" \
+    --isolation reset --residues all --gpus 0 --out "$W/$n" --reports-dir "$W/$n/reports" \
+    > "$W/$n.stdout.txt" 2>&1 &
+  PIDS+=($!); NAMES+=("$n")
+done; done
+n=fresh_FULL_AND_PIECEWISE
+timeout --signal=INT -k 25 "$T" python3 -m harness "${COMMON[@]}" --cudagraph FULL_AND_PIECEWISE \
+  --patches none,all --isolation fresh --residues 3,4,5,60 --gpus 0,0,0,0,0,0,0,0 \
+  --out "$W/$n" --reports-dir "$W/$n/reports" > "$W/$n.stdout.txt" 2>&1 &
+PIDS+=($!); NAMES+=("$n")
+for i in "${!PIDS[@]}"; do wait "${PIDS[$i]}"; echo "${NAMES[$i]} rc=$? $(el)s" >> "$W/timings.txt"; done
+kill "$MON" 2>/dev/null
+echo "vllm processes left: $(pgrep -fc vllm.entrypoints)" >> "$W/timings.txt"
+echo "end $(el)s" >> "$W/timings.txt"
+tar -czf "$OUT/phase2_results.tgz" -C /tmp work
+S=$(stat -c %s "$OUT/phase2_results.tgz")
+if [ "$S" -gt 16000000 ]; then split -b 15000000 -d "$OUT/phase2_results.tgz" "$OUT/phase2_results.tgz.part" && rm "$OUT/phase2_results.tgz"; fi
+ls -la "$OUT"; cat "$W/timings.txt"; tail -3 "$W/monitor.txt"
+for f in "$W"/*.stdout.txt; do echo "== $f"; tail -12 "$f"; done
