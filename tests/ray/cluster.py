@@ -93,7 +93,8 @@ class LocalRayCluster:
     def _start(self, name: str, argv: list[str], nm: int) -> Node:
         out = self.root / f"{name}.out"
         proc = subprocess.Popen(argv, stdout=open(out, "w"), stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, env=self.env, start_new_session=True)
+                                stdin=subprocess.DEVNULL, env=self.env, start_new_session=True,
+                                preexec_fn=_term_with_parent)
         node = Node(name, proc, out, nm)
         self.nodes.append(node)
         return node
@@ -157,6 +158,17 @@ class LocalRayCluster:
                 n.proc.kill()
         shutil.rmtree(self.root, ignore_errors=True)
         return killed
+
+
+def _term_with_parent() -> None:
+    """A killed test process must not leak its cluster: the node's ``ray start --block``
+    gets SIGTERM when the test dies, and stops the node's processes."""
+    try:
+        import ctypes
+        PR_SET_PDEATHSIG = 1
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    except OSError:
+        pass
 
 
 def _running(p: psutil.Process) -> bool:

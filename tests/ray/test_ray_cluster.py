@@ -6,7 +6,9 @@ the real CLI, against the lab engine:
 2. ``--resume`` of that run on the cluster, and one worker node killed mid-point: no
    point lost, the lost one retried on the other node, verdicts identical to the local
    backend's for the same sweep, records from both nodes;
-3. nothing left running: no server, no Ray process of this cluster.
+3. a Ray worker SIGKILLed mid-point (the OOM killer) leaves no server: its watchdog
+   kills it;
+4. nothing left running: no server, no Ray process of this cluster.
 
 One test function on purpose: one cluster per test run (2 cores), and the scenarios
 share it (pytest-xdist cannot split them across workers).
@@ -90,6 +92,10 @@ def test_sweep_on_a_two_node_ray_cluster(tmp_path):
     shutil.copytree(LAB_MODEL, model)
     marker = str(tmp_path)
     cluster = LocalRayCluster(slots_per_node=1)
+    t0 = time.monotonic()
+
+    def mark(what: str) -> None:  # where the time goes (shown with -rP or on failure)
+        print(f"{time.monotonic() - t0:6.1f}s  {what}", flush=True)
     try:
         # Both nodes boot at once (the worker waits for the head's GCS); meanwhile the
         # local backend runs the same sweep for the reference verdicts.
@@ -101,10 +107,12 @@ def test_sweep_on_a_two_node_ray_cluster(tmp_path):
         assert local.returncode == 1, local.stderr[-3000:]
         local_files = list((local_dir / "results").glob("*.jsonl"))
         expected = _verdicts(_records(local_files[0]))
+        mark("local sweep done")
         assert len(expected) == 32 and expected[(4, "self-hit")] == "broken"
         cluster.wait_started(head)
         cluster.wait_started(worker)
         head_id, worker_id = _node_id8(head), _node_id8(worker)
+        mark("cluster up")
 
         # -- 1. Ctrl-C with a server running on each node ----------------------------
         ray_dir = tmp_path / "ray"
@@ -116,8 +124,10 @@ def test_sweep_on_a_two_node_ray_cluster(tmp_path):
                   (_servers_on(head, marker) and _servers_on(worker, marker)),
                   90, "a lab server on both nodes at once")
             assert proc.poll() is None, proc.communicate()[1][-3000:]
+            mark("servers on both nodes: Ctrl-C")
             proc.send_signal(signal.SIGINT)
             _, err = proc.communicate(timeout=60)
+            mark("interrupted sweep exited")
         finally:
             if proc.poll() is None:
                 proc.kill()
@@ -125,6 +135,7 @@ def test_sweep_on_a_two_node_ray_cluster(tmp_path):
         assert "sweep --resume" in err
         left = _wait_gone(marker, 20)
         assert not left, f"servers survived Ctrl-C: {left}"
+        mark("no server left")
         run_id = next((ray_dir / "results").glob("*.manifest.json")).name.split(".")[0]
         results = ray_dir / "results" / f"{run_id}.jsonl"
         before = _records(results)
@@ -149,12 +160,13 @@ def test_sweep_on_a_two_node_ray_cluster(tmp_path):
                   60, "a server on the worker node")
             assert resume.poll() is None, resume.communicate()[1][-3000:]
             lost_at = time.monotonic()
+            mark("resumed; worker node killed")
             cluster.kill_node(worker)
             out, err = resume.communicate(timeout=120)
+            mark("resumed sweep exited")
         finally:
             if resume.poll() is None:
                 resume.kill()
-        print(err)
         assert resume.returncode == 1, err[-3000:]  # residue 4 broken, as locally
 
         recs = _records(results)
@@ -176,11 +188,21 @@ def test_sweep_on_a_two_node_ray_cluster(tmp_path):
         logs = list((ray_dir / "results" / f"{run_id}.logs").glob("*.log"))
         assert {p.name.split("@")[1].split("-")[0] for p in logs} == {head_id, worker_id}
         assert not _wait_gone(marker, 20), "servers left after the sweep"
+
+        # -- 3. a worker SIGKILLed mid-point (OOM killer) takes its server with it ------
+        probe = subprocess.run([sys.executable, "-m", "tests.ray.worker_kill_probe",
+                                cluster.address, f"{marker}/probe-server"], cwd=ROOT,
+                               capture_output=True, text=True, timeout=120)
+        assert probe.returncode == 0, probe.stdout + probe.stderr[-3000:]
+        outcome = json.loads(probe.stdout.strip().splitlines()[-1])
+        assert outcome == {"error": "WorkerCrashedError", "left": []}, outcome
+        mark("worker SIGKILL probe done")
     finally:
         leftovers = [p.pid for p in processes_mentioning(marker)]
         for p in processes_mentioning(marker):
             p.kill()
         killed = cluster.stop()
+        mark("cluster stopped")
     assert not leftovers, f"server processes left behind: {leftovers}"
     assert not [p for p in cluster.all_processes()], "Ray processes of the test cluster survived"
     del killed  # SIGKILLed after the grace period: allowed (Ray's own agents are slow)
