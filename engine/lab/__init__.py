@@ -17,5 +17,7 @@ Module map (each file's docstring names the vLLM code path it mirrors):
 - ``tokenizer.py``      tokenizer, chat template, incremental detokenizer
 - ``metrics.py``        vLLM-named Prometheus metrics
 - ``train_tokenizer.py`` offline: generates the training text and trains ``model/``
+- ``bench.py``          boot-to-health and 4k-token latency measurement
+- ``_log.py``           vLLM-shaped log lines
 """
 from .config import VERSION as __version__  # noqa: F401
