@@ -5,16 +5,19 @@
 # copy its served layout to /tmp/tiny/hybrid for call 2, return ONE weights tar + ONE logs tar.
 # Usage: bash engine/tinymodel/scripts/phase2_call1.sh [HYBRID_CAP_S]
 HCAP=${1:-320}
+# SRC: a committed snapshot of harness/ + engine/ (e.g. .gpu/src from `git archive`), so the
+# device never runs a working tree that others are editing; default: the repository itself.
+R=$PWD; S=$(cd "${SRC:-$R}" && pwd) && cd "$S" || exit 3
 T0=$(date +%s); el() { echo $(( $(date +%s) - T0 )); }
 : "${OUT:=/tmp/out}"; L="$OUT/logs"; mkdir -p "$L" /tmp/site /tmp/tiny
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
-{ nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv; nproc; free -g
+{ cat "$S/PROVENANCE" 2>/dev/null; nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv; nproc; free -g
   python3 -c "import sys,torch,transformers,tokenizers;print(sys.version);print('torch',torch.__version__,torch.version.cuda);print('transformers',transformers.__version__,'tokenizers',tokenizers.__version__)"
 } > "$L/env.txt" 2>&1
 (
-  tar -xJf .gpu/bundle/a/site_a.tar.xz -C /tmp/site && echo "unpack_a $(el)s" >> "$L/timings.txt"
+  tar -xJf "$R/.gpu/bundle/a/site_a.tar.xz" -C /tmp/site && echo "unpack_a $(el)s" >> "$L/timings.txt"
   { echo "== imports (device python, PYTHONPATH=/tmp/site:repo)"
-    PYTHONPATH=/tmp/site:$PWD python3 - <<'PY'
+    PYTHONPATH=/tmp/site:$S python3 - <<'PY'
 import importlib
 for m in ("harness.cli", "harness.report", "harness.client", "harness.residue_sweep",
           "engine.vllm", "engine.vllm.launch", "engine.vllm.effective", "engine.vllm.patches",
@@ -32,7 +35,7 @@ except Exception as e:
     print("ERR to_markdown", e)
 PY
     echo "== plugin gates against vLLM 0.26.0 source (/tmp/site)"
-    PYTHONPATH=$PWD python3 -m engine.vllm.patches --check-source /tmp/site
+    PYTHONPATH=$S python3 -m engine.vllm.patches --check-source /tmp/site
   } > "$L/device_checks.txt" 2>&1
   echo "checks $(el)s" >> "$L/timings.txt"
   nice python3 -m compileall -q -j 4 /tmp/site > /dev/null 2>&1; echo "compileall_done $(el)s" >> "$L/timings.txt"
@@ -43,7 +46,7 @@ python3 -m engine.tinymodel train --variant hybrid --out "$OUT/hybrid" --time-ca
 echo "hybrid rc=$? $(el)s" >> "$L/timings.txt"
 rm -rf /tmp/tiny/hybrid; cp -r "$OUT/hybrid" /tmp/tiny/ && echo "copied to /tmp/tiny/hybrid" >> "$L/timings.txt"
 # the plan call 2 will run, printed by the device's python (needs tokenizer + template in the layout)
-PYTHONPATH=/tmp/site:$PWD python3 -m harness --engine vllm --model /tmp/tiny/hybrid --geometry hybrid \
+PYTHONPATH=/tmp/site:$S python3 -m harness --engine vllm --model /tmp/tiny/hybrid --geometry hybrid \
   --spec ngram --ctx huge --engine-arg=--language-model-only --engine-arg=--gpu-memory-utilization=0.08 \
   --cudagraph FULL_AND_PIECEWISE --patches none --isolation reset --residues all --context 1200 \
   --gpus 0 --out /tmp/dry --dry-run > "$L/dry_run.txt" 2>&1

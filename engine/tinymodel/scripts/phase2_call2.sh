@@ -12,13 +12,15 @@
 # gracefully (kills its servers, keeps finished records, writes its manifest) before LIMIT.
 # Usage: bash engine/tinymodel/scripts/phase2_call2.sh [LIMIT_S]   (the run call's timeout_s)
 LIMIT=${1:-600}; T=$(( LIMIT - 75 )); BT=$(( T - 60 ))
+R=$PWD; S=$(cd "${SRC:-$R}" && pwd) && cd "$S" || exit 3   # SRC: committed snapshot, as in phase2_call1.sh
 T0=$(date +%s); el() { echo $(( $(date +%s) - T0 )); }
 : "${OUT:=/tmp/out}"; W=/tmp/work; rm -rf "$W"; mkdir -p "$W" "$OUT"
 ls /tmp/site/vllm > /dev/null 2>&1 || echo "no /tmp/site/vllm: machine was not kept" >> "$W/timings.txt"
-tar -xJf .gpu/bundle/b/site_b.tar.xz -C /tmp/site && echo "unpack_b $(el)s" >> "$W/timings.txt"
+tar -xJf "$R/.gpu/bundle/b/site_b.tar.xz" -C /tmp/site && echo "unpack_b $(el)s" >> "$W/timings.txt"
+cp "$S/PROVENANCE" "$W/" 2>/dev/null
 python3 -c "from engine.tinymodel.layout import raise_served_max_len as r; r('/tmp/tiny/hybrid')"
-export PYTHONPATH=/tmp/site:$PWD HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 PYTHONUNBUFFERED=1
-python3 -c "import tabulate" 2>/dev/null || export PYTHONPATH=$PYTHONPATH:$(ls $PWD/.gpu/extra/tabulate-*.whl | head -1)
+export PYTHONPATH=/tmp/site:$S HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 PYTHONUNBUFFERED=1
+python3 -c "import tabulate" 2>/dev/null || export PYTHONPATH=$PYTHONPATH:$(ls "$R"/.gpu/extra/tabulate-*.whl | head -1)
 echo "sweep window T=${T}s boot-timeout ${BT}s PYTHONPATH=$PYTHONPATH" >> "$W/timings.txt"
 ( while :; do echo "t=$(el) $(nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv,noheader) load $(cut -d' ' -f1-3 /proc/loadavg) vllm_procs $(pgrep -fc vllm.entrypoints)"; sleep 10; done ) > "$W/monitor.txt" 2>&1 &
 MON=$!
@@ -43,7 +45,7 @@ kill "$MON" 2>/dev/null
 echo "vllm processes left: $(pgrep -fc vllm.entrypoints)" >> "$W/timings.txt"
 echo "end $(el)s" >> "$W/timings.txt"
 tar -czf "$OUT/phase2_results.tgz" -C /tmp work
-S=$(stat -c %s "$OUT/phase2_results.tgz")
-if [ "$S" -gt 16000000 ]; then split -b 15000000 -d "$OUT/phase2_results.tgz" "$OUT/phase2_results.tgz.part" && rm "$OUT/phase2_results.tgz"; fi
+SZ=$(stat -c %s "$OUT/phase2_results.tgz")
+if [ "$SZ" -gt 16000000 ]; then split -b 15000000 -d "$OUT/phase2_results.tgz" "$OUT/phase2_results.tgz.part" && rm "$OUT/phase2_results.tgz"; fi
 ls -la "$OUT"; cat "$W/timings.txt"; tail -3 "$W/monitor.txt"
 for f in "$W"/*.stdout.txt; do echo "== $f"; tail -12 "$f"; done
