@@ -33,6 +33,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -122,9 +123,12 @@ def gpu_engine(opts: SweepOptions) -> bool:
 
 
 def task_resources(opts: SweepOptions, cluster_resources: dict[str, float]) -> dict[str, Any]:
-    """Ray options that claim one slot for one data point."""
+    """Ray options that claim one slot for one data point. ``--gpus 0,0`` (two servers
+    per GPU, locally) becomes half a GPU per point: Ray packs two on each GPU."""
     if gpu_engine(opts):
-        return {"num_gpus": 1, "num_cpus": 1}
+        per_gpu = max(Counter(s.gpu for s in opts.slots if s.gpu is not None).values(),
+                      default=1)
+        return {"num_gpus": 1 if per_gpu == 1 else round(1 / per_gpu, 4), "num_cpus": 1}
     if cluster_resources.get(SLOT_RESOURCE, 0) >= 1:
         return {"num_cpus": 0, "resources": {SLOT_RESOURCE: 1}}
     return {"num_cpus": 1}

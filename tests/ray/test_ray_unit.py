@@ -27,6 +27,8 @@ class _Opts:
 def test_slot_resources():
     assert rb.task_resources(_Opts("vllm"), {"GPU": 8, "CPU": 64}) == {"num_gpus": 1, "num_cpus": 1}
     assert rb.task_resources(_Opts("cmd", "0,1"), {"GPU": 2}) == {"num_gpus": 1, "num_cpus": 1}
+    # --gpus 0,0: two servers per GPU locally, half a GPU per point on Ray
+    assert rb.task_resources(_Opts("vllm", "0,0,1,1"), {"GPU": 2}) == {"num_gpus": 0.5, "num_cpus": 1}
     assert rb.task_resources(_Opts("lab"), {"CPU": 4, "lab_slot": 4}) == \
         {"num_cpus": 0, "resources": {"lab_slot": 1}}
     assert rb.task_resources(_Opts("cmd"), {"CPU": 4}) == {"num_cpus": 1}
