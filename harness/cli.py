@@ -390,11 +390,15 @@ def _counts(counter) -> str:
 
 
 def _progress(total: int, enabled: bool):
+    """A tqdm bar on a terminal; in a log (CI, nohup) tqdm prints one line every 30 s
+    instead of a carriage-return animation."""
     if not enabled or total == 0:
         return None
     from tqdm import tqdm
-    return tqdm(total=total, unit="pt", file=sys.stderr, dynamic_ncols=True,
-                mininterval=0.3, desc="sweep")
+    tty = sys.stderr.isatty()
+    return tqdm(total=total, unit="pt", file=sys.stderr, dynamic_ncols=tty, ncols=None if tty else 100,
+                mininterval=0.3 if tty else 30.0, maxinterval=30.0 if not tty else 10.0,
+                desc="sweep", ascii=not tty)
 
 
 def _say(msg: str) -> None:
