@@ -12,6 +12,8 @@ import os
 
 import pytest
 
+from tests._vllm import require_vllm
+
 from engine.vllm.effective import (compare_effective, parse_effective_config,
                                    patch_status_from_log)
 
@@ -171,13 +173,7 @@ def test_compare_with_the_request():
 
 
 def test_real_compilation_config_repr_is_parsed():
-    import importlib.util
-
-    spec = importlib.util.find_spec("vllm")
-    if spec is None or spec.origin in (None, "namespace"):
-        if os.environ.get("RESIDUE_LAB_REQUIRE_VLLM") == "1":
-            pytest.fail("RESIDUE_LAB_REQUIRE_VLLM=1 but vLLM is not installed", pytrace=False)
-        pytest.skip("vLLM is not installed")
+    require_vllm(module_level=False)
     from vllm.config import CompilationConfig
 
     for mode in ("PIECEWISE", "FULL_AND_PIECEWISE", "FULL_DECODE_ONLY", "NONE", "FULL"):

@@ -14,32 +14,14 @@ import sys
 
 import pytest
 
+from tests._vllm import require_vllm
+
 from engine.presets import CTXS, SPECS, resolve
 from engine.vllm.launch import (HybridOptions, LaunchError, build_command, build_launch,
                                 write_plugin_dist_info)
 
 MODEL = "/models/tiny"
 DRAFT = "/models/dflash-drafter"
-
-
-def require_vllm():
-    """The real vLLM, or skip (fail under RESIDUE_LAB_REQUIRE_VLLM=1).
-
-    Not ``pytest.importorskip``: with ``tests/`` on ``sys.path`` (pytest puts it there for
-    ``tests/conftest.py``) and no vLLM installed, ``import vllm`` would happily import this
-    very directory as a namespace package. A real vLLM has a file origin.
-    """
-    import importlib.util
-
-    spec = importlib.util.find_spec("vllm")
-    if spec is None or spec.origin in (None, "namespace"):
-        if os.environ.get("RESIDUE_LAB_REQUIRE_VLLM") == "1":
-            pytest.fail("RESIDUE_LAB_REQUIRE_VLLM=1 but vLLM is not installed "
-                        "(pip install -e '.[vllm]')", pytrace=False)
-        pytest.skip("vLLM is not installed", allow_module_level=True)
-    import vllm
-
-    return vllm
 
 
 def preset_cases():

@@ -20,20 +20,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-
-def require_vllm():
-    """The real vLLM, or skip (fail under RESIDUE_LAB_REQUIRE_VLLM=1). See test_vllm_launch."""
-    import importlib.util
-
-    spec = importlib.util.find_spec("vllm")
-    if spec is None or spec.origin in (None, "namespace"):
-        if os.environ.get("RESIDUE_LAB_REQUIRE_VLLM") == "1":
-            pytest.fail("RESIDUE_LAB_REQUIRE_VLLM=1 but vLLM is not installed "
-                        "(pip install -e '.[vllm]')", pytrace=False)
-        pytest.skip("vLLM is not installed", allow_module_level=True)
-    import vllm
-
-    return vllm
+from tests._vllm import require_vllm
 
 
 require_vllm()
