@@ -262,7 +262,10 @@ async def _sweep_async(opts: SweepOptions, adapter, *, show_progress: bool) -> i
         except StoreError as e:
             raise UsageError(f"--baseline: {e}") from None
     store = ResultStore(opts.out, run_id)
-    golden = load_golden(opts.golden_run, opts.out) if opts.golden_run else None
+    try:
+        golden = load_golden(opts.golden_run, opts.out) if opts.golden_run else None
+    except (StoreError, SweepAborted) as e:
+        raise UsageError(f"--reference: {e}") from None
     try:
         plan = await plan_with_probes(opts, adapter, run_id=run_id, logs_dir=store.logs_dir)
     except PlanError as e:

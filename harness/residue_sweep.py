@@ -180,12 +180,17 @@ async def plan_with_probes(opts: SweepOptions, adapter: EngineAdapter, *, run_id
 
 
 def load_golden(run_ref: str, out_dir: Path) -> dict[tuple, str]:
-    """sha1 of the correct answer per (config_id or label, residue), from a reference run."""
-    golden: dict[tuple, str] = {}
+    """The correct answer's sha1 per prompt, from a reference run (typically a trusted
+    configuration: no speculative decoding, no FULL graphs, or a known-good build).
+
+    A prompt is identified by (residue, templated length): the same context and seed give
+    the same document and the same lengths whatever the configuration. A prompt whose ok
+    records disagree in the reference run has no golden answer (it is left out)."""
+    seen: dict[tuple, set[str]] = {}
     for r in read_jsonl(resolve_results(run_ref, out_dir)):
-        if r.get("verdict") == "ok":
-            golden.setdefault((r["config_id"], r["residue"]), r["sha1"])
-            golden.setdefault((r.get("config_label"), r["residue"]), r["sha1"])
+        if r.get("verdict") == "ok" and r.get("sha1"):
+            seen.setdefault((r["residue"], r["target_len"]), set()).add(r["sha1"])
+    golden = {k: next(iter(v)) for k, v in seen.items() if len(v) == 1}
     if not golden:
         raise SweepAborted(f"golden run {run_ref}: no ok records to take reference sha1s from")
     return golden
@@ -389,8 +394,9 @@ class PointRunner:
             return point.plan.expected, None
         if ref == "cold":
             return None, (cold_sha1 if phase != "cold" else None)
-        sha = self.golden.get((point.cfg_id, point.residue)) or \
-            self.golden.get((point.cfg.label(), point.residue))
+        sha = self.golden.get((point.residue, point.plan.target_len))
+        # A prompt the golden run did not answer (another context or seed) falls back to
+        # the passage; the record's reference_sha1 says which was used.
         return (None, sha) if sha else (point.plan.expected, None)
 
     def _judged_record(self, point, slot, phase, res, tps, info, templated, tokenize_error,

@@ -76,6 +76,8 @@ async def run_on_ray(sweep: Sweep, points: list[Point]) -> None:
     if opts.isolation != "fresh":
         raise UsageError(f"--backend ray runs every data point on its own fresh server; "
                          f"--isolation {opts.isolation} is for the local backend")
+    if not points:  # e.g. --resume of a run that had finished every point
+        return
     owns = await asyncio.to_thread(_connect, ray, opts)
     try:
         await _RayRun(ray, sweep).run(points)

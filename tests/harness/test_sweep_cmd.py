@@ -204,3 +204,32 @@ def test_without_a_local_tokenizer_a_probe_server_plans(tmp_path, tok_dir):
     c = cells(records(tmp_path))
     assert c[(5, "self-hit")]["verdict"] == "broken" and c[(4, "self-hit")]["verdict"] == "ok"
     assert list((tmp_path / "results").glob("*.logs/*-probe-*.log"))
+
+
+def test_reference_golden_run(tmp_path, tok_dir):
+    # a trusted run first, then a run judged against its sha1s (same prompts)
+    sweep(tmp_path / "a", tok_dir, "--residues", "3-5", check_rc=0)
+    golden = next((tmp_path / "a" / "results").glob("*.jsonl"))
+    run_id = golden.name[: -len(".jsonl")]
+    out = tmp_path / "a" / "results"
+    proc = subprocess.run([sys.executable, "-m", "harness", "--engine", "cmd", "--model",
+                           str(tok_dir), "--server-cmd", fake_cmd(tok_dir, "--break-residue", "4"),
+                           "--context", "800", "--residues", "3-5", "--reference",
+                           f"golden:{run_id}", "--out", str(out), "--reports-dir",
+                           str(tmp_path / "reports"), "--no-progress"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    gold = {(r["residue"], r["phase"]): r["sha1"] for r in
+            (json.loads(l) for l in golden.read_text().splitlines())}
+    new = [json.loads(l) for l in next(p for p in out.glob("*.jsonl") if p != golden)
+           .read_text().splitlines()]
+    c = cells(new)
+    assert c[(4, "self-hit")]["verdict"] == "broken"
+    assert c[(4, "self-hit")]["reference_sha1"] == gold[(4, "cold")]
+    assert c[(3, "cold")]["verdict"] == "ok" and c[(3, "cold")]["reference"].startswith("golden:")
+
+
+def test_unknown_golden_run_is_a_usage_error(tmp_path, tok_dir):
+    proc = sweep(tmp_path, tok_dir, "--residues", "3", "--reference", "golden:nope")
+    last = proc.stderr.strip().splitlines()[-1]
+    assert proc.returncode == 2 and last.startswith("sweep: error: --reference") and "nope" in last
