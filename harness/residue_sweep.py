@@ -11,7 +11,7 @@ import asyncio
 import socket
 import subprocess
 import time
-from collections import Counter, deque
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -24,12 +24,14 @@ from .client import (ClientError, EngineClient, RequestTimeout, ServerError, Ser
 from .configs import SweepOptions, config_id, modulus_for, rerun_command, select_residues
 from .engines import EngineAdapter, mismatches
 from .prompts import ChatTokenizer, PlanError, PromptPlan, calibrate, plan_residue
+from .scheduling import PointQueue
 from .server_pool import BootFailure, PortAllocator, ServerProcess, Slot, log_excerpt
 from .store import ResultStore, now_iso, read_jsonl, resolve_results
 from .verdict import judge
 
 WARMUP_MAX_TOKENS = 16
 MAX_PORT_RETRIES = 3
+BOOT_FAILURES_FRESH = 2   # boot failures of one configuration before its points are skipped
 
 
 @dataclass
@@ -463,6 +465,7 @@ class Sweep:
                                   golden=golden)
         self.counters = Counters(total_points=len(plan.points))
         self._teardowns: set[asyncio.Task] = set()
+        self._boot_failures: Counter = Counter()
 
     async def run(self, points: list[Point]) -> Counters:
         if self.opts.backend == "ray":
@@ -478,7 +481,7 @@ class Sweep:
             await self.runner.http.aclose()
 
     async def _run(self, points: list[Point]) -> Counters:
-        queue: deque[Point] = deque(points)
+        queue = PointQueue(points, affinity=self.opts.isolation != "fresh")
         workers = [asyncio.create_task(self._worker(slot, queue), name=f"slot-{slot.id}")
                    for slot in self.opts.slots]
         try:
@@ -492,15 +495,14 @@ class Sweep:
         return self.counters
 
     # -- one slot ----------------------------------------------------------------------
-    async def _worker(self, slot: Slot, queue: deque[Point]) -> None:
+    async def _worker(self, slot: Slot, queue: PointQueue) -> None:
         server: ServerProcess | None = None
         client: EngineClient | None = None
         server_cfg: str | None = None
         server_timing: dict[str, float] | None = None
         info: dict[str, Any] = {}
         try:
-            while queue:
-                point = queue.popleft()
+            while (point := queue.next(slot.id, server_cfg)) is not None:
                 t_point = time.monotonic()
                 timing = {"boot": 0.0, "requests": 0.0, "teardown": 0.0}
                 reuse = (self.opts.isolation != "fresh" and server is not None
@@ -517,6 +519,7 @@ class Sweep:
                         self._emit_point(point, self.runner.boot_fail_records(point, slot, e))
                         timing["boot"] = time.monotonic() - t_point
                         self._timing(t_point, timing)
+                        self._after_boot_failure(point, slot, e, queue)
                         continue
                 elif self.opts.isolation == "reset":
                     try:
@@ -539,6 +542,22 @@ class Sweep:
         finally:
             if server is not None:
                 await self.runner.stop(server, client, timing=server_timing)
+
+    def _after_boot_failure(self, point: Point, slot: Slot, e: BootFailure,
+                            queue: PointQueue) -> None:
+        """A configuration that keeps failing to boot is not booted again for every
+        remaining residue (a minute or more each on a GPU): its remaining points are
+        recorded as boot-fail, naming the failure. Fresh isolation allows one retry on the
+        next point (a boot can fail for a passing reason); reset/shared allow none."""
+        self._boot_failures[point.cfg_id] += 1
+        allowed = BOOT_FAILURES_FRESH if self.opts.isolation == "fresh" else 1
+        if self._boot_failures[point.cfg_id] < allowed:
+            return
+        for rest in queue.drain(point.cfg_id):
+            why = BootFailure(f"not started: this configuration failed to boot "
+                              f"{self._boot_failures[point.cfg_id]}x (last: {e.reason})",
+                              e.log_excerpt)
+            self._emit_point(rest, self.runner.boot_fail_records(rest, slot, why))
 
     def _timing(self, t_point: float, timing: dict[str, float]) -> None:
         """Per point: boot, requests, teardown (filled in later when it runs in the

@@ -96,3 +96,22 @@ def test_isolation_modes_agree_on_the_lab(tmp_path, isolation, servers):
         assert bad == {(4, "self-hit"): "broken"}
         assert all(r["cached_tokens"] == 0 for r in recs if r["phase"] == "cold")
     assert all(r["isolation"] == isolation for r in recs)
+
+
+def test_reset_isolation_boots_each_configuration_about_once(tmp_path):
+    model = tmp_path / "model"
+    shutil.copytree(LAB_MODEL_DIR, model)
+    out = tmp_path / "results"
+    proc = subprocess.run([sys.executable, "-m", "harness", "--model", str(model), "--out",
+                           str(out), "--reports-dir", str(tmp_path / "reports"), "--no-progress",
+                           "--slots", "2", "--isolation", "reset", "--residues", "0-7",
+                           "--cudagraph", "FULL_AND_PIECEWISE,PIECEWISE", "--patches", "none"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    # 2 configurations on 2 slots: one server each, plus at most one more when a slot that
+    # finished its configuration helps with the other
+    assert 2 <= len(list(out.glob("*.logs/*.log"))) <= 3
+    recs = [json.loads(l) for l in next(out.glob("*.jsonl")).read_text().splitlines()]
+    bad = {(r["config"]["cudagraph_mode"], r["residue"], r["phase"]) for r in recs
+           if r["verdict"] != "ok"}
+    assert bad == {("FULL_AND_PIECEWISE", 4, "self-hit")}

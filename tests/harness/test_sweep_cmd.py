@@ -233,3 +233,13 @@ def test_unknown_golden_run_is_a_usage_error(tmp_path, tok_dir):
     proc = sweep(tmp_path, tok_dir, "--residues", "3", "--reference", "golden:nope")
     last = proc.stderr.strip().splitlines()[-1]
     assert proc.returncode == 2 and last.startswith("sweep: error: --reference") and "nope" in last
+
+
+def test_a_configuration_that_never_boots_is_not_booted_for_every_residue(tmp_path, tok_dir):
+    sweep(tmp_path, tok_dir, "--residues", "0-5", "--slots", "1",
+          server=("--boot-fail", "'no GPU memory left'"), check_rc=1)
+    recs = records(tmp_path)
+    assert len(recs) == 12 and {r["verdict"] for r in recs} == {"boot-fail"}
+    assert len(list((tmp_path / "results").glob("*.logs/*.log"))) == 2
+    skipped = [r for r in recs if r["reason"].startswith("not started")]
+    assert len(skipped) == 8 and "failed to boot 2x" in skipped[0]["reason"]
