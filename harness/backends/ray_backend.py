@@ -50,6 +50,8 @@ SLOT_RESOURCE = "lab_slot"
 # py_modules) so every node runs the driver's code; "0" when residue-lab is installed on
 # every node already.
 SHIP_CODE_ENV = "RESIDUE_LAB_RAY_SHIP_CODE"
+CONNECT_TIMEOUT_ENV = "RESIDUE_LAB_RAY_CONNECT_TIMEOUT"
+CONNECT_TIMEOUT_S = 60.0
 POLL_S = 0.5                 # ray.wait timeout: how quickly Ctrl-C is noticed
 CANCEL_WAIT_S = 15.0         # after Ctrl-C, how long to wait for cancelled tasks to end
 MAX_UNSTARTED_RESUBMITS = 3  # a task lost before it started does not use up the retry
@@ -78,12 +80,43 @@ async def run_on_ray(sweep: Sweep, points: list[Point]) -> None:
                          f"--isolation {opts.isolation} is for the local backend")
     if not points:  # e.g. --resume of a run that had finished every point
         return
-    owns = await asyncio.to_thread(_connect, ray, opts)
+    owns = await _connect_in_background(ray, opts)
     try:
         await _RayRun(ray, sweep).run(points)
     finally:
         if owns:
             await asyncio.to_thread(ray.shutdown)
+
+
+async def _connect_in_background(ray, opts: SweepOptions) -> bool:
+    """``ray.init`` blocks for minutes on an address where no cluster answers and cannot be
+    interrupted: run it in a daemon thread (a Ctrl-C or a timeout then leaves it behind
+    instead of hanging the exit) and give up after ``RESIDUE_LAB_RAY_CONNECT_TIMEOUT``."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future = loop.create_future()
+
+    def settle(ok: bool, value) -> None:
+        if not done.done():
+            (done.set_result if ok else done.set_exception)(value)
+
+    def target() -> None:
+        try:
+            result = (True, _connect(ray, opts))
+        except BaseException as e:  # handed to the event loop
+            result = (False, e)
+        try:
+            loop.call_soon_threadsafe(settle, *result)
+        except RuntimeError:  # the loop is gone: the sweep ended while we connected
+            pass
+
+    threading.Thread(target=target, name="ray-connect", daemon=True).start()
+    timeout = float(os.environ.get(CONNECT_TIMEOUT_ENV) or CONNECT_TIMEOUT_S)
+    try:
+        return await asyncio.wait_for(asyncio.shield(done), timeout)
+    except asyncio.TimeoutError:
+        raise SweepAborted(f"--backend ray: no Ray cluster answered at "
+                           f"{opts.ray_address or 'auto'!r} within {timeout:g}s "
+                           f"({CONNECT_TIMEOUT_ENV} to wait longer)") from None
 
 
 def _connect(ray, opts: SweepOptions) -> bool:
@@ -98,9 +131,9 @@ def _connect(ray, opts: SweepOptions) -> bool:
         ray.init(address=address, runtime_env=runtime_env(), log_to_driver=False,
                  logging_level=logging.WARNING, configure_logging=True)
     except (ConnectionError, RuntimeError, ValueError) as e:
+        why = (str(e).strip().splitlines() or [repr(e)])[0].strip("'\"")
         raise SweepAborted(f"--backend ray: cannot connect to a Ray cluster at "
-                           f"{address!r}: {str(e).strip().splitlines()[0] if str(e).strip() else e!r}"
-                           ) from None
+                           f"{address!r}: {why}") from None
     return True
 
 
