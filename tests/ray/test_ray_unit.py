@@ -109,3 +109,75 @@ def test_no_cluster_at_the_address_is_one_line_exit_3(tmp_path, ray_module):
     assert "Traceback" not in proc.stderr
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("sweep: cannot run: --backend ray: no Ray cluster answered at")
+
+
+def test_lost_twice_is_infra_on_every_phase_and_once_is_a_retry_elsewhere(tmp_path, ray_module):
+    """The driver's bookkeeping for lost points, without a cluster: the first loss
+    resubmits attempt 2 away from the node; the second writes ``infra`` records (one per
+    phase) naming both failures, counted like any finished point."""
+    from harness.cli import build_options, sweep_parser
+    from harness.engines import make_adapter
+    from harness.residue_sweep import Sweep, plan_points
+    from harness.store import ResultStore
+
+    argv = ["--backend", "ray", "--residues", "3", "--phases", "cold,warm,self-hit"]
+    opts = build_options(sweep_parser().parse_args(argv), argv)
+    adapter = make_adapter(opts.engine, opts.server_cmd)
+    store = ResultStore(tmp_path, "run-x")
+    sweep = Sweep(opts, adapter, store, plan_points(opts, adapter))
+    done = []
+    sweep.on_point_done = lambda point, recs: done.append((point.residue, len(recs)))
+
+    class Remote:
+        def __init__(self):
+            self.calls = []
+
+        def options(self, **kw):
+            self.calls.append(kw)
+            return self
+
+        def remote(self, *args):
+            return object()
+
+    run = rb._RayRun(ray_module, sweep)
+    run.remote_fn = Remote()
+    run.base_options = {"num_cpus": 1, "max_retries": 0}
+    run.slot_resource = "CPU"
+    where = {"node_id": "a" * 56, "node": "vm/10.0.0.2/aaaaaaaa", "slot": "cpu7@aaaaaaaa"}
+    run._where = lambda att: where
+    run._avoid_options = lambda node_id: [{"label_selector": {"ray.io/node-id": f"!{node_id}"}}]
+    point = sweep.plan.points[0]
+    lost = ray_module.exceptions.WorkerCrashedError()
+
+    run._lost(rb._Attempt(point), lost)
+    (ref, att2), = run.inflight.items()
+    assert att2.attempt == 2 and att2.avoid == "a" * 56
+    assert "vm/10.0.0.2/aaaaaaaa" in att2.first_failure and "WorkerCrashedError" in att2.first_failure
+    assert run.remote_fn.calls[-1]["label_selector"] == {"ray.io/node-id": "!" + "a" * 56}
+    assert store.read() == [] and done == []
+
+    where = {"node_id": "b" * 56, "node": "vm/10.0.0.3/bbbbbbbb", "slot": "cpu9@bbbbbbbb"}
+    run.inflight.clear()
+    run._lost(att2, lost)
+    store.close()
+    recs = store.read()
+    assert [r["phase"] for r in recs] == ["cold", "warm", "self-hit"]
+    assert {r["verdict"] for r in recs} == {"infra"}
+    for r in recs:
+        assert r["node"] == "vm/10.0.0.3/bbbbbbbb" and r["slot"] == "cpu9@bbbbbbbb"
+        assert "aaaaaaaa" in r["reason"] and "bbbbbbbb" in r["reason"]
+        assert r["attempt"] == 2 and r["residue"] == 3 and r["rerun"]
+    assert done == [(3, 3)] and sweep.counters.verdicts["infra"] == 3
+    assert not run.inflight
+
+
+def test_infra_errors_are_told_from_harness_errors(ray_module):
+    exc = ray_module.exceptions
+    assert rb.is_infra_error(ray_module, exc.WorkerCrashedError())
+    assert rb.is_infra_error(ray_module, exc.NodeDiedError("n" * 56))
+    assert not rb.is_infra_error(ray_module, exc.TaskCancelledError())
+    assert not rb.is_infra_error(ray_module, ValueError("a harness bug"))
+    bug = exc.RayTaskError("_run_point_task", "Traceback ...", ValueError("a harness bug"))
+    assert not rb.is_infra_error(ray_module, bug.as_instanceof_cause())
+    lost_inside = exc.RayTaskError("_run_point_task", "Traceback ...", exc.WorkerCrashedError())
+    assert rb.is_infra_error(ray_module, lost_inside)
