@@ -176,14 +176,9 @@ def node_label(hostname: str, ip: str, node_id: str) -> str:
 
 
 def records_by_node(records: list[dict]) -> dict[str, dict[str, int]]:
-    """Verdict counts per node, e.g. for a report section or ``sweep report --by node``:
-    ``{"vm/10.0.0.2/ab12cd34": {"ok": 30, "broken": 2}, ...}``."""
-    out: dict[str, dict[str, int]] = {}
-    for r in records:
-        per = out.setdefault(str(r.get("node") or "?"), {})
-        v = str(r.get("verdict") or "invalid")
-        per[v] = per.get(v, 0) + 1
-    return dict(sorted(out.items()))
+    """Verdict counts per node (see ``harness.backends.nodes`` for the report section)."""
+    from .nodes import by_node
+    return {node: dict(c) for node, c in by_node(records).items()}
 
 
 # -- errors ----------------------------------------------------------------------------

@@ -181,3 +181,20 @@ def test_infra_errors_are_told_from_harness_errors(ray_module):
     assert not rb.is_infra_error(ray_module, bug.as_instanceof_cause())
     lost_inside = exc.RayTaskError("_run_point_task", "Traceback ...", exc.WorkerCrashedError())
     assert rb.is_infra_error(ray_module, lost_inside)
+
+
+def test_by_node_section_only_when_several_nodes():
+    from harness.backends.nodes import render_nodes
+    one = [{"node": "vm", "verdict": "ok", "residue": 1, "config_id": "c", "run_id": "r"}]
+    assert render_nodes(one) == ""
+    recs = [{"node": "vm/10.0.0.2/aaaaaaaa", "verdict": "ok", "residue": r, "config_id": "c",
+             "run_id": "r", "phase": ph} for r in (1, 2) for ph in ("cold", "self-hit")]
+    recs += [{"node": "vm/10.0.0.2/bbbbbbbb", "verdict": v, "residue": 4, "config_id": "c",
+              "run_id": "r", "phase": ph, "attempt": 2}
+             for v, ph in (("ok", "cold"), ("broken", "self-hit"))]
+    md = render_nodes(recs)
+    assert md.startswith("## By node")
+    row_a = next(ln for ln in md.splitlines() if "aaaaaaaa" in ln)
+    row_b = next(ln for ln in md.splitlines() if "bbbbbbbb" in ln)
+    assert [c.strip() for c in row_a.strip("|").split("|")][1:] == ["2", "4", "0", "0"]
+    assert [c.strip() for c in row_b.strip("|").split("|")][1:] == ["1", "2", "**broken 1**", "1"]

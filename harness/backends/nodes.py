@@ -1,0 +1,45 @@
+"""Records grouped by the node they ran on (any backend: every record has ``node``).
+
+A broken residue is a property of the configuration; a node whose points alone fail is a
+property of the machine (a bad GPU, a full disk, a flaky network). On a multi-node sweep
+the report shows one row per node so the two cannot be confused.
+"""
+from __future__ import annotations
+
+from collections import Counter
+
+from .._markdown import bold, code, escape_text, table
+
+
+def by_node(records: list[dict]) -> dict[str, Counter]:
+    """Verdict counts per node: ``{"gpu-07/10.0.0.17/3590ecc1": Counter(ok=30, broken=2)}``."""
+    out: dict[str, Counter] = {}
+    for r in records:
+        out.setdefault(str(r.get("node") or "?"), Counter())[str(r.get("verdict") or "invalid")] += 1
+    return dict(sorted(out.items()))
+
+
+def render_nodes(records: list[dict]) -> str:
+    """A ``## By node`` section, or "" when every record ran on one node (nothing to say).
+
+    Columns: node, data points, phase cells, cells not ok (by verdict), points retried
+    after their node or worker was lost (``attempt`` 2)."""
+    nodes = by_node(records)
+    if len(nodes) < 2:
+        return ""
+    points: dict[str, set] = {}
+    retried: dict[str, set] = {}
+    for r in records:
+        node = str(r.get("node") or "?")
+        key = (r.get("run_id"), r.get("config_id"), r.get("residue"))
+        points.setdefault(node, set()).add(key)
+        if (r.get("attempt") or 1) > 1:
+            retried.setdefault(node, set()).add(key)
+    rows = []
+    for node, counts in nodes.items():
+        bad = {v: n for v, n in counts.items() if v != "ok"}
+        bad_text = ", ".join(f"{escape_text(v)} {n}" for v, n in sorted(bad.items()))
+        rows.append([code(node), str(len(points[node])), str(sum(counts.values())),
+                     bold(bad_text) if bad else "0", str(len(retried.get(node, ())))])
+    return ("## By node\n\n" + table(["node", "points", "cells", "not ok", "retried here"],
+                                     rows, align=["left", "right", "right", "left", "right"]))
