@@ -461,6 +461,12 @@ def agreement(cd: ConfigData, pred: Prediction) -> str:
     if broken == sampled:
         extra = "" if sampled == predicted else f" (of {residues_phrase(predicted)})"
         return f"**the sweep agrees**: broken exactly at {residues_phrase(broken)}{extra}"
+    if sampled <= broken and 2 * len(broken - sampled) >= len(covered):
+        # Bug B is one residue in a modulus; most residues bad is something else (a model
+        # that gets the document wrong, a broken build), and says nothing about the rule.
+        return (f"**inconclusive**: {len(broken)} of {len(covered)} measured residues are bad, "
+                "not the rule's single-residue pattern, so the predicted residue being bad "
+                "is no evidence for it (compare answers across phases: `--reference cold`)")
     if sampled <= broken:
         return (f"**the sweep agrees at {residues_phrase(sampled)}**, but is also broken at "
                 f"{residues_phrase(broken - sampled)}")

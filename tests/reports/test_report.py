@@ -368,3 +368,13 @@ def test_sparse_records_do_not_crash_anything(tmp_path):
     assert gate_exit_code(sparse) == 1
     render_compare_markdown(compare_records(sparse, sparse))
     write_junit(sparse, tmp_path / "j.xml")
+
+
+def test_bad_everywhere_is_inconclusive_not_agreement():
+    # a model that gets the document wrong at every residue: residue 4 is bad too, but
+    # that is no evidence for the Bug B rule
+    cfg = synth.make_config()
+    recs = synth.sweep(cfg, range(128), broken=range(128))
+    md = render_markdown(recs, [synth.manifest_for(recs)])
+    assert "**inconclusive**: 128 of 128 measured residues are bad" in md
+    assert "the sweep agrees" not in md
