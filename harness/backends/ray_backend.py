@@ -34,7 +34,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -243,16 +243,17 @@ def _run_point_task(shared: tuple, point: Point, attempt: int, tracker) -> dict[
 
 
 def _slot_here(ctx, node_id: str, gpu: bool) -> Slot:
-    """Slot id = the slot's kind and number + the node; for a GPU, the id Ray assigned
-    (Ray has already set CUDA_VISIBLE_DEVICES of this worker to it)."""
+    """Slot id = node (8 hex) + the slot's kind and number, ``3590ecc1.gpu3``; for a GPU,
+    the id Ray assigned (Ray has already set CUDA_VISIBLE_DEVICES of this worker to it).
+    No ``@``: reports neutralise @mentions."""
     short = node_id[:8]
     if gpu:
         ids = ctx.get_accelerator_ids().get("GPU") or \
             [g for g in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if g]
         gpus = ",".join(str(g) for g in ids)
-        return Slot(f"gpu{gpus.replace(',', '+')}@{short}", gpu=gpus or None)
+        return Slot(f"{short}.gpu{gpus.replace(',', '+')}", gpu=gpus or None)
     # Ray numbers no CPU slots; the worker process is the slot (it runs one point at a time).
-    return Slot(f"cpu{os.getpid()}@{short}")
+    return Slot(f"{short}.cpu{os.getpid()}")
 
 
 def _tail(path: Path) -> str:
@@ -350,7 +351,6 @@ class _Attempt:
     resubmits: int = 0
     avoid: str | None = None                 # node id the retry stays away from
     first_failure: str | None = None         # why attempt 1 was lost
-    first_node: dict[str, str] = field(default_factory=dict)
     submitted_at: float = 0.0
 
 
@@ -499,7 +499,7 @@ class _RayRun:
         if att.attempt == 1:
             _say(f"ray: residue {p.residue} ({p.cfg_id}): {why}; retrying once elsewhere")
             self._submit(_Attempt(att.point, attempt=2, avoid=where.get("node_id") or None,
-                                  first_failure=why, first_node=where))
+                                  first_failure=why))
             return
         reason = f"infrastructure: attempt 1: {att.first_failure}; retry: {why}"
         _say(f"ray: residue {p.residue} ({p.cfg_id}): retry lost too: {why}; recorded as infra")

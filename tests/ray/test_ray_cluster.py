@@ -186,7 +186,8 @@ def test_sweep_on_a_two_node_ray_cluster(tmp_path):
         assert manifest["exit_code"] == 1 and manifest["interrupted"] is False
         # every server log came back to the driver's results dir
         logs = list((ray_dir / "results" / f"{run_id}.logs").glob("*.log"))
-        assert {p.name.split("@")[1].split("-")[0] for p in logs} == {head_id, worker_id}
+        # <config>-r<residue>-<node8>.<slot>-<port>.log
+        assert {p.name.split("-")[2].split(".")[0] for p in logs} == {head_id, worker_id}
         assert not _wait_gone(marker, 20), "servers left after the sweep"
 
         # -- 3. a worker SIGKILLed mid-point (OOM killer) takes its server with it ------

@@ -6,10 +6,8 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import psutil
-import pytest
 
 from harness.backends import ray_backend as rb
 from harness.configs import parse_slots
@@ -143,7 +141,7 @@ def test_lost_twice_is_infra_on_every_phase_and_once_is_a_retry_elsewhere(tmp_pa
     run.remote_fn = Remote()
     run.base_options = {"num_cpus": 1, "max_retries": 0}
     run.slot_resource = "CPU"
-    where = {"node_id": "a" * 56, "node": "vm/10.0.0.2/aaaaaaaa", "slot": "cpu7@aaaaaaaa"}
+    where = {"node_id": "a" * 56, "node": "vm/10.0.0.2/aaaaaaaa", "slot": "aaaaaaaa.cpu7"}
     run._where = lambda att: where
     run._avoid_options = lambda node_id: [{"label_selector": {"ray.io/node-id": f"!{node_id}"}}]
     point = sweep.plan.points[0]
@@ -156,7 +154,7 @@ def test_lost_twice_is_infra_on_every_phase_and_once_is_a_retry_elsewhere(tmp_pa
     assert run.remote_fn.calls[-1]["label_selector"] == {"ray.io/node-id": "!" + "a" * 56}
     assert store.read() == [] and done == []
 
-    where = {"node_id": "b" * 56, "node": "vm/10.0.0.3/bbbbbbbb", "slot": "cpu9@bbbbbbbb"}
+    where = {"node_id": "b" * 56, "node": "vm/10.0.0.3/bbbbbbbb", "slot": "bbbbbbbb.cpu9"}
     run.inflight.clear()
     run._lost(att2, lost)
     store.close()
@@ -164,7 +162,7 @@ def test_lost_twice_is_infra_on_every_phase_and_once_is_a_retry_elsewhere(tmp_pa
     assert [r["phase"] for r in recs] == ["cold", "warm", "self-hit"]
     assert {r["verdict"] for r in recs} == {"infra"}
     for r in recs:
-        assert r["node"] == "vm/10.0.0.3/bbbbbbbb" and r["slot"] == "cpu9@bbbbbbbb"
+        assert r["node"] == "vm/10.0.0.3/bbbbbbbb" and r["slot"] == "bbbbbbbb.cpu9"
         assert "aaaaaaaa" in r["reason"] and "bbbbbbbb" in r["reason"]
         assert r["attempt"] == 2 and r["residue"] == 3 and r["rerun"]
     assert done == [(3, 3)] and sweep.counters.verdicts["infra"] == 3
