@@ -77,9 +77,13 @@ class LocalRayCluster:
         self.env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0",
                     "RAY_DISABLE_DOCKER_CPU_WARNING": "1"}
 
-    def _node_args(self) -> tuple[list[str], int]:
+    def _node_args(self, gpus: int = 0) -> tuple[list[str], int]:
+        """``gpus``: GPUs this node declares. Ray assigns declared GPU ids to tasks and
+        sets their CUDA_VISIBLE_DEVICES whether or not the machine has them, which is
+        enough to test how a GPU sweep claims them."""
         nm = free_port()
-        return ["--node-ip-address", "127.0.0.1", "--num-cpus", str(self.slots),
+        return ["--node-ip-address", "127.0.0.1", "--num-cpus", str(self.slots + gpus),
+                "--num-gpus", str(gpus),
                 "--resources", json.dumps({self.resource: self.slots}),
                 "--object-store-memory", str(80 * 1024 * 1024),
                 "--node-manager-port", str(nm), "--object-manager-port", str(free_port()),
@@ -99,8 +103,8 @@ class LocalRayCluster:
         self.nodes.append(node)
         return node
 
-    def start_head(self) -> Node:
-        args, nm = self._node_args()
+    def start_head(self, gpus: int = 0) -> Node:
+        args, nm = self._node_args(gpus)
         return self._start("head", [ray_cli(), "start", "--head", "--port", str(self.gcs_port),
                                     "--temp-dir", str(self.root), "--include-dashboard", "false",
                                     "--dashboard-port", str(free_port()),

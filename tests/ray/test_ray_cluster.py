@@ -8,7 +8,10 @@ the real CLI, against the lab engine:
    backend's for the same sweep, records from both nodes;
 3. a Ray worker SIGKILLed mid-point (the OOM killer) leaves no server: its watchdog
    kills it;
-4. nothing left running: no server, no Ray process of this cluster.
+4. a GPU engine (``--engine cmd --gpus``, the fake engine) claims one GPU per point: the
+   head declares two GPUs (Ray assigns declared ids whether or not they exist), and each
+   server's CUDA_VISIBLE_DEVICES is the id Ray assigned, which the slot names;
+5. nothing left running: no server, no Ray process of this cluster.
 
 One test function on purpose: one cluster per test run (2 cores), and the scenarios
 share it (pytest-xdist cannot split them across workers).
@@ -25,7 +28,7 @@ from pathlib import Path
 
 import psutil
 
-from tests.conftest import ROOT, processes_mentioning
+from tests.conftest import FAKE_ENGINE, FIXTURES, ROOT, processes_mentioning
 from tests.ray.cluster import LocalRayCluster
 from tests.ray.conftest import ray_or_skip
 
@@ -99,7 +102,7 @@ def test_sweep_on_a_two_node_ray_cluster(tmp_path):
     try:
         # Both nodes boot at once (the worker waits for the head's GCS); meanwhile the
         # local backend runs the same sweep for the reference verdicts.
-        head = cluster.start_head()
+        head = cluster.start_head(gpus=2)  # declared, not real: see scenario 4
         worker = cluster.add_worker()
         local_dir = tmp_path / "local"
         local = subprocess.run(_argv(local_dir, model, "--slots", "2"), cwd=ROOT,
@@ -198,6 +201,30 @@ def test_sweep_on_a_two_node_ray_cluster(tmp_path):
         outcome = json.loads(probe.stdout.strip().splitlines()[-1])
         assert outcome == {"error": "WorkerCrashedError", "left": []}, outcome
         mark("worker SIGKILL probe done")
+
+        # -- 4. a GPU engine claims one GPU per point; the server sees the GPU Ray gave ----
+        tok = tmp_path / "tok"
+        shutil.copytree(FIXTURES / "tokenizer", tok)
+        server = (f"sh -c 'echo CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES; exec "
+                  f"{sys.executable} {FAKE_ENGINE} --port {{port}} --model {tok}'")
+        gpu_dir = tmp_path / "gpu"
+        gpu = subprocess.run(
+            [sys.executable, "-m", "harness", "--engine", "cmd", "--server-cmd", server,
+             "--gpus", "0", "--model", str(tok), "--context", "800", "--residues", "0-5",
+             "--backend", "ray", "--ray-address", cluster.address, "--no-progress",
+             "--out", str(gpu_dir / "results"), "--reports-dir", str(gpu_dir / "reports")],
+            cwd=ROOT, capture_output=True, text=True, timeout=120)
+        assert gpu.returncode == 0, gpu.stderr[-3000:]
+        assert "slot(s) of 'GPU'; one GPU per data point" in gpu.stderr
+        grecs = _records(next((gpu_dir / "results").glob("*.jsonl")))
+        assert len(grecs) == 12 and {r["verdict"] for r in grecs} == {"ok"}
+        assert {r["slot"] for r in grecs} == {f"{head_id}.gpu0", f"{head_id}.gpu1"}
+        glogs = list((gpu_dir / "results").glob("*.logs/*.log"))
+        assert len(glogs) == 6
+        for log in glogs:  # <config>-r<residue>-<node8>.gpu<N>-<port>.log
+            gpu_id = log.name.split("-")[2].split(".gpu")[1]
+            assert f"CUDA_VISIBLE_DEVICES={gpu_id}\n" in log.read_text()
+        mark("GPU claim sweep done")
     finally:
         leftovers = [p.pid for p in processes_mentioning(marker)]
         for p in processes_mentioning(marker):
