@@ -55,11 +55,12 @@ def _records(path: Path) -> list[dict]:
     return out
 
 
-def _servers_on(node, marker: str) -> list[psutil.Process]:
+def _servers_on(node, marker: str, younger_than: float | None = None) -> list[psutil.Process]:
     out = []
     for p in node.tree():
         try:
-            if marker in " ".join(p.cmdline()) and "engine.lab" in " ".join(p.cmdline()):
+            if marker in " ".join(p.cmdline()) and "engine.lab" in " ".join(p.cmdline()) and (
+                    younger_than is None or time.time() - p.create_time() < younger_than):
                 out.append(p)
         except psutil.NoSuchProcess:
             continue
@@ -159,8 +160,9 @@ def test_sweep_on_a_two_node_ray_cluster(tmp_path):
             # a point finished on the worker node in this run, then the next one starts
             _wait(lambda: resume.poll() is not None or new_on_worker(), 90,
                   "a point done on the worker node")
-            _wait(lambda: resume.poll() is not None or _servers_on(worker, marker),
-                  60, "a server on the worker node")
+            # a server that started just now: its point is surely not finished yet
+            _wait(lambda: resume.poll() is not None or _servers_on(worker, marker, 0.3),
+                  60, "a server starting on the worker node")
             assert resume.poll() is None, resume.communicate()[1][-3000:]
             lost_at = time.monotonic()
             mark("resumed; worker node killed")
