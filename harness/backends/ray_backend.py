@@ -372,9 +372,10 @@ class _RayRun:
         self.base_options = {**task_resources(self.opts, resources), "max_retries": 0,
                              "retry_exceptions": False, "scheduling_strategy": "SPREAD"}
         need = self.base_options.get("resources") or (
-            {"GPU": 1} if self.base_options.get("num_gpus") else {"CPU": 1})
-        (res_name, _), = need.items()
-        slots = int(resources.get(res_name, 0))
+            {"GPU": self.base_options["num_gpus"]} if self.base_options.get("num_gpus")
+            else {"CPU": 1})
+        (res_name, per_point), = need.items()
+        slots = int(resources.get(res_name, 0) / per_point + 1e-6)
         nodes = [n for n in ray.nodes() if n.get("Alive")]
         if slots < 1:
             raise SweepAborted(f"--backend ray: the cluster has no {res_name!r} resource "
