@@ -200,7 +200,7 @@ def run_sweep(argv: Sequence[str]) -> int:
     opts = build_options(ns, argv)
     adapter = make_adapter(opts.engine, opts.server_cmd, draft_model=opts.draft_model,
                            extra_args=opts.engine_args, work_dir=opts.out,
-                           isolation=opts.isolation)
+                           isolation=opts.isolation, served_model_name=opts.served_model_name)
     if opts.dry_run:
         return _dry_run(opts, adapter)
     return asyncio.run(_sweep_async(opts, adapter, show_progress=not ns.no_progress))

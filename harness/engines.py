@@ -32,6 +32,12 @@ COMPARED = ("cudagraph_mode", "prefix_caching", "block_size", "prefix_match_unit
 class EngineAdapter:
     name = "base"
     has_reset = True
+    served_model_name: str | None = None
+
+    def model_name(self, cfg: ServingConfig) -> str | None:
+        """The model name the server will serve, when it is known without asking it
+        (None: read it from /v1/models after boot)."""
+        return self.served_model_name
 
     def command(self, cfg: ServingConfig, port: int, slot: Slot) -> tuple[list[str], dict[str, str]]:
         raise NotImplementedError
@@ -80,6 +86,10 @@ def mismatches(requested: dict[str, Any], effective: dict[str, Any]) -> list[str
 
 class LabAdapter(EngineAdapter):
     name = "lab"
+    default_served_name = "lab-copy"
+
+    def __init__(self, served_model_name: str | None = None) -> None:
+        self.served_model_name = served_model_name or self.default_served_name
 
     def model_dir(self, cfg: ServingConfig) -> Path:
         return Path(cfg.model) if cfg.model else LAB_MODEL_DIR
@@ -93,7 +103,7 @@ class LabAdapter(EngineAdapter):
                 "--block-size", str(cfg.block_size), "--max-model-len", str(cfg.max_model_len),
                 "-cc", json.dumps({"cudagraph_mode": cfg.cudagraph_mode}),
                 "--enable-prompt-tokens-details", "--seed", "0",
-                "--patches", cfg.patches]
+                "--patches", cfg.patches, "--served-model-name", self.served_model_name]
         if cfg.model:
             argv += ["--model", cfg.model]
         argv.append("--enable-prefix-caching" if cfg.prefix_caching else "--no-enable-prefix-caching")
@@ -139,9 +149,11 @@ class VllmAdapter(EngineAdapter):
     name = "vllm"
 
     def __init__(self, *, draft_model: str | None = None, extra_args: tuple[str, ...] = (),
-                 plugin_dir: Path | None = None, dev_mode: bool = False) -> None:
+                 plugin_dir: Path | None = None, dev_mode: bool = False,
+                 served_model_name: str | None = None) -> None:
         from engine.vllm import launch  # presets only: importing it does not import vLLM
         self._launch = launch
+        self.served_model_name = served_model_name
         self.draft_model = draft_model
         self.extra_args = tuple(extra_args)
         # vLLM serves /reset_prefix_cache only with its development endpoints on: needed
@@ -159,10 +171,15 @@ class VllmAdapter(EngineAdapter):
         try:
             return self._launch.build_command(
                 cfg, port=int(port), model=cfg.model, gpu=slot.gpu,
+                served_model_name=self.served_model_name,
                 draft_model=self.draft_model, extra_args=self.extra_args,
                 plugin_path=self.plugin_path, base_env=self.base_env)
         except self._launch.LaunchError as e:
             raise UsageError(f"--engine vllm: {e}") from None
+
+    def model_name(self, cfg: ServingConfig) -> str | None:
+        # vLLM serves the --model argument as the model name unless told otherwise
+        return self.served_model_name or cfg.model
 
     def refine(self, info, version, log_text):
         try:
@@ -181,7 +198,8 @@ class CmdAdapter(EngineAdapter):
 
     name = "cmd"
 
-    def __init__(self, template: str | None):
+    def __init__(self, template: str | None, served_model_name: str | None = None):
+        self.served_model_name = served_model_name
         if not template:
             raise UsageError("--engine cmd needs --server-cmd 'TEMPLATE' with a {port} placeholder")
         if "{port}" not in template:
@@ -211,15 +229,15 @@ def _plugin_installed() -> bool:
 
 def make_adapter(engine: str, server_cmd: str | None = None, *, draft_model: str | None = None,
                  extra_args: tuple[str, ...] = (), work_dir: Path | None = None,
-                 isolation: str = "fresh") -> EngineAdapter:
+                 isolation: str = "fresh", served_model_name: str | None = None) -> EngineAdapter:
     if engine != "vllm" and (draft_model or extra_args):
         raise UsageError("--draft-model and --engine-arg are for --engine vllm")
     if engine == "lab":
-        return LabAdapter()
+        return LabAdapter(served_model_name)
     if engine == "vllm":
         return VllmAdapter(draft_model=draft_model, extra_args=extra_args,
                            plugin_dir=(work_dir / ".vllm-plugin") if work_dir else None,
-                           dev_mode=isolation == "reset")
+                           dev_mode=isolation == "reset", served_model_name=served_model_name)
     if engine == "cmd":
-        return CmdAdapter(server_cmd)
+        return CmdAdapter(server_cmd, served_model_name)
     raise UsageError(f"--engine: {engine!r} is not valid; allowed: lab, vllm, cmd")

@@ -170,7 +170,8 @@ async def plan_with_probes(opts: SweepOptions, adapter: EngineAdapter, *, run_id
             except BootFailure as e:
                 raise SweepAborted(f"probe server for planning did not boot: {e.reason}") from None
             probes.append((server, client))
-            model = opts.served_model_name or info.get("model") or cfg.model or "default"
+            await runner.settle(info)
+            model = runner.model_name(cfg) or info.get("model") or cfg.model or "default"
             counters[config_id(cfg)] = RemoteCounter(server.base_url, model, opts.api_key)
         return await asyncio.to_thread(plan_points, opts, adapter,
                                        lambda cfg: counters[config_id(cfg)])
@@ -273,8 +274,13 @@ class PointRunner:
             try:
                 server.start()
                 await server.wait_ready(client, self.opts.boot_timeout)
-                info = await self.adapter.effective(client, cfg, _read(log_path))
-                info["boot_s"] = round(server.boot_s or 0.0, 4)
+                info: dict[str, Any] = {"boot_s": round(server.boot_s or 0.0, 4)}
+                # What the server says it runs is read while the first requests go out
+                # (it is needed for the records, not for the requests), unless the model
+                # name to put in the requests can only come from the server.
+                info["_probe"] = asyncio.create_task(self._probe(info, client, cfg, log_path))
+                if not self.model_name(cfg):
+                    await self.settle(info)
                 return server, client, info
             except BootFailure as e:
                 last = e
@@ -286,6 +292,24 @@ class PointRunner:
                 raise
         assert last is not None
         raise last
+
+    async def _probe(self, info: dict, client: EngineClient, cfg: ServingConfig,
+                     log_path: Path) -> None:
+        try:
+            info.update(await self.adapter.effective(client, cfg, _read(log_path)))
+        except ClientError as e:  # a server that dies now shows up in the first request
+            info["probe_error"] = str(e)
+
+    @staticmethod
+    async def settle(info: dict) -> dict:
+        """Wait for the effective-configuration probe started at boot, if still running."""
+        task = info.pop("_probe", None)
+        if task is not None:
+            await task
+        return info
+
+    def model_name(self, cfg: ServingConfig) -> str | None:
+        return self.opts.served_model_name or self.adapter.model_name(cfg)
 
     async def stop(self, server: ServerProcess | None, client: EngineClient | None,
                     port: int | None = None, *, timing: dict[str, float] | None = None) -> None:
@@ -306,15 +330,16 @@ class PointRunner:
                          client: EngineClient, info: dict,
                          emit: Callable[[dict], None]) -> tuple[list[dict], bool]:
         opts = self.opts
-        model = opts.served_model_name or info.get("model") or point.cfg.model or "default"
+        model = self.model_name(point.cfg) or info.get("model") or point.cfg.model or "default"
         records: list[dict] = []
+        templated: int | None = None
+        tokenize_error: str | None = None
         try:
-            templated = await client.tokenize(point.plan.messages, model)
+            templated, _ = await asyncio.gather(client.tokenize(point.plan.messages, model),
+                                                self.settle(info))
         except (ServerGone, RequestTimeout, ServerError) as e:
-            templated = None
             tokenize_error = str(e)
-        else:
-            tokenize_error = None
+            await self.settle(info)
         cold_sha1: str | None = None
         dead_reason: tuple[str, str, list[str]] | None = None
         for phase in opts.phases:
