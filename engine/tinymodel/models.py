@@ -13,23 +13,14 @@ from __future__ import annotations
 VOCAB = 4096  # embedding rows; the tokenizer uses the first ~900 (the corpus is small)
 VARIANTS = ("hybrid", "dense")
 
-# Attention heads: head_dim 64, partial rotary 0.25 -> 16 rotary dims -> 8 frequencies,
-# so the (interleaved) mrope sections must sum to 8 (vLLM asserts it).
-HYBRID_TEXT = dict(
-    model_type="qwen3_5_text",
+# What both variants share: width, attention heads, norms, initialisation.
+_COMMON = dict(
     vocab_size=VOCAB,
     hidden_size=256,
     intermediate_size=768,
-    num_hidden_layers=6,
-    layer_types=["linear_attention", "linear_attention", "full_attention"] * 2,
     num_attention_heads=4,
     num_key_value_heads=2,
     head_dim=64,
-    linear_conv_kernel_dim=4,
-    linear_key_head_dim=128,
-    linear_value_head_dim=128,
-    linear_num_key_heads=2,
-    linear_num_value_heads=2,
     hidden_act="silu",
     max_position_embeddings=32768,
     rms_norm_eps=1e-6,
@@ -37,9 +28,23 @@ HYBRID_TEXT = dict(
     attention_dropout=0.0,
     tie_word_embeddings=False,
     initializer_range=0.02,
+    use_cache=True,
+)
+
+# Attention heads: head_dim 64, partial rotary 0.25 -> 16 rotary dims -> 8 frequencies,
+# so the (interleaved) mrope sections must sum to 8 (vLLM asserts it).
+HYBRID_TEXT = dict(
+    _COMMON,
+    model_type="qwen3_5_text",
+    num_hidden_layers=6,
+    layer_types=["linear_attention", "linear_attention", "full_attention"] * 2,
+    linear_conv_kernel_dim=4,
+    linear_key_head_dim=128,
+    linear_value_head_dim=128,
+    linear_num_key_heads=2,
+    linear_num_value_heads=2,
     rope_parameters=dict(rope_type="default", rope_theta=10000.0, partial_rotary_factor=0.25,
                          mrope_section=[3, 3, 2], mrope_interleaved=True),
-    use_cache=True,
 )
 
 # A tiny vision tower description: never built (served with --language-model-only), but
@@ -52,24 +57,11 @@ TINY_VISION = dict(
 )
 
 DENSE = dict(
+    _COMMON,
     model_type="qwen3",
     architectures=["Qwen3ForCausalLM"],
-    vocab_size=VOCAB,
-    hidden_size=256,
-    intermediate_size=768,
     num_hidden_layers=4,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    head_dim=64,
-    hidden_act="silu",
-    max_position_embeddings=32768,
-    rms_norm_eps=1e-6,
-    attention_bias=False,
-    attention_dropout=0.0,
-    tie_word_embeddings=False,
-    initializer_range=0.02,
     rope_parameters=dict(rope_type="default", rope_theta=10000.0),
-    use_cache=True,
     use_sliding_window=False,
     sliding_window=None,
     max_window_layers=4,
