@@ -22,6 +22,25 @@ class AlreadyFixed(Exception):
     """The target already carries the fix upstream: nothing to patch."""
 
 
+def own_member(module_name: str, class_name: str, attr: str, kind: type,
+               mark: str) -> tuple[types.ModuleType, type, Any]:
+    """``module.class_name.__dict__[attr]``, which must be a ``kind`` (staticmethod,
+    classmethod) defined on that class itself and not already wrapped by this plugin."""
+    import importlib
+
+    mod = importlib.import_module(module_name)
+    cls = getattr(mod, class_name, None)
+    if cls is None:
+        raise ShapeMismatch(f"{module_name} has no {class_name}")
+    raw = cls.__dict__.get(attr)
+    if not isinstance(raw, kind):
+        raise ShapeMismatch(f"{class_name}.{attr} is not a {kind.__name__} defined on "
+                            f"{class_name}")
+    if getattr(raw.__func__, mark, None):
+        raise ShapeMismatch(f"{attr} is already wrapped by this plugin")
+    return mod, cls, raw
+
+
 def unwrap(func: Any) -> Any:
     if isinstance(func, (staticmethod, classmethod)):
         func = func.__func__

@@ -191,17 +191,9 @@ def _apply_v2(found: dict[str, Any]) -> Callable[[], None]:
 def _check_v1() -> dict[str, Any]:
     import importlib
 
-    runner_mod = importlib.import_module(V1_RUNNER_MODULE)
     batch_mod = importlib.import_module(V1_BATCH_MODULE)
-    runner_cls = getattr(runner_mod, "GPUModelRunner", None)
-    if runner_cls is None:
-        raise ShapeMismatch(f"{V1_RUNNER_MODULE} has no GPUModelRunner")
-    raw = runner_cls.__dict__.get("_is_uniform_decode")
-    if not isinstance(raw, staticmethod):
-        raise ShapeMismatch("GPUModelRunner._is_uniform_decode is not a staticmethod "
-                            "defined on GPUModelRunner")
-    if getattr(raw.__func__, PATCH_MARK, None):
-        raise ShapeMismatch("_is_uniform_decode is already wrapped by this plugin")
+    runner_mod, runner_cls, raw = _shape.own_member(
+        V1_RUNNER_MODULE, "GPUModelRunner", "_is_uniform_decode", staticmethod, PATCH_MARK)
     params = _shape.param_names(raw)
     if any("prefill" in p or "computed" in p for p in params):
         raise AlreadyFixed(f"_is_uniform_decode takes request state ({params})")

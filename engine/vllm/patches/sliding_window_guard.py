@@ -54,18 +54,8 @@ def _is_alignment_assert(node: ast.AST) -> bool:
 
 
 def _check() -> dict[str, Any]:
-    import importlib
-
-    mod = importlib.import_module(MODULE)
-    cls = getattr(mod, "SlidingWindowManager", None)
-    if cls is None:
-        raise ShapeMismatch(f"{MODULE} has no SlidingWindowManager")
-    raw = cls.__dict__.get("find_longest_cache_hit")
-    if not isinstance(raw, classmethod):
-        raise ShapeMismatch("SlidingWindowManager.find_longest_cache_hit is not a "
-                            "classmethod defined on the class")
-    if getattr(raw.__func__, PATCH_MARK, None):
-        raise ShapeMismatch("find_longest_cache_hit is already wrapped by this plugin")
+    mod, cls, raw = _shape.own_member(MODULE, "SlidingWindowManager", "find_longest_cache_hit",
+                                      classmethod, PATCH_MARK)
     params = _shape.param_names(raw)
     missing = [p for p in REQUIRED_PARAMS if p not in params]
     if params[:1] != ["cls"] or missing:
