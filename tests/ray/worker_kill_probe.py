@@ -18,13 +18,12 @@ import ray
 
 def _serve(tag: str) -> None:
     from pathlib import Path
-    import tempfile
 
     from harness.backends.ray_backend import _Watchdog
     from harness.server_pool import ServerProcess, Slot
 
     _Watchdog.install()
-    log = Path(tempfile.mkdtemp(prefix="residue-lab-probe-")) / "server.log"
+    log = Path(tag + ".log")  # the tag is a path in the test's tmp dir
     server = ServerProcess([sys.executable, "-c", "import time; time.sleep(600)", tag], {}, 0,
                            log, Slot("probe"))
     server.start()
