@@ -461,7 +461,8 @@ class _RayRun:
                                        f"{att.point.residue} ({att.point.cfg_id}): "
                                        f"{_one_line(getattr(e, 'cause', e) or e)}") from e
                 raise
-            await asyncio.to_thread(self._lost, att, e)
+            where = await asyncio.to_thread(self._where, att)
+            self._lost(att, e, where)
             return
         self._write(att, result)
 
@@ -482,9 +483,9 @@ class _RayRun:
         sweep._count(att.point, records)
         sweep.counters.timings.append(result["timing"])
 
-    def _lost(self, att: _Attempt, err: BaseException) -> None:
-        """A node/worker was lost under this attempt: retry once elsewhere, or record."""
-        where = self._where(att)
+    def _lost(self, att: _Attempt, err: BaseException, where: dict[str, str] | None) -> None:
+        """A node/worker was lost under this attempt (``where``: where it started, None if
+        it never did): retry once elsewhere, or record ``infra``."""
         p = att.point
         if where is None and att.resubmits < MAX_UNSTARTED_RESUBMITS:
             # Never started (e.g. queued on a node that died): not a failed attempt.

@@ -142,12 +142,11 @@ def test_lost_twice_is_infra_on_every_phase_and_once_is_a_retry_elsewhere(tmp_pa
     run.base_options = {"num_cpus": 1, "max_retries": 0}
     run.slot_resource = "CPU"
     where = {"node_id": "a" * 56, "node": "vm/10.0.0.2/aaaaaaaa", "slot": "aaaaaaaa.cpu7"}
-    run._where = lambda att: where
     run._avoid_options = lambda node_id: [{"label_selector": {"ray.io/node-id": f"!{node_id}"}}]
     point = sweep.plan.points[0]
     lost = ray_module.exceptions.WorkerCrashedError()
 
-    run._lost(rb._Attempt(point), lost)
+    run._lost(rb._Attempt(point), lost, where)
     (ref, att2), = run.inflight.items()
     assert att2.attempt == 2 and att2.avoid == "a" * 56
     assert "vm/10.0.0.2/aaaaaaaa" in att2.first_failure and "WorkerCrashedError" in att2.first_failure
@@ -156,7 +155,7 @@ def test_lost_twice_is_infra_on_every_phase_and_once_is_a_retry_elsewhere(tmp_pa
 
     where = {"node_id": "b" * 56, "node": "vm/10.0.0.3/bbbbbbbb", "slot": "bbbbbbbb.cpu9"}
     run.inflight.clear()
-    run._lost(att2, lost)
+    run._lost(att2, lost, where)
     store.close()
     recs = store.read()
     assert [r["phase"] for r in recs] == ["cold", "warm", "self-hit"]
