@@ -146,6 +146,12 @@ def build_options(ns: argparse.Namespace, argv: Sequence[str]) -> SweepOptions:
         raise UsageError("--server-cmd is only for --engine cmd")
     if ns.ray_address and ns.backend != "ray":
         raise UsageError("--ray-address is only for --backend ray")
+    if ns.backend == "ray":
+        from .backends.ray_backend import check_available
+        check_available()  # without the extra: one line, exit 2, before anything starts
+        if ns.isolation != "fresh":
+            raise UsageError(f"--isolation {ns.isolation} is for the local backend; "
+                             "--backend ray runs every point on its own fresh server")
     if ns.slots and ns.gpus:
         raise UsageError("--slots and --gpus are exclusive: --gpus gives one slot per GPU")
     configs = expand_matrix(engine=ns.engine, model=ns.model, spec=ns.spec, ctx=ns.ctx,
@@ -292,8 +298,10 @@ async def _sweep_async(opts: SweepOptions, adapter, *, show_progress: bool) -> i
             "planning_s": round(plan.planning_s, 3), "interrupted": False, "exit_code": None,
         }
     store.write_manifest(manifest)
+    slots_said = ("the Ray cluster's slots" if opts.backend == "ray"
+                  else f"{len(opts.slots)} slot(s)")
     _say(f"run {run_id}: {len(plan.points)} data points x {len(opts.phases)} phases over "
-         f"{len(opts.configs)} configuration(s), {len(opts.slots)} slot(s), isolation "
+         f"{len(opts.configs)} configuration(s), {slots_said}, isolation "
          f"{opts.isolation}; records -> {store.records_path}")
     for cid, note in plan.sampled.items():
         if note:
@@ -337,9 +345,12 @@ async def _sweep_async(opts: SweepOptions, adapter, *, show_progress: bool) -> i
             bar.close()
     wall = time.monotonic() - t0
     records = store.read()
+    # The Ray backend leaves what it found (nodes, slots, Ray version) on the sweep.
+    backend = getattr(sweep, "backend_info", None) or {"backend": opts.backend}
+    n_slots = backend.get("slots") or len(opts.slots)
     manifest.update({"ended_at": now_iso(), "interrupted": interrupted,
-                     "wall_s": round(wall, 3),
-                     "timing": timing_summary(sweep.counters.timings, len(opts.slots), wall)})
+                     "wall_s": round(wall, 3), "backend": backend,
+                     "timing": timing_summary(sweep.counters.timings, n_slots, wall)})
     if interrupted:
         manifest["exit_code"] = EXIT_INTERRUPTED
         store.write_manifest(manifest)

@@ -30,7 +30,7 @@ from ._markdown import bold, cap, code, escape_text, fence, table
 
 PHASE_ORDER = ("cold", "warm", "self-hit")
 # Worst first: a point's status is the worst verdict of its phases.
-SEVERITY = ("boot-fail", "crash", "timeout", "broken", "diverged", "invalid", "ok")
+SEVERITY = ("infra", "boot-fail", "crash", "timeout", "broken", "diverged", "invalid", "ok")
 BUG_VERDICTS = frozenset({"broken", "diverged"})
 REPEAT_MIN = 3              # the most frequent 40-char block this often = degenerate repetition
 FOLD_ABOVE = 12             # tables with more rows than this fold their clean rows
@@ -316,7 +316,7 @@ def cell_phrase(r: dict | None) -> str:
         return v
     if v == "boot-fail":
         return f"{v}: " + escape_text(failure_gist(r), limit=REASON_CHARS)
-    if v == "invalid":
+    if v in ("invalid", "infra"):
         return f"{v}: " + escape_text(_reason_short(r), limit=REASON_CHARS)
     answer = r.get("answer") or ""
     if answer == "":
@@ -960,6 +960,11 @@ def render_markdown(records: list[dict], manifests: list[dict] | None = None, *,
     out += ["## Summary per configuration", ""]
     for cd in configs:
         out += [render_config_summary(cd, planned or None, full), ""]
+
+    from .backends.nodes import render_nodes
+    nodes = render_nodes(recs)   # "" unless the records ran on several nodes
+    if nodes:
+        out += [nodes, ""]
 
     out.append(render_provenance(configs, recs, manifests, superseded))
     out.append("")

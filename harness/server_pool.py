@@ -20,7 +20,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import psutil
 
@@ -103,6 +103,17 @@ _LIVE: set["ServerProcess"] = set()
 _LIVE_LOCK = threading.Lock()
 
 
+# Called with (event, server) on "started" (right after spawn) and "stopped" (after a
+# completed teardown): e.g. the Ray backend's watchdog, which must know every server a
+# worker spawned to kill it if that worker dies.
+LIFECYCLE_HOOKS: list[Callable[[str, "ServerProcess"], None]] = []
+
+
+def _notify(event: str, server: "ServerProcess") -> None:
+    for hook in list(LIFECYCLE_HOOKS):
+        hook(event, server)
+
+
 def live_servers() -> list["ServerProcess"]:
     with _LIVE_LOCK:
         return list(_LIVE)
@@ -165,6 +176,7 @@ class ServerProcess:
         self._procs[self.proc.pid] = psutil.Process(self.proc.pid)
         with _LIVE_LOCK:
             _LIVE.add(self)
+        _notify("started", self)
 
     def exited(self) -> int | None:
         return None if self.proc is None else self.proc.poll()
@@ -239,6 +251,7 @@ class ServerProcess:
         survivors = [p for p in _existing(self._procs) if _status(p) != psutil.STATUS_ZOMBIE]
         with _LIVE_LOCK:
             _LIVE.discard(self)
+        _notify("stopped", self)
         if survivors:
             raise RuntimeError(f"server processes survived teardown: {[p.pid for p in survivors]}")
 
@@ -251,6 +264,7 @@ class ServerProcess:
             _send(p, signal.SIGKILL)
         with _LIVE_LOCK:
             _LIVE.discard(self)
+        _notify("stopped", self)
 
 
 def _listening(port: int) -> bool:

@@ -21,7 +21,8 @@ COLLAPSE_MAX_CHARS = 8
 # The most frequent 40-char block occurring this often is degenerate repetition.
 REPEAT_BROKEN = 3
 
-VERDICTS = ("ok", "diverged", "broken", "crash", "boot-fail", "timeout", "invalid")
+# infra: the point was lost with its node or worker twice (--backend ray), not measured
+VERDICTS = ("ok", "diverged", "broken", "crash", "boot-fail", "timeout", "invalid", "infra")
 CLEAN = frozenset({"ok"})
 
 

@@ -275,9 +275,8 @@ class _Watchdog:
     """One ``_reaper.py`` per Ray worker process; every server this worker starts is
     registered with it the moment it is spawned.
 
-    Registration observes ``server_pool``'s registry of live servers (every
-    ``ServerProcess.start`` adds itself right after ``Popen``, every completed stop removes
-    itself), so no per-point code is duplicated or wrapped."""
+    Registration is a ``server_pool.LIFECYCLE_HOOKS`` hook (called right after every
+    spawn and after every completed stop), so no per-point code is duplicated or wrapped."""
 
     _lock = threading.Lock()
     _proc: subprocess.Popen | None = None
@@ -291,9 +290,14 @@ class _Watchdog:
                     [sys.executable, str(Path(__file__).with_name("_reaper.py"))],
                     stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                     stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True)
-            if not isinstance(server_pool._LIVE, _ReportingSet):
-                with server_pool._LIVE_LOCK:
-                    server_pool._LIVE = _ReportingSet(server_pool._LIVE, cls._send)
+            if cls._on_server not in server_pool.LIFECYCLE_HOOKS:
+                server_pool.LIFECYCLE_HOOKS.append(cls._on_server)
+
+    @classmethod
+    def _on_server(cls, event: str, server) -> None:
+        # a server's pid is its process group id: servers start in a session of their own
+        if server.proc is not None:
+            cls._send(f"{'+' if event == 'started' else '-'}{server.proc.pid}")
 
     @classmethod
     def _send(cls, line: str) -> None:
@@ -305,27 +309,6 @@ class _Watchdog:
             proc.stdin.flush()
         except (BrokenPipeError, OSError, ValueError):
             pass
-
-
-class _ReportingSet(set):
-    """``server_pool._LIVE`` that also tells the watchdog (a server's pid is its pgid:
-    servers start in a session of their own)."""
-
-    def __init__(self, items, send):
-        super().__init__(items)
-        self._report = send
-        for srv in items:
-            self.add(srv)
-
-    def add(self, srv) -> None:  # type: ignore[override]
-        super().add(srv)
-        if getattr(srv, "proc", None) is not None:
-            self._report(f"+{srv.proc.pid}")
-
-    def discard(self, srv) -> None:  # type: ignore[override]
-        super().discard(srv)
-        if getattr(srv, "proc", None) is not None:
-            self._report(f"-{srv.proc.pid}")
 
 
 class _Tracker:
