@@ -31,7 +31,6 @@ COMPARED = ("cudagraph_mode", "prefix_caching", "block_size", "prefix_match_unit
 
 class EngineAdapter:
     name = "base"
-    has_reset = True
     served_model_name: str | None = None
 
     def model_name(self, cfg: ServingConfig) -> str | None:

@@ -27,7 +27,7 @@ from .prompts import ChatTokenizer, PlanError, PromptPlan, calibrate, plan_resid
 from .scheduling import PointQueue
 from .server_pool import BootFailure, PortAllocator, ServerProcess, Slot, log_excerpt
 from .store import ResultStore, now_iso, read_jsonl, resolve_results
-from .verdict import judge
+from .verdict import judge, sha1
 
 WARMUP_MAX_TOKENS = 16
 MAX_PORT_RETRIES = 3
@@ -443,7 +443,7 @@ class PointRunner:
                                                                res.prompt_tokens is not None) else None,
             "answer": res.answer, "content_was_null": res.content_was_null, "sha1": j.sha1,
             "reference_sha1": ref_sha1 if ref_sha1 else (
-                _sha1(expected) if expected is not None else None),
+                sha1(expected) if expected is not None else None),
             "expected_chars": len(point.plan.expected), "verbatim_n": j.verbatim_n,
             "verbatim_total": j.verbatim_total, "repeats": j.repeats,
             "finish_reason": res.finish_reason, "completion_tokens": res.completion_tokens,
@@ -606,11 +606,6 @@ class Sweep:
             self.counters.verdicts[r["verdict"]] += 1
         if self.on_point_done:
             self.on_point_done(point, records)
-
-
-def _sha1(text: str) -> str:
-    from .verdict import sha1
-    return sha1(text)
 
 
 def _read(path: Path) -> str:

@@ -10,14 +10,12 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import time
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable
 
 RECORD_SUFFIX = ".jsonl"
 MANIFEST_SUFFIX = ".manifest.json"
-POINT_KEY = ("config_id", "residue")
 
 
 class StoreError(RuntimeError):
@@ -130,12 +128,6 @@ def load_records(refs: Iterable[str | Path], out_dir: str | Path = "results") ->
     return list(latest.values())
 
 
-def load_frame(refs: Iterable[str | Path], out_dir: str | Path = "results"):
-    """The records as a pandas DataFrame (one row per phase record)."""
-    import pandas as pd
-    return pd.DataFrame.from_records(load_records(refs, out_dir))
-
-
 def load_manifest_for(results_path: str | Path) -> dict[str, Any] | None:
     p = Path(results_path)
     m = p.with_name(p.name[: -len(RECORD_SUFFIX)] + MANIFEST_SUFFIX) \
@@ -144,6 +136,3 @@ def load_manifest_for(results_path: str | Path) -> dict[str, Any] | None:
         return json.loads(m.read_text())
     return None
 
-
-def elapsed(t0: float) -> float:
-    return round(time.monotonic() - t0, 4)
