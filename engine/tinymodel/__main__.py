@@ -58,10 +58,12 @@ def _cmd_train(a) -> int:
             logf.flush()
     model, info = train(a.variant, str(a.tokenizer), time_cap=a.time_cap, seed=a.seed,
                         target_em=a.target_em, lr=a.lr, workers=a.workers, log=log,
-                        extra_steps=a.extra_steps, final_decay=a.final_decay)
+                        extra_steps=a.extra_steps, final_decay=a.final_decay,
+                        init_dir=a.init, start_stage=a.start_stage, warmup=a.warmup)
     t = time.time()
     model = model.to(torch.bfloat16)  # what is served
-    info["final_check_bf16"] = evaluate(model, str(a.tokenizer), n=a.n, seed=4242)
+    info["final_check_bf16"] = evaluate(model, str(a.tokenizer), n=a.n, seed=4242,
+                                        harness_seeds=a.harness_seeds)
     info["greedy_generate"] = greedy_generate_check(model, str(a.tokenizer))
     info["check_seconds"] = round(time.time() - t, 1)
     log(json.dumps({k: v for k, v in info.items() if k != "curve"}))
@@ -75,10 +77,26 @@ def _cmd_check(a) -> int:
     from .train import evaluate, greedy_generate_check
     dev = a.device or ("cuda" if torch.cuda.is_available() else "cpu")
     model = load_served(a.model_dir, device=dev)
-    res = evaluate(model, a.model_dir, n=a.n, seed=a.seed)
+    res = evaluate(model, a.model_dir, n=a.n, seed=a.seed, harness_seeds=a.harness_seeds)
     res["greedy_generate"] = greedy_generate_check(model, a.model_dir)
     print(json.dumps(res, indent=2))
     return 0 if res["exact_match"] >= a.min_em else 1
+
+
+def _seed_list(text: str) -> tuple[int, ...]:
+    try:
+        seeds = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seeds like 0,1,2, got {text!r}") from None
+    if not seeds or min(seeds) < 0:
+        raise argparse.ArgumentTypeError(f"expected non-negative seeds like 0,1,2, got {text!r}")
+    return seeds
+
+
+def _seeds_arg(s) -> None:
+    s.add_argument("--harness-seeds", type=_seed_list, default=(0,), metavar="0,1,...",
+                   help="document seeds (sweep --seed) whose 128 harness plans at context "
+                        "1,200 are checked; the first is the target (default 0)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -103,6 +121,12 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--workers", type=int, default=6, help="data worker processes")
     s.add_argument("--n", type=int, default=512, help="fresh random prompts in the final check")
+    s.add_argument("--init", default=None, metavar="DIR",
+                   help="go on training this served checkpoint instead of starting from scratch")
+    s.add_argument("--start-stage", type=int, default=0,
+                   help="curriculum stage to start at (0..4; 4 = the last, with --init)")
+    s.add_argument("--warmup", type=int, default=100, help="lr warm-up steps (default 100)")
+    _seeds_arg(s)
     s.add_argument("--log-next-to-out", action="store_true",
                    help="also append the log to train_<variant>.log beside --out")
     s.set_defaults(fn=_cmd_train)
@@ -112,6 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--seed", type=int, default=7)
     s.add_argument("--device", default=None)
     s.add_argument("--min-em", type=float, default=0.98)
+    _seeds_arg(s)
     s.set_defaults(fn=_cmd_check)
     s = sub.add_parser("probe", help="serve with vLLM and send planned prompts (see probe.py)")
     s.add_argument("rest", nargs=argparse.REMAINDER)

@@ -181,3 +181,29 @@ def test_answer_stats_on_a_tiny_batch():
     loss, em, worst = answer_stats(model, ids, tm)
     assert loss.ndim == 0 and em.shape == (2,) and worst.shape == (2,)
     assert ((worst > 0).float() == em).all()
+
+
+def test_training_goes_on_from_a_served_checkpoint(tmp_path):
+    """--init: the served bf16 weights are the starting point, training starts at the
+    requested curriculum stage, and a checkpoint of the other variant is refused."""
+    _need_torch()
+    import torch
+    from engine.tinymodel import data as D
+    from engine.tinymodel.layout import load_served, save_served
+    from engine.tinymodel.train import build_model, train
+    torch.manual_seed(1)
+    src = save_served(build_model("dense"), "dense", TOK_DIR, tmp_path / "dense")
+    init = load_served(src, dtype=torch.float32).state_dict()
+    same, info = train("dense", str(TOK_DIR), time_cap=0.0, init_dir=str(src), start_stage=4,
+                       workers=1, tokens_per_batch=2048, log=lambda m: None)
+    assert info["steps"] == 0 and info["init_from"] == str(src) and info["start_stage"] == 4
+    assert all(torch.equal(v, same.state_dict()[k]) for k, v in init.items())
+    logs: list[str] = []
+    moved, info = train("dense", str(TOK_DIR), time_cap=1.0, init_dir=str(src), start_stage=4,
+                        workers=1, tokens_per_batch=2048, lr=1e-3, warmup=1, log=logs.append)
+    first = json.loads(logs[0])
+    assert info["steps"] >= 1 and first["stage"] == 4
+    assert first["max_tokens"] == D.STAGES[4][0]
+    assert any(not torch.equal(v, moved.state_dict()[k]) for k, v in init.items())
+    with pytest.raises(ValueError, match="dense model, not hybrid"):
+        train("hybrid", str(TOK_DIR), time_cap=0.0, init_dir=str(src), workers=1)

@@ -4,6 +4,8 @@
 # the harness imports and the plugin's gates pass on vLLM 0.26.0's source), train the hybrid,
 # copy its served layout to /tmp/tiny/hybrid for call 2, return ONE weights tar + ONE logs tar.
 # Usage: bash engine/tinymodel/scripts/phase2_call1.sh [HYBRID_CAP_S]
+#   env INIT=DIR (carried): go on training that served checkpoint at the last curriculum stage
+#   env TRAIN_EXTRA="...": more `python -m engine.tinymodel train` arguments
 HCAP=${1:-320}
 # SRC: a committed snapshot of harness/ + engine/ (e.g. .gpu/src from `git archive`), so the
 # device never runs a working tree that others are editing; default: the repository itself.
@@ -41,8 +43,10 @@ PY
   nice python3 -m compileall -q -j 4 /tmp/site > /dev/null 2>&1; echo "compileall_done $(el)s" >> "$L/timings.txt"
 ) &
 BG=$!
+INIT_ARGS=(); [ -n "$INIT" ] && INIT_ARGS=(--init "$R/$INIT" --start-stage 4)
+# shellcheck disable=SC2086
 python3 -m engine.tinymodel train --variant hybrid --out "$OUT/hybrid" --time-cap "$HCAP" \
-  --workers 8 --n 256 > "$L/stdout_hybrid.txt" 2>&1
+  --workers 8 --n 256 "${INIT_ARGS[@]}" $TRAIN_EXTRA > "$L/stdout_hybrid.txt" 2>&1
 echo "hybrid rc=$? $(el)s" >> "$L/timings.txt"
 rm -rf /tmp/tiny/hybrid; cp -r "$OUT/hybrid" /tmp/tiny/ && echo "copied to /tmp/tiny/hybrid" >> "$L/timings.txt"
 # the plan call 2 will run, printed by the device's python (needs tokenizer + template in the layout)
