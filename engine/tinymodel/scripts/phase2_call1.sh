@@ -5,6 +5,7 @@
 # copy its served layout to /tmp/tiny/hybrid for call 2, return ONE weights tar + ONE logs tar.
 # Usage: bash engine/tinymodel/scripts/phase2_call1.sh [HYBRID_CAP_S]
 #   env INIT=DIR (carried): go on training that served checkpoint at the last curriculum stage
+#   env HSEEDS=0,1,...: document seeds (sweep --seed) the final check tries on the harness plans
 #   env TRAIN_EXTRA="...": more `python -m engine.tinymodel train` arguments
 HCAP=${1:-320}
 # SRC: a committed snapshot of harness/ + engine/ (e.g. .gpu/src from `git archive`), so the
@@ -44,18 +45,33 @@ PY
 ) &
 BG=$!
 INIT_ARGS=(); [ -n "$INIT" ] && INIT_ARGS=(--init "$R/$INIT" --start-stage 4)
+# A second GPU (nvidia-h200-x2) trains the dense control model from scratch at the same time.
+NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU'); DPID=
+if [ "${NGPU:-1}" -ge 2 ]; then
+  CUDA_VISIBLE_DEVICES=1 python3 -m engine.tinymodel train --variant dense --out "$OUT/dense" \
+    --time-cap "$HCAP" --workers 8 --n 256 --harness-seeds "${HSEEDS:-0}" \
+    > "$L/stdout_dense.txt" 2>&1 &
+  DPID=$!
+fi
 # shellcheck disable=SC2086
-python3 -m engine.tinymodel train --variant hybrid --out "$OUT/hybrid" --time-cap "$HCAP" \
-  --workers 8 --n 256 "${INIT_ARGS[@]}" $TRAIN_EXTRA > "$L/stdout_hybrid.txt" 2>&1
+CUDA_VISIBLE_DEVICES=0 python3 -m engine.tinymodel train --variant hybrid --out "$OUT/hybrid" \
+  --time-cap "$HCAP" --workers 8 --n 256 --harness-seeds "${HSEEDS:-0}" "${INIT_ARGS[@]}" \
+  $TRAIN_EXTRA > "$L/stdout_hybrid.txt" 2>&1
 echo "hybrid rc=$? $(el)s" >> "$L/timings.txt"
 rm -rf /tmp/tiny/hybrid; cp -r "$OUT/hybrid" /tmp/tiny/ && echo "copied to /tmp/tiny/hybrid" >> "$L/timings.txt"
+if [ -n "$DPID" ]; then
+  wait "$DPID"; echo "dense rc=$? $(el)s" >> "$L/timings.txt"
+  rm -rf /tmp/tiny/dense; cp -r "$OUT/dense" /tmp/tiny/ && echo "copied to /tmp/tiny/dense" >> "$L/timings.txt"
+fi
 # the plan call 2 will run, printed by the device's python (needs tokenizer + template in the layout)
 PYTHONPATH=/tmp/site:$S python3 -m harness --engine vllm --model /tmp/tiny/hybrid --geometry hybrid \
   --spec ngram --ctx huge --engine-arg=--language-model-only --engine-arg=--gpu-memory-utilization=0.08 \
   --cudagraph FULL_AND_PIECEWISE --patches none --isolation reset --residues all --context 1200 \
   --gpus 0 --out /tmp/dry --dry-run > "$L/dry_run.txt" 2>&1
 wait $BG; echo "end $(el)s" >> "$L/timings.txt"
-tar -cf "$OUT/hybrid.tar" -C "$OUT" hybrid && rm -rf "$OUT/hybrid"
+for v in hybrid dense; do [ -d "$OUT/$v" ] && tar -cf "$OUT/$v.tar" -C "$OUT" "$v" && rm -rf "${OUT:?}/$v"; done
 tar -cf "$OUT/logs.tar" -C "$OUT" logs && rm -rf "$L"
 ls -la "$OUT"; tar -xOf "$OUT/logs.tar" logs/timings.txt logs/device_checks.txt
-tar -xOf "$OUT/logs.tar" logs/stdout_hybrid.txt | grep -E 'stage|cap|"variant"' | cut -c1-1800
+for v in hybrid dense; do
+  tar -xOf "$OUT/logs.tar" "logs/stdout_$v.txt" 2>/dev/null | grep -E 'stage|cap|solved|"variant"' | cut -c1-2400
+done

@@ -8,7 +8,9 @@
 #     configuration on every slot in turn: the shared queue is configuration-major.)
 #   - fresh isolation, residues 3,4,5,60 (k, k+1, k+2 for ngram k=3, plus 60), FULL_AND_PIECEWISE,
 #     patches none,all, 8 slots on GPU 0: all 8 servers boot in one wave.
-# All 12 servers boot at once. Each harness runs under `timeout --signal=INT`, so it stops
+#   - with a second GPU: the same fresh run under PIECEWISE, and the dense model (reset, all
+#     residues, FULL_AND_PIECEWISE, patches none / all), on GPU 1.
+# All servers (12 on one GPU, 22 on two) boot at once. Each harness runs under `timeout --signal=INT`, so it stops
 # gracefully (kills its servers, keeps finished records, writes its manifest) before LIMIT.
 # Usage: bash engine/tinymodel/scripts/phase2_call2.sh [LIMIT_S]   (the run call's timeout_s)
 LIMIT=${1:-600}; T=$(( LIMIT - 75 )); BT=$(( T - 60 ))
@@ -45,6 +47,29 @@ timeout --signal=INT -k 25 "$T" python3 -m harness "${COMMON[@]}" --cudagraph FU
   --patches none,all --isolation fresh --residues 3,4,5,60 --gpus 0,0,0,0,0,0,0,0 \
   --out "$W/$n" --reports-dir "$W/$n/reports" > "$W/$n.stdout.txt" 2>&1 &
 PIDS+=($!); NAMES+=("$n")
+# A second GPU (nvidia-h200-x2): the fresh run under PIECEWISE (so reset and fresh can be
+# compared cell by cell in both graph modes), and the dense control model, reset, FULL.
+if [ "$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')" -ge 2 ]; then
+  n=fresh_PIECEWISE
+  timeout --signal=INT -k 25 "$T" python3 -m harness "${COMMON[@]}" --cudagraph PIECEWISE \
+    --patches none,all --isolation fresh --residues 3,4,5,60 --gpus 1,1,1,1,1,1,1,1 \
+    --out "$W/$n" --reports-dir "$W/$n/reports" > "$W/$n.stdout.txt" 2>&1 &
+  PIDS+=($!); NAMES+=("$n")
+  if [ -f /tmp/tiny/dense/config.json ]; then
+    python3 -c "from engine.tinymodel.layout import raise_served_max_len as r; r('/tmp/tiny/dense')"
+    DSEED=$(python3 -c "import json; c=json.load(open('/tmp/tiny/dense/training.json')).get('final_check_bf16', {}); print((c.get('harness_seeds_exact') or [0])[0])" 2>/dev/null || echo 0)
+    echo "dense document seed $DSEED" >> "$W/timings.txt"
+    for p in none all; do
+      n="dense_reset_FULL_AND_PIECEWISE_${p}"
+      timeout --signal=INT -k 25 "$T" python3 -m harness --engine vllm --model /tmp/tiny/dense \
+        --geometry dense --spec ngram --ctx huge --seed "$DSEED" \
+        --engine-arg=--gpu-memory-utilization=0.08 --context 1200 --boot-timeout "$BT" --no-progress \
+        --cudagraph FULL_AND_PIECEWISE --patches "$p" --isolation reset --residues all --gpus 1 \
+        --out "$W/$n" --reports-dir "$W/$n/reports" > "$W/$n.stdout.txt" 2>&1 &
+      PIDS+=($!); NAMES+=("$n")
+    done
+  fi
+fi
 for i in "${!PIDS[@]}"; do wait "${PIDS[$i]}"; echo "${NAMES[$i]} rc=$? $(el)s" >> "$W/timings.txt"; done
 kill "$MON" 2>/dev/null
 echo "vllm processes left: $(pgrep -fc vllm.entrypoints)" >> "$W/timings.txt"
