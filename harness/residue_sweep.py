@@ -564,6 +564,10 @@ class Sweep:
                     server = client = None
                     server_cfg = None
                 self._timing(t_point, timing)
+                # What the queue weighs a new server against before it helps with a
+                # configuration another slot serves.
+                queue.observe(point.cfg_id, boot=None if reuse else timing["boot"],
+                              point=timing["point"] - timing["boot"])
         finally:
             if server is not None:
                 await self.runner.stop(server, client, timing=server_timing)
