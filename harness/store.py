@@ -7,6 +7,7 @@ half-way (it is rerun whole, on a fresh server, so no phase is ever recorded twi
 """
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import secrets
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 RECORD_SUFFIX = ".jsonl"
+ARCHIVED_SUFFIX = ".jsonl.gz"  # archived records (e.g. reports/h200/results): read like .jsonl
 MANIFEST_SUFFIX = ".manifest.json"
 
 
@@ -93,9 +95,11 @@ class ResultStore:
 
 
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
-    """Records of one file. A torn last line (a sweep killed mid-write) is skipped."""
+    """Records of one file (``.jsonl``, or gzip-compressed ``.jsonl.gz``). A torn last line
+    (a sweep killed mid-write) is skipped."""
     out = []
-    with open(path, encoding="utf-8") as fh:
+    opener = gzip.open if str(path).endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8") as fh:
         for lineno, line in enumerate(fh, 1):
             line = line.strip()
             if not line:
@@ -112,9 +116,10 @@ def resolve_results(ref: str | Path, out_dir: str | Path = "results") -> Path:
     p = Path(ref)
     if p.is_file():
         return p
-    cand = Path(out_dir) / f"{ref}{RECORD_SUFFIX}"
-    if cand.is_file():
-        return cand
+    for suffix in (RECORD_SUFFIX, ARCHIVED_SUFFIX):
+        cand = Path(out_dir) / f"{ref}{suffix}"
+        if cand.is_file():
+            return cand
     raise StoreError(f"{ref}: not a results file and no run {ref!r} in {out_dir}/")
 
 
@@ -130,8 +135,8 @@ def load_records(refs: Iterable[str | Path], out_dir: str | Path = "results") ->
 
 def load_manifest_for(results_path: str | Path) -> dict[str, Any] | None:
     p = Path(results_path)
-    m = p.with_name(p.name[: -len(RECORD_SUFFIX)] + MANIFEST_SUFFIX) \
-        if p.name.endswith(RECORD_SUFFIX) else None
+    suffix = next((s for s in (RECORD_SUFFIX, ARCHIVED_SUFFIX) if p.name.endswith(s)), None)
+    m = p.with_name(p.name[: -len(suffix)] + MANIFEST_SUFFIX) if suffix else None
     if m and m.exists():
         return json.loads(m.read_text())
     return None

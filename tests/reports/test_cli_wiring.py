@@ -43,6 +43,23 @@ def test_sweep_report_matches_the_library(recorded, tmp_path):
                                               [load_manifest_for(recorded)], full=True)
 
 
+def test_archived_gzip_records_report_the_same(recorded, tmp_path):
+    """Archived runs (reports/h200/results/*.jsonl.gz) are read by path and by run id, with
+    their manifest, and give the same report as the plain file."""
+    import gzip
+    arch = tmp_path / "arch"
+    arch.mkdir()
+    gz = arch / "fake-break4.jsonl.gz"
+    gz.write_bytes(gzip.compress(recorded.read_bytes()))
+    shutil.copy(recorded.with_name("fake-break4.manifest.json"), arch)
+    assert load_manifest_for(gz) == load_manifest_for(recorded) is not None
+    plain = _sweep("report", recorded)
+    by_path = _sweep("report", gz)
+    by_id = _sweep("report", "fake-break4", "--out", arch)
+    assert plain.returncode == by_path.returncode == by_id.returncode == 0, by_id.stderr
+    assert plain.stdout == by_path.stdout == by_id.stdout
+
+
 def test_sweep_compare_json_and_exit_code(recorded, tmp_path):
     clean = [dict(r, verdict="ok", answer="x", run_id="clean") for r in load_records([recorded])]
     base = synth.write_jsonl(tmp_path / "clean.jsonl", clean)
