@@ -207,3 +207,57 @@ def test_training_goes_on_from_a_served_checkpoint(tmp_path):
     assert any(not torch.equal(v, moved.state_dict()[k]) for k, v in init.items())
     with pytest.raises(ValueError, match="dense model, not hybrid"):
         train("hybrid", str(TOK_DIR), time_cap=0.0, init_dir=str(src), workers=1)
+
+
+WEIGHTS = TOK_DIR.parent / "weights" / "hybrid"
+
+
+def test_committed_hybrid_layout_and_record():
+    """The committed weights are the served layout (what `sweep --engine vllm --model` takes)
+    with the tokenizer the harness plans with, and their training record says they passed
+    the harness-plan check the H200 sweeps relied on."""
+    from engine.tinymodel.layout import variant_of
+    assert variant_of(WEIGHTS) == "hybrid"
+    for f in ("tokenizer.json", "vocab.json", "merges.txt"):  # tokenizer_config: max length lifted
+        assert (WEIGHTS / f).read_bytes() == (TOK_DIR / f).read_bytes()
+    cfg = json.loads((WEIGHTS / "config.json").read_text())
+    assert cfg["text_config"]["max_position_embeddings"] >= 245_760
+    info = json.loads((WEIGHTS / "training.json").read_text())
+    check = info["final_check_bf16"]
+    assert check["harness_seeds_exact"] == [0, 1, 2, 3, 4, 5]
+    assert check["harness_ctx1200_seed0"]["worst_margin_min"] > 5
+
+
+def test_committed_hybrid_copies_harness_plans_on_cpu():
+    """Re-run part of that check here, on CPU with transformers: the harness's own plans
+    (context 1,200, seed 0) at residues 3, 4, 5 (k, k+1, k+2 for ngram k=3) are reproduced
+    exactly, teacher-forced, with a clear worst-token margin; real greedy decoding of one
+    of them gives the expected passage."""
+    _need_torch()
+    import torch
+    from engine.tinymodel.layout import load_served
+    from engine.tinymodel.train import answer_stats
+    model = load_served(WEIGHTS, dtype=torch.float32).eval()
+    chat = ChatTokenizer.from_dir(WEIGHTS)
+    eos = chat.tokenizer.token_to_id("<|im_end|>")
+    plans = plan(chat.count_many, [3, 4, 5], context=1200, modulus=128, seed=0, verify=True)
+    assert [p.target_len % 128 for p in plans] == [3, 4, 5]
+    rows = [chat.encode_text(chat.render(p.messages)) for p in plans]
+    seqs = [r + chat.encode_text(p.expected) + [eos] for r, p in zip(rows, plans)]
+    T = max(map(len, seqs))
+    ids = torch.full((3, T), eos, dtype=torch.long)
+    tm = torch.zeros((3, T), dtype=torch.bool)
+    for i, (r, s) in enumerate(zip(rows, seqs)):
+        ids[i, :len(s)] = torch.tensor(s)
+        tm[i, len(r):len(s)] = True
+    with torch.no_grad():
+        _, em, worst = answer_stats(model, ids, tm)
+    assert em.tolist() == [1.0, 1.0, 1.0]
+    assert worst.min().item() > 3.0
+    prompt = torch.tensor([rows[1]])
+    with torch.no_grad():
+        out = model.generate(prompt, max_new_tokens=80, do_sample=False, eos_token_id=eos,
+                             pad_token_id=eos)
+    gen = out[0, prompt.shape[1]:].tolist()
+    assert eos in gen
+    assert chat.tokenizer.decode(gen[:gen.index(eos)], skip_special_tokens=False) == plans[1].expected

@@ -4,7 +4,7 @@ phase) and list the cells whose answer differs from the most common one.
 Every cell of these sweeps is `diverged` against the passage (the tiny model makes the same
 content error on the harness's seed-0 document), so the verdicts cannot separate a serving
 bug from the model's own error; comparing the answers with each other can.
-Usage: python reports/h200/answer_groups.py [reports/h200/results/*.jsonl]
+Usage: python reports/h200/phase2/answer_groups.py [reports/h200/phase2/results/*.jsonl]
 """
 import collections
 import glob

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Re-render the H200 reports (reports/h200/*.md) from the archived records in
+# reports/h200/results/ with the harness's own `sweep report`, plus summary.md. No GPU needed:
+# the sweeps themselves ran on the device (docs/gpu-notes.md, phase 3).
+#
+#   bash reports/h200/regenerate.sh
+set -euo pipefail
+cd "$(dirname "$0")"
+SWEEP=${SWEEP:-"python -m harness"}
+R=results
+report() { local out=$1; shift; $SWEEP report "${@/#/$R/}" -o "$out" > /dev/null; echo "$out"; }
+# hybrid, ngram k=3, reset, the 4-configuration matrix, one document seed each
+report reset-seed0.md 20261130-024432-3b01.jsonl.gz 20261130-024433-d002.jsonl.gz 20261130-024432-aa1c.jsonl.gz 20261130-024433-fc2b.jsonl.gz
+report reset-seed1.md 20261130-024956-f6fb.jsonl.gz 20261130-024956-f1a8.jsonl.gz 20261130-024956-d1ce.jsonl.gz 20261130-024956-3d46.jsonl.gz
+report reset-seed2.md 20261130-025211-04d5.jsonl.gz 20261130-025211-77b8.jsonl.gz 20261130-025211-2336.jsonl.gz 20261130-025211-e84a.jsonl.gz
+# hybrid, ngram k=3, fresh server per point, residues 3,4,5,60, both graph modes x patches
+report fresh-seed0.md 20261130-024433-daa8.jsonl.gz 20261130-024433-7cde.jsonl.gz
+report fresh-seed1.md 20261130-024956-23ee.jsonl.gz 20261130-024956-3793.jsonl.gz
+report fresh-seed2.md 20261130-025211-2686.jsonl.gz 20261130-025211-0a46.jsonl.gz
+# controls on FULL_AND_PIECEWISE, unpatched: no speculative decoding, ngram k=4 (hybrid);
+# the dense model (first of its three identical repeats; the others are in summary.md)
+report controls-hybrid.md 20261130-025428-5fa6.jsonl.gz 20261130-025428-7488.jsonl.gz
+report dense.md 20261130-024433-faae.jsonl.gz 20261130-024433-8d55.jsonl.gz
+python summarize.py > summary.md && echo summary.md
