@@ -1,10 +1,11 @@
 #!/bin/bash
-# Phase 2, device call 1 (carry .gpu/bundle/a and .gpu/extra): unpack bundle part a into
+# Device training call (phases 2 and 3; carry .gpu/bundle/a and .gpu/extra): unpack bundle part a into
 # /tmp/site in the background (then byte-compile it and check, on the device's python, that
 # the harness imports and the plugin's gates pass on vLLM 0.26.0's source), train the hybrid,
 # copy its served layout to /tmp/tiny/hybrid for call 2, return ONE weights tar + ONE logs tar.
 # Usage: bash engine/tinymodel/scripts/phase2_call1.sh [HYBRID_CAP_S]
-#   env INIT=DIR (carried): go on training that served checkpoint at the last curriculum stage
+#   env INIT=DIR (in the tree or carried): go on training that served checkpoint at the last
+#   curriculum stage (phase 3: INIT=.gpu/weights/hybrid-phase2; now engine/tinymodel/weights/hybrid)
 #   env HSEEDS=0,1,...: document seeds (sweep --seed) the final check tries on the harness plans
 #   env TRAIN_EXTRA="...": more `python -m engine.tinymodel train` arguments
 HCAP=${1:-320}

@@ -1,11 +1,14 @@
 #!/bin/bash
-# Phase 2, device call 2 (carry .gpu/bundle/b and .gpu/extra), issued right after
+# Device sweeps call (phases 2 and 3; carry .gpu/bundle/b or b2, and .gpu/extra), issued right after
 # phase2_call1.sh on the same held machine: complete /tmp/site with vLLM's _C, then run the
 # harness itself (`python3 -m harness --engine vllm`) on /tmp/tiny/hybrid:
 #   - reset isolation, all 128 residues, one harness process per configuration
 #     (FULL_AND_PIECEWISE / PIECEWISE x patches none / all), --gpus 0 each: one server each.
-#     (One process with --gpus 0,0,0,0 and the 4-configuration matrix would boot every
-#     configuration on every slot in turn: the shared queue is configuration-major.)
+#     (Written when one process with --gpus 0,0,0,0 and the 4-configuration matrix booted
+#     configurations again on slots that had finished theirs; since 656b72d a slot boots a
+#     second server for a configuration only where that finishes it sooner, so one process
+#     with --cudagraph FULL_AND_PIECEWISE,PIECEWISE --patches none,all --gpus 0,0,0,0 now
+#     boots four servers. The phase-3 runs still used one process per configuration.)
 #   - fresh isolation, residues 3,4,5,60 (k, k+1, k+2 for ngram k=3, plus 60), FULL_AND_PIECEWISE,
 #     patches none,all, 8 slots on GPU 0: all 8 servers boot in one wave.
 #   - with a second GPU: the same fresh run under PIECEWISE, and the dense model (reset, all
@@ -18,7 +21,15 @@ R=$PWD; S=$(cd "${SRC:-$R}" && pwd) && cd "$S" || exit 3   # SRC: committed snap
 T0=$(date +%s); el() { echo $(( $(date +%s) - T0 )); }
 : "${OUT:=/tmp/out}"; W=/tmp/work; rm -rf "$W"; mkdir -p "$W" "$OUT"
 ls /tmp/site/vllm > /dev/null 2>&1 || echo "no /tmp/site/vllm: machine was not kept" >> "$W/timings.txt"
-tar -xJf "$R/.gpu/bundle/b/site_b.tar.xz" -C /tmp/site && echo "unpack_b $(el)s" >> "$W/timings.txt"
+# Bundle part b whole (.gpu/bundle/b), or, once the committed weights make the tree too big
+# to travel with it (64 MiB a call), in two halves: b1 stashed by an earlier call
+# (`mkdir -p /tmp/parts && cp .gpu/bundle/b1/* /tmp/parts/`), b2 carried by this one.
+if [ -f "$R/.gpu/bundle/b/site_b.tar.xz" ]; then
+  tar -xJf "$R/.gpu/bundle/b/site_b.tar.xz" -C /tmp/site
+else
+  mkdir -p /tmp/parts && cp "$R"/.gpu/bundle/b2/site_b.tar.xz.part* /tmp/parts/ &&
+    cat /tmp/parts/site_b.tar.xz.part* | tar -xJ -C /tmp/site
+fi && echo "unpack_b $(el)s" >> "$W/timings.txt"
 cp "$S/PROVENANCE" "$W/" 2>/dev/null
 python3 -c "from engine.tinymodel.layout import raise_served_max_len as r; r('/tmp/tiny/hybrid')"
 export PYTHONPATH=/tmp/site:$S HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 PYTHONUNBUFFERED=1
