@@ -21,4 +21,8 @@ report fresh-seed2.md 20261130-025211-2686.jsonl.gz 20261130-025211-0a46.jsonl.g
 # the dense model (first of its three identical repeats; the others are in summary.md)
 report controls-hybrid.md 20261130-025428-5fa6.jsonl.gz 20261130-025428-7488.jsonl.gz
 report dense.md 20261130-024433-faae.jsonl.gz 20261130-024433-8d55.jsonl.gz
+# the rerun from the committed weights (engine/tinymodel/weights/hybrid) on a one-GPU machine:
+# the reset matrix in ONE harness process (--gpus 0,0,0,0), and the README's fresh command
+report rerun-reset-matrix.md 20261130-030446-b688.jsonl.gz
+report rerun-fresh.md 20261130-030446-b166.jsonl.gz
 python summarize.py > summary.md && echo summary.md
