@@ -1,0 +1,97 @@
+"""The archived H200 runs (reports/h200/): the committed reports are exactly what
+``sweep report`` renders from the archived records, and the claims reports/h200/README.md
+and the project README make are what the records say."""
+from __future__ import annotations
+
+import re
+import shlex
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from harness.report import render_markdown
+from harness.store import load_manifest_for, load_records, read_jsonl
+
+H200 = Path(__file__).resolve().parents[2] / "reports" / "h200"
+RESULTS = H200 / "results"
+
+
+def _report_lines() -> list[tuple[str, list[str]]]:
+    """(output .md, [records files]) of every `report` line of regenerate.sh."""
+    out = []
+    for line in (H200 / "regenerate.sh").read_text().splitlines():
+        words = shlex.split(line, comments=True)
+        if words[:1] == ["report"]:
+            out.append((words[1], words[2:]))
+    return out
+
+
+def test_regenerate_script_covers_every_report():
+    made = {name for name, _ in _report_lines()}
+    committed = {p.name for p in H200.glob("*.md")} - {"README.md", "summary.md"}
+    assert made == committed and len(made) >= 10
+
+
+@pytest.mark.parametrize("name,files", _report_lines(), ids=lambda v: v if isinstance(v, str) else "")
+def test_committed_report_is_what_the_records_render(name, files):
+    paths = [RESULTS / f for f in files]
+    manifests = [m for m in (load_manifest_for(p) for p in paths) if m]
+    assert len(manifests) == len(paths)
+    md = render_markdown(load_records(paths), manifests)
+    assert (H200 / name).read_text().rstrip("\n") == md.rstrip("\n"), \
+        f"reports/h200/{name} is stale: run bash reports/h200/regenerate.sh"
+
+
+def _flag(cmd: str, name: str, default: str) -> str:
+    m = re.search(rf"{re.escape(name)}[ =](\S+)", cmd)
+    return m.group(1) if m else default
+
+
+def _bad_residues() -> dict[tuple, set]:
+    """(model, spec, k, isolation, seed, cudagraph, patches) -> residues with a bad cell,
+    over every archived hybrid/dense record."""
+    out: dict[tuple, set] = defaultdict(set)
+    for path in sorted(RESULTS.glob("*.jsonl.gz")):
+        cmd = load_manifest_for(path)["command"]
+        cmd = cmd if isinstance(cmd, str) else " ".join(cmd)
+        model = "dense" if _flag(cmd, "--model", "").endswith("dense") else "hybrid"
+        for r in read_jsonl(path):
+            cfg = r["config"]
+            key = (model, cfg["spec"], cfg["draft_tokens"], r["isolation"],
+                   _flag(cmd, "--seed", "0"), cfg["cudagraph_mode"], r["patches"])
+            out[key]
+            if r["verdict"] != "ok":
+                out[key].add(r["residue"])
+    return out
+
+
+def test_the_h200_claims_hold_in_the_records():
+    bad = _bad_residues()
+    hyb = {k: v for k, v in bad.items()
+           if k[0] == "hybrid" and k[1] == "ngram" and k[2] == 3}
+    seeds = {k[4] for k in hyb}
+    assert seeds == {"0", "1", "2"}
+    for (_, _, _, isolation, seed, mode, patches), residues in hyb.items():
+        if mode == "FULL_AND_PIECEWISE" and patches == "none":
+            assert residues == {4}, (isolation, seed)    # exactly k + 1, reset and fresh
+        else:
+            assert residues == set(), (isolation, seed, mode, patches)
+    for iso in ("reset", "fresh"):
+        assert all(("hybrid", "ngram", 3, iso, s, "FULL_AND_PIECEWISE", "none") in hyb
+                   for s in seeds)
+    controls = {k: v for k, v in bad.items() if k not in hyb}
+    assert {(k[0], k[1], k[2]) for k in controls} == {
+        ("dense", "ngram", 3), ("hybrid", "none", 0), ("hybrid", "ngram", 4)}
+    assert all(not v for v in controls.values())       # every control clean
+
+
+def test_residue_4_breaks_cold_as_well_as_on_a_hit_and_the_plugin_reported_itself():
+    for path in RESULTS.glob("*.jsonl.gz"):
+        for r in read_jsonl(path):
+            want = "applied" if r["patches"] == "all" else "off"
+            assert set(r["patch_status"].values()) == {want}
+            if r["verdict"] != "ok":
+                cold = r["phase"] == "cold"
+                assert r["cached_tokens"] == (0 if cold else 1152)
+                assert r["target_len"] == 1156 and r["computed_tail"] == (1156 if cold else 4)
