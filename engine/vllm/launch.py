@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from engine.presets import ServingConfig, normalise_patches
+from .checkpoint import language_model_only_reason
 
 # Re-exported so an adapter holding this module has the whole launcher surface.
 from .effective import compare_effective, parse_effective_config, patch_status_from_log  # noqa: F401
@@ -171,7 +172,13 @@ def build_launch(cfg: ServingConfig, *, port: int, host: str = "127.0.0.1", mode
             notes.append("WARNING: hybrid model with prefix caching but no "
                          "--mamba-cache-mode align: the recurrent state is not cached, "
                          "so no cache hit (and no Bug B) can happen")
-    argv += [str(a) for a in extra_args]
+    extra = [str(a) for a in extra_args]
+    if "--language-model-only" not in argv and "--language-model-only" not in extra:
+        reason = language_model_only_reason(model)
+        if reason:
+            argv.append("--language-model-only")
+            notes.append(reason)
+    argv += extra
 
     env = dict(base_env or {})
     patches = normalise_patches(cfg.patches)

@@ -112,6 +112,46 @@ def test_env_gpu_patches_and_hybrid_flags(tmp_path):
     assert "--mamba-cache-mode" not in build_command(off, port=9, model=MODEL, hybrid=True)[0]
 
 
+def _checkpoint(d, *, vision_config, names):
+    """A local checkpoint with a real safetensors header naming ``names`` (no tensors need
+    real data for the launcher: it reads the header only)."""
+    import struct
+    d.mkdir()
+    cfg = {"architectures": ["Qwen3_5ForConditionalGeneration"], "model_type": "qwen3_5"}
+    if vision_config:
+        cfg["vision_config"] = {"depth": 1}
+    (d / "config.json").write_text(json.dumps(cfg))
+    header = {n: {"dtype": "BF16", "shape": [1], "data_offsets": [2 * i, 2 * i + 2]}
+              for i, n in enumerate(names)}
+    raw = json.dumps(header).encode()
+    (d / "model.safetensors").write_bytes(struct.pack("<Q", len(raw)) + raw + b"\0" * 2 * len(names))
+    return d
+
+
+def test_language_model_only_follows_the_checkpoint(tmp_path):
+    """--language-model-only where the checkpoint needs it: a multimodal layout without
+    vision weights (the committed tiny hybrid is one); not for a full multimodal checkpoint,
+    a plain text one, or a hub id; never twice."""
+    from pathlib import Path
+    from engine.vllm.checkpoint import language_model_only_reason
+    cfg = resolve("ngram", "huge", engine="vllm", geometry="hybrid")
+    text_mm = _checkpoint(tmp_path / "text_mm", vision_config=True,
+                          names=["model.language_model.embed_tokens.weight", "lm_head.weight"])
+    full_mm = _checkpoint(tmp_path / "full_mm", vision_config=True,
+                          names=["model.language_model.embed_tokens.weight",
+                                 "model.visual.patch_embed.proj.weight"])
+    plain = _checkpoint(tmp_path / "plain", vision_config=False, names=["model.norm.weight"])
+    launch = build_launch(cfg, port=9, model=str(text_mm))
+    assert launch.argv.count("--language-model-only") == 1
+    assert any("no vision-tower weights" in n for n in launch.notes)
+    for model in (full_mm, plain, MODEL):
+        assert "--language-model-only" not in build_launch(cfg, port=9, model=str(model)).argv
+    given = build_launch(cfg, port=9, model=str(text_mm), extra_args=["--language-model-only"])
+    assert given.argv.count("--language-model-only") == 1
+    committed = Path(__file__).resolve().parents[2] / "engine" / "tinymodel" / "weights" / "hybrid"
+    assert "Qwen3_5ForConditionalGeneration" in language_model_only_reason(committed)
+
+
 def test_launch_spec_shell_line_and_notes():
     cfg = resolve("mtp", "huge", engine="vllm")
     launch = build_launch(cfg, port=8000, model=MODEL)
