@@ -4,16 +4,18 @@ phase) and list the cells whose answer differs from the most common one.
 Every cell of these sweeps is `diverged` against the passage (the tiny model makes the same
 content error on the harness's seed-0 document), so the verdicts cannot separate a serving
 bug from the model's own error; comparing the answers with each other can.
-Usage: python reports/h200/phase2/answer_groups.py [reports/h200/phase2/results/*.jsonl]
+Usage: python reports/h200/phase2/answer_groups.py [reports/h200/phase2/results/*.jsonl.gz]
 """
 import collections
 import glob
-import json
 import sys
 from pathlib import Path
 
-files = sys.argv[1:] or sorted(glob.glob(str(Path(__file__).parent / "results" / "*.jsonl")))
-recs = [json.loads(line) for f in files for line in open(f)]
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
+from harness.store import read_jsonl  # noqa: E402
+
+files = sys.argv[1:] or sorted(glob.glob(str(Path(__file__).parent / "results" / "*.jsonl.gz")))
+recs = [r for f in files for r in read_jsonl(f)]
 groups = collections.Counter(r["sha1"] for r in recs)
 modal, n = groups.most_common(1)[0]
 print(f"{len(recs)} records in {len(files)} runs; {len(groups)} distinct answers; "
