@@ -6,12 +6,15 @@
       CPU, ~5 s. The committed copy lives in engine/tinymodel/tokenizer/.
 
   train --variant {hybrid,dense} --out DIR [--tokenizer DIR] [--time-cap S] [--seed N]
-      GPU. Curriculum training on the harness-shaped copy task (see train.py), then a
-      fresh-prompt check of the bf16 weights and the served layout written to DIR
-      (config.json, model.safetensors, generation_config.json, tokenizer files,
-      training.json with the curve and metrics).
+        [--init DIR --start-stage 4] [--harness-seeds 0,1,2]
+      GPU. Curriculum training on the harness-shaped copy task (see train.py), or more
+      training of a saved checkpoint (--init), then a fresh-prompt check of the bf16
+      weights and the served layout written to DIR (config.json, model.safetensors,
+      generation_config.json, tokenizer files, training.json with the curve and metrics).
+      The committed engine/tinymodel/weights/hybrid was made by a from-scratch run (320 s)
+      and one --init run (328 s) on an H200 (docs/gpu-notes.md, phases 2 and 3).
 
-  check DIR [--n N] [--device cuda]
+  check DIR [--n N] [--device cuda] [--harness-seeds 0,1,2]
       Load a served checkpoint with transformers and report exact match and worst-token
       logit margins on fresh prompts (random final-stage conversations from unseen seeds,
       and the harness's own plans at context 1,200: all 128 residues), plus real greedy

@@ -215,8 +215,8 @@ def train(variant: str, tok_dir: str, *, time_cap: float, target_em: float = 0.9
 # ----------------------------------------------------------------------------- evaluation
 def _eval_batches(tok_dir: str, n: int, seed: int, harness_seeds=(0,)):
     """Fresh prompts from seeds the trainer never draws from: random final-stage
-    conversations, plus the harness's own plans (context 1,200, modulus 128, seed 0, all
-    128 residues, N=3)."""
+    conversations, plus the harness's own plans (context 1,200, modulus 128, all 128
+    residues, N=3) for each document seed in ``harness_seeds``."""
     from harness.prompts import ChatTokenizer, plan
     ct = ChatTokenizer.from_dir(tok_dir)
     eos = ct.tokenizer.token_to_id("<|im_end|>")
@@ -237,8 +237,8 @@ def evaluate(model, tok_dir: str, *, n: int = 512, seed: int = 99, bf16: bool = 
              batch: int = 32, harness_seeds=(0,)) -> dict:
     """Exact match and worst-token margins on fresh random prompts and on the harness's
     plans (context 1,200, all 128 residues) for each ``harness_seeds`` document seed
-    (``sweep --seed``). ``exact_match`` is the random set's and seed 0's minimum (the
-    training target); ``harness_seeds_exact`` lists the seeds whose 128 plans are all
+    (``sweep --seed``). ``exact_match`` is the minimum of the random set's and the first
+    harness seed's (the training target); ``harness_seeds_exact`` lists the seeds whose 128 plans are all
     exact, i.e. the ``--seed`` values a verbatim sweep of this model can use."""
     import torch
     dev = next(model.parameters()).device
