@@ -93,7 +93,9 @@ def sweep_parser() -> _Parser:
     g.add_argument("--kv-cache-memory-bytes", metavar="N", help="KV cache memory (matrix)")
     g.add_argument("--patches", default="all",
                    help=f"fix set(s): all | none | names joined by '+' from {', '.join(PATCHES)} (matrix)")
-    g.add_argument("--geometry", help="model geometry: hybrid | dense (lab; matrix)")
+    g.add_argument("--geometry", help="model geometry: hybrid | dense (matrix); lab: the "
+                   "copy model's; vllm: hybrid adds --mamba-cache-mode align and the triton "
+                   "GDN prefill backend")
     g.add_argument("--model", help="model directory (lab: the shipped copy model by default)")
     g.add_argument("--served-model-name", help="model name for requests (default: /v1/models)")
     g.add_argument("--server-cmd", metavar="TEMPLATE",
