@@ -40,7 +40,10 @@ MON=$!
 # The document seed (sweep --seed): the first seed whose 128 harness plans the trained model
 # reproduced exactly in its check (training.json: final_check_bf16.harness_seeds_exact), so a
 # wrong answer is the server's doing, not the model's; 0 when none was (or env SEED=N).
-: "${SEED:=$(python3 -c "import json; c=json.load(open('/tmp/tiny/hybrid/training.json')).get('final_check_bf16', {}); print((c.get('harness_seeds_exact') or [0])[0])" 2>/dev/null || echo 0)}"
+exact_seed() {  # first exact document seed of the model in $1, else 0
+  python3 -c "import json, sys; c = json.load(open(sys.argv[1] + '/training.json')).get('final_check_bf16', {}); print((c.get('harness_seeds_exact') or [0])[0])" "$1" 2>/dev/null || echo 0
+}
+: "${SEED:=$(exact_seed /tmp/tiny/hybrid)}"
 echo "document seed $SEED" >> "$W/timings.txt"
 COMMON=(--engine vllm --model /tmp/tiny/hybrid --geometry hybrid --spec ngram --ctx huge --seed "$SEED"
         --engine-arg=--language-model-only --engine-arg=--gpu-memory-utilization=0.08
@@ -68,7 +71,7 @@ if [ "$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')" -ge 2 ]; then
   PIDS+=($!); NAMES+=("$n")
   if [ -f /tmp/tiny/dense/config.json ]; then
     python3 -c "from engine.tinymodel.layout import raise_served_max_len as r; r('/tmp/tiny/dense')"
-    DSEED=$(python3 -c "import json; c=json.load(open('/tmp/tiny/dense/training.json')).get('final_check_bf16', {}); print((c.get('harness_seeds_exact') or [0])[0])" 2>/dev/null || echo 0)
+    DSEED=$(exact_seed /tmp/tiny/dense)
     echo "dense document seed $DSEED" >> "$W/timings.txt"
     for p in none all; do
       n="dense_reset_FULL_AND_PIECEWISE_${p}"
