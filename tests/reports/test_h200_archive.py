@@ -3,7 +3,6 @@
 and the project README make are what the records say."""
 from __future__ import annotations
 
-import re
 import shlex
 from collections import defaultdict
 from pathlib import Path
@@ -43,23 +42,27 @@ def test_committed_report_is_what_the_records_render(name, files):
         f"reports/h200/{name} is stale: run bash reports/h200/regenerate.sh"
 
 
-def _flag(cmd: str, name: str, default: str) -> str:
-    m = re.search(rf"{re.escape(name)}[ =](\S+)", cmd)
-    return m.group(1) if m else default
+def _summarize():
+    """reports/h200/summarize.py as a module (it is a script beside the reports)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("h200_summarize", H200 / "summarize.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def _bad_residues() -> dict[tuple, set]:
     """(model, spec, k, isolation, seed, cudagraph, patches) -> residues with a bad cell,
     over every archived hybrid/dense record."""
+    flag = _summarize().flag
     out: dict[tuple, set] = defaultdict(set)
     for path in sorted(RESULTS.glob("*.jsonl.gz")):
         cmd = load_manifest_for(path)["command"]
-        cmd = cmd if isinstance(cmd, str) else " ".join(cmd)
-        model = "dense" if _flag(cmd, "--model", "").endswith("dense") else "hybrid"
+        model = "dense" if flag(cmd, "--model").endswith("dense") else "hybrid"
         for r in read_jsonl(path):
             cfg = r["config"]
             key = (model, cfg["spec"], cfg["draft_tokens"], r["isolation"],
-                   _flag(cmd, "--seed", "0"), cfg["cudagraph_mode"], r["patches"])
+                   flag(cmd, "--seed", "0"), cfg["cudagraph_mode"], r["patches"])
             out[key]
             if r["verdict"] != "ok":
                 out[key].add(r["residue"])
