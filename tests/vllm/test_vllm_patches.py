@@ -481,4 +481,93 @@ def test_static_check_of_the_installed_tree():
     from engine.vllm.patches._static import check_source_tree
 
     site = os.path.dirname(os.path.dirname(vllm.__file__))
-    assert set(check_source_tree(site).values()) == {"ok"}
+    assert set(check_source_tree(site).values()) == {"applied"}
+
+
+# ---------------------------------------------------------------- V1: resumed requests (#13)
+# A request preempted after 28 output tokens resumes with a 1,024-token hit: it must
+# recompute prompt 1,000 + 28 outputs = 1,028 tokens (V2's prefill_len), so its final
+# chunk is again 1 + k tokens although num_computed (1,024) is past its prompt (1,000).
+RESUMED_PROMPT, RESUMED_OUTPUTS = 1000, 28
+
+
+def resumed_runner(computed):
+    """A V1 runner whose real InputBatch holds the resumed request (outputs restored, as
+    _update_states does) and the real SchedulerOutput that resumed it."""
+    import torch
+    import vllm.v1.worker.gpu_input_batch as gib
+    from vllm.sampling_params import SamplingParams
+
+    state = gib.CachedRequestState(
+        req_id="r", prompt_token_ids=list(range(RESUMED_PROMPT)), mm_features=[],
+        sampling_params=SamplingParams(max_tokens=64), generator=None, block_ids=([],),
+        num_computed_tokens=computed, output_token_ids=list(range(RESUMED_OUTPUTS)))
+    batch = gib.InputBatch(max_num_reqs=8, max_model_len=4096, max_num_batched_tokens=2048,
+                           device=torch.device("cpu"), vocab_size=1000,
+                           block_sizes=[128], kernel_block_sizes=[128],
+                           max_num_blocks_per_req=[32])
+    batch.add_request(state)
+    runner = v1_runner(batch)
+    runner.requests = {"r": state}
+    out = sched(cached=[("r", computed)], num_scheduled={"r": QUERY})
+    out.scheduled_cached_reqs.resumed_req_ids = {"r"}
+    out.scheduled_cached_reqs.num_output_tokens = [RESUMED_OUTPUTS]
+    return runner, out
+
+
+@pytest.fixture
+def v1_no_pinned_memory(monkeypatch):
+    import vllm.v1.worker.gpu_input_batch as gib
+
+    monkeypatch.setattr(gib, "PIN_MEMORY", False)
+
+
+def test_v1_patch_wraps_update_states(patched):
+    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+    wrapped = GPUModelRunner._update_states
+    assert getattr(wrapped, PD.PATCH_MARK) == PD.NAME
+    assert wrapped.__wrapped__.__qualname__ == "GPUModelRunner._update_states"
+
+
+def test_v1_resumed_request_recomputing_its_outputs_is_not_uniform(patched,
+                                                                   v1_no_pinned_memory):
+    runner, out = resumed_runner(computed=1024)
+    assert PD.v1_batch_has_prefill(runner, 1) is False  # before: only the prompt counted
+    PD.v1_note_resumed(runner, out)                      # what the _update_states wrapper adds
+    assert runner.__dict__[PD.RESUMED_PREFILL_LEN] == {"r": RESUMED_PROMPT + RESUMED_OUTPUTS}
+    assert v1_uniform(runner, [QUERY]) is False
+
+
+def test_v1_resumed_request_decodes_once_recomputed(patched, v1_no_pinned_memory):
+    runner, out = resumed_runner(computed=RESUMED_PROMPT + RESUMED_OUTPUTS)
+    PD.v1_note_resumed(runner, out)
+    assert v1_uniform(runner, [QUERY]) is True
+
+
+def test_v1_resumed_note_is_dropped_when_the_request_finishes(patched, v1_no_pinned_memory):
+    runner, out = resumed_runner(computed=1024)
+    PD.v1_note_resumed(runner, out)
+    done = sched(num_scheduled={"x": 1})
+    done.finished_req_ids = {"r"}
+    PD.v1_note_resumed(runner, done)
+    assert runner.__dict__[PD.RESUMED_PREFILL_LEN] == {}
+
+
+def test_v2_runner_with_a_prefill_aware_classifier_is_not_needed(unpatched, monkeypatch):
+    """The 0.28.0 shape (PR #51865): the runner imports get_uniform_decode_token_count(...,
+    has_prefill) and no get_uniform_token_count; V2 is left alone, V1 still patched."""
+    import vllm.v1.worker.gpu.model_runner as mr
+
+    def get_uniform_decode_token_count(num_reqs, num_tokens, max_query_len, has_prefill):
+        return None if has_prefill else max_query_len
+
+    monkeypatch.delattr(mr, "get_uniform_token_count")
+    monkeypatch.setattr(mr, "get_uniform_decode_token_count",
+                        get_uniform_decode_token_count, raising=False)
+    status = P.apply_patches("prefill-discriminator")
+    assert status["prefill-discriminator"] == "applied"
+    targets = P.patch_manifest()["patches"]["prefill-discriminator"]["targets"]
+    assert targets["v2-runner"].startswith("not-needed: get_uniform_decode_token_count")
+    assert targets["v1-runner"].startswith("applied")
+    assert mr.get_uniform_decode_token_count is get_uniform_decode_token_count

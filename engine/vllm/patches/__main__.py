@@ -48,7 +48,11 @@ def _check_source(spec: str, as_json: bool) -> int:
 
 
 def _status(select: str | None, as_json: bool) -> int:
-    if importlib.util.find_spec("vllm") is None:
+    try:
+        spec = importlib.util.find_spec("vllm")
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None or spec.origin in (None, "namespace"):
         print(NOT_INSTALLED, file=sys.stderr)
         return 2
     from . import apply_patches, patch_manifest

@@ -10,8 +10,9 @@ check in the plugin remains the authority on the machine that runs vLLM.
 from __future__ import annotations
 
 import ast
+from pathlib import Path
 
-from ._sources import SourceTree
+from ._sources import SourceTree, open_source
 from .sliding_window_guard import _is_alignment_assert
 
 #: Parameter names by which a uniform-decode classifier takes request state:
@@ -206,8 +207,11 @@ GATES = {
 }
 
 
-def check_source_tree(tree: SourceTree) -> dict[str, str]:
-    """``{patch/target: "applied" | "not-needed: why" | "refused: why"}``."""
+def check_source_tree(tree: SourceTree | str | Path) -> dict[str, str]:
+    """``{patch/target: "applied" | "not-needed: why" | "refused: why"}`` for a source tree
+    (or anything :func:`open_source` takes: a directory, a ``.whl``, ``vllm==X``)."""
+    if isinstance(tree, (str, Path)):
+        tree = open_source(str(tree))
     out: dict[str, str] = {}
     for name, gate in GATES.items():
         try:

@@ -19,8 +19,16 @@ The classifiers do not see request state, so we bring it to them:
 - V1 runner (``vllm/v1/worker/gpu_model_runner.py``): ``_determine_batch_execution_and_padding``
   calls the staticmethod ``_is_uniform_decode``. We wrap the former to publish the runner,
   and the latter to answer ``False`` when any request in the persistent batch has
-  ``num_computed_tokens_cpu < num_prompt_tokens``. Calls with ``force_uniform_decode``
-  (graph capture) keep their forced answer.
+  ``num_computed_tokens_cpu`` short of its *prefill length*: the prompt, or, for a request
+  resumed after preemption, the prompt plus the output tokens it must recompute. That is
+  V2's ``prefill_len`` (``len(all_token_ids)`` when the request is (re)added); V1's batch
+  does not keep it, so we also wrap ``_update_states`` to note ``num_prompt_tokens +
+  num_output_tokens`` for each id in ``scheduled_cached_reqs.resumed_req_ids``. Calls
+  with ``force_uniform_decode`` (graph capture) keep their forced answer.
+
+A runner whose classifier already takes the batch's prefill state (V2 from 0.28.0:
+``get_uniform_decode_token_count(..., has_prefill)``, PR #51865; ``decode_graph_eligible``
+from 0.31.0) is ``not-needed`` and left untouched.
 
 True decode batches (every request past its prompt) are classified exactly as before.
 """
@@ -33,6 +41,7 @@ from typing import Any, Callable
 
 from . import _shape
 from ._shape import AlreadyFixed, ShapeMismatch
+from ._static import PREFILL_PARAM_HINTS
 
 NAME = "prefill-discriminator"
 
@@ -70,13 +79,39 @@ def v2_batch_has_prefill(runner: Any, scheduler_output: Any) -> bool:
     return False
 
 
+# runner.__dict__ key: {req_id: prefill length} of requests resumed after preemption.
+RESUMED_PREFILL_LEN = "_residue_lab_resumed_prefill_len"
+
+
+def v1_note_resumed(runner: Any, scheduler_output: Any) -> None:
+    """Record what each resumed request must recompute (prompt + its output tokens), and
+    forget finished requests: V1's input batch only keeps the prompt length."""
+    table = runner.__dict__.setdefault(RESUMED_PREFILL_LEN, {})
+    for req_id in scheduler_output.finished_req_ids or ():
+        table.pop(req_id, None)
+    data = scheduler_output.scheduled_cached_reqs
+    resumed = data.resumed_req_ids
+    if not resumed:
+        return
+    for req_id, num_output in zip(data.req_ids, data.num_output_tokens):
+        state = runner.requests.get(req_id) if req_id in resumed else None
+        if state is not None:
+            table[req_id] = int(state.num_prompt_tokens) + int(num_output)
+
+
 def v1_batch_has_prefill(runner: Any, num_reqs: int) -> bool:
-    """Whether any request in a V1 runner's persistent batch is short of its prompt."""
+    """Whether any request in a V1 runner's persistent batch is short of its prefill
+    length (the prompt; prompt + output tokens for a request resumed after preemption)."""
     batch = runner.input_batch
     n = min(int(num_reqs), int(batch.num_reqs))
     computed = batch.num_computed_tokens_cpu[:n]
-    prompt = batch.num_prompt_tokens[:n]
-    return bool((computed < prompt).any())
+    target = batch.num_prompt_tokens[:n].copy()
+    resumed = runner.__dict__.get(RESUMED_PREFILL_LEN)
+    if resumed:
+        for i, req_id in enumerate(batch.req_ids[:n]):
+            if req_id in resumed:
+                target[i] = max(int(target[i]), resumed[req_id])
+    return bool((computed < target).any())
 
 
 # ---------------------------------------------------------------- V2 runner
@@ -87,6 +122,13 @@ def _check_v2() -> dict[str, Any]:
     cg_mod = importlib.import_module(V2_CG_MODULE)
     states_mod = importlib.import_module(V2_STATES_MODULE)
     classifier = getattr(runner_mod, "get_uniform_token_count", None)
+    newer = getattr(runner_mod, "get_uniform_decode_token_count", None)
+    if classifier is None and newer is not None:
+        params = _shape.param_names(newer)
+        if any(h in p for p in params for h in PREFILL_PARAM_HINTS):
+            raise AlreadyFixed(f"get_uniform_decode_token_count takes the batch's prefill "
+                               f"state ({params})")
+        raise ShapeMismatch(f"get_uniform_decode_token_count parameters {params}")
     if classifier is None:
         raise ShapeMismatch(f"{V2_RUNNER_MODULE} has no get_uniform_token_count")
     if getattr(classifier, PATCH_MARK, None):
@@ -228,10 +270,21 @@ def _check_v1() -> dict[str, Any]:
         missing = {"num_prompt_tokens", "num_computed_tokens_cpu"} - attrs
         if missing:
             raise ShapeMismatch(f"InputBatch lacks {sorted(missing)}")
-    if not isinstance(getattr(batch_mod.InputBatch, "num_reqs", None), property):
-        raise ShapeMismatch("InputBatch.num_reqs is not a property")
+    for prop in ("num_reqs", "req_ids"):
+        if not isinstance(getattr(batch_mod.InputBatch, prop, None), property):
+            raise ShapeMismatch(f"InputBatch.{prop} is not a property")
+    update = runner_cls.__dict__.get("_update_states")
+    if update is None or getattr(update, PATCH_MARK, None):
+        raise ShapeMismatch("GPUModelRunner._update_states missing or already wrapped")
+    if _shape.param_names(update) != ["self", "scheduler_output"]:
+        raise ShapeMismatch(f"_update_states parameters {_shape.param_names(update)}")
+    upd_node = _shape.function_ast(update)
+    if upd_node is not None and not (_shape.mentions(upd_node, "resumed_req_ids")
+                                     and _shape.mentions(upd_node, "num_output_tokens")):
+        raise ShapeMismatch("_update_states no longer reads resumed_req_ids / "
+                            "num_output_tokens")
     return {"runner_cls": runner_cls, "classifier": raw, "determine": determine,
-            "checked_by": how}
+            "update": update, "checked_by": how}
 
 
 def _apply_v1(found: dict[str, Any]) -> Callable[[], None]:
@@ -239,6 +292,13 @@ def _apply_v1(found: dict[str, Any]) -> Callable[[], None]:
     original_raw = found["classifier"]
     original_fn = original_raw.__func__
     original_determine = found["determine"]
+    original_update = found["update"]
+
+    @functools.wraps(original_update)
+    def _update_states(self: Any, scheduler_output: Any) -> Any:
+        result = original_update(self, scheduler_output)
+        v1_note_resumed(self, scheduler_output)
+        return result
 
     @functools.wraps(original_determine)
     def _determine_batch_execution_and_padding(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -263,12 +323,15 @@ def _apply_v1(found: dict[str, Any]) -> Callable[[], None]:
 
     setattr(_is_uniform_decode, PATCH_MARK, NAME)
     setattr(_determine_batch_execution_and_padding, PATCH_MARK, NAME)
+    setattr(_update_states, PATCH_MARK, NAME)
     runner_cls._is_uniform_decode = staticmethod(_is_uniform_decode)
     runner_cls._determine_batch_execution_and_padding = _determine_batch_execution_and_padding
+    runner_cls._update_states = _update_states
 
     def undo() -> None:
         runner_cls._is_uniform_decode = original_raw
         runner_cls._determine_batch_execution_and_padding = original_determine
+        runner_cls._update_states = original_update
 
     return undo
 
