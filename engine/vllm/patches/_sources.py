@@ -13,6 +13,8 @@ from __future__ import annotations
 import io
 import os
 import re
+import shutil
+import tempfile
 import urllib.parse
 import zipfile
 from pathlib import Path
@@ -194,16 +196,31 @@ def release_tree(version: str, members: Iterable[str] = MEMBERS) -> DirTree:
         import httpx
     except ImportError as exc:  # httpx comes with the test extra (openai needs it)
         raise Offline(f"httpx is not installed: {exc}") from None
+    # Fill a private folder, then rename it into place: two processes (xdist workers,
+    # parallel CI jobs) never see each other's half-written tree.
+    tmp = Path(tempfile.mkdtemp(prefix=f".{version}-", dir=_mkdirs(dest.parent)))
     try:
         with httpx.Client(timeout=60, follow_redirects=True) as client:
             url, size, filename = _release_wheel(client, version)
             wheel = WheelTree(RangeFile(client, url, size), label=filename)
-            _store(wheel, dest, members)
-    except httpx.HTTPError as exc:
+            _store(wheel, tmp, members)
+        (tmp / ".complete").write_text(filename + "\n")
+        try:
+            tmp.rename(dest)
+        except OSError:
+            if not done.is_file():  # not a concurrent winner: a stale partial folder
+                raise
+    except (httpx.HTTPError, ValueError) as exc:  # ValueError: a non-JSON answer
         raise Offline(f"cannot read vllm {version} from PyPI: {type(exc).__name__}: {exc}") \
             from None
-    done.write_text(filename + "\n")
-    return DirTree(dest, label=f"vllm=={version} ({filename})")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return DirTree(dest, label=f"vllm=={version} ({done.read_text().strip()})")
+
+
+def _mkdirs(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    return path
 
 
 def _store(wheel: WheelTree, dest: Path, members: Iterable[str]) -> None:

@@ -29,26 +29,38 @@ class Release:
     hybrid_default_v2: bool        # hybrid target, no override: V2 unless unsupported
     dense_default_v2: bool         # dense non-MoE target: V2 unless unsupported
     v2_unsupported_methods: tuple[str, ...]  # methods that fall back to V1 under auto
+    sliding_window_assert: bool    # find_longest_cache_hit still asserts the alignment (#18)
     note: str = ""
+
+    def expected_gates(self) -> dict[str, str]:
+        """The plugin's gate word per target on this release (what CI checks)."""
+        return {
+            "prefill-discriminator/v1-runner":
+                "not-needed" if self.v1_prefill_check else "applied",
+            "prefill-discriminator/v2-runner":
+                "not-needed" if self.v2_prefill_check else "applied",
+            "sliding-window-guard/sliding-window-manager":
+                "applied" if self.sliding_window_assert else "not-needed",
+        }
 
 
 RELEASES: tuple[Release, ...] = (
-    Release("0.26.0", None, None, False, True, ("ngram",),
+    Release("0.26.0", None, None, False, True, ("ngram",), True,
             "hybrid -> V1 unless dflash with a mixed sliding/full drafter"),
-    Release("0.27.1", None, None, False, True, ("ngram",),
+    Release("0.27.1", None, None, False, True, ("ngram",), True,
             "hybrid -> V1 unless its architecture is in DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES"
             " or dflash with a mixed sliding/full drafter"),
-    Release("0.28.0", None, "has_prefill", False, True, ("ngram",),
+    Release("0.28.0", None, "has_prefill", False, True, ("ngram",), True,
             "V2 classifier get_uniform_decode_token_count(..., has_prefill) (PR #51865);"
             " hybrid -> V1 unless a DFlash2 or mixed sliding/full drafter"),
-    Release("0.29.0", None, "has_prefill", True, True, ("ngram",),
+    Release("0.29.0", None, "has_prefill", True, True, ("ngram",), True,
             "V2 for every model on CUDA unless a feature is unsupported"),
-    Release("0.30.0", None, "has_prefill", True, True, ("ngram",)),
-    Release("0.31.0", None, "decode_graph_eligible", True, True, ("ngram",),
+    Release("0.30.0", None, "has_prefill", True, True, ("ngram",), False),
+    Release("0.31.0", None, "decode_graph_eligible", True, True, ("ngram",), False,
             "V2 classifier takes decode_graph_eligible instead of has_prefill"),
-    Release("0.32.0", None, "decode_graph_eligible", True, True, (),
+    Release("0.32.0", None, "decode_graph_eligible", True, True, (), False,
             "ngram runs on V2"),
-    Release("0.33.0", None, "decode_graph_eligible", True, True, ()),
+    Release("0.33.0", None, "decode_graph_eligible", True, True, (), False),
 )
 
 
