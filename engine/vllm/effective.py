@@ -47,8 +47,17 @@ _KV_MEM = re.compile(r"Available KV cache memory: (?P<v>[\d.]+) GiB")
 # platforms/interface.py (hybrid models)
 _ATTN_BLOCK = re.compile(r"Setting attention block size to (?P<v>\d+) tokens")
 _MAMBA_PAD = re.compile(r"Padding mamba page size by (?P<v>[\d.]+)%")
-# v1/worker/gpu_worker.py: "Using V2 Model Runner"
+# Which model runner the worker built (same strings in 0.26.0 .. 0.33.0):
+# v1/worker/gpu_worker.py: logger.info_once("Using V2 Model Runner") when it builds V2;
 _V2_RUNNER = re.compile(r"Using V2 Model Runner")
+# config/vllm.py use_v2_model_runner: "Model Runner V2 does not yet support %s; using the
+# V1 model runner instead." / "Model Runner V2 requires Triton; using the V1 model runner
+# instead." (the release's default fell back to V1, and why);
+_V1_FALLBACK = re.compile(r"Model Runner V2 (?P<why>does not yet support .*?|requires Triton)"
+                          r"; using the V1 model runner instead")
+# the V1 runner's own module logs as [gpu_model_runner.py:N] (e.g. "Starting to load model",
+# seen in every H200 0.26.0 log); V2's lives in v1/worker/gpu/model_runner.py.
+_V1_MODULE = re.compile(r"\[gpu_model_runner\.py:\d+\]")
 # v1/worker/gpu_model_runner.py / gpu/cudagraph_utils.py progress bars:
 #   "Capturing CUDA graphs (decode, FULL)" / "(mixed prefill-decode, PIECEWISE)"
 _CAPTURE = re.compile(r"Capturing CUDA graphs \((?P<kind>[^,)]+), (?P<mode>[A-Z_]+)\)")
@@ -89,7 +98,8 @@ def parse_effective_config(log_text: str) -> dict[str, Any]:
     (``[[kind, mode], ...]``), ``kv_cache_tokens``, ``max_concurrency``,
     ``kv_cache_memory_gib``, ``block_size`` (attention block after hybrid promotion, else
     the one requested), ``prefix_match_unit`` (as requested; vLLM does not log a resolved
-    one), ``mamba_page_padding_pct``, ``model_runner`` (``v1``/``v2``), ``patch_status``
+    one), ``mamba_page_padding_pct``, ``model_runner`` (``v1``/``v2``, with
+    ``model_runner_evidence`` and, on a fallback, vLLM's ``model_runner_reason``), ``patch_status``
     (the plugin's status map; not ``patches``, which names the requested selection), ``boot_error`` (the KV-capacity refusal, parsed).
     """
     text = _ANSI.sub("", log_text or "")
@@ -169,12 +179,7 @@ def parse_effective_config(log_text: str) -> dict[str, Any]:
     if m := _last(_MAMBA_PAD, lines):
         out["mamba_page_padding_pct"] = float(m["v"])
 
-    if _last(_V2_RUNNER, lines):
-        out["model_runner"] = "v2"
-    elif "kv_cache_tokens" in out:
-        # The V2 line is logged at worker init, before the KV pool is sized: a log that
-        # got as far as the pool without it ran the V1 runner.
-        out["model_runner"] = "v1"
+    out.update(_model_runner(lines, "kv_cache_tokens" in out))
 
     if m := _last(_PATCHES, lines):
         try:
@@ -190,6 +195,25 @@ def parse_effective_config(log_text: str) -> dict[str, Any]:
             "available_gib": float(m["avail"]),
             "line": m.string.strip(),
         }
+    return out
+
+
+def _model_runner(lines: list[str], pool_sized: bool) -> dict[str, str]:
+    """``model_runner`` (v1/v2), ``model_runner_evidence`` (the line kind it rests on) and,
+    where vLLM said why it fell back to V1, ``model_runner_reason``."""
+    out: dict[str, str] = {}
+    if m := _last(_V1_FALLBACK, lines):
+        out["model_runner_reason"] = m["why"]
+    if _last(_V2_RUNNER, lines):
+        out.update(model_runner="v2", model_runner_evidence="Using V2 Model Runner")
+    elif "model_runner_reason" in out:
+        out.update(model_runner="v1", model_runner_evidence="V2 fallback warning")
+    elif _last(_V1_MODULE, lines):
+        out.update(model_runner="v1", model_runner_evidence="gpu_model_runner.py log lines")
+    elif pool_sized:
+        # The V2 line is logged when the worker builds its runner, before the KV pool is
+        # sized: a log that got as far as the pool without it ran the V1 runner.
+        out.update(model_runner="v1", model_runner_evidence="KV pool sized, no V2 line")
     return out
 
 

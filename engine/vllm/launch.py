@@ -21,6 +21,7 @@ from typing import Any, Mapping, Sequence
 
 from engine.presets import ServingConfig, normalise_patches
 from .checkpoint import language_model_only_reason
+from .patches.releases import runner_env
 
 # Re-exported so an adapter holding this module has the whole launcher surface.
 from .effective import compare_effective, parse_effective_config, patch_status_from_log  # noqa: F401
@@ -118,7 +119,8 @@ def build_launch(cfg: ServingConfig, *, port: int, host: str = "127.0.0.1", mode
                  speculative_extra: Mapping[str, Any] | None = None,
                  extra_args: Sequence[str] = (), python: str | None = None,
                  base_env: Mapping[str, str] | None = None,
-                 plugin_path: str | os.PathLike[str] | None = None) -> LaunchSpec:
+                 plugin_path: str | os.PathLike[str] | None = None,
+                 runner: str = "auto") -> LaunchSpec:
     """Everything :func:`build_command` returns, plus notes and the JSON objects passed.
 
     ``hybrid``: ``None`` follows ``cfg.geometry`` (``"hybrid"`` adds the hybrid flags with
@@ -126,6 +128,8 @@ def build_launch(cfg: ServingConfig, *, port: int, host: str = "127.0.0.1", mode
     ``plugin_path``: a directory prepended to ``PYTHONPATH`` in the server's env; use
     :func:`write_plugin_dist_info` to make one when residue-lab is not pip-installed where
     vLLM runs (the GPU bundle), so vLLM still discovers the patch plugin.
+    ``runner``: ``v1``/``v2`` force vLLM's model runner (``VLLM_USE_V2_MODEL_RUNNER``);
+    ``auto`` leaves the release's default (the log then says which one ran).
     """
     if not model:
         raise LaunchError("model path is required")
@@ -183,6 +187,10 @@ def build_launch(cfg: ServingConfig, *, port: int, host: str = "127.0.0.1", mode
     env = dict(base_env or {})
     patches = normalise_patches(cfg.patches)
     env[PATCHES_ENV] = patches
+    try:
+        env.update(runner_env(runner))
+    except ValueError as exc:
+        raise LaunchError(str(exc)) from None
     env.setdefault("VLLM_NO_USAGE_STATS", "1")
     env.setdefault("DO_NOT_TRACK", "1")
     # Without this the engine dies importing flashinfer where the bundle lacks it

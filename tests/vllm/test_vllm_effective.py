@@ -180,3 +180,48 @@ def test_real_compilation_config_repr_is_parsed():
         real = repr(CompilationConfig(cudagraph_mode=mode))
         eff = parse_effective_config(engine_config_line(spec="None", compilation=real))
         assert eff["cudagraph_mode"] == mode, real
+
+
+# ---------------------------------------------------------------- the runner a server ran on
+H200_LOGS = os.path.join(os.path.dirname(__file__), "..", "..", "reports", "h200", "logs")
+
+
+def h200_log(prefix):
+    import glob
+    import gzip
+
+    paths = sorted(glob.glob(os.path.join(H200_LOGS, prefix + "*.log.gz")))
+    if not paths:
+        pytest.skip(f"no committed H200 log {prefix}*")
+    with gzip.open(paths[0], "rt", errors="replace") as fh:
+        return fh.read()
+
+
+def test_real_hybrid_log_ran_on_v1():
+    """vLLM 0.26.0 on the H200, tiny hybrid + ngram: no V2 line, the V1 runner's module
+    logs the model load ([gpu_model_runner.py:5250] Starting to load model ...)."""
+    eff = parse_effective_config(h200_log("fresh_FULL_AND_PIECEWISE__"))
+    assert eff["vllm_version"] == "0.26.0"
+    assert (eff["model_runner"], eff["model_runner_evidence"]) == \
+        ("v1", "gpu_model_runner.py log lines")
+    assert "model_runner_reason" not in eff  # a hybrid is not a default-V2 model at all
+
+
+def test_real_dense_ngram_log_names_the_fallback():
+    """Dense + ngram: the default would be V2; config/vllm.py warns and falls back."""
+    eff = parse_effective_config(h200_log("dense_reset_FULL_AND_PIECEWISE_all__"))
+    assert eff["model_runner"] == "v1"
+    assert eff["model_runner_reason"] == \
+        "does not yet support ngram/ngram_gpu speculative decoding"
+
+
+def test_v2_line_wins_and_no_runner_line_says_nothing():
+    log = boot_log(spec="None", compilation=compilation_repr("PIECEWISE", "(1, 1)"))
+    eff = parse_effective_config(log)
+    assert (eff["model_runner"], eff["model_runner_evidence"]) == ("v2", "Using V2 Model Runner")
+    triton = API.format(2, "vllm.py:574") + ("Model Runner V2 requires Triton; using the V1 "
+                                             "model runner instead.")
+    assert parse_effective_config(triton) == {"model_runner": "v1",
+                                              "model_runner_evidence": "V2 fallback warning",
+                                              "model_runner_reason": "requires Triton"}
+    assert "model_runner" not in parse_effective_config(API.format(1, "x.py:1") + "hello")

@@ -182,3 +182,16 @@ def test_runner_env_is_vllms_switch():
     assert R.runner_env("auto") == {}
     assert R.runner_env("v1") == {"VLLM_USE_V2_MODEL_RUNNER": "0"}
     assert R.runner_env("v2") == {"VLLM_USE_V2_MODEL_RUNNER": "1"}
+
+
+def test_launch_runner_axis_sets_vllms_switch():
+    from engine.presets import resolve
+    from engine.vllm.launch import LaunchError, build_launch
+
+    cfg = resolve(spec="mtp", ctx="huge")
+    env = {r: build_launch(cfg, port=8001, model="/m", runner=r).env for r in R.RUNNERS}
+    assert env["v1"]["VLLM_USE_V2_MODEL_RUNNER"] == "0"
+    assert env["v2"]["VLLM_USE_V2_MODEL_RUNNER"] == "1"
+    assert "VLLM_USE_V2_MODEL_RUNNER" not in env["auto"]
+    with pytest.raises(LaunchError, match="unknown runner"):
+        build_launch(cfg, port=8001, model="/m", runner="v3")
