@@ -32,11 +32,12 @@ from engine.presets import PATCHES as PATCH_NAMES
 from ._shape import AlreadyFixed, ShapeMismatch
 
 ENV = "RESIDUE_LAB_PATCHES"
-#: vLLM releases whose code each patch's shape checks were run against (by the tests in
-#: tests/vllm on 0.27.1 installed; on 0.26.0 by reading its wheel's sources, see docs).
+#: vLLM releases whose code each patch's gates were run against: 0.27.1 installed (the
+#: tests in tests/vllm run the real classes), the others by source from their wheels
+#: (tests/vllm/test_vllm_release_table.py; the table is in releases.py and the docs).
 CHECKED_AGAINST: dict[str, tuple[str, ...]] = {
-    "prefill-discriminator": ("0.27.1", "0.26.0"),
-    "sliding-window-guard": ("0.27.1", "0.26.0"),
+    "prefill-discriminator": ("0.27.1", "0.26.0", "0.28.0", "0.33.0"),
+    "sliding-window-guard": ("0.27.1", "0.26.0", "0.28.0", "0.33.0"),
 }
 
 logger = logging.getLogger("vllm.residue_lab.patches")
