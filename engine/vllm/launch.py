@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from engine.presets import ServingConfig, normalise_patches
+from .caches import cache_env
 from .checkpoint import language_model_only_reason
 from .patches.releases import runner_env
 
@@ -120,7 +121,8 @@ def build_launch(cfg: ServingConfig, *, port: int, host: str = "127.0.0.1", mode
                  extra_args: Sequence[str] = (), python: str | None = None,
                  base_env: Mapping[str, str] | None = None,
                  plugin_path: str | os.PathLike[str] | None = None,
-                 runner: str = "auto") -> LaunchSpec:
+                 runner: str = "auto",
+                 cache_dir: str | os.PathLike[str] | None = None) -> LaunchSpec:
     """Everything :func:`build_command` returns, plus notes and the JSON objects passed.
 
     ``hybrid``: ``None`` follows ``cfg.geometry`` (``"hybrid"`` adds the hybrid flags with
@@ -130,6 +132,8 @@ def build_launch(cfg: ServingConfig, *, port: int, host: str = "127.0.0.1", mode
     vLLM runs (the GPU bundle), so vLLM still discovers the patch plugin.
     ``runner``: ``v1``/``v2`` force vLLM's model runner (``VLLM_USE_V2_MODEL_RUNNER``);
     ``auto`` leaves the release's default (the log then says which one ran).
+    ``cache_dir``: one folder for the compile, Inductor and Triton caches
+    (:func:`engine.vllm.caches.cache_env`), shared by every server given the same folder.
     """
     if not model:
         raise LaunchError("model path is required")
@@ -204,6 +208,8 @@ def build_launch(cfg: ServingConfig, *, port: int, host: str = "127.0.0.1", mode
         if old:
             parts.append(old)
         env["PYTHONPATH"] = os.pathsep.join(parts)
+    if cache_dir is not None:
+        env.update(cache_env(cache_dir))
     if patches == "none":
         notes.append("RESIDUE_LAB_PATCHES=none: the server runs vLLM unpatched (A/B run)")
     return LaunchSpec(argv=argv, env=env, notes=tuple(notes), speculative_config=spec,
