@@ -1,0 +1,17 @@
+"""A pre-imported launcher: one parent imports a module list once (torch, vLLM, ...)
+without touching CUDA and forks one child per server, so a server pays for its own work
+(CUDA init, weights, graphs) but not for Python imports. Generic: any ``-m module`` or
+``module:function`` entry; the lab engine tests it on CPU, :mod:`engine.vllm.prefork`
+is the vLLM entry. Falls back to a plain process where a fork cannot be used.
+
+    with ForkServer(["engine.lab.cli"], log_path="fs.log") as fs:
+        child = start_child(plain_argv, env=env, log_path="srv.log", server=fs,
+                            entry="-m engine.lab", child_argv=argv)
+        ...
+        child.kill()
+"""
+from ._client import ForkedChild, ForkServer, ForkServerUnavailable, PlainChild, start_child
+from ._proctree import alive, kill_session, session_pids
+
+__all__ = ["ForkServer", "ForkServerUnavailable", "ForkedChild", "PlainChild", "alive",
+           "kill_session", "session_pids", "start_child"]
