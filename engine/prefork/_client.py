@@ -221,14 +221,17 @@ def start_child(plain_argv: Sequence[str], *, env: Mapping[str, str],
                 log_path: str | os.PathLike[str], cwd: str | os.PathLike[str] | None = None,
                 server: ForkServer | None = None, entry: str | None = None,
                 child_argv: Sequence[str] | None = None,
-                fallback_reason: str | None = None) -> _Child:
+                fallback_reason: str | None = None,
+                child_env: Mapping[str, str] | None = None) -> _Child:
     """A server process: forked from ``server`` when given with ``entry`` and
     ``child_argv``, else (or when the server refuses) ``plain_argv`` in its own session.
-    ``.how`` says which; ``.fallback_reason`` why a fork was not used."""
+    ``.how`` says which; ``.fallback_reason`` why a fork was not used. ``child_env``: the
+    forked child's environment when it differs from the plain process's ``env``."""
     reason = fallback_reason
     if server is not None and entry and child_argv is not None and reason is None:
         try:
-            return server.spawn(entry, child_argv, log_path=log_path, env=env, cwd=cwd)
+            return server.spawn(entry, child_argv, log_path=log_path,
+                                env=env if child_env is None else child_env, cwd=cwd)
         except ForkServerUnavailable as exc:
             reason = str(exc)
     elif server is None and reason is None and entry:

@@ -217,7 +217,9 @@ def _run_entry(entry: str, argv: list[str]) -> int:
     if entry.startswith("-m "):
         module = entry[3:].strip()
         sys.argv = [module, *argv]
-        # What `python -m module` does: run it as __main__ with sys.argv[0] its file.
+        # `python -m module` runs it only as __main__: a copy preloaded under its own name
+        # goes, so the child's module state is the plain run's (its imports stay loaded).
+        sys.modules.pop(module, None)
         runpy.run_module(module, run_name="__main__", alter_sys=True)
         return 0
     module, func = entry.split(":", 1)

@@ -26,7 +26,8 @@ What the log shows (message wording checked in the 0.26.0 wheel, file: line):
   (``utils/jit_monitor.py``) name the kernels compiled on the first requests; their extra
   latency is :func:`first_request_extra_s` of the measured request latencies.
 
-Log timestamps are local wall-clock time to the second with no year or zone: offsets from
+Log timestamps are local wall-clock time to the second with no year or zone (so each
+stage is ±0.5 s against ``started_at``, taken as the middle of its second): offsets from
 ``started_at`` assume the log was written on the machine that parses it (the benchmark and
 the harness do both on the same host). A stage the log does not show is ``None``, never
 guessed.
@@ -210,9 +211,14 @@ def parse_boot_log(text: str, *, started_at: float | None = None,
         scan.line(raw)
     f = scan.found
     origin = started_at if started_at is not None else scan.first
+    # vLLM stamps whole seconds; against the launcher's exact clock a stage is placed in
+    # the middle of its second (±0.5 s), between stamps the halves cancel.
+    half = 0.5 if started_at is not None else 0.0
 
-    def rel(t: float | None) -> float | None:
-        return None if t is None or origin is None else round(t - origin, 3)
+    def rel(t: float | None, exact: bool = False) -> float | None:
+        if t is None or origin is None:
+            return None
+        return round(t + (0.0 if exact else half) - origin, 3)
 
     weights = f.get("weights")
     capture = f.get("capture")
@@ -233,7 +239,7 @@ def parse_boot_log(text: str, *, started_at: float | None = None,
         init_engine_s=f.get("init_s"),
         ready_at_s=rel(f.get("ready_at")),
         startup_complete=bool(f.get("startup_complete")),
-        health_at_s=rel(health_at) if health_at is not None else None,
+        health_at_s=rel(health_at, exact=True) if health_at is not None else None,
         first_request_extra_s=first_request_extra_s(latencies) if latencies else None,
         jit_kernels=tuple(dict.fromkeys(scan.jit)),
         engine_core_spawn_forced=bool(f.get("spawn_forced")),

@@ -50,8 +50,10 @@ def test_started_at_and_health_give_the_import_stage_and_boot():
     s = parse_boot_log(text, started_at=start, health_at=_epoch("2026-11-30 02:55:15"),
                        latencies=[3.0, 1.0, 1.5, 0.5])
     d = s.durations()
-    assert d["python_start_and_imports_s"] == 16.0
-    assert s.engine_core_at_s == 33.0
+    # Whole-second stamps are placed mid-second against the launcher's exact clock.
+    assert d["python_start_and_imports_s"] == 16.5
+    assert s.engine_core_at_s == 33.5
+    assert d["api_server_to_engine_core_s"] == 17.0
     assert d["boot_s"] == 45.0                    # /health wins over the log's ready line
     assert s.ready_at_s is not None and s.ready_at_s <= 45.0
     assert d["first_request_extra_s"] == 2.0      # 3.0 - median(1.0, 1.5, 0.5)
@@ -107,3 +109,28 @@ def test_cache_env_and_use(tmp_path):
     assert use.new_files == {"vllm": 0, "triton": 1, "inductor": 0}
     # The committed log used the default ~/.cache: not under the shared root.
     assert cache_use(_read(WARM), root=tmp_path / "c").compile_dir_shared is False
+
+
+def test_vllm_prefork_argv_and_env():
+    from engine.vllm.prefork import VLLM_ENTRY, child_argv, forked_env
+
+    plain = ["/usr/bin/python3", "-m", "vllm.entrypoints.openai.api_server", "--model", "m"]
+    assert child_argv(plain) == ["--model", "m"]
+    assert VLLM_ENTRY == "-m vllm.entrypoints.openai.api_server"
+    assert child_argv(["vllm", "serve", "m"]) is None
+    assert forked_env({})["VLLM_WORKER_MULTIPROC_METHOD"] == "fork"
+    assert forked_env({"VLLM_WORKER_MULTIPROC_METHOD": "spawn"}, "fork") == {
+        "VLLM_WORKER_MULTIPROC_METHOD": "spawn"}
+    with pytest.raises(ValueError):
+        forked_env({}, "forkserver")
+
+
+def test_build_launch_cache_dir(tmp_path):
+    from engine.presets import resolve
+    from engine.vllm.launch import build_launch
+
+    cfg = resolve("ngram", "huge", engine="vllm", model="/m", patches="none")
+    spec = build_launch(cfg, port=8001, model="/m", cache_dir=tmp_path / "c")
+    assert spec.env["VLLM_CACHE_ROOT"] == str((tmp_path / "c" / "vllm").resolve())
+    assert spec.env["TRITON_CACHE_DIR"].endswith("triton")
+    assert "VLLM_CACHE_ROOT" not in build_launch(cfg, port=8001, model="/m").env
