@@ -20,7 +20,9 @@ def run(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
 
 def test_dry_run_prints_every_variant_and_starts_nothing(tmp_path):
     out = tmp_path / "o"
-    r = run("--dry-run", "--out", str(out), "--variants", "plain,caches,preimport,both,forkcore")
+    cache = tmp_path / "cache"
+    r = run("--dry-run", "--out", str(out), "--cache-dir", str(cache),
+            "--variants", "plain,caches,preimport,both,forkcore")
     assert r.returncode == 0, r.stderr
     text = r.stdout
     for v in ("plain", "caches", "preimport", "both", "forkcore"):
@@ -29,10 +31,10 @@ def test_dry_run_prints_every_variant_and_starts_nothing(tmp_path):
     assert "--language-model-only" in text and "--gdn-prefill-backend triton" in text
     assert "-m engine.prefork --preload torch,vllm,vllm.entrypoints.openai.api_server" in text
     assert "VLLM_WORKER_MULTIPROC_METHOD=fork" in text
-    assert f"VLLM_CACHE_ROOT={out}/cache/vllm" in text            # shared
-    assert f"TRITON_CACHE_DIR={out}/boots/plain-rN/cache/triton" in text   # own, empty
+    assert f"VLLM_CACHE_ROOT={cache}/vllm" in text                  # shared
+    assert f"TRITON_CACHE_DIR={cache}-own/plain-rN/triton" in text   # own, empty
     assert "nothing started (--dry-run)" in text
-    assert not out.exists()
+    assert not out.exists() and not cache.exists()
 
 
 def test_user_errors_are_one_line_exit_2(tmp_path):
@@ -45,7 +47,8 @@ def test_user_errors_are_one_line_exit_2(tmp_path):
 
 def test_lab_run_boots_each_variant_and_compares_answers(tmp_path):
     out = tmp_path / "o"
-    r = run("--engine", "lab", "--out", str(out), "--rounds", "1", "--variants", "plain,both")
+    r = run("--engine", "lab", "--out", str(out), "--rounds", "1", "--variants", "plain,both",
+            "--cache-dir", str(tmp_path / "cache"))
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     data = json.loads((out / "gpu_boot.json").read_text())
     assert data["fork_server"]["usable"] is True
@@ -58,3 +61,4 @@ def test_lab_run_boots_each_variant_and_compares_answers(tmp_path):
     both = next(r for r in data["summary"] if r["variant"] == "both")
     assert both["identical_to_plain"] == "3/3"
     assert "| both | 1 | 1 |" in r.stdout
+    assert not (tmp_path / "cache-own" / "plain-r1").exists()      # removed after the boot
