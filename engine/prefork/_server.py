@@ -130,8 +130,10 @@ class _Server:
                 self.shutdown()
             else:
                 self.send({"id": rid, "ok": False, "error": f"unknown op {op!r}"})
-        except _Refused as exc:
-            self.send({"id": rid, "ok": False, "error": str(exc)})
+        except (_Refused, KeyError, TypeError, ValueError, OSError) as exc:
+            # A malformed request or a failed fork (ENOMEM, EAGAIN) is refused, not fatal.
+            self.send({"id": rid, "ok": False, "error": f"{type(exc).__name__}: {exc}"
+                       if not isinstance(exc, _Refused) else str(exc)})
 
     def env_diff(self, env: dict[str, str]) -> list[str]:
         keys = set(env) | set(self.import_env)
