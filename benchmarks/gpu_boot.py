@@ -402,6 +402,14 @@ def finish(opts: Options, boots: list[dict], fs_info: dict, plans: list | None,
     print(table(rows))
     print(f"# first cell: residue {opts.residues[0]}, the first request of each fresh server; "
           "first_cell_ok counts boots whose answer matched the passage")
+    print("# first_request_extra_s: first cell's latency minus the later cells' median (Triton "
+          "JIT on first use); a broken first answer is shorter, so this reads low")
+    fs = next((b for b in boots if b.get("how") == "forked"), None)
+    if fs_info.get("usable"):
+        print(f"# fork server imports (paid once per run, not in any forked boot_s): "
+              f"{fs_info.get('wall_s')} s")
+    elif fs is None and any(VARIANTS[v][1] for v in opts.variants):
+        print(f"# fork server unusable, forked variants fell back: {fs_info.get('reason')}")
     print(f"# JSON: {opts.out / 'gpu_boot.json'}")
     return result
 

@@ -171,3 +171,25 @@ def test_bad_entry_is_refused_and_falls_back_to_plain(server, tmp_path):
         wait_until(lambda: healthy(port), 60, "/health")
     finally:
         assert kid.kill(grace=5) == []
+
+
+def test_dash_m_entry_runs_as_python_m_would(tmp_path):
+    extra = tmp_path / "extra"
+    extra.mkdir()
+    env = {**lab_env(), "MAIN_MARK": "m1", "EXTRA_DIR": str(extra),
+           "PYTHONPATH": f"{extra}{os.pathsep}{ROOT}", "VLLM_TEST_ONLY_VAR": "1"}
+    with ForkServer(["tests.boot.main_entry"], log_path=tmp_path / "fs.log", env=lab_env(),
+                    cwd=ROOT) as fs:
+        out = tmp_path / "out.json"
+        kid = fs.spawn("-m tests.boot.main_entry", [str(out)], log_path=tmp_path / "m.log",
+                       env=env)
+        assert kid.wait(30) == 3                       # its exit code comes back
+    import json
+
+    got = json.loads(out.read_text())
+    assert got["name"] == "__main__" and got["argv"][1:] == [str(out)]
+    assert got["argv"][0].endswith("main_entry.py")   # sys.argv[0] is the module's file
+    assert got["preloaded_copy"] is False              # the preloaded copy was dropped
+    assert got["sys_path_has"] is True and got["mark"] == "m1"
+    # Variables a library may read at import are named when they differ from the parent's.
+    assert set(kid.env_differs) >= {"VLLM_TEST_ONLY_VAR", "PYTHONPATH"}
