@@ -353,10 +353,28 @@ def median(xs: list) -> float | None:
     return round(statistics.median(xs), 2) if xs else None
 
 
+def _plain_answers(boots: list[dict]) -> dict[int, set[str]]:
+    """Per residue, the answer sha1s of every plain-process boot (the warm-up included)."""
+    seen: dict[int, set[str]] = {}
+    for b in boots:
+        if b.get("how") == "plain" and not VARIANTS[b["variant"]][1]:
+            for c in b.get("cells", []):
+                seen.setdefault(c["residue"], set()).add(c["sha1"])
+    return seen
+
+
+def plain_reference(boots: list[dict]) -> dict[int, str]:
+    """The plain answer per residue where all plain boots agree (else no reference)."""
+    return {r: next(iter(s)) for r, s in _plain_answers(boots).items() if len(s) == 1}
+
+
+def plain_disagreements(boots: list[dict]) -> list[int]:
+    return sorted(r for r, s in _plain_answers(boots).items() if len(s) > 1)
+
+
 def summarize(opts: Options, boots: list[dict]) -> list[dict]:
     counted = [b for b in boots if not b.get("warm_up")]
-    ref = {c["residue"]: c["sha1"] for b in counted if b["variant"] == "plain"
-           for c in b.get("cells", [])}
+    ref = plain_reference(boots)
     rows = []
     for v in opts.variants:
         bs = [b for b in counted if b["variant"] == v]
@@ -397,9 +415,14 @@ def finish(opts: Options, boots: list[dict], fs_info: dict, plans: list | None,
     result = {"engine": opts.engine, "model": opts.model, "residues": opts.residues,
               "context": opts.context, "cache_dir": str(opts.cache_dir), "stopped_at": stopped,
               "fork_server": fs_info, "summary": rows, "boots": boots,
+              "plain_disagrees_at": plain_disagreements(boots),
               "cells": [p.as_dict() for p in plans] if plans else None}
     (opts.out / "gpu_boot.json").write_text(json.dumps(result, indent=2, default=str))
     print(table(rows))
+    split = plain_disagreements(boots)
+    print("# identical_to_plain: cells whose sha1 equals the one answer every plain-process "
+          "boot (warm-up included) gave" + (f"; plain boots DISAGREE at residues {split}, "
+                                            "no reference there" if split else ""))
     print(f"# first cell: residue {opts.residues[0]}, the first request of each fresh server; "
           "first_cell_ok counts boots whose answer matched the passage")
     print("# first_request_extra_s: first cell's latency minus the later cells' median (Triton "
