@@ -101,21 +101,38 @@ class KVCacheManager:
                 break
             blocks.append(b)
         hit = len(blocks) * bs // self.alignment * self.alignment
-        snapshot = None
-        if self.hybrid:
-            # the recurrent state group can only resume where a snapshot was cached
-            while hit > 0:
-                snapshot = self.pool.state_snapshots.get(req.block_hashes[hit // bs - 1])
-                if snapshot is not None:
-                    break
-                hit -= self.alignment
-        if self.sw_group is not None:
-            hit = self.sw_group.find_longest_cache_hit(hit, self.alignment)
-            if hit == 0:
-                snapshot = None
+        hit, snapshot = self._hit_every_group_serves(req, hit)
         self.metrics.prefix_cache_queries += req.num_prompt_tokens
         self.metrics.prefix_cache_hits += hit
-        return blocks[:hit // bs], hit, (snapshot.copy() if snapshot is not None and hit else None)
+        return blocks[:hit // bs], hit, (snapshot.copy() if snapshot is not None else None)
+
+    def _hit_every_group_serves(self, req: Request, hit: int) -> tuple[int, Any]:
+        """Lower ``hit`` until every group can serve it, and return the recurrent-state
+        snapshot taken at exactly that boundary.
+
+        As in ``HybridKVCacheCoordinator.find_longest_cache_hit``, each group may only
+        lower the hit, and the groups are asked again until a round leaves it unchanged:
+        the recurrent group needs a snapshot at the boundary, the sliding-window group a
+        whole number of its blocks (which may lower the hit to a multiple of
+        ``lcm(unit, SW block)``). The snapshot is looked up after the last lowering, so it
+        always belongs to the returned hit.
+        """
+        bs = self.block_size
+        while True:
+            snapshot = None
+            if self.hybrid and hit > 0:
+                snapshot = self.pool.state_snapshots.get(req.block_hashes[hit // bs - 1])
+                if snapshot is None:
+                    hit -= self.alignment
+                    continue
+            if self.sw_group is not None:
+                # asked even for a miss, as vLLM asks every group: the #18 assert fires on
+                # the first request
+                sw_hit = self.sw_group.find_longest_cache_hit(hit, self.alignment)
+                if sw_hit < hit:
+                    hit = sw_hit  # the snapshot must be looked up again at the new boundary
+                    continue
+            return hit, (snapshot if hit > 0 else None)
 
     # -- allocation ---------------------------------------------------------------------------
     def allocate_slots(self, req: Request, num_new_tokens: int, num_lookahead: int = 0,
