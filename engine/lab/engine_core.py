@@ -47,7 +47,9 @@ class EngineCore:
             self.pool, block_size=cfg.block_size, alignment=cfg.effective_hash_unit,
             hybrid=cfg.geometry == "hybrid", enable_caching=cfg.enable_prefix_caching,
             sliding_window_block=cfg.sliding_window_block,
-            sliding_window_guard=cfg.patch_on("sliding-window-guard"), metrics=self.metrics)
+            sliding_window_guard=cfg.patch_on("sliding-window-guard"), metrics=self.metrics,
+            drop_eagle_block=cfg.drop_eagle_block, cache_states=cfg.mamba_cache_mode != "none",
+            attention_block=cfg.mamba_block_size)
         self.model = CopyModel(tokenizer, tokenizer.nl_id)
         drafter = None
         if cfg.method:

@@ -68,8 +68,14 @@ class SlidingWindowGroup:
 class KVCacheManager:
     def __init__(self, pool: BlockPool, *, block_size: int, alignment: int, hybrid: bool,
                  enable_caching: bool, sliding_window_block: int | None,
-                 sliding_window_guard: bool, metrics: Any) -> None:
+                 sliding_window_guard: bool, metrics: Any, drop_eagle_block: bool = False,
+                 cache_states: bool = True, attention_block: int | None = None) -> None:
         self.pool = pool
+        self.drop_eagle_block = drop_eagle_block
+        # the hybrid's attention block as vLLM promotes it (the page block in align mode)
+        self.attention_block = attention_block or block_size
+        # --mamba-cache-mode none: the recurrent group caches no state, so a hybrid never hits
+        self.cache_states = cache_states
         self.block_size = block_size
         self.alignment = alignment
         self.hybrid = hybrid
@@ -100,7 +106,14 @@ class KVCacheManager:
             if b is None:
                 break
             blocks.append(b)
-        hit = len(blocks) * bs // self.alignment * self.alignment
+        hit = len(blocks) * bs
+        if self.drop_eagle_block and hit:
+            # vLLM's FullAttentionManager.find_longest_cache_hit with drop_eagle_block (the
+            # coordinator sets it for EAGLE/MTP/DFlash groups): the drafter needs the hidden
+            # states of the tokens before the generation point, so the last matched hash unit
+            # (one cache block when not fine-grained) is recomputed.
+            hit -= min(self.alignment, self.attention_block, hit)
+        hit = hit // self.alignment * self.alignment
         hit, snapshot = self._hit_every_group_serves(req, hit)
         self.metrics.prefix_cache_queries += req.num_prompt_tokens
         self.metrics.prefix_cache_hits += hit
@@ -167,7 +180,7 @@ class KVCacheManager:
         req.num_cached_blocks = max(req.num_cached_blocks, n_full)
 
     def store_snapshots(self, req: Request, snapshots: dict[int, Any]) -> None:
-        if not (self.enable_caching and self.hybrid):
+        if not (self.enable_caching and self.hybrid and self.cache_states):
             return
         for b, state in snapshots.items():
             if b <= req.num_computed_tokens and b // self.block_size <= len(req.block_hashes):

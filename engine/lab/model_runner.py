@@ -58,6 +58,9 @@ class ModelRunner:
         self.discriminator = cfg.patch_on("prefill-discriminator")
         self.snapshot_every = (cfg.effective_hash_unit
                                if cfg.geometry == "hybrid" and cfg.enable_prefix_caching else 0)
+        # align mode: the state is only materialised where a chunk ends on a cacheable
+        # position (a mamba block boundary, or the prompt's last hash boundary)
+        self.align_block = cfg.mamba_block_size if cfg.align_mode else None
         rows = cfg.max_num_seqs
         self.rows: dict[str, int] = {}
         self.free_rows = list(range(rows))
@@ -124,10 +127,14 @@ class ModelRunner:
             outs[req.request_id] = self._forward(req, n, spec, toks, plan)
         return outs
 
-    def _boundaries(self, start: int, n: int) -> list[int]:
+    def _boundaries(self, req: Request, start: int, n: int) -> list[int]:
         u = self.snapshot_every
         if not u:
             return []
+        if self.align_block:
+            end, block = start + n, self.align_block
+            tail = req.num_prompt_tokens // u * u if u < block else -1
+            return [end] if end % u == 0 and (end % block == 0 or end == tail) else []
         first = (start // u + 1) * u
         return list(range(first, start + n + 1, u))
 
@@ -143,7 +150,7 @@ class ModelRunner:
             req.state = State()
             if start:
                 model.advance(req.state, view, 0, view.tokens(start), [])
-        boundaries = self._boundaries(start, n)
+        boundaries = self._boundaries(req, start, n)
         prefill_end = start + n >= req.num_prompt_tokens and not req.output_token_ids
         a = 0
         if plan == CAPTURED or not req.is_prefill:
