@@ -128,12 +128,14 @@ class AsyncEngine:
         if self.on_dead:
             self.on_dead()
 
-    async def generate(self, prompt_ids: np.ndarray, max_tokens: int
+    async def generate(self, prompt_ids: np.ndarray, max_tokens: int,
+                       num_logprobs: int | None = None
                        ) -> AsyncIterator[tuple[list[int], str | None, Request]]:
         if self.dead is not None:
             raise EngineDeadError()
         req_id = f"chatcmpl-{next(self._ids):08x}"
-        req = Request(req_id, prompt_ids, max_tokens, self.core.tokenizer.stop_token_ids)
+        req = Request(req_id, prompt_ids, max_tokens, self.core.tokenizer.stop_token_ids,
+                      num_logprobs)
         q: asyncio.Queue = asyncio.Queue()
         self.queues[req_id] = q
         finished = False

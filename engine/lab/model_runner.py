@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .config import FULL_DECODE_MODES, LabConfig
-from .model import CopyModel, SeqView, State
+from .model import CopyModel, SeqView, State, logprobs_of
 from .request import Request
 from .spec_decode import Drafter
 
@@ -44,6 +44,8 @@ class RunnerOutput:
     state: State
     snapshots: dict[int, State] = field(default_factory=dict)
     drafts: list[int] = field(default_factory=list)
+    # per emitted token, where the request asked for logprobs: [(token, logprob)], best first
+    logprobs: list[list[tuple[int, float]]] | None = None
 
 
 class ModelRunner:
@@ -172,13 +174,20 @@ class ModelRunner:
                 emitted = outs[:a + 1]
             state = states[accepted - 1]
             snaps = {b: states[b - start - 1] for b in boundaries if b - start <= accepted}
+            first = n - 1 if req.is_prefill else 0  # position index of emitted[0]
+            scored = [(states[first + j], int(toks[first + j]), start + first + j)
+                      for j in range(len(emitted))]
         else:
             state = req.state.copy()
             snaps = model.advance(state, view, start, toks, boundaries)
             accepted = n
             emitted = ([model.next_token(state, view, int(toks[-1]), start + n - 1)]
                        if prefill_end else [])
+            scored = [(state, int(toks[-1]), start + n - 1)] if emitted else []
         out = RunnerOutput(emitted, accepted, a, state, snaps)
+        if req.num_logprobs is not None:
+            # read-only: the head's votes at the very states and slots that chose each token
+            out.logprobs = [logprobs_of(model.votes(st, view, x, p)) for st, x, p in scored]
         if emitted and self.drafter is not None:
             pos = start + accepted  # position of the token just sampled
             limit = self.cfg.max_model_len - pos - 1

@@ -189,8 +189,10 @@ class Scheduler:
                 self.metrics.spec_decode_num_accepted_tokens += o.num_accepted_drafts
             new: list[int] = []
             reason = None
-            for t in o.emitted:
+            for i, t in enumerate(o.emitted):
                 req.output_token_ids.append(t)
+                if o.logprobs is not None:
+                    req.output_logprobs.append(o.logprobs[i])
                 new.append(t)
                 if t in req.stop_token_ids:
                     reason = "stop"

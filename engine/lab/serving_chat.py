@@ -23,6 +23,7 @@ from .tokenizer import IncrementalDetokenizer
 __all__ = ["chat_completions"]
 
 MAX_STOP_STRINGS = 16
+MAX_TOP_LOGPROBS = 20  # vLLM's default --max-logprobs, OpenAI's limit
 
 
 @dataclass
@@ -36,6 +37,8 @@ class ChatParams:
     stream: bool
     include_usage: bool
     created: int
+    num_logprobs: int | None = None   # None: no logprobs; N: top-N alternatives per token
+    tokens_as_ids: bool = False       # vLLM's return_tokens_as_token_ids: 'token_id:N'
 
     @property
     def prompt_len(self) -> int:
@@ -77,6 +80,22 @@ def _include_usage(data: dict[str, Any]) -> bool:
     return bool(opts.get("include_usage")) if isinstance(opts, dict) else False
 
 
+def _num_logprobs(data: dict[str, Any]) -> int | None:
+    """OpenAI's ``logprobs`` (bool) and ``top_logprobs`` (0..20, needs ``logprobs``)."""
+    want, top = data.get("logprobs"), data.get("top_logprobs")
+    if want is not None and not isinstance(want, bool):
+        raise APIError(400, "'logprobs' must be a boolean", param="logprobs")
+    if top is not None:
+        if (isinstance(top, bool) or not isinstance(top, int)
+                or not 0 <= top <= MAX_TOP_LOGPROBS):
+            raise APIError(400, f"'top_logprobs' must be an integer 0..{MAX_TOP_LOGPROBS}",
+                           param="top_logprobs")
+        if not want:
+            raise APIError(400, "when using 'top_logprobs', 'logprobs' must be set to true",
+                           param="top_logprobs")
+    return (top or 0) if want else None
+
+
 def parse_chat_request(st: AppState, data: dict[str, Any]) -> ChatParams:
     st.check_model(data)
     if "messages" not in data:
@@ -92,7 +111,8 @@ def parse_chat_request(st: AppState, data: dict[str, Any]) -> ChatParams:
     return ChatParams(ids=ids, max_tokens=_max_tokens(st, data, plen), stops=_stops(data),
                       model_name=data.get("model") or st.cfg.served_model_name,
                       stream=bool(data.get("stream")), include_usage=_include_usage(data),
-                      created=int(time.time()))
+                      created=int(time.time()), num_logprobs=_num_logprobs(data),
+                      tokens_as_ids=bool(data.get("return_tokens_as_token_ids")))
 
 
 # -- answers ------------------------------------------------------------------------------
@@ -103,6 +123,26 @@ def usage(st: AppState, p: ChatParams, req) -> dict[str, Any]:
     if st.cfg.enable_prompt_tokens_details:
         u["prompt_tokens_details"] = {"cached_tokens": max(req.num_cached_tokens, 0)}
     return u
+
+
+def _token_entry(st: AppState, p: ChatParams, tok: int, logprob: float) -> dict[str, Any]:
+    text = (f"token_id:{tok}" if p.tokens_as_ids
+            else st.tokenizer.decode([tok], skip_special_tokens=False))
+    return {"token": text, "logprob": max(logprob, -9999.0),
+            "bytes": list(text.encode("utf-8", errors="replace"))}
+
+
+def logprobs_content(st: AppState, p: ChatParams, req, first: int, count: int
+                     ) -> list[dict[str, Any]]:
+    """OpenAI ``logprobs.content`` entries for output tokens [first, first + count)."""
+    out = []
+    for i in range(first, first + count):
+        tok = req.output_token_ids[i]
+        ranked = req.output_logprobs[i]
+        entry = _token_entry(st, p, tok, dict(ranked)[tok])
+        entry["top_logprobs"] = [_token_entry(st, p, t, lp) for t, lp in ranked[:p.num_logprobs]]
+        out.append(entry)
+    return out
 
 
 async def full_response(st: AppState, p: ChatParams, gen) -> Response:
@@ -117,6 +157,9 @@ async def full_response(st: AppState, p: ChatParams, gen) -> Response:
             await gen.aclose()  # aborts the request
             break
     text = st.tokenizer.decode(out_ids)
+    logprobs = None
+    if p.num_logprobs is not None and last is not None:
+        logprobs = {"content": logprobs_content(st, p, last, 0, len(out_ids))}
     stop_reason = None
     if p.stops and (hit := p.find_stop(text)):
         text, stop_reason = text[:hit[0]], hit[1]
@@ -125,15 +168,18 @@ async def full_response(st: AppState, p: ChatParams, gen) -> Response:
         "created": p.created, "model": p.model_name,
         "choices": [{"index": 0, "message": {"role": "assistant", "content": text,
                                              "tool_calls": []},
-                     "logprobs": None, "finish_reason": reason, "stop_reason": stop_reason}],
+                     "logprobs": logprobs, "finish_reason": reason,
+                     "stop_reason": stop_reason}],
         "usage": usage(st, p, last), "system_fingerprint": None})
 
 
 def _sse_chunk(p: ChatParams, rid: str | None, delta: dict[str, Any], reason: str | None,
-               u: dict[str, Any] | None = None) -> str:
+               u: dict[str, Any] | None = None, logprobs: list | None = None) -> str:
     body: dict[str, Any] = {"id": rid, "object": "chat.completion.chunk",
                             "created": p.created, "model": p.model_name,
-                            "choices": [{"index": 0, "delta": delta, "logprobs": None,
+                            "choices": [{"index": 0, "delta": delta,
+                                         "logprobs": ({"content": logprobs}
+                                                      if logprobs is not None else None),
                                          "finish_reason": reason}]}
     if u is not None:
         body["choices"] = []
@@ -174,6 +220,7 @@ async def _chain(first, rest):
 async def sse_events(st: AppState, p: ChatParams, primed, gen) -> AsyncIterator[str]:
     text = _StreamText(st, p)
     rid = None
+    n_out = 0  # output tokens streamed so far
     try:
         first = True
         async for new, reason, req in _chain(primed, gen):
@@ -182,8 +229,13 @@ async def sse_events(st: AppState, p: ChatParams, primed, gen) -> AsyncIterator[
                 yield _sse_chunk(p, rid, {"role": "assistant", "content": ""}, None)
                 first = False
             delta, reason = text.push(new, reason)
-            if delta or reason:
-                yield _sse_chunk(p, rid, {"content": delta} if delta else {}, reason)
+            lps = None
+            if p.num_logprobs is not None and new:
+                lps = logprobs_content(st, p, req, n_out, len(new))
+            n_out += len(new)
+            if delta or reason or lps:
+                yield _sse_chunk(p, rid, {"content": delta} if delta else {}, reason,
+                                 logprobs=lps)
             if reason and p.include_usage:
                 yield _sse_chunk(p, rid, {}, None, usage(st, p, req))
             if reason:
@@ -202,7 +254,7 @@ async def chat_completions(st: AppState, request: HTTPRequest) -> Response:
     p = parse_chat_request(st, await st.read_json(request))
     if st.engine.dead is not None:
         raise EngineDeadError()
-    gen = st.engine.generate(p.ids, p.max_tokens)
+    gen = st.engine.generate(p.ids, p.max_tokens, p.num_logprobs)
     if not p.stream:
         return await full_response(st, p, gen)
     # Run the first step before answering 200, so an engine that dies on this request
