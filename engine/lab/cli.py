@@ -14,8 +14,8 @@ import os
 import sys
 import time
 
-from .config import (CUDAGRAPH_MODES, GEOMETRIES, MODEL_DIR, PATCHES, SPEC_METHODS, VERSION,
-                     CapacityError, ConfigError, LabConfig)
+from .config import (CUDAGRAPH_MODES, GEOMETRIES, MAMBA_CACHE_MODES, MODEL_DIR, PATCHES,
+                     SPEC_METHODS, VERSION, CapacityError, ConfigError, LabConfig)
 
 T0 = time.monotonic()
 
@@ -105,6 +105,13 @@ def build_parser() -> argparse.ArgumentParser:
       help="lab only: fixes to apply: all, none, or a comma list of " + ", ".join(PATCHES))
     a("--geometry", choices=GEOMETRIES, default="hybrid",
       help="lab only: hybrid (recurrent state + attention, the thread's model) or dense")
+    a("--mamba-cache-mode", choices=MAMBA_CACHE_MODES, default="all",
+      help="hybrid prefix caching of the recurrent state, spelled as vLLM spells it. all: a "
+           "state snapshot at every hash unit, no chunk alignment (the thread's stack: cold "
+           "clean). align: as vLLM 0.26.0, prefill chunks end at page-block boundaries and at "
+           "the prompt's last hash boundary, and MTP/DFlash hits drop their last matched unit "
+           "(a cold prompt of length k+1 mod unit breaks too). none: no recurrent-state "
+           "caching, so a hybrid gets no hits")
     a("--version", action="version", version=VERSION)
     return p
 
@@ -140,7 +147,7 @@ def config_from_args(argv: list[str] | None = None) -> LabConfig:
         max_num_batched_tokens=ns.max_num_batched_tokens, max_num_seqs=ns.max_num_seqs,
         enable_prompt_tokens_details=ns.enable_prompt_tokens_details,
         api_key=ns.api_key or os.environ.get("VLLM_API_KEY") or None, seed=ns.seed,
-        patches=ns.patches, geometry=ns.geometry)
+        patches=ns.patches, geometry=ns.geometry, mamba_cache_mode=ns.mamba_cache_mode)
     if not (0 < cfg.port < 65536):
         p.error(f"--port must be 1..65535, got {cfg.port}")
     try:

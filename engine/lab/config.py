@@ -31,6 +31,11 @@ CUDAGRAPH_MODES = ("NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PI
 FULL_DECODE_MODES = ("FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE")
 SPEC_METHODS = ("mtp", "dflash", "ngram")
 GEOMETRIES = ("hybrid", "dense")
+# vLLM's ``CacheConfig.mamba_cache_mode`` choices (``vllm/config/cache.py``, ``MambaCacheMode``).
+MAMBA_CACHE_MODES = ("all", "align", "none")
+# Methods whose drafter runs off the target's hidden states: vLLM's
+# ``SpeculativeConfig.use_eagle()`` (eagle, eagle3, mtp, dflash); ngram is not one.
+EAGLE_STYLE_METHODS = ("mtp", "dflash")
 VERSION = "0.1.0+lab"
 
 
@@ -153,12 +158,15 @@ class LabConfig:
     seed: int = 0
     patches: tuple[str, ...] = PATCHES
     geometry: str = "hybrid"
+    mamba_cache_mode: str = "all"
     # derived (filled by finalize)
     bytes_per_token: int = 0
     num_gpu_blocks: int = 0
     page_block: int | None = None
     effective_hash_unit: int = 0
     sliding_window_block: int | None = None
+    mamba_block_size: int | None = None      # align mode: prefill chunks end on these
+    drop_eagle_block: bool = False           # hits drop their last matched unit
     max_cudagraph_capture_size: int = 512
     geometry_info: ModelGeometry | None = field(default=None, repr=False)
 
@@ -216,8 +224,30 @@ class LabConfig:
             self.effective_hash_unit = self.block_size
         self.sliding_window_block = geo.sliding_window_block(method, k, self.geometry,
                                                              self.block_size)
+        self._derive_mamba_caching()
         self._size_pool()
         return self
+
+    @property
+    def align_mode(self) -> bool:
+        """vLLM's ``need_mamba_block_aligned_split``: a hybrid in align mode."""
+        return self.geometry == "hybrid" and self.mamba_cache_mode == "align"
+
+    def _derive_mamba_caching(self) -> None:
+        """Align mode as vLLM 0.26.0 runs it (``v1/core/sched/scheduler.py``
+        ``_mamba_block_aligned_split``): the mamba block is the hybrid's promoted attention
+        block (``platforms/interface.py`` sets them equal), here the page block, and
+        EAGLE-style hits drop their last matched unit
+        (``single_type_kv_cache_manager.py`` ``FullAttentionManager.find_longest_cache_hit``,
+        ``drop_eagle_block``). The lab's default, ``all``, is the thread's stack: state
+        snapshots at every hash unit, no chunk alignment and no drop (the thread's hits left
+        a tail of exactly k + 1). Dense geometry has no mamba layers: nothing changes."""
+        if self.mamba_cache_mode not in MAMBA_CACHE_MODES:
+            raise ConfigError(f"--mamba-cache-mode must be one of {', '.join(MAMBA_CACHE_MODES)}, "
+                              f"got {self.mamba_cache_mode!r}")
+        self.mamba_block_size = self.page_block if self.align_mode else None
+        self.drop_eagle_block = (self.align_mode and self.enable_prefix_caching
+                                 and self.method in EAGLE_STYLE_METHODS)
 
     def _size_pool(self) -> None:
         needed = self.max_model_len * self.bytes_per_token

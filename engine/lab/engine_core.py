@@ -47,7 +47,9 @@ class EngineCore:
             self.pool, block_size=cfg.block_size, alignment=cfg.effective_hash_unit,
             hybrid=cfg.geometry == "hybrid", enable_caching=cfg.enable_prefix_caching,
             sliding_window_block=cfg.sliding_window_block,
-            sliding_window_guard=cfg.patch_on("sliding-window-guard"), metrics=self.metrics)
+            sliding_window_guard=cfg.patch_on("sliding-window-guard"), metrics=self.metrics,
+            drop_eagle_block=cfg.drop_eagle_block, cache_states=cfg.mamba_cache_mode != "none",
+            attention_block=cfg.mamba_block_size)
         self.model = CopyModel(tokenizer, tokenizer.nl_id)
         drafter = None
         if cfg.method:
@@ -126,12 +128,14 @@ class AsyncEngine:
         if self.on_dead:
             self.on_dead()
 
-    async def generate(self, prompt_ids: np.ndarray, max_tokens: int
+    async def generate(self, prompt_ids: np.ndarray, max_tokens: int,
+                       num_logprobs: int | None = None
                        ) -> AsyncIterator[tuple[list[int], str | None, Request]]:
         if self.dead is not None:
             raise EngineDeadError()
         req_id = f"chatcmpl-{next(self._ids):08x}"
-        req = Request(req_id, prompt_ids, max_tokens, self.core.tokenizer.stop_token_ids)
+        req = Request(req_id, prompt_ids, max_tokens, self.core.tokenizer.stop_token_ids,
+                      num_logprobs)
         q: asyncio.Queue = asyncio.Queue()
         self.queues[req_id] = q
         finished = False

@@ -68,8 +68,14 @@ class SlidingWindowGroup:
 class KVCacheManager:
     def __init__(self, pool: BlockPool, *, block_size: int, alignment: int, hybrid: bool,
                  enable_caching: bool, sliding_window_block: int | None,
-                 sliding_window_guard: bool, metrics: Any) -> None:
+                 sliding_window_guard: bool, metrics: Any, drop_eagle_block: bool = False,
+                 cache_states: bool = True, attention_block: int | None = None) -> None:
         self.pool = pool
+        self.drop_eagle_block = drop_eagle_block
+        # the hybrid's attention block as vLLM promotes it (the page block in align mode)
+        self.attention_block = attention_block or block_size
+        # --mamba-cache-mode none: the recurrent group caches no state, so a hybrid never hits
+        self.cache_states = cache_states
         self.block_size = block_size
         self.alignment = alignment
         self.hybrid = hybrid
@@ -100,22 +106,46 @@ class KVCacheManager:
             if b is None:
                 break
             blocks.append(b)
-        hit = len(blocks) * bs // self.alignment * self.alignment
-        snapshot = None
-        if self.hybrid:
-            # the recurrent state group can only resume where a snapshot was cached
-            while hit > 0:
-                snapshot = self.pool.state_snapshots.get(req.block_hashes[hit // bs - 1])
-                if snapshot is not None:
-                    break
-                hit -= self.alignment
-        if self.sw_group is not None:
-            hit = self.sw_group.find_longest_cache_hit(hit, self.alignment)
-            if hit == 0:
-                snapshot = None
+        hit = len(blocks) * bs
+        if self.drop_eagle_block and hit:
+            # vLLM's FullAttentionManager.find_longest_cache_hit with drop_eagle_block (the
+            # coordinator sets it for EAGLE/MTP/DFlash groups): the drafter needs the hidden
+            # states of the tokens before the generation point, so the last matched hash unit
+            # (one cache block when not fine-grained) is recomputed.
+            hit -= min(self.alignment, self.attention_block, hit)
+        hit = hit // self.alignment * self.alignment
+        hit, snapshot = self._hit_every_group_serves(req, hit)
         self.metrics.prefix_cache_queries += req.num_prompt_tokens
         self.metrics.prefix_cache_hits += hit
-        return blocks[:hit // bs], hit, (snapshot.copy() if snapshot is not None and hit else None)
+        return blocks[:hit // bs], hit, (snapshot.copy() if snapshot is not None else None)
+
+    def _hit_every_group_serves(self, req: Request, hit: int) -> tuple[int, Any]:
+        """Lower ``hit`` until every group can serve it, and return the recurrent-state
+        snapshot taken at exactly that boundary.
+
+        As in ``HybridKVCacheCoordinator.find_longest_cache_hit``, each group may only
+        lower the hit, and the groups are asked again until a round leaves it unchanged:
+        the recurrent group needs a snapshot at the boundary, the sliding-window group a
+        whole number of its blocks (which may lower the hit to a multiple of
+        ``lcm(unit, SW block)``). The snapshot is looked up after the last lowering, so it
+        always belongs to the returned hit.
+        """
+        bs = self.block_size
+        while True:
+            snapshot = None
+            if self.hybrid and hit > 0:
+                snapshot = self.pool.state_snapshots.get(req.block_hashes[hit // bs - 1])
+                if snapshot is None:
+                    hit -= self.alignment
+                    continue
+            if self.sw_group is not None:
+                # asked even for a miss, as vLLM asks every group: the #18 assert fires on
+                # the first request
+                sw_hit = self.sw_group.find_longest_cache_hit(hit, self.alignment)
+                if sw_hit < hit:
+                    hit = sw_hit  # the snapshot must be looked up again at the new boundary
+                    continue
+            return hit, (snapshot if hit > 0 else None)
 
     # -- allocation ---------------------------------------------------------------------------
     def allocate_slots(self, req: Request, num_new_tokens: int, num_lookahead: int = 0,
@@ -150,7 +180,7 @@ class KVCacheManager:
         req.num_cached_blocks = max(req.num_cached_blocks, n_full)
 
     def store_snapshots(self, req: Request, snapshots: dict[int, Any]) -> None:
-        if not (self.enable_caching and self.hybrid):
+        if not (self.enable_caching and self.hybrid and self.cache_states):
             return
         for b, state in snapshots.items():
             if b <= req.num_computed_tokens and b // self.block_size <= len(req.block_hashes):

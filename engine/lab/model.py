@@ -41,6 +41,10 @@ NUM_SPECIAL = 3
 OUTSIDE, ROLE, TURN = 0, 1, 2
 NO_LIMIT = 1 << 30
 MAX_ROLE_TOKENS = 16  # a role name is a few tokens; longer header lines are not roles
+# Votes the output head weighs beyond its decision: the most recent earlier occurrences of
+# the input token (an older one weighs 2**-rank: below 2**-16 it cannot change a logprob
+# printed to 4 decimals by more than 1e-4)
+MAX_VOTES = 16
 
 NUMBER_WORDS = {w: i + 1 for i, w in enumerate(
     "one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
@@ -366,3 +370,48 @@ class CopyModel:
             return IM_END
         t = view.tok(q + 1)
         return t if t >= 0 else IM_END
+
+    # -- the head's scores (what logprobs report) -----------------------------------------
+    def votes(self, s: State, view: SeqView, x: int, p: int) -> list[tuple[int, float]]:
+        """The candidates the output head weighed for the token after input x at position p,
+        with their weights, strongest first; ``next_token`` is always the first.
+
+        - The decision (``next_token``) has weight 1: in an assistant turn that is the copy
+          head's pointer (or ``<|im_end|>`` where its line count or source ends), in a user
+          or system turn the follower of the most recent earlier occurrence of x.
+        - In an assistant turn the token under the pointer, where the stop rule overrode it,
+          comes next (weight 1/2).
+        - Then the induction votes: the followers of the earlier occurrences of x, most
+          recent first, halving each time (the head's own lookup, ``last_occurrence``, is
+          the first of them). A weight counts once per occurrence, so a token that followed
+          x everywhere gathers them all.
+
+        Each weight is below the sum of those before it, so the decision is the argmax
+        whatever the others add up to. Outside a turn the head can only end: one candidate.
+        """
+        chosen = self.next_token(s, view, x, p)
+        out = [(chosen, 1.0)]
+        if s.mode != TURN:
+            return out
+        w = 0.5
+        if s.role == "assistant" and s.ptr >= 0 and s.ptr < s.end:
+            t = view.tok(s.ptr)
+            if t >= NUM_SPECIAL and t != chosen:
+                out.append((t, w))
+                w /= 2
+        ctx = view.tokens(p)
+        for q in np.flatnonzero(ctx == x)[::-1][:MAX_VOTES]:
+            t = view.tok(int(q) + 1)
+            out.append((t if t >= 0 else IM_END, w))
+            w /= 2
+        return out
+
+
+def logprobs_of(votes: list[tuple[int, float]]) -> list[tuple[int, float]]:
+    """Votes summed per token and normalised: [(token, log p)], most likely first."""
+    mass: dict[int, float] = {}
+    for t, w in votes:
+        mass[t] = mass.get(t, 0.0) + w
+    total = sum(mass.values())
+    return sorted(((t, float(np.log(m / total))) for t, m in mass.items()),
+                  key=lambda tw: -tw[1])

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .config import FULL_DECODE_MODES, LabConfig
-from .model import CopyModel, SeqView, State
+from .model import CopyModel, SeqView, State, logprobs_of
 from .request import Request
 from .spec_decode import Drafter
 
@@ -44,6 +44,8 @@ class RunnerOutput:
     state: State
     snapshots: dict[int, State] = field(default_factory=dict)
     drafts: list[int] = field(default_factory=list)
+    # per emitted token, where the request asked for logprobs: [(token, logprob)], best first
+    logprobs: list[list[tuple[int, float]]] | None = None
 
 
 class ModelRunner:
@@ -58,6 +60,9 @@ class ModelRunner:
         self.discriminator = cfg.patch_on("prefill-discriminator")
         self.snapshot_every = (cfg.effective_hash_unit
                                if cfg.geometry == "hybrid" and cfg.enable_prefix_caching else 0)
+        # align mode: the state is only materialised where a chunk ends on a cacheable
+        # position (a mamba block boundary, or the prompt's last hash boundary)
+        self.align_block = cfg.mamba_block_size if cfg.align_mode else None
         rows = cfg.max_num_seqs
         self.rows: dict[str, int] = {}
         self.free_rows = list(range(rows))
@@ -124,10 +129,14 @@ class ModelRunner:
             outs[req.request_id] = self._forward(req, n, spec, toks, plan)
         return outs
 
-    def _boundaries(self, start: int, n: int) -> list[int]:
+    def _boundaries(self, req: Request, start: int, n: int) -> list[int]:
         u = self.snapshot_every
         if not u:
             return []
+        if self.align_block:
+            end, block = start + n, self.align_block
+            tail = req.num_prompt_tokens // u * u if u < block else -1
+            return [end] if end % u == 0 and (end % block == 0 or end == tail) else []
         first = (start // u + 1) * u
         return list(range(first, start + n + 1, u))
 
@@ -143,7 +152,7 @@ class ModelRunner:
             req.state = State()
             if start:
                 model.advance(req.state, view, 0, view.tokens(start), [])
-        boundaries = self._boundaries(start, n)
+        boundaries = self._boundaries(req, start, n)
         prefill_end = start + n >= req.num_prompt_tokens and not req.output_token_ids
         a = 0
         if plan == CAPTURED or not req.is_prefill:
@@ -165,13 +174,20 @@ class ModelRunner:
                 emitted = outs[:a + 1]
             state = states[accepted - 1]
             snaps = {b: states[b - start - 1] for b in boundaries if b - start <= accepted}
+            first = n - 1 if req.is_prefill else 0  # position index of emitted[0]
+            scored = [(states[first + j], int(toks[first + j]), start + first + j)
+                      for j in range(len(emitted))]
         else:
             state = req.state.copy()
             snaps = model.advance(state, view, start, toks, boundaries)
             accepted = n
             emitted = ([model.next_token(state, view, int(toks[-1]), start + n - 1)]
                        if prefill_end else [])
+            scored = [(state, int(toks[-1]), start + n - 1)] if emitted else []
         out = RunnerOutput(emitted, accepted, a, state, snaps)
+        if req.num_logprobs is not None:
+            # read-only: the head's votes at the very states and slots that chose each token
+            out.logprobs = [logprobs_of(model.votes(st, view, x, p)) for st, x, p in scored]
         if emitted and self.drafter is not None:
             pos = start + accepted  # position of the token just sampled
             limit = self.cfg.max_model_len - pos - 1

@@ -14,11 +14,13 @@ WAITING, RUNNING, FINISHED = "waiting", "running", "finished"
 
 class Request:
     def __init__(self, request_id: str, prompt_token_ids: np.ndarray, max_tokens: int,
-                 stop_token_ids: tuple[int, ...]) -> None:
+                 stop_token_ids: tuple[int, ...], num_logprobs: int | None = None) -> None:
         self.request_id = request_id
         self.prompt_token_ids = np.asarray(prompt_token_ids, dtype=np.int32)
         self.num_prompt_tokens = len(self.prompt_token_ids)
         self.output_token_ids: list[int] = []
+        self.num_logprobs = num_logprobs  # None: not asked for; N: top-N alternatives too
+        self.output_logprobs: list[list[tuple[int, float]]] = []  # per output token
         self.max_tokens = max_tokens
         self.stop_token_ids = stop_token_ids
         self.num_computed_tokens = 0

@@ -14,11 +14,41 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from .config import LabConfig
+from .config import EAGLE_STYLE_METHODS, LabConfig
 from .kv_cache_manager import KVCacheManager
 from .metrics import EngineMetrics
 from .model_runner import ModelRunner, RunnerOutput
 from .request import FINISHED, RUNNING, WAITING, Request
+
+
+def mamba_aligned_chunk(req: Request, start: int, n: int, block: int, hash_unit: int,
+                        use_eagle: bool, max_chunk: int) -> int:
+    """Clip a prefill chunk of n tokens from ``start`` so it ends where align mode can cache
+    the recurrent state: vLLM 0.26.0's ``Scheduler._mamba_block_aligned_split``.
+
+    A chunk that is not the last ends on a block boundary; no chunk runs past the last
+    cacheable block boundary (one block earlier with an EAGLE-style drafter, whose hit drops
+    a block) or, when the hash unit is finer than the block, past the prompt's last hash
+    boundary. So the final chunk of a cold prompt is ``len mod hash unit`` tokens: with
+    len = k + 1 (mod unit) it is the 1 + k chunk Bug B needs, without any cache hit.
+    """
+    prefill_end = req.prefill_target
+    if start >= prefill_end:
+        return n
+    last_cache = req.num_tokens - req.num_tokens % block
+    if use_eagle:
+        last_cache = max(last_cache - block, 0)
+    end = start + n
+    if end < prefill_end:
+        aligned = end // block * block
+        if aligned > start or block <= max_chunk:
+            end = aligned
+    tail = req.num_prompt_tokens // hash_unit * hash_unit if hash_unit < block else 0
+    stops = ((start // block + 1) * block if start % block else 0,
+             last_cache,
+             tail if last_cache < tail < req.num_prompt_tokens else 0)
+    end = min((x for x in stops if start < x < end), default=end)
+    return max(end - start, 0)
 
 
 @dataclass
@@ -34,6 +64,7 @@ class Scheduler:
         self.runner = runner
         self.metrics = metrics
         self.k = runner.k
+        self.align_block = cfg.mamba_block_size if cfg.align_mode else None
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self.requests: dict[str, Request] = {}
@@ -89,8 +120,11 @@ class Scheduler:
         while i < len(self.running) and budget > 0:
             req = self.running[i]
             if req.num_computed_tokens < req.prefill_target:
-                n = min(req.prefill_target - req.num_computed_tokens, budget)
+                n = self._prefill_chunk(req, req.num_computed_tokens, budget)
                 spec: list[int] = []
+                if n == 0:  # no room for a block-aligned chunk this step
+                    i += 1
+                    continue
             else:
                 spec = req.spec_token_ids[:max(0, budget - 1)]
                 n = 1 + len(spec)
@@ -109,10 +143,11 @@ class Scheduler:
             req = self.waiting[0]
             blocks, hit, snapshot = self.kvm.get_computed_blocks(req)
             target = req.prefill_target
-            n = min(target - hit, budget)
-            if n <= 0:
+            if target - hit <= 0:
                 blocks, hit, snapshot = [], 0, None
-                n = min(target, budget)
+            n = self._prefill_chunk(req, hit, budget)
+            if n == 0:
+                break
             if not self.kvm.allocate_slots(req, n, self.k, blocks):
                 break
             self.waiting.popleft()
@@ -133,6 +168,14 @@ class Scheduler:
         self._gauges()
         return out
 
+    def _prefill_chunk(self, req: Request, start: int, budget: int) -> int:
+        n = min(req.prefill_target - start, budget)
+        if self.align_block is None:
+            return n
+        return mamba_aligned_chunk(req, start, n, self.align_block, self.cfg.effective_hash_unit,
+                                   self.cfg.method in EAGLE_STYLE_METHODS,
+                                   self.cfg.max_num_batched_tokens)
+
     # -- outputs ------------------------------------------------------------------------
     def update_from_output(self, so: SchedulerOutput, outs: dict[str, RunnerOutput]
                            ) -> list[tuple[Request, list[int], str | None]]:
@@ -146,8 +189,10 @@ class Scheduler:
                 self.metrics.spec_decode_num_accepted_tokens += o.num_accepted_drafts
             new: list[int] = []
             reason = None
-            for t in o.emitted:
+            for i, t in enumerate(o.emitted):
                 req.output_token_ids.append(t)
+                if o.logprobs is not None:
+                    req.output_logprobs.append(o.logprobs[i])
                 new.append(t)
                 if t in req.stop_token_ids:
                     reason = "stop"

@@ -69,6 +69,11 @@ def serve(cfg: LabConfig, t0: float) -> int:
         log("INFO", "kv_cache_manager.py:120", f"Prefix caching: hash block size "
             f"{cfg.block_size}, hit alignment {cfg.effective_hash_unit} tokens"
             + (f" (--prefix-match-unit {cfg.prefix_match_unit})" if cfg.prefix_match_unit else ""))
+    if cfg.geometry == "hybrid":
+        log("INFO", "config.py:310", f"mamba_cache_mode={cfg.mamba_cache_mode}"
+            + (f": prefill chunks end at {cfg.mamba_block_size}-token blocks" if cfg.align_mode
+               else "") + (", hits drop their last matched block (EAGLE-style drafter)"
+                           if cfg.drop_eagle_block else ""))
     if cfg.sliding_window_block:
         log("INFO", "kv_cache_utils.py:1000", f"dflash drafter sliding-window group block "
             f"size: {cfg.sliding_window_block} tokens")

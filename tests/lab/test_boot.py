@@ -67,6 +67,7 @@ def test_capacity_boots(tmp_path, spec, max_len, tokens):
     (["-cc", '{"cudagraph_mode": "FULLEST"}'], "cudagraph_mode"),
     (["--block-size", "128", "--prefix-match-unit", "100"], "--prefix-match-unit"),
     (["--geometry", "sparse"], "--geometry"),
+    (["--mamba-cache-mode", "partial"], "--mamba-cache-mode"),
     (["--max-model-len", "999999999"], "max_position_embeddings"),
 ])
 def test_bad_flags_one_line_exit_2(args, fragment):
@@ -84,7 +85,7 @@ def test_help_documents_every_flag():
                  "--speculative-config", "-cc", "--compilation-config", "--max-model-len",
                  "--kv-cache-memory-bytes", "--max-num-batched-tokens",
                  "--enable-prompt-tokens-details", "--api-key", "--seed", "--patches",
-                 "--geometry", "prefill-discriminator", "sliding-window-guard"):
+                 "--geometry", "--mamba-cache-mode", "align", "prefill-discriminator", "sliding-window-guard"):
         assert flag in r.stdout, flag
 
 
