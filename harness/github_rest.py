@@ -147,35 +147,43 @@ def mark_bad_blocks(blocks: list[Block]) -> None:
                 blocks[i + 1].bad = True
 
 
-def _split_block(b: Block, budget: int) -> list[Block]:
-    """Pieces of ``b`` of at most ``budget`` characters: a table by rows (each piece repeats
-    the header and delimiter rows), code by lines (each piece re-fenced), text by lines.
-    A single line that cannot fit is cut with a note (it would not fit any comment)."""
-    if len(b.text()) <= budget:
-        return [b]
+def _frame(b: Block) -> tuple[list[str], list[str], list[str]]:
+    """(head, body, tail) of a block: what every piece of it repeats (a table's header and
+    delimiter rows, a code block's fences) around the lines that can be spread over pieces."""
     if b.kind == "table":
-        head, body, tail = b.lines[:2], b.lines[2:], []
-    elif b.kind == "code":
-        closed = len(b.lines) > 1 and b.lines[-1].strip().startswith(b.lines[0].strip()[:3])
-        head, body = b.lines[:1], b.lines[1:-1] if closed else b.lines[1:]
-        tail = [b.lines[-1]] if closed else [b.lines[0].strip()[:3]]
-    else:
-        head, body, tail = [], b.lines, []
-    fixed = sum(len(x) + 1 for x in head + tail)
-    room = max(budget - fixed, 200)
-    pieces, cur, size = [], [], 0
-    for line in body:
-        if len(line) + 1 > room:
-            cut = len(line) - room + 60
-            line = line[:room - 60] + f" … (line cut: {cut} chars)" + (" |" if b.kind == "table" else "")
-        if cur and size + len(line) + 1 > room:
-            pieces.append(cur)
-            cur, size = [], 0
-        cur.append(line)
-        size += len(line) + 1
-    if cur:
-        pieces.append(cur)
-    return [Block(b.kind, head + p + tail, b.level, b.bad) for p in pieces]
+        return b.lines[:2], b.lines[2:], []
+    if b.kind == "code":
+        fence = b.lines[0].strip()[:3]
+        closed = len(b.lines) > 1 and b.lines[-1].strip().startswith(fence)
+        return b.lines[:1], (b.lines[1:-1] if closed else b.lines[1:]), [fence]
+    return [], b.lines, []
+
+
+def _cut_long_lines(b: Block, limit: int) -> Block:
+    """A line that could never fit a comment is cut, saying so (a table row stays a row)."""
+    def cut(line: str) -> str:
+        if len(line) <= limit:
+            return line
+        end = " |" if b.kind == "table" else ""
+        return line[:limit - 60] + f" … (line cut: {len(line) - limit + 60} chars){end}"
+    return Block(b.kind, [cut(x) for x in b.lines], b.level, b.bad)
+
+
+def _take(b: Block, room: int) -> tuple[Block | None, Block | None]:
+    """The longest leading piece of ``b`` that fits ``room`` characters (whole lines, the
+    frame repeated), and what is left of ``b`` (None when nothing is)."""
+    if len(b.text()) <= room:
+        return b, None
+    head, body, tail = _frame(b)
+    size = sum(len(x) + 1 for x in head + tail)
+    n = 0
+    while n < len(body) and size + len(body[n]) + 1 <= room:
+        size += len(body[n]) + 1
+        n += 1
+    if n == 0:
+        return None, b
+    rest = Block(b.kind, head + body[n:] + tail, b.level, b.bad) if n < len(body) else None
+    return Block(b.kind, head + body[:n] + tail, b.level, b.bad), rest
 
 
 def _order_bad_first(blocks: list[Block]) -> list[Block]:
@@ -202,21 +210,33 @@ def _order_bad_first(blocks: list[Block]) -> list[Block]:
 
 
 def _pack(blocks: list[Block], budget: int) -> list[str]:
-    # Pieces leave room for a heading kept with them (see below).
-    pieces = [p for b in blocks for p in _split_block(b, budget - 400)]
+    """Blocks into parts of at most ``budget`` characters, in order, each block split only
+    between its lines (a table between rows), a heading kept with what follows it."""
+    queue = [_cut_long_lines(b, budget // 2) for b in blocks]
     parts: list[list[str]] = []
     cur: list[str] = []
     size = 0
-    for i, p in enumerate(pieces):
-        text = p.text()
-        need = len(text) + (2 if cur else 0)
-        if p.kind == "heading" and i + 1 < len(pieces):  # a heading stays with what follows
-            need += 2 + len(pieces[i + 1].text())
-        if cur and size + need > budget:
+    while queue:
+        b = queue.pop(0)
+        room = budget - size - (2 if cur else 0)
+        need = len(b.text())
+        if b.kind == "heading" and queue:   # never a heading alone at the end of a part
+            need += 2 + min(len(queue[0].text()), budget // 8)
+        piece, rest = (b, None) if need <= room else \
+            (_take(b, room) if b.kind != "heading" else (None, b))
+        if piece is None:
+            if not cur:                      # cannot happen after _cut_long_lines; be safe
+                raise ValueError("a markdown block does not fit an empty comment")
             parts.append(cur)
             cur, size = [], 0
-        size += len(text) + (2 if cur else 0)
-        cur.append(text)
+            queue.insert(0, b)
+            continue
+        size += len(piece.text()) + (2 if cur else 0)
+        cur.append(piece.text())
+        if rest is not None:
+            parts.append(cur)
+            cur, size = [], 0
+            queue.insert(0, rest)
     if cur:
         parts.append(cur)
     return ["\n\n".join(p) + "\n" for p in parts]
