@@ -56,3 +56,10 @@ def test_actionlint_catches_a_misspelled_action_input(tmp_path):
     proc = _run([exe, "-no-color"], cwd=project)
     assert proc.returncode != 0
     assert 'input "residue" is not defined' in proc.stdout
+
+
+@pytest.mark.parametrize("workflow", EXAMPLES, ids=lambda p: p.name)
+def test_docs_show_the_validated_workflow_verbatim(workflow):
+    """docs/ci.md's workflows are the example files, so what is validated is what is shown."""
+    doc = (ACTION.parent / "docs" / "ci.md").read_text(encoding="utf-8")
+    assert "```yaml\n" + workflow.read_text(encoding="utf-8") + "```" in doc
