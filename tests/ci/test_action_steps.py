@@ -45,7 +45,10 @@ def installed(tmp_path_factory):
             dst.write_bytes(src.read_bytes())
             dst.chmod(src.stat().st_mode)
     venv = base / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=240)
+    # No pip of its own (ensurepip costs more than the test): pip, like every dependency,
+    # comes from this interpreter's packages through the .pth, and installs into the venv.
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True,
+                   timeout=240)
     site = next((venv / "lib").glob("python3*/site-packages"))
     (site / "test-deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     return checkout, venv / "bin"
@@ -76,10 +79,9 @@ def _run_action(installed, tmp_path, github=None, **inputs) -> ActionRun:
         seen["setup-python"] = with_
 
     def upload_artifact(with_):
-        paths = [p for p in with_["path"].splitlines() if p.strip()]
-        assert with_["name"] == "residue-sweep" and len(paths) == 4
-        for p in paths:
-            assert Path(p).is_file(), f"upload-artifact path {p} does not exist"
+        assert with_["name"] == "residue-sweep"
+        for p in filter(str.strip, with_["path"].splitlines()):
+            assert Path(p).exists(), f"upload-artifact path {p} does not exist"
         seen["upload-artifact"] = with_
 
     def junit_report(with_):
@@ -147,6 +149,11 @@ def test_action_sweeps_the_lab_and_delivers_comment_summary_and_junit(installed,
     assert [c.name.rsplit(" ", 3)[-3:] for c in failed] == [["residue", "4", "self-hit"]]
     assert failed[0].result[0].type == "broken"
     assert set(run.seen) == {"setup-python", "upload-artifact", "junit"}
+    # The artifact: records, manifest, report, JUnit, and the servers' logs.
+    *files, logs = [Path(p) for p in run.seen["upload-artifact"]["path"].splitlines()]
+    assert [p.suffix for p in files] == [".jsonl", ".json", ".md", ".xml"]
+    assert [p.name for p in files[2:]] == [f"{out['run-id']}.md", "junit.xml"]
+    assert logs.is_dir() and len(list(logs.glob("*.log"))) == 3
 
     # The comment: one body, the marker then the report, for pull request 7.
     comment = _step(run, "Comment")
@@ -182,3 +189,17 @@ def test_a_push_without_a_pull_request_sweeps_and_comments_nothing(installed, tm
     assert comment.ran and comment.rc == 0
     assert "not a pull request and no comment-issue: nothing to comment on" in comment.stdout
     assert _step(run, "Gate").rc == 0 and not run.failed
+
+
+def test_inputs_cannot_inject_shell(installed, tmp_path):
+    """Inputs reach the scripts as environment variables: shell in them stays text."""
+    run = _run_action(installed, tmp_path, install="false", residues="3",
+                      **{"extra-args": "--context 1024 '$(touch PWNED1)' `touch PWNED2`; touch PWNED3",
+                         "spec": "mtp;touch PWNED4"})
+    sweep = _step(run, "Sweep")
+    assert sweep.rc == 0 and sweep.outputs["exit-code"] == "2"     # sweep: a usage error
+    assert "sweep: error:" in sweep.stderr
+    assert not list(tmp_path.rglob("PWNED*"))
+    assert not _step(run, "Comment").ran                           # no report, no comment
+    gate = _step(run, "Gate")
+    assert gate.rc == 2 and "::error::sweep exited 2" in gate.stdout

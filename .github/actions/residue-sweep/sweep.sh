@@ -3,7 +3,7 @@
 # never interpolated into this script, so a value cannot inject shell.
 #
 # It runs `sweep` into a fresh output folder and writes to $GITHUB_OUTPUT: exit-code,
-# run-id, out-dir, results (JSONL), manifest, report (markdown), junit. It exits 0 whenever
+# run-id, out-dir, results (JSONL), manifest, report (markdown), junit, logs. It exits 0 whenever
 # it could record the sweep's exit code, so the later steps still upload, publish and
 # comment a failing sweep; the action's last step fails the job with that code.
 set -uo pipefail
@@ -42,6 +42,8 @@ if [ -n "$manifest" ]; then run_id=$(basename "$manifest" .manifest.json); fi
 results="" report=""
 if [ -n "$run_id" ] && [ -f "$out/results/$run_id.jsonl" ]; then results="$out/results/$run_id.jsonl"; fi
 if [ -n "$run_id" ] && [ -f "$out/reports/$run_id.md" ]; then report="$out/reports/$run_id.md"; fi
+logs=""  # the servers' logs: what explains a crash or a boot failure
+if [ -n "$run_id" ] && [ -d "$out/results/$run_id.logs" ]; then logs="$out/results/$run_id.logs"; fi
 if [ ! -f "$junit" ]; then junit=""; fi
 {
   echo "exit-code=$code"
@@ -51,6 +53,7 @@ if [ ! -f "$junit" ]; then junit=""; fi
   echo "manifest=$manifest"
   echo "report=$report"
   echo "junit=$junit"
+  echo "logs=$logs"
 } >>"${GITHUB_OUTPUT:?}"
 echo "sweep exited $code (0 ok, 1 not ok or a regression, 2 usage, 3 could not run); report: ${report:-none}"
 exit 0
