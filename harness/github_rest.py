@@ -494,6 +494,9 @@ def main(argv: Sequence[str] | None = None, *, transport: httpx.BaseTransport | 
     except GitHubError as e:
         print(f"github_rest: error: {e}", file=sys.stderr)
         return e.exit_code
+    except BrokenPipeError:  # `... --dry-run | head`
+        # The reader is gone: point stdout at /dev/null so the flush at exit cannot fail.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return EXIT_OK
 
 
