@@ -14,29 +14,31 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import shlex
 import signal
-import socket
 import sys
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 from engine.presets import CTXS, CUDAGRAPH_MODES, PATCHES, SPECS, preset_table_markdown
 
-from .configs import (BACKENDS, ENGINES, ISOLATIONS, PHASES, SweepOptions, UsageError, config_id,
-                      describe, expand_matrix, modulus_for, parse_phases, parse_reference,
-                      parse_slots, select_residues)
-from .engines import make_adapter
+from . import bugb
+from .backends import Backend, backend_names, make_backend
+from .configs import (ISOLATIONS, PHASES, SweepOptions, config_id, describe, expand_matrix,
+                      modulus_for, parse_phases, parse_reference, parse_slots, select_residues)
+from .engines import ADAPTERS, adapter_class, make_adapter
+from .errors import EXIT_CANNOT_RUN, CannotRun, HarnessError, UsageError
 from .prompts import PlanError, TemplateError
-from .residue_sweep import (Point, Sweep, SweepAborted, harness_version, load_golden,
-                            plan_points, plan_with_probes, timing_summary)
-from .server_pool import BootFailure, ServerProcess, kill_all_servers
+from .ranges import fmt_ranges
+from .run.driver import Driver
+from .run.plan import Point, load_golden, plan_points, plan_with_probes
+from .server_pool import kill_all_servers
 from .store import (ResultStore, StoreError, load_manifest_for, load_records, new_run_id,
-                    now_iso, resolve_results)
+                    resolve_results)
 
-EXIT_OK, EXIT_NOT_OK, EXIT_USAGE, EXIT_ABORT, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+EXIT_OK, EXIT_NOT_OK, EXIT_INTERRUPTED = 0, 1, 130
+EXIT_ABORT = EXIT_CANNOT_RUN
 
 
 class _Parser(argparse.ArgumentParser):
@@ -77,7 +79,8 @@ def sweep_parser() -> _Parser:
                 "e.g. --cudagraph FULL_AND_PIECEWISE,PIECEWISE --patches none,all.\n"
                 "Sub-verbs: sweep report ..., sweep compare ..., sweep presets.")
     g = p.add_argument_group("engine and configuration")
-    g.add_argument("--engine", default="lab", choices=ENGINES, help="lab (CPU, default) | vllm | cmd")
+    g.add_argument("--engine", default="lab", choices=tuple(ADAPTERS),
+                   help="lab (CPU, default) | vllm | cmd")
     g.add_argument("--spec", default="mtp", help=f"speculative preset: {', '.join(SPECS)} (matrix)")
     g.add_argument("--ctx", default="huge", help=f"context preset: {', '.join(CTXS)} (matrix)")
     g.add_argument("--draft-tokens", metavar="K", help="draft tokens k (matrix; default from --spec)")
@@ -120,7 +123,7 @@ def sweep_parser() -> _Parser:
     r = p.add_argument_group("how to run")
     r.add_argument("--isolation", default="fresh", choices=ISOLATIONS,
                    help="fresh (new server per point, default) | reset | shared")
-    r.add_argument("--backend", default="local", choices=BACKENDS,
+    r.add_argument("--backend", default="local", choices=backend_names(),
                    help="where data points run: local slots (default) | ray (a Ray cluster)")
     r.add_argument("--ray-address", metavar="ADDR",
                    help="--backend ray: auto | ray://host:port (default: auto)")
@@ -144,16 +147,11 @@ def sweep_parser() -> _Parser:
 
 
 def build_options(ns: argparse.Namespace, argv: Sequence[str]) -> SweepOptions:
+    """Every flag validated into ``SweepOptions``; the backend checks what it needs."""
     if ns.engine != "cmd" and ns.server_cmd:
         raise UsageError("--server-cmd is only for --engine cmd")
     if ns.ray_address and ns.backend != "ray":
         raise UsageError("--ray-address is only for --backend ray")
-    if ns.backend == "ray":
-        from .backends.ray_backend import check_available
-        check_available()  # without the extra: one line, exit 2, before anything starts
-        if ns.isolation != "fresh":
-            raise UsageError(f"--isolation {ns.isolation} is for the local backend; "
-                             "--backend ray runs every point on its own fresh server")
     if ns.slots and ns.gpus:
         raise UsageError("--slots and --gpus are exclusive: --gpus gives one slot per GPU")
     configs = expand_matrix(engine=ns.engine, model=ns.model, spec=ns.spec, ctx=ns.ctx,
@@ -175,11 +173,12 @@ def build_options(ns: argparse.Namespace, argv: Sequence[str]) -> SweepOptions:
     reference = parse_reference(ns.reference, phases)
     for cfg in configs:  # residue syntax errors surface now, not mid-sweep
         select_residues(ns.residues, cfg, modulus_for(cfg, modulus), seed=ns.seed)
-    boot_timeout = ns.boot_timeout or {"lab": 60.0, "cmd": 300.0, "vllm": 900.0}[ns.engine]
-    return SweepOptions(
+    engine = adapter_class(ns.engine)
+    boot_timeout = ns.boot_timeout or engine.boot_timeout_s
+    opts = SweepOptions(
         engine=ns.engine, configs=tuple(configs), model=ns.model, residues=ns.residues,
         modulus=modulus, context=ns.context, phases=phases, reference=reference,
-        isolation=ns.isolation, slots=parse_slots(ns.slots, ns.gpus, ns.engine),
+        isolation=ns.isolation, slots=parse_slots(ns.slots, ns.gpus, engine.default_slots()),
         server_cmd=ns.server_cmd, served_model_name=ns.served_model_name,
         max_tokens=ns.max_tokens, timeout=ns.timeout, boot_timeout=boot_timeout,
         out=Path(ns.out), reports_dir=Path(ns.reports_dir), resume=ns.resume,
@@ -188,6 +187,8 @@ def build_options(ns: argparse.Namespace, argv: Sequence[str]) -> SweepOptions:
         gh_issue=ns.gh_issue, api_key=ns.api_key, draft_model=ns.draft_model,
         engine_args=tuple(ns.engine_arg), backend=ns.backend,
         ray_address=ns.ray_address, argv=tuple(argv))
+    make_backend(opts.backend).check(opts)  # e.g. ray without the extra: exit 2, now
+    return opts
 
 
 # -- the sweep verb ------------------------------------------------------------------------
@@ -209,9 +210,11 @@ def run_sweep(argv: Sequence[str]) -> int:
     adapter = make_adapter(opts.engine, opts.server_cmd, draft_model=opts.draft_model,
                            extra_args=opts.engine_args, work_dir=opts.out,
                            isolation=opts.isolation, served_model_name=opts.served_model_name)
+    adapter.check(opts.configs, opts.slots[0])
     if opts.dry_run:
         return _dry_run(opts, adapter)
-    return asyncio.run(_sweep_async(opts, adapter, show_progress=not ns.no_progress))
+    return asyncio.run(_sweep_async(opts, adapter, make_backend(opts.backend),
+                                    show_progress=not ns.no_progress))
 
 
 def _dry_run(opts: SweepOptions, adapter) -> int:
@@ -224,7 +227,7 @@ def _dry_run(opts: SweepOptions, adapter) -> int:
         print("  " + line, file=out)
     try:
         plan = plan_points(opts, adapter)
-    except (SweepAborted, TemplateError) as e:
+    except (CannotRun, TemplateError) as e:
         plan = None
         print(f"prompt plan: computed at run time ({e})", file=out)
     total = 0
@@ -233,8 +236,9 @@ def _dry_run(opts: SweepOptions, adapter) -> int:
         residues, note = select_residues(opts.residues, cfg, mod, seed=opts.seed)
         total += len(residues)
         print(f"\n[{config_id(cfg)}] {cfg.label()}", file=out)
-        print(f"  residues: {_ranges(residues)} (mod {mod}){'  -- ' + note if note else ''}", file=out)
-        print(f"  rule predicts: {cfg.predicted_bug_b_residues(mod) or 'nothing (no spec or no prefix cache)'}", file=out)
+        print(f"  residues: {fmt_ranges(residues)} (mod {mod}){'  -- ' + note if note else ''}",
+              file=out)
+        print(f"  rule predicts: {_rule_line(cfg, mod)}", file=out)
         print(f"  server: {adapter.shell_line(cfg, opts.slots[0])}", file=out)
         if plan:
             pts = [p for p in plan.points if p.cfg_id == config_id(cfg)]
@@ -247,22 +251,20 @@ def _dry_run(opts: SweepOptions, adapter) -> int:
     return EXIT_OK
 
 
-def _ranges(values: Sequence[int]) -> str:
-    out, start, prev = [], None, None
-    for v in values:
-        if start is None:
-            start = prev = v
-        elif v == prev + 1:
-            prev = v
-        else:
-            out.append(f"{start}-{prev}" if start != prev else f"{start}")
-            start = prev = v
-    if start is not None:
-        out.append(f"{start}-{prev}" if start != prev else f"{start}")
-    return ",".join(out)
+def _rule_line(cfg, modulus: int) -> str:
+    """What the one Bug B rule (``harness.bugb``) says about ``cfg`` before it runs."""
+    pred = bugb.predict(cfg.as_dict(), modulus)
+    if pred.residues:
+        return f"{pred.residues} ({_plain(pred.why)})"
+    return f"nothing ({_plain(pred.why)})"
 
 
-async def _sweep_async(opts: SweepOptions, adapter, *, show_progress: bool) -> int:
+def _plain(markdown: str) -> str:
+    return markdown.replace("`", "").replace("\\", "")
+
+
+async def _sweep_async(opts: SweepOptions, adapter, backend: Backend, *,
+                       show_progress: bool) -> int:
     run_id = opts.resume or new_run_id()
     if opts.baseline:  # a gate that cannot be evaluated must not cost a whole sweep first
         try:
@@ -272,34 +274,16 @@ async def _sweep_async(opts: SweepOptions, adapter, *, show_progress: bool) -> i
     store = ResultStore(opts.out, run_id)
     try:
         golden = load_golden(opts.golden_run, opts.out) if opts.golden_run else None
-    except (StoreError, SweepAborted) as e:
+    except (StoreError, CannotRun) as e:
         raise UsageError(f"--reference: {e}") from None
     try:
-        plan = await plan_with_probes(opts, adapter, run_id=run_id, logs_dir=store.logs_dir)
+        plan = await plan_with_probes(opts, adapter, logs_dir=store.logs_dir)
     except PlanError as e:
         raise UsageError(str(e)) from None
-    points = plan.points
+    driver = Driver(opts, adapter, store, plan, golden=golden)
+    points = driver.start()
     if opts.resume:
-        want = {p.key: set(opts.phases) for p in points}
-        done = store.prune_partial(want)
-        points = [p for p in points if p.key not in done]
-        _say(f"resuming {run_id}: {len(done)} points already complete, {len(points)} to run")
-        manifest = store.read_manifest()
-    else:
-        manifest = {
-            "run_id": run_id, "command": shlex.join(["sweep", *opts.argv]),
-            "harness_version": harness_version(), "engine": opts.engine,
-            "host": socket.gethostname(), "started_at": now_iso(), "ended_at": None,
-            "configs": [{"config_id": config_id(c), "config_label": c.label(),
-                         "config": c.as_dict()} for c in opts.configs],
-            "residues": sorted({p.residue for p in plan.points}), "modulus": opts.modulus or "auto",
-            "phases": list(opts.phases), "isolation": opts.isolation,
-            "reference": opts.reference, "context": opts.context,
-            "slots": [s.id for s in opts.slots],
-            "sampled": {k: v for k, v in plan.sampled.items() if v},
-            "planning_s": round(plan.planning_s, 3), "interrupted": False, "exit_code": None,
-        }
-    store.write_manifest(manifest)
+        _say(f"resuming {run_id}: {driver.resumed} points already complete, {len(points)} to run")
     slots_said = ("the Ray cluster's slots" if opts.backend == "ray"
                   else f"{len(opts.slots)} slot(s)")
     _say(f"run {run_id}: {len(plan.points)} data points x {len(opts.phases)} phases over "
@@ -316,10 +300,10 @@ async def _sweep_async(opts: SweepOptions, adapter, *, show_progress: bool) -> i
         if bad and not show_progress:
             _say(f"  residue {point.residue}: " + ", ".join(f"{r['phase']} {r['verdict']}" for r in bad))
         if bar is not None:
-            bar.set_postfix_str(_counts(sweep.counters.verdicts), refresh=False)
+            bar.set_postfix_str(_counts(driver.counters.verdicts), refresh=False)
             bar.update(1)
 
-    sweep = Sweep(opts, adapter, store, plan, on_point_done=on_point, golden=golden)
+    driver.on_point_done = on_point
     loop = asyncio.get_running_loop()
     main_task = asyncio.current_task()
     interrupted = False
@@ -334,7 +318,7 @@ async def _sweep_async(opts: SweepOptions, adapter, *, show_progress: bool) -> i
         loop.add_signal_handler(sig, _interrupt)
     t0 = time.monotonic()
     try:
-        await sweep.run(points)
+        await backend.run(points, driver)
     except asyncio.CancelledError:
         if not interrupted:
             raise
@@ -347,22 +331,15 @@ async def _sweep_async(opts: SweepOptions, adapter, *, show_progress: bool) -> i
             bar.close()
     wall = time.monotonic() - t0
     records = store.read()
-    # The Ray backend leaves what it found (nodes, slots, Ray version) on the sweep.
-    backend = getattr(sweep, "backend_info", None) or {"backend": opts.backend}
-    n_slots = backend.get("slots") or len(opts.slots)
-    manifest.update({"ended_at": now_iso(), "interrupted": interrupted,
-                     "wall_s": round(wall, 3), "backend": backend,
-                     "timing": timing_summary(sweep.counters.timings, n_slots, wall)})
+    manifest = driver.finish(wall=wall, interrupted=interrupted, backend=backend.describe())
     if interrupted:
-        manifest["exit_code"] = EXIT_INTERRUPTED
-        store.write_manifest(manifest)
-        _say(f"\ninterrupted: {sweep.counters.points_done} points finished and on disk in "
+        driver.set_exit_code(EXIT_INTERRUPTED)
+        _say(f"\ninterrupted: {driver.counters.points_done} points finished and on disk in "
              f"{store.records_path}; no server left running. Continue with: "
              f"sweep --resume {run_id} --out {opts.out}")
         return EXIT_INTERRUPTED
     code = _finish(opts, store, manifest, records, wall)
-    manifest["exit_code"] = code
-    store.write_manifest(manifest)
+    driver.set_exit_code(code)
     return code
 
 
@@ -491,12 +468,12 @@ def main(argv: Sequence[str] | None = None) -> None:
             code = SUBCOMMANDS[args[0]](args[1:])
         else:
             code = run_sweep(args)
-    except UsageError as e:
-        print(f"sweep: error: {e}", file=sys.stderr)
-        code = EXIT_USAGE
-    except (SweepAborted, TemplateError, StoreError) as e:
+    except HarnessError as e:
+        print(f"sweep: {e.prefix}: {e}", file=sys.stderr)
+        code = e.exit_code
+    except (TemplateError, StoreError) as e:
         print(f"sweep: cannot run: {e}", file=sys.stderr)
-        code = EXIT_ABORT
+        code = EXIT_CANNOT_RUN
     except BrokenPipeError:  # `sweep ... | head`
         sys.stderr.close()
         code = EXIT_OK

@@ -26,8 +26,8 @@ from collections import defaultdict
 from typing import Any
 
 from ._markdown import bold, code, escape_text, table
-from .report import (BUG_VERDICTS, latest_records, phase_key, record_identity, residues_phrase,
-                     sha12, worst)
+from .ranges import residues_phrase
+from .run.records import BUG_VERDICTS, latest_records, phase_key, record_identity, sha12, worst
 
 STATUSES = ("regressed", "fixed", "still_broken", "newly_covered", "no_longer_covered",
             "unchanged_ok")

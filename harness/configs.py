@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-import os
 import random
 import shlex
 from dataclasses import dataclass, field
@@ -19,17 +18,12 @@ from typing import Any, Iterable, Sequence
 from engine.presets import (CUDAGRAPH_MODES, CTXS, GEOMETRIES, PATCHES, SPECS, PresetError,
                             ServingConfig, normalise_patches, resolve)
 
+from . import bugb
+from .errors import UsageError
 from .server_pool import Slot
+from .vocabulary import PHASES
 
-ENGINES = ("lab", "vllm", "cmd")
-PHASES = ("cold", "warm", "self-hit")
 ISOLATIONS = ("fresh", "reset", "shared")
-BACKENDS = ("local", "ray")
-LAB_MODEL_DIR = Path(__file__).resolve().parent.parent / "engine" / "lab" / "model"
-
-
-class UsageError(ValueError):
-    """A user mistake on the command line: one line, exit code 2."""
 
 
 @dataclass(frozen=True)
@@ -163,6 +157,12 @@ def expand_matrix(*, engine: str, model: str | None, spec: str, ctx: str,
     return out
 
 
+def predicted_residues(cfg: ServingConfig, modulus: int) -> list[int]:
+    """The residues the Bug B rule (``harness.bugb``) names for ``cfg`` at ``modulus``
+    before anything ran ([] when it predicts no break or cannot name one)."""
+    return bugb.predict(cfg.as_dict(), modulus).residues or []
+
+
 def select_residues(spec: str, cfg: ServingConfig, modulus: int, *,
                     seed: int = 0) -> tuple[list[int], str | None]:
     """Residues for one configuration, and a sentence about what was left out (None when
@@ -172,7 +172,7 @@ def select_residues(spec: str, cfg: ServingConfig, modulus: int, *,
     ``A-B`` | ``sample:N`` (always includes what the rule predicts for the configuration).
     """
     s = spec.strip().lower()
-    predicted = cfg.predicted_bug_b_residues(modulus)
+    predicted = predicted_residues(cfg, modulus)
     if s == "all":
         chosen = list(range(modulus))
     elif s == "risky":
@@ -218,17 +218,13 @@ def select_residues(spec: str, cfg: ServingConfig, modulus: int, *,
     return chosen, note
 
 
-def default_slots(engine: str) -> int:
-    return max(1, os.cpu_count() or 1) if engine in ("lab", "cmd") else 1
-
-
-def parse_slots(slots: int | None, gpus: str | None, engine: str) -> tuple[Slot, ...]:
+def parse_slots(slots: int | None, gpus: str | None, default: int) -> tuple[Slot, ...]:
     if gpus:
         ids = _split(gpus)
         if not ids or any(not g.isdigit() for g in ids):
             raise UsageError(f"--gpus: {gpus!r} is not valid; allowed: a comma list of GPU ids (0,1)")
         return tuple(Slot.gpus(ids))
-    n = slots if slots is not None else default_slots(engine)
+    n = slots if slots is not None else default
     if n < 1:
         raise UsageError("--slots must be at least 1")
     return tuple(Slot.cpu(n))

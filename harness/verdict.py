@@ -22,8 +22,7 @@ COLLAPSE_MAX_CHARS = 8
 REPEAT_BROKEN = 3
 
 # infra: the point was lost with its node or worker twice (--backend ray), not measured
-VERDICTS = ("ok", "diverged", "broken", "crash", "boot-fail", "timeout", "invalid", "infra")
-CLEAN = frozenset({"ok"})
+# (the verdicts themselves are named in harness.vocabulary)
 
 
 def sha1(text: str) -> str:
