@@ -20,7 +20,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
-from ._markdown import code, escape_text
+from .ghmarkdown import code, escape_text
 from .ranges import residues_phrase
 from .vocabulary import FULL_GRAPH_MODES, PREFILL_FIX
 

@@ -21,14 +21,15 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from engine.presets import CTXS, CUDAGRAPH_MODES, PATCHES, SPECS, preset_table_markdown
+from engine.presets import preset_table_markdown
 
 from . import bugb
-from .backends import Backend, backend_names, make_backend
-from .configs import (ISOLATIONS, PHASES, SweepOptions, config_id, describe, expand_matrix,
-                      modulus_for, parse_phases, parse_reference, parse_slots, select_residues)
-from .engines import ADAPTERS, adapter_class, make_adapter
+from .backends import Backend, make_backend
+from .configs import (SweepOptions, config_id, describe, expand_matrix, modulus_for,
+                      parse_phases, parse_reference, parse_slots, select_residues)
+from .engines import adapter_class, make_adapter
 from .errors import EXIT_CANNOT_RUN, CannotRun, HarnessError, UsageError
+from .flags import Parser, matrix_axes, positive_int, sweep_parser
 from .prompts import PlanError, TemplateError
 from .ranges import fmt_ranges
 from .run.driver import Driver
@@ -37,113 +38,11 @@ from .server_pool import kill_all_servers
 from .store import (ResultStore, StoreError, load_manifest_for, load_records, new_run_id,
                     resolve_results)
 
+__all__ = ["EXIT_ABORT", "build_options", "run_sweep", "run_report", "run_compare",
+           "run_presets", "SUBCOMMANDS", "main"]
+
 EXIT_OK, EXIT_NOT_OK, EXIT_INTERRUPTED = 0, 1, 130
 EXIT_ABORT = EXIT_CANNOT_RUN
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse that reports a usage error in one line (flag + allowed values), exit 2."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise UsageError(message)
-
-
-def _positive_int(flag: str):
-    def conv(v: str) -> int:
-        try:
-            n = int(v)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{v!r} is not an integer") from None
-        if n < 1:
-            raise argparse.ArgumentTypeError(f"{n} must be at least 1")
-        return n
-    return conv
-
-
-def _positive_float(v: str) -> float:
-    try:
-        x = float(v)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{v!r} is not a number") from None
-    if x <= 0:
-        raise argparse.ArgumentTypeError(f"{x:g} must be positive")
-    return x
-
-
-def sweep_parser() -> _Parser:
-    p = _Parser(prog="sweep", description="Residue sweep of an LLM serving engine: one fresh "
-                "server per data point, every residue of the chat-templated prompt length, "
-                "cold and on a prefix-cache hit, every answer checked verbatim by sha1.",
-                formatter_class=argparse.RawDescriptionHelpFormatter,
-                epilog="Comma-separated values of a configuration flag expand into a matrix, "
-                "e.g. --cudagraph FULL_AND_PIECEWISE,PIECEWISE --patches none,all.\n"
-                "Sub-verbs: sweep report ..., sweep compare ..., sweep presets.")
-    g = p.add_argument_group("engine and configuration")
-    g.add_argument("--engine", default="lab", choices=tuple(ADAPTERS),
-                   help="lab (CPU, default) | vllm | cmd")
-    g.add_argument("--spec", default="mtp", help=f"speculative preset: {', '.join(SPECS)} (matrix)")
-    g.add_argument("--ctx", default="huge", help=f"context preset: {', '.join(CTXS)} (matrix)")
-    g.add_argument("--draft-tokens", metavar="K", help="draft tokens k (matrix; default from --spec)")
-    g.add_argument("--cudagraph", metavar="MODE",
-                   help=f"cudagraph mode(s): {', '.join(CUDAGRAPH_MODES)} (default from preset)")
-    g.add_argument("--prefix-cache", dest="prefix_cache", action="store_true", default=None,
-                   help="prefix caching on (the preset default)")
-    g.add_argument("--no-prefix-cache", dest="prefix_cache", action="store_false",
-                   help="prefix caching off")
-    g.add_argument("--block-size", metavar="N", help="KV block size(s) (matrix)")
-    g.add_argument("--prefix-match-unit", metavar="N|none", help="prefix-cache hash unit(s) (matrix)")
-    g.add_argument("--max-model-len", metavar="N", help="max model length(s) (matrix)")
-    g.add_argument("--kv-cache-memory-bytes", metavar="N", help="KV cache memory (matrix)")
-    g.add_argument("--patches", default="all",
-                   help=f"fix set(s): all | none | names joined by '+' from {', '.join(PATCHES)} (matrix)")
-    g.add_argument("--geometry", help="model geometry: hybrid | dense (matrix); lab: the "
-                   "copy model's; vllm: hybrid adds --mamba-cache-mode align and the triton "
-                   "GDN prefill backend")
-    g.add_argument("--model", help="model directory (lab: the shipped copy model by default)")
-    g.add_argument("--served-model-name", help="model name for requests (default: /v1/models)")
-    g.add_argument("--server-cmd", metavar="TEMPLATE",
-                   help="--engine cmd: server command with {port}, {gpu}, {model} placeholders")
-    g.add_argument("--api-key", help="bearer token for the server")
-    g.add_argument("--draft-model", metavar="DIR", help="--engine vllm: drafter checkpoint (dflash2)")
-    g.add_argument("--engine-arg", action="append", default=[], metavar="ARG",
-                   help="--engine vllm: extra server argument, repeatable "
-                        "(e.g. --engine-arg=--language-model-only)")
-    w = p.add_argument_group("what to measure")
-    w.add_argument("--residues", default="all",
-                   help="all | risky | LIST (3,4,5) | A-B | sample:N (default all)")
-    w.add_argument("--modulus", default="128", help="N or auto (the configuration's hit unit)")
-    w.add_argument("--context", type=_positive_int("--context"), default=4096,
-                   help="approximate templated length of the measured prompt (default 4096)")
-    w.add_argument("--phases", default="cold,self-hit", help=f"{','.join(PHASES)} (default cold,self-hit)")
-    w.add_argument("--reference", default="passage", help="passage | cold | golden:RUN")
-    w.add_argument("--answer-lines", type=_positive_int("--answer-lines"), default=3,
-                   help="lines of the document the answer must reproduce (default 3)")
-    w.add_argument("--max-tokens", type=_positive_int("--max-tokens"), default=256)
-    w.add_argument("--seed", type=int, default=0, help="corpus / sampling seed (default 0)")
-    r = p.add_argument_group("how to run")
-    r.add_argument("--isolation", default="fresh", choices=ISOLATIONS,
-                   help="fresh (new server per point, default) | reset | shared")
-    r.add_argument("--backend", default="local", choices=backend_names(),
-                   help="where data points run: local slots (default) | ray (a Ray cluster)")
-    r.add_argument("--ray-address", metavar="ADDR",
-                   help="--backend ray: auto | ray://host:port (default: auto)")
-    r.add_argument("--slots", type=_positive_int("--slots"), help="parallel CPU slots (default: cores)")
-    r.add_argument("--gpus", metavar="LIST", help="one server per GPU id, e.g. 0,1")
-    r.add_argument("--timeout", type=_positive_float, default=120.0, help="per request, seconds")
-    r.add_argument("--boot-timeout", type=_positive_float,
-                   help="server boot, seconds (default: lab 60, cmd 300, vllm 900)")
-    r.add_argument("--out", default="results", help="results directory (default results/)")
-    r.add_argument("--reports-dir", default="reports", help="report directory (default reports/)")
-    r.add_argument("--resume", metavar="RUN_ID", help="continue an interrupted run")
-    r.add_argument("--dry-run", action="store_true", help="print the plan and server commands; start nothing")
-    r.add_argument("--no-progress", action="store_true", help="no progress bar")
-    o = p.add_argument_group("gating and output")
-    o.add_argument("--baseline", metavar="RUN_OR_FILE", help="fail only on regressions against it")
-    o.add_argument("--junit", metavar="PATH", help="write JUnit XML (one testcase per point x phase)")
-    o.add_argument("--full", action="store_true", help="do not fold clean rows in the report")
-    o.add_argument("--gh-issue", type=_positive_int("--gh-issue"), metavar="N",
-                   help="post the report as a comment on GitHub issue N (needs gh)")
-    return p
 
 
 def build_options(ns: argparse.Namespace, argv: Sequence[str]) -> SweepOptions:
@@ -154,12 +53,8 @@ def build_options(ns: argparse.Namespace, argv: Sequence[str]) -> SweepOptions:
         raise UsageError("--ray-address is only for --backend ray")
     if ns.slots and ns.gpus:
         raise UsageError("--slots and --gpus are exclusive: --gpus gives one slot per GPU")
-    configs = expand_matrix(engine=ns.engine, model=ns.model, spec=ns.spec, ctx=ns.ctx,
-                            draft_tokens=ns.draft_tokens, cudagraph=ns.cudagraph,
-                            prefix_cache=ns.prefix_cache, block_size=ns.block_size,
-                            prefix_match_unit=ns.prefix_match_unit, patches=ns.patches,
-                            max_model_len=ns.max_model_len,
-                            kv_cache_memory_bytes=ns.kv_cache_memory_bytes, geometry=ns.geometry)
+    configs = expand_matrix(engine=ns.engine, model=ns.model, prefix_cache=ns.prefix_cache,
+                            axes=matrix_axes(ns))
     if ns.modulus == "auto":
         modulus = None
     else:
@@ -346,25 +241,17 @@ async def _sweep_async(opts: SweepOptions, adapter, backend: Backend, *,
 def _finish(opts: SweepOptions, store: ResultStore, manifest: dict, records: list[dict],
             wall: float) -> int:
     from . import gate, report
+    from .writers import WRITERS, Output
     report_md = report.render_markdown(records, [manifest], full=opts.full)
-    opts.reports_dir.mkdir(parents=True, exist_ok=True)
-    report_path = opts.reports_dir / f"{store.run_id}.md"
-    report_path.write_text(report_md, encoding="utf-8")
     print(report_md)
     counts = _counts(_verdict_counter(records))
     _say(f"\n{len(records)} records ({counts}) in {wall:.1f}s")
     _say(f"results: {store.records_path}")
-    _say(f"report:  {report_path}")
-    if opts.junit:
-        _say(f"junit:   {gate.write_junit(records, opts.junit)}")
-    if gate.append_github_step_summary(report_md):
-        _say("report appended to $GITHUB_STEP_SUMMARY")
-    if opts.gh_issue:
-        try:
-            gate.post_issue_comment(report_path, opts.gh_issue)
-            _say(f"report posted to issue #{opts.gh_issue}")
-        except gate.GateError as e:  # the sweep's verdict still stands
-            _say(f"sweep: could not post the report: {e}")
+    out = Output(opts, store.run_id, records, manifest, report_md)
+    for writer in WRITERS.values():
+        if writer.wanted(opts):
+            for line in writer.write(out):
+                _say(line)
     baseline = load_records([opts.baseline], opts.out) if opts.baseline else None
     code = gate.gate_exit_code(records, baseline)
     if baseline is not None:
@@ -400,12 +287,12 @@ def _say(msg: str) -> None:
 
 # -- sub-verbs -----------------------------------------------------------------------------
 def run_report(argv: Sequence[str]) -> int:
-    p = _Parser(prog="sweep report", description="Markdown report from results files or run ids.")
+    p = Parser(prog="sweep report", description="Markdown report from results files or run ids.")
     p.add_argument("results", nargs="+", help="results .jsonl files or run ids")
     p.add_argument("-o", "--output", help="write the markdown to this file")
     p.add_argument("--full", action="store_true", help="do not fold clean rows")
     p.add_argument("--out", default="results", help="where run ids are looked up")
-    p.add_argument("--gh-issue", type=_positive_int("--gh-issue"), metavar="N",
+    p.add_argument("--gh-issue", type=positive_int("--gh-issue"), metavar="N",
                    help="post the report as a comment on GitHub issue N (needs gh)")
     ns = p.parse_args(list(argv))
     from . import gate, report
@@ -433,7 +320,7 @@ def run_report(argv: Sequence[str]) -> int:
 
 
 def run_compare(argv: Sequence[str]) -> int:
-    p = _Parser(prog="sweep compare", description="What changed between two runs, per "
+    p = Parser(prog="sweep compare", description="What changed between two runs, per "
                 "configuration and residue: fixed, regressed, still broken, newly covered.")
     p.add_argument("old", help="results file or run id (baseline)")
     p.add_argument("new", help="results file or run id")
@@ -453,7 +340,7 @@ def run_compare(argv: Sequence[str]) -> int:
 
 
 def run_presets(argv: Sequence[str]) -> int:
-    _Parser(prog="sweep presets", description="The SPEC / CTX preset table.").parse_args(list(argv))
+    Parser(prog="sweep presets", description="The SPEC / CTX preset table.").parse_args(list(argv))
     print(preset_table_markdown())
     return EXIT_OK
 

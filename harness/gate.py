@@ -16,7 +16,7 @@ import shutil
 import subprocess
 import xml.etree.ElementTree as ET
 
-from ._markdown import cap
+from .ghmarkdown import cap
 from .compare import compare_records
 from .run.records import latest_records, phase_key
 

@@ -26,6 +26,10 @@ import psutil
 
 from .client import EngineClient
 
+__all__ = ["LIFECYCLE_HOOKS", "READY_POLL_S", "READY_POLL_FAST_FOR_S", "READY_POLL_MAX_S",
+           "TERM_GRACE_S", "BootFailure", "Slot", "PortAllocator", "live_servers", "kill_all_servers",
+           "log_excerpt", "ServerProcess"]
+
 # /health is polled every 10 ms for the first second (a lab server is up in ~0.3 s and
 # every poll interval of lag is boot time charged to the point), then backs off to 0.5 s
 # (a vLLM server takes minutes).

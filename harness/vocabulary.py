@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from typing import Iterable
 
-__all__ = ["PHASES", "VERDICTS", "SEVERITY", "BUG_VERDICTS", "CLEAN", "FULL_GRAPH_MODES",
+__all__ = ["ISOLATIONS", "PHASES", "VERDICTS", "SEVERITY", "BUG_VERDICTS", "CLEAN", "FULL_GRAPH_MODES",
            "PREFILL_FIX", "phase_key", "worst"]
 
+ISOLATIONS = ("fresh", "reset", "shared")
 # cold is by definition the first request on a server; the order is the order they run.
 PHASES = ("cold", "warm", "self-hit")
 VERDICTS = ("ok", "diverged", "broken", "crash", "boot-fail", "timeout", "invalid", "infra")

@@ -6,7 +6,7 @@ a module here with a class that meets ``base.Backend``, one entry in ``BACKENDS`
 """
 from __future__ import annotations
 
-from typing import Callable
+import importlib
 
 from ..errors import UsageError
 from .base import Backend
@@ -14,17 +14,10 @@ from .base import Backend
 __all__ = ["Backend", "BACKENDS", "backend_names", "make_backend"]
 
 
-def _local() -> Backend:
-    from .local import LocalBackend
-    return LocalBackend()
-
-
-def _ray() -> Backend:
-    from .ray import RayBackend  # imports Ray itself only when it runs
-    return RayBackend()
-
-
-BACKENDS: dict[str, Callable[[], Backend]] = {"local": _local, "ray": _ray}
+# name -> "module:class", imported only when that backend is made (Ray's module imports
+# Ray itself only when it runs; the CLI's --backend choices need no backend imported).
+BACKENDS: dict[str, str] = {"local": "harness.backends.local:LocalBackend",
+                            "ray": "harness.backends.ray:RayBackend"}
 
 
 def backend_names() -> tuple[str, ...]:
@@ -33,7 +26,8 @@ def backend_names() -> tuple[str, ...]:
 
 def make_backend(name: str) -> Backend:
     try:
-        return BACKENDS[name]()
+        module, cls = BACKENDS[name].split(":")
     except KeyError:
         raise UsageError(f"--backend: {name!r} is not valid; allowed: "
                          f"{', '.join(BACKENDS)}") from None
+    return getattr(importlib.import_module(module), cls)()

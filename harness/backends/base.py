@@ -7,11 +7,12 @@ point; ``describe`` is what the manifest's ``backend`` says about where the run 
 """
 from __future__ import annotations
 
-from typing import Any, Protocol, Sequence, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, Sequence, runtime_checkable
 
-from ..configs import SweepOptions
-from ..run.driver import Driver
-from ..run.plan import Point
+if TYPE_CHECKING:  # types only: the registry must import without the run layer
+    from ..configs import SweepOptions
+    from ..run.driver import Driver
+    from ..run.plan import Point
 
 __all__ = ["Backend"]
 
@@ -20,10 +21,10 @@ __all__ = ["Backend"]
 class Backend(Protocol):
     name: str
 
-    def check(self, opts: SweepOptions) -> None:
+    def check(self, opts: "SweepOptions") -> None:
         """Validate ``opts`` for this backend (one-line ``UsageError``)."""
 
-    async def run(self, points: Sequence[Point], driver: Driver) -> None:
+    async def run(self, points: Sequence["Point"], driver: "Driver") -> None:
         """Run every point, reporting each to ``driver``."""
 
     def describe(self) -> dict[str, Any]:

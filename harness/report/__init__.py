@@ -18,7 +18,7 @@ their run manifests. Output: one GitHub-flavoured markdown document with
 Layout: ``model`` (records grouped into configurations), ``bugb_analysis`` (the rule of
 ``harness.bugb`` against the records), ``cells`` and ``sections`` (the pieces),
 ``render`` (the document), ``nodes`` (the by-node section). Everything a server sent is
-untrusted and goes through :mod:`harness._markdown`.
+untrusted and goes through :mod:`harness.ghmarkdown`.
 """
 from __future__ import annotations
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import re
 
-from .._markdown import bold, code, escape_text, table
+from ..ghmarkdown import bold, code, escape_text, table
 from ..ranges import fmt_ranges
 from ..run.records import BUG_VERDICTS, phase_key
 from .model import ConfigData, sha12

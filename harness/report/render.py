@@ -4,7 +4,7 @@ from __future__ import annotations
 import pathlib
 from typing import Any, Iterable
 
-from .._markdown import bold, code, escape_text
+from ..ghmarkdown import bold, code, escape_text
 from ..run.records import latest_records, phase_key
 from .cells import Footnotes
 from .model import group_configs, varying_fields

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 
-from .._markdown import bold, cap, code, escape_text, fence, table
+from ..ghmarkdown import bold, cap, code, escape_text, fence, table
 from ..ranges import residues_phrase
 from ..run.records import BUG_VERDICTS, NOT_IDENTITY, SEVERITY, phase_key
 from .bugb_analysis import agreement, config_hit_granularity, predict_bug_b

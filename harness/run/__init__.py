@@ -7,3 +7,5 @@
 
 ``run/*`` never imports ``harness.backends``: backends talk to the driver.
 """
+
+__all__ = ["records", "plan", "point", "driver"]

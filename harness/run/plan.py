@@ -20,7 +20,8 @@ import httpx
 from engine.presets import ServingConfig
 
 from ..client import EngineClient
-from ..configs import SweepOptions, config_id, modulus_for, rerun_command, select_residues
+from ..configs import SweepOptions, config_id, modulus_for, select_residues
+from ..flags import rerun_command
 from ..engines import EngineAdapter
 from ..errors import CannotRun
 from ..prompts import ChatTokenizer, PlanError, PromptPlan, calibrate, plan_residue

@@ -23,7 +23,11 @@ def imports_of(path: Path) -> set[str]:
     mod = module_name(path)
     package = mod if path.name == "__init__.py" else mod.rsplit(".", 1)[0]
     out: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    tree = ast.parse(path.read_text())
+    for block in ast.walk(tree):  # `if TYPE_CHECKING:` imports are for types only
+        if isinstance(block, ast.If) and getattr(block.test, "id", "") == "TYPE_CHECKING":
+            block.body = []
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             out |= {a.name for a in node.names if a.name.startswith("harness")}
         elif isinstance(node, ast.ImportFrom):
