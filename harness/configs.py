@@ -19,7 +19,7 @@ from engine.presets import PresetError, ServingConfig, resolve
 from . import bugb
 from .errors import UsageError
 from .flags import UNSET, choices_of, split
-from .server_pool import Slot
+from .slots import Slot
 from .vocabulary import PHASES
 
 __all__ = ["SweepOptions", "config_id", "modulus_for", "expand_matrix",

@@ -23,7 +23,7 @@ from engine.presets import ServingConfig
 
 from .client import EngineClient
 from .errors import UsageError
-from .server_pool import Slot
+from .slots import Slot
 
 __all__ = ["EngineAdapter", "LabAdapter", "VllmAdapter", "CmdAdapter", "ADAPTERS",
            "adapter_class", "make_adapter", "LAB_MODEL_DIR"]

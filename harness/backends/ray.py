@@ -45,7 +45,7 @@ from ..errors import CannotRun, UsageError
 from ..run.driver import Driver
 from ..run.plan import Point
 from ..run.point import RunnerSpec
-from ..server_pool import Slot
+from ..slots import Slot
 
 __all__ = ["RayBackend", "check_available", "runtime_env", "task_resources", "node_label",
            "records_by_node", "is_infra_error", "node_id_in", "Watchdog", "gpu_engine",
