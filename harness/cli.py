@@ -14,154 +14,47 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import shlex
 import signal
-import socket
 import sys
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
-from engine.presets import CTXS, CUDAGRAPH_MODES, PATCHES, SPECS, preset_table_markdown
+from engine.presets import preset_table_markdown
 
-from .configs import (BACKENDS, ENGINES, ISOLATIONS, PHASES, SweepOptions, UsageError, config_id,
-                      describe, expand_matrix, modulus_for, parse_phases, parse_reference,
-                      parse_slots, select_residues)
-from .engines import make_adapter
+from . import bugb
+from .backends import Backend, make_backend
+from .configs import (SweepOptions, config_id, describe, expand_matrix, modulus_for,
+                      parse_phases, parse_reference, parse_slots, select_residues)
+from .engines import adapter_class, make_adapter
+from .errors import EXIT_CANNOT_RUN, CannotRun, HarnessError, UsageError
+from .flags import Parser, matrix_axes, positive_int, sweep_parser
 from .prompts import PlanError, TemplateError
-from .residue_sweep import (Point, Sweep, SweepAborted, harness_version, load_golden,
-                            plan_points, plan_with_probes, timing_summary)
-from .server_pool import BootFailure, ServerProcess, kill_all_servers
+from .ranges import fmt_ranges
+from .run.driver import Driver
+from .run.plan import Point, load_golden, plan_points, plan_with_probes
+from .server_pool import kill_all_servers
 from .store import (ResultStore, StoreError, load_manifest_for, load_records, new_run_id,
-                    now_iso, resolve_results)
+                    resolve_results)
 
-EXIT_OK, EXIT_NOT_OK, EXIT_USAGE, EXIT_ABORT, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+__all__ = ["EXIT_ABORT", "build_options", "run_sweep", "run_report", "run_compare",
+           "run_presets", "SUBCOMMANDS", "main"]
 
-
-class _Parser(argparse.ArgumentParser):
-    """argparse that reports a usage error in one line (flag + allowed values), exit 2."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise UsageError(message)
-
-
-def _positive_int(flag: str):
-    def conv(v: str) -> int:
-        try:
-            n = int(v)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{v!r} is not an integer") from None
-        if n < 1:
-            raise argparse.ArgumentTypeError(f"{n} must be at least 1")
-        return n
-    return conv
-
-
-def _positive_float(v: str) -> float:
-    try:
-        x = float(v)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{v!r} is not a number") from None
-    if x <= 0:
-        raise argparse.ArgumentTypeError(f"{x:g} must be positive")
-    return x
-
-
-def sweep_parser() -> _Parser:
-    p = _Parser(prog="sweep", description="Residue sweep of an LLM serving engine: one fresh "
-                "server per data point, every residue of the chat-templated prompt length, "
-                "cold and on a prefix-cache hit, every answer checked verbatim by sha1.",
-                formatter_class=argparse.RawDescriptionHelpFormatter,
-                epilog="Comma-separated values of a configuration flag expand into a matrix, "
-                "e.g. --cudagraph FULL_AND_PIECEWISE,PIECEWISE --patches none,all.\n"
-                "Sub-verbs: sweep report ..., sweep compare ..., sweep presets.")
-    g = p.add_argument_group("engine and configuration")
-    g.add_argument("--engine", default="lab", choices=ENGINES, help="lab (CPU, default) | vllm | cmd")
-    g.add_argument("--spec", default="mtp", help=f"speculative preset: {', '.join(SPECS)} (matrix)")
-    g.add_argument("--ctx", default="huge", help=f"context preset: {', '.join(CTXS)} (matrix)")
-    g.add_argument("--draft-tokens", metavar="K", help="draft tokens k (matrix; default from --spec)")
-    g.add_argument("--cudagraph", metavar="MODE",
-                   help=f"cudagraph mode(s): {', '.join(CUDAGRAPH_MODES)} (default from preset)")
-    g.add_argument("--prefix-cache", dest="prefix_cache", action="store_true", default=None,
-                   help="prefix caching on (the preset default)")
-    g.add_argument("--no-prefix-cache", dest="prefix_cache", action="store_false",
-                   help="prefix caching off")
-    g.add_argument("--block-size", metavar="N", help="KV block size(s) (matrix)")
-    g.add_argument("--prefix-match-unit", metavar="N|none", help="prefix-cache hash unit(s) (matrix)")
-    g.add_argument("--max-model-len", metavar="N", help="max model length(s) (matrix)")
-    g.add_argument("--kv-cache-memory-bytes", metavar="N", help="KV cache memory (matrix)")
-    g.add_argument("--patches", default="all",
-                   help=f"fix set(s): all | none | names joined by '+' from {', '.join(PATCHES)} (matrix)")
-    g.add_argument("--geometry", help="model geometry: hybrid | dense (matrix); lab: the "
-                   "copy model's; vllm: hybrid adds --mamba-cache-mode align and the triton "
-                   "GDN prefill backend")
-    g.add_argument("--model", help="model directory (lab: the shipped copy model by default)")
-    g.add_argument("--served-model-name", help="model name for requests (default: /v1/models)")
-    g.add_argument("--server-cmd", metavar="TEMPLATE",
-                   help="--engine cmd: server command with {port}, {gpu}, {model} placeholders")
-    g.add_argument("--api-key", help="bearer token for the server")
-    g.add_argument("--draft-model", metavar="DIR", help="--engine vllm: drafter checkpoint (dflash2)")
-    g.add_argument("--engine-arg", action="append", default=[], metavar="ARG",
-                   help="--engine vllm: extra server argument, repeatable "
-                        "(e.g. --engine-arg=--language-model-only)")
-    w = p.add_argument_group("what to measure")
-    w.add_argument("--residues", default="all",
-                   help="all | risky | LIST (3,4,5) | A-B | sample:N (default all)")
-    w.add_argument("--modulus", default="128", help="N or auto (the configuration's hit unit)")
-    w.add_argument("--context", type=_positive_int("--context"), default=4096,
-                   help="approximate templated length of the measured prompt (default 4096)")
-    w.add_argument("--phases", default="cold,self-hit", help=f"{','.join(PHASES)} (default cold,self-hit)")
-    w.add_argument("--reference", default="passage", help="passage | cold | golden:RUN")
-    w.add_argument("--answer-lines", type=_positive_int("--answer-lines"), default=3,
-                   help="lines of the document the answer must reproduce (default 3)")
-    w.add_argument("--max-tokens", type=_positive_int("--max-tokens"), default=256)
-    w.add_argument("--seed", type=int, default=0, help="corpus / sampling seed (default 0)")
-    r = p.add_argument_group("how to run")
-    r.add_argument("--isolation", default="fresh", choices=ISOLATIONS,
-                   help="fresh (new server per point, default) | reset | shared")
-    r.add_argument("--backend", default="local", choices=BACKENDS,
-                   help="where data points run: local slots (default) | ray (a Ray cluster)")
-    r.add_argument("--ray-address", metavar="ADDR",
-                   help="--backend ray: auto | ray://host:port (default: auto)")
-    r.add_argument("--slots", type=_positive_int("--slots"), help="parallel CPU slots (default: cores)")
-    r.add_argument("--gpus", metavar="LIST", help="one server per GPU id, e.g. 0,1")
-    r.add_argument("--timeout", type=_positive_float, default=120.0, help="per request, seconds")
-    r.add_argument("--boot-timeout", type=_positive_float,
-                   help="server boot, seconds (default: lab 60, cmd 300, vllm 900)")
-    r.add_argument("--out", default="results", help="results directory (default results/)")
-    r.add_argument("--reports-dir", default="reports", help="report directory (default reports/)")
-    r.add_argument("--resume", metavar="RUN_ID", help="continue an interrupted run")
-    r.add_argument("--dry-run", action="store_true", help="print the plan and server commands; start nothing")
-    r.add_argument("--no-progress", action="store_true", help="no progress bar")
-    o = p.add_argument_group("gating and output")
-    o.add_argument("--baseline", metavar="RUN_OR_FILE", help="fail only on regressions against it")
-    o.add_argument("--junit", metavar="PATH", help="write JUnit XML (one testcase per point x phase)")
-    o.add_argument("--full", action="store_true", help="do not fold clean rows in the report")
-    o.add_argument("--gh-issue", type=_positive_int("--gh-issue"), metavar="N",
-                   help="post the report as a comment on GitHub issue N (needs gh)")
-    return p
+EXIT_OK, EXIT_NOT_OK, EXIT_INTERRUPTED = 0, 1, 130
+EXIT_ABORT = EXIT_CANNOT_RUN
 
 
 def build_options(ns: argparse.Namespace, argv: Sequence[str]) -> SweepOptions:
+    """Every flag validated into ``SweepOptions``; the backend checks what it needs."""
     if ns.engine != "cmd" and ns.server_cmd:
         raise UsageError("--server-cmd is only for --engine cmd")
     if ns.ray_address and ns.backend != "ray":
         raise UsageError("--ray-address is only for --backend ray")
-    if ns.backend == "ray":
-        from .backends.ray_backend import check_available
-        check_available()  # without the extra: one line, exit 2, before anything starts
-        if ns.isolation != "fresh":
-            raise UsageError(f"--isolation {ns.isolation} is for the local backend; "
-                             "--backend ray runs every point on its own fresh server")
     if ns.slots and ns.gpus:
         raise UsageError("--slots and --gpus are exclusive: --gpus gives one slot per GPU")
-    configs = expand_matrix(engine=ns.engine, model=ns.model, spec=ns.spec, ctx=ns.ctx,
-                            draft_tokens=ns.draft_tokens, cudagraph=ns.cudagraph,
-                            prefix_cache=ns.prefix_cache, block_size=ns.block_size,
-                            prefix_match_unit=ns.prefix_match_unit, patches=ns.patches,
-                            max_model_len=ns.max_model_len,
-                            kv_cache_memory_bytes=ns.kv_cache_memory_bytes, geometry=ns.geometry)
+    configs = expand_matrix(engine=ns.engine, model=ns.model, prefix_cache=ns.prefix_cache,
+                            axes=matrix_axes(ns))
     if ns.modulus == "auto":
         modulus = None
     else:
@@ -175,11 +68,12 @@ def build_options(ns: argparse.Namespace, argv: Sequence[str]) -> SweepOptions:
     reference = parse_reference(ns.reference, phases)
     for cfg in configs:  # residue syntax errors surface now, not mid-sweep
         select_residues(ns.residues, cfg, modulus_for(cfg, modulus), seed=ns.seed)
-    boot_timeout = ns.boot_timeout or {"lab": 60.0, "cmd": 300.0, "vllm": 900.0}[ns.engine]
-    return SweepOptions(
+    engine = adapter_class(ns.engine)
+    boot_timeout = ns.boot_timeout or engine.boot_timeout_s
+    opts = SweepOptions(
         engine=ns.engine, configs=tuple(configs), model=ns.model, residues=ns.residues,
         modulus=modulus, context=ns.context, phases=phases, reference=reference,
-        isolation=ns.isolation, slots=parse_slots(ns.slots, ns.gpus, ns.engine),
+        isolation=ns.isolation, slots=parse_slots(ns.slots, ns.gpus, engine.default_slots()),
         server_cmd=ns.server_cmd, served_model_name=ns.served_model_name,
         max_tokens=ns.max_tokens, timeout=ns.timeout, boot_timeout=boot_timeout,
         out=Path(ns.out), reports_dir=Path(ns.reports_dir), resume=ns.resume,
@@ -188,6 +82,8 @@ def build_options(ns: argparse.Namespace, argv: Sequence[str]) -> SweepOptions:
         gh_issue=ns.gh_issue, api_key=ns.api_key, draft_model=ns.draft_model,
         engine_args=tuple(ns.engine_arg), backend=ns.backend,
         ray_address=ns.ray_address, argv=tuple(argv))
+    make_backend(opts.backend).check(opts)  # e.g. ray without the extra: exit 2, now
+    return opts
 
 
 # -- the sweep verb ------------------------------------------------------------------------
@@ -209,9 +105,11 @@ def run_sweep(argv: Sequence[str]) -> int:
     adapter = make_adapter(opts.engine, opts.server_cmd, draft_model=opts.draft_model,
                            extra_args=opts.engine_args, work_dir=opts.out,
                            isolation=opts.isolation, served_model_name=opts.served_model_name)
+    adapter.check(opts.configs, opts.slots[0])
     if opts.dry_run:
         return _dry_run(opts, adapter)
-    return asyncio.run(_sweep_async(opts, adapter, show_progress=not ns.no_progress))
+    return asyncio.run(_sweep_async(opts, adapter, make_backend(opts.backend),
+                                    show_progress=not ns.no_progress))
 
 
 def _dry_run(opts: SweepOptions, adapter) -> int:
@@ -224,7 +122,7 @@ def _dry_run(opts: SweepOptions, adapter) -> int:
         print("  " + line, file=out)
     try:
         plan = plan_points(opts, adapter)
-    except (SweepAborted, TemplateError) as e:
+    except (CannotRun, TemplateError) as e:
         plan = None
         print(f"prompt plan: computed at run time ({e})", file=out)
     total = 0
@@ -233,8 +131,9 @@ def _dry_run(opts: SweepOptions, adapter) -> int:
         residues, note = select_residues(opts.residues, cfg, mod, seed=opts.seed)
         total += len(residues)
         print(f"\n[{config_id(cfg)}] {cfg.label()}", file=out)
-        print(f"  residues: {_ranges(residues)} (mod {mod}){'  -- ' + note if note else ''}", file=out)
-        print(f"  rule predicts: {cfg.predicted_bug_b_residues(mod) or 'nothing (no spec or no prefix cache)'}", file=out)
+        print(f"  residues: {fmt_ranges(residues)} (mod {mod}){'  -- ' + note if note else ''}",
+              file=out)
+        print(f"  rule predicts: {_rule_line(cfg, mod)}", file=out)
         print(f"  server: {adapter.shell_line(cfg, opts.slots[0])}", file=out)
         if plan:
             pts = [p for p in plan.points if p.cfg_id == config_id(cfg)]
@@ -247,22 +146,20 @@ def _dry_run(opts: SweepOptions, adapter) -> int:
     return EXIT_OK
 
 
-def _ranges(values: Sequence[int]) -> str:
-    out, start, prev = [], None, None
-    for v in values:
-        if start is None:
-            start = prev = v
-        elif v == prev + 1:
-            prev = v
-        else:
-            out.append(f"{start}-{prev}" if start != prev else f"{start}")
-            start = prev = v
-    if start is not None:
-        out.append(f"{start}-{prev}" if start != prev else f"{start}")
-    return ",".join(out)
+def _rule_line(cfg, modulus: int) -> str:
+    """What the one Bug B rule (``harness.bugb``) says about ``cfg`` before it runs."""
+    pred = bugb.predict(cfg.as_dict(), modulus)
+    if pred.residues:
+        return f"{pred.residues} ({_plain(pred.why)})"
+    return f"nothing ({_plain(pred.why)})"
 
 
-async def _sweep_async(opts: SweepOptions, adapter, *, show_progress: bool) -> int:
+def _plain(markdown: str) -> str:
+    return markdown.replace("`", "").replace("\\", "")
+
+
+async def _sweep_async(opts: SweepOptions, adapter, backend: Backend, *,
+                       show_progress: bool) -> int:
     run_id = opts.resume or new_run_id()
     if opts.baseline:  # a gate that cannot be evaluated must not cost a whole sweep first
         try:
@@ -272,34 +169,16 @@ async def _sweep_async(opts: SweepOptions, adapter, *, show_progress: bool) -> i
     store = ResultStore(opts.out, run_id)
     try:
         golden = load_golden(opts.golden_run, opts.out) if opts.golden_run else None
-    except (StoreError, SweepAborted) as e:
+    except (StoreError, CannotRun) as e:
         raise UsageError(f"--reference: {e}") from None
     try:
-        plan = await plan_with_probes(opts, adapter, run_id=run_id, logs_dir=store.logs_dir)
+        plan = await plan_with_probes(opts, adapter, logs_dir=store.logs_dir)
     except PlanError as e:
         raise UsageError(str(e)) from None
-    points = plan.points
+    driver = Driver(opts, adapter, store, plan, golden=golden)
+    points = driver.start()
     if opts.resume:
-        want = {p.key: set(opts.phases) for p in points}
-        done = store.prune_partial(want)
-        points = [p for p in points if p.key not in done]
-        _say(f"resuming {run_id}: {len(done)} points already complete, {len(points)} to run")
-        manifest = store.read_manifest()
-    else:
-        manifest = {
-            "run_id": run_id, "command": shlex.join(["sweep", *opts.argv]),
-            "harness_version": harness_version(), "engine": opts.engine,
-            "host": socket.gethostname(), "started_at": now_iso(), "ended_at": None,
-            "configs": [{"config_id": config_id(c), "config_label": c.label(),
-                         "config": c.as_dict()} for c in opts.configs],
-            "residues": sorted({p.residue for p in plan.points}), "modulus": opts.modulus or "auto",
-            "phases": list(opts.phases), "isolation": opts.isolation,
-            "reference": opts.reference, "context": opts.context,
-            "slots": [s.id for s in opts.slots],
-            "sampled": {k: v for k, v in plan.sampled.items() if v},
-            "planning_s": round(plan.planning_s, 3), "interrupted": False, "exit_code": None,
-        }
-    store.write_manifest(manifest)
+        _say(f"resuming {run_id}: {driver.resumed} points already complete, {len(points)} to run")
     slots_said = ("the Ray cluster's slots" if opts.backend == "ray"
                   else f"{len(opts.slots)} slot(s)")
     _say(f"run {run_id}: {len(plan.points)} data points x {len(opts.phases)} phases over "
@@ -316,10 +195,10 @@ async def _sweep_async(opts: SweepOptions, adapter, *, show_progress: bool) -> i
         if bad and not show_progress:
             _say(f"  residue {point.residue}: " + ", ".join(f"{r['phase']} {r['verdict']}" for r in bad))
         if bar is not None:
-            bar.set_postfix_str(_counts(sweep.counters.verdicts), refresh=False)
+            bar.set_postfix_str(_counts(driver.counters.verdicts), refresh=False)
             bar.update(1)
 
-    sweep = Sweep(opts, adapter, store, plan, on_point_done=on_point, golden=golden)
+    driver.on_point_done = on_point
     loop = asyncio.get_running_loop()
     main_task = asyncio.current_task()
     interrupted = False
@@ -334,7 +213,7 @@ async def _sweep_async(opts: SweepOptions, adapter, *, show_progress: bool) -> i
         loop.add_signal_handler(sig, _interrupt)
     t0 = time.monotonic()
     try:
-        await sweep.run(points)
+        await backend.run(points, driver)
     except asyncio.CancelledError:
         if not interrupted:
             raise
@@ -347,47 +226,32 @@ async def _sweep_async(opts: SweepOptions, adapter, *, show_progress: bool) -> i
             bar.close()
     wall = time.monotonic() - t0
     records = store.read()
-    # The Ray backend leaves what it found (nodes, slots, Ray version) on the sweep.
-    backend = getattr(sweep, "backend_info", None) or {"backend": opts.backend}
-    n_slots = backend.get("slots") or len(opts.slots)
-    manifest.update({"ended_at": now_iso(), "interrupted": interrupted,
-                     "wall_s": round(wall, 3), "backend": backend,
-                     "timing": timing_summary(sweep.counters.timings, n_slots, wall)})
+    manifest = driver.finish(wall=wall, interrupted=interrupted, backend=backend.describe())
     if interrupted:
-        manifest["exit_code"] = EXIT_INTERRUPTED
-        store.write_manifest(manifest)
-        _say(f"\ninterrupted: {sweep.counters.points_done} points finished and on disk in "
+        driver.set_exit_code(EXIT_INTERRUPTED)
+        _say(f"\ninterrupted: {driver.counters.points_done} points finished and on disk in "
              f"{store.records_path}; no server left running. Continue with: "
              f"sweep --resume {run_id} --out {opts.out}")
         return EXIT_INTERRUPTED
     code = _finish(opts, store, manifest, records, wall)
-    manifest["exit_code"] = code
-    store.write_manifest(manifest)
+    driver.set_exit_code(code)
     return code
 
 
 def _finish(opts: SweepOptions, store: ResultStore, manifest: dict, records: list[dict],
             wall: float) -> int:
     from . import gate, report
+    from .writers import WRITERS, Output
     report_md = report.render_markdown(records, [manifest], full=opts.full)
-    opts.reports_dir.mkdir(parents=True, exist_ok=True)
-    report_path = opts.reports_dir / f"{store.run_id}.md"
-    report_path.write_text(report_md, encoding="utf-8")
     print(report_md)
     counts = _counts(_verdict_counter(records))
     _say(f"\n{len(records)} records ({counts}) in {wall:.1f}s")
     _say(f"results: {store.records_path}")
-    _say(f"report:  {report_path}")
-    if opts.junit:
-        _say(f"junit:   {gate.write_junit(records, opts.junit)}")
-    if gate.append_github_step_summary(report_md):
-        _say("report appended to $GITHUB_STEP_SUMMARY")
-    if opts.gh_issue:
-        try:
-            gate.post_issue_comment(report_path, opts.gh_issue)
-            _say(f"report posted to issue #{opts.gh_issue}")
-        except gate.GateError as e:  # the sweep's verdict still stands
-            _say(f"sweep: could not post the report: {e}")
+    out = Output(opts, store.run_id, records, manifest, report_md)
+    for writer in WRITERS.values():
+        if writer.wanted(opts):
+            for line in writer.write(out):
+                _say(line)
     baseline = load_records([opts.baseline], opts.out) if opts.baseline else None
     code = gate.gate_exit_code(records, baseline)
     if baseline is not None:
@@ -423,12 +287,12 @@ def _say(msg: str) -> None:
 
 # -- sub-verbs -----------------------------------------------------------------------------
 def run_report(argv: Sequence[str]) -> int:
-    p = _Parser(prog="sweep report", description="Markdown report from results files or run ids.")
+    p = Parser(prog="sweep report", description="Markdown report from results files or run ids.")
     p.add_argument("results", nargs="+", help="results .jsonl files or run ids")
     p.add_argument("-o", "--output", help="write the markdown to this file")
     p.add_argument("--full", action="store_true", help="do not fold clean rows")
     p.add_argument("--out", default="results", help="where run ids are looked up")
-    p.add_argument("--gh-issue", type=_positive_int("--gh-issue"), metavar="N",
+    p.add_argument("--gh-issue", type=positive_int("--gh-issue"), metavar="N",
                    help="post the report as a comment on GitHub issue N (needs gh)")
     ns = p.parse_args(list(argv))
     from . import gate, report
@@ -456,7 +320,7 @@ def run_report(argv: Sequence[str]) -> int:
 
 
 def run_compare(argv: Sequence[str]) -> int:
-    p = _Parser(prog="sweep compare", description="What changed between two runs, per "
+    p = Parser(prog="sweep compare", description="What changed between two runs, per "
                 "configuration and residue: fixed, regressed, still broken, newly covered.")
     p.add_argument("old", help="results file or run id (baseline)")
     p.add_argument("new", help="results file or run id")
@@ -476,7 +340,7 @@ def run_compare(argv: Sequence[str]) -> int:
 
 
 def run_presets(argv: Sequence[str]) -> int:
-    _Parser(prog="sweep presets", description="The SPEC / CTX preset table.").parse_args(list(argv))
+    Parser(prog="sweep presets", description="The SPEC / CTX preset table.").parse_args(list(argv))
     print(preset_table_markdown())
     return EXIT_OK
 
@@ -491,12 +355,12 @@ def main(argv: Sequence[str] | None = None) -> None:
             code = SUBCOMMANDS[args[0]](args[1:])
         else:
             code = run_sweep(args)
-    except UsageError as e:
-        print(f"sweep: error: {e}", file=sys.stderr)
-        code = EXIT_USAGE
-    except (SweepAborted, TemplateError, StoreError) as e:
+    except HarnessError as e:
+        print(f"sweep: {e.prefix}: {e}", file=sys.stderr)
+        code = e.exit_code
+    except (TemplateError, StoreError) as e:
         print(f"sweep: cannot run: {e}", file=sys.stderr)
-        code = EXIT_ABORT
+        code = EXIT_CANNOT_RUN
     except BrokenPipeError:  # `sweep ... | head`
         sys.stderr.close()
         code = EXIT_OK

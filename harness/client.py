@@ -13,6 +13,10 @@ from typing import Any, Sequence
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+__all__ = ["DRAFTS", "ACCEPTED", "ClientError", "ServerGone", "RequestTimeout",
+           "ServerError", "ChatResult", "shared_http", "EngineClient",
+           "spec_counters_from_text", "tok_per_step"]
+
 DRAFTS = "vllm:spec_decode_num_drafts"
 ACCEPTED = "vllm:spec_decode_num_accepted_tokens"
 

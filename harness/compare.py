@@ -25,9 +25,9 @@ import json
 from collections import defaultdict
 from typing import Any
 
-from ._markdown import bold, code, escape_text, table
-from .report import (BUG_VERDICTS, latest_records, phase_key, record_identity, residues_phrase,
-                     sha12, worst)
+from .ghmarkdown import bold, code, escape_text, table
+from .ranges import residues_phrase
+from .run.records import BUG_VERDICTS, latest_records, phase_key, record_identity, sha12, worst
 
 STATUSES = ("regressed", "fixed", "still_broken", "newly_covered", "no_longer_covered",
             "unchanged_ok")
@@ -233,7 +233,7 @@ def render_compare_markdown(result: dict, *, show_unchanged: bool = False) -> st
             if r.get("rerun") and r["rerun"] not in seen:
                 seen.append(r["rerun"])
         if seen:
-            from ._markdown import fence
+            from .ghmarkdown import fence
             out += ["Rerun the regressions:", "", fence("\n".join(seen), "sh"), ""]
     return "\n".join(out)
 

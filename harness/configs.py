@@ -9,27 +9,22 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-import os
 import random
-import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from engine.presets import (CUDAGRAPH_MODES, CTXS, GEOMETRIES, PATCHES, SPECS, PresetError,
-                            ServingConfig, normalise_patches, resolve)
+from engine.presets import PresetError, ServingConfig, resolve
 
-from .server_pool import Slot
+from . import bugb
+from .errors import UsageError
+from .flags import UNSET, choices_of, split
+from .slots import Slot
+from .vocabulary import PHASES
 
-ENGINES = ("lab", "vllm", "cmd")
-PHASES = ("cold", "warm", "self-hit")
-ISOLATIONS = ("fresh", "reset", "shared")
-BACKENDS = ("local", "ray")
-LAB_MODEL_DIR = Path(__file__).resolve().parent.parent / "engine" / "lab" / "model"
-
-
-class UsageError(ValueError):
-    """A user mistake on the command line: one line, exit code 2."""
+__all__ = ["SweepOptions", "config_id", "modulus_for", "expand_matrix",
+           "predicted_residues", "select_residues", "parse_slots", "parse_phases",
+           "parse_reference", "describe"]
 
 
 @dataclass(frozen=True)
@@ -62,7 +57,7 @@ class SweepOptions:
     api_key: str | None = None
     draft_model: str | None = None   # --engine vllm: drafter checkpoint
     engine_args: tuple[str, ...] = ()  # --engine vllm: extra server arguments
-    backend: str = "local"         # local slots | ray (harness.backends.ray_backend)
+    backend: str = "local"         # a name in harness.backends.BACKENDS
     ray_address: str | None = None
     argv: tuple[str, ...] = field(default=(), compare=False)
 
@@ -85,82 +80,31 @@ def modulus_for(cfg: ServingConfig, modulus: int | None) -> int:
     return int(cfg.prefix_match_unit or cfg.block_size)
 
 
-def _split(value: str | None) -> list[str]:
-    if value is None:
-        return []
-    return [v.strip() for v in str(value).split(",") if v.strip()]
-
-
-def _ints(flag: str, value: str | None, *, allow_none: bool = False) -> list[Any]:
-    out: list[Any] = []
-    for item in _split(value):
-        if allow_none and item.lower() in ("none", "off", "0"):
-            out.append(None)
-            continue
-        try:
-            n = int(item.replace("_", ""))
-        except ValueError:
-            allowed = "integers or 'none'" if allow_none else "integers"
-            raise UsageError(f"{flag}: {item!r} is not valid; allowed: {allowed} "
-                             "(comma-separated for a matrix)") from None
-        if n <= 0:
-            raise UsageError(f"{flag}: {n} must be positive")
-        out.append(n)
-    return out
-
-
-def _choices(flag: str, value: str | None, allowed: Sequence[str]) -> list[str]:
-    items = _split(value)
-    for item in items:
-        if item not in allowed:
-            raise UsageError(f"{flag}: {item!r} is not valid; allowed: {', '.join(allowed)}")
-    return items
-
-
-def expand_matrix(*, engine: str, model: str | None, spec: str, ctx: str,
-                  draft_tokens: str | None = None, cudagraph: str | None = None,
-                  prefix_cache: bool | None = None, block_size: str | None = None,
-                  prefix_match_unit: str | None = None, patches: str = "all",
-                  max_model_len: str | None = None, kv_cache_memory_bytes: str | None = None,
-                  geometry: str | None = None) -> list[ServingConfig]:
-    """Every comma-separated configuration flag is one axis; the result is the product.
-
-    Patch sets are comma-separated too (``--patches none,all``); several named fixes in one
-    set are joined with ``+`` (``--patches prefill-discriminator+sliding-window-guard``).
-    """
-    specs = _choices("--spec", spec, SPECS)
-    ctxs = _choices("--ctx", ctx, CTXS)
-    modes = _choices("--cudagraph", cudagraph, CUDAGRAPH_MODES) or [None]
-    geoms = _choices("--geometry", geometry, GEOMETRIES) or [None]
-    ks = _ints("--draft-tokens", draft_tokens) or [None]
-    blocks = _ints("--block-size", block_size) or [None]
-    units: list[Any] = _ints("--prefix-match-unit", prefix_match_unit, allow_none=True) or ["unset"]
-    lens = _ints("--max-model-len", max_model_len) or [None]
-    kvs = _ints("--kv-cache-memory-bytes", kv_cache_memory_bytes) or [None]
-    patch_sets = []
-    for item in _split(patches) or ["all"]:
-        try:
-            patch_sets.append(normalise_patches(item.replace("+", ",")))
-        except PresetError:
-            raise UsageError(f"--patches: {item!r} is not valid; allowed: all, none, or "
-                             f"fixes joined by '+' from: {', '.join(PATCHES)}") from None
+def expand_matrix(*, engine: str, model: str | None, prefix_cache: bool | None,
+                  axes: dict[str, list[Any]]) -> list[ServingConfig]:
+    """Every comma-separated configuration flag is one axis (``flags.matrix_axes``); the
+    result is their product, in the flags' declaration order, without duplicates."""
+    names = list(axes)
     out: list[ServingConfig] = []
     seen: set[str] = set()
-    for s, c, m, g, k, b, u, ln, kv, p in itertools.product(
-            specs, ctxs, modes, geoms, ks, blocks, units, lens, kvs, patch_sets):
-        overrides = dict(cudagraph_mode=m, block_size=b, max_model_len=ln,
-                         kv_cache_memory_bytes=kv, draft_tokens=k, prefix_caching=prefix_cache)
-        if u != "unset":
-            overrides["prefix_match_unit"] = u if u is not None else "none"
+    for combo in itertools.product(*(axes[n] for n in names)):
+        chosen = dict(zip(names, combo))
+        overrides = {n: v for n, v in chosen.items() if v is not UNSET}
         try:
-            cfg = resolve(s, c, engine=engine, model=model, patches=p, geometry=g, **overrides)
+            cfg = resolve(engine=engine, model=model, prefix_caching=prefix_cache, **overrides)
         except PresetError as e:
-            raise UsageError(f"configuration {s}/{c}: {e}") from None
+            raise UsageError(f"configuration {chosen.get('spec')}/{chosen.get('ctx')}: {e}") from None
         cid = config_id(cfg)
         if cid not in seen:
             seen.add(cid)
             out.append(cfg)
     return out
+
+
+def predicted_residues(cfg: ServingConfig, modulus: int) -> list[int]:
+    """The residues the Bug B rule (``harness.bugb``) names for ``cfg`` at ``modulus``
+    before anything ran ([] when it predicts no break or cannot name one)."""
+    return bugb.predict(cfg.as_dict(), modulus).residues or []
 
 
 def select_residues(spec: str, cfg: ServingConfig, modulus: int, *,
@@ -172,7 +116,7 @@ def select_residues(spec: str, cfg: ServingConfig, modulus: int, *,
     ``A-B`` | ``sample:N`` (always includes what the rule predicts for the configuration).
     """
     s = spec.strip().lower()
-    predicted = cfg.predicted_bug_b_residues(modulus)
+    predicted = predicted_residues(cfg, modulus)
     if s == "all":
         chosen = list(range(modulus))
     elif s == "risky":
@@ -191,7 +135,7 @@ def select_residues(spec: str, cfg: ServingConfig, modulus: int, *,
         chosen = sorted(set(predicted[:n]) | set(rest[: max(0, n - len(predicted))]))
     else:
         chosen = []
-        for item in _split(spec):
+        for item in split(spec):
             try:
                 if "-" in item:
                     a, b = (int(x) for x in item.split("-", 1))
@@ -218,24 +162,20 @@ def select_residues(spec: str, cfg: ServingConfig, modulus: int, *,
     return chosen, note
 
 
-def default_slots(engine: str) -> int:
-    return max(1, os.cpu_count() or 1) if engine in ("lab", "cmd") else 1
-
-
-def parse_slots(slots: int | None, gpus: str | None, engine: str) -> tuple[Slot, ...]:
+def parse_slots(slots: int | None, gpus: str | None, default: int) -> tuple[Slot, ...]:
     if gpus:
-        ids = _split(gpus)
+        ids = split(gpus)
         if not ids or any(not g.isdigit() for g in ids):
             raise UsageError(f"--gpus: {gpus!r} is not valid; allowed: a comma list of GPU ids (0,1)")
         return tuple(Slot.gpus(ids))
-    n = slots if slots is not None else default_slots(engine)
+    n = slots if slots is not None else default
     if n < 1:
         raise UsageError("--slots must be at least 1")
     return tuple(Slot.cpu(n))
 
 
 def parse_phases(value: str) -> tuple[str, ...]:
-    items = _choices("--phases", value, PHASES)
+    items = choices_of(PHASES)("--phases", value)
     if not items:
         raise UsageError(f"--phases: empty; allowed: {', '.join(PHASES)}")
     if len(set(items)) != len(items):
@@ -252,39 +192,6 @@ def parse_reference(value: str, phases: Sequence[str]) -> str:
     if value.startswith("golden:") and len(value) > len("golden:"):
         return value
     raise UsageError(f"--reference: {value!r} is not valid; allowed: passage, cold, golden:RUN")
-
-
-def rerun_command(opts: SweepOptions, cfg: ServingConfig, residue: int, modulus: int) -> str:
-    """The one command line that reruns exactly this data point."""
-    a = ["sweep", "--engine", cfg.engine]
-    if opts.model:
-        a += ["--model", opts.model]
-    if opts.server_cmd:
-        a += ["--server-cmd", opts.server_cmd]
-    if opts.draft_model:
-        a += ["--draft-model", opts.draft_model]
-    a += [f"--engine-arg={arg}" for arg in opts.engine_args]
-    a += ["--spec", cfg.spec, "--ctx", cfg.ctx]
-    if cfg.method:
-        a += ["--draft-tokens", str(cfg.draft_tokens)]
-    a += ["--cudagraph", cfg.cudagraph_mode,
-          "--prefix-cache" if cfg.prefix_caching else "--no-prefix-cache",
-          "--block-size", str(cfg.block_size),
-          "--prefix-match-unit", str(cfg.prefix_match_unit or "none"),
-          "--max-model-len", str(cfg.max_model_len)]
-    if cfg.kv_cache_memory_bytes:
-        a += ["--kv-cache-memory-bytes", str(cfg.kv_cache_memory_bytes)]
-    a += ["--patches", cfg.patches.replace(",", "+")]
-    if cfg.geometry:
-        a += ["--geometry", cfg.geometry]
-    a += ["--residues", str(residue), "--modulus", str(modulus),
-          "--context", str(opts.context), "--phases", ",".join(opts.phases),
-          "--reference", opts.reference, "--max-tokens", str(opts.max_tokens),
-          "--answer-lines", str(opts.answer_lines), "--seed", str(opts.seed),
-          "--slots", "1"]
-    if opts.served_model_name:
-        a += ["--served-model-name", opts.served_model_name]
-    return shlex.join(a)
 
 
 def describe(opts: SweepOptions) -> Iterable[str]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -21,17 +22,32 @@ from typing import Any
 from engine.presets import ServingConfig
 
 from .client import EngineClient
-from .configs import LAB_MODEL_DIR, UsageError
-from .server_pool import Slot
+from .errors import UsageError
+from .slots import Slot
 
-# Fields compared between requested and effective configuration.
-COMPARED = ("cudagraph_mode", "prefix_caching", "block_size", "prefix_match_unit",
-            "max_model_len", "method", "draft_tokens")
+__all__ = ["EngineAdapter", "LabAdapter", "VllmAdapter", "CmdAdapter", "ADAPTERS",
+           "adapter_class", "make_adapter", "LAB_MODEL_DIR"]
 
+LAB_MODEL_DIR = Path(__file__).resolve().parent.parent / "engine" / "lab" / "model"
 
 class EngineAdapter:
     name = "base"
     served_model_name: str | None = None
+    # Engine facts the CLI and the backends read instead of testing engine names.
+    boot_timeout_s = 300.0       # default --boot-timeout
+    needs_gpu = False            # a server of this engine claims one GPU (Ray: num_gpus)
+
+    @classmethod
+    def default_slots(cls) -> int:
+        """Parallel servers when neither --slots nor --gpus is given: one per core for
+        CPU engines, one for a GPU engine."""
+        return 1 if cls.needs_gpu else max(1, os.cpu_count() or 1)
+
+    def check(self, configs, slot: Slot) -> None:
+        """Every configuration can be turned into a server command: raises
+        ``UsageError`` while the sweep is built, never when a point boots."""
+        for cfg in configs:
+            self.command(cfg, _PORT_SENTINEL, slot)
 
     def model_name(self, cfg: ServingConfig) -> str | None:
         """The model name the server will serve, when it is known without asking it
@@ -75,16 +91,9 @@ class EngineAdapter:
 _PORT_SENTINEL = 54321
 
 
-def mismatches(requested: dict[str, Any], effective: dict[str, Any]) -> list[str]:
-    out = []
-    for key in COMPARED:
-        if key in effective and effective.get(key) != requested.get(key):
-            out.append(f"{key}: requested {requested.get(key)!r}, server runs {effective.get(key)!r}")
-    return out
-
-
 class LabAdapter(EngineAdapter):
     name = "lab"
+    boot_timeout_s = 60.0
     default_served_name = "lab-copy"
 
     def __init__(self, served_model_name: str | None = None) -> None:
@@ -146,6 +155,8 @@ class VllmAdapter(EngineAdapter):
     residue-lab patch plugin discoverable by every vLLM process."""
 
     name = "vllm"
+    boot_timeout_s = 900.0
+    needs_gpu = True
 
     def __init__(self, *, draft_model: str | None = None, extra_args: tuple[str, ...] = (),
                  plugin_dir: Path | None = None, dev_mode: bool = False,
@@ -226,9 +237,22 @@ def _plugin_installed() -> bool:
                for ep in entry_points(group="vllm.general_plugins"))
 
 
+ADAPTERS: dict[str, type[EngineAdapter]] = {"lab": LabAdapter, "vllm": VllmAdapter,
+                                             "cmd": CmdAdapter}
+
+
+def adapter_class(engine: str) -> type[EngineAdapter]:
+    try:
+        return ADAPTERS[engine]
+    except KeyError:
+        raise UsageError(f"--engine: {engine!r} is not valid; allowed: "
+                         f"{', '.join(ADAPTERS)}") from None
+
+
 def make_adapter(engine: str, server_cmd: str | None = None, *, draft_model: str | None = None,
                  extra_args: tuple[str, ...] = (), work_dir: Path | None = None,
                  isolation: str = "fresh", served_model_name: str | None = None) -> EngineAdapter:
+    adapter_class(engine)  # an unknown engine is a usage error
     if engine != "vllm" and (draft_model or extra_args):
         raise UsageError("--draft-model and --engine-arg are for --engine vllm")
     if engine == "lab":
@@ -239,4 +263,4 @@ def make_adapter(engine: str, server_cmd: str | None = None, *, draft_model: str
                            dev_mode=isolation == "reset", served_model_name=served_model_name)
     if engine == "cmd":
         return CmdAdapter(server_cmd, served_model_name)
-    raise UsageError(f"--engine: {engine!r} is not valid; allowed: lab, vllm, cmd")
+    raise AssertionError(f"engine {engine!r} is in ADAPTERS but not built here")

@@ -16,9 +16,9 @@ import shutil
 import subprocess
 import xml.etree.ElementTree as ET
 
-from ._markdown import cap
+from .ghmarkdown import cap
 from .compare import compare_records
-from .report import latest_records, phase_key
+from .run.records import latest_records, phase_key
 
 EXIT_OK = 0
 EXIT_FAIL = 1

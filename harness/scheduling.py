@@ -39,6 +39,8 @@ from __future__ import annotations
 from collections import OrderedDict, defaultdict, deque
 from typing import Generic, Hashable, Iterable, Protocol, TypeVar
 
+__all__ = ["HasConfig", "PointQueue"]
+
 
 class HasConfig(Protocol):
     cfg_id: str

@@ -20,11 +20,16 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable
 
 import psutil
 
 from .client import EngineClient
+from .slots import Slot  # noqa: F401  (re-exported: where a server runs)
+
+__all__ = ["LIFECYCLE_HOOKS", "READY_POLL_S", "READY_POLL_FAST_FOR_S", "READY_POLL_MAX_S",
+           "TERM_GRACE_S", "BootFailure", "Slot", "PortAllocator", "live_servers", "kill_all_servers",
+           "log_excerpt", "ServerProcess"]
 
 # /health is polled every 10 ms for the first second (a lab server is up in ~0.3 s and
 # every poll interval of lag is boot time charged to the point), then backs off to 0.5 s
@@ -45,31 +50,6 @@ class BootFailure(RuntimeError):
         self.reason = reason
         self.log_excerpt = log_excerpt
         self.port_conflict = port_conflict
-
-
-@dataclass(frozen=True)
-class Slot:
-    """Where a server runs: a CPU slot or one GPU (``CUDA_VISIBLE_DEVICES``)."""
-
-    id: str
-    gpu: str | None = None
-
-    @classmethod
-    def cpu(cls, n: int) -> list["Slot"]:
-        return [cls(f"cpu{i}") for i in range(n)]
-
-    @classmethod
-    def gpus(cls, ids: Sequence[str]) -> list["Slot"]:
-        """One slot per entry; a GPU named twice runs two servers side by side
-        (``--gpus 0,0`` on a GPU with room for both: size their memory with the engine's
-        own flags)."""
-        seen: dict[str, int] = {}
-        out = []
-        for g in ids:
-            n = seen.get(str(g), 0)
-            seen[str(g)] = n + 1
-            out.append(cls(f"gpu{g}" + (f".{n}" if n else ""), gpu=str(g)))
-        return out
 
 
 class PortAllocator:

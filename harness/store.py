@@ -15,6 +15,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable
 
+__all__ = ["RECORD_SUFFIX", "ARCHIVED_SUFFIX", "MANIFEST_SUFFIX", "StoreError",
+           "new_run_id", "now_iso", "ResultStore", "read_jsonl", "resolve_results",
+           "load_records", "load_manifest_for"]
+
 RECORD_SUFFIX = ".jsonl"
 ARCHIVED_SUFFIX = ".jsonl.gz"  # archived records (e.g. reports/h200/results): read like .jsonl
 MANIFEST_SUFFIX = ".manifest.json"

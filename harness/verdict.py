@@ -13,6 +13,9 @@ import hashlib
 from collections import Counter
 from dataclasses import dataclass
 
+__all__ = ["REPEAT_BLOCK", "COLLAPSE_FRACTION", "COLLAPSE_MAX_CHARS", "REPEAT_BROKEN",
+           "sha1", "verbatim_prefix", "repeats", "Judgement", "judge"]
+
 REPEAT_BLOCK = 40
 # A collapse keeps less than this fraction of the reference (and at most a few chars):
 # the thread's collapses were "", one character, or a handful of tokens.
@@ -22,8 +25,7 @@ COLLAPSE_MAX_CHARS = 8
 REPEAT_BROKEN = 3
 
 # infra: the point was lost with its node or worker twice (--backend ray), not measured
-VERDICTS = ("ok", "diverged", "broken", "crash", "boot-fail", "timeout", "invalid", "infra")
-CLEAN = frozenset({"ok"})
+# (the verdicts themselves are named in harness.vocabulary)
 
 
 def sha1(text: str) -> str:

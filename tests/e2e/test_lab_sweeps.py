@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.configs import LAB_MODEL_DIR
+from harness.engines import LAB_MODEL_DIR
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.usefixtures("no_leftovers")

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from harness import __version__
-from harness.residue_sweep import harness_version, source_digest
+from harness.provenance import harness_version, source_digest
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -34,7 +34,7 @@ def test_snapshot_inside_another_checkout_reports_no_foreign_commit(tmp_path):
     skip = shutil.ignore_patterns("weights", "runs", "__pycache__", "*.pyc")
     for d in ("harness", "engine"):
         shutil.copytree(ROOT / d, snap / d, ignore=skip)
-    out = subprocess.run([sys.executable, "-c", "from harness.residue_sweep import "
+    out = subprocess.run([sys.executable, "-c", "from harness.provenance import "
                           "harness_version; print(harness_version())"], cwd=snap,
                          capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin"})
     assert out.returncode == 0, out.stderr

@@ -15,6 +15,9 @@ import re
 import unicodedata
 from typing import Iterable, Sequence
 
+__all__ = ["ZWJ", "ELLIPSIS", "DEFAULT_CAP", "cap", "neutralise", "escape_text", "code",
+           "fence", "bold", "table"]
+
 ZWJ = "\u200d"
 ELLIPSIS = "…"
 DEFAULT_CAP = 80

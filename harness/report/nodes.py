@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from collections import Counter
 
-from .._markdown import bold, code, escape_text, table
+from ..ghmarkdown import bold, code, escape_text, table
+
+__all__ = ["by_node", "render_nodes"]
 
 
 def by_node(records: list[dict]) -> dict[str, Counter]:

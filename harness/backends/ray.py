@@ -4,9 +4,9 @@ The backend only decides *where* a data point runs. Each point becomes one Ray t
 claims the resources of one slot (``num_gpus=1`` for GPU engines, the custom resource
 ``lab_slot`` or one CPU for CPU engines), runs ``PointRunner.run_fresh`` on whichever
 node Ray picks (fresh server, phases, teardown: the very code the local slots run) and
-returns the point's records, timing and server logs. This process, the driver, is the
-only writer of the results file, so the JSONL, resume, reports and gate behave exactly
-as with the local backend.
+returns the point's records, timing and server logs. This process hands them to the
+``Driver``, the only writer of the results file, so the JSONL, resume, reports and gate
+behave exactly as with the local backend.
 
 Failure semantics (docs/ray.md):
 
@@ -16,7 +16,7 @@ Failure semantics (docs/ray.md):
   ``infra`` records (one per phase) whose reason names both nodes and errors;
 - an exception raised by the harness code itself inside a task is a bug: the sweep stops
   with it, as the local backend would (records so far are on disk; ``--resume``);
-- Ctrl-C (cancellation of ``run_on_ray``) force-cancels every outstanding task. A forced
+- Ctrl-C (cancellation of ``RayBackend.run``) force-cancels every outstanding task. A forced
   cancel SIGKILLs the Ray worker, so each worker runs a watchdog (``_reaper.py``) that
   kills the worker's server process groups the moment the worker is gone.
 """
@@ -36,11 +36,20 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
-from ..configs import SweepOptions, UsageError
-from ..residue_sweep import Point, PointRunner, Sweep, SweepAborted
-from ..server_pool import Slot
+from ..client import shared_http
+from ..configs import SweepOptions
+from ..engines import adapter_class
+from ..errors import CannotRun, UsageError
+from ..run.driver import Driver
+from ..run.plan import Point
+from ..run.point import RunnerSpec
+from ..slots import Slot
+
+__all__ = ["RayBackend", "check_available", "runtime_env", "task_resources", "node_label",
+           "records_by_node", "is_infra_error", "node_id_in", "Watchdog", "gpu_engine",
+           "INSTALL_HINT", "SLOT_RESOURCE"]
 
 INSTALL_HINT = "--backend ray needs the ray extra: pip install 'residue-lab[ray]'"
 # Custom resource a CPU-engine slot claims when the cluster declares it, e.g.
@@ -70,22 +79,36 @@ def check_available():
     return ray
 
 
-async def run_on_ray(sweep: Sweep, points: list[Point]) -> None:
-    """Run ``points`` as Ray tasks; records, counters and progress go through ``sweep``
-    exactly as the local backend's do."""
-    ray = check_available()
-    opts = sweep.opts
-    if opts.isolation != "fresh":
-        raise UsageError(f"--backend ray runs every data point on its own fresh server; "
-                         f"--isolation {opts.isolation} is for the local backend")
-    if not points:  # e.g. --resume of a run that had finished every point
-        return
-    owns = await _connect_in_background(ray, opts)
-    try:
-        await _RayRun(ray, sweep).run(points)
-    finally:
-        if owns:
-            await asyncio.to_thread(ray.shutdown)
+class RayBackend:
+    """Data points as Ray tasks; see the module docstring for the failure semantics."""
+
+    name = "ray"
+
+    def __init__(self) -> None:
+        self.info: dict[str, Any] = {"backend": self.name}
+
+    def check(self, opts: SweepOptions) -> None:
+        check_available()  # without the extra: one line, exit 2, before anything starts
+        if opts.isolation != "fresh":
+            raise UsageError(f"--isolation {opts.isolation} is for the local backend; "
+                             "--backend ray runs every point on its own fresh server")
+
+    def describe(self) -> dict[str, Any]:
+        return dict(self.info)
+
+    async def run(self, points: Sequence[Point], driver: Driver) -> None:
+        """Run ``points`` as Ray tasks; every result goes to ``driver``."""
+        ray = check_available()
+        if not points:  # e.g. --resume of a run that had finished every point
+            return
+        owns = await _connect_in_background(ray, driver.opts)
+        run = _RayRun(ray, driver)
+        try:
+            await run.run(list(points))
+        finally:
+            self.info.update(run.info)
+            if owns:
+                await asyncio.to_thread(ray.shutdown)
 
 
 async def _connect_in_background(ray, opts: SweepOptions) -> bool:
@@ -114,7 +137,7 @@ async def _connect_in_background(ray, opts: SweepOptions) -> bool:
     try:
         return await asyncio.wait_for(asyncio.shield(done), timeout)
     except asyncio.TimeoutError:
-        raise SweepAborted(f"--backend ray: no Ray cluster answered at "
+        raise CannotRun(f"--backend ray: no Ray cluster answered at "
                            f"{opts.ray_address or 'auto'!r} within {timeout:g}s "
                            f"({CONNECT_TIMEOUT_ENV} to wait longer)") from None
 
@@ -132,7 +155,7 @@ def _connect(ray, opts: SweepOptions) -> bool:
                  logging_level=logging.WARNING, configure_logging=True)
     except (ConnectionError, RuntimeError, ValueError) as e:
         why = (str(e).strip().splitlines() or [repr(e)])[0].strip("'\"")
-        raise SweepAborted(f"--backend ray: cannot connect to a Ray cluster at "
+        raise CannotRun(f"--backend ray: cannot connect to a Ray cluster at "
                            f"{address!r}: {why}") from None
     return True
 
@@ -154,7 +177,7 @@ def runtime_env() -> dict[str, Any]:
 
 def gpu_engine(opts: SweepOptions) -> bool:
     """A point of this sweep needs one GPU: vLLM always, ``cmd`` when given ``--gpus``."""
-    return opts.engine == "vllm" or any(s.gpu is not None for s in opts.slots)
+    return adapter_class(opts.engine).needs_gpu or any(s.gpu is not None for s in opts.slots)
 
 
 def task_resources(opts: SweepOptions, cluster_resources: dict[str, float]) -> dict[str, Any]:
@@ -177,7 +200,7 @@ def node_label(hostname: str, ip: str, node_id: str) -> str:
 
 def records_by_node(records: list[dict]) -> dict[str, dict[str, int]]:
     """Verdict counts per node (see ``harness.backends.nodes`` for the report section)."""
-    from .nodes import by_node
+    from ..report.nodes import by_node
     return {node: dict(c) for node, c in by_node(records).items()}
 
 
@@ -207,11 +230,11 @@ def _one_line(err: BaseException, limit: int = 240) -> str:
 def _run_point_task(shared: tuple, point: Point, attempt: int, tracker) -> dict[str, Any]:
     """One data point on this node: the same ``PointRunner.run_fresh`` as local slots."""
     import ray
-    opts, adapter, run_id, version, golden = shared
+    spec: RunnerSpec = shared
     ctx = ray.get_runtime_context()
     node_id = ctx.get_node_id()
     label = node_label(socket.gethostname(), ray.util.get_node_ip_address(), node_id)
-    slot = _slot_here(ctx, node_id, gpu_engine(opts))
+    slot = _slot_here(ctx, node_id, gpu_engine(spec.opts))
     if tracker is not None:
         try:  # where this attempt runs, so a lost node can be named and avoided
             ray.get(tracker.started.remote(point.key, attempt, node_id, label, slot.id),
@@ -219,14 +242,10 @@ def _run_point_task(shared: tuple, point: Point, attempt: int, tracker) -> dict[
         except Exception as e:
             print(f"residue-lab: could not report the start of residue {point.residue} "
                   f"to the driver: {_one_line(e)}", file=sys.stderr)
-    _Watchdog.install()
+    Watchdog.install()
     logs_dir = Path(tempfile.mkdtemp(prefix="residue-lab-ray-"))
-    collected: list[dict] = []
     try:
-        runner = PointRunner(opts, adapter, run_id=run_id, logs_dir=logs_dir,
-                             golden=golden, version=version)
-        runner.node = label
-        records, timing = asyncio.run(runner.run_fresh(point, slot, emit=collected.append))
+        result = asyncio.run(_run_point(spec, logs_dir, label, point, slot))
         logs = {p.name: _tail(p) for p in sorted(logs_dir.iterdir()) if p.is_file()}
     finally:
         for p in logs_dir.glob("*"):
@@ -238,8 +257,16 @@ def _run_point_task(shared: tuple, point: Point, attempt: int, tracker) -> dict[
             logs_dir.rmdir()
         except OSError:
             pass
-    return {"records": collected or records, "timing": timing, "node": label,
+    return {"records": result.records, "timing": result.timing, "node": label,
             "node_id": node_id, "slot": slot.id, "logs": logs}
+
+
+async def _run_point(spec: RunnerSpec, logs_dir: Path, label: str, point: Point, slot: Slot):
+    http = shared_http()
+    try:
+        return await spec.make(logs_dir, http, node=label).run_fresh(point, slot)
+    finally:
+        await http.aclose()
 
 
 def _slot_here(ctx, node_id: str, gpu: bool) -> Slot:
@@ -271,7 +298,7 @@ def _tail(path: Path) -> str:
     return text
 
 
-class _Watchdog:
+class Watchdog:
     """One ``_reaper.py`` per Ray worker process; every server this worker starts is
     registered with it the moment it is spawned.
 
@@ -338,10 +365,11 @@ class _Attempt:
 
 
 class _RayRun:
-    def __init__(self, ray, sweep: Sweep):
+    def __init__(self, ray, driver: Driver):
         self.ray = ray
-        self.sweep = sweep
-        self.opts = sweep.opts
+        self.driver = driver
+        self.opts = driver.opts
+        self.info: dict[str, Any] = {}
         self.inflight: dict[Any, _Attempt] = {}
         self.remote_fn = None
         self.tracker = None
@@ -361,13 +389,13 @@ class _RayRun:
         slots = int(resources.get(res_name, 0) / per_point + 1e-6)
         nodes = [n for n in ray.nodes() if n.get("Alive")]
         if slots < 1:
-            raise SweepAborted(f"--backend ray: the cluster has no {res_name!r} resource "
+            raise CannotRun(f"--backend ray: the cluster has no {res_name!r} resource "
                                f"for a slot ({len(nodes)} nodes: "
                                f"{sorted(resources)}); start nodes with "
                                + ("--num-gpus" if res_name == "GPU" else
                                   f"--resources '{{\"{SLOT_RESOURCE}\": N}}' or --num-cpus"))
         self.slot_resource = res_name
-        self.sweep.backend_info = {  # type: ignore[attr-defined]
+        self.info = {
             "backend": "ray", "address": self.opts.ray_address or "auto",
             "nodes": len(nodes), "slots": slots, "slot_resource": res_name,
             "ray_version": ray.__version__}
@@ -382,9 +410,7 @@ class _RayRun:
             pass
         self.tracker = tracker.remote()
         self.remote_fn = ray.remote(_run_point_task)
-        s = self.sweep
-        self.shared_ref = ray.put((self.opts, s.runner.adapter, s.runner.run_id,
-                                   s.runner.version, s.runner.golden))
+        self.shared_ref = ray.put(self.driver.runner_spec)
 
     def _submit(self, att: _Attempt) -> None:
         att.submitted_at = time.monotonic()
@@ -440,7 +466,7 @@ class _RayRun:
         except Exception as e:
             if not is_infra_error(ray, e):
                 if isinstance(e, ray.exceptions.RayTaskError):
-                    raise SweepAborted(f"--backend ray: the harness failed on residue "
+                    raise CannotRun(f"--backend ray: the harness failed on residue "
                                        f"{att.point.residue} ({att.point.cfg_id}): "
                                        f"{_one_line(getattr(e, 'cause', e) or e)}") from e
                 raise
@@ -450,21 +476,15 @@ class _RayRun:
         self._write(att, result)
 
     def _write(self, att: _Attempt, result: dict[str, Any]) -> None:
-        sweep = self.sweep
-        logs_dir = sweep.store.logs_dir
-        if result.get("logs"):
-            logs_dir.mkdir(parents=True, exist_ok=True)
-            for name, text in result["logs"].items():
-                (logs_dir / Path(name).name).write_text(text, encoding="utf-8")
+        for name, text in (result.get("logs") or {}).items():
+            self.driver.server_log(name, text)
         records = result["records"]
         for rec in records:
             rec["ray_node_id"] = result["node_id"]
             rec["attempt"] = att.attempt
             if att.first_failure:
                 rec["infra_retry"] = att.first_failure
-            sweep.store.append(rec)
-        sweep._count(att.point, records)
-        sweep.counters.timings.append(result["timing"])
+        self.driver.point_done(att.point, records, result["timing"])
 
     def _lost(self, att: _Attempt, err: BaseException, where: dict[str, str] | None) -> None:
         """A node/worker was lost under this attempt (``where``: where it started, None if
@@ -473,12 +493,12 @@ class _RayRun:
         if where is None and att.resubmits < MAX_UNSTARTED_RESUBMITS:
             # Never started (e.g. queued on a node that died): not a failed attempt.
             att.resubmits += 1
-            att.avoid = _node_id_in(err) or att.avoid
+            att.avoid = node_id_in(err) or att.avoid
             _say(f"ray: residue {p.residue} ({p.cfg_id}) lost before it started "
                  f"({_one_line(err, 120)}); submitted again")
             self._submit(att)
             return
-        where = where or {"node": _node_id_in(err) or "unknown node", "node_id": _node_id_in(err) or "",
+        where = where or {"node": node_id_in(err) or "unknown node", "node_id": node_id_in(err) or "",
                           "slot": "?"}
         why = f"node {where['node']} (slot {where['slot']}) lost mid-point: {_one_line(err)}"
         if att.attempt == 1:
@@ -488,19 +508,10 @@ class _RayRun:
             return
         reason = f"infrastructure: attempt 1: {att.first_failure}; retry: {why}"
         _say(f"ray: residue {p.residue} ({p.cfg_id}): retry lost too: {why}; recorded as infra")
-        runner = self.sweep.runner
-        slot = Slot(where.get("slot") or "?")
-        records = []
-        for phase in self.opts.phases:
-            rec = runner._failure_record(att.point, slot, phase, "infra", reason, [], {}, None)
-            rec.update({"node": where["node"], "ray_node_id": where.get("node_id"),
-                        "attempt": att.attempt, "infra_retry": att.first_failure})
-            records.append(rec)
-            self.sweep.store.append(rec)
-        self.sweep._count(att.point, records)
-        self.sweep.counters.timings.append(
-            {"boot": 0.0, "requests": 0.0, "teardown": 0.0,
-             "point": time.monotonic() - att.submitted_at})
+        extra = {"ray_node_id": where.get("node_id"), "attempt": att.attempt,
+                 "infra_retry": att.first_failure}
+        self.driver.point_lost(att.point, slot=where.get("slot") or "?", node=where["node"],
+                               reason=reason, since=att.submitted_at, extra=extra)
 
     def _where(self, att: _Attempt) -> dict[str, str] | None:
         if self.tracker is None:
@@ -533,7 +544,7 @@ def _say(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def _node_id_in(err: BaseException) -> str | None:
+def node_id_in(err: BaseException) -> str | None:
     """NodeDiedError names the dead node in its message ("node ID: <hex>")."""
     m = re.search(r"node ID: ([0-9a-f]{16,})", str(err))
     return m.group(1) if m else None

@@ -1,0 +1,31 @@
+"""The backend protocol: where data points run.
+
+A backend is told which points to run and the driver to report them to; it never writes
+a record, a counter or the manifest itself (``harness.run.driver`` does). ``check`` runs
+while the sweep is being built and raises ``UsageError`` / ``CannotRun`` then, never per
+point; ``describe`` is what the manifest's ``backend`` says about where the run ran.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol, Sequence, runtime_checkable
+
+if TYPE_CHECKING:  # types only: the registry must import without the run layer
+    from ..configs import SweepOptions
+    from ..run.driver import Driver
+    from ..run.plan import Point
+
+__all__ = ["Backend"]
+
+
+@runtime_checkable
+class Backend(Protocol):
+    name: str
+
+    def check(self, opts: "SweepOptions") -> None:
+        """Validate ``opts`` for this backend (one-line ``UsageError``)."""
+
+    async def run(self, points: Sequence["Point"], driver: "Driver") -> None:
+        """Run every point, reporting each to ``driver``."""
+
+    def describe(self) -> dict[str, Any]:
+        """What the manifest records about this backend, once ``run`` has started."""

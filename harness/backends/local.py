@@ -1,0 +1,142 @@
+"""``--backend local``: data points on this machine's slots (CPU slots or GPU ids).
+
+Slot workers take points from one shared queue (work stealing: a slow point never idles
+another slot). With ``--isolation fresh`` each point boots its own server and the
+teardown overlaps the next boot; ``reset`` / ``shared`` keep a slot's server for the
+next point of the same configuration.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from typing import Any, Sequence
+
+from ..client import ClientError, EngineClient, shared_http
+from ..configs import SweepOptions
+from ..run.driver import Driver
+from ..run.plan import Point
+from ..run.point import PointRunner, Server
+from ..run.records import timing_record
+from ..scheduling import PointQueue
+from ..server_pool import BootFailure, Slot
+
+__all__ = ["LocalBackend", "BOOT_FAILURES_FRESH"]
+
+BOOT_FAILURES_FRESH = 2   # boot failures of one configuration before its points are skipped
+
+
+class LocalBackend:
+    name = "local"
+
+    def check(self, opts: SweepOptions) -> None:
+        """Every option works locally."""
+
+    def describe(self) -> dict[str, Any]:
+        return {"backend": self.name}
+
+    async def run(self, points: Sequence[Point], driver: Driver) -> None:
+        http = shared_http()
+        try:
+            await _LocalRun(driver, driver.runner_spec.make(driver.store.logs_dir, http)).run(points)
+        finally:
+            await http.aclose()
+
+
+class _LocalRun:
+    def __init__(self, driver: Driver, runner: PointRunner):
+        self.driver = driver
+        self.opts = driver.opts
+        self.runner = runner
+        self._teardowns: set[asyncio.Task] = set()
+        self._boot_failures: Counter = Counter()
+
+    async def run(self, points: Sequence[Point]) -> None:
+        queue = PointQueue(points, affinity=self.opts.isolation != "fresh")
+        workers = [asyncio.create_task(self._worker(slot, queue), name=f"slot-{slot.id}")
+                   for slot in self.opts.slots]
+        try:
+            await asyncio.gather(*workers)
+        finally:
+            for w in workers:
+                w.cancel()
+            await asyncio.gather(*workers, return_exceptions=True)
+            if self._teardowns:
+                await asyncio.gather(*self._teardowns, return_exceptions=True)
+
+    async def _worker(self, slot: Slot, queue: PointQueue) -> None:
+        server: Server | None = None
+        client: EngineClient | None = None
+        server_cfg: str | None = None
+        server_timing: dict[str, float] | None = None
+        info: dict[str, Any] = {}
+        driver = self.driver
+        try:
+            while (point := queue.next(slot.id, server_cfg)) is not None:
+                driver.point_started(point, slot.id)
+                t_point = time.monotonic()
+                timing = timing_record()
+                reuse = (self.opts.isolation != "fresh" and server is not None
+                         and server_cfg == point.cfg_id and server.tree_alive())
+                if not reuse:
+                    if server is not None:
+                        self._background_stop(server, client, server_timing)
+                        server = client = None
+                    try:
+                        server, client, info = await self.runner.boot(point, slot)
+                        server_cfg, server_timing = point.cfg_id, timing
+                        timing["boot"] = server.boot_s or 0.0
+                    except BootFailure as e:
+                        timing["boot"] = time.monotonic() - t_point
+                        timing["point"] = time.monotonic() - t_point
+                        driver.point_done(point, self.runner.boot_fail_records(point, slot, e),
+                                          timing)
+                        self._after_boot_failure(point, slot, e, queue)
+                        continue
+                elif self.opts.isolation == "reset":
+                    try:
+                        await client.reset_prefix_cache()  # type: ignore[union-attr]
+                        info.pop("reset_error", None)
+                    except ClientError as e:  # the next cold request proves it or not
+                        info["reset_error"] = str(e)
+                t_req = time.monotonic()
+                records, server_dead = await self.runner.run_phases(
+                    point, slot, server, client, info, driver.phase_done)  # type: ignore[arg-type]
+                timing["requests"] = time.monotonic() - t_req
+                if self.opts.isolation == "fresh" or server_dead:
+                    # Teardown overlaps the next boot on this slot; its time is filled in
+                    # when it finishes.
+                    self._background_stop(server, client, timing)
+                    server = client = None
+                    server_cfg = None
+                # the point's wall time on its slot, teardown excluded
+                timing["point"] = time.monotonic() - t_point
+                driver.point_done(point, records, timing, written=True)
+                # What the queue weighs a new server against before it helps with a
+                # configuration another slot serves.
+                queue.observe(point.cfg_id, boot=None if reuse else timing["boot"],
+                              point=timing["point"] - timing["boot"])
+        finally:
+            if server is not None:
+                await self.runner.stop(server, client, timing=server_timing)
+
+    def _after_boot_failure(self, point: Point, slot: Slot, e: BootFailure,
+                            queue: PointQueue) -> None:
+        """A configuration that keeps failing to boot is not booted again for every
+        remaining residue (a minute or more each on a GPU): its remaining points are
+        recorded as boot-fail, naming the failure. Fresh isolation allows one retry on the
+        next point (a boot can fail for a passing reason); reset/shared allow none."""
+        self._boot_failures[point.cfg_id] += 1
+        allowed = BOOT_FAILURES_FRESH if self.opts.isolation == "fresh" else 1
+        if self._boot_failures[point.cfg_id] < allowed:
+            return
+        for rest in queue.drain(point.cfg_id):
+            why = BootFailure(f"not started: this configuration failed to boot "
+                              f"{self._boot_failures[point.cfg_id]}x (last: {e.reason})",
+                              e.log_excerpt)
+            self.driver.point_done(rest, self.runner.boot_fail_records(rest, slot, why), None)
+
+    def _background_stop(self, server, client, timing: dict[str, float] | None = None) -> None:
+        task = asyncio.create_task(self.runner.stop(server, client, timing=timing))
+        self._teardowns.add(task)
+        task.add_done_callback(self._teardowns.discard)

@@ -1,0 +1,280 @@
+"""Every ``sweep`` flag, declared once: how it parses, what it validates, which matrix
+axis a comma list of it expands, and how a rerun command spells it.
+
+``sweep_parser`` builds the argparse parser from ``FLAGS``; ``matrix_axes`` gives
+``configs.expand_matrix`` the comma lists in declaration order (the product's order);
+``rerun_command`` writes the one command line that reruns a data point from each flag's
+``rerun``. Adding a flag is one ``Flag(...)`` here (and its field on ``SweepOptions`` when
+it is not a matrix axis): see docs/architecture.md.
+"""
+from __future__ import annotations
+
+import argparse
+import shlex
+from dataclasses import dataclass, field
+from typing import Any, Callable, NamedTuple, Sequence
+
+from engine.presets import (CTXS, CUDAGRAPH_MODES, GEOMETRIES, PATCHES, SPECS, PresetError,
+                            ServingConfig, normalise_patches)
+
+from .backends import backend_names
+from .engines import ADAPTERS
+from .errors import UsageError
+from .vocabulary import ISOLATIONS, PHASES
+
+__all__ = ["Flag", "FLAGS", "GROUPS", "UNSET", "sweep_parser", "matrix_axes",
+           "rerun_command", "Rerun", "positive_int", "positive_float", "Parser"]
+
+UNSET = object()   # a matrix axis left to the preset (nothing passed to resolve)
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse that reports a usage error in one line (flag + allowed values), exit 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(message)
+
+
+class Rerun(NamedTuple):
+    """What a flag's rerun spelling is computed from: the sweep, one configuration and
+    one residue of it."""
+    opts: Any            # configs.SweepOptions
+    cfg: ServingConfig
+    residue: int
+    modulus: int
+
+
+@dataclass(frozen=True)
+class Flag:
+    name: str                                    # "--block-size"
+    group: str                                   # one of GROUPS
+    help: str
+    kw: dict = field(default_factory=dict)       # argparse keywords (type, default, ...)
+    axis: str | None = None                      # engine.presets.resolve keyword it expands
+    items: Callable[[str, str | None], list] | None = None   # comma list -> axis values
+    rerun: Callable[[Rerun], list[str]] | None = None        # its spelling in a rerun
+
+
+GROUPS = ("engine and configuration", "what to measure", "how to run", "gating and output")
+ENGINE, MEASURE, RUN, OUTPUT = GROUPS
+
+
+# -- value parsers ---------------------------------------------------------------------
+def positive_int(flag: str):
+    def conv(v: str) -> int:
+        try:
+            n = int(v)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{v!r} is not an integer") from None
+        if n < 1:
+            raise argparse.ArgumentTypeError(f"{n} must be at least 1")
+        return n
+    return conv
+
+
+def positive_float(v: str) -> float:
+    try:
+        x = float(v)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{v!r} is not a number") from None
+    if x <= 0:
+        raise argparse.ArgumentTypeError(f"{x:g} must be positive")
+    return x
+
+
+def split(value: str | None) -> list[str]:
+    if value is None:
+        return []
+    return [v.strip() for v in str(value).split(",") if v.strip()]
+
+
+def choices_of(allowed: Sequence[str]):
+    def parse(flag: str, value: str | None) -> list[Any]:
+        items = split(value)
+        for item in items:
+            if item not in allowed:
+                raise UsageError(f"{flag}: {item!r} is not valid; allowed: {', '.join(allowed)}")
+        return items
+    return parse
+
+
+def ints(allow_none: bool = False, unset: Any = None):
+    def parse(flag: str, value: str | None) -> list[Any]:
+        out: list[Any] = []
+        for item in split(value):
+            if allow_none and item.lower() in ("none", "off", "0"):
+                out.append("none")
+                continue
+            try:
+                n = int(item.replace("_", ""))
+            except ValueError:
+                allowed = "integers or 'none'" if allow_none else "integers"
+                raise UsageError(f"{flag}: {item!r} is not valid; allowed: {allowed} "
+                                 "(comma-separated for a matrix)") from None
+            if n <= 0:
+                raise UsageError(f"{flag}: {n} must be positive")
+            out.append(n)
+        return out or [unset]
+    return parse
+
+
+def patch_sets(flag: str, value: str | None) -> list[str]:
+    """Patch sets are comma-separated (``none,all``); several named fixes in one set are
+    joined with ``+`` (``prefill-discriminator+sliding-window-guard``)."""
+    out = []
+    for item in split(value) or ["all"]:
+        try:
+            out.append(normalise_patches(item.replace("+", ",")))
+        except PresetError:
+            raise UsageError(f"{flag}: {item!r} is not valid; allowed: all, none, or "
+                             f"fixes joined by '+' from: {', '.join(PATCHES)}") from None
+    return out
+
+
+def _or_none(parse):
+    def wrapped(flag: str, value: str | None) -> list[Any]:
+        return parse(flag, value) or [None]
+    return wrapped
+
+
+def _opt(name: str, attr: str) -> Callable[[Rerun], list[str]]:
+    """Rerun spelling of an option that is repeated only when it was given."""
+    return lambda r: [name, str(getattr(r.opts, attr))] if getattr(r.opts, attr) else []
+
+
+def _always(name: str, get: Callable[[Rerun], Any]) -> Callable[[Rerun], list[str]]:
+    return lambda r: [name, str(get(r))]
+
+
+# -- the flags, in the order of the matrix product and of a rerun command ---------------
+FLAGS: tuple[Flag, ...] = (
+    Flag("--engine", ENGINE, "lab (CPU, default) | vllm | cmd",
+         {"default": "lab", "choices": tuple(ADAPTERS)}, rerun=_always("--engine", lambda r: r.cfg.engine)),
+    Flag("--spec", ENGINE, f"speculative preset: {', '.join(SPECS)} (matrix)", {"default": "mtp"},
+         axis="spec", items=choices_of(SPECS), rerun=_always("--spec", lambda r: r.cfg.spec)),
+    Flag("--ctx", ENGINE, f"context preset: {', '.join(CTXS)} (matrix)", {"default": "huge"},
+         axis="ctx", items=choices_of(CTXS), rerun=_always("--ctx", lambda r: r.cfg.ctx)),
+    Flag("--cudagraph", ENGINE,
+         f"cudagraph mode(s): {', '.join(CUDAGRAPH_MODES)} (default from preset)",
+         {"metavar": "MODE"}, axis="cudagraph_mode", items=_or_none(choices_of(CUDAGRAPH_MODES)),
+         rerun=_always("--cudagraph", lambda r: r.cfg.cudagraph_mode)),
+    Flag("--geometry", ENGINE, "model geometry: hybrid | dense (matrix); lab: the copy "
+         "model's; vllm: hybrid adds --mamba-cache-mode align and the triton GDN prefill "
+         "backend", axis="geometry", items=_or_none(choices_of(GEOMETRIES)),
+         rerun=lambda r: ["--geometry", r.cfg.geometry] if r.cfg.geometry else []),
+    Flag("--draft-tokens", ENGINE, "draft tokens k (matrix; default from --spec)",
+         {"metavar": "K"}, axis="draft_tokens", items=ints(),
+         rerun=lambda r: ["--draft-tokens", str(r.cfg.draft_tokens)] if r.cfg.method else []),
+    Flag("--prefix-cache", ENGINE, "prefix caching on (the preset default)",
+         {"dest": "prefix_cache", "action": "store_true", "default": None},
+         rerun=lambda r: ["--prefix-cache" if r.cfg.prefix_caching else "--no-prefix-cache"]),
+    Flag("--no-prefix-cache", ENGINE, "prefix caching off",
+         {"dest": "prefix_cache", "action": "store_false"}),
+    Flag("--block-size", ENGINE, "KV block size(s) (matrix)", {"metavar": "N"},
+         axis="block_size", items=ints(), rerun=_always("--block-size", lambda r: r.cfg.block_size)),
+    Flag("--prefix-match-unit", ENGINE, "prefix-cache hash unit(s) (matrix)",
+         {"metavar": "N|none"}, axis="prefix_match_unit", items=ints(allow_none=True, unset=UNSET),
+         rerun=_always("--prefix-match-unit", lambda r: r.cfg.prefix_match_unit or "none")),
+    Flag("--max-model-len", ENGINE, "max model length(s) (matrix)", {"metavar": "N"},
+         axis="max_model_len", items=ints(),
+         rerun=_always("--max-model-len", lambda r: r.cfg.max_model_len)),
+    Flag("--kv-cache-memory-bytes", ENGINE, "KV cache memory (matrix)", {"metavar": "N"},
+         axis="kv_cache_memory_bytes", items=ints(),
+         rerun=lambda r: (["--kv-cache-memory-bytes", str(r.cfg.kv_cache_memory_bytes)]
+                          if r.cfg.kv_cache_memory_bytes else [])),
+    Flag("--patches", ENGINE, f"fix set(s): all | none | names joined by '+' from "
+         f"{', '.join(PATCHES)} (matrix)", {"default": "all"}, axis="patches", items=patch_sets,
+         rerun=_always("--patches", lambda r: r.cfg.patches.replace(",", "+"))),
+    Flag("--model", ENGINE, "model directory (lab: the shipped copy model by default)",
+         rerun=_opt("--model", "model")),
+    Flag("--served-model-name", ENGINE, "model name for requests (default: /v1/models)",
+         rerun=_opt("--served-model-name", "served_model_name")),
+    Flag("--server-cmd", ENGINE, "--engine cmd: server command with {port}, {gpu}, {model} "
+         "placeholders", {"metavar": "TEMPLATE"}, rerun=_opt("--server-cmd", "server_cmd")),
+    Flag("--api-key", ENGINE, "bearer token for the server"),
+    Flag("--draft-model", ENGINE, "--engine vllm: drafter checkpoint (dflash2)",
+         {"metavar": "DIR"}, rerun=_opt("--draft-model", "draft_model")),
+    Flag("--engine-arg", ENGINE, "--engine vllm: extra server argument, repeatable "
+         "(e.g. --engine-arg=--language-model-only)",
+         {"action": "append", "default": [], "metavar": "ARG"},
+         rerun=lambda r: [f"--engine-arg={a}" for a in r.opts.engine_args]),
+    Flag("--residues", MEASURE, "all | risky | LIST (3,4,5) | A-B | sample:N (default all)",
+         {"default": "all"}, rerun=_always("--residues", lambda r: r.residue)),
+    Flag("--modulus", MEASURE, "N or auto (the configuration's hit unit)", {"default": "128"},
+         rerun=_always("--modulus", lambda r: r.modulus)),
+    Flag("--context", MEASURE, "approximate templated length of the measured prompt "
+         "(default 4096)", {"type": positive_int("--context"), "default": 4096},
+         rerun=_always("--context", lambda r: r.opts.context)),
+    Flag("--phases", MEASURE, f"{','.join(PHASES)} (default cold,self-hit)",
+         {"default": "cold,self-hit"}, rerun=_always("--phases", lambda r: ",".join(r.opts.phases))),
+    Flag("--reference", MEASURE, "passage | cold | golden:RUN", {"default": "passage"},
+         rerun=_always("--reference", lambda r: r.opts.reference)),
+    Flag("--answer-lines", MEASURE, "lines of the document the answer must reproduce "
+         "(default 3)", {"type": positive_int("--answer-lines"), "default": 3},
+         rerun=_always("--answer-lines", lambda r: r.opts.answer_lines)),
+    Flag("--max-tokens", MEASURE, None, {"type": positive_int("--max-tokens"), "default": 256},
+         rerun=_always("--max-tokens", lambda r: r.opts.max_tokens)),
+    Flag("--seed", MEASURE, "corpus / sampling seed (default 0)", {"type": int, "default": 0},
+         rerun=_always("--seed", lambda r: r.opts.seed)),
+    Flag("--isolation", RUN, "fresh (new server per point, default) | reset | shared",
+         {"default": "fresh", "choices": ISOLATIONS}),
+    Flag("--backend", RUN, "where data points run: local slots (default) | ray (a Ray cluster)",
+         {"default": "local", "choices": backend_names()}),
+    Flag("--ray-address", RUN, "--backend ray: auto | ray://host:port (default: auto)",
+         {"metavar": "ADDR"}),
+    # a rerun is one point: one slot
+    Flag("--slots", RUN, "parallel CPU slots (default: cores)", {"type": positive_int("--slots")},
+         rerun=lambda r: ["--slots", "1"]),
+    Flag("--gpus", RUN, "one server per GPU id, e.g. 0,1", {"metavar": "LIST"}),
+    Flag("--timeout", RUN, "per request, seconds", {"type": positive_float, "default": 120.0}),
+    Flag("--boot-timeout", RUN, "server boot, seconds (default: lab 60, cmd 300, vllm 900)",
+         {"type": positive_float}),
+    Flag("--out", RUN, "results directory (default results/)", {"default": "results"}),
+    Flag("--reports-dir", RUN, "report directory (default reports/)", {"default": "reports"}),
+    Flag("--resume", RUN, "continue an interrupted run", {"metavar": "RUN_ID"}),
+    Flag("--dry-run", RUN, "print the plan and server commands; start nothing",
+         {"action": "store_true"}),
+    Flag("--no-progress", RUN, "no progress bar", {"action": "store_true"}),
+    Flag("--baseline", OUTPUT, "fail only on regressions against it", {"metavar": "RUN_OR_FILE"}),
+    Flag("--junit", OUTPUT, "write JUnit XML (one testcase per point x phase)", {"metavar": "PATH"}),
+    Flag("--full", OUTPUT, "do not fold clean rows in the report", {"action": "store_true"}),
+    Flag("--gh-issue", OUTPUT, "post the report as a comment on GitHub issue N (needs gh)",
+         {"type": positive_int("--gh-issue"), "metavar": "N"}),
+)
+
+
+def sweep_parser() -> Parser:
+    p = Parser(prog="sweep", description="Residue sweep of an LLM serving engine: one fresh "
+               "server per data point, every residue of the chat-templated prompt length, "
+               "cold and on a prefix-cache hit, every answer checked verbatim by sha1.",
+               formatter_class=argparse.RawDescriptionHelpFormatter,
+               epilog="Comma-separated values of a configuration flag expand into a matrix, "
+               "e.g. --cudagraph FULL_AND_PIECEWISE,PIECEWISE --patches none,all.\n"
+               "Sub-verbs: sweep report ..., sweep compare ..., sweep presets.")
+    groups = {g: p.add_argument_group(g) for g in GROUPS}
+    for f in FLAGS:
+        kw = dict(f.kw)
+        if f.help is not None:
+            kw["help"] = f.help
+        groups[f.group].add_argument(f.name, **kw)
+    return p
+
+
+def _dest(flag: Flag) -> str:
+    return flag.kw.get("dest") or flag.name.lstrip("-").replace("-", "_")
+
+
+def matrix_axes(ns: argparse.Namespace) -> dict[str, list[Any]]:
+    """``{resolve keyword: values}`` for every matrix flag, in declaration order; an axis
+    left to the preset is ``[None]`` (or ``[UNSET]``: not passed at all)."""
+    return {f.axis: f.items(f.name, getattr(ns, _dest(f))) for f in FLAGS if f.axis and f.items}
+
+
+def rerun_command(opts: Any, cfg: ServingConfig, residue: int, modulus: int) -> str:
+    """The one command line that reruns exactly this data point."""
+    r = Rerun(opts, cfg, residue, modulus)
+    argv = ["sweep"]
+    for f in FLAGS:
+        if f.rerun is not None:
+            argv += f.rerun(r)
+    return shlex.join(argv)

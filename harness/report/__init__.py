@@ -1,0 +1,39 @@
+"""Markdown reports of residue sweeps: thread-style tables, safe to paste into GitHub.
+
+Input: phase records (docs/records.md) from one or more results files, and optionally
+their run manifests. Output: one GitHub-flavoured markdown document with
+
+- the residue × configuration table (phases as columns for one configuration, one column
+  per configuration × phase when several were swept); a clean cell is the verbatim
+  ``n/N``, a bad cell is bold and says what happened in the thread's words; long runs of
+  clean rows fold into one line unless ``full=True``;
+- a footnote table with the 12-hex sha1 (and excerpt) of every non-ok cell;
+- a summary per configuration: coverage of the modulus, clean / broken residues, what the
+  Bug B rule predicts and whether the sweep agrees, the miss probability of a partial
+  sweep, the cache-hit granularity when the modulus cannot resolve it, the effective
+  configuration and the command lines that rerun its cells;
+- a ladder view when the configurations differ in one or two dimensions only;
+- provenance (runs, engine, versions, patch set, slots, nodes, isolation, dates).
+
+Layout: ``model`` (records grouped into configurations), ``bugb_analysis`` (the rule of
+``harness.bugb`` against the records), ``cells`` and ``sections`` (the pieces),
+``render`` (the document), ``nodes`` (the by-node section). Everything a server sent is
+untrusted and goes through :mod:`harness.ghmarkdown`.
+"""
+from __future__ import annotations
+
+from ..bugb import Prediction
+from ..ranges import fmt_ranges, residues_phrase
+from .bugb_analysis import agreement, config_hit_granularity, predict_bug_b
+from .cells import cell_markdown, cell_phrase, failure_gist
+from .model import (ConfigData, describe_dim, fmt_percent, group_configs, miss_probability,
+                    miss_sentence, sha12, varying_fields)
+from .nodes import by_node, render_nodes
+from .render import load_inputs, render_markdown, write_report
+from .sections import short_labels
+
+__all__ = ["render_markdown", "write_report", "load_inputs", "ConfigData", "group_configs",
+           "Prediction", "predict_bug_b", "agreement", "config_hit_granularity",
+           "cell_phrase", "cell_markdown", "failure_gist", "fmt_ranges", "residues_phrase",
+           "fmt_percent", "miss_probability", "miss_sentence", "sha12", "describe_dim",
+           "varying_fields", "short_labels", "by_node", "render_nodes"]

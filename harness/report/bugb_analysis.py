@@ -1,0 +1,72 @@
+"""The report's Bug B analysis: the rule (``harness.bugb``) applied to a configuration's
+records, and whether the sweep agrees with it."""
+from __future__ import annotations
+
+from ..bugb import Prediction, hit_granularity, predict
+from ..ranges import residues_phrase
+from ..run.records import BUG_VERDICTS
+from .model import ConfigData
+
+__all__ = ["predict_bug_b", "config_hit_granularity", "agreement"]
+
+
+def config_hit_granularity(cd: ConfigData) -> tuple[int | None, int]:
+    """gcd of the positive ``cached_tokens`` of a configuration's records (see bugb)."""
+    return hit_granularity(r.get("cached_tokens") for r in cd.records)
+
+
+def predict_bug_b(cd: ConfigData) -> Prediction:
+    """The rule for this configuration at its modulus, with what its servers reported
+    (patch status, cache-hit sizes)."""
+    return predict(cd.config, cd.modulus, patch_status=cd.first("patch_status"),
+                   patches=cd.first("patches"),
+                   cached_tokens=(r.get("cached_tokens") for r in cd.records))
+
+
+def agreement(cd: ConfigData, pred: Prediction) -> str:
+    """Does the sweep agree with the rule? Only points that produced answers count: a
+    boot-fail, crash, timeout or invalid point says nothing about Bug B."""
+    statuses = cd.statuses()
+    covered = {r for r, s in statuses.items() if s == "ok" or s in BUG_VERDICTS}
+    unmeasured = set(statuses) - covered
+    broken = {r for r, s in statuses.items() if s in BUG_VERDICTS}
+    if not covered:
+        return "**nothing measured** (no point produced an answer), so the rule is untested"
+    if pred.residues is None:
+        if broken:
+            return f"broken at {residues_phrase(broken)}; the rule cannot be checked here"
+        return "no break seen; the rule cannot be checked at this modulus"
+    predicted = set(pred.residues)
+    if not predicted:
+        if not broken:
+            return "**the sweep agrees** (no break)"
+        return (f"**the sweep disagrees**: broken at {residues_phrase(broken)} although the "
+                "rule predicts none (another bug, or a fix that did not apply)")
+    sampled = predicted & covered
+    if not sampled:
+        why = ("was swept but produced no answer" if predicted & unmeasured
+               else "was not sampled")
+        return (f"**not tested**: {residues_phrase(predicted)} {why}, so the sweep "
+                "can neither confirm nor refute the rule")
+    if broken == sampled:
+        extra = "" if sampled == predicted else f" (of {residues_phrase(predicted)})"
+        return f"**the sweep agrees**: broken exactly at {residues_phrase(broken)}{extra}"
+    if sampled <= broken and 2 * len(broken - sampled) >= len(covered):
+        # Bug B is one residue in a modulus; most residues bad is something else (a model
+        # that gets the document wrong, a broken build), and says nothing about the rule.
+        return (f"**inconclusive**: {len(broken)} of {len(covered)} measured residues are bad, "
+                "not the rule's single-residue pattern, so the predicted residue being bad "
+                "is no evidence for it (compare answers across phases: `--reference cold`)")
+    if sampled <= broken:
+        return (f"**the sweep agrees at {residues_phrase(sampled)}**, but is also broken at "
+                f"{residues_phrase(broken - sampled)}")
+    if not broken:
+        return (f"**the sweep disagrees**: {residues_phrase(sampled)} is clean (a fix that "
+                "applied unreported, or no cache hit on the measured phase: see cached_tokens)")
+    return (f"**the sweep disagrees**: broken at {residues_phrase(broken)}, the rule "
+            f"predicts {residues_phrase(predicted)}")
+
+
+# ----------------------------------------------------------------------------------------
+# rendering
+# ----------------------------------------------------------------------------------------

@@ -1,0 +1,180 @@
+"""The report's view of records: configurations and their cells, and how a
+configuration's dimensions are spelled (``block=128``, ``unit=none``)."""
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from ..run.records import CONFIG_FIELDS, NOT_IDENTITY, phase_key, sha12, worst
+
+__all__ = ["ConfigData", "group_configs", "sha12", "fmt_percent", "miss_probability",
+           "miss_sentence", "fmt_value", "describe_dim", "config_fields", "varying_fields",
+           "DEFAULT_MODULUS", "VOLATILE", "SHORT_NAMES"]
+
+DEFAULT_MODULUS = 128
+# What a server reports about itself that changes from one server to the next: never a
+# dimension of a configuration, never worth printing.
+VOLATILE = frozenset({"port", "host", "api_key_required"})
+SHORT_NAMES = {"block_size": "block", "prefix_match_unit": "unit", "draft_tokens": "k",
+               "spec": "SPEC", "ctx": "CTX", "kv_cache_memory_bytes": "KV_MEM",
+               "cudagraph_mode": "cudagraph", "prefix_caching": "prefix caching"}
+
+
+
+def fmt_percent(p: float) -> str:
+    pct = 100.0 * p
+    if pct >= 10 or pct == 0:
+        return f"{pct:.0f}%"
+    if pct >= 1:
+        return f"{pct:.1f}%".replace(".0%", "%")
+    return f"{pct:.2f}%"
+
+
+def miss_probability(covered: int, modulus: int) -> float:
+    """Chance that a sweep of ``covered`` distinct residues misses one broken residue
+    placed anywhere in ``modulus`` (uniformly): ``1 - covered / modulus``."""
+    if modulus <= 0:
+        return 0.0
+    return max(0.0, 1.0 - covered / modulus)
+
+
+def miss_sentence(covered: int, modulus: int) -> str:
+    """The thread's sentence: ``5 of 128 residues sampled: a single broken residue would be
+    missed 96% of the time.``"""
+    p = miss_probability(covered, modulus)
+    return (f"{covered} of {modulus} residues sampled: a single broken residue would be "
+            f"missed {fmt_percent(p)} of the time.")
+
+
+def fmt_value(name: str, value: Any) -> str:
+    if value is None:
+        return "none" if name == "prefix_match_unit" else "–"
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if name == "kv_cache_memory_bytes" and isinstance(value, (int, float)):
+        return f"{value / 1024 ** 3:.2f} GiB".replace(".00 GiB", " GiB")
+    return str(value)
+
+
+def describe_dim(name: str, value: Any) -> str:
+    """One configuration dimension as a reader says it: ``block=128``, ``unit=none``,
+    ``FULL_AND_PIECEWISE``."""
+    if name == "cudagraph_mode":
+        return str(value)
+    if name == "prefix_caching":
+        return "prefix caching " + fmt_value(name, value)
+    if name == "geometry":
+        return str(value)
+    return f"{SHORT_NAMES.get(name, name)}={fmt_value(name, value)}"
+
+
+def config_fields(configs: Iterable[dict]) -> list[str]:
+    seen: list[str] = [f for f in CONFIG_FIELDS]
+    for c in configs:
+        for k in c:
+            if k not in seen and k not in NOT_IDENTITY:
+                seen.append(k)
+    return seen
+
+
+def varying_fields(configs: list[dict]) -> list[str]:
+    """Identity fields whose value is not the same in every configuration."""
+    if len(configs) < 2:
+        return []
+    names = config_fields(configs)
+    out = []
+    for n in names:
+        values = {repr(c.get(n)) for c in configs}
+        if len(values) > 1:
+            out.append(n)
+    # method follows spec, so a spec change is one dimension, not two
+    if "spec" in out and "method" in out:
+        out.remove("method")
+    return out
+
+
+@dataclass
+class ConfigData:
+    config_id: str
+    label: str
+    config: dict
+    requested: dict
+    records: list[dict] = field(default_factory=list)
+
+    @property
+    def modulus(self) -> int:
+        mods = [r.get("modulus") for r in self.records if r.get("modulus")]
+        return int(Counter(mods).most_common(1)[0][0]) if mods else DEFAULT_MODULUS
+
+    @property
+    def residues(self) -> list[int]:
+        return sorted({int(r["residue"]) for r in self.records if r.get("residue") is not None})
+
+    @property
+    def phases(self) -> list[str]:
+        return sorted({r.get("phase") or "?" for r in self.records}, key=phase_key)
+
+    @property
+    def identity(self) -> dict:
+        """The fields that define the configuration: those the sweep asked for
+        (``requested_config``), else the known ServingConfig fields; not the extras the
+        server reported (ports, pool sizes), which go in the effective configuration."""
+        keys = [k for k in (self.requested or {}) if k not in NOT_IDENTITY]
+        if not keys:
+            keys = [k for k in CONFIG_FIELDS if k in self.config]
+        return {k: self.config.get(k, self.requested.get(k)) for k in keys}
+
+    def cell(self, residue: int, phase: str) -> dict | None:
+        return self._index().get((residue, phase))
+
+    def _index(self) -> dict:
+        idx = getattr(self, "_idx", None)
+        if idx is None:
+            idx = {(int(r["residue"]), r.get("phase") or "?"): r for r in self.records}
+            self._idx = idx
+        return idx
+
+    def point_status(self, residue: int) -> str:
+        return self.statuses().get(residue, "ok")
+
+    def statuses(self) -> dict[int, str]:
+        """Each residue's status: the worst verdict of its phases."""
+        st = getattr(self, "_statuses", None)
+        if st is None:
+            by: dict[int, list[str]] = defaultdict(list)
+            for (res, _), r in self._index().items():
+                by[res].append(r.get("verdict") or "invalid")
+            st = self._statuses = {res: worst(v) for res, v in sorted(by.items())}
+        return st
+
+    def first(self, key: str, default: Any = None) -> Any:
+        for r in self.records:
+            if r.get(key) not in (None, "", [], {}):
+                return r[key]
+        return default
+
+    def distinct(self, key: str) -> list:
+        out = []
+        for r in self.records:
+            v = r.get(key)
+            if v not in (None, "") and v not in out:
+                out.append(v)
+        return out
+
+
+def group_configs(records: Iterable[dict]) -> list[ConfigData]:
+    """Records grouped by configuration, in the order configurations first appear."""
+    out: dict[str, ConfigData] = {}
+    for r in records:
+        cid = r.get("config_id") or r.get("config_label") or "?"
+        cd = out.get(cid)
+        if cd is None:
+            cd = out[cid] = ConfigData(
+                config_id=cid, label=r.get("config_label") or cid,
+                config=dict(r.get("config") or {}),
+                requested=dict(r.get("requested_config") or {}))
+        cd.records.append(r)
+    return list(out.values())
+
+

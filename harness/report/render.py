@@ -1,0 +1,121 @@
+"""The whole markdown report: sections in order, written atomically."""
+from __future__ import annotations
+
+import pathlib
+from typing import Any, Iterable
+
+from ..ghmarkdown import bold, code, escape_text
+from ..run.records import latest_records, phase_key
+from .cells import Footnotes
+from .model import group_configs, varying_fields
+from .sections import (render_config_summary, render_ladder, render_provenance,
+                       render_results_table, render_thread_view, short_labels, summary_counts)
+
+__all__ = ["render_markdown", "write_report", "load_inputs"]
+
+
+def render_markdown(records: list[dict], manifests: list[dict] | None = None, *,
+                    full: bool = False, title: str | None = None) -> str:
+    """The whole report as GitHub-flavoured markdown.
+
+    ``records``: phase records of one or more runs (docs/records.md). ``manifests``: their
+    run manifests (optional: they add the command line, the dates, planned-but-missing
+    residues and the interrupted flag). ``full``: one row per residue, no folding, and every
+    rerun command line."""
+    manifests = [m for m in (manifests or []) if m]
+    if not records:
+        return (f"# {title or 'Residue sweep report'}\n\nNo records: nothing was measured.\n")
+    recs, superseded = latest_records(records)
+    configs = group_configs(recs)
+    short, corner = short_labels(configs)
+    planned = sorted({int(x) for m in manifests for x in (m.get("residues") or [])})
+
+    total_cells = len(recs)
+    bad_cells = sum(1 for r in recs if r.get("verdict") != "ok")
+    points = sum(len(c.residues) for c in configs)
+    bad_points = sum(1 for c in configs for s in c.statuses().values() if s != "ok")
+    if title is None:
+        if len(configs) == 1:
+            title_md = "Residue sweep: " + code(configs[0].label)
+        elif len(configs) <= 4 and corner != "configuration":
+            title_md = (f"Residue sweep: {corner}, "
+                        + " vs ".join(short[c.config_id] for c in configs))
+        else:
+            title_md = f"Residue sweep: {len(configs)} configurations"
+    else:
+        title_md = escape_text(title)
+    out = [f"# {title_md}", ""]
+    headline = (f"{len(configs)} configuration{'s' if len(configs) != 1 else ''}, "
+                f"{points} data point{'s' if points != 1 else ''}, "
+                f"{total_cells} phase cell{'s' if total_cells != 1 else ''}: ")
+    headline += (bold(f"{bad_points} point{'s' if bad_points != 1 else ''} not ok "
+                      f"({bad_cells} cell{'s' if bad_cells != 1 else ''})")
+                 if bad_points else "all ok")
+    out += [headline + ".", ""]
+    for cd in configs:
+        out.append(f"- {code(cd.label)}: {summary_counts(cd)}.")
+    out.append("")
+
+    notes = Footnotes()
+    out += ["## Results", ""]
+    if len(configs) > 1:
+        out += [f"Columns: {escape_text(', '.join(varying_fields([c.identity for c in configs])) or 'configuration')}"
+                f" × phase; a clean cell is verbatim `n/N`, a bad one is bold.", ""]
+    else:
+        out += ["A clean cell is verbatim `n/N` (chars of the answer found verbatim in the "
+                "source / answer length); a bad cell is bold.", ""]
+    out.append(render_results_table(configs, notes, full=full, short=short, corner=corner))
+    out.append("")
+    residues_all = sorted({r for c in configs for r in c.residues})
+    if len(configs) > 1 and len(residues_all) <= 8:
+        hit_phases = [p for p in sorted({p for c in configs for p in c.phases}, key=phase_key)
+                      if p != "cold"]
+        for p in hit_phases[-1:]:
+            out += [f"The measured {escape_text(p)} request, thread style:", "",
+                    render_thread_view(configs, p, short, corner), ""]
+    fn = notes.render(len(configs) > 1, short)
+    if fn:
+        out += [fn, ""]
+
+    ladder = render_ladder(configs, short, corner)
+    if ladder:
+        out += [ladder, ""]
+
+    out += ["## Summary per configuration", ""]
+    for cd in configs:
+        out += [render_config_summary(cd, planned or None, full), ""]
+
+    from .nodes import render_nodes
+    nodes = render_nodes(recs)   # "" unless the records ran on several nodes
+    if nodes:
+        out += [nodes, ""]
+
+    out.append(render_provenance(configs, recs, manifests, superseded))
+    out.append("")
+    return "\n".join(out)
+
+
+def write_report(records: list[dict], manifests: list[dict] | None, path, *,
+                 full: bool = False, **kwargs: Any) -> pathlib.Path:
+    """Render and write the report; returns its path (parents created)."""
+    p = pathlib.Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    text = render_markdown(records, manifests, full=full, **kwargs)
+    tmp = p.with_name(p.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(p)
+    return p
+
+
+def load_inputs(paths: Iterable, out_dir="results") -> tuple[list[dict], list[dict]]:
+    """Records and manifests of results files / run ids (convenience for the CLI)."""
+    from ..store import load_manifest_for, load_records, resolve_results
+
+    paths = list(paths)
+    records = load_records(paths, out_dir)
+    manifests = []
+    for ref in paths:
+        m = load_manifest_for(resolve_results(ref, out_dir))
+        if m:
+            manifests.append(m)
+    return records, manifests

@@ -1,0 +1,371 @@
+"""The report's sections: the results table, the thread view, the per-configuration
+summary, the rerun lines, the ladder and the provenance table."""
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+
+from ..ghmarkdown import bold, cap, code, escape_text, fence, table
+from ..ranges import residues_phrase
+from ..run.records import BUG_VERDICTS, NOT_IDENTITY, SEVERITY, phase_key
+from .bugb_analysis import agreement, config_hit_granularity, predict_bug_b
+from .cells import Footnotes, cell_markdown
+from .model import (SHORT_NAMES, VOLATILE, ConfigData, config_fields, describe_dim, fmt_value,
+                    miss_sentence, varying_fields)
+
+__all__ = ["short_labels", "render_results_table", "render_thread_view", "summary_counts",
+           "render_config_summary", "render_reruns", "render_ladder", "render_provenance",
+           "FOLD_ABOVE"]
+
+FOLD_ABOVE = 12             # tables with more rows than this fold their clean rows
+
+
+def _row_label(residue: int, bad: bool) -> str:
+    return bold(f"residue {residue}") if bad else f"residue {residue}"
+
+
+def _fold_rows(rows: list[tuple[int, list[str], bool]], full: bool) -> list[list[str]]:
+    """rows: (residue, cells, all_ok). Rows with identical cells fold into one line placed
+    where the first of them was: clean rows (``residues 0–3, 5–127 | 794/794``) and
+    identical bad rows alike (a boot failure at every residue is one line, bold)."""
+    if full or len(rows) <= FOLD_ABOVE:
+        return [[_row_label(res, not ok)] + cells for res, cells, ok in rows]
+    clean_groups = {tuple(cells) for _, cells, ok in rows if ok}
+    if len(clean_groups) > 4:
+        # Too varied to fold by value: fold all clean rows, say that N varies.
+        ncol = len(rows[0][1])
+        varied = ["clean (n/N varies)"] * ncol
+        rows = [(res, varied if ok else cells, ok) for res, cells, ok in rows]
+    groups: dict[tuple, list[int]] = defaultdict(list)
+    ok_of: dict[tuple, bool] = {}
+    for res, cells, ok in rows:
+        groups[tuple(cells)].append(res)
+        ok_of[tuple(cells)] = ok
+    first_of = {min(v): k for k, v in groups.items()}
+    out = []
+    for res, _, _ in rows:
+        if res in first_of:
+            key = first_of[res]
+            label = residues_phrase(groups[key])
+            out.append([label if ok_of[key] else bold(label)] + list(key))
+    return out
+
+
+def short_labels(configs: list[ConfigData]) -> tuple[dict[str, str], str]:
+    """Column headers that name only what differs between configurations, and the common
+    part (the table's corner), e.g. ``FULL_AND_PIECEWISE`` / ``SPEC=mtp CTX=huge k=3``."""
+    dicts = [c.identity for c in configs]
+    vary = varying_fields(dicts) if all(dicts) else []
+    if len(configs) < 2 or not vary:
+        common = configs[0].label if len(configs) == 1 else "configuration"
+        return {c.config_id: code(c.label) for c in configs}, code(common)
+    short = {}
+    for c in configs:
+        short[c.config_id] = " ".join(describe_dim(n, c.identity.get(n)) for n in vary)
+    base = configs[0].identity
+    common_parts = []
+    for n in ("spec", "ctx", "draft_tokens", "cudagraph_mode", "block_size",
+              "prefix_match_unit", "patches", "geometry"):
+        if n in vary or n not in base:
+            continue
+        if n == "draft_tokens" and not base.get("method"):
+            continue
+        if n == "geometry" and not base.get(n):
+            continue
+        common_parts.append(describe_dim(n, base.get(n)))
+    return ({k: escape_text(v) for k, v in short.items()},
+            code(" ".join(common_parts)) if common_parts else "configuration")
+
+
+def render_results_table(configs: list[ConfigData], notes: Footnotes, *, full: bool,
+                         short: dict[str, str], corner: str) -> str:
+    phases = sorted({p for c in configs for p in c.phases}, key=phase_key)
+    residues = sorted({r for c in configs for r in c.residues})
+    if len(configs) == 1:
+        cd = configs[0]
+        header = [corner] + [escape_text(p) for p in phases]
+        cols = [(cd, p) for p in phases]
+    else:
+        header = [corner] + [f"{short[c.config_id]} {escape_text(p)}" if len(phases) > 1
+                             else short[c.config_id] for c in configs for p in phases]
+        cols = [(c, p) for c in configs for p in phases]
+    rows = []
+    for res in residues:
+        recs = [(cd, cd.cell(res, p)) for cd, p in cols]
+        # a cell that was not run is not a bad cell (another configuration swept less)
+        ok = all(r.get("verdict") == "ok" for _, r in recs if r is not None)
+        cells = [cell_markdown(r, notes.mark(cd, r)) for cd, r in recs]
+        rows.append((res, cells, ok))
+    return table(header, _fold_rows(rows, full))
+
+
+def render_thread_view(configs: list[ConfigData], phase: str, short: dict[str, str],
+                       corner: str) -> str:
+    """The thread's other shape: configurations as rows, a few residues as columns, one
+    measured phase (mjungnickel18's FULL_AND_PIECEWISE / PIECEWISE table)."""
+    residues = sorted({r for c in configs for r in c.residues})
+    bad_res = {res for c in configs for res in c.residues
+               if (c.cell(res, phase) or {}).get("verdict") not in (None, "ok")}
+    header = [f"{corner} {escape_text(phase)}"] + [
+        _row_label(r, r in bad_res) for r in residues]
+    rows = [[short[c.config_id]] + [cell_markdown(c.cell(r, phase)) for r in residues]
+            for c in configs]
+    return table(header, rows)
+
+
+def summary_counts(cd: ConfigData) -> str:
+    statuses = cd.statuses()
+    by: dict[str, list[int]] = defaultdict(list)
+    for res, s in statuses.items():
+        by[s].append(res)
+    parts = [f"{len(by.get('ok', []))} clean"]
+    for s in SEVERITY:
+        if s == "ok" or s not in by:
+            continue
+        parts.append(f"{len(by[s])} {s}: {residues_phrase(by[s])}")
+    return ", ".join(parts)
+
+
+def _broken_phases(cd: ConfigData) -> str:
+    phases = sorted({r.get("phase") for r in cd.records if r.get("verdict") in BUG_VERDICTS},
+                    key=phase_key)
+    return ", ".join(escape_text(p) for p in phases)
+
+
+def render_config_summary(cd: ConfigData, manifest_residues: list[int] | None,
+                          full: bool) -> str:
+    m = cd.modulus
+    covered = cd.residues
+    pred = predict_bug_b(cd)
+    lines = [f"### {code(cd.label)}", ""]
+    phases = ", ".join(escape_text(p) for p in cd.phases)
+    cov = f"{len(covered)} of {m} residues (mod {m})"
+    if len(covered) < m:
+        cov += f": {residues_phrase(covered)}"
+    lines.append(f"- **Coverage:** {cov}; phases {phases}; {len(cd.records)} phase records.")
+    if manifest_residues:
+        missing = sorted(set(manifest_residues) - set(covered))
+        if missing:
+            lines.append(f"- **Missing:** planned but not on disk: {residues_phrase(missing)} "
+                         "(interrupted or resumed run).")
+    result = summary_counts(cd)
+    bp = _broken_phases(cd)
+    if bp:
+        result += f" (broken on: {bp})"
+    lines.append(f"- **Result:** {result}.")
+    lines.append(f"- **Bug B rule:** {pred.why}; {agreement(cd, pred)}.")
+    if len(covered) < m:
+        lines.append(f"- **Sampling:** {miss_sentence(len(covered), m)}")
+    g, nvals = config_hit_granularity(cd)
+    if g and nvals >= 2 and g > m:
+        lines.append(f"- **Cache-hit granularity:** the {nvals} distinct `cached_tokens` values "
+                     f"are all multiples of {g} (their gcd): hits land on {g}-token units, "
+                     f"which a mod-{m} sweep cannot resolve. Set `--prefix-match-unit {m}` "
+                     f"or sweep modulo {g}.")
+    elif (cd.config.get("effective_hash_unit") or 0) > m:
+        u = int(cd.config["effective_hash_unit"])
+        lines.append(f"- **Cache-hit granularity:** the server reports cache hits in {u}-token "
+                     f"units, which a mod-{m} sweep cannot resolve. Set "
+                     f"`--prefix-match-unit {m}` or sweep modulo {u}.")
+    ident = cd.identity
+    eff = " ".join(f"{n}={fmt_value(n, cd.config.get(n, ident.get(n)))}"
+                   for n in config_fields([ident]) if n in ident
+                   and (ident.get(n) is not None or n == "prefix_match_unit"))
+    extra = " ".join(f"{n}={fmt_value(n, v)}" for n, v in sorted(cd.config.items())
+                     if n not in ident and n not in VOLATILE and n not in NOT_IDENTITY
+                     and v is not None)
+    line = f"- **Effective configuration:** {code(eff) if eff else '–'}"
+    if extra:
+        line += f"; the server reported {code(extra)}"
+    lines.append(line)
+    mism = sorted({f for r in cd.records for f in (r.get("config_mismatch") or [])})
+    if mism:
+        detail = []
+        for f in mism:
+            if re.fullmatch(r"[A-Za-z_]\w*", f):  # a bare field name: say both values
+                detail.append(f"{f}: asked {fmt_value(f, cd.requested.get(f))}, "
+                              f"got {fmt_value(f, cd.config.get(f))}")
+            else:  # already a sentence ("max_model_len: requested 245760, server runs …")
+                detail.append(f)
+        lines.append("- **Config mismatch:** " + escape_text("; ".join(detail)))
+    overrides = cd.config.get("overrides") or []
+    if overrides:
+        lines.append("- **Overrides:** " + escape_text("; ".join(map(str, overrides))))
+    notes = [n for n in (cd.config.get("notes") or []) if str(n).startswith("WARNING")]
+    for n in notes:
+        lines.append("- **Preset warning:** " + escape_text(str(n)))
+    pstatus = cd.first("patch_status")
+    patches = cd.config.get("patches") or cd.first("patches")
+    pline = f"- **Patches:** {code(str(patches))}" if patches else "- **Patches:** –"
+    if isinstance(pstatus, dict) and pstatus:
+        pline += "; engine reports " + ", ".join(
+            f"{escape_text(k)}: {escape_text(str(v))}" for k, v in sorted(pstatus.items()))
+    elif pstatus is None:
+        pline += "; engine reported no patch status"
+    lines.append(pline)
+    lines.append("")
+    lines.append(render_reruns(cd, full))
+    return "\n".join(lines)
+
+
+def render_reruns(cd: ConfigData, full: bool) -> str:
+    """The command lines that rerun this configuration's cells: every non-ok point's, and
+    one clean point's as the pattern for the rest (all of them with ``full``)."""
+    by_res: dict[int, str] = {}
+    for r in sorted(cd.records, key=lambda r: (r.get("residue"), phase_key(r.get("phase") or ""))):
+        if r.get("rerun"):
+            by_res.setdefault(int(r["residue"]), r["rerun"])
+    if not by_res:
+        return "Rerun: no `rerun` command recorded."
+    statuses = cd.statuses()
+    bad = [res for res in sorted(by_res) if statuses.get(res) != "ok"]
+    good = [res for res in sorted(by_res) if statuses.get(res) == "ok"]
+    lines = []
+    shown = set()
+    for res in (sorted(by_res) if full else bad + good[:1]):
+        cmd = by_res[res]
+        if cmd in shown:
+            continue
+        shown.add(cmd)
+        tag = "clean" if statuses.get(res) == "ok" else statuses.get(res)
+        lines.append(f"# residue {res} ({tag})")
+        lines.append(cmd)
+    rest = len(good) - 1
+    more = "" if full or rest < 1 else (
+        " (one clean point shown; the other clean point reruns the same way with its "
+        "residue)" if rest == 1 else
+        f" (one clean point shown; the other {rest} clean points rerun the same way with "
+        "their residue)")
+    return f"Rerun a cell{more}:\n\n" + fence("\n".join(lines), "sh")
+
+
+def render_ladder(configs: list[ConfigData], short: dict[str, str], corner: str) -> str:
+    """Configurations that differ in one or two dimensions (the thread's block / match-unit
+    table): one row each, what Bug B did, what the rule predicted."""
+    dicts = [c.identity for c in configs]
+    if len(configs) < 2 or not all(dicts):
+        return ""
+    vary = varying_fields(dicts)
+    if not 1 <= len(vary) <= 2:
+        return ""
+
+    def sort_key(c: ConfigData):
+        ident = c.identity
+        return tuple((ident.get(n) is not None, str(type(ident.get(n))),
+                      ident.get(n) if ident.get(n) is not None else 0) for n in vary)
+
+    try:
+        ordered = sorted(configs, key=sort_key)
+    except TypeError:
+        ordered = configs
+    header = [escape_text(SHORT_NAMES.get(n, n)) for n in vary] + [
+        "residues swept", "Bug B", "rule predicts"]
+    rows = []
+    for c in ordered:
+        statuses = c.statuses()
+        by: dict[str, list[int]] = defaultdict(list)
+        for res, s in statuses.items():
+            if s != "ok":
+                by[s].append(res)
+        if not by:
+            outcome = "clean"
+        else:
+            parts = []
+            for s, v in sorted(by.items(), key=lambda kv: SEVERITY.index(kv[0])
+                               if kv[0] in SEVERITY else 0):
+                word = "broken" if s in BUG_VERDICTS else s
+                parts.append(f"{word} at {residues_phrase(v)}")
+            outcome = "; ".join(parts)
+        pred = predict_bug_b(c)
+        if pred.residues is None:
+            predicted = (f"no residue mod {c.modulus} (hits in {pred.unit}-token units)"
+                         if pred.unit else f"no residue mod {c.modulus} (hit unit unknown)")
+        elif not pred.residues:
+            predicted = "clean"
+        else:
+            predicted = "broken at " + residues_phrase(pred.residues)
+        cells = [escape_text(fmt_value(n, c.identity.get(n))) for n in vary] + [
+            f"{len(statuses)}/{c.modulus}", bold(outcome) if by else outcome, predicted]
+        if by:
+            cells[0] = bold(cells[0])
+        rows.append(cells)
+    dims = " × ".join(escape_text(SHORT_NAMES.get(n, n)) for n in vary)
+    return (f"## Ladder: {dims}\n\nEverything else equal: {corner}.\n\n" + table(header, rows))
+
+
+def render_provenance(configs: list[ConfigData], records: list[dict],
+                      manifests: list[dict], superseded: int) -> str:
+    def distinct(key: str) -> list:
+        out = []
+        for r in records:
+            v = r.get(key)
+            if v not in (None, "") and v not in out:
+                out.append(v)
+        return out
+
+    def join(vals: list, as_code: bool = False) -> str:
+        if not vals:
+            return "–"
+        return ", ".join(code(str(v)) if as_code else escape_text(str(v)) for v in vals)
+
+    runs = distinct("run_id")
+    engines = []
+    for r in records:
+        e = f"{r.get('engine') or '?'} {r.get('engine_version') or ''}".strip()
+        if e not in engines:
+            engines.append(e)
+    starts = sorted(x for x in distinct("started_at"))
+    date = "–"
+    m_starts = sorted(m.get("started_at") for m in manifests if m.get("started_at"))
+    m_ends = sorted(m.get("ended_at") for m in manifests if m.get("ended_at"))
+    first = m_starts[0] if m_starts else (starts[0] if starts else None)
+    last = m_ends[-1] if m_ends else (starts[-1] if starts else None)
+    if first:
+        date = escape_text(first) + (f" → {escape_text(last)}" if last and last != first else "")
+    rows = [
+        ["run", join(runs, True)],
+        ["date", date],
+        ["engine", join(engines)],
+        ["model", join(distinct("model"))],
+        ["patch set", join(distinct("patches"), True)],
+        ["slot (GPU / CPU)", join(distinct("slot"))],
+        ["node", join(distinct("node"))],
+        ["isolation", join(distinct("isolation"))],
+        ["reference", join(distinct("reference"))],
+        ["modulus", join(sorted({c.modulus for c in configs}))],
+        ["harness", join(distinct("harness_version"), True)],
+    ]
+    for m in manifests:
+        if m.get("command"):
+            rows.append([f"command ({escape_text(m.get('run_id') or '?')})",
+                         code(cap(str(m["command"]), 300))])
+        sampled = m.get("sampled")
+        if isinstance(sampled, dict):
+            labels = {c.config_id: c.label for c in configs}
+            for cid, note in sampled.items():
+                if note:
+                    rows.append([f"sampled ({code(labels.get(cid, cid))})",
+                                 escape_text(str(note))])
+        elif sampled:
+            rows.append(["sampled", escape_text(str(sampled))])
+        if m.get("interrupted") or (m.get("started_at") and not m.get("ended_at")):
+            rows.append(["interrupted", bold(f"run {escape_text(m.get('run_id') or '?')} did "
+                                             "not finish")])
+        if m.get("exit_code") not in (None, 0):
+            rows.append([f"exit code ({escape_text(m.get('run_id') or '?')})",
+                         escape_text(str(m["exit_code"]))])
+    iso = distinct("isolation")
+    notes = []
+    if any(i != "fresh" for i in iso):
+        notes.append(f"Isolation {join([i for i in iso if i != 'fresh'])}: weaker than one fresh "
+                     "server per data point; blocks from earlier requests can leak into later "
+                     "ones.")
+    if superseded:
+        notes.append(f"{superseded} older record(s) of the same cell were superseded by newer "
+                     "ones (latest `started_at` wins).")
+    text = "## Provenance\n\n" + table(["", "value"], rows)
+    if notes:
+        text += "\n\n" + "\n".join(f"- {n}" for n in notes)
+    return text
+
+

@@ -1,0 +1,175 @@
+"""The driver: the only writer of a run.
+
+A backend decides where data points run; whatever it is, it reports each point to the
+driver (``point_started``, ``phase_done`` as a phase's record completes, ``point_done``
+with the point's records and timing, ``point_lost`` when the infrastructure lost it), and
+the driver alone writes the results file, the manifest, the counters, the timing summary
+and the progress callback. Resume pruning happens here too, so every backend resumes the
+same way (like pytest-xdist's ``DSession``, which owns the state while its worker
+controllers only turn worker messages into events).
+"""
+from __future__ import annotations
+
+import shlex
+import socket
+import statistics
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from ..configs import SweepOptions, config_id
+from ..engines import EngineAdapter
+from ..provenance import harness_version
+from ..store import ResultStore, now_iso
+from .plan import Point, SweepPlan
+from .point import RunnerSpec
+from .records import RecordBuilder, timing_record
+
+__all__ = ["Driver", "Counters", "timing_summary"]
+
+
+
+@dataclass
+class Counters:
+    total_points: int
+    points_done: int = 0
+    verdicts: Counter = field(default_factory=Counter)
+    timings: list[dict[str, float]] = field(default_factory=list)
+
+
+class Driver:
+    """Owns one run's store, manifest and counters; backends report points to it."""
+
+    def __init__(self, opts: SweepOptions, adapter: EngineAdapter, store: ResultStore,
+                 plan: SweepPlan, *, golden: dict[tuple, str] | None = None,
+                 on_point_done: Callable[[Point, list[dict]], None] | None = None,
+                 version: str | None = None):
+        self.opts = opts
+        self.store = store
+        self.plan = plan
+        self.on_point_done = on_point_done
+        self.runner_spec = RunnerSpec(opts, adapter, store.run_id,
+                                      version or harness_version(), dict(golden or {}))
+        self.records = RecordBuilder(store.run_id, self.runner_spec.version, opts.isolation,
+                                     opts.reference, tuple(opts.phases))
+        self.counters = Counters(total_points=len(plan.points))
+        self.manifest: dict[str, Any] = {}
+
+    @property
+    def run_id(self) -> str:
+        return self.store.run_id
+
+    # -- before the points -------------------------------------------------------------
+    def start(self) -> list[Point]:
+        """Write the manifest (or, on ``--resume``, drop the records of points cut off
+        mid-way and read it back); returns the points still to run."""
+        points = self.plan.points
+        if self.opts.resume:
+            want = {p.key: set(self.opts.phases) for p in points}
+            done = self.store.prune_partial(want)
+            points = [p for p in points if p.key not in done]
+            self.resumed = len(done)
+            self.manifest = self.store.read_manifest()
+        else:
+            self.resumed = 0
+            self.manifest = self._new_manifest()
+        self.store.write_manifest(self.manifest)
+        return points
+
+    def _new_manifest(self) -> dict[str, Any]:
+        opts, plan = self.opts, self.plan
+        return {
+            "run_id": self.run_id, "command": shlex.join(["sweep", *opts.argv]),
+            "harness_version": self.runner_spec.version, "engine": opts.engine,
+            "host": socket.gethostname(), "started_at": now_iso(), "ended_at": None,
+            "configs": [{"config_id": config_id(c), "config_label": c.label(),
+                         "config": c.as_dict()} for c in opts.configs],
+            "residues": sorted({p.residue for p in plan.points}),
+            "modulus": opts.modulus or "auto",
+            "phases": list(opts.phases), "isolation": opts.isolation,
+            "reference": opts.reference, "context": opts.context,
+            "slots": [s.id for s in opts.slots],
+            "sampled": {k: v for k, v in plan.sampled.items() if v},
+            "planning_s": round(plan.planning_s, 3), "interrupted": False, "exit_code": None,
+        }
+
+    # -- events from a backend ---------------------------------------------------------
+    def point_started(self, point: Point, where: str = "") -> None:
+        """A backend began ``point`` (``where``: slot or node); nothing is written yet."""
+
+    def phase_done(self, record: dict) -> None:
+        """One phase's record, written the moment it completes (an interrupted run keeps
+        every finished phase on disk)."""
+        self.store.append(record)
+
+    def server_log(self, name: str, text: str) -> None:
+        """A server log shipped back from another node, kept beside this run's own."""
+        logs_dir = self.store.logs_dir
+        logs_dir.mkdir(parents=True, exist_ok=True)
+        (logs_dir / Path(name).name).write_text(text, encoding="utf-8")
+
+    def point_done(self, point: Point, records: list[dict], timing: dict[str, float] | None,
+                   *, written: bool = False) -> None:
+        """A point is finished: its records (written now unless ``phase_done`` already
+        wrote them), its timing, the counters, the progress callback."""
+        if not written:
+            for rec in records:
+                self.store.append(rec)
+        self.counters.points_done += 1
+        for r in records:
+            self.counters.verdicts[r["verdict"]] += 1
+        if timing is not None:
+            self.counters.timings.append(timing)
+        if self.on_point_done:
+            self.on_point_done(point, records)
+
+    def point_lost(self, point: Point, *, slot: str, node: str, reason: str,
+                   since: float, extra: dict[str, Any] | None = None) -> list[dict]:
+        """The infrastructure lost ``point`` for good: one ``infra`` record per phase
+        (not measured), counted like any finished point."""
+        records = self.records.failures(point, slot, node, "infra", reason, [], extra)
+        self.point_done(point, records, timing_record(point=time.monotonic() - since))
+        return records
+
+    # -- after the points --------------------------------------------------------------
+    def finish(self, *, wall: float, interrupted: bool, backend: dict[str, Any]) -> dict:
+        """The manifest's end: dates, wall time, the backend's description, timing."""
+        n_slots = backend.get("slots") or len(self.opts.slots)
+        self.manifest.update({"ended_at": now_iso(), "interrupted": interrupted,
+                              "wall_s": round(wall, 3), "backend": backend,
+                              "timing": timing_summary(self.counters.timings, n_slots, wall)})
+        self.store.write_manifest(self.manifest)
+        return self.manifest
+
+    def set_exit_code(self, code: int) -> None:
+        self.manifest["exit_code"] = code
+        self.store.write_manifest(self.manifest)
+
+
+def timing_summary(timings: list[dict[str, float]], slots: int, wall: float) -> dict[str, float]:
+    """Where the wall time went: medians per point, and how busy the slots were.
+
+    ``efficiency`` = Σ(boot + requests + teardown) / (slots × wall): 1.0 means the harness
+    added nothing to the irreducible cost and no slot ever idled."""
+    if not timings or wall <= 0:
+        return {}
+    med = {k: statistics.median(t.get(k, 0.0) for t in timings)
+           for k in ("boot", "requests", "teardown", "point")}
+    busy = sum(t.get("boot", 0.0) + t.get("requests", 0.0) + t.get("teardown", 0.0)
+               for t in timings)
+    overhead = [max(0.0, t.get("point", 0.0) - t.get("boot", 0.0) - t.get("requests", 0.0))
+                for t in timings]
+    return {
+        "points": len(timings), "slots": slots, "wall_s": round(wall, 3),
+        "median_boot_s": round(med["boot"], 4), "median_requests_s": round(med["requests"], 4),
+        "median_teardown_s": round(med["teardown"], 4),
+        "median_point_s": round(med["point"], 4),
+        "median_overhead_s": round(statistics.median(overhead), 4),
+        "sum_boot_s": round(sum(t.get("boot", 0.0) for t in timings), 3),
+        "sum_requests_s": round(sum(t.get("requests", 0.0) for t in timings), 3),
+        "sum_teardown_s": round(sum(t.get("teardown", 0.0) for t in timings), 3),
+        "efficiency": round(busy / (slots * wall), 4),
+        "overhead_fraction": round(sum(overhead) / (slots * wall), 4),
+    }

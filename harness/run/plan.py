@@ -1,0 +1,198 @@
+"""What runs: data points (configuration × residue, each with its prompt) and the plan.
+
+Calibrates once per (tokenizer, context, modulus) and builds every residue's prompt
+arithmetically. A configuration without a local tokenizer is planned against a probe
+server of that configuration, booted through the engine adapter (``probe_counters``),
+asked for templated lengths over ``/tokenize`` and stopped. Golden answers of a
+reference run are loaded here too.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, AsyncIterator, Callable
+
+import httpx
+
+from engine.presets import ServingConfig
+
+from ..client import EngineClient
+from ..configs import SweepOptions, config_id, modulus_for, select_residues
+from ..flags import rerun_command
+from ..engines import EngineAdapter
+from ..errors import CannotRun
+from ..prompts import ChatTokenizer, PlanError, PromptPlan, calibrate, plan_residue
+from ..server_pool import BootFailure, PortAllocator, ServerProcess, Slot
+from ..store import read_jsonl, resolve_results
+
+__all__ = ["Point", "SweepPlan", "plan_points", "plan_with_probes", "RemoteCounter",
+           "load_golden", "probe_server"]
+
+
+@dataclass
+class Point:
+    cfg: ServingConfig
+    cfg_id: str
+    residue: int
+    modulus: int
+    plan: PromptPlan
+    rerun: str
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return (self.cfg_id, self.residue)
+
+
+@dataclass
+class SweepPlan:
+    points: list[Point]
+    sampled: dict[str, str | None]          # config_id -> note about left-out residues
+    planning_s: float
+    pad_unit: dict[str, str] = field(default_factory=dict)
+
+
+def plan_points(opts: SweepOptions, adapter: EngineAdapter,
+                count_many_for: Callable[[ServingConfig], Callable] | None = None) -> SweepPlan:
+    """Calibrate once per (tokenizer, context, modulus), then build every residue's prompt
+    arithmetically. ``count_many_for`` supplies a counter for configurations without a
+    local tokenizer (a probe server's /tokenize)."""
+    t0 = time.monotonic()
+    points: list[Point] = []
+    sampled: dict[str, str | None] = {}
+    pad_units: dict[str, str] = {}
+    calibrations: dict[tuple, Any] = {}
+    tokenizers: dict[Path, ChatTokenizer] = {}
+    for cfg in opts.configs:
+        cid = config_id(cfg)
+        modulus = modulus_for(cfg, opts.modulus)
+        residues, note = select_residues(opts.residues, cfg, modulus, seed=opts.seed)
+        sampled[cid] = note
+        tdir = adapter.tokenizer_dir(cfg)
+        if tdir is not None:
+            if tdir not in tokenizers:
+                tokenizers[tdir] = ChatTokenizer.from_dir(tdir)
+            counter = tokenizers[tdir].count_many
+            line_counts = tokenizers[tdir].line_token_counts
+            key: tuple = (str(tdir), opts.context, modulus)
+        elif count_many_for is not None:
+            counter = count_many_for(cfg)
+            line_counts = None
+            key = ("remote", cid, opts.context, modulus)
+        else:
+            raise CannotRun(f"no local tokenizer for {cfg.label()} and no server to ask: "
+                            "give --model DIR with tokenizer.json")
+        need = opts.context + modulus + opts.max_tokens
+        if need > cfg.max_model_len:
+            raise PlanError(f"--context {opts.context} + modulus {modulus} + --max-tokens "
+                            f"{opts.max_tokens} exceeds max_model_len {cfg.max_model_len} "
+                            f"of {cfg.label()}")
+        if key not in calibrations:
+            calibrations[key] = calibrate(counter, opts.context, modulus,
+                                          answer_lines=opts.answer_lines, seed=opts.seed,
+                                          line_counts=line_counts)
+        cal = calibrations[key]
+        pad_units[cid] = cal.pad_unit
+        for r in residues:
+            points.append(Point(cfg, cid, r, modulus, plan_residue(cal, r, modulus),
+                                rerun_command(opts, cfg, r, modulus)))
+    return SweepPlan(points, sampled, time.monotonic() - t0, pad_units)
+
+
+class RemoteCounter:
+    """Templated lengths from a probe server's ``/tokenize`` (for engines without a local
+    tokenizer): the planner's ``count_many`` over HTTP."""
+
+    def __init__(self, base_url: str, model: str, api_key: str | None = None):
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._http = httpx.Client(base_url=base_url, headers=headers, timeout=120,
+                                  trust_env=False)
+        self.model = model
+
+    def __call__(self, conversations) -> list[int]:
+        out = []
+        for messages in conversations:
+            resp = self._http.post("/tokenize", json={"model": self.model,
+                                                      "messages": list(messages),
+                                                      "add_generation_prompt": True})
+            if resp.status_code in (404, 405, 501):
+                raise CannotRun("the server has no /tokenize and there is no local "
+                                "tokenizer: give --model DIR with tokenizer.json")
+            resp.raise_for_status()
+            data = resp.json()
+            out.append(int(data["count"]) if "count" in data else len(data["tokens"]))
+        return out
+
+    def close(self) -> None:
+        self._http.close()
+
+
+@contextlib.asynccontextmanager
+async def probe_server(opts: SweepOptions, adapter: EngineAdapter, cfg: ServingConfig,
+                       slot: Slot, log_path: Path,
+                       ports: PortAllocator) -> AsyncIterator[tuple[str, str]]:
+    """A server of ``cfg`` for planning, through the adapter: yields (base URL, model
+    name to ask for) and stops it on exit. A probe that does not boot is ``CannotRun``."""
+    port = ports.acquire()
+    argv, env = adapter.command(cfg, port, slot)
+    if slot.gpu is not None:
+        env = {"CUDA_VISIBLE_DEVICES": slot.gpu, **env}
+    server = ServerProcess(argv, env, port, log_path, slot)
+    client = EngineClient(server.base_url, timeout=opts.timeout, api_key=opts.api_key)
+    try:
+        try:
+            server.start()
+            await server.wait_ready(client, opts.boot_timeout)
+        except BootFailure as e:
+            raise CannotRun(f"probe server for planning did not boot: {e.reason}") from None
+        model = opts.served_model_name or adapter.model_name(cfg)
+        if not model:
+            models = await client.models()
+            model = (models[0].get("id") if models else None) or cfg.model or "default"
+        yield server.base_url, model
+    finally:
+        await client.aclose()
+        await asyncio.shield(server.stop())
+        ports.release(port)
+
+
+async def plan_with_probes(opts: SweepOptions, adapter: EngineAdapter, *,
+                           logs_dir: Path) -> SweepPlan:
+    """Plan every point; configurations without a local tokenizer are planned against a
+    probe server of that configuration (booted, asked, stopped)."""
+    need = [c for c in opts.configs if adapter.tokenizer_dir(c) is None]
+    if not need:
+        return await asyncio.to_thread(plan_points, opts, adapter)
+    counters: dict[str, RemoteCounter] = {}
+    ports = PortAllocator()
+    async with contextlib.AsyncExitStack() as stack:
+        try:
+            for cfg in need:
+                url, model = await stack.enter_async_context(probe_server(
+                    opts, adapter, cfg, opts.slots[0],
+                    logs_dir / f"{config_id(cfg)}-probe-{opts.slots[0].id}.log", ports))
+                counters[config_id(cfg)] = RemoteCounter(url, model, opts.api_key)
+            return await asyncio.to_thread(plan_points, opts, adapter,
+                                           lambda cfg: counters[config_id(cfg)])
+        finally:
+            for c in counters.values():
+                c.close()
+
+
+def load_golden(run_ref: str, out_dir: Path) -> dict[tuple, str]:
+    """The correct answer's sha1 per prompt, from a reference run (typically a trusted
+    configuration: no speculative decoding, no FULL graphs, or a known-good build).
+
+    A prompt is identified by (residue, templated length): the same context and seed give
+    the same document and the same lengths whatever the configuration. A prompt whose ok
+    records disagree in the reference run has no golden answer (it is left out)."""
+    seen: dict[tuple, set[str]] = {}
+    for r in read_jsonl(resolve_results(run_ref, out_dir)):
+        if r.get("verdict") == "ok" and r.get("sha1"):
+            seen.setdefault((r["residue"], r["target_len"]), set()).add(r["sha1"])
+    golden = {k: next(iter(v)) for k, v in seen.items() if len(v) == 1}
+    if not golden:
+        raise CannotRun(f"golden run {run_ref}: no ok records to take reference sha1s from")
+    return golden

@@ -1,0 +1,343 @@
+"""One data point: boot its server, run its phases, stop the server.
+
+``PointRunner`` is the per-point code every backend runs (local slots, Ray tasks). It is
+given a *launcher* (how a server process is started: ``server_pool.ServerProcess`` by
+default) and an ``httpx.AsyncClient`` (every request of every point goes through it), so
+tests drive it in-process: a fake launcher and an ``httpx.MockTransport`` stand in for
+the server. It writes nothing: records go to ``emit`` as each phase completes and the
+backend hands the finished point to the driver.
+"""
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Protocol
+
+import httpx
+
+from engine.presets import ServingConfig
+
+from ..client import (ClientError, EngineClient, RequestTimeout, ServerError, ServerGone,
+                      tok_per_step)
+from ..configs import SweepOptions
+from ..engines import EngineAdapter
+from ..provenance import harness_version
+from ..server_pool import BootFailure, PortAllocator, ServerProcess, Slot, log_excerpt
+from ..verdict import judge, sha1
+from .plan import Point
+from .records import RecordBuilder, timing_record
+
+__all__ = ["PointRunner", "PointResult", "RunnerSpec", "Launcher", "Server",
+           "WARMUP_MAX_TOKENS", "MAX_PORT_RETRIES"]
+
+WARMUP_MAX_TOKENS = 16
+MAX_PORT_RETRIES = 3
+Emit = Callable[[dict], None]
+
+
+class Server(Protocol):
+    """What the runner needs of a started server (``server_pool.ServerProcess``)."""
+
+    port: int
+    log_path: Path
+    boot_s: float | None
+
+    @property
+    def base_url(self) -> str: ...
+    def start(self) -> None: ...
+    async def wait_ready(self, client: EngineClient, timeout: float) -> float: ...
+    async def stop(self) -> float: ...
+    def tree_alive(self) -> bool: ...
+
+
+Launcher = Callable[[list, dict, int, Path, Slot], Server]
+
+
+@dataclass
+class PointResult:
+    records: list[dict]
+    timing: dict[str, float]
+
+
+@dataclass(frozen=True)
+class RunnerSpec:
+    """Everything a ``PointRunner`` is built from, picklable (Ray ships it to the nodes)."""
+
+    opts: SweepOptions
+    adapter: EngineAdapter
+    run_id: str
+    version: str
+    golden: dict = field(default_factory=dict)
+
+    def make(self, logs_dir: Path, http: httpx.AsyncClient, *, node: str | None = None,
+             launcher: Launcher = ServerProcess) -> "PointRunner":
+        return PointRunner(self.opts, self.adapter, run_id=self.run_id, logs_dir=logs_dir,
+                           golden=self.golden, http=http, version=self.version, node=node,
+                           launcher=launcher)
+
+
+class PointRunner:
+    """Boot a server for a point on a slot, run its phases, stop the server."""
+
+    def __init__(self, opts: SweepOptions, adapter: EngineAdapter, *, run_id: str,
+                 logs_dir: Path, http: httpx.AsyncClient, golden: dict | None = None,
+                 version: str | None = None, node: str | None = None,
+                 launcher: Launcher = ServerProcess):
+        self.opts = opts
+        self.adapter = adapter
+        self.logs_dir = logs_dir
+        self.golden = golden or {}
+        self.http = http
+        self.launcher = launcher
+        self.ports = PortAllocator()
+        self.node = node or socket.gethostname()
+        self.records = RecordBuilder(run_id, version or harness_version(), opts.isolation,
+                                     opts.reference, tuple(opts.phases))
+
+    # -- a whole point -----------------------------------------------------------------
+    async def run_fresh(self, point: Point, slot: Slot, emit: Emit | None = None) -> PointResult:
+        """One whole data point on its own fresh server: boot, phases, teardown."""
+        emit = emit or (lambda rec: None)
+        t_point = time.monotonic()
+        timing = timing_record()
+        try:
+            server, client, info = await self.boot(point, slot)
+        except BootFailure as e:
+            records = self.boot_fail_records(point, slot, e)
+            for r in records:
+                emit(r)
+            timing["boot"] = time.monotonic() - t_point
+            timing["point"] = time.monotonic() - t_point
+            return PointResult(records, timing)
+        timing["boot"] = server.boot_s or 0.0
+        try:
+            t_req = time.monotonic()
+            records, _ = await self.run_phases(point, slot, server, client, info, emit)
+            timing["requests"] = time.monotonic() - t_req
+            timing["point"] = time.monotonic() - t_point
+        finally:
+            await self.stop(server, client, timing=timing)
+        return PointResult(records, timing)
+
+    def boot_fail_records(self, point: Point, slot: Slot, e: BootFailure) -> list[dict]:
+        return self.records.failures(point, slot.id, self.node, "boot-fail", e.reason,
+                                     e.log_excerpt)
+
+    # -- servers -----------------------------------------------------------------------
+    async def boot(self, point: Point, slot: Slot) -> tuple[Server, EngineClient, dict]:
+        return await self.boot_config(point.cfg, slot, f"{point.cfg_id}-r{point.residue:03d}")
+
+    async def boot_config(self, cfg: ServingConfig, slot: Slot,
+                          log_name: str) -> tuple[Server, EngineClient, dict]:
+        """Start a server for ``cfg`` on ``slot`` and wait until it is ready; a port taken
+        by another program between our pick and its bind is retried on a new port."""
+        last: BootFailure | None = None
+        for _ in range(MAX_PORT_RETRIES):
+            port = self.ports.acquire()
+            argv, env = self.adapter.command(cfg, port, slot)
+            if slot.gpu is not None:
+                env = {"CUDA_VISIBLE_DEVICES": slot.gpu, **env}
+            log_path = self.logs_dir / f"{log_name}-{slot.id}-{port}.log"
+            server = self.launcher(argv, env, port, log_path, slot)
+            client = EngineClient(server.base_url, timeout=self.opts.timeout,
+                                  api_key=self.opts.api_key, http=self.http)
+            try:
+                server.start()
+                await server.wait_ready(client, self.opts.boot_timeout)
+                info: dict[str, Any] = {"boot_s": round(server.boot_s or 0.0, 4)}
+                # What the server says it runs is read while the first requests go out
+                # (it is needed for the records, not for the requests), unless the model
+                # name to put in the requests can only come from the server.
+                info["_probe"] = asyncio.create_task(self._probe(info, client, cfg, log_path))
+                if not self.model_name(cfg):
+                    await self.settle(info)
+                return server, client, info
+            except BootFailure as e:
+                last = e
+                await self.stop(server, client, port)
+                if not e.port_conflict:
+                    raise
+            except BaseException:
+                await self.stop(server, client, port)
+                raise
+        assert last is not None
+        raise last
+
+    async def _probe(self, info: dict, client: EngineClient, cfg: ServingConfig,
+                     log_path: Path) -> None:
+        try:
+            info.update(await self.adapter.effective(client, cfg, _read(log_path)))
+        except ClientError as e:  # a server that dies now shows up in the first request
+            info["probe_error"] = str(e)
+
+    @staticmethod
+    async def settle(info: dict) -> dict:
+        """Wait for the effective-configuration probe started at boot, if still running."""
+        task = info.pop("_probe", None)
+        if task is not None:
+            await task
+        return info
+
+    def model_name(self, cfg: ServingConfig) -> str | None:
+        return self.opts.served_model_name or self.adapter.model_name(cfg)
+
+    async def stop(self, server: Server | None, client: EngineClient | None,
+                   port: int | None = None, *, timing: dict[str, float] | None = None) -> None:
+        if client is not None:
+            await client.aclose()
+        if server is not None:
+            try:
+                took = await asyncio.shield(server.stop())
+                if timing is not None:
+                    timing["teardown"] = timing.get("teardown", 0.0) + took
+            finally:
+                self.ports.release(server.port)
+        elif port is not None:
+            self.ports.release(port)
+
+    # -- the phases of one point -------------------------------------------------------
+    async def run_phases(self, point: Point, slot: Slot, server: Server,
+                         client: EngineClient, info: dict,
+                         emit: Emit | None = None) -> tuple[list[dict], bool]:
+        """Every requested phase on a booted server; (records, server died)."""
+        emit = emit or (lambda rec: None)
+        model = self.model_name(point.cfg) or info.get("model") or point.cfg.model or "default"
+        records: list[dict] = []
+        templated: int | None = None
+        tokenize_error: str | None = None
+        try:
+            templated, _ = await asyncio.gather(client.tokenize(point.plan.messages, model),
+                                                self.settle(info))
+        except (ServerGone, RequestTimeout, ServerError) as e:
+            tokenize_error = str(e)
+            await self.settle(info)
+        cold_sha1: str | None = None
+        dead: tuple[str, str, list[str]] | None = None
+        for phase in self.opts.phases:
+            if dead is not None:
+                verdict, why, excerpt = dead
+                rec = self._failure(point, slot, phase, verdict, f"{why} (in an earlier phase)",
+                                    excerpt, info, templated)
+            else:
+                rec, dead = await self._phase(point, slot, phase, server, client, info, model,
+                                              templated, tokenize_error, cold_sha1)
+                if phase == "cold":  # None when the cold phase produced no answer
+                    cold_sha1 = rec["sha1"]
+            records.append(rec)
+            emit(rec)
+        return records, dead is not None
+
+    async def _phase(self, point: Point, slot: Slot, phase: str, server: Server,
+                     client: EngineClient, info: dict, model: str, templated: int | None,
+                     tokenize_error: str | None, cold_sha1: str | None):
+        """One phase's record, and (verdict, why, log) when the server is gone."""
+        opts = self.opts
+        try:
+            if phase == "warm":
+                await client.chat(point.plan.warmup_messages, model=model,
+                                  max_tokens=WARMUP_MAX_TOKENS, seed=opts.seed)
+            before = await client.spec_counters()
+            res = await client.chat(point.plan.messages, model=model,
+                                    max_tokens=opts.max_tokens, seed=opts.seed)
+            after = await client.spec_counters()
+        except RequestTimeout as e:
+            dead = ("timeout", str(e), log_excerpt(server.log_path))
+            return self._failure(point, slot, phase, "timeout", str(e), dead[2], info,
+                                 templated), dead
+        except (ServerGone, ServerError) as e:
+            alive = await _still_alive(server)
+            if isinstance(e, ServerError) and 400 <= e.status < 500 and alive:
+                return self._failure(point, slot, phase, "invalid",
+                                     f"server rejected the request: {e}", [], info,
+                                     templated), None
+            why = f"{e}; server process {'alive' if alive else 'dead'}"
+            dead = ("crash", why, log_excerpt(server.log_path))
+            return self._failure(point, slot, phase, "crash", why, dead[2], info,
+                                 templated), dead
+        return self._judged(point, slot, phase, res, tok_per_step(before, after), info,
+                            templated, tokenize_error, cold_sha1), None
+
+    # -- records -----------------------------------------------------------------------
+    def _failure(self, point, slot, phase, verdict, reason, excerpt, info, templated):
+        return self.records.failure(point, slot.id, self.node, phase, verdict, reason,
+                                    excerpt, info, templated)
+
+    def _reference_sha1(self, point: Point, phase: str,
+                        cold_sha1: str | None) -> tuple[str | None, str | None]:
+        """(expected passage or None, reference sha1 or None) for this phase."""
+        ref = self.opts.reference
+        if ref == "passage":
+            return point.plan.expected, None
+        if ref == "cold":
+            return None, (cold_sha1 if phase != "cold" else None)
+        sha = self.golden.get((point.residue, point.plan.target_len))
+        # A prompt the golden run did not answer (another context or seed) falls back to
+        # the passage; the record's reference_sha1 says which was used.
+        return (None, sha) if sha else (point.plan.expected, None)
+
+    def _judged(self, point, slot, phase, res, tps, info, templated, tokenize_error,
+                cold_sha1) -> dict[str, Any]:
+        base = self.records.base(point, slot.id, self.node, phase, info, templated)
+        expected, ref_sha1 = self._reference_sha1(point, phase, cold_sha1)
+        j = judge(res.answer, source=point.plan.document, expected=expected,
+                  reference_sha1=ref_sha1, finish_reason=res.finish_reason)
+        verdict, reason = j.verdict, j.reason
+        invalid = self._invalid_reason(point, phase, res, templated, info)
+        if invalid:
+            verdict, reason = "invalid", f"{invalid} (answer judged {j.verdict}: {j.reason})"
+        cached = res.cached_tokens
+        tail = (res.prompt_tokens - cached) if (cached is not None and
+                                                res.prompt_tokens is not None) else None
+        measured = {
+            "prompt_tokens": res.prompt_tokens, "cached_tokens": cached, "computed_tail": tail,
+            "answer": res.answer, "content_was_null": res.content_was_null, "sha1": j.sha1,
+            "reference_sha1": ref_sha1 if ref_sha1 else (
+                sha1(expected) if expected is not None else None),
+            "expected_chars": len(point.plan.expected), "verbatim_n": j.verbatim_n,
+            "verbatim_total": j.verbatim_total, "repeats": j.repeats,
+            "finish_reason": res.finish_reason, "completion_tokens": res.completion_tokens,
+            "tok_per_step": tps, "latency_s": round(res.latency_s, 4), "verdict": verdict,
+            "reason": reason, "log_excerpt": [],
+        }
+        extra = {"tokenize_error": tokenize_error} if tokenize_error else None
+        return self.records.build(base, measured, extra)
+
+    def _invalid_reason(self, point: Point, phase: str, res, templated: int | None,
+                        info: dict) -> str | None:
+        target = point.plan.target_len
+        if templated is not None and templated != target:
+            return f"templated length {templated} by the server's /tokenize, target {target}"
+        if res.prompt_tokens is not None and res.prompt_tokens != target:
+            return f"usage.prompt_tokens {res.prompt_tokens} != target {target}"
+        cached = res.cached_tokens
+        if cached is None:
+            return None
+        if phase == "cold" and cached > 0:
+            why = (f"cold request hit the cache ({cached} tokens): "
+                   f"{self.opts.isolation} isolation not proven")
+            if info.get("reset_error"):
+                why += f"; /reset_prefix_cache failed: {info['reset_error']}"
+            return why
+        if phase != "cold" and point.cfg.prefix_caching and cached == 0:
+            return f"{phase}: no prefix-cache hit (cached_tokens 0)"
+        return None
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+async def _still_alive(server: Server) -> bool:
+    """Death is judged by the process tree, not /health (vLLM has answered 200 on /health
+    after its engine core died, vllm-project/vllm#21443). Give a dying process a moment."""
+    for _ in range(10):
+        if not server.tree_alive():
+            return False
+        await asyncio.sleep(0.05)
+    return server.tree_alive()

@@ -1,0 +1,222 @@
+"""The phase record (docs/records.md): its typed model, its schema version, its builders.
+
+A record is written as one JSON object per phase; ``PhaseRecord`` is that object typed.
+``SCHEMA_VERSION`` is written into every new record; a record without one is a version-1
+record (everything written before the field existed) and reads the same way, so old
+results files and the committed archives load and render unchanged. Adding a field: add
+it to ``PhaseRecord`` (with a default, so old records still load), to docs/records.md,
+and bump ``SCHEMA_VERSION`` only when the meaning of an existing field changes.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping
+
+from ..store import now_iso
+
+from ..vocabulary import (BUG_VERDICTS, CLEAN, PHASES, SEVERITY, VERDICTS, phase_key, worst)
+
+__all__ = ["SCHEMA_VERSION", "PhaseRecord", "PHASES", "VERDICTS", "SEVERITY", "BUG_VERDICTS",
+           "CLEAN", "CONFIG_FIELDS", "NOT_IDENTITY", "phase_key", "worst", "schema_of",
+           "latest_records", "record_identity", "sha12", "RecordBuilder", "mismatches", "failure_fields", "timing_record"]
+
+SCHEMA_VERSION = 2
+# Identity fields of a configuration in the order a reader wants them; anything else a
+# config dict carries is shown after these.
+CONFIG_FIELDS = ("engine", "model", "geometry", "spec", "method", "draft_tokens", "ctx",
+                 "cudagraph_mode", "prefix_caching", "block_size", "prefix_match_unit",
+                 "max_model_len", "kv_cache_memory_bytes", "patches")
+NOT_IDENTITY = frozenset({"notes", "overrides"})
+# Fields compared between requested and effective configuration.
+COMPARED = ("cudagraph_mode", "prefix_caching", "block_size", "prefix_match_unit",
+            "max_model_len", "method", "draft_tokens")
+
+
+def mismatches(requested: dict[str, Any], effective: dict[str, Any]) -> list[str]:
+    out = []
+    for key in COMPARED:
+        if key in effective and effective.get(key) != requested.get(key):
+            out.append(f"{key}: requested {requested.get(key)!r}, server runs {effective.get(key)!r}")
+    return out
+
+
+@dataclass
+class PhaseRecord:
+    """One phase of one data point, in the key order the JSONL has always had."""
+
+    run_id: str
+    harness_version: str
+    config_id: str
+    config_label: str
+    config: dict
+    requested_config: dict
+    config_mismatch: list
+    engine: str
+    engine_version: str | None
+    patches: str | None
+    patch_status: dict | None
+    model: str | None
+    slot: str
+    node: str
+    isolation: str
+    residue: int
+    modulus: int
+    target_len: int
+    templated_len: int
+    templated_len_source: str
+    phase: str
+    reference: str
+    boot_s: float | None
+    started_at: str
+    rerun: str
+    prompt_tokens: int | None = None
+    cached_tokens: int | None = None
+    computed_tail: int | None = None
+    answer: str = ""
+    content_was_null: bool = False
+    sha1: str | None = None
+    reference_sha1: str | None = None
+    expected_chars: int = 0
+    verbatim_n: int = 0
+    verbatim_total: int = 0
+    repeats: int = 0
+    finish_reason: str | None = None
+    completion_tokens: int | None = None
+    tok_per_step: float | None = None
+    latency_s: float | None = None
+    verdict: str = "invalid"
+    reason: str = ""
+    log_excerpt: list = field(default_factory=list)
+    schema_version: int = SCHEMA_VERSION
+    # written only when set (docs/records.md): the server's /tokenize failed, Ray facts
+    extra: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.verdict not in VERDICTS:
+            raise ValueError(f"unknown verdict {self.verdict!r}; allowed: {', '.join(VERDICTS)}")
+        if self.phase not in PHASES:
+            raise ValueError(f"unknown phase {self.phase!r}; allowed: {', '.join(PHASES)}")
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+               if f.name != "extra"}
+        out.update(self.extra)
+        return out
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "PhaseRecord":
+        """A record as read from a results file, of any schema version."""
+        names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
+        known = {k: v for k, v in d.items() if k in names}
+        known.setdefault("schema_version", schema_of(d))
+        extra = {k: v for k, v in d.items() if k not in names}
+        return cls(**known, extra=extra)
+
+
+def schema_of(record: Mapping[str, Any]) -> int:
+    """The schema version of a record as read: 1 for records written before the field."""
+    return int(record.get("schema_version") or 1)
+
+
+def failure_fields(verdict: str, reason: str, excerpt: list, expected_chars: int) -> dict:
+    """The measured fields of a phase that produced no answer (boot-fail, crash, ...)."""
+    return {"prompt_tokens": None, "cached_tokens": None, "computed_tail": None,
+            "answer": "", "content_was_null": False, "sha1": None,
+            "reference_sha1": None, "expected_chars": expected_chars,
+            "verbatim_n": 0, "verbatim_total": 0, "repeats": 0, "finish_reason": None,
+            "completion_tokens": None, "tok_per_step": None, "latency_s": None,
+            "verdict": verdict, "reason": reason, "log_excerpt": list(excerpt)}
+
+
+def timing_record(*, boot: float = 0.0, requests: float = 0.0, teardown: float = 0.0,
+                  point: float | None = None) -> dict[str, float]:
+    """Where one point's time went (the driver sums these into the manifest's timing)."""
+    t = {"boot": boot, "requests": requests, "teardown": teardown}
+    if point is not None:
+        t["point"] = point
+    return t
+
+
+def latest_records(records: Iterable[dict]) -> tuple[list[dict], int]:
+    """One record per (configuration, residue, phase): the latest by ``started_at`` (so a
+    report over several runs shows the newest measurement). Returns (records, superseded)."""
+    best: dict[tuple, dict] = {}
+    n = 0
+    for r in records:
+        n += 1
+        key = (r.get("config_id") or r.get("config_label"), r.get("residue"), r.get("phase"))
+        old = best.get(key)
+        if old is None or (r.get("started_at") or "") >= (old.get("started_at") or ""):
+            best[key] = r
+    return list(best.values()), n - len(best)
+
+
+def record_identity(r: dict) -> dict:
+    """The fields that define a record's configuration: those the sweep asked for
+    (``requested_config``), else the known ServingConfig fields."""
+    config = r.get("config") or {}
+    requested = r.get("requested_config") or {}
+    keys = [k for k in requested if k not in NOT_IDENTITY] or [
+        k for k in CONFIG_FIELDS if k in config]
+    return {k: config.get(k, requested.get(k)) for k in keys}
+
+
+def sha12(record: Mapping[str, Any]) -> str:
+    """The first 12 hex of a record's answer sha1 (``–`` when it has none)."""
+    return (record.get("sha1") or "")[:12] or "–"
+
+
+@dataclass(frozen=True)
+class RecordBuilder:
+    """Builds the records of one run: the fields every phase record of a point shares,
+    and the records of a phase that produced no answer. ``point`` is a ``plan.Point``."""
+
+    run_id: str
+    harness_version: str
+    isolation: str
+    reference: str
+    phases: tuple[str, ...]
+
+    def base(self, point: Any, slot: str, node: str, phase: str, info: Mapping[str, Any],
+             templated: int | None) -> dict[str, Any]:
+        requested = point.cfg.as_dict()
+        effective = info.get("config") or requested
+        return {
+            "run_id": self.run_id, "harness_version": self.harness_version,
+            "config_id": point.cfg_id, "config_label": point.cfg.label(),
+            "config": effective, "requested_config": requested,
+            "config_mismatch": mismatches(requested, effective),
+            "engine": point.cfg.engine, "engine_version": info.get("engine_version"),
+            "patches": point.cfg.patches, "patch_status": info.get("patch_status"),
+            "model": info.get("model") or point.cfg.model, "slot": slot, "node": node,
+            "isolation": self.isolation, "residue": point.residue,
+            "modulus": point.modulus, "target_len": point.plan.target_len,
+            "templated_len": templated if templated is not None else point.plan.target_len,
+            "templated_len_source": ("server /tokenize" if templated is not None
+                                     else "local tokenizer"),
+            "phase": phase, "reference": self.reference,
+            "boot_s": info.get("boot_s"), "started_at": now_iso(), "rerun": point.rerun,
+        }
+
+    def build(self, base: dict[str, Any], measured: dict[str, Any],
+              extra: dict[str, Any] | None = None) -> dict[str, Any]:
+        """A whole record, checked against the model (a verdict or phase outside the
+        vocabulary is a harness bug and raises here)."""
+        return PhaseRecord(**base, **measured, extra=dict(extra or {})).to_dict()
+
+    def failure(self, point: Any, slot: str, node: str, phase: str, verdict: str,
+                reason: str, excerpt: list, info: Mapping[str, Any] | None = None,
+                templated: int | None = None) -> dict[str, Any]:
+        return self.build(self.base(point, slot, node, phase, info or {}, templated),
+                          failure_fields(verdict, reason, excerpt, len(point.plan.expected)))
+
+    def failures(self, point: Any, slot: str, node: str, verdict: str, reason: str,
+                 excerpt: list, extra: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+        """One record per requested phase (every cell of a table has a value)."""
+        out = []
+        for phase in self.phases:
+            rec = self.failure(point, slot, node, phase, verdict, reason, excerpt)
+            rec.update(extra or {})
+            out.append(rec)
+        return out

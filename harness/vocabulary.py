@@ -1,0 +1,36 @@
+"""The one vocabulary of records: phases, verdicts, their severity, graph modes.
+
+Every module that names a phase or a verdict imports it from here (``run.records``
+re-exports it for record code), so adding a verdict is one edit (docs/architecture.md).
+"""
+from __future__ import annotations
+
+from typing import Iterable
+
+__all__ = ["ISOLATIONS", "PHASES", "VERDICTS", "SEVERITY", "BUG_VERDICTS", "CLEAN", "FULL_GRAPH_MODES",
+           "PREFILL_FIX", "phase_key", "worst"]
+
+ISOLATIONS = ("fresh", "reset", "shared")
+# cold is by definition the first request on a server; the order is the order they run.
+PHASES = ("cold", "warm", "self-hit")
+VERDICTS = ("ok", "diverged", "broken", "crash", "boot-fail", "timeout", "invalid", "infra")
+# Worst first: a point's status is the worst verdict of its phases.
+SEVERITY = ("infra", "boot-fail", "crash", "timeout", "broken", "diverged", "invalid", "ok")
+BUG_VERDICTS = frozenset({"broken", "diverged"})
+CLEAN = frozenset({"ok"})
+# cudagraph modes that capture a FULL graph for the speculative verify step (Bug B).
+FULL_GRAPH_MODES = frozenset({"FULL", "FULL_AND_PIECEWISE", "FULL_DECODE_ONLY"})
+PREFILL_FIX = "prefill-discriminator"
+
+assert set(SEVERITY) == set(VERDICTS)
+
+
+def phase_key(phase: str) -> tuple:
+    return (PHASES.index(phase) if phase in PHASES else len(PHASES), phase)
+
+
+def worst(verdicts: Iterable[str]) -> str:
+    vs = list(verdicts)
+    if not vs:
+        return "ok"
+    return min(vs, key=lambda v: SEVERITY.index(v) if v in SEVERITY else 0)
