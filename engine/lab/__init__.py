@@ -19,5 +19,6 @@ Module map (each file's docstring names the vLLM code path it mirrors):
 - ``train_tokenizer.py`` offline: generates the training text and trains ``model/``
 - ``bench.py``          boot-to-health and 4k-token latency measurement
 - ``_log.py``           vLLM-shaped log lines
+- ``hold.py``          test only: hold the first chat request (RESIDUE_LAB_TEST_HOLD_DIR)
 """
 from .config import VERSION as __version__  # noqa: F401

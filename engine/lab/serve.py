@@ -13,6 +13,7 @@ import signal
 import sys
 import time
 
+from . import hold
 from ._log import log
 from .config import VERSION, LabConfig
 
@@ -99,7 +100,7 @@ def serve(cfg: LabConfig, t0: float) -> int:
         loop.call_later(DEAD_EXIT_DELAY_S, stop)
 
     engine = AsyncEngine(core, on_dead)
-    app = build_app(cfg, engine, tokenizer)
+    app = hold.around(build_app(cfg, engine, tokenizer))  # test only: see hold.py
     config = UvicornConfig(app, host=cfg.host, port=cfg.port, log_level="warning",
                             access_log=False, lifespan="off", loop="asyncio", http="h11",
                             timeout_graceful_shutdown=2, timeout_keep_alive=30)

@@ -94,25 +94,30 @@ class LocalRayCluster:
                 "--min-worker-port", "0", "--max-worker-port", "0",
                 "--disable-usage-stats", "--block"], nm
 
-    def _start(self, name: str, argv: list[str], nm: int) -> Node:
+    def _start(self, name: str, argv: list[str], nm: int,
+               env: dict[str, str] | None) -> Node:
         out = self.root / f"{name}.out"
+        # The node's environment is its workers' and so its servers' (a per-node test knob)
         proc = subprocess.Popen(argv, stdout=open(out, "w"), stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, env=self.env, start_new_session=True,
+                                stdin=subprocess.DEVNULL, env={**self.env, **(env or {})},
+                                start_new_session=True,
                                 preexec_fn=_term_with_parent)
         node = Node(name, proc, out, nm)
         self.nodes.append(node)
         return node
 
-    def start_head(self, gpus: int = 0) -> Node:
+    def start_head(self, gpus: int = 0, env: dict[str, str] | None = None) -> Node:
         args, nm = self._node_args(gpus)
         return self._start("head", [ray_cli(), "start", "--head", "--port", str(self.gcs_port),
                                     "--temp-dir", str(self.root), "--include-dashboard", "false",
                                     "--dashboard-port", str(free_port()),
-                                    "--ray-client-server-port", str(free_port()), *args], nm)
+                                    "--ray-client-server-port", str(free_port()), *args], nm,
+                           env)
 
-    def add_worker(self, name: str = "worker") -> Node:
+    def add_worker(self, name: str = "worker", env: dict[str, str] | None = None) -> Node:
         args, nm = self._node_args()
-        return self._start(name, [ray_cli(), "start", "--address", self.address, *args], nm)
+        return self._start(name, [ray_cli(), "start", "--address", self.address, *args], nm,
+                           env)
 
     def wait_started(self, node: Node, timeout: float = 90.0) -> None:
         deadline = time.monotonic() + timeout

@@ -6,6 +6,11 @@ the real CLI, against the lab engine:
 2. ``--resume`` of that run on the cluster, and one worker node killed mid-point: no
    point lost, the lost one retried on the other node, verdicts identical to the local
    backend's for the same sweep, records from both nodes;
+
+   "mid-point" by construction, not by timing: each node's lab servers get their own
+   ``RESIDUE_LAB_TEST_HOLD_DIR`` (engine/lab/hold.py), and an armed node's chosen server
+   holds its first chat request and says so in ``holding``. The test interrupts (1) and
+   kills the node (2) only once a point is held there, however fast the sweep runs;
 3. a Ray worker SIGKILLed mid-point (the OOM killer) leaves no server: its watchdog
    kills it;
 4. a GPU engine (``--engine cmd --gpus``, the fake engine) claims one GPU per point: the
@@ -19,6 +24,7 @@ share it (pytest-xdist cannot split them across workers).
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -28,6 +34,7 @@ from pathlib import Path
 
 import psutil
 
+from engine.lab.hold import HOLD_DIR_ENV
 from tests.conftest import FAKE_ENGINE, FIXTURES, ROOT, processes_mentioning
 from tests.ray.cluster import LocalRayCluster
 from tests.ray.conftest import ray_or_skip
@@ -55,16 +62,44 @@ def _records(path: Path) -> list[dict]:
     return out
 
 
-def _servers_on(node, marker: str, younger_than: float | None = None) -> list[psutil.Process]:
+def _records_in(results_dir: Path) -> list[dict]:
+    """The records of the one run writing into ``results_dir`` (none before it starts)."""
+    return [r for f in results_dir.glob("*.jsonl") for r in _records(f)]
+
+
+def _servers_on(node, marker: str) -> list[psutil.Process]:
     out = []
     for p in node.tree():
         try:
-            if marker in " ".join(p.cmdline()) and "engine.lab" in " ".join(p.cmdline()) and (
-                    younger_than is None or time.time() - p.create_time() < younger_than):
+            if marker in " ".join(p.cmdline()) and "engine.lab" in " ".join(p.cmdline()):
                 out.append(p)
         except psutil.NoSuchProcess:
             continue
     return out
+
+
+def _arm(hold_dir: Path, passing: int = 0) -> None:
+    """The node's servers after the first ``passing`` ones hold (one of them, the next)."""
+    hold_dir.mkdir()
+    if passing:
+        (hold_dir / "pass").write_text(str(passing))
+
+
+def _holding(hold_dir: Path) -> dict | None:
+    """What the held server wrote (its pid), once a server of that node is holding."""
+    f = hold_dir / "holding"
+    return json.loads(f.read_text()) if f.exists() else None
+
+
+def _assert_held_on(node, hold_dir: Path, marker: str) -> None:
+    """The held request is in a lab server of this sweep on that node: a point in progress."""
+    held = _holding(hold_dir)
+    assert held and held["pid"] in {p.pid for p in _servers_on(node, marker)}, (
+        held, node.name)
+
+
+def _without(name: str) -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k != name}
 
 
 def _node_id8(node) -> str:
@@ -100,14 +135,19 @@ def test_sweep_on_a_two_node_ray_cluster(tmp_path):
 
     def mark(what: str) -> None:  # where the time goes (shown with -rP or on failure)
         print(f"{time.monotonic() - t0:6.1f}s  {what}", flush=True)
+    # Each node's lab servers see their own hold dir (engine/lab/hold.py): armed when it
+    # exists, so the test decides which point of which node is in progress, and for how long.
+    holds = {"head": tmp_path / "hold-head", "worker": tmp_path / "hold-worker"}
     try:
         # Both nodes boot at once (the worker waits for the head's GCS); meanwhile the
         # local backend runs the same sweep for the reference verdicts.
-        head = cluster.start_head(gpus=2)  # declared, not real: see scenario 4
-        worker = cluster.add_worker()
+        head = cluster.start_head(gpus=2,  # declared, not real: see scenario 4
+                                  env={HOLD_DIR_ENV: str(holds["head"])})
+        worker = cluster.add_worker(env={HOLD_DIR_ENV: str(holds["worker"])})
         local_dir = tmp_path / "local"
         local = subprocess.run(_argv(local_dir, model, "--slots", "2"), cwd=ROOT,
-                               capture_output=True, text=True, timeout=120)
+                               capture_output=True, text=True, timeout=120,
+                               env=_without(HOLD_DIR_ENV))
         assert local.returncode == 1, local.stderr[-3000:]
         local_files = list((local_dir / "results").glob("*.jsonl"))
         expected = _verdicts(_records(local_files[0]))
@@ -119,16 +159,25 @@ def test_sweep_on_a_two_node_ray_cluster(tmp_path):
         mark("cluster up")
 
         # -- 1. Ctrl-C with a server running on each node ----------------------------
+        # The head's first point holds; the worker finishes one point and holds its
+        # second: both nodes are mid-point, one point is recorded, and the sweep cannot
+        # end before the Ctrl-C however fast it runs.
+        _arm(holds["head"])
+        _arm(holds["worker"], passing=1)
         ray_dir = tmp_path / "ray"
         argv = _argv(ray_dir, model, "--backend", "ray", "--ray-address", cluster.address)
         proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True)
         try:
-            _wait(lambda: proc.poll() is not None or
-                  (_servers_on(head, marker) and _servers_on(worker, marker)),
-                  90, "a lab server on both nodes at once")
+            _wait(lambda: proc.poll() is not None or (
+                _holding(holds["head"]) and _holding(holds["worker"]) and any(
+                    r["node"].endswith(worker_id) for r in _records_in(ray_dir / "results"))),
+                  90,  # under the sweep's 120 s request timeout: the held head point waits
+                  "a held point on both nodes and a point done on the worker")
             assert proc.poll() is None, proc.communicate()[1][-3000:]
-            mark("servers on both nodes: Ctrl-C")
+            _assert_held_on(head, holds["head"], marker)
+            _assert_held_on(worker, holds["worker"], marker)
+            mark("both nodes mid-point: Ctrl-C")
             proc.send_signal(signal.SIGINT)
             _, err = proc.communicate(timeout=60)
             mark("interrupted sweep exited")
@@ -140,32 +189,31 @@ def test_sweep_on_a_two_node_ray_cluster(tmp_path):
         left = _wait_gone(marker, 20)
         assert not left, f"servers survived Ctrl-C: {left}"
         mark("no server left")
+        for d in holds.values():  # disarmed
+            shutil.rmtree(d)
         run_id = next((ray_dir / "results").glob("*.manifest.json")).name.split(".")[0]
         results = ray_dir / "results" / f"{run_id}.jsonl"
         before = _records(results)
-        assert len(before) < 32
+        # exactly the worker's first point: the two held points were lost to the Ctrl-C
+        assert len({r["residue"] for r in before}) == 1 and len(before) == 2, before
+        assert all(r["node"].endswith(worker_id) for r in before), before
 
         # -- 2. resume on the cluster; the worker node dies mid-point ----------------
-        seen = {(r["residue"], r["phase"], r["started_at"]) for r in before}
-
-        def new_on_worker() -> bool:
-            return any(r["node"].endswith(worker_id) for r in _records(results)
-                       if (r["residue"], r["phase"], r["started_at"]) not in seen)
+        # The worker's first point of the resumed run holds: the node is killed while
+        # that point is surely unfinished.
+        _arm(holds["worker"])
         resume = subprocess.Popen([sys.executable, "-m", "harness", "--resume", run_id,
                                    "--out", str(ray_dir / "results"),
                                    "--reports-dir", str(ray_dir / "reports"), "--no-progress"],
                                   cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                   text=True)
         try:
-            # a point finished on the worker node in this run, then the next one starts
-            _wait(lambda: resume.poll() is not None or new_on_worker(), 90,
-                  "a point done on the worker node")
-            # a server that started just now: its point is surely not finished yet
-            _wait(lambda: resume.poll() is not None or _servers_on(worker, marker, 0.3),
-                  60, "a server starting on the worker node")
+            _wait(lambda: resume.poll() is not None or _holding(holds["worker"]), 90,
+                  "a point held on the worker node")
             assert resume.poll() is None, resume.communicate()[1][-3000:]
+            _assert_held_on(worker, holds["worker"], marker)
             lost_at = time.monotonic()
-            mark("resumed; worker node killed")
+            mark("resumed; worker node killed mid-point")
             cluster.kill_node(worker)
             out, err = resume.communicate(timeout=120)
             mark("resumed sweep exited")
@@ -181,7 +229,8 @@ def test_sweep_on_a_two_node_ray_cluster(tmp_path):
         nodes = {r["node"].rsplit("/", 1)[-1] for r in recs}
         assert nodes == {head_id, worker_id}, nodes
         retried = [r for r in recs if r.get("attempt") == 2]
-        assert retried, "the point lost with the worker node was not retried"
+        # one point was on the worker when it died (one slot per node): it alone is retried
+        assert len({r["residue"] for r in retried}) == 1 and len(retried) == 2, retried
         for r in retried:
             assert worker_id in r["infra_retry"] and "lost mid-point" in r["infra_retry"]
             assert r["node"].endswith(head_id)  # retried away from the dead node

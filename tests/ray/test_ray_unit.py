@@ -22,6 +22,16 @@ class _Opts:
         self.slots = parse_slots(None, gpus, engine)
 
 
+def _wait_for(cond, timeout: float, what: str):
+    """``cond()``'s first truthy value, polled until ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if got := cond():
+            return got
+        time.sleep(0.01)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
 def test_slot_resources():
     assert rb.task_resources(_Opts("vllm"), {"GPU": 8, "CPU": 64}) == {"num_gpus": 1, "num_cpus": 1}
     assert rb.task_resources(_Opts("cmd", "0,1"), {"GPU": 2}) == {"num_gpus": 1, "num_cpus": 1}
@@ -56,9 +66,12 @@ def test_reaper_kills_registered_groups_when_its_worker_is_gone():
     kept = subprocess.Popen(["sleep", "60"], start_new_session=True)
     victim = subprocess.Popen(["sh", "-c", "sleep 60 & sleep 60"], start_new_session=True)
     try:
-        time.sleep(0.2)
-        group = [psutil.Process(victim.pid), *psutil.Process(victim.pid).children()]
-        assert len(group) == 3  # sh and its two sleeps, one process group
+        sh = psutil.Process(victim.pid)
+        # sh and its two sleeps, one process group, once sh has forked both
+        children = _wait_for(lambda: len(sh.children()) == 2 and sh.children(), 10,
+                             "sh to start both sleeps")
+        group = [sh, *children]
+        assert {os.getpgid(p.pid) for p in group} == {victim.pid}
         reaper.stdin.write(f"+{victim.pid}\n+{kept.pid}\n-{kept.pid}\n".encode())
         reaper.stdin.flush()
         reaper.stdin.close()  # what the kernel does when the worker dies
