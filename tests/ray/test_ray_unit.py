@@ -9,8 +9,9 @@ import time
 
 import psutil
 
-from harness.backends import ray_backend as rb
+from harness.backends import ray as rb
 from harness.configs import parse_slots
+from harness.engines import adapter_class
 from tests.conftest import ROOT
 
 REAPER = ROOT / "harness" / "backends" / "_reaper.py"
@@ -19,7 +20,7 @@ REAPER = ROOT / "harness" / "backends" / "_reaper.py"
 class _Opts:
     def __init__(self, engine: str, gpus: str | None = None):
         self.engine = engine
-        self.slots = parse_slots(None, gpus, engine)
+        self.slots = parse_slots(None, gpus, adapter_class(engine).default_slots())
 
 
 def _wait_for(cond, timeout: float, what: str):
@@ -54,8 +55,8 @@ def test_node_label_and_grouping():
 def test_node_id_from_a_node_died_message():
     msg = ("Task failed because the node it was running on is dead or unavailable. Node IP: "
            "192.0.2.2, node ID: 3590ecc110c5eea92408b58110cb4dab41698171617b7b5705edc309. This")
-    assert rb._node_id_in(RuntimeError(msg)) == "3590ecc110c5eea92408b58110cb4dab41698171617b7b5705edc309"
-    assert rb._node_id_in(RuntimeError("The worker died unexpectedly")) is None
+    assert rb.node_id_in(RuntimeError(msg)) == "3590ecc110c5eea92408b58110cb4dab41698171617b7b5705edc309"
+    assert rb.node_id_in(RuntimeError("The worker died unexpectedly")) is None
 
 
 def test_reaper_kills_registered_groups_when_its_worker_is_gone():
@@ -128,14 +129,15 @@ def test_lost_twice_is_infra_on_every_phase_and_once_is_a_retry_elsewhere(tmp_pa
     phase) naming both failures, counted like any finished point."""
     from harness.cli import build_options, sweep_parser
     from harness.engines import make_adapter
-    from harness.residue_sweep import Sweep, plan_points
+    from harness.run.driver import Driver
+    from harness.run.plan import plan_points
     from harness.store import ResultStore
 
     argv = ["--backend", "ray", "--residues", "3", "--phases", "cold,warm,self-hit"]
     opts = build_options(sweep_parser().parse_args(argv), argv)
     adapter = make_adapter(opts.engine, opts.server_cmd)
     store = ResultStore(tmp_path, "run-x")
-    sweep = Sweep(opts, adapter, store, plan_points(opts, adapter))
+    sweep = Driver(opts, adapter, store, plan_points(opts, adapter))
     done = []
     sweep.on_point_done = lambda point, recs: done.append((point.residue, len(recs)))
 
@@ -194,7 +196,7 @@ def test_infra_errors_are_told_from_harness_errors(ray_module):
 
 
 def test_by_node_section_only_when_several_nodes():
-    from harness.backends.nodes import render_nodes
+    from harness.report.nodes import render_nodes
     one = [{"node": "vm", "verdict": "ok", "residue": 1, "config_id": "c", "run_id": "r"}]
     assert render_nodes(one) == ""
     recs = [{"node": "vm/10.0.0.2/aaaaaaaa", "verdict": "ok", "residue": r, "config_id": "c",

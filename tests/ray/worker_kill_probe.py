@@ -2,7 +2,7 @@
 True)`` ends a worker too) leaves no server behind.
 
 Run by test_ray_cluster against its cluster: ``python worker_kill_probe.py ADDRESS TAG``.
-A task starts a server the way the backend's task does (``_Watchdog.install()`` then
+A task starts a server the way the backend's task does (``Watchdog.install()`` then
 ``server_pool.ServerProcess.start()``) and blocks; this driver SIGKILLs the task's worker
 and prints JSON: the error Ray reported, and the server processes still alive after 10 s.
 """
@@ -19,10 +19,10 @@ import ray
 def _serve(tag: str) -> None:
     from pathlib import Path
 
-    from harness.backends.ray_backend import _Watchdog
+    from harness.backends.ray import Watchdog
     from harness.server_pool import ServerProcess, Slot
 
-    _Watchdog.install()
+    Watchdog.install()
     log = Path(tag + ".log")  # the tag is a path in the test's tmp dir
     server = ServerProcess([sys.executable, "-c", "import time; time.sleep(600)", tag], {}, 0,
                            log, Slot("probe"))
@@ -41,7 +41,7 @@ def _tagged(tag: str) -> list[psutil.Process]:
 
 
 def main(address: str, tag: str) -> int:
-    from harness.backends.ray_backend import runtime_env
+    from harness.backends.ray import runtime_env
     ray.init(address=address, runtime_env=runtime_env(), log_to_driver=False)
     try:
         ref = ray.remote(num_cpus=0, resources={"lab_slot": 1}, max_retries=0)(_serve).remote(tag)
