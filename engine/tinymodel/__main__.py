@@ -1,4 +1,4 @@
-"""python -m engine.tinymodel {tokenizer,train,check,mtp-train,mtp-check,probe} ...
+"""python -m engine.tinymodel {tokenizer,train,check,mtp-train,mtp-check,train-dflash,probe} ...
 
   tokenizer OUT_DIR
       Train the byte-level BPE tokenizer on the project corpus and write tokenizer.json,
@@ -29,6 +29,10 @@
   mtp-check DIR [--k 3] [--residues 0-127] [--device cpu]
       The layout check (the 15 mtp.* names and shapes vLLM 0.26.0's Qwen3_5MTP loads) and
       the teacher-forced acceptance estimate (tok/step) on the harness's plans.
+
+  train-dflash --out DIR [--target DIR] [--time-cap S] [--layers N] [--k 7]
+      GPU, ~4 min on one H200. A DFlash drafter (vLLM method dflash) trained against the
+      frozen hybrid's hidden states on the copy task; see dflash_train.py.
 
   probe --model DIR --out DIR [...]
       On a machine with vLLM: boot `vllm serve`-equivalent servers on the model (setsid,
@@ -193,6 +197,8 @@ def main(argv: list[str] | None = None) -> int:
     s = sub.add_parser("probe", help="serve with vLLM and send planned prompts (see probe.py)")
     s.add_argument("rest", nargs=argparse.REMAINDER)
     s.set_defaults(fn=lambda a: __import__("engine.tinymodel.probe", fromlist=["main"]).main(a.rest))
+    from .dflash_train import add_parser as add_dflash_parser  # the train-dflash verb
+    add_dflash_parser(sub, DEFAULT_TOKENIZER, HERE / "weights" / "hybrid")
     args = sys.argv[1:] if argv is None else list(argv)
     if args and args[0] == "probe" and not ({"-h", "--help"} & set(args[:1])):
         from .probe import main as probe_main  # its own argparse (see probe.py)
