@@ -220,6 +220,8 @@ def train_dflash(target_dir: str, tok_dir: str, out_dir: str, *, time_cap: float
     layer_ids = cfg["dflash_config"]["target_layer_ids"]
     mask_id = cfg["dflash_config"]["mask_token_id"]
     drafter = DFlashDrafter(cfg).to(dev)
+    with torch.no_grad():  # start at the target's final-norm scale (Gemma-style 1 + w)
+        drafter.norm.weight.copy_(1.0 + target.model.norm.weight.float())
     nparams = sum(p.numel() for p in drafter.parameters())
     opt = torch.optim.AdamW(drafter.parameters(), lr=lr, betas=(0.9, 0.98), weight_decay=0.01)
     curve, step, t0 = [], 0, time.time()
