@@ -31,11 +31,12 @@ def _target_pass(target, ids):
     return hid, emb
 
 
-def chain_outputs(head, target, ids, steps: int):
+def chain_outputs(head, target, ids, steps: int, target_out=None):
     """Head outputs for draft steps 1..``steps`` at every position p (chain start
-    t = p - s + 1): list of [B, T-1, H] tensors; position p predicts token p + 2."""
+    t = p - s + 1): list of [B, T-1, H] tensors; position p predicts token p + 2.
+    ``target_out``: the target's (hidden, embeddings) for ``ids`` if already computed."""
     import torch
-    hid, emb = _target_pass(target, ids)
+    hid, emb = target_out if target_out is not None else _target_pass(target, ids)
     emb_next, hidden = emb[:, 1:], hid[:, :-1]
     history: list = []
     outs = []
@@ -46,10 +47,10 @@ def chain_outputs(head, target, ids, steps: int):
     return outs
 
 
-def chain_loss(head, target, ids, tmask, steps: int):
+def chain_loss(head, target, ids, tmask, steps: int, target_out=None):
     import torch
     import torch.nn.functional as F
-    outs = chain_outputs(head, target, ids, steps)
+    outs = chain_outputs(head, target, ids, steps, target_out)
     labels = ids[:, 2:]
     valid = tmask[:, 2:]
     losses, accs = [], []
@@ -63,8 +64,11 @@ def chain_loss(head, target, ids, tmask, steps: int):
 
 
 def train_head(target_dir: str, tok_dir: str, *, time_cap: float, steps: int = 3,
-               lr: float = 2e-3, seed: int = 0, workers: int = 4, log=print,
-               tokens_per_batch: int = 65536, stage: int = len(D.STAGES) - 1):
+               lr: float = 2e-3, seed: int = 0, workers: int = 6, log=print,
+               tokens_per_batch: int = 65536, stage: int = len(D.STAGES) - 1,
+               passes: int = 2):
+    """``passes`` optimizer steps per batch: the data workers (the harness's planner on
+    the CPU) are slower than one head step on the GPU, and the target pass is reused."""
     import torch
     from .layout import load_served
     from .train import Producer
@@ -72,7 +76,8 @@ def train_head(target_dir: str, tok_dir: str, *, time_cap: float, steps: int = 3
     prod = Producer(tok_dir, tokens_per_batch, 256, workers, seed + 7)  # fork before CUDA
     prod.set_stage(stage)
     dev = "cuda" if torch.cuda.is_available() else "cpu"
-    target = load_served(target_dir, device=dev, dtype=torch.bfloat16).eval()
+    target = load_served(target_dir, device=dev,
+                         dtype=torch.bfloat16 if dev == "cuda" else torch.float32).eval()
     for p in target.parameters():
         p.requires_grad_(False)
     tc = json.loads((Path(target_dir) / "config.json").read_text())["text_config"]
@@ -86,16 +91,19 @@ def train_head(target_dir: str, tok_dir: str, *, time_cap: float, steps: int = 3
             ids_np, tm_np = prod.get()
             ids = torch.from_numpy(ids_np).to(dev)
             tm = torch.from_numpy(tm_np).to(dev)
-            for g in opt.param_groups:
-                g["lr"] = lr * min(1.0, (step + 1) / 50)
             with torch.autocast(dev, dtype=torch.bfloat16, enabled=(dev == "cuda")):
-                loss, accs = chain_loss(head, target, ids, tm, steps)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
-            opt.step()
-            step += 1
-            if step % 10 == 0 or step == 1:
+                tout = _target_pass(target, ids)
+            for _ in range(passes):
+                for g in opt.param_groups:
+                    g["lr"] = lr * min(1.0, (step + 1) / 50)
+                with torch.autocast(dev, dtype=torch.bfloat16, enabled=(dev == "cuda")):
+                    loss, accs = chain_loss(head, target, ids, tm, steps, tout)
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
+                opt.step()
+                step += 1
+            if step % 10 < passes or step == passes:
                 rec = dict(step=step, t=round(time.time() - t0, 1), bs=int(ids.shape[0]),
                            T=int(ids.shape[1]), loss=round(loss.item(), 4),
                            acc_per_step=[round(a, 3) for a in accs])
@@ -106,6 +114,7 @@ def train_head(target_dir: str, tok_dir: str, *, time_cap: float, steps: int = 3
     info = dict(what="MTP head for engine/tinymodel/weights/hybrid (target frozen)",
                 steps_trained=steps, optimizer_steps=step, seconds=round(time.time() - t0, 1),
                 lr=lr, seed=seed, tokens_per_batch=tokens_per_batch, curriculum_stage=stage,
+                passes_per_batch=passes, data_workers=workers,
                 init_layer=f"target model.layers.{full[-1]} (full attention)", curve=curve)
     return head.eval(), target, info
 
