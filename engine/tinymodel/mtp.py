@@ -54,7 +54,7 @@ def expected_shapes(text_config: dict) -> dict[str, tuple[int, ...]]:
            f"{MTP_PREFIX}pre_fc_norm_embedding.weight": (h,),
            f"{MTP_PREFIX}pre_fc_norm_hidden.weight": (h,),
            f"{MTP_PREFIX}norm.weight": (h,)}
-    for i in range(int(text_config.get("mtp_num_hidden_layers", 1))):
+    for i in range(max(1, int(text_config.get("mtp_num_hidden_layers") or 1))):
         out.update({f"{MTP_PREFIX}layers.{i}.{k}": v for k, v in layer.items()})
     return out
 
@@ -128,23 +128,29 @@ def _torch_modules():
             self.q_norm = ZeroCentredRMSNorm(self.hd, eps)
             self.k_norm = ZeroCentredRMSNorm(self.hd, eps)
 
-        def forward(self, x, cos, sin, history):
+        def project(self, x, cos, sin):
+            """q, output gate, k, v ([B, heads, T, D]; k / v repeated over the GQA groups)."""
             b, t, _ = x.shape
             q, gate = torch.chunk(self.q_proj(x).view(b, t, self.heads, 2 * self.hd), 2, dim=-1)
-            gate = gate.reshape(b, t, -1)
             q = self.q_norm(q).transpose(1, 2)
             k = self.k_norm(self.k_proj(x).view(b, t, self.kv, self.hd)).transpose(1, 2)
             v = self.v_proj(x).view(b, t, self.kv, self.hd).transpose(1, 2)
             q, k = _rope(q, cos, sin), _rope(k, cos, sin)
             rep = self.heads // self.kv
-            k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+            return q, gate.reshape(b, t, -1), k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
+
+        def finish(self, o, gate):
+            b, _, t, _ = o.shape
+            return self.o_proj(o.transpose(1, 2).reshape(b, t, -1) * torch.sigmoid(gate))
+
+        def forward(self, x, cos, sin, history):
+            q, gate, k, v = self.project(x, cos, sin)
             history.append((k, v))
             if len(history) == 1:
                 o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
             else:
                 o = staircase(q, history, self.hd ** -0.5)
-            o = o.transpose(1, 2).reshape(b, t, -1) * torch.sigmoid(gate)
-            return self.o_proj(o)
+            return self.finish(o, gate)
 
     class MLP(nn.Module):
         def __init__(self, h: int, inter: int):
@@ -187,15 +193,17 @@ def _torch_modules():
             self.register_buffer("inv_freq", 1.0 / (rp["rope_theta"] ** (
                 torch.arange(0, dim, 2, dtype=torch.float) / dim)), persistent=False)
 
+        def rope(self, t: int, dtype, device, offset: int = 0):
+            pos = torch.arange(offset, offset + t, device=device, dtype=torch.float)
+            freqs = pos[:, None] * self.inv_freq[None, :]
+            ang = torch.cat([freqs, freqs], dim=-1)
+            return ang.cos().to(dtype)[None, None], ang.sin().to(dtype)[None, None]
+
         def step(self, emb, hidden, history, step_idx: int = 0):
             """One draft step over every position: ``emb`` = embeddings of the tokens one
             ahead, ``hidden`` = the target's (step 0) or the head's previous output, shifted
             to the same positions. Returns the head's output (after ``norm``)."""
-            t = emb.shape[1]
-            pos = torch.arange(t, device=emb.device, dtype=torch.float)
-            freqs = pos[:, None] * self.inv_freq[None, :]
-            ang = torch.cat([freqs, freqs], dim=-1)
-            cos, sin = ang.cos().to(emb.dtype)[None, None], ang.sin().to(emb.dtype)[None, None]
+            cos, sin = self.rope(emb.shape[1], emb.dtype, emb.device)
             x = torch.cat([self.pre_fc_norm_embedding(emb), self.pre_fc_norm_hidden(hidden)], -1)
             x = self.fc(x)
             x = self.layers[step_idx % len(self.layers)](x, cos, sin, history)
