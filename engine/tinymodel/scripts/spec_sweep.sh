@@ -4,8 +4,8 @@
 #   WAVE=reset (call 3; carry .gpu/bundle/b2 and .gpu/src): complete /tmp/site with vLLM's
 #     _C, put the checkpoints where the README's command names them
 #     (engine/tinymodel/weights/{hybrid,dflash} under SRC), and run at once on GPU 0:
-#     - mtp, k = 3 and k = 1: reset, all 128 residues, FULL_AND_PIECEWISE,PIECEWISE x
-#       patches none,all (8 configurations, 8 slots: one server each);
+#     - mtp, k = 3 and k = 1 (one harness each): reset, all 128 residues,
+#       FULL_AND_PIECEWISE,PIECEWISE x patches none,all (4 slots: one server per configuration);
 #     - dflash2, k = 7, the same matrix (4 servers), when the drafter exists;
 #     - ngram k = 4, fresh, residue 5, FULL_AND_PIECEWISE unpatched (the earlier
 #       "k = 4 clean" came from a reset server).
@@ -50,8 +50,10 @@ wait_all() {
 }
 if [ "$WAVE" = reset ]; then
 W1=$(left)
-run reset_mtp "$W1" "${COMMON[@]}" --spec mtp --draft-tokens 3,1 "${MATRIX[@]}" --isolation reset \
-  --residues all --gpus 0,0,0,0,0,0,0,0 --boot-timeout $(( W1 - 40 ))
+for k in 3 1; do
+  run "reset_mtp_k$k" "$W1" "${COMMON[@]}" --spec mtp --draft-tokens "$k" "${MATRIX[@]}" --isolation reset \
+    --residues all --gpus 0,0,0,0 --boot-timeout $(( W1 - 40 ))
+done
 [ -n "$DRAFT" ] && run reset_dflash "$W1" "${COMMON[@]}" --spec dflash2 --draft-model "$DRAFT" "${MATRIX[@]}" \
   --isolation reset --residues all --gpus 0,0,0,0 --boot-timeout $(( W1 - 40 ))
 run fresh_ngram_k4 "$W1" "${COMMON[@]}" --spec ngram --draft-tokens 4 \
@@ -76,7 +78,7 @@ PY
 export VLLM_LOGGING_LEVEL=DEBUG
 W2=$(left)
 slots() { local n; n=$(( 4 * $(echo "$1" | tr ',' '\n' | wc -l) )); [ "$n" -gt 12 ] && n=12; yes 0 | head -n "$n" | paste -sd, -; }
-R3=$(not_ok /tmp/work/reset/reset_mtp 4); R1=$(not_ok /tmp/work/reset/reset_mtp 2); R7=$(not_ok /tmp/work/reset/reset_dflash 8)
+R3=$(not_ok /tmp/work/reset/reset_mtp_k3 4); R1=$(not_ok /tmp/work/reset/reset_mtp_k1 2); R7=$(not_ok /tmp/work/reset/reset_dflash 8)
 echo "fresh residues: mtp k3 $R3, mtp k1 $R1, dflash $R7" >> "$W/timings.txt"
 run fresh_mtp_k3 "$W2" "${COMMON[@]}" --spec mtp --draft-tokens 3 "${MATRIX[@]}" --isolation fresh \
   --residues "$R3" --gpus "$(slots "$R3")" --boot-timeout $(( W2 - 30 ))
