@@ -130,7 +130,8 @@ def rope_cos_sin(positions, head_dim: int, theta: float, dtype):
 
 
 def apply_rope(x, cos, sin):
-    """x: [B, N, heads, hd]; cos/sin: [B, N, hd]."""
+    """x: [B, N, heads, hd]; cos/sin: [B, N, hd] (cast to x's dtype, as vLLM's bf16 cache)."""
+    cos, sin = cos.to(x.dtype), sin.to(x.dtype)
     half = x.shape[-1] // 2
     rot = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
     return x * cos[:, :, None] + rot * sin[:, :, None]
@@ -217,12 +218,11 @@ class DFlashDrafter(nn.Module):
         _, NB, K1, H = block_embeds.shape
         theta = float(self.cfg["rope_parameters"]["rope_theta"])
         hd = self.cfg["head_dim"]
-        dt = block_embeds.dtype
         ctx = self.hidden_norm(self.fc(aux))
         ctx_pos = torch.arange(T, device=aux.device).expand(B, T)
-        ctx_cos, ctx_sin = rope_cos_sin(ctx_pos, hd, theta, ctx.dtype)
+        ctx_cos, ctx_sin = rope_cos_sin(ctx_pos, hd, theta, torch.float32)
         q_pos = (anchors[:, :, None] + torch.arange(K1, device=aux.device)).reshape(B, NB * K1)
-        cos, sin = rope_cos_sin(q_pos, hd, theta, dt)
+        cos, sin = rope_cos_sin(q_pos, hd, theta, torch.float32)
         mask = block_mask(anchors, valid, T, K1)
         h = block_embeds.reshape(B, NB * K1, H)
         for layer in self.layers:

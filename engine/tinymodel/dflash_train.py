@@ -316,7 +316,7 @@ def add_parser(sub, default_tokenizer: Path, default_target: Path) -> None:
     s.add_argument("--blocks-per-seq", type=int, default=32)
     s.add_argument("--lr", type=float, default=1e-3)
     s.add_argument("--seed", type=int, default=0)
-    s.add_argument("--workers", type=int, default=6, help="data worker processes")
+    s.add_argument("--workers", type=int, default=8, help="data worker processes (default 8)")
     s.add_argument("--stage", type=int, default=len(D.STAGES) - 1,
                    help=f"data.STAGES index for prompt length (default {len(D.STAGES) - 1}, the last)")
     s.add_argument("--tokens-per-batch", type=int, default=65536)
