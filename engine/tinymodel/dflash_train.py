@@ -198,11 +198,13 @@ def train_dflash(target_dir: str, tok_dir: str, out_dir: str, *, time_cap: float
                  lr: float = 1e-3, warmup: int = 30, decay: float = 4.0, seed: int = 0,
                  workers: int = 6, stage: int = len(D.STAGES) - 1,
                  tokens_per_batch: int = 65536, max_bs: int = 256, eval_n: int = 128,
-                 harness_seeds=(0,), log=print) -> dict:
+                 harness_seeds=(0,), init_dir: str | None = None, log=print) -> dict:
     """Train for ``time_cap`` seconds (or ``max_steps``), evaluate held-out acceptance
-    with the bf16 weights, save the vLLM layout to ``out_dir``; returns training.json."""
+    with the bf16 weights, save the vLLM layout to ``out_dir``; returns training.json.
+    ``init_dir``: go on training a saved drafter (its config wins over ``num_layers`` /
+    ``target_layer_ids``; AdamW starts afresh, hence the warm-up)."""
     import torch
-    from .dflash_model import DFlashDrafter, drafter_config, save_drafter
+    from .dflash_model import DFlashDrafter, drafter_config, load_drafter, save_drafter
     from .layout import load_served, variant_of
     from .train import Producer
     if variant_of(target_dir) != "hybrid":
@@ -216,12 +218,18 @@ def train_dflash(target_dir: str, tok_dir: str, out_dir: str, *, time_cap: float
     target = load_served(target_dir, device=dev.type, dtype=torch.bfloat16).eval()
     for p in target.parameters():
         p.requires_grad_(False)
-    cfg = drafter_config(num_layers=num_layers, target_layer_ids=target_layer_ids, block_size=k + 1)
+    if init_dir:
+        drafter = load_drafter(init_dir, device=dev.type, dtype=torch.float32)
+        cfg = drafter.cfg
+        num_layers = cfg["num_hidden_layers"]
+    else:
+        cfg = drafter_config(num_layers=num_layers, target_layer_ids=target_layer_ids,
+                             block_size=k + 1)
+        drafter = DFlashDrafter(cfg).to(dev)
+        with torch.no_grad():  # start at the target's final-norm scale (Gemma-style 1 + w)
+            drafter.norm.weight.copy_(1.0 + target.model.norm.weight.float())
     layer_ids = cfg["dflash_config"]["target_layer_ids"]
     mask_id = cfg["dflash_config"]["mask_token_id"]
-    drafter = DFlashDrafter(cfg).to(dev)
-    with torch.no_grad():  # start at the target's final-norm scale (Gemma-style 1 + w)
-        drafter.norm.weight.copy_(1.0 + target.model.norm.weight.float())
     nparams = sum(p.numel() for p in drafter.parameters())
     opt = torch.optim.AdamW(drafter.parameters(), lr=lr, betas=(0.9, 0.98), weight_decay=0.01)
     curve, step, t0 = [], 0, time.time()
@@ -269,7 +277,7 @@ def train_dflash(target_dir: str, tok_dir: str, out_dir: str, *, time_cap: float
     info = dict(
         kind="dflash_drafter", target=str(target_dir),
         target_sha256=_sha256(Path(target_dir) / "model.safetensors"),
-        argv=sys.argv, params=nparams, steps=step, train_seconds=round(train_s, 1),
+        argv=sys.argv, init_from=init_dir, params=nparams, steps=step, train_seconds=round(train_s, 1),
         eval_seconds=round(time.time() - t_eval, 1), num_speculative_tokens=k,
         num_layers=num_layers, target_layer_ids=layer_ids, mask_token_id=mask_id,
         blocks_per_seq=blocks_per_seq, lr=lr, warmup=warmup, slot_loss_decay=decay,
@@ -324,6 +332,8 @@ def add_parser(sub, default_tokenizer: Path, default_target: Path) -> None:
     s.add_argument("--harness-seeds", type=_int_list, default=(0,), metavar="0,1,...",
                    help="document seeds of the harness plans checked (128 residues each)")
     s.add_argument("--no-harness-eval", action="store_true", help="skip the harness plans")
+    s.add_argument("--init", type=Path, default=None, metavar="DIR",
+                   help="go on training this saved drafter (a second short run)")
     s.set_defaults(fn=_cmd)
 
 
@@ -332,6 +342,9 @@ def _cmd(a) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     if not (a.target / "model.safetensors").is_file():
         print(f"error: no model.safetensors in --target {a.target}", file=sys.stderr)
+        return 2
+    if a.init is not None and not (a.init / "config.json").is_file():
+        print(f"error: no config.json in --init {a.init}", file=sys.stderr)
         return 2
     if not 0 <= a.stage < len(D.STAGES) or a.k < 1 or a.layers < 1:
         print("error: --stage must be 0..4, --k and --layers >= 1", file=sys.stderr)
@@ -343,7 +356,8 @@ def _cmd(a) -> int:
                             blocks_per_seq=a.blocks_per_seq, lr=a.lr, seed=a.seed,
                             workers=a.workers, stage=a.stage,
                             tokens_per_batch=a.tokens_per_batch, eval_n=a.eval_n,
-                            harness_seeds=() if a.no_harness_eval else a.harness_seeds)
+                            harness_seeds=() if a.no_harness_eval else a.harness_seeds,
+                            init_dir=str(a.init) if a.init else None)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -208,3 +208,9 @@ def test_training_runs_a_few_steps_on_cpu(dm, tmp_path):
     saved = json.loads((out / "training.json").read_text())
     assert saved["target_sha256"] and saved["num_speculative_tokens"] == 7
     assert dm.load_drafter(out).cfg["dflash_config"]["target_layer_ids"] == [0, 1, 2, 3, 4, 5]
+    # a second run goes on from the saved drafter, keeping its geometry
+    again = train_dflash(str(HYBRID), str(TOK_DIR), str(tmp_path / "again"), time_cap=600,
+                         max_steps=1, num_layers=3, blocks_per_seq=4, workers=1, stage=0,
+                         tokens_per_batch=256, eval_n=1, harness_seeds=(), init_dir=str(out),
+                         log=lambda _m: None)
+    assert again["init_from"] == str(out) and again["num_layers"] == 1
