@@ -194,7 +194,7 @@ def _sha256(path: Path) -> str:
 # ----------------------------------------------------------------------------- training
 def train_dflash(target_dir: str, tok_dir: str, out_dir: str, *, time_cap: float = 170.0,
                  max_steps: int | None = None, num_layers: int = 4,
-                 target_layer_ids=(0, 1, 2, 3, 4, 5), k: int = 7, blocks_per_seq: int = 32,
+                 target_layer_ids=(0, 1, 2, 3, 4, 5), k: int = 7, blocks_per_seq: int = 64,
                  lr: float = 1e-3, warmup: int = 30, decay: float = 4.0, seed: int = 0,
                  workers: int = 6, stage: int = len(D.STAGES) - 1,
                  tokens_per_batch: int = 65536, max_bs: int = 256, eval_n: int = 128,
@@ -321,7 +321,8 @@ def add_parser(sub, default_tokenizer: Path, default_target: Path) -> None:
     s.add_argument("--target-layer-ids", type=_int_list, default=(0, 1, 2, 3, 4, 5),
                    metavar="0,1,...", help="target layers whose outputs feed fc (default all 6)")
     s.add_argument("--k", type=int, default=7, help="proposals per step (default 7)")
-    s.add_argument("--blocks-per-seq", type=int, default=32)
+    s.add_argument("--blocks-per-seq", type=int, default=64,
+                   help="query blocks drawn per sequence (default 64: most answers have fewer, so all)")
     s.add_argument("--lr", type=float, default=1e-3)
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--workers", type=int, default=8, help="data worker processes (default 8)")
