@@ -188,7 +188,7 @@ def resolve(spec: str = "mtp", ctx: str = "huge", *, engine: str = "lab",
     if spec == "mtp" and ctx == "huge":
         preset["cudagraph_mode"] = "PIECEWISE"
         notes.append("SPEC=mtp CTX=huge keeps PIECEWISE: a correctness constraint "
-                     "(Bug B breaks residue k+1=4 under FULL_AND_PIECEWISE, 127 clean / 1 broken)")
+                     f"(Bug B breaks residue k+1={k + 1} under FULL_AND_PIECEWISE, 127 clean / 1 broken)")
     if ctx == "huge" and k > HUGE_DRAFT_CAP_ABOVE:
         preset["max_model_len"] = HUGE_CAPPED_MAX_MODEL_LEN
         notes.append(f"CTX=huge with {k} drafts caps max_model_len at 221,184: 245,760 needs "

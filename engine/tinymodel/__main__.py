@@ -1,4 +1,4 @@
-"""python -m engine.tinymodel {tokenizer,train,check,probe} ...
+"""python -m engine.tinymodel {tokenizer,train,check,mtp-train,mtp-check,train-dflash,probe} ...
 
   tokenizer OUT_DIR
       Train the byte-level BPE tokenizer on the project corpus and write tokenizer.json,
@@ -19,6 +19,20 @@
       logit margins on fresh prompts (random final-stage conversations from unseen seeds,
       and the harness's own plans at context 1,200: all 128 residues), plus real greedy
       decoding of a few plans.
+
+  mtp-train --target DIR --out DIR [--time-cap S] [--steps 3]
+      GPU. Train an MTP head on the frozen target (engine/tinymodel/weights/hybrid) to
+      predict token t+2 (and chain to t+k, as vLLM runs it); write DIR = a copy of the
+      target plus mtp.safetensors, text_config.mtp_num_hidden_layers and
+      training_mtp.json (curve, teacher-forced acceptance for k = 1 and 3). See mtp.py.
+
+  mtp-check DIR [--k 3] [--residues 0-127] [--device cpu]
+      The layout check (the 15 mtp.* names and shapes vLLM 0.26.0's Qwen3_5MTP loads) and
+      the teacher-forced acceptance estimate (tok/step) on the harness's plans.
+
+  train-dflash --out DIR [--target DIR] [--time-cap S] [--layers N] [--k 7]
+      GPU, ~4 min on one H200. A DFlash drafter (vLLM method dflash) trained against the
+      frozen hybrid's hidden states on the copy task; see dflash_train.py.
 
   probe --model DIR --out DIR [...]
       On a machine with vLLM: boot `vllm serve`-equivalent servers on the model (setsid,
@@ -86,6 +100,31 @@ def _cmd_check(a) -> int:
     return 0 if res["exact_match"] >= a.min_em else 1
 
 
+def _cmd_mtp_train(a) -> int:
+    import shutil
+    from .mtp_train import main_train
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    if Path(a.out).resolve() != Path(a.target).resolve():
+        shutil.copytree(a.target, a.out, dirs_exist_ok=True)
+    main_train(a.target, str(a.tokenizer), a.out, time_cap=a.time_cap, steps=a.steps,
+               seed=a.seed)
+    return 0
+
+
+def _cmd_mtp_check(a) -> int:
+    from .mtp import check_layout
+    problems = check_layout(a.model_dir)
+    for p in problems:
+        print(f"layout: {p}", file=sys.stderr)
+    if problems:
+        return 1
+    from .mtp_train import check
+    lo, _, hi = a.residues.partition("-")
+    res = check(a.model_dir, k=a.k, residues=range(int(lo), int(hi or lo) + 1), device=a.device)
+    print(json.dumps(res, indent=2))
+    return 0
+
+
 def _seed_list(text: str) -> tuple[int, ...]:
     try:
         seeds = tuple(int(x) for x in text.split(",") if x.strip())
@@ -141,9 +180,25 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--min-em", type=float, default=0.98)
     _seeds_arg(s)
     s.set_defaults(fn=_cmd_check)
+    s = sub.add_parser("mtp-train", help="train the MTP head on the frozen hybrid (GPU)")
+    s.add_argument("--target", required=True, help="served hybrid checkpoint")
+    s.add_argument("--out", required=True, help="output checkpoint (target copy + head)")
+    s.add_argument("--tokenizer", type=Path, default=DEFAULT_TOKENIZER)
+    s.add_argument("--time-cap", type=float, default=150.0, help="training seconds (default 150)")
+    s.add_argument("--steps", type=int, default=3, help="draft steps trained (default 3)")
+    s.add_argument("--seed", type=int, default=0)
+    s.set_defaults(fn=_cmd_mtp_train)
+    s = sub.add_parser("mtp-check", help="layout check + acceptance estimate of an MTP head")
+    s.add_argument("model_dir")
+    s.add_argument("--k", type=int, default=3)
+    s.add_argument("--residues", default="0-127", help="A-B or one residue (default 0-127)")
+    s.add_argument("--device", default="cpu")
+    s.set_defaults(fn=_cmd_mtp_check)
     s = sub.add_parser("probe", help="serve with vLLM and send planned prompts (see probe.py)")
     s.add_argument("rest", nargs=argparse.REMAINDER)
     s.set_defaults(fn=lambda a: __import__("engine.tinymodel.probe", fromlist=["main"]).main(a.rest))
+    from .dflash_train import add_parser as add_dflash_parser  # the train-dflash verb
+    add_dflash_parser(sub, DEFAULT_TOKENIZER, HERE / "weights" / "hybrid")
     args = sys.argv[1:] if argv is None else list(argv)
     if args and args[0] == "probe" and not ({"-h", "--help"} & set(args[:1])):
         from .probe import main as probe_main  # its own argparse (see probe.py)

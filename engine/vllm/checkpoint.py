@@ -50,3 +50,27 @@ def language_model_only_reason(model_dir: str | Path) -> str | None:
     arch = ",".join(cfg.get("architectures") or []) or cfg.get("model_type", "?")
     return (f"--language-model-only: {d.name} is saved as multimodal {arch} (config has a "
             f"vision_config) but holds no vision-tower weights")
+
+
+def mtp_head_problem(model_dir: str | Path) -> str | None:
+    """Why ``method: mtp`` cannot run on this local checkpoint, or None when it has an MTP
+    head (or cannot be read: a hub id). vLLM 0.26.0 takes the draft's layer count from
+    ``text_config.mtp_num_hidden_layers`` (0 when absent) and its weights from the
+    checkpoint's ``mtp.*`` tensors (``Qwen3_5MTP``, and the other MTP families likewise)."""
+    d = Path(model_dir)
+    try:
+        cfg = json.loads((d / "config.json").read_text())
+        names = tensor_names(d)
+    except (OSError, ValueError, struct.error):
+        return None
+    if names is None:
+        return None
+    tc = cfg.get("text_config") or cfg
+    layers = tc.get("mtp_num_hidden_layers") or tc.get("num_nextn_predict_layers") or 0
+    has_tensors = any(n.startswith("mtp.") or ".mtp." in n for n in names)
+    if layers and has_tensors:
+        return None
+    missing = [w for w, ok in (("no mtp.* tensors", has_tensors),
+                               ("no text_config.mtp_num_hidden_layers", bool(layers))) if not ok]
+    return (f"{d} has no MTP head ({', '.join(missing)}); train one with "
+            "`python -m engine.tinymodel mtp-train` or use --spec ngram")

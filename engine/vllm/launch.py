@@ -21,7 +21,7 @@ from typing import Any, Mapping, Sequence
 
 from engine.presets import ServingConfig, normalise_patches
 from .caches import cache_env
-from .checkpoint import language_model_only_reason
+from .checkpoint import language_model_only_reason, mtp_head_problem
 from .patches.releases import runner_env
 
 # Re-exported so an adapter holding this module has the whole launcher surface.
@@ -110,7 +110,7 @@ def speculative_config_json(cfg: ServingConfig, *, draft_model: str | None = Non
         spec.update(extra)
     if cfg.method == "dflash" and not spec.get("model"):
         raise LaunchError("SPEC=dflash2 needs the DFlash drafter checkpoint: pass "
-                          "draft_model=/path/to/dflash-drafter")
+                          "--draft-model DIR")
     return spec
 
 
@@ -160,6 +160,8 @@ def build_launch(cfg: ServingConfig, *, port: int, host: str = "127.0.0.1", mode
         argv += ["--prefix-match-unit", str(cfg.prefix_match_unit)]
 
     spec = speculative_config_json(cfg, draft_model=draft_model, extra=speculative_extra)
+    if cfg.method == "mtp" and (problem := mtp_head_problem(model)):
+        raise LaunchError(f"SPEC=mtp: {problem}")
     if spec is not None:
         argv += ["--speculative-config", json.dumps(spec, separators=(",", ":"))]
     compilation = {"cudagraph_mode": cfg.cudagraph_mode}

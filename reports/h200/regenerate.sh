@@ -25,4 +25,14 @@ report dense.md 20261130-024433-faae.jsonl.gz 20261130-024433-8d55.jsonl.gz
 # the reset matrix in ONE harness process (--gpus 0,0,0,0), and the README's fresh command
 report rerun-reset-matrix.md 20261130-030446-b688.jsonl.gz
 report rerun-fresh.md 20261130-030446-b166.jsonl.gz
+# issue 18 (2026-12-01, one H200): the user's own speculators. MTP (the committed head in
+# weights/hybrid), reset, all residues, the 4-configuration matrix, k = 3 and k = 1; the
+# fresh servers for the rule's residue (VLLM_LOGGING_LEVEL=DEBUG); DFlash k = 7 (every
+# server refused the drafter at boot); ngram k = 4 on a fresh server (residue 5)
+report mtp-reset-k3.md 20261201-091746-8abe.jsonl.gz
+report mtp-reset-k1.md 20261201-091746-f51c.jsonl.gz
+report mtp-fresh-k3.md 20261201-092428-9128.jsonl.gz
+report mtp-fresh-k1.md 20261201-092428-a23a.jsonl.gz
+report dflash-reset.md 20261201-091746-d159.jsonl.gz
+report ngram-k4-fresh.md 20261201-091746-e7de.jsonl.gz
 python summarize.py > summary.md && echo summary.md

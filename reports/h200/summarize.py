@@ -4,17 +4,25 @@
 
 1. every run: what it swept, its verdict counts, and the bad cells;
 2. reset vs fresh, cell by cell, on the residues both swept (verdict and answer sha1);
-3. how each run's wall time splits into boot, requests and teardown (the manifests' timing).
+3. how each run's wall time splits into boot, requests and teardown (the manifests' timing);
+4. tok/step of the ok cells per speculative configuration (vLLM's spec-decode counters);
+5. the batches vLLM's runner logged (``VLLM_LOGGING_LEVEL=DEBUG``, archived server logs of
+   the issue-18 fresh runs): size and graph mode of every step, so which prefill chunk
+   replayed the FULL graph is read from vLLM itself.
 """
 from __future__ import annotations
 
+import gzip
 import json
+import re
+import statistics
 import sys
 from collections import Counter, defaultdict
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1]))
+from engine.presets import SPEC_TABLE  # noqa: E402
 from harness.store import load_manifest_for, read_jsonl  # noqa: E402
 
 
@@ -37,7 +45,8 @@ def runs():
         out.append(dict(path=path, man=man, recs=read_jsonl(path), cmd=cmd,
                         model="dense" if model.endswith("dense") else "hybrid",
                         seed=flag(cmd, "--seed", "0"), isolation=man["isolation"],
-                        spec=flag(cmd, "--spec"), k=flag(cmd, "--draft-tokens", "3"),
+                        spec=flag(cmd, "--spec"), k=flag(cmd, "--draft-tokens", str(
+                            SPEC_TABLE.get(flag(cmd, "--spec"), (None, 3))[1])),
                         graph=flag(cmd, "--cudagraph"), patches=flag(cmd, "--patches")))
     return out
 
@@ -60,9 +69,12 @@ def main() -> None:
         bad = [f"{x['residue']} {x['phase']}: {x['cached_tokens']}/{x['computed_tail']}"
                for x in sorted(r["recs"], key=lambda x: (x["residue"], x["phase"]))
                if x["verdict"] != "ok"]
+        if len(bad) > 8:  # e.g. a configuration that never booted
+            kinds = Counter(x["verdict"] for x in r["recs"] if x["verdict"] != "ok")
+            bad = bad[:4] + [f"… {len(bad) - 4} more ({', '.join(f'{k} {v}' for k, v in kinds.items())})"]
         res = sorted({x["residue"] for x in r["recs"]})
         res_s = "0–127" if len(res) == 128 else ",".join(map(str, res))
-        spec = r["spec"] + (f" k={r['k']}" if r["spec"] == "ngram" else "")
+        spec = r["spec"] + (f" k={r['k']}" if r["spec"] != "none" else "")
         print(f"| `{r['man']['run_id']}` | {r['model']} | {r['seed']} | {r['isolation']} | {spec} "
               f"| {r['graph']} | {r['patches']} | {res_s} | {len(r['recs'])} | "
               f"{', '.join(f'{k} {v}' for k, v in sorted(c.items()))} | {'; '.join(bad) or '—'} |")
@@ -101,12 +113,58 @@ def main() -> None:
     for r in sorted(rs, key=lambda r: r["man"]["started_at"]):
         t = r["man"].get("timing") or {}
         what = (f"{r['model']} {r['isolation']} {r['spec']}"
-                f"{' k=' + r['k'] if r['spec'] == 'ngram' else ''} {r['graph']} {r['patches']} "
+                f"{' k=' + r['k'] if r['spec'] != 'none' else ''} {r['graph']} {r['patches']} "
                 f"seed {r['seed']}")
         servers = len({(x["config_id"], x["slot"], x.get("boot_s")) for x in r["recs"]})
         print(f"| `{r['man']['run_id']}` | {what} | {servers} | {t.get('wall_s')} | "
               f"{t.get('sum_boot_s')} | {t.get('sum_requests_s')} | {t.get('median_point_s')} | "
               f"{t.get('sum_teardown_s')} |")
+
+    tok_per_step(rs)
+    runner_batches()
+
+
+def tok_per_step(rs) -> None:
+    print("\n## tok/step of ok cells (1 + accepted / drafts, per request)\n")
+    print("| run | configuration | ok cells | median | min | max |")
+    print("|---|---|---|---|---|---|")
+    for r in sorted(rs, key=lambda r: r["man"]["started_at"]):
+        by = defaultdict(list)
+        for x in r["recs"]:
+            if x["verdict"] == "ok" and x.get("tok_per_step") is not None:
+                by[x["config_label"]].append(float(x["tok_per_step"]))
+        for label, v in sorted(by.items()):
+            print(f"| `{r['man']['run_id']}` | `{label}` | {len(v)} | {statistics.median(v):.2f} "
+                  f"| {min(v):.2f} | {max(v):.2f} |")
+
+
+BATCH = re.compile(r"Running batch with cudagraph_mode: (\w+), batch_descriptor: "
+                   r"BatchDescriptor\(num_tokens=(\d+), num_reqs=[^,]+, uniform=(\w+)")
+
+
+def runner_batches() -> None:
+    """Every batch of each archived DEBUG server log, run-length encoded: one fresh server
+    served the cold request, then the self-hit."""
+    logs = sorted((HERE / "logs").glob("issue18_fresh_mtp_*.log.gz"))
+    if not logs:
+        return
+    print("\n## Batches vLLM's runner logged (fresh servers, `VLLM_LOGGING_LEVEL=DEBUG`)\n")
+    print("`MODE:tokens` for each step in order, `uniform` marked `u`; `×n` = n steps in a row. "
+          "Cold request first, then the self-hit (it starts at the next multi-hundred-token batch).\n")
+    print("| server log | batches |")
+    print("|---|---|")
+    for f in logs:
+        steps = [(m[1], m[2], m[3] == "True") for m in BATCH.finditer(
+            gzip.open(f, "rt", errors="replace").read())]
+        runs: list[list] = []
+        for st in steps:
+            if runs and runs[-1][0] == st:
+                runs[-1][1] += 1
+            else:
+                runs.append([st, 1])
+        text = " ".join(f"{mode}:{n}{' u' if uni else ''}{f' ×{c}' if c > 1 else ''}"
+                        for (mode, n, uni), c in runs)
+        print(f"| `{f.name}` | {text} |")
 
 
 if __name__ == "__main__":
