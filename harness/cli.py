@@ -53,6 +53,16 @@ def build_options(ns: argparse.Namespace, argv: Sequence[str]) -> SweepOptions:
         raise UsageError("--ray-address is only for --backend ray")
     if ns.slots and ns.gpus:
         raise UsageError("--slots and --gpus are exclusive: --gpus gives one slot per GPU")
+    if ns.cache_dir and ns.engine != "vllm":
+        raise UsageError("--cache-dir is for --engine vllm (the lab and cmd engines compile nothing)")
+    if ns.launcher == "prefork" and ns.engine == "cmd":
+        raise UsageError("--launcher prefork: --engine cmd runs any command, which cannot be "
+                         "forked from a pre-imported parent; use --launcher plain")
+    if ns.auto_sample < 0:
+        raise UsageError("--auto-sample must be at least 0")
+    if ns.auto_sample != 4 and ns.isolation != "auto":
+        raise UsageError("--auto-sample is for --isolation auto")
+    seeds = tuple(ns.seed)
     configs = expand_matrix(engine=ns.engine, model=ns.model, prefix_cache=ns.prefix_cache,
                             axes=matrix_axes(ns))
     if ns.modulus == "auto":
@@ -67,7 +77,7 @@ def build_options(ns: argparse.Namespace, argv: Sequence[str]) -> SweepOptions:
     phases = parse_phases(ns.phases)
     reference = parse_reference(ns.reference, phases)
     for cfg in configs:  # residue syntax errors surface now, not mid-sweep
-        select_residues(ns.residues, cfg, modulus_for(cfg, modulus), seed=ns.seed)
+        select_residues(ns.residues, cfg, modulus_for(cfg, modulus), seed=seeds[0])
     engine = adapter_class(ns.engine)
     boot_timeout = ns.boot_timeout or engine.boot_timeout_s
     opts = SweepOptions(
@@ -77,11 +87,13 @@ def build_options(ns: argparse.Namespace, argv: Sequence[str]) -> SweepOptions:
         server_cmd=ns.server_cmd, served_model_name=ns.served_model_name,
         max_tokens=ns.max_tokens, timeout=ns.timeout, boot_timeout=boot_timeout,
         out=Path(ns.out), reports_dir=Path(ns.reports_dir), resume=ns.resume,
-        dry_run=ns.dry_run, answer_lines=ns.answer_lines, seed=ns.seed,
+        dry_run=ns.dry_run, answer_lines=ns.answer_lines, seed=seeds[0],
         baseline=ns.baseline, junit=Path(ns.junit) if ns.junit else None, full=ns.full,
         gh_issue=ns.gh_issue, api_key=ns.api_key, draft_model=ns.draft_model,
         engine_args=tuple(ns.engine_arg), backend=ns.backend,
-        ray_address=ns.ray_address, argv=tuple(argv))
+        ray_address=ns.ray_address, seeds=seeds, auto_sample=ns.auto_sample,
+        cache_dir=Path(ns.cache_dir) if ns.cache_dir else None, launcher=ns.launcher,
+        argv=tuple(argv))
     make_backend(opts.backend).check(opts)  # e.g. ray without the extra: exit 2, now
     return opts
 
@@ -102,9 +114,12 @@ def run_sweep(argv: Sequence[str]) -> int:
         ns = parser.parse_args(argv)
         ns.resume = resume_id
     opts = build_options(ns, argv)
+    if opts.launcher != "plain" and opts.backend != "local":
+        raise UsageError(f"--launcher {opts.launcher} is for the local backend")
     adapter = make_adapter(opts.engine, opts.server_cmd, draft_model=opts.draft_model,
                            extra_args=opts.engine_args, work_dir=opts.out,
-                           isolation=opts.isolation, served_model_name=opts.served_model_name)
+                           isolation=opts.isolation, served_model_name=opts.served_model_name,
+                           cache_dir=opts.cache_dir)
     adapter.check(opts.configs, opts.slots[0])
     if opts.dry_run:
         return _dry_run(opts, adapter)
@@ -175,7 +190,39 @@ async def _sweep_async(opts: SweepOptions, adapter, backend: Backend, *,
         plan = await plan_with_probes(opts, adapter, logs_dir=store.logs_dir)
     except PlanError as e:
         raise UsageError(str(e)) from None
-    driver = Driver(opts, adapter, store, plan, golden=golden)
+    launcher = await _start_launcher(opts, adapter, store, plan)
+    try:
+        return await _drive(opts, adapter, backend, store, plan, golden, launcher,
+                            show_progress=show_progress)
+    finally:
+        if launcher is not None:
+            launcher.close()
+
+
+async def _start_launcher(opts: SweepOptions, adapter, store: ResultStore, plan):
+    """--launcher prefork: the run's pre-imported parent, started before the first point
+    (its imports block for as long as one plain start-up), with the servers' env."""
+    import os
+    from .launchers import make_launcher
+    env: dict[str, str] = {}
+    if opts.launcher != "plain" and plan.points:
+        _, env = adapter.command(plan.points[0].cfg, 0, opts.slots[0])
+        env = {k: v for k, v in env.items() if k != "CUDA_VISIBLE_DEVICES"}
+    launcher = make_launcher(opts.launcher, adapter, logs_dir=store.logs_dir,
+                             env={**os.environ, **env})
+    if launcher is not None and launcher.unavailable is None:
+        await asyncio.to_thread(launcher.start)
+    if launcher is not None:
+        _say(f"launcher prefork: " + (f"fork server up, imports took {launcher.import_s}s"
+                                      if launcher.fork_server else
+                                      f"unavailable, servers start plain: {launcher.unavailable}"))
+    return launcher
+
+
+async def _drive(opts: SweepOptions, adapter, backend: Backend, store: ResultStore, plan,
+                 golden, launcher, *, show_progress: bool) -> int:
+    run_id = store.run_id
+    driver = Driver(opts, adapter, store, plan, golden=golden, launcher=launcher)
     points = driver.start()
     if opts.resume:
         _say(f"resuming {run_id}: {driver.resumed} points already complete, {len(points)} to run")
@@ -199,6 +246,15 @@ async def _sweep_async(opts: SweepOptions, adapter, backend: Backend, *,
             bar.update(1)
 
     driver.on_point_done = on_point
+
+    def on_added(point: Point) -> None:
+        if bar is not None:
+            bar.total += 1
+            bar.refresh()
+        elif not show_progress:
+            _say(f"  residue {point.residue}: not ok on reset, fresh confirmation added")
+
+    driver.on_point_added = on_added
     loop = asyncio.get_running_loop()
     main_task = asyncio.current_task()
     interrupted = False

@@ -27,7 +27,7 @@ from typing import Any
 
 from .ghmarkdown import bold, code, escape_text, table
 from .ranges import residues_phrase
-from .run.records import BUG_VERDICTS, latest_records, phase_key, record_identity, sha12, worst
+from .run.records import BUG_VERDICTS, auto_pass, document_of, latest_records, phase_key, record_identity, sha12, worst
 
 STATUSES = ("regressed", "fixed", "still_broken", "newly_covered", "no_longer_covered",
             "unchanged_ok")
@@ -46,7 +46,10 @@ def _by_config(records: list[dict]) -> dict[str, dict]:
                                  "config": record_identity(r), "runs": [], "cells": {}})
         if r.get("run_id") and r["run_id"] not in c["runs"]:
             c["runs"].append(r["run_id"])
-        c["cells"][(int(r["residue"]), r.get("phase") or "?")] = r
+        key = (int(r["residue"]), document_of(r), r.get("phase") or "?")
+        # an auto run's fresh record of a cell is the standard; its reset record yields
+        if key not in c["cells"] or auto_pass(c["cells"][key]) == "reset":
+            c["cells"][key] = r
     return out
 
 
@@ -134,12 +137,17 @@ def compare_records(old: list[dict], new: list[dict]) -> dict:
         oc = o.get(oid) if oid else None
         nc = n.get(nid) if nid else None
         ocells, ncells = (oc or {}).get("cells", {}), (nc or {}).get("cells", {})
-        residues = sorted({res for res, _ in ocells} | {res for res, _ in ncells})
+        # a point is one prompt: (residue, document); templated lengths are in the cells
+        prompts = sorted({(res, doc) for res, doc, _ in ocells} |
+                         {(res, doc) for res, doc, _ in ncells})
+        several = len({doc for _, doc in prompts}) > 1
         points = []
-        for res in residues:
-            op = {p: r for (rr, p), r in ocells.items() if rr == res}
-            np_ = {p: r for (rr, p), r in ncells.items() if rr == res}
+        for res, doc in prompts:
+            op = {p: r for (rr, dd, p), r in ocells.items() if (rr, dd) == (res, doc)}
+            np_ = {p: r for (rr, dd, p), r in ncells.items() if (rr, dd) == (res, doc)}
             pt = _point(res, op, np_)
+            if several:
+                pt["document"] = doc
             points.append(pt)
             totals[pt["status"]] += 1
             for ph in pt["regressed_phases"]:
@@ -149,7 +157,8 @@ def compare_records(old: list[dict], new: list[dict]) -> dict:
                     "config_label": (nc or oc)["config_label"], "residue": res, "phase": ph,
                     "old_verdict": op[ph].get("verdict"), "new_verdict": r.get("verdict"),
                     "sha1": (r.get("sha1") or "")[:12], "reason": r.get("reason"),
-                    "rerun": r.get("rerun"), "run_id": r.get("run_id")})
+                    "rerun": r.get("rerun"), "run_id": r.get("run_id"),
+                    **({"document": doc} if several else {})})
         counts = {s: sum(1 for p in points if p["status"] == s) for s in STATUSES}
         configs.append({
             "config_id": nid or oid, "old_config_id": oid, "new_config_id": nid,
@@ -203,11 +212,13 @@ def render_compare_markdown(result: dict, *, show_unchanged: bool = False) -> st
         for st in STATUSES:
             if by.get(st):
                 word = STATUS_WORDS[st]
-                txt = f"- {bold(word) if st == 'regressed' else word}: {residues_phrase(by[st])}"
+                txt = (f"- {bold(word) if st == 'regressed' else word}: "
+                       f"{residues_phrase(sorted(set(by[st])))}")
                 if st == "newly_covered":
                     bad = [p["residue"] for p in c["points"]
                            if p["status"] == st and p["new_status"] != "ok"]
-                    txt += f" (not ok now: {residues_phrase(bad)})" if bad else " (all ok)"
+                    txt += (f" (not ok now: {residues_phrase(sorted(set(bad)))})" if bad
+                            else " (all ok)")
                 bullets.append(txt)
         out += bullets + [""]
         rows = []
@@ -217,7 +228,8 @@ def render_compare_markdown(result: dict, *, show_unchanged: bool = False) -> st
                 p["status"] == "newly_covered" and p["new_status"] == "ok")
             if quiet and not show_unchanged:
                 continue
-            row = [f"residue {p['residue']}",
+            row = [f"residue {p['residue']}" + (f", document {p['document']}"
+                                                if "document" in p else ""),
                    bold(STATUS_WORDS[p["status"]]) if p["status"] == "regressed"
                    else STATUS_WORDS[p["status"]]]
             for ph in phases:

@@ -59,7 +59,16 @@ class SweepOptions:
     engine_args: tuple[str, ...] = ()  # --engine vllm: extra server arguments
     backend: str = "local"         # a name in harness.backends.BACKENDS
     ray_address: str | None = None
+    seeds: tuple[int, ...] = ()      # --seed list: one document per seed (() = (seed,))
+    auto_sample: int = 4             # --isolation auto: seeded ok residues confirmed fresh
+    cache_dir: Path | None = None    # --cache-dir: shared compile/Triton caches (vllm)
+    launcher: str = "plain"          # plain | prefork
     argv: tuple[str, ...] = field(default=(), compare=False)
+
+    @property
+    def documents(self) -> tuple[int, ...]:
+        """The document seeds every residue is measured on."""
+        return self.seeds or (self.seed,)
 
     @property
     def golden_run(self) -> str | None:

@@ -16,8 +16,9 @@ import json
 import os
 import shlex
 import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from engine.presets import ServingConfig
 
@@ -26,7 +27,7 @@ from .errors import UsageError
 from .slots import Slot
 
 __all__ = ["EngineAdapter", "LabAdapter", "VllmAdapter", "CmdAdapter", "ADAPTERS",
-           "adapter_class", "make_adapter", "LAB_MODEL_DIR"]
+           "adapter_class", "make_adapter", "LAB_MODEL_DIR", "PreforkSpec"]
 
 LAB_MODEL_DIR = Path(__file__).resolve().parent.parent / "engine" / "lab" / "model"
 
@@ -79,12 +80,39 @@ class EngineAdapter:
     def refine(self, info: dict[str, Any], version: dict[str, Any], log_text: str) -> None:
         """Engine-specific reading of what the server reported (in place)."""
 
+    def prefork(self) -> "PreforkSpec | None":
+        """How ``--launcher prefork`` forks this engine's servers (None: it cannot)."""
+        return None
+
+    def boot_notes(self, log_text: str, *, started_epoch: float | None,
+                   ready_epoch: float | None) -> dict[str, Any]:
+        """What the server's log says about its boot (split, caches); {} when nothing."""
+        return {}
+
     def shell_line(self, cfg: ServingConfig, slot: Slot | None = None) -> str:
         """The exact server command for ``cfg``, with ``{port}`` where the port goes."""
         argv, env = self.command(cfg, _PORT_SENTINEL, slot or Slot("cpu0"))
         envs = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(env.items()))
         line = (envs + " " if envs else "") + shlex.join(str(a) for a in argv)
         return line.replace(str(_PORT_SENTINEL), "{port}")
+
+
+@dataclass(frozen=True)
+class PreforkSpec:
+    """What a pre-imported parent imports and how a plain argv becomes its child's."""
+
+    preload: tuple[str, ...]
+    optional: tuple[str, ...]
+    entry: str                                   # "-m module"
+    child_argv: Callable[[list], list | None]    # plain argv -> the child's argv
+    child_env: Callable[[dict], dict] = dict     # plain env -> the child's env
+
+
+def _after_module(module: str) -> Callable[[list], list | None]:
+    def child_argv(argv: list) -> list | None:
+        a = [str(x) for x in argv]
+        return a[3:] if len(a) >= 3 and a[1:3] == ["-m", module] else None
+    return child_argv
 
 
 # A port number no launcher rejects, replaced by "{port}" when a command is printed.
@@ -132,6 +160,10 @@ class LabAdapter(EngineAdapter):
         info["config"].update(_normalise_reported(version.get("effective_config") or {}))
         info["patch_status"] = version.get("patches")
 
+    def prefork(self):
+        return PreforkSpec(("engine.lab.cli", "engine.lab.serve", "engine.lab.server"), (),
+                           "-m engine.lab", _after_module("engine.lab"))
+
 
 def _normalise_reported(rep: dict[str, Any]) -> dict[str, Any]:
     """Map an engine's self-report onto ServingConfig field names (and keep extras)."""
@@ -160,12 +192,14 @@ class VllmAdapter(EngineAdapter):
 
     def __init__(self, *, draft_model: str | None = None, extra_args: tuple[str, ...] = (),
                  plugin_dir: Path | None = None, dev_mode: bool = False,
-                 served_model_name: str | None = None) -> None:
+                 served_model_name: str | None = None, cache_dir: Path | None = None) -> None:
         from engine.vllm import launch  # presets only: importing it does not import vLLM
         self._launch = launch
         self.served_model_name = served_model_name
         self.draft_model = draft_model
         self.extra_args = tuple(extra_args)
+        # --cache-dir: every server of the run shares (and keeps) its compile caches
+        self.cache_dir = Path(cache_dir).expanduser().resolve() if cache_dir else None
         # vLLM serves /reset_prefix_cache only with its development endpoints on: needed
         # by --isolation reset, and only there (the servers listen on 127.0.0.1).
         self.base_env = {"VLLM_SERVER_DEV_MODE": "1"} if dev_mode else {}
@@ -183,7 +217,8 @@ class VllmAdapter(EngineAdapter):
                 cfg, port=int(port), model=cfg.model, gpu=slot.gpu,
                 served_model_name=self.served_model_name,
                 draft_model=self.draft_model, extra_args=self.extra_args,
-                plugin_path=self.plugin_path, base_env=self.base_env)
+                plugin_path=self.plugin_path, base_env=self.base_env,
+                **({"cache_dir": self.cache_dir} if self.cache_dir else {}))
         except self._launch.LaunchError as e:
             raise UsageError(f"--engine vllm: {e}") from None
 
@@ -200,6 +235,26 @@ class VllmAdapter(EngineAdapter):
         status = getattr(self._launch, "patch_status_from_log", None)
         if status:
             info["patch_status"] = status(log_text)
+
+    def prefork(self):
+        from engine.vllm import prefork as vp   # imports engine.prefork only, not vLLM
+        return PreforkSpec(tuple(vp.VLLM_PRELOAD), tuple(vp.VLLM_PRELOAD_OPTIONAL),
+                           vp.VLLM_ENTRY, vp.child_argv, vp.forked_env)
+
+    def boot_notes(self, log_text, *, started_epoch, ready_epoch):
+        """The boot split of engine/vllm/bootlog and, with --cache-dir, whether this
+        server hit the shared compile cache (engine/vllm/caches)."""
+        from engine.vllm.bootlog import parse_boot_log
+        from engine.vllm.caches import cache_use
+        split = parse_boot_log(log_text, started_at=started_epoch, health_at=ready_epoch)
+        notes: dict[str, Any] = {"split": split.durations(),
+                                 "compile_cache": split.compile_cache,
+                                 "engine_core_spawn_forced": split.engine_core_spawn_forced}
+        if self.cache_dir is not None:
+            use = cache_use(log_text, root=self.cache_dir)
+            notes["cache_dir"] = str(self.cache_dir)
+            notes["cache_dir_shared"] = use.compile_dir_shared
+        return notes
 
 
 class CmdAdapter(EngineAdapter):
@@ -251,7 +306,8 @@ def adapter_class(engine: str) -> type[EngineAdapter]:
 
 def make_adapter(engine: str, server_cmd: str | None = None, *, draft_model: str | None = None,
                  extra_args: tuple[str, ...] = (), work_dir: Path | None = None,
-                 isolation: str = "fresh", served_model_name: str | None = None) -> EngineAdapter:
+                 isolation: str = "fresh", served_model_name: str | None = None,
+                 cache_dir: Path | None = None) -> EngineAdapter:
     adapter_class(engine)  # an unknown engine is a usage error
     if engine != "vllm" and (draft_model or extra_args):
         raise UsageError("--draft-model and --engine-arg are for --engine vllm")
@@ -260,7 +316,8 @@ def make_adapter(engine: str, server_cmd: str | None = None, *, draft_model: str
     if engine == "vllm":
         return VllmAdapter(draft_model=draft_model, extra_args=extra_args,
                            plugin_dir=(work_dir / ".vllm-plugin") if work_dir else None,
-                           dev_mode=isolation == "reset", served_model_name=served_model_name)
+                           dev_mode=isolation in ("reset", "auto"),
+                           served_model_name=served_model_name, cache_dir=cache_dir)
     if engine == "cmd":
         return CmdAdapter(server_cmd, served_model_name)
     raise AssertionError(f"engine {engine!r} is in ADAPTERS but not built here")

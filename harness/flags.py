@@ -42,6 +42,7 @@ class Rerun(NamedTuple):
     cfg: ServingConfig
     residue: int
     modulus: int
+    seed: int | None = None   # the point's document seed (``--seed`` lists)
 
 
 @dataclass(frozen=True)
@@ -116,6 +117,25 @@ def ints(allow_none: bool = False, unset: Any = None):
             out.append(n)
         return out or [unset]
     return parse
+
+
+def seed_list(value: str) -> tuple[int, ...]:
+    """``--seed 0`` or ``--seed 0,1,2``: one document per seed (documents as an axis)."""
+    out: list[int] = []
+    for item in split(value):
+        try:
+            n = int(item)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{item!r} is not an integer (a seed or a comma "
+                                             "list of seeds: 0,1,2)") from None
+        if n < 0:
+            raise argparse.ArgumentTypeError(f"{n}: a seed is at least 0")
+        if n in out:
+            raise argparse.ArgumentTypeError(f"seed {n} is named twice")
+        out.append(n)
+    if not out:
+        raise argparse.ArgumentTypeError("empty; give a seed or a comma list (0,1,2)")
+    return tuple(out)
 
 
 def patch_sets(flag: str, value: str | None) -> list[str]:
@@ -214,10 +234,23 @@ FLAGS: tuple[Flag, ...] = (
          rerun=_always("--answer-lines", lambda r: r.opts.answer_lines)),
     Flag("--max-tokens", MEASURE, None, {"type": positive_int("--max-tokens"), "default": 256},
          rerun=_always("--max-tokens", lambda r: r.opts.max_tokens)),
-    Flag("--seed", MEASURE, "corpus / sampling seed (default 0)", {"type": int, "default": 0},
-         rerun=_always("--seed", lambda r: r.opts.seed)),
-    Flag("--isolation", RUN, "fresh (new server per point, default) | reset | shared",
+    Flag("--seed", MEASURE, "document / sampling seed, or a comma list (0,1,2): each residue "
+         "is measured on each seed's document (default 0)",
+         {"type": seed_list, "default": (0,), "metavar": "N[,N...]"},
+         rerun=_always("--seed", lambda r: r.opts.seed if r.seed is None else r.seed)),
+    Flag("--isolation", RUN, "fresh (new server per point, default) | reset | shared | auto "
+         "(reset sweep, then fresh-server confirmation of every non-ok residue, the rule's "
+         "k, k+1, k+2 on two or more documents and a seeded sample of ok residues)",
          {"default": "fresh", "choices": ISOLATIONS}),
+    Flag("--auto-sample", RUN, "--isolation auto: ok residues per configuration and document "
+         "confirmed on a fresh server, seeded (default 4)",
+         {"type": int, "default": 4, "metavar": "N"}),
+    Flag("--cache-dir", RUN, "--engine vllm: one folder for the compile, Inductor and Triton "
+         "caches of every server, kept between runs; each record notes hit or miss",
+         {"metavar": "DIR"}),
+    Flag("--launcher", RUN, "how servers start: plain (a new process, default) | prefork "
+         "(--engine vllm: forked from a parent that imported vLLM once; falls back to plain)",
+         {"default": "plain", "choices": ("plain", "prefork")}),
     Flag("--backend", RUN, "where data points run: local slots (default) | ray (a Ray cluster)",
          {"default": "local", "choices": backend_names()}),
     Flag("--ray-address", RUN, "--backend ray: auto | ray://host:port (default: auto)",
@@ -270,9 +303,10 @@ def matrix_axes(ns: argparse.Namespace) -> dict[str, list[Any]]:
     return {f.axis: f.items(f.name, getattr(ns, _dest(f))) for f in FLAGS if f.axis and f.items}
 
 
-def rerun_command(opts: Any, cfg: ServingConfig, residue: int, modulus: int) -> str:
-    """The one command line that reruns exactly this data point."""
-    r = Rerun(opts, cfg, residue, modulus)
+def rerun_command(opts: Any, cfg: ServingConfig, residue: int, modulus: int,
+                  seed: int | None = None) -> str:
+    """The one command line that reruns exactly this data point (on document ``seed``)."""
+    r = Rerun(opts, cfg, residue, modulus, seed)
     argv = ["sweep"]
     for f in FLAGS:
         if f.rerun is not None:

@@ -132,6 +132,11 @@ class PointQueue(Generic[P]):
                 best, best_finish = cfg, finish
         return best
 
+    def add(self, point: P) -> None:
+        """One more point, at the end of its configuration's queue (e.g. an auto run's
+        fresh confirmation of a reset point that was not ok)."""
+        self._by_cfg.setdefault(point.cfg_id, deque()).append(point)
+
     def drain(self, cfg_id: str) -> list[P]:
         """Take every remaining point of a configuration out of the pool."""
         q = self._by_cfg.get(cfg_id)

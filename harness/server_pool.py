@@ -133,6 +133,10 @@ class ServerProcess:
     proc: subprocess.Popen | None = None
     started_at: float = 0.0
     boot_s: float | None = None
+    started_epoch: float | None = None   # time.time() at spawn: a boot split's origin
+    ready_epoch: float | None = None     # time.time() at the first /health 200
+    how: str = "plain"                   # how it was started (harness/launchers.py)
+    fallback_reason: str | None = None   # why a pre-imported launcher was not used
     # psutil.Process objects, not pids: psutil refuses to signal a reused pid.
     _procs: dict[int, psutil.Process] = field(default_factory=dict)
 
@@ -142,21 +146,25 @@ class ServerProcess:
 
     def start(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        log = open(self.log_path, "ab")
         env = {**os.environ, **self.env}
         self.started_at = time.monotonic()
-        try:
-            self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, env=env,
-                                         start_new_session=True)
-        except OSError as e:
-            log.close()
-            raise BootFailure(f"cannot start {self.argv[0]!r}: {e}", []) from e
-        log.close()
+        self.started_epoch = time.time()
+        self.proc = self.spawn_process(env)
         self._procs[self.proc.pid] = psutil.Process(self.proc.pid)
         with _LIVE_LOCK:
             _LIVE.add(self)
         _notify("started", self)
+
+    def spawn_process(self, env: dict[str, str]):
+        """Start the server in its own session; returns what ``proc`` is (a Popen, or
+        anything with ``pid``, ``poll()`` and ``wait(timeout)``: harness/launchers.py)."""
+        with open(self.log_path, "ab") as log:
+            try:
+                return subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT,
+                                        stdin=subprocess.DEVNULL, env=env,
+                                        start_new_session=True)
+            except OSError as e:
+                raise BootFailure(f"cannot start {self.argv[0]!r}: {e}", []) from e
 
     def exited(self) -> int | None:
         return None if self.proc is None else self.proc.poll()
@@ -196,6 +204,7 @@ class ServerProcess:
             if _listening(self.port) and await client.health(
                     timeout=min(2.0, max(0.1, deadline - time.monotonic()))):
                 self.boot_s = time.monotonic() - self.started_at
+                self.ready_epoch = time.time()
                 self._remember_children()
                 return self.boot_s
             if time.monotonic() >= deadline:

@@ -13,7 +13,9 @@ import os
 import secrets
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
+
+from .recordkeys import cell_key
 
 __all__ = ["RECORD_SUFFIX", "ARCHIVED_SUFFIX", "MANIFEST_SUFFIX", "StoreError",
            "new_run_id", "now_iso", "ResultStore", "read_jsonl", "resolve_results",
@@ -65,17 +67,25 @@ class ResultStore:
     def read(self) -> list[dict[str, Any]]:
         return read_jsonl(self.records_path) if self.records_path.exists() else []
 
-    def prune_partial(self, phases_per_point: dict[tuple, set[str]]) -> set[tuple]:
+    def prune_partial(self, phases_per_point: dict[tuple, set[str]],
+                      key: Callable[[dict], tuple] | None = None) -> set[tuple]:
         """Keep only points whose requested phases are all on disk; rewrite atomically.
 
-        Returns the set of completed point keys ``(config_id, residue)``."""
+        ``key`` gives a record's point key (default ``(config_id, residue)``; the driver
+        passes ``run.records.point_key``: with the document and auto pass). A record of a
+        point not in ``phases_per_point`` (e.g. a confirmation added at run time) is kept
+        when its phases are complete. Returns the set of completed point keys."""
+        keep_unplanned = key is not None
+        key = key or (lambda r: (r["config_id"], r["residue"]))
         records = self.read()
         seen: dict[tuple, set[str]] = {}
         for r in records:
-            seen.setdefault((r["config_id"], r["residue"]), set()).add(r["phase"])
+            seen.setdefault(key(r), set()).add(r["phase"])
+        want_all = set().union(*phases_per_point.values()) if phases_per_point else set()
         done = {k for k, phases in seen.items()
-                if k in phases_per_point and phases_per_point[k] <= phases}
-        keep = [r for r in records if (r["config_id"], r["residue"]) in done]
+                if (k in phases_per_point and phases_per_point[k] <= phases)
+                or (keep_unplanned and k not in phases_per_point and want_all <= phases)}
+        keep = [r for r in records if key(r) in done]
         if len(keep) != len(records):
             tmp = self.records_path.with_suffix(".jsonl.tmp")
             with open(tmp, "w", encoding="utf-8") as fh:
@@ -128,12 +138,12 @@ def resolve_results(ref: str | Path, out_dir: str | Path = "results") -> Path:
 
 
 def load_records(refs: Iterable[str | Path], out_dir: str | Path = "results") -> list[dict]:
-    """Records of several files/run ids; the last record of a (run, config, residue, phase)
-    wins, so nothing is counted twice."""
+    """Records of several files/run ids; the last record of a (run, config, residue, phase,
+    document, auto pass) wins, so nothing is counted twice."""
     latest: dict[tuple, dict] = {}
     for ref in refs:
         for r in read_jsonl(resolve_results(ref, out_dir)):
-            latest[(r.get("run_id"), r.get("config_id"), r.get("residue"), r.get("phase"))] = r
+            latest[(r.get("run_id"),) + cell_key(r)] = r
     return list(latest.values())
 
 

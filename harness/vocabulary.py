@@ -7,10 +7,14 @@ from __future__ import annotations
 
 from typing import Iterable
 
-__all__ = ["ISOLATIONS", "PHASES", "VERDICTS", "SEVERITY", "BUG_VERDICTS", "CLEAN", "FULL_GRAPH_MODES",
+__all__ = ["ISOLATIONS", "RECORD_ISOLATIONS", "PHASES", "VERDICTS", "SEVERITY", "BUG_VERDICTS", "CLEAN", "FULL_GRAPH_MODES",
            "PREFILL_FIX", "phase_key", "worst"]
 
-ISOLATIONS = ("fresh", "reset", "shared")
+# auto: reset servers for every residue, then fresh servers for what a reset sweep can
+# hide (harness/run/auto.py); each record says which of the two produced it.
+ISOLATIONS = ("fresh", "reset", "shared", "auto")
+# The isolations a record can be produced under (auto is a run's, not a record's).
+RECORD_ISOLATIONS = ("fresh", "reset", "shared")
 # cold is by definition the first request on a server; the order is the order they run.
 PHASES = ("cold", "warm", "self-hit")
 VERDICTS = ("ok", "diverged", "broken", "crash", "boot-fail", "timeout", "invalid", "infra")

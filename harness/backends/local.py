@@ -4,6 +4,13 @@ Slot workers take points from one shared queue (work stealing: a slow point neve
 another slot). With ``--isolation fresh`` each point boots its own server and the
 teardown overlaps the next boot; ``reset`` / ``shared`` keep a slot's server for the
 next point of the same configuration.
+
+``auto`` runs two queues at once: the reset pass (affinity, as ``reset``) and the fresh
+confirmations (run/auto.py). A slot takes reset work while a configuration is unserved or
+worth helping, else a fresh confirmation, so fresh servers boot beside the reset sweep
+wherever there is a slot for them (``--gpus 0,0,0`` puts three servers on one GPU); a
+reset point that was not ok adds its fresh twin as it finishes, and a slot with nothing to
+take waits while reset points are still running.
 """
 from __future__ import annotations
 
@@ -17,6 +24,7 @@ from ..configs import SweepOptions
 from ..run.driver import Driver
 from ..run.plan import Point
 from ..run.point import PointRunner, Server
+from ..run.auto import fresh_twin, needs_confirmation
 from ..run.records import timing_record
 from ..scheduling import PointQueue
 from ..server_pool import BootFailure, Slot
@@ -50,9 +58,23 @@ class _LocalRun:
         self.runner = runner
         self._teardowns: set[asyncio.Task] = set()
         self._boot_failures: Counter = Counter()
+        self.auto = self.opts.isolation == "auto"
+        self.fresh: PointQueue | None = None     # auto: the fresh confirmations
+        self._keys: set[tuple] = set()
+        self._reset_running = 0
+        self._wake = asyncio.Event()
+
+    def _iso(self, point: Point) -> str:
+        return point.isolation or self.opts.isolation
 
     async def run(self, points: Sequence[Point]) -> None:
-        queue = PointQueue(points, affinity=self.opts.isolation != "fresh")
+        if self.auto:
+            queue = PointQueue([p for p in points if p.isolation == "reset"], affinity=True)
+            self.fresh = PointQueue([p for p in points if p.isolation != "reset"],
+                                    affinity=False)
+            self._keys = {p.key for p in points}
+        else:
+            queue = PointQueue(points, affinity=self.opts.isolation != "fresh")
         workers = [asyncio.create_task(self._worker(slot, queue), name=f"slot-{slot.id}")
                    for slot in self.opts.slots]
         try:
@@ -64,19 +86,53 @@ class _LocalRun:
             if self._teardowns:
                 await asyncio.gather(*self._teardowns, return_exceptions=True)
 
+    async def _next(self, slot: Slot, queue: PointQueue, server_cfg: str | None) -> Point | None:
+        """The slot's next point; under auto, reset work first, then a fresh confirmation,
+        waiting (not finishing) while reset points still running may add confirmations."""
+        if not self.auto:
+            return queue.next(slot.id, server_cfg)
+        assert self.fresh is not None
+        while True:
+            point = queue.next(slot.id, server_cfg) or self.fresh.next(slot.id, None)
+            if point is not None:
+                if point.isolation == "reset":
+                    self._reset_running += 1
+                return point
+            if not self._reset_running:
+                return None
+            self._wake.clear()
+            await self._wake.wait()
+
+    def _finished(self, point: Point, records: list[dict]) -> None:
+        """Auto: a reset point that was not ok gets its fresh twin (unless planned)."""
+        if not self.auto or point.isolation != "reset":
+            return
+        self._reset_running -= 1
+        if needs_confirmation(point, records):
+            twin = fresh_twin(point, "not ok on reset")
+            if twin.key not in self._keys and self.fresh is not None:
+                self._keys.add(twin.key)
+                self.fresh.add(twin)
+                self.driver.point_added(twin)
+        self._wake.set()
+
     async def _worker(self, slot: Slot, queue: PointQueue) -> None:
         server: Server | None = None
         client: EngineClient | None = None
         server_cfg: str | None = None
+        server_iso: str | None = None
         server_timing: dict[str, float] | None = None
         info: dict[str, Any] = {}
         driver = self.driver
         try:
-            while (point := queue.next(slot.id, server_cfg)) is not None:
+            while (point := await self._next(
+                    slot, queue, server_cfg if server_iso != "fresh" else None)) is not None:
                 driver.point_started(point, slot.id)
                 t_point = time.monotonic()
                 timing = timing_record()
-                reuse = (self.opts.isolation != "fresh" and server is not None
+                iso = self._iso(point)
+                timing["pass"] = iso  # type: ignore[assignment]  (the driver splits by it)
+                reuse = (iso != "fresh" and server is not None and server_iso == iso
                          and server_cfg == point.cfg_id and server.tree_alive())
                 if not reuse:
                     if server is not None:
@@ -84,16 +140,17 @@ class _LocalRun:
                         server = client = None
                     try:
                         server, client, info = await self.runner.boot(point, slot)
-                        server_cfg, server_timing = point.cfg_id, timing
+                        server_cfg, server_iso, server_timing = point.cfg_id, iso, timing
                         timing["boot"] = server.boot_s or 0.0
                     except BootFailure as e:
                         timing["boot"] = time.monotonic() - t_point
                         timing["point"] = time.monotonic() - t_point
-                        driver.point_done(point, self.runner.boot_fail_records(point, slot, e),
-                                          timing)
+                        failed = self.runner.boot_fail_records(point, slot, e)
+                        driver.point_done(point, failed, timing)
                         self._after_boot_failure(point, slot, e, queue)
+                        self._finished(point, failed)
                         continue
-                elif self.opts.isolation == "reset":
+                elif iso == "reset":
                     try:
                         await client.reset_prefix_cache()  # type: ignore[union-attr]
                         info.pop("reset_error", None)
@@ -103,15 +160,16 @@ class _LocalRun:
                 records, server_dead = await self.runner.run_phases(
                     point, slot, server, client, info, driver.phase_done)  # type: ignore[arg-type]
                 timing["requests"] = time.monotonic() - t_req
-                if self.opts.isolation == "fresh" or server_dead:
+                if iso == "fresh" or server_dead:
                     # Teardown overlaps the next boot on this slot; its time is filled in
                     # when it finishes.
                     self._background_stop(server, client, timing)
                     server = client = None
-                    server_cfg = None
+                    server_cfg = server_iso = None
                 # the point's wall time on its slot, teardown excluded
                 timing["point"] = time.monotonic() - t_point
                 driver.point_done(point, records, timing, written=True)
+                self._finished(point, records)
                 # What the queue weighs a new server against before it helps with a
                 # configuration another slot serves.
                 queue.observe(point.cfg_id, boot=None if reuse else timing["boot"],
@@ -130,7 +188,10 @@ class _LocalRun:
         allowed = BOOT_FAILURES_FRESH if self.opts.isolation == "fresh" else 1
         if self._boot_failures[point.cfg_id] < allowed:
             return
-        for rest in queue.drain(point.cfg_id):
+        rest_points = queue.drain(point.cfg_id)
+        if self.fresh is not None:   # auto: its confirmations cannot boot either
+            rest_points += self.fresh.drain(point.cfg_id)
+        for rest in rest_points:
             why = BootFailure(f"not started: this configuration failed to boot "
                               f"{self._boot_failures[point.cfg_id]}x (last: {e.reason})",
                               e.log_excerpt)

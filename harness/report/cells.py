@@ -8,7 +8,7 @@ from ..ranges import fmt_ranges
 from ..run.records import BUG_VERDICTS, phase_key
 from .model import ConfigData, sha12
 
-__all__ = ["cell_phrase", "cell_markdown", "failure_gist", "reason_short", "Footnotes",
+__all__ = ["cell_phrase", "cell_markdown", "cell_annotations", "failure_gist", "reason_short", "Footnotes",
            "REPEAT_MIN", "EXCERPT_CHARS", "REASON_CHARS"]
 
 REPEAT_MIN = 3              # the most frequent 40-char block this often = degenerate repetition
@@ -79,8 +79,31 @@ def cell_phrase(r: dict | None) -> str:
     return ", ".join(parts)
 
 
+def cell_annotations(r: dict | None) -> str:
+    """What a cell of several records adds (report/model.combine_cell): bad documents,
+    a fresh-server verdict, a reset/fresh disagreement."""
+    if r is None:
+        return ""
+    parts = []
+    docs = r.get("_docs")
+    if docs:
+        bad, total = docs
+        parts.append(f"{bad}/{total} documents" if bad else f"{total} documents")
+    if r.get("_fresh"):
+        parts.append("fresh")
+    for doc, reset_v, fresh_v in r.get("_disagree") or ():
+        where = f" (document {doc})" if docs else ""
+        parts.append(f"⚠ reset {escape_text(str(reset_v))}, fresh "
+                     f"{escape_text(str(fresh_v))}{where}")
+    return "; ".join(parts)
+
+
 def cell_markdown(r: dict | None, mark: str = "") -> str:
     text = cell_phrase(r)
+    notes = cell_annotations(r)
+    if notes:
+        text = f"{text}, {notes}" if r.get("verdict") != "ok" else f"ok, {notes}" if r.get(
+            "_docs") else f"{text}, {notes}"
     if r is not None and r.get("verdict") != "ok":
         text = bold(text)
         if mark:

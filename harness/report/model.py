@@ -6,9 +6,9 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from ..run.records import CONFIG_FIELDS, NOT_IDENTITY, phase_key, sha12, worst
+from ..run.records import CONFIG_FIELDS, NOT_IDENTITY, SEVERITY, document_of, phase_key, sha12, worst
 
-__all__ = ["ConfigData", "group_configs", "sha12", "fmt_percent", "miss_probability",
+__all__ = ["ConfigData", "group_configs", "combine_cell", "sha12", "fmt_percent", "miss_probability",
            "miss_sentence", "fmt_value", "describe_dim", "config_fields", "varying_fields",
            "DEFAULT_MODULUS", "VOLATILE", "SHORT_NAMES"]
 
@@ -131,7 +131,10 @@ class ConfigData:
     def _index(self) -> dict:
         idx = getattr(self, "_idx", None)
         if idx is None:
-            idx = {(int(r["residue"]), r.get("phase") or "?"): r for r in self.records}
+            groups: dict[tuple, list[dict]] = defaultdict(list)
+            for r in self.records:
+                groups[(int(r["residue"]), r.get("phase") or "?")].append(r)
+            idx = {k: combine_cell(v) for k, v in groups.items()}
             self._idx = idx
         return idx
 
@@ -161,6 +164,41 @@ class ConfigData:
             if v not in (None, "") and v not in out:
                 out.append(v)
         return out
+
+
+def _severity(r: dict) -> int:
+    v = r.get("verdict") or "invalid"
+    return SEVERITY.index(v) if v in SEVERITY else 0
+
+
+def combine_cell(records: list[dict]) -> dict:
+    """One table cell from its records: one per document (``--seed`` lists) and, in an
+    auto run, per pass. A document's verdict is its fresh record's where there is one (the
+    standard), else its reset record's; the cell is the worst document, annotated with
+    ``_docs`` (bad, total) over several documents, ``_fresh`` (documents judged on a
+    fresh server) and ``_disagree`` ([(document, reset verdict, fresh verdict)] where one
+    is ok and the other is not). A cell of one record is that record, unchanged."""
+    if len(records) == 1:
+        return records[0]
+    by_doc: dict[Any, dict[str, dict]] = defaultdict(dict)
+    for r in records:
+        by_doc[document_of(r)][r.get("isolation") or "?"] = r
+    effective, disagree, fresh = [], [], 0
+    for doc, passes in sorted(by_doc.items(), key=lambda kv: str(kv[0])):
+        eff = passes.get("fresh") or next(iter(passes.values()))
+        fresh += "fresh" in passes and passes["fresh"].get("isolation_run") == "auto"
+        effective.append(eff)
+        reset, fr = passes.get("reset"), passes.get("fresh")
+        if reset and fr and (reset.get("verdict") == "ok") != (fr.get("verdict") == "ok"):
+            disagree.append((doc, reset.get("verdict"), fr.get("verdict")))
+    cell = dict(min(effective, key=_severity))
+    if len(effective) > 1:
+        cell["_docs"] = (sum(1 for r in effective if r.get("verdict") != "ok"), len(effective))
+    if fresh:
+        cell["_fresh"] = fresh
+    if disagree:
+        cell["_disagree"] = disagree
+    return cell
 
 
 def group_configs(records: Iterable[dict]) -> list[ConfigData]:

@@ -6,6 +6,7 @@ from typing import Any, Iterable
 
 from ..ghmarkdown import bold, code, escape_text
 from ..run.records import latest_records, phase_key
+from .auto import agreement_line
 from .cells import Footnotes
 from .model import group_configs, varying_fields
 from .sections import (render_config_summary, render_ladder, render_provenance,
@@ -55,6 +56,9 @@ def render_markdown(records: list[dict], manifests: list[dict] | None = None, *,
     for cd in configs:
         out.append(f"- {code(cd.label)}: {summary_counts(cd)}.")
     out.append("")
+    agree = agreement_line(recs, labels=len(configs) > 1)
+    if agree:
+        out += [agree, ""]
 
     notes = Footnotes()
     out += ["## Results", ""]
@@ -89,6 +93,11 @@ def render_markdown(records: list[dict], manifests: list[dict] | None = None, *,
     nodes = render_nodes(recs)   # "" unless the records ran on several nodes
     if nodes:
         out += [nodes, ""]
+
+    from .timing import render_timing
+    timing = render_timing(manifests)   # "" unless a manifest has a boot split or auto passes
+    if timing:
+        out += [timing, ""]
 
     out.append(render_provenance(configs, recs, manifests, superseded))
     out.append("")

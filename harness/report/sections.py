@@ -8,6 +8,7 @@ from collections import defaultdict
 from ..ghmarkdown import bold, cap, code, escape_text, fence, table
 from ..ranges import residues_phrase
 from ..run.records import BUG_VERDICTS, NOT_IDENTITY, SEVERITY, phase_key
+from .auto import agreement_line, fresh_reasons
 from .bugb_analysis import agreement, config_hit_granularity, predict_bug_b
 from .cells import Footnotes, cell_markdown
 from .model import (SHORT_NAMES, VOLATILE, ConfigData, config_fields, describe_dim, fmt_value,
@@ -93,7 +94,8 @@ def render_results_table(configs: list[ConfigData], notes: Footnotes, *, full: b
     for res in residues:
         recs = [(cd, cd.cell(res, p)) for cd, p in cols]
         # a cell that was not run is not a bad cell (another configuration swept less)
-        ok = all(r.get("verdict") == "ok" for _, r in recs if r is not None)
+        ok = all(r.get("verdict") == "ok" and not r.get("_disagree")
+                 for _, r in recs if r is not None)
         cells = [cell_markdown(r, notes.mark(cd, r)) for cd, r in recs]
         rows.append((res, cells, ok))
     return table(header, _fold_rows(rows, full))
@@ -154,6 +156,14 @@ def render_config_summary(cd: ConfigData, manifest_residues: list[int] | None,
         result += f" (broken on: {bp})"
     lines.append(f"- **Result:** {result}.")
     lines.append(f"- **Bug B rule:** {pred.why}; {agreement(cd, pred)}.")
+    auto_line = agreement_line(cd.records, labels=False)
+    if auto_line:
+        lines.append(f"- **Isolation auto:** fresh servers for {fresh_reasons(cd.records)} "
+                     f"(points); {auto_line}")
+    docs = cd.distinct("document_seed")
+    if len(docs) > 1:
+        lines.append(f"- **Documents:** seeds {', '.join(str(d) for d in sorted(docs))}; a "
+                     "cell counts the documents it is not ok on.")
     if len(covered) < m:
         lines.append(f"- **Sampling:** {miss_sentence(len(covered), m)}")
     g, nvals = config_hit_granularity(cd)

@@ -25,7 +25,8 @@ from ..provenance import harness_version
 from ..store import ResultStore, now_iso
 from .plan import Point, SweepPlan
 from .point import RunnerSpec
-from .records import RecordBuilder, timing_record
+from .auto import resume_confirmations
+from .records import RecordBuilder, point_key, timing_record
 
 __all__ = ["Driver", "Counters", "timing_summary"]
 
@@ -37,6 +38,7 @@ class Counters:
     points_done: int = 0
     verdicts: Counter = field(default_factory=Counter)
     timings: list[dict[str, float]] = field(default_factory=list)
+    boots: dict[str, dict] = field(default_factory=dict)   # server log name -> server_boot
 
 
 class Driver:
@@ -45,13 +47,15 @@ class Driver:
     def __init__(self, opts: SweepOptions, adapter: EngineAdapter, store: ResultStore,
                  plan: SweepPlan, *, golden: dict[tuple, str] | None = None,
                  on_point_done: Callable[[Point, list[dict]], None] | None = None,
-                 version: str | None = None):
+                 version: str | None = None, launcher: Any = None):
         self.opts = opts
         self.store = store
         self.plan = plan
         self.on_point_done = on_point_done
+        self.on_point_added: Callable[[Point], None] | None = None
         self.runner_spec = RunnerSpec(opts, adapter, store.run_id,
-                                      version or harness_version(), dict(golden or {}))
+                                      version or harness_version(), dict(golden or {}),
+                                      launcher=launcher)
         self.records = RecordBuilder(store.run_id, self.runner_spec.version, opts.isolation,
                                      opts.reference, tuple(opts.phases))
         self.counters = Counters(total_points=len(plan.points))
@@ -68,8 +72,12 @@ class Driver:
         points = self.plan.points
         if self.opts.resume:
             want = {p.key: set(self.opts.phases) for p in points}
-            done = self.store.prune_partial(want)
-            points = [p for p in points if p.key not in done]
+            done = self.store.prune_partial(want, key=point_key)
+            todo = [p for p in points if p.key not in done]
+            if self.opts.isolation == "auto":  # confirmations added while it ran
+                todo += resume_confirmations(points, todo, self.store.read())
+            points = todo
+            self.counters.total_points = len(done) + len(points)
             self.resumed = len(done)
             self.manifest = self.store.read_manifest()
         else:
@@ -93,9 +101,20 @@ class Driver:
             "slots": [s.id for s in opts.slots],
             "sampled": {k: v for k, v in plan.sampled.items() if v},
             "planning_s": round(plan.planning_s, 3), "interrupted": False, "exit_code": None,
+            "documents": sorted({p.seed for p in plan.points}),
+            "launcher": opts.launcher,
+            **({"cache_dir": str(opts.cache_dir)} if opts.cache_dir else {}),
+            **({"auto_sample": opts.auto_sample} if opts.isolation == "auto" else {}),
         }
 
     # -- events from a backend ---------------------------------------------------------
+    def point_added(self, point: Point) -> None:
+        """A backend planned one more point while running (an auto run's fresh
+        confirmation of a reset point that was not ok)."""
+        self.counters.total_points += 1
+        if self.on_point_added:
+            self.on_point_added(point)
+
     def point_started(self, point: Point, where: str = "") -> None:
         """A backend began ``point`` (``where``: slot or node); nothing is written yet."""
 
@@ -122,8 +141,22 @@ class Driver:
             self.counters.verdicts[r["verdict"]] += 1
         if timing is not None:
             self.counters.timings.append(timing)
+        self._note_boot(records, timing)
         if self.on_point_done:
             self.on_point_done(point, records)
+
+    def _note_boot(self, records: list[dict], timing: dict[str, float] | None) -> None:
+        """Keep each server's boot notes once, with the first request's extra latency
+        (Triton JIT and the like) measured on the point that booted it."""
+        boot = next((r.get("server_boot") for r in records if r.get("server_boot")), None)
+        if not boot or boot.get("log") in self.counters.boots:
+            return
+        boot = dict(boot)
+        lat = [r.get("latency_s") for r in records]
+        if timing is not None and timing.get("boot") and len(lat) >= 2 and None not in lat:
+            from engine.vllm.bootlog import first_request_extra_s
+            boot["first_request_extra_s"] = first_request_extra_s(lat)
+        self.counters.boots[boot.get("log") or str(len(self.counters.boots))] = boot
 
     def point_lost(self, point: Point, *, slot: str, node: str, reason: str,
                    since: float, extra: dict[str, Any] | None = None) -> list[dict]:
@@ -137,9 +170,17 @@ class Driver:
     def finish(self, *, wall: float, interrupted: bool, backend: dict[str, Any]) -> dict:
         """The manifest's end: dates, wall time, the backend's description, timing."""
         n_slots = backend.get("slots") or len(self.opts.slots)
+        timing = timing_summary(self.counters.timings, n_slots, wall)
+        if timing and self.opts.isolation == "auto":
+            timing["passes"] = pass_summaries(self.counters.timings, n_slots, wall)
+        boots = boot_summary(list(self.counters.boots.values()))
+        if timing and boots:
+            timing["boot_split"] = boots
+        if self.runner_spec.launcher is not None:
+            backend = {**backend, **self.runner_spec.launcher.describe()}
         self.manifest.update({"ended_at": now_iso(), "interrupted": interrupted,
                               "wall_s": round(wall, 3), "backend": backend,
-                              "timing": timing_summary(self.counters.timings, n_slots, wall)})
+                              "timing": timing})
         self.store.write_manifest(self.manifest)
         return self.manifest
 
@@ -173,3 +214,51 @@ def timing_summary(timings: list[dict[str, float]], slots: int, wall: float) -> 
         "efficiency": round(busy / (slots * wall), 4),
         "overhead_fraction": round(sum(overhead) / (slots * wall), 4),
     }
+
+
+def pass_summaries(timings: list[dict], slots: int, wall: float) -> dict[str, Any]:
+    """--isolation auto: the timing of each pass, and what an all-fresh run of the reset
+    pass's points would have cost (each at the median fresh point, over the same slots)."""
+    out: dict[str, Any] = {}
+    for name in ("reset", "fresh"):
+        sub = [t for t in timings if t.get("pass") == name]
+        if sub:
+            out[name] = timing_summary(sub, slots, wall)
+    reset, fresh = out.get("reset"), out.get("fresh")
+    if reset and fresh and fresh.get("median_point_s"):
+        estimate = reset["points"] * (fresh["median_point_s"] + fresh["median_teardown_s"]) / slots
+        out["all_fresh_estimate_s"] = round(estimate, 1)
+        out["ratio_to_all_fresh"] = round(wall / estimate, 3) if estimate else None
+    return out
+
+
+BOOT_STAGES = ("python_start_and_imports_s", "api_server_to_engine_core_s",
+               "engine_core_to_weights_s", "compile_s", "graph_capture_s", "init_engine_s",
+               "weights_to_ready_s", "boot_s")
+
+
+def boot_summary(boots: list[dict]) -> dict[str, Any]:
+    """Medians of each server's boot split (engine/vllm/bootlog), the first request's extra
+    latency, and how servers started and hit the caches; {} without any split."""
+    if not boots:
+        return {}
+    out: dict[str, Any] = {"servers": len(boots),
+                           "launchers": dict(Counter(b.get("launcher") or "?" for b in boots))}
+    fallbacks = sorted({b["fallback_reason"] for b in boots if b.get("fallback_reason")})
+    if fallbacks:
+        out["fallback_reasons"] = fallbacks
+    splits = [b["split"] for b in boots if isinstance(b.get("split"), dict)]
+    med: dict[str, float] = {}
+    for stage in BOOT_STAGES:
+        vals = [s[stage] for s in splits if s.get(stage) is not None]
+        if vals:
+            med[stage] = round(statistics.median(vals), 3)
+    extra = [b["first_request_extra_s"] for b in boots if b.get("first_request_extra_s") is not None]
+    if extra:
+        med["first_request_extra_s"] = round(statistics.median(extra), 3)
+    med["harness_boot_s"] = round(statistics.median(b.get("boot_s") or 0.0 for b in boots), 3)
+    out["median_s"] = med
+    caches = Counter(b.get("compile_cache") for b in boots if "compile_cache" in b)
+    if caches:
+        out["compile_cache"] = {str(k): v for k, v in caches.items()}
+    return out

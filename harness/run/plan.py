@@ -27,9 +27,10 @@ from ..errors import CannotRun
 from ..prompts import ChatTokenizer, PlanError, PromptPlan, calibrate, plan_residue
 from ..server_pool import BootFailure, PortAllocator, ServerProcess, Slot
 from ..store import read_jsonl, resolve_results
+from .auto import auto_extra_documents, auto_passes
 
 __all__ = ["Point", "SweepPlan", "plan_points", "plan_with_probes", "RemoteCounter",
-           "load_golden", "probe_server"]
+           "load_golden", "golden_sha1", "probe_server"]
 
 
 @dataclass
@@ -40,10 +41,14 @@ class Point:
     modulus: int
     plan: PromptPlan
     rerun: str
+    seed: int = 0                 # the document (``--seed`` lists: one point per seed)
+    isolation: str | None = None  # set under --isolation auto: "reset" or "fresh"
+    confirms: str | None = None   # auto, fresh pass: why it runs (run/auto.CONFIRMS)
 
     @property
-    def key(self) -> tuple[str, int]:
-        return (self.cfg_id, self.residue)
+    def key(self) -> tuple[str, int, int, str]:
+        """What a point is, for resume: (configuration, residue, document, auto pass)."""
+        return (self.cfg_id, self.residue, self.seed, self.isolation or "")
 
 
 @dataclass
@@ -70,6 +75,8 @@ def plan_points(opts: SweepOptions, adapter: EngineAdapter,
         modulus = modulus_for(cfg, opts.modulus)
         residues, note = select_residues(opts.residues, cfg, modulus, seed=opts.seed)
         sampled[cid] = note
+        # --isolation auto measures the rule's neighbourhood on two documents or more
+        extra = auto_extra_documents(opts, cfg, modulus)
         tdir = adapter.tokenizer_dir(cfg)
         if tdir is not None:
             if tdir not in tokenizers:
@@ -89,15 +96,18 @@ def plan_points(opts: SweepOptions, adapter: EngineAdapter,
             raise PlanError(f"--context {opts.context} + modulus {modulus} + --max-tokens "
                             f"{opts.max_tokens} exceeds max_model_len {cfg.max_model_len} "
                             f"of {cfg.label()}")
-        if key not in calibrations:
-            calibrations[key] = calibrate(counter, opts.context, modulus,
-                                          answer_lines=opts.answer_lines, seed=opts.seed,
-                                          line_counts=line_counts)
-        cal = calibrations[key]
-        pad_units[cid] = cal.pad_unit
-        for r in residues:
-            points.append(Point(cfg, cid, r, modulus, plan_residue(cal, r, modulus),
-                                rerun_command(opts, cfg, r, modulus)))
+        for seed, doc_residues in [(s, residues) for s in opts.documents] + extra:
+            if key + (seed,) not in calibrations:
+                calibrations[key + (seed,)] = calibrate(
+                    counter, opts.context, modulus, answer_lines=opts.answer_lines,
+                    seed=seed, line_counts=line_counts)
+            cal = calibrations[key + (seed,)]
+            pad_units.setdefault(cid, cal.pad_unit)
+            for r in doc_residues:
+                points.append(Point(cfg, cid, r, modulus, plan_residue(cal, r, modulus),
+                                    rerun_command(opts, cfg, r, modulus, seed), seed=seed))
+    if opts.isolation == "auto":
+        points = auto_passes(points, opts)
     return SweepPlan(points, sampled, time.monotonic() - t0, pad_units)
 
 
@@ -185,14 +195,24 @@ def load_golden(run_ref: str, out_dir: Path) -> dict[tuple, str]:
     """The correct answer's sha1 per prompt, from a reference run (typically a trusted
     configuration: no speculative decoding, no FULL graphs, or a known-good build).
 
-    A prompt is identified by (residue, templated length): the same context and seed give
-    the same document and the same lengths whatever the configuration. A prompt whose ok
-    records disagree in the reference run has no golden answer (it is left out)."""
+    A prompt is identified by (residue, templated length, document seed): the same context
+    and seed give the same document and the same lengths whatever the configuration. A
+    record written before documents were an axis has ``document_seed`` None (its run's
+    single seed); ``golden_sha1`` falls back to it. A prompt whose ok records disagree in
+    the reference run has no golden answer (it is left out)."""
     seen: dict[tuple, set[str]] = {}
     for r in read_jsonl(resolve_results(run_ref, out_dir)):
         if r.get("verdict") == "ok" and r.get("sha1"):
-            seen.setdefault((r["residue"], r["target_len"]), set()).add(r["sha1"])
+            key = (r["residue"], r["target_len"], r.get("document_seed"))
+            seen.setdefault(key, set()).add(r["sha1"])
     golden = {k: next(iter(v)) for k, v in seen.items() if len(v) == 1}
     if not golden:
         raise CannotRun(f"golden run {run_ref}: no ok records to take reference sha1s from")
     return golden
+
+
+def golden_sha1(golden: dict[tuple, str], residue: int, target_len: int,
+                seed: int) -> str | None:
+    """The golden answer of one prompt on document ``seed`` (or, from a reference run
+    that predates document seeds, of the same residue and length)."""
+    return golden.get((residue, target_len, seed)) or golden.get((residue, target_len, None))

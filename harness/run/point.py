@@ -27,7 +27,7 @@ from ..engines import EngineAdapter
 from ..provenance import harness_version
 from ..server_pool import BootFailure, PortAllocator, ServerProcess, Slot, log_excerpt
 from ..verdict import judge, sha1
-from .plan import Point
+from .plan import Point, golden_sha1
 from .records import RecordBuilder, timing_record
 
 __all__ = ["PointRunner", "PointResult", "RunnerSpec", "Launcher", "Server",
@@ -71,12 +71,14 @@ class RunnerSpec:
     run_id: str
     version: str
     golden: dict = field(default_factory=dict)
+    # --launcher prefork: the run's pre-imported launcher (local backend only; not shipped)
+    launcher: Any = field(default=None, compare=False)
 
     def make(self, logs_dir: Path, http: httpx.AsyncClient, *, node: str | None = None,
-             launcher: Launcher = ServerProcess) -> "PointRunner":
+             launcher: Launcher | None = None) -> "PointRunner":
         return PointRunner(self.opts, self.adapter, run_id=self.run_id, logs_dir=logs_dir,
                            golden=self.golden, http=http, version=self.version, node=node,
-                           launcher=launcher)
+                           launcher=launcher or self.launcher or ServerProcess)
 
 
 class PointRunner:
@@ -147,7 +149,8 @@ class PointRunner:
             try:
                 server.start()
                 await server.wait_ready(client, self.opts.boot_timeout)
-                info: dict[str, Any] = {"boot_s": round(server.boot_s or 0.0, 4)}
+                info: dict[str, Any] = {"boot_s": round(server.boot_s or 0.0, 4),
+                                        "server_boot": self._boot_notes(server, log_path)}
                 # What the server says it runs is read while the first requests go out
                 # (it is needed for the records, not for the requests), unless the model
                 # name to put in the requests can only come from the server.
@@ -165,6 +168,23 @@ class PointRunner:
                 raise
         assert last is not None
         raise last
+
+    def _boot_notes(self, server: Server, log_path: Path) -> dict[str, Any]:
+        """How this server booted: launcher (and why not forked), the engine's reading of
+        its log (vLLM: boot split, compile cache hit/miss), for the records and the
+        manifest's boot split."""
+        notes: dict[str, Any] = {"log": log_path.name,
+                                 "launcher": getattr(server, "how", "plain"),
+                                 "boot_s": round(server.boot_s or 0.0, 4)}
+        if getattr(server, "fallback_reason", None):
+            notes["fallback_reason"] = server.fallback_reason
+        try:
+            notes.update(self.adapter.boot_notes(
+                _read(log_path), started_epoch=getattr(server, "started_epoch", None),
+                ready_epoch=getattr(server, "ready_epoch", None)))
+        except Exception as e:   # a log we cannot read is recorded, not fatal
+            notes["boot_log_error"] = f"{type(e).__name__}: {e}"
+        return notes
 
     async def _probe(self, info: dict, client: EngineClient, cfg: ServingConfig,
                      log_path: Path) -> None:
@@ -238,10 +258,10 @@ class PointRunner:
         try:
             if phase == "warm":
                 await client.chat(point.plan.warmup_messages, model=model,
-                                  max_tokens=WARMUP_MAX_TOKENS, seed=opts.seed)
+                                  max_tokens=WARMUP_MAX_TOKENS, seed=point.seed)
             before = await client.spec_counters()
             res = await client.chat(point.plan.messages, model=model,
-                                    max_tokens=opts.max_tokens, seed=opts.seed)
+                                    max_tokens=opts.max_tokens, seed=point.seed)
             after = await client.spec_counters()
         except RequestTimeout as e:
             dead = ("timeout", str(e), log_excerpt(server.log_path))
@@ -273,7 +293,7 @@ class PointRunner:
             return point.plan.expected, None
         if ref == "cold":
             return None, (cold_sha1 if phase != "cold" else None)
-        sha = self.golden.get((point.residue, point.plan.target_len))
+        sha = golden_sha1(self.golden, point.residue, point.plan.target_len, point.seed)
         # A prompt the golden run did not answer (another context or seed) falls back to
         # the passage; the record's reference_sha1 says which was used.
         return (None, sha) if sha else (point.plan.expected, None)
@@ -317,7 +337,7 @@ class PointRunner:
             return None
         if phase == "cold" and cached > 0:
             why = (f"cold request hit the cache ({cached} tokens): "
-                   f"{self.opts.isolation} isolation not proven")
+                   f"{point.isolation or self.opts.isolation} isolation not proven")
             if info.get("reset_error"):
                 why += f"; /reset_prefix_cache failed: {info['reset_error']}"
             return why

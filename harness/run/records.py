@@ -13,13 +13,14 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
+from ..recordkeys import auto_pass, cell_key, document_of, point_key
 from ..store import now_iso
 
 from ..vocabulary import (BUG_VERDICTS, CLEAN, PHASES, SEVERITY, VERDICTS, phase_key, worst)
 
 __all__ = ["SCHEMA_VERSION", "PhaseRecord", "PHASES", "VERDICTS", "SEVERITY", "BUG_VERDICTS",
            "CLEAN", "CONFIG_FIELDS", "NOT_IDENTITY", "phase_key", "worst", "schema_of",
-           "latest_records", "record_identity", "sha12", "RecordBuilder", "mismatches", "failure_fields", "timing_record"]
+           "latest_records", "cell_key", "point_key", "document_of", "auto_pass", "record_identity", "sha12", "RecordBuilder", "mismatches", "failure_fields", "timing_record"]
 
 SCHEMA_VERSION = 2
 # Identity fields of a configuration in the order a reader wants them; anything else a
@@ -39,6 +40,11 @@ def mismatches(requested: dict[str, Any], effective: dict[str, Any]) -> list[str
         if key in effective and effective.get(key) != requested.get(key):
             out.append(f"{key}: requested {requested.get(key)!r}, server runs {effective.get(key)!r}")
     return out
+
+
+# Fields written only when they have a value, so a record that predates them (or a run
+# that does not use them) round-trips unchanged.
+WRITTEN_WHEN_SET = frozenset({"document_seed", "isolation_run", "confirms", "server_boot"})
 
 
 @dataclass
@@ -89,6 +95,14 @@ class PhaseRecord:
     reason: str = ""
     log_excerpt: list = field(default_factory=list)
     schema_version: int = SCHEMA_VERSION
+    # the document the prompt was cut from (--seed lists); None in records written before
+    document_seed: int | None = None
+    # --isolation auto: "auto" (``isolation`` then says which pass, reset or fresh, produced
+    # the record, and ``confirms`` why a fresh point ran); None otherwise
+    isolation_run: str | None = None
+    confirms: str | None = None
+    # how this record's server booted (launcher, shared caches hit/miss, boot split), when known
+    server_boot: dict | None = None
     # written only when set (docs/records.md): the server's /tokenize failed, Ray facts
     extra: dict = field(default_factory=dict)
 
@@ -100,7 +114,8 @@ class PhaseRecord:
 
     def to_dict(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-               if f.name != "extra"}
+               if f.name != "extra"
+               and not (f.name in WRITTEN_WHEN_SET and getattr(self, f.name) is None)}
         out.update(self.extra)
         return out
 
@@ -139,13 +154,14 @@ def timing_record(*, boot: float = 0.0, requests: float = 0.0, teardown: float =
 
 
 def latest_records(records: Iterable[dict]) -> tuple[list[dict], int]:
-    """One record per (configuration, residue, phase): the latest by ``started_at`` (so a
-    report over several runs shows the newest measurement). Returns (records, superseded)."""
+    """One record per cell (``cell_key``: configuration, residue, phase, document, auto
+    pass): the latest by ``started_at`` (so a report over several runs shows the newest
+    measurement). Returns (records, superseded)."""
     best: dict[tuple, dict] = {}
     n = 0
     for r in records:
         n += 1
-        key = (r.get("config_id") or r.get("config_label"), r.get("residue"), r.get("phase"))
+        key = cell_key(r)
         old = best.get(key)
         if old is None or (r.get("started_at") or "") >= (old.get("started_at") or ""):
             best[key] = r
@@ -190,7 +206,12 @@ class RecordBuilder:
             "engine": point.cfg.engine, "engine_version": info.get("engine_version"),
             "patches": point.cfg.patches, "patch_status": info.get("patch_status"),
             "model": info.get("model") or point.cfg.model, "slot": slot, "node": node,
-            "isolation": self.isolation, "residue": point.residue,
+            "isolation": getattr(point, "isolation", None) or self.isolation,
+            "isolation_run": "auto" if getattr(point, "isolation", None) else None,
+            "confirms": getattr(point, "confirms", None),
+            "document_seed": getattr(point, "seed", None),
+            "server_boot": info.get("server_boot"),
+            "residue": point.residue,
             "modulus": point.modulus, "target_len": point.plan.target_len,
             "templated_len": templated if templated is not None else point.plan.target_len,
             "templated_len_source": ("server /tokenize" if templated is not None

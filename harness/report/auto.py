@@ -1,0 +1,90 @@
+"""``--isolation auto`` in the report: how often a reset server and a fresh server agreed on
+the same prompt (same configuration, residue, phase and document), and every cell that
+only a fresh server caught (the reason auto exists: issue 17)."""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Iterable
+
+from ..ghmarkdown import code, escape_text
+from ..run.records import document_of
+
+__all__ = ["Agreement", "agreement_of", "agreement_line", "fresh_reasons"]
+
+
+@dataclass
+class Agreement:
+    both: int = 0               # cells measured on a reset and a fresh server
+    both_ok: int = 0
+    both_bad: int = 0
+    only_fresh: list[dict] = field(default_factory=list)   # fresh not ok, reset ok
+    only_reset: list[dict] = field(default_factory=list)   # reset not ok, fresh ok
+
+    @property
+    def agree(self) -> int:
+        return self.both_ok + self.both_bad
+
+
+def agreement_of(records: Iterable[dict]) -> Agreement | None:
+    """The agreement of an auto run's records; None when no record came from one."""
+    pairs: dict[tuple, dict[str, dict]] = {}
+    for r in records:
+        if r.get("isolation_run") != "auto":
+            continue
+        key = (r.get("config_id"), r.get("residue"), r.get("phase"), document_of(r))
+        pairs.setdefault(key, {})[r.get("isolation")] = r
+    if not pairs:
+        return None
+    a = Agreement()
+    for key in sorted(pairs, key=str):
+        reset, fresh = pairs[key].get("reset"), pairs[key].get("fresh")
+        if reset is None or fresh is None:
+            continue
+        a.both += 1
+        r_ok, f_ok = reset.get("verdict") == "ok", fresh.get("verdict") == "ok"
+        if r_ok and f_ok:
+            a.both_ok += 1
+        elif not r_ok and not f_ok:
+            a.both_bad += 1
+        elif r_ok:
+            a.only_fresh.append(fresh)
+        else:
+            a.only_reset.append(reset)
+    return a
+
+
+def _cells(recs: list[dict], labels: bool) -> str:
+    out = []
+    for r in recs:
+        where = f"residue {r.get('residue')} {escape_text(str(r.get('phase')))}"
+        if r.get("document_seed") is not None:
+            where += f" (document {r.get('document_seed')}, {escape_text(str(r.get('verdict')))})"
+        if labels:
+            where = f"{code(r.get('config_label') or '?')} {where}"
+        out.append(where)
+    return "; ".join(out) if out else "none"
+
+
+def agreement_line(records: list[dict], *, labels: bool = True) -> str:
+    """One line: agreement counts, then every cell only a fresh server caught (and any
+    only a reset server caught); "" for records of no auto run."""
+    a = agreement_of(records)
+    if a is None:
+        return ""
+    return (f"Reset vs fresh (`--isolation auto`): {a.both} cell{'s' if a.both != 1 else ''} "
+            f"measured on both, {a.agree} agree ({a.both_ok} both ok, {a.both_bad} both not "
+            f"ok), {len(a.only_fresh) + len(a.only_reset)} disagree; only a fresh server "
+            f"caught: {_cells(a.only_fresh, labels)}; only a reset server caught: "
+            f"{_cells(a.only_reset, labels)}.")
+
+
+def fresh_reasons(records: Iterable[dict]) -> str:
+    """Why the fresh points ran: ``6 rule neighbourhood, 4 sample, 1 not ok on reset``."""
+    seen: dict[tuple, str] = {}
+    for r in records:
+        if r.get("isolation_run") == "auto" and r.get("isolation") == "fresh":
+            seen[(r.get("config_id"), r.get("residue"), r.get("document_seed"))] = (
+                r.get("confirms") or "?")
+    c = Counter(seen.values())
+    return ", ".join(f"{n} {escape_text(why)}" for why, n in c.most_common())

@@ -1,0 +1,79 @@
+"""The report's timing section: where a run's wall time went, the passes of an auto run
+against an all-fresh estimate, and the median boot split of its servers (vLLM: read from
+each server's log by engine/vllm/bootlog, against the harness's own start time).
+
+Rendered only for manifests that carry a boot split or auto passes, so reports of older
+runs (e.g. reports/h200/regenerate.sh) render byte for byte as before."""
+from __future__ import annotations
+
+from typing import Any
+
+from ..ghmarkdown import escape_text, table
+
+__all__ = ["render_timing", "STAGE_NAMES"]
+
+STAGE_NAMES = {
+    "python_start_and_imports_s": "process start → API server's first line (Python start-up, imports)",
+    "api_server_to_engine_core_s": "→ engine core's first line",
+    "engine_core_to_weights_s": "→ weights loaded",
+    "compile_s": "torch.compile (engine's figure)",
+    "graph_capture_s": "graph capture (engine's figure)",
+    "init_engine_s": "engine init: profile, KV cache, warm-up (engine's figure)",
+    "weights_to_ready_s": "weights loaded → ready (/health 200)",
+    "boot_s": "process start → ready, from the log",
+    "harness_boot_s": "process start → ready, the harness's clock",
+    "first_request_extra_s": "first request's extra latency (JIT)",
+}
+
+
+def _fmt(v: Any) -> str:
+    return "–" if v is None else f"{v:g}" if isinstance(v, (int, float)) else escape_text(str(v))
+
+
+def _run_rows(m: dict) -> list[list[str]]:
+    t = m.get("timing") or {}
+    rid = escape_text(m.get("run_id") or "?")
+    rows = [[f"{rid}: wall", f"{_fmt(t.get('wall_s'))} s over {_fmt(t.get('slots'))} slot(s), "
+             f"{_fmt(t.get('points'))} points, median boot {_fmt(t.get('median_boot_s'))} s"]]
+    passes = t.get("passes") or {}
+    for name in ("reset", "fresh"):
+        p = passes.get(name)
+        if p:
+            rows.append([f"{rid}: {name} pass", f"{_fmt(p.get('points'))} points, "
+                         f"{_fmt(p.get('sum_boot_s'))} s booting in all, median boot "
+                         f"{_fmt(p.get('median_boot_s'))} s, median requests "
+                         f"{_fmt(p.get('median_requests_s'))} s"])
+    if passes.get("all_fresh_estimate_s"):
+        rows.append([f"{rid}: all-fresh estimate",
+                     f"{_fmt(passes['all_fresh_estimate_s'])} s (every reset point at the "
+                     f"median fresh point); this run took {_fmt(passes.get('ratio_to_all_fresh'))}"
+                     " of it"])
+    return rows
+
+
+def _boot_rows(m: dict) -> list[list[str]]:
+    b = (m.get("timing") or {}).get("boot_split") or {}
+    if not b:
+        return []
+    rid = escape_text(m.get("run_id") or "?")
+    how = ", ".join(f"{n} {escape_text(k)}" for k, n in sorted((b.get("launchers") or {}).items()))
+    rows = [[f"{rid}: servers", f"{_fmt(b.get('servers'))} ({how})"]]
+    for reason in b.get("fallback_reasons") or ():
+        rows.append([f"{rid}: plain fallback", escape_text(reason, limit=200)])
+    if b.get("compile_cache"):
+        rows.append([f"{rid}: compile cache", ", ".join(
+            f"{escape_text(k)} {n}" for k, n in sorted(b["compile_cache"].items()))])
+    for stage, v in (b.get("median_s") or {}).items():
+        rows.append([f"{rid}: median {escape_text(STAGE_NAMES.get(stage, stage))}", f"{_fmt(v)} s"])
+    return rows
+
+
+def render_timing(manifests: list[dict]) -> str:
+    shown = [m for m in manifests if (m.get("timing") or {}).get("boot_split")
+             or (m.get("timing") or {}).get("passes")]
+    if not shown:
+        return ""
+    rows: list[list[str]] = []
+    for m in shown:
+        rows += _run_rows(m) + _boot_rows(m)
+    return "## Timing\n\n" + table(["", "value"], rows)

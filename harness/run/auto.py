@@ -1,0 +1,122 @@
+"""``--isolation auto``: a reset sweep of every residue, then fresh-server confirmation of
+what a reset sweep can hide, in the same run.
+
+Why: on real vLLM 0.26.0 (H200, tiny hybrid, ngram k = 2 and k = 4) a reset sweep of all
+128 residues was clean where a fresh server broke the rule's residue on its first, cold
+request (issue 17). Reset is cheap (one boot per configuration), fresh is the standard
+(one boot per point), so auto runs every residue on reset servers and these on fresh ones:
+
+- every residue whose reset point was not ok in any phase (known only once it ran: the
+  backend asks :func:`needs_confirmation` as each reset point finishes);
+- the rule's residues and their neighbours, ``k, k + 1, k + 2`` (mod the modulus), on two
+  documents or more: where the rule (``bugb.predict``) names residues, those and their
+  neighbours; where it predicts no break but the configuration drafts ``k`` tokens with
+  prefix caching on, ``k + 1`` and its neighbours all the same (the control: a fresh
+  server at the shape is what shows the fix or the graph mode, not the reset, kept the
+  cell clean). With one ``--seed``, one more document (the next seed) is planned for these
+  residues only, on both passes;
+- a seeded sample of ``--auto-sample`` other residues per configuration and document.
+
+Points carry the pass (``Point.isolation``: ``reset`` / ``fresh``) and why a fresh point
+runs (``Point.confirms``); records carry both (``isolation``, ``confirms``) and
+``isolation_run: auto``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import random
+from typing import Any, Iterable, Sequence
+
+from engine.presets import ServingConfig
+
+from .. import bugb
+
+__all__ = ["AUTO_MIN_DOCUMENTS", "rule_neighbourhood", "auto_extra_documents", "auto_passes",
+           "needs_confirmation", "fresh_twin", "resume_confirmations", "CONFIRMS"]
+
+AUTO_MIN_DOCUMENTS = 2
+# Why a fresh point of an auto run runs (the record's ``confirms``).
+CONFIRMS = ("not ok on reset", "rule neighbourhood", "sample")
+
+
+def rule_neighbourhood(cfg: ServingConfig, modulus: int) -> list[int]:
+    """``k, k + 1, k + 2`` around each residue the rule names (or around ``k + 1`` of the
+    verify shape where it names none but the shape can occur); [] without drafting or
+    without prefix caching."""
+    k = int(cfg.draft_tokens or 0) if cfg.method else 0
+    if not k or not cfg.prefix_caching:
+        return []
+    pred = bugb.predict(cfg.as_dict(), modulus)
+    centres = pred.residues or [(k + 1) % modulus]
+    return sorted({(c + d) % modulus for c in centres for d in (-1, 0, 1)})
+
+
+def auto_extra_documents(opts: Any, cfg: ServingConfig,
+                         modulus: int) -> list[tuple[int, list[int]]]:
+    """(seed, residues) of the documents auto adds so that the rule's neighbourhood is
+    measured on ``AUTO_MIN_DOCUMENTS`` documents; [] outside auto or with enough seeds."""
+    docs = tuple(opts.documents)
+    if opts.isolation != "auto" or len(docs) >= AUTO_MIN_DOCUMENTS:
+        return []
+    residues = rule_neighbourhood(cfg, modulus)
+    if not residues:
+        return []
+    out, seed = [], max(docs)
+    for _ in range(AUTO_MIN_DOCUMENTS - len(docs)):
+        seed += 1
+        out.append((seed, residues))
+    return out
+
+
+def auto_passes(points: Sequence[Any], opts: Any) -> list[Any]:
+    """The plan of an auto run: every point on the reset pass, then the fresh points known
+    before anything runs (rule neighbourhood, sample), in plan order."""
+    reset = [dataclasses.replace(p, isolation="reset") for p in points]
+    fresh: list[Any] = []
+    by_doc: dict[tuple, list[Any]] = {}
+    for p in points:
+        by_doc.setdefault((p.cfg_id, p.seed), []).append(p)
+    for (cid, seed), pts in by_doc.items():
+        near = set(rule_neighbourhood(pts[0].cfg, pts[0].modulus))
+        rest = [p for p in pts if p.residue not in near]
+        rng = random.Random(f"auto-sample:{opts.seed}:{cid}:{seed}")
+        sample = {p.residue for p in rng.sample(rest, min(opts.auto_sample, len(rest)))}
+        for p in pts:
+            if p.residue in near:
+                fresh.append(fresh_twin(p, "rule neighbourhood"))
+            elif p.residue in sample:
+                fresh.append(fresh_twin(p, "sample"))
+    return reset + fresh
+
+
+def fresh_twin(point: Any, confirms: str) -> Any:
+    """The same prompt on a fresh server, saying why it runs."""
+    return dataclasses.replace(point, isolation="fresh", confirms=confirms)
+
+
+def needs_confirmation(point: Any, records: Iterable[dict]) -> bool:
+    """A reset point of an auto run that was not ok in some phase."""
+    return point.isolation == "reset" and any(r.get("verdict") != "ok" for r in records)
+
+
+def resume_confirmations(planned: Sequence[Any], todo: Sequence[Any],
+                         records: Iterable[dict]) -> list[Any]:
+    """On ``--resume`` of an auto run: fresh twins of finished reset points that were not
+    ok, whose confirmation is neither on disk nor planned (it was added at run time)."""
+    bad: set[tuple] = set()
+    fresh_done: set[tuple] = set()
+    for r in records:
+        key = (r.get("config_id"), r.get("residue"), r.get("document_seed"))
+        if r.get("isolation") == "reset" and r.get("verdict") != "ok":
+            bad.add(key)
+        elif r.get("isolation") == "fresh":
+            fresh_done.add(key)
+    pending = {(p.cfg_id, p.residue, p.seed) for p in todo if p.isolation == "fresh"}
+    planned_fresh = {(p.cfg_id, p.residue, p.seed) for p in planned if p.isolation == "fresh"}
+    out = []
+    for p in planned:
+        key = (p.cfg_id, p.residue, p.seed)
+        if (p.isolation == "reset" and key in bad and key not in fresh_done
+                and key not in pending and key not in planned_fresh):
+            out.append(fresh_twin(p, "not ok on reset"))
+    return out
