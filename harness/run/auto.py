@@ -51,14 +51,15 @@ def rule_neighbourhood(cfg: ServingConfig, modulus: int) -> list[int]:
     return sorted({(c + d) % modulus for c in centres for d in (-1, 0, 1)})
 
 
-def auto_extra_documents(opts: Any, cfg: ServingConfig,
-                         modulus: int) -> list[tuple[int, list[int]]]:
-    """(seed, residues) of the documents auto adds so that the rule's neighbourhood is
-    measured on ``AUTO_MIN_DOCUMENTS`` documents; [] outside auto or with enough seeds."""
+def auto_extra_documents(opts: Any, cfg: ServingConfig, modulus: int,
+                         swept: Iterable[int]) -> list[tuple[int, list[int]]]:
+    """(seed, residues) of the documents auto adds so that the rule's neighbourhood (of
+    the ``swept`` residues) is measured on ``AUTO_MIN_DOCUMENTS`` documents; [] outside
+    auto or with enough seeds."""
     docs = tuple(opts.documents)
     if opts.isolation != "auto" or len(docs) >= AUTO_MIN_DOCUMENTS:
         return []
-    residues = rule_neighbourhood(cfg, modulus)
+    residues = sorted(set(rule_neighbourhood(cfg, modulus)) & set(swept))
     if not residues:
         return []
     out, seed = [], max(docs)

@@ -76,7 +76,7 @@ def plan_points(opts: SweepOptions, adapter: EngineAdapter,
         residues, note = select_residues(opts.residues, cfg, modulus, seed=opts.seed)
         sampled[cid] = note
         # --isolation auto measures the rule's neighbourhood on two documents or more
-        extra = auto_extra_documents(opts, cfg, modulus)
+        extra = auto_extra_documents(opts, cfg, modulus, residues)
         tdir = adapter.tokenizer_dir(cfg)
         if tdir is not None:
             if tdir not in tokenizers:

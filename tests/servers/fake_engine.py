@@ -47,6 +47,7 @@ class State:
         self.seen: dict[str, int] = {}
         self.drafts = 0
         self.accepted = 0
+        self.served = 0      # chat requests answered (the first is a fresh server's cold one)
         self.lock = threading.Lock()
 
 
@@ -123,6 +124,10 @@ def make_handler(state: State):
             content = answer
             if hit is not None and residue == args.break_residue:
                 content = None
+            # the shape of issue 17: only the first request of a fresh server breaks
+            first, state.served = state.served == 0, state.served + 1
+            if first and residue == args.break_first_cold_residue:
+                content = None
             toks = len(state.tok.encode_text(answer)) if content else 0
             with state.lock:
                 state.drafts += max(toks // 4, 0)
@@ -145,6 +150,8 @@ def main() -> None:
     p.add_argument("--unit", type=int, default=128)
     p.add_argument("--break-residue", type=int, default=-1)
     p.add_argument("--crash-residue", type=int, default=-1)
+    p.add_argument("--break-first-cold-residue", type=int, default=-1,
+                   help="break the answer of the server's first chat request at this residue")
     p.add_argument("--hang-residue", type=int, default=-1)
     p.add_argument("--boot-fail")
     p.add_argument("--no-tokenize", action="store_true")

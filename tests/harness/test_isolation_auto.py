@@ -1,0 +1,116 @@
+"""``--isolation auto`` end to end: the lab engine (unpatched FULL mtp, residue 4 broken on
+a reset and on a fresh server) and the fake engine (a break only a fresh server's first
+request shows, which a reset sweep hides: issue 17), through the real CLI."""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from harness.engines import LAB_MODEL_DIR
+from tests.conftest import ROOT, fake_cmd
+
+pytestmark = pytest.mark.usefixtures("no_leftovers")
+
+
+def sweep(tmp_path: Path, *args: str, timeout: float = 300):
+    out = tmp_path / "results"
+    proc = subprocess.run([sys.executable, "-m", "harness", "--out", str(out),
+                           "--reports-dir", str(tmp_path / "reports"), "--no-progress", *args],
+                          cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    files = list(out.glob("*.jsonl"))
+    assert len(files) == 1, proc.stderr[-3000:]
+    recs = [json.loads(line) for line in files[0].read_text().splitlines() if line.strip()]
+    manifest = json.loads(next(out.glob("*.manifest.json")).read_text())
+    report = next((tmp_path / "reports").glob("*.md")).read_text()
+    return proc, recs, manifest, report
+
+
+def lab_model(tmp_path: Path) -> Path:
+    model = tmp_path / "model"   # a per-test copy: its path marks this test's servers
+    shutil.copytree(LAB_MODEL_DIR, model)
+    return model
+
+
+def test_auto_on_the_lab_full_mtp_unpatched(tmp_path):
+    model = lab_model(tmp_path)
+    proc, recs, manifest, report = sweep(
+        tmp_path, "--model", str(model), "--spec", "mtp", "--ctx", "huge", "--cudagraph",
+        "FULL", "--patches", "none", "--residues", "0-19", "--isolation", "auto",
+        "--auto-sample", "2", "--context", "1200", "--slots", "2")
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert all(r["isolation_run"] == "auto" for r in recs)
+    cells = Counter((r["isolation"], r["document_seed"], r["residue"], r["phase"]) for r in recs)
+    assert set(cells.values()) == {1}            # one record per pass, document, residue, phase
+    reset0 = {res for iso, doc, res, _ in cells if iso == "reset" and doc == 0}
+    assert reset0 == set(range(20))              # the whole reset sweep on document 0
+    # the rule's k, k+1, k+2 on two documents (the next seed is added), on both passes
+    for iso in ("reset", "fresh"):
+        assert {res for i, doc, res, _ in cells if i == iso and doc == 1} == {3, 4, 5}
+    fresh = {(doc, r["residue"]): r["confirms"] for r in recs if r["isolation"] == "fresh"
+             for doc in [r["document_seed"]]}
+    assert {k for k, why in fresh.items() if why == "rule neighbourhood"} == {
+        (d, res) for d in (0, 1) for res in (3, 4, 5)}
+    sample = {res for (d, res), why in fresh.items() if why == "sample"}
+    assert len(sample) == 2 and not sample & {3, 4, 5}
+    # residue 4 broken on a reset and on a fresh server, on both documents
+    bad = {(r["isolation"], r["document_seed"], r["residue"], r["phase"]) for r in recs
+           if r["verdict"] != "ok"}
+    assert bad == {(iso, d, 4, "self-hit") for iso in ("reset", "fresh") for d in (0, 1)}
+    # the report: agreement line, fresh verdicts in the table, a Timing section
+    both = 2 * (6 + 2)    # phases x fresh points, each also measured on reset
+    assert (f"Reset vs fresh (`--isolation auto`): {both} cells measured on both, {both} "
+            f"agree ({both - 2} both ok, 2 both not ok), 0 disagree; only a fresh server "
+            "caught: none") in report
+    assert "2/2 documents; fresh" in report and "## Timing" in report
+    passes = manifest["timing"]["passes"]
+    assert passes["reset"]["points"] == 23 and passes["fresh"]["points"] == 8
+    assert passes["all_fresh_estimate_s"] > 0 and manifest["isolation"] == "auto"
+    assert manifest["documents"] == [0, 1]
+
+
+def test_auto_catches_what_only_a_fresh_server_shows(tmp_path, tok_dir):
+    # The fake engine breaks residue 9 only on a server's first request: the reset sweep
+    # (one server, residue 9 is not its first) is clean there, the fresh sample is not.
+    proc, recs, manifest, report = sweep(
+        tmp_path, "--engine", "cmd", "--model", str(tok_dir), "--server-cmd",
+        fake_cmd(tok_dir, "--break-first-cold-residue", "9"), "--context", "800",
+        "--residues", "8-10", "--isolation", "auto", "--auto-sample", "3", "--slots", "1",
+        "--seed", "0,1")
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    by = {(r["isolation"], r["document_seed"], r["residue"], r["phase"]): r["verdict"]
+          for r in recs}
+    for doc in (0, 1):
+        assert by[("reset", doc, 9, "cold")] == "ok"
+        assert by[("fresh", doc, 9, "cold")] == "broken"
+    assert ("0 both not ok), 2 disagree; only a fresh server caught: residue 9 cold "
+            "(document 0, broken); residue 9 cold (document 1, broken); only a reset "
+            "server caught: none.") in report
+    assert "⚠ reset ok, fresh broken" in report
+
+
+def test_a_reset_break_gets_its_fresh_confirmation_at_run_time(tmp_path, tok_dir):
+    # Residue 7 breaks on a hit (reset and fresh alike) and is in no planned fresh set:
+    # its fresh twin is added when the reset point finishes.
+    proc, recs, manifest, report = sweep(
+        tmp_path, "--engine", "cmd", "--model", str(tok_dir), "--server-cmd",
+        fake_cmd(tok_dir, "--break-residue", "7"), "--context", "800",
+        "--residues", "6-8", "--isolation", "auto", "--auto-sample", "0", "--slots", "2",
+        "--spec", "none")
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    fresh = {(r["residue"], r["confirms"]) for r in recs if r["isolation"] == "fresh"}
+    assert fresh == {(7, "not ok on reset")}
+    assert "not ok on reset, fresh confirmation added" in proc.stderr
+    assert manifest["timing"]["passes"]["fresh"]["points"] == 1
+
+
+def test_auto_is_refused_where_it_cannot_run(tmp_path, tok_dir):
+    proc = subprocess.run([sys.executable, "-m", "harness", "--auto-sample", "2",
+                           "--dry-run"], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 2 and "--auto-sample is for --isolation auto" in proc.stderr
+    assert "Traceback" not in proc.stderr
