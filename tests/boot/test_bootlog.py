@@ -134,3 +134,19 @@ def test_build_launch_cache_dir(tmp_path):
     assert spec.env["VLLM_CACHE_ROOT"] == str((tmp_path / "c" / "vllm").resolve())
     assert spec.env["TRITON_CACHE_DIR"].endswith("triton")
     assert "VLLM_CACHE_ROOT" not in build_launch(cfg, port=8001, model="/m").env
+
+
+def test_vllm_adapter_boot_notes_from_a_committed_log(tmp_path):
+    """What each record's ``server_boot`` carries for a vLLM server: the split against the
+    harness's clock, the compile cache verdict, and (with --cache-dir) whether the log's
+    compile directory lies under the shared folder."""
+    from harness.engines import VllmAdapter
+    text = _read(WARM)
+    start = _epoch("2026-11-30 02:54:30")
+    notes = VllmAdapter(cache_dir=tmp_path).boot_notes(
+        text, started_epoch=start, ready_epoch=_epoch("2026-11-30 02:55:15"))
+    assert notes["split"]["boot_s"] == 45.0
+    assert notes["split"]["python_start_and_imports_s"] is not None
+    assert notes["compile_cache"] == parse_boot_log(text).compile_cache
+    assert notes["cache_dir"] == str(tmp_path.resolve())
+    assert notes["cache_dir_shared"] is False      # that server used its own default cache
