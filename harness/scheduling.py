@@ -132,6 +132,19 @@ class PointQueue(Generic[P]):
                 best, best_finish = cfg, finish
         return best
 
+    def left(self, cfg_id: str) -> int:
+        """Points of ``cfg_id`` not yet taken."""
+        return len(self._by_cfg.get(cfg_id) or ())
+
+    def unserved(self) -> list[str]:
+        """Open configurations no slot serves yet."""
+        served = set(self._serving.values())
+        return [c for c, q in self._by_cfg.items() if q and c not in served]
+
+    def release(self, slot: Hashable) -> None:
+        """``slot`` serves nothing of this queue any more (it took other work)."""
+        self._serving.pop(slot, None)
+
     def add(self, point: P) -> None:
         """One more point, at the end of its configuration's queue (e.g. an auto run's
         fresh confirmation of a reset point that was not ok)."""

@@ -93,7 +93,7 @@ class _LocalRun:
             return queue.next(slot.id, server_cfg)
         assert self.fresh is not None
         while True:
-            point = queue.next(slot.id, server_cfg) or self.fresh.next(slot.id, None)
+            point = self._next_auto(slot, queue, server_cfg)
             if point is not None:
                 if point.isolation == "reset":
                     self._reset_running += 1
@@ -102,6 +102,19 @@ class _LocalRun:
                 return None
             self._wake.clear()
             await self._wake.wait()
+
+    def _next_auto(self, slot: Slot, queue: PointQueue, server_cfg: str | None) -> Point | None:
+        """A slot keeps its reset server's configuration, else starts an unserved one;
+        otherwise a fresh confirmation comes before a second reset server for a
+        configuration already served (which the queue allows only where it pays off)."""
+        assert self.fresh is not None
+        if (server_cfg is not None and queue.left(server_cfg)) or queue.unserved():
+            return queue.next(slot.id, server_cfg)
+        point = self.fresh.next(slot.id, None)
+        if point is not None:
+            queue.release(slot.id)
+            return point
+        return queue.next(slot.id, None)
 
     def _finished(self, point: Point, records: list[dict]) -> None:
         """Auto: a reset point that was not ok gets its fresh twin (unless planned)."""
