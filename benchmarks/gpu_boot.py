@@ -318,7 +318,7 @@ def start_fork_server(opts: Options, env: dict[str, str]) -> tuple[ForkServer | 
 def run(opts: Options) -> dict:
     (opts.out / "logs").mkdir(parents=True, exist_ok=True)
     t_start = time.monotonic()
-    argv0, add0 = server_command(opts, 0)
+    argv0, add0 = server_command(opts, 1)   # only its env is used (port 0 is refused)
     shared_env = variant_env(opts, "both", {**os.environ, **add0}, "fork-server")
     server, fs_info = (None, {"usable": False, "reason": "no forked variant"})
     if any(VARIANTS[v][1] for v in opts.variants):

@@ -206,7 +206,7 @@ async def _start_launcher(opts: SweepOptions, adapter, store: ResultStore, plan)
     from .launchers import make_launcher
     env: dict[str, str] = {}
     if opts.launcher != "plain" and plan.points:
-        _, env = adapter.command(plan.points[0].cfg, 0, opts.slots[0])
+        _, env = adapter.command(plan.points[0].cfg, 1, opts.slots[0])   # env only
         env = {k: v for k, v in env.items() if k != "CUDA_VISIBLE_DEVICES"}
     launcher = make_launcher(opts.launcher, adapter, logs_dir=store.logs_dir,
                              env={**os.environ, **env})
