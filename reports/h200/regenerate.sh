@@ -35,4 +35,9 @@ report mtp-fresh-k3.md 20261201-092428-9128.jsonl.gz
 report mtp-fresh-k1.md 20261201-092428-a23a.jsonl.gz
 report dflash-reset.md 20261201-091746-d159.jsonl.gz
 report ngram-k4-fresh.md 20261201-091746-e7de.jsonl.gz
+# issue 17 (2026-12-01, one H200): --isolation auto. The README's 4-configuration matrix
+# (ngram k=3) from an empty compile cache in one harness process (8 slots on GPU 0), then
+# ngram k=2 and k=4, FULL_AND_PIECEWISE unpatched, documents 0 and 1
+report auto-matrix-k3.md 20261201-095803-fa07.jsonl.gz
+report auto-ngram-k2-k4.md 20261201-100602-f154.jsonl.gz
 python summarize.py > summary.md && echo summary.md

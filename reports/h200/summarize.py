@@ -122,6 +122,53 @@ def main() -> None:
 
     tok_per_step(rs)
     runner_batches()
+    auto_runs(rs)
+
+
+def auto_runs(rs) -> None:
+    """``--isolation auto`` runs (issue 17): each record says its pass (reset / fresh) and
+    document, so k x document x isolation is read from one run's records."""
+    autos = [r for r in rs if r["isolation"] == "auto"]
+    if not autos:
+        return
+    from harness.report.auto import agreement_line
+    print("\n## `--isolation auto`: the rule's residue k + 1, k x document x isolation\n")
+    print("| run | spec | graph | patches | document | residue | reset cold / self-hit "
+          "| fresh cold / self-hit | agree |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in sorted(autos, key=lambda r: r["man"]["started_at"]):
+        cells = defaultdict(dict)
+        for x in r["recs"]:
+            k = int(x["config"].get("draft_tokens") or 0)
+            if x["residue"] != (k + 1) % 128:
+                continue
+            key = (k, x["config"]["cudagraph_mode"], x["patches"], x.get("document_seed"))
+            cells[key][(x["isolation"], x["phase"])] = x["verdict"]
+        for (k, graph, patches, doc), c in sorted(cells.items(), key=str):
+            def pair(iso: str) -> str:
+                v = [c.get((iso, ph), "–") for ph in ("cold", "self-hit")]
+                return " / ".join(f"**{x}**" if x not in ("ok", "–") else x for x in v)
+            same = all((c.get(("reset", ph)) == "ok") == (c.get(("fresh", ph)) == "ok")
+                       for ph in ("cold", "self-hit"))
+            print(f"| `{r['man']['run_id']}` | {r['spec']} k={k} | {graph} | {patches} | {doc} "
+                  f"| {k + 1} | {pair('reset')} | {pair('fresh')} | {'yes' if same else '**no**'} |")
+    print()
+    for r in sorted(autos, key=lambda r: r["man"]["started_at"]):
+        t = r["man"].get("timing") or {}
+        p = t.get("passes") or {}
+        b = (t.get("boot_split") or {}).get("median_s") or {}
+        print(f"- `{r['man']['run_id']}`: wall {t.get('wall_s')} s on {t.get('slots')} slots; "
+              f"reset pass {p.get('reset', {}).get('points')} points, fresh pass "
+              f"{p.get('fresh', {}).get('points')} points (median boot "
+              f"{p.get('fresh', {}).get('median_boot_s')} s); all-fresh estimate "
+              f"{p.get('all_fresh_estimate_s')} s, ratio {p.get('ratio_to_all_fresh')}; median "
+              f"boot split: imports {b.get('python_start_and_imports_s')} s, to engine core "
+              f"{b.get('api_server_to_engine_core_s')} s, to weights "
+              f"{b.get('engine_core_to_weights_s')} s, compile {b.get('compile_s')} s, graphs "
+              f"{b.get('graph_capture_s')} s, engine init {b.get('init_engine_s')} s, weights to "
+              f"ready {b.get('weights_to_ready_s')} s, boot {b.get('boot_s')} s, first request "
+              f"+{b.get('first_request_extra_s')} s. "
+              + agreement_line(r["recs"]))
 
 
 def tok_per_step(rs) -> None:
