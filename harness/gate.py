@@ -75,9 +75,17 @@ def _one_line(text: str) -> str:
     return " ".join(str(text).split())
 
 
-def testcase_name(r: dict) -> str:
-    return f"{r.get('config_label') or r.get('config_id')} residue {r.get('residue')} " \
+def testcase_name(r: dict, documents: bool = False) -> str:
+    """One name per cell: with the document when a run measured several (``--seed``
+    lists) and the auto pass, so no two testcases share a name (single-document names
+    stay as they were)."""
+    name = f"{r.get('config_label') or r.get('config_id')} residue {r.get('residue')} " \
            f"{r.get('phase')}"
+    if documents and r.get("document_seed") is not None:
+        name += f" document {r['document_seed']}"
+    if r.get("isolation_run") == "auto":
+        name += f" {r.get('isolation')}"
+    return name
 
 
 def failure_message(r: dict) -> str:
@@ -101,8 +109,10 @@ def write_junit(records: list[dict], path, *, suite_name: str = "residue-sweep")
     t_total = f_total = 0
     time_total = 0.0
     for cid, rs in by_cfg.items():
-        rs.sort(key=lambda r: (int(r.get("residue") or 0), phase_key(r.get("phase") or "")))
+        rs.sort(key=lambda r: (int(r.get("residue") or 0), phase_key(r.get("phase") or ""),
+                               r.get("document_seed") or 0, r.get("isolation") or ""))
         label = rs[0].get("config_label") or cid
+        several_docs = len({r.get("document_seed") for r in rs}) > 1
         fails = sum(1 for r in rs if r.get("verdict") != "ok")
         t = sum(float(r.get("latency_s") or 0.0) for r in rs)
         starts = sorted(r.get("started_at") for r in rs if r.get("started_at"))
@@ -121,7 +131,7 @@ def write_junit(records: list[dict], path, *, suite_name: str = "residue-sweep")
                 ET.SubElement(props, "property", name=key, value=_xml_safe(rs[0][key]))
         for r in rs:
             case = ET.SubElement(suite, "testcase", {
-                "name": _xml_safe(testcase_name(r)),
+                "name": _xml_safe(testcase_name(r, several_docs)),
                 "classname": _xml_safe(f"residue_sweep.{cid}"),
                 "time": f"{float(r.get('latency_s') or 0.0):.3f}"})
             if r.get("verdict") != "ok":
