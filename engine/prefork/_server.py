@@ -298,6 +298,9 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # the client's Ctrl-C is the client's
     server.start_watchdog()
     t0 = time.monotonic()
+    # Which import first initialised CUDA (checked after each one: on the H200 the whole
+    # list did, issue 17, and the reason must say where to look).
+    cuda_by: str | None = None
     for module in preload:
         try:
             importlib.import_module(module)
@@ -305,14 +308,19 @@ def main(argv: list[str] | None = None) -> int:
             server.send({"event": "unusable", "reason": f"import {module} failed: "
                          f"{type(exc).__name__}: {exc}"})
             server.shutdown()
+        if cuda_by is None and _cuda_initialized():
+            cuda_by = module
     failed = {}
     for module in optional:
         try:
             importlib.import_module(module)
         except BaseException as exc:  # noqa: BLE001 - optional: the child imports it itself
             failed[module] = f"{type(exc).__name__}: {exc}"
-    if _cuda_initialized():
-        server.send({"event": "unusable", "reason": "importing the preload list initialised CUDA"})
+        if cuda_by is None and _cuda_initialized():
+            cuda_by = f"{module} (optional)"
+    if cuda_by is not None:
+        server.send({"event": "unusable", "reason": "importing the preload list initialised "
+                     f"CUDA (first seen after importing {cuda_by})"})
         server.shutdown()
     import threading
 

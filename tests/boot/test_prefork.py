@@ -157,7 +157,8 @@ def test_import_failure_makes_it_unusable_and_start_child_falls_back(tmp_path):
 def test_cuda_initialised_by_the_preload_is_refused(tmp_path):
     fs = ForkServer(["tests.boot.fake_cuda"], log_path=tmp_path / "fs.log", env=lab_env(),
                     cwd=ROOT)
-    with pytest.raises(ForkServerUnavailable, match="initialised CUDA"):
+    with pytest.raises(ForkServerUnavailable,
+                       match=r"initialised CUDA \(first seen after importing tests.boot.fake_cuda\)"):
         fs.start()
 
 
