@@ -4,6 +4,7 @@
     sweep report RESULTS... [-o F]  markdown report from results files / run ids
     sweep compare OLD NEW [--json]  what changed between two runs
     sweep presets                   the SPEC / CTX preset table
+    sweep explain RUN [--residue R] [--phase P]   the ablation ladder of a run's non-ok cells
 
 Exit codes: 0 every point ok (or the gate passed), 1 a point is not ok (or a regression
 against --baseline), 2 usage or configuration error, 3 the sweep could not run at all,
@@ -35,11 +36,11 @@ from .ranges import fmt_ranges
 from .run.driver import Driver
 from .run.plan import Point, load_golden, plan_points, plan_with_probes
 from .server_pool import kill_all_servers
-from .store import (ResultStore, StoreError, load_manifest_for, load_records, new_run_id,
-                    resolve_results)
+from .store import (ResultStore, StoreError, linked_runs, load_manifest_for, load_records,
+                    new_run_id, read_jsonl, resolve_results)
 
 __all__ = ["EXIT_ABORT", "build_options", "run_sweep", "run_report", "run_compare",
-           "run_presets", "SUBCOMMANDS", "main"]
+           "run_presets", "run_explain", "SUBCOMMANDS", "main"]
 
 EXIT_OK, EXIT_NOT_OK, EXIT_INTERRUPTED = 0, 1, 130
 EXIT_ABORT = EXIT_CANNOT_RUN
@@ -302,9 +303,11 @@ def run_report(argv: Sequence[str]) -> int:
         raise UsageError(str(e)) from None
     records = load_records(paths)
     manifests = [m for m in (load_manifest_for(pth) for pth in paths) if m]
-    md = report.render_markdown(records, manifests, full=ns.full)
+    explained = [(m, read_jsonl(p)) for m, p in linked_runs(paths, "explains")]
+    md = report.render_markdown(records, manifests, full=ns.full, explained=explained)
     if ns.output:
-        path = report.write_report(records, manifests, ns.output, full=ns.full)
+        path = report.write_report(records, manifests, ns.output, full=ns.full,
+                                   explained=explained)
         _say(f"report: {path}")
     else:
         print(md)
@@ -345,7 +348,52 @@ def run_presets(argv: Sequence[str]) -> int:
     return EXIT_OK
 
 
-SUBCOMMANDS = {"report": run_report, "compare": run_compare, "presets": run_presets}
+def run_explain(argv: Sequence[str]) -> int:
+    p = Parser(prog="sweep explain", description="Why a cell is what it is: rerun each non-ok "
+               "cell of a finished run on fresh servers, unchanged and with one configuration "
+               "axis changed at a time (graph mode, patches, prefix caching, match unit, spec, "
+               "block size, k +/- 1, the vLLM runner), and name the axes whose change alone "
+               "cleans it. The rungs are one linked run in the same results store; `sweep "
+               "report RUN` then shows them in an Explained section.")
+    p.add_argument("run", help="run id (or results file) of the finished run")
+    p.add_argument("--residue", type=int, metavar="R", help="only this residue's cells")
+    p.add_argument("--phase", choices=("cold", "warm", "self-hit"), help="only this phase's cells")
+    p.add_argument("--out", default="results", help="where run ids are looked up and the "
+                   "explain run is written (default results/)")
+    p.add_argument("--slots", type=positive_int("--slots"), help="parallel CPU slots")
+    p.add_argument("--gpus", metavar="LIST", help="one server per GPU id, e.g. 0,1")
+    ns = p.parse_args(list(argv))
+    from . import explain
+    from .report.explained import ladders, render_ladder
+    if ns.slots and ns.gpus:
+        raise UsageError("--slots and --gpus are exclusive: --gpus gives one slot per GPU")
+    run_flags = {"out": ns.out, "isolation": "fresh", "resume": None, "dry_run": False,
+                 "baseline": None, "junit": None, "gh_issue": None}
+    if ns.slots or ns.gpus:
+        run_flags.update(slots=ns.slots, gpus=ns.gpus)
+    xp = explain.prepare(ns.run, ns.out, residue=ns.residue, phase=ns.phase,
+                         run_flags=run_flags, build=build_options,
+                         runners_for=lambda e: adapter_class(e).runners)
+    if not xp.targets:
+        _say(f"run {xp.parent_run}: every cell is ok, nothing to explain")
+        return EXIT_OK
+    n = len(xp.runnable())
+    _say(f"explaining {len(xp.targets)} cell(s) of run {xp.parent_run}: {n} rerun(s) on "
+         "fresh servers")
+
+    def on_point(point: Point, records: list[dict]) -> None:
+        _say(f"  {point.cfg.label()} residue {point.residue}: "
+             + ", ".join(f"{r['phase']} {r['verdict']}" for r in records))
+
+    manifest, records = asyncio.run(explain.execute(xp, on_point=on_point))
+    print("\n\n".join(render_ladder(lad, "##") for lad in ladders(manifest, records)))
+    _say(f"explain run {manifest['run_id']} (linked to {xp.parent_run}): "
+         f"{Path(ns.out) / manifest['run_id']}.jsonl")
+    return EXIT_OK
+
+
+SUBCOMMANDS = {"report": run_report, "compare": run_compare, "presets": run_presets,
+               "explain": run_explain}
 
 
 def main(argv: Sequence[str] | None = None) -> None:

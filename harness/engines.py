@@ -36,6 +36,7 @@ class EngineAdapter:
     # Engine facts the CLI and the backends read instead of testing engine names.
     boot_timeout_s = 300.0       # default --boot-timeout
     needs_gpu = False            # a server of this engine claims one GPU (Ray: num_gpus)
+    runners: tuple[str, ...] = ()  # model runners --runner can force (none: one runner)
 
     @classmethod
     def default_slots(cls) -> int:
@@ -157,6 +158,7 @@ class VllmAdapter(EngineAdapter):
     name = "vllm"
     boot_timeout_s = 900.0
     needs_gpu = True
+    runners = ("v1", "v2")       # VLLM_USE_V2_MODEL_RUNNER (engine.vllm.patches.releases)
 
     def __init__(self, *, draft_model: str | None = None, extra_args: tuple[str, ...] = (),
                  plugin_dir: Path | None = None, dev_mode: bool = False,

@@ -23,7 +23,7 @@ from .errors import UsageError
 from .vocabulary import ISOLATIONS, PHASES
 
 __all__ = ["Flag", "FLAGS", "GROUPS", "UNSET", "sweep_parser", "matrix_axes",
-           "rerun_command", "Rerun", "positive_int", "positive_float", "Parser"]
+           "rerun_command", "Rerun", "positive_int", "positive_float", "Parser", "dest_of"]
 
 UNSET = object()   # a matrix axis left to the preset (nothing passed to resolve)
 
@@ -250,7 +250,8 @@ def sweep_parser() -> Parser:
                formatter_class=argparse.RawDescriptionHelpFormatter,
                epilog="Comma-separated values of a configuration flag expand into a matrix, "
                "e.g. --cudagraph FULL_AND_PIECEWISE,PIECEWISE --patches none,all.\n"
-               "Sub-verbs: sweep report ..., sweep compare ..., sweep presets.")
+               "Sub-verbs: sweep report ..., sweep compare ..., sweep presets, "
+               "sweep explain RUN.")
     groups = {g: p.add_argument_group(g) for g in GROUPS}
     for f in FLAGS:
         kw = dict(f.kw)
@@ -262,6 +263,11 @@ def sweep_parser() -> Parser:
 
 def _dest(flag: Flag) -> str:
     return flag.kw.get("dest") or flag.name.lstrip("-").replace("-", "_")
+
+
+def dest_of(flag: Flag) -> str:
+    """The argparse attribute a flag parses into (``sweep explain`` edits a run's flags)."""
+    return _dest(flag)
 
 
 def matrix_axes(ns: argparse.Namespace) -> dict[str, list[Any]]:
