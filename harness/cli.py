@@ -9,6 +9,8 @@
 Exit codes: 0 every point ok (or the gate passed), 1 a point is not ok (or a regression
 against --baseline), 2 usage or configuration error, 3 the sweep could not run at all,
 130 interrupted (every finished record is on disk; ``--resume RUN_ID`` continues).
+Under ``--bisect`` the codes are git bisect run's (``harness.bisect``): 0 good, 1 bad,
+125 untestable, 128 a usage error (abort the bisect).
 """
 from __future__ import annotations
 
@@ -54,6 +56,8 @@ def build_options(ns: argparse.Namespace, argv: Sequence[str]) -> SweepOptions:
         raise UsageError("--ray-address is only for --backend ray")
     if ns.slots and ns.gpus:
         raise UsageError("--slots and --gpus are exclusive: --gpus gives one slot per GPU")
+    if getattr(ns, "bisect", False) and ns.baseline:
+        raise UsageError("--bisect and --baseline are exclusive: a bisect judges each build alone")
     configs = expand_matrix(engine=ns.engine, model=ns.model, prefix_cache=ns.prefix_cache,
                             axes=matrix_axes(ns))
     if ns.modulus == "auto":
@@ -82,7 +86,8 @@ def build_options(ns: argparse.Namespace, argv: Sequence[str]) -> SweepOptions:
         baseline=ns.baseline, junit=Path(ns.junit) if ns.junit else None, full=ns.full,
         gh_issue=ns.gh_issue, api_key=ns.api_key, draft_model=ns.draft_model,
         engine_args=tuple(ns.engine_arg), backend=ns.backend,
-        ray_address=ns.ray_address, argv=tuple(argv))
+        ray_address=ns.ray_address, bisect=bool(getattr(ns, "bisect", False)),
+        argv=tuple(argv))
     make_backend(opts.backend).check(opts)  # e.g. ray without the extra: exit 2, now
     return opts
 
@@ -253,6 +258,10 @@ def _finish(opts: SweepOptions, store: ResultStore, manifest: dict, records: lis
         if writer.wanted(opts):
             for line in writer.write(out):
                 _say(line)
+    if opts.bisect:
+        from .bisect import bisect_exit_code, bisect_verdict_line
+        _say(bisect_verdict_line(records))
+        return bisect_exit_code(records)
     baseline = load_records([opts.baseline], opts.out) if opts.baseline else None
     code = gate.gate_exit_code(records, baseline)
     if baseline is not None:
@@ -416,6 +425,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         kill_all_servers()
         print("sweep: interrupted", file=sys.stderr)
         code = EXIT_INTERRUPTED
+    if "--bisect" in args and not (args and args[0] in SUBCOMMANDS):
+        from .bisect import map_exit
+        code = map_exit(code)   # git bisect run: a usage error must not mark a commit bad
     sys.exit(code)
 
 

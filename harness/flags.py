@@ -238,6 +238,9 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--baseline", OUTPUT, "fail only on regressions against it", {"metavar": "RUN_OR_FILE"}),
     Flag("--junit", OUTPUT, "write JUnit XML (one testcase per point x phase)", {"metavar": "PATH"}),
     Flag("--full", OUTPUT, "do not fold clean rows in the report", {"action": "store_true"}),
+    Flag("--bisect", OUTPUT, "exit for git bisect run: 0 every cell tested and ok, 1 a cell "
+         "not ok, 125 untestable (boot-fail, infra, invalid only); docs/bisect.md",
+         {"action": "store_true"}),
     Flag("--gh-issue", OUTPUT, "post the report as a comment on GitHub issue N (needs gh)",
          {"type": positive_int("--gh-issue"), "metavar": "N"}),
 )
