@@ -14,8 +14,8 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any, Callable, NamedTuple, Sequence
 
-from engine.presets import (CTXS, CUDAGRAPH_MODES, GEOMETRIES, PATCHES, SPECS, PresetError,
-                            ServingConfig, normalise_patches)
+from engine.presets import (CTXS, CUDAGRAPH_MODES, GEOMETRIES, PATCHES, RUNNERS, SPECS,
+                            PresetError, ServingConfig, normalise_patches)
 
 from .backends import backend_names
 from .engines import ADAPTERS
@@ -185,6 +185,11 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--patches", ENGINE, f"fix set(s): all | none | names joined by '+' from "
          f"{', '.join(PATCHES)} (matrix)", {"default": "all"}, axis="patches", items=patch_sets,
          rerun=_always("--patches", lambda r: r.cfg.patches.replace(",", "+"))),
+    Flag("--runner", ENGINE, "vLLM model runner(s): v1 | v2 | auto (the release's default; "
+         "the record's effective configuration names the one that ran) (matrix); the lab "
+         "has one runner (V1's shape-only dispatch, fixed by --patches) and takes auto only",
+         {"metavar": "RUNNER"}, axis="runner", items=_or_none(choices_of(RUNNERS)),
+         rerun=lambda r: ["--runner", r.cfg.runner] if r.cfg.runner != "auto" else []),
     Flag("--model", ENGINE, "model directory (lab: the shipped copy model by default)",
          rerun=_opt("--model", "model")),
     Flag("--served-model-name", ENGINE, "model name for requests (default: /v1/models)",
