@@ -371,6 +371,8 @@ def run_explain(argv: Sequence[str]) -> int:
                    "explain run is written (default results/)")
     p.add_argument("--slots", type=positive_int("--slots"), help="parallel CPU slots")
     p.add_argument("--gpus", metavar="LIST", help="one server per GPU id, e.g. 0,1")
+    p.add_argument("--dry-run", action="store_true", help="print each cell's rungs and their "
+                   "server commands; start nothing")
     ns = p.parse_args(list(argv))
     from . import explain
     from .report.explained import ladders, render_ladder
@@ -386,6 +388,8 @@ def run_explain(argv: Sequence[str]) -> int:
     if not xp.targets:
         _say(f"run {xp.parent_run}: every cell is ok, nothing to explain")
         return EXIT_OK
+    if ns.dry_run:
+        return _explain_dry_run(xp)
     n = len(xp.runnable())
     _say(f"explaining {len(xp.targets)} cell(s) of run {xp.parent_run}: {n} rerun(s) on "
          "fresh servers")
@@ -398,6 +402,24 @@ def run_explain(argv: Sequence[str]) -> int:
     print("\n\n".join(render_ladder(lad, "##") for lad in ladders(manifest, records)))
     _say(f"explain run {manifest['run_id']} (linked to {xp.parent_run}): "
          f"{Path(ns.out) / manifest['run_id']}.jsonl")
+    return EXIT_OK
+
+
+def _explain_dry_run(xp) -> int:
+    rung = xp.runnable()[0].opts
+    adapter = make_adapter(rung.engine, rung.server_cmd, draft_model=rung.draft_model,
+                           extra_args=rung.engine_args, isolation="fresh",
+                           served_model_name=rung.served_model_name)
+    for t in xp.targets:
+        print(f"residue {t.residue} of {t.config_label} (run {xp.parent_run}: "
+              + ", ".join(f"{p} {v}" for p, v in t.phases.items()) + ")")
+        for r in t.rungs:
+            if r.opts is None:
+                print(f"  {r.label}: not run ({r.note})")
+            else:
+                adapter.check(r.opts.configs, r.opts.slots[0])
+                print(f"  {r.label}: {adapter.shell_line(r.cfg, r.opts.slots[0])}")
+    print(f"\n{len(xp.runnable())} rerun(s) on fresh servers; nothing started (--dry-run).")
     return EXIT_OK
 
 

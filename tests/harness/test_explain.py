@@ -151,3 +151,24 @@ def test_nothing_to_explain_and_bad_requests(lab):
     assert ex.returncode == 2 and ex.stderr.count("\n") == 1 and "no non-ok cell" in ex.stderr
     ex = explain("no-such-run")
     assert ex.returncode == 2 and ex.stderr.count("\n") == 1
+
+
+def test_a_committed_vllm_run_gets_its_rungs_and_the_other_runner(tmp_path):
+    """vLLM 0.26.0 on the H200 (reports/h200): residue 4 broken under FULL_AND_PIECEWISE
+    with the plugin off; the server ran on V1, so the ladder adds V2 and nothing else
+    changes in that rung's command but VLLM_USE_V2_MODEL_RUNNER."""
+    run = ROOT / "reports" / "h200" / "results" / "20261130-030446-b166.jsonl.gz"
+    if not run.is_file():
+        pytest.skip("no committed H200 run")
+    proc = harness(tmp_path, "explain", str(run), "--dry-run", "--out", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = {ln.split(":", 1)[0].strip(): ln.split(":", 1)[1] for ln in proc.stdout.splitlines()
+             if ln.startswith("  ")}
+    assert "runner → v2" in lines and "runner → v1" not in lines
+    assert "VLLM_USE_V2_MODEL_RUNNER=1" in lines["runner → v2"]
+    assert "VLLM_USE_V2_MODEL_RUNNER" not in lines["none (the cell as run)"]
+    assert lines["runner → v2"].replace(" VLLM_USE_V2_MODEL_RUNNER=1", "") == \
+        lines["none (the cell as run)"]
+    assert "RESIDUE_LAB_PATCHES=all" in lines["patches → all"]
+    assert '"cudagraph_mode":"PIECEWISE"' in lines["graph mode → PIECEWISE"]
+    assert "nothing started" in proc.stdout and not list(tmp_path.glob("*.jsonl"))
