@@ -38,6 +38,7 @@ from .ranges import fmt_ranges
 from .run.driver import Driver
 from .run.plan import Point, load_golden, plan_points, plan_with_probes
 from .server_pool import kill_all_servers
+from .vocabulary import PHASES
 from .store import (ResultStore, StoreError, linked_runs, load_manifest_for, load_records,
                     new_run_id, read_jsonl, resolve_results)
 
@@ -366,7 +367,7 @@ def run_explain(argv: Sequence[str]) -> int:
                "report RUN` then shows them in an Explained section.")
     p.add_argument("run", help="run id (or results file) of the finished run")
     p.add_argument("--residue", type=int, metavar="R", help="only this residue's cells")
-    p.add_argument("--phase", choices=("cold", "warm", "self-hit"), help="only this phase's cells")
+    p.add_argument("--phase", choices=PHASES, help="only this phase's cells")
     p.add_argument("--out", default="results", help="where run ids are looked up and the "
                    "explain run is written (default results/)")
     p.add_argument("--slots", type=positive_int("--slots"), help="parallel CPU slots")
