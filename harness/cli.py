@@ -154,11 +154,32 @@ def _dry_run(opts: SweepOptions, adapter) -> int:
 
 
 def _rule_line(cfg, modulus: int) -> str:
-    """What the one Bug B rule (``harness.bugb``) says about ``cfg`` before it runs."""
-    pred = bugb.predict(cfg.as_dict(), modulus)
+    """What the one Bug B rule (``harness.bugb``) says about ``cfg`` before it runs; on
+    vLLM with the installed release and the runner it would run on (forced, or that
+    release's default for this model and method)."""
+    pred = bugb.predict(_with_installed_vllm(cfg.as_dict()), modulus)
     if pred.residues:
         return f"{pred.residues} ({_plain(pred.why)})"
     return f"nothing ({_plain(pred.why)})"
+
+
+def _with_installed_vllm(config: dict) -> dict:
+    if config.get("engine") != "vllm":
+        return config
+    from importlib.metadata import PackageNotFoundError, version
+    from engine.vllm.patches.releases import default_runner
+    try:
+        release = version("vllm")
+    except PackageNotFoundError:
+        return config   # nothing installed to ask about: the rule without the release
+    runner = config.get("runner")
+    if runner not in ("v1", "v2"):
+        try:
+            runner = default_runner(release, config.get("method") or "none",
+                                    hybrid=config.get("geometry") != "dense")
+        except ValueError:
+            return config
+    return {**config, "vllm_version": release, "runner": runner}
 
 
 def _plain(markdown: str) -> str:

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from engine.presets import resolve
+from engine.vllm.patches.releases import dispatch_rule
 from harness.bugb import predict
 from harness.cli import build_options
 from harness.configs import config_id
@@ -109,3 +110,22 @@ def test_explain_tries_the_other_runner_on_vllm():
     assert "runner → v2" in labels and "runner → v1" not in labels
     labels = [c[1] for c in axis_changes(cfg, runners=VllmAdapter.runners)]
     assert {"runner → v1", "runner → v2"} <= set(labels)
+
+
+def test_the_dry_run_rule_line_names_the_installed_release_and_runner(tmp_path):
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        release = version("vllm")
+    except PackageNotFoundError:
+        pytest.skip("vLLM is not installed")
+    proc = subprocess.run([sys.executable, "-m", "harness", "--engine", "vllm", "--model",
+                           str(tmp_path), "--spec", "ngram", "--geometry", "hybrid",
+                           "--cudagraph", "FULL_AND_PIECEWISE", "--patches", "none",
+                           "--runner", "v1,v2", "--dry-run"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    lines = [ln for ln in proc.stdout.splitlines() if "rule predicts" in ln]
+    assert len(lines) == 2
+    for line, runner in zip(lines, ("V1", "V2")):
+        want = dispatch_rule(release, runner.lower(), "ngram").line()
+        assert want in line, (want, line)
