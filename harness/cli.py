@@ -4,10 +4,13 @@
     sweep report RESULTS... [-o F]  markdown report from results files / run ids
     sweep compare OLD NEW [--json]  what changed between two runs
     sweep presets                   the SPEC / CTX preset table
+    sweep explain RUN [--residue R] [--phase P]   the ablation ladder of a run's non-ok cells
 
 Exit codes: 0 every point ok (or the gate passed), 1 a point is not ok (or a regression
 against --baseline), 2 usage or configuration error, 3 the sweep could not run at all,
 130 interrupted (every finished record is on disk; ``--resume RUN_ID`` continues).
+Under ``--bisect`` the codes are git bisect run's (``harness.bisect``): 0 good, 1 bad,
+125 untestable, 128 a usage error (abort the bisect).
 """
 from __future__ import annotations
 
@@ -35,11 +38,12 @@ from .ranges import fmt_ranges
 from .run.driver import Driver
 from .run.plan import Point, load_golden, plan_points, plan_with_probes
 from .server_pool import kill_all_servers
-from .store import (ResultStore, StoreError, load_manifest_for, load_records, new_run_id,
-                    resolve_results)
+from .vocabulary import PHASES
+from .store import (ResultStore, StoreError, linked_runs, load_manifest_for, load_records,
+                    new_run_id, read_jsonl, resolve_results)
 
 __all__ = ["EXIT_ABORT", "build_options", "run_sweep", "run_report", "run_compare",
-           "run_presets", "SUBCOMMANDS", "main"]
+           "run_presets", "run_explain", "SUBCOMMANDS", "main"]
 
 EXIT_OK, EXIT_NOT_OK, EXIT_INTERRUPTED = 0, 1, 130
 EXIT_ABORT = EXIT_CANNOT_RUN
@@ -53,6 +57,8 @@ def build_options(ns: argparse.Namespace, argv: Sequence[str]) -> SweepOptions:
         raise UsageError("--ray-address is only for --backend ray")
     if ns.slots and ns.gpus:
         raise UsageError("--slots and --gpus are exclusive: --gpus gives one slot per GPU")
+    if getattr(ns, "bisect", False) and ns.baseline:
+        raise UsageError("--bisect and --baseline are exclusive: a bisect judges each build alone")
     configs = expand_matrix(engine=ns.engine, model=ns.model, prefix_cache=ns.prefix_cache,
                             axes=matrix_axes(ns))
     if ns.modulus == "auto":
@@ -81,7 +87,8 @@ def build_options(ns: argparse.Namespace, argv: Sequence[str]) -> SweepOptions:
         baseline=ns.baseline, junit=Path(ns.junit) if ns.junit else None, full=ns.full,
         gh_issue=ns.gh_issue, api_key=ns.api_key, draft_model=ns.draft_model,
         engine_args=tuple(ns.engine_arg), backend=ns.backend,
-        ray_address=ns.ray_address, argv=tuple(argv))
+        ray_address=ns.ray_address, bisect=bool(getattr(ns, "bisect", False)),
+        argv=tuple(argv))
     make_backend(opts.backend).check(opts)  # e.g. ray without the extra: exit 2, now
     return opts
 
@@ -147,11 +154,32 @@ def _dry_run(opts: SweepOptions, adapter) -> int:
 
 
 def _rule_line(cfg, modulus: int) -> str:
-    """What the one Bug B rule (``harness.bugb``) says about ``cfg`` before it runs."""
-    pred = bugb.predict(cfg.as_dict(), modulus)
+    """What the one Bug B rule (``harness.bugb``) says about ``cfg`` before it runs; on
+    vLLM with the installed release and the runner it would run on (forced, or that
+    release's default for this model and method)."""
+    pred = bugb.predict(_with_installed_vllm(cfg.as_dict()), modulus)
     if pred.residues:
         return f"{pred.residues} ({_plain(pred.why)})"
     return f"nothing ({_plain(pred.why)})"
+
+
+def _with_installed_vllm(config: dict) -> dict:
+    if config.get("engine") != "vllm":
+        return config
+    from importlib.metadata import PackageNotFoundError, version
+    from engine.vllm.patches.releases import default_runner
+    try:
+        release = version("vllm")
+    except PackageNotFoundError:
+        return config   # nothing installed to ask about: the rule without the release
+    runner = config.get("runner")
+    if runner not in ("v1", "v2"):
+        try:
+            runner = default_runner(release, config.get("method") or "none",
+                                    hybrid=config.get("geometry") != "dense")
+        except ValueError:
+            return config
+    return {**config, "vllm_version": release, "runner": runner}
 
 
 def _plain(markdown: str) -> str:
@@ -252,6 +280,10 @@ def _finish(opts: SweepOptions, store: ResultStore, manifest: dict, records: lis
         if writer.wanted(opts):
             for line in writer.write(out):
                 _say(line)
+    if opts.bisect:
+        from .bisect import bisect_exit_code, bisect_verdict_line
+        _say(bisect_verdict_line(records))
+        return bisect_exit_code(records)
     baseline = load_records([opts.baseline], opts.out) if opts.baseline else None
     code = gate.gate_exit_code(records, baseline)
     if baseline is not None:
@@ -302,9 +334,11 @@ def run_report(argv: Sequence[str]) -> int:
         raise UsageError(str(e)) from None
     records = load_records(paths)
     manifests = [m for m in (load_manifest_for(pth) for pth in paths) if m]
-    md = report.render_markdown(records, manifests, full=ns.full)
+    explained = [(m, read_jsonl(p)) for m, p in linked_runs(paths, "explains")]
+    md = report.render_markdown(records, manifests, full=ns.full, explained=explained)
     if ns.output:
-        path = report.write_report(records, manifests, ns.output, full=ns.full)
+        path = report.write_report(records, manifests, ns.output, full=ns.full,
+                                   explained=explained)
         _say(f"report: {path}")
     else:
         print(md)
@@ -345,7 +379,74 @@ def run_presets(argv: Sequence[str]) -> int:
     return EXIT_OK
 
 
-SUBCOMMANDS = {"report": run_report, "compare": run_compare, "presets": run_presets}
+def run_explain(argv: Sequence[str]) -> int:
+    p = Parser(prog="sweep explain", description="Why a cell is what it is: rerun each non-ok "
+               "cell of a finished run on fresh servers, unchanged and with one configuration "
+               "axis changed at a time (graph mode, patches, prefix caching, match unit, spec, "
+               "block size, k +/- 1, the vLLM runner), and name the axes whose change alone "
+               "cleans it. The rungs are one linked run in the same results store; `sweep "
+               "report RUN` then shows them in an Explained section.")
+    p.add_argument("run", help="run id (or results file) of the finished run")
+    p.add_argument("--residue", type=int, metavar="R", help="only this residue's cells")
+    p.add_argument("--phase", choices=PHASES, help="only this phase's cells")
+    p.add_argument("--out", default="results", help="where run ids are looked up and the "
+                   "explain run is written (default results/)")
+    p.add_argument("--slots", type=positive_int("--slots"), help="parallel CPU slots")
+    p.add_argument("--gpus", metavar="LIST", help="one server per GPU id, e.g. 0,1")
+    p.add_argument("--dry-run", action="store_true", help="print each cell's rungs and their "
+                   "server commands; start nothing")
+    ns = p.parse_args(list(argv))
+    from . import explain
+    from .report.explained import ladders, render_ladder
+    if ns.slots and ns.gpus:
+        raise UsageError("--slots and --gpus are exclusive: --gpus gives one slot per GPU")
+    run_flags = {"out": ns.out, "isolation": "fresh", "resume": None, "dry_run": False,
+                 "baseline": None, "junit": None, "gh_issue": None}
+    if ns.slots or ns.gpus:
+        run_flags.update(slots=ns.slots, gpus=ns.gpus)
+    xp = explain.prepare(ns.run, ns.out, residue=ns.residue, phase=ns.phase,
+                         run_flags=run_flags, build=build_options,
+                         runners_for=lambda e: adapter_class(e).runners)
+    if not xp.targets:
+        _say(f"run {xp.parent_run}: every cell is ok, nothing to explain")
+        return EXIT_OK
+    if ns.dry_run:
+        return _explain_dry_run(xp)
+    n = len(xp.runnable())
+    _say(f"explaining {len(xp.targets)} cell(s) of run {xp.parent_run}: {n} rerun(s) on "
+         "fresh servers")
+
+    def on_point(point: Point, records: list[dict]) -> None:
+        _say(f"  {point.cfg.label()} residue {point.residue}: "
+             + ", ".join(f"{r['phase']} {r['verdict']}" for r in records))
+
+    manifest, records = asyncio.run(explain.execute(xp, on_point=on_point))
+    print("\n\n".join(render_ladder(lad, "##") for lad in ladders(manifest, records)))
+    _say(f"explain run {manifest['run_id']} (linked to {xp.parent_run}): "
+         f"{Path(ns.out) / manifest['run_id']}.jsonl")
+    return EXIT_OK
+
+
+def _explain_dry_run(xp) -> int:
+    rung = xp.runnable()[0].opts
+    adapter = make_adapter(rung.engine, rung.server_cmd, draft_model=rung.draft_model,
+                           extra_args=rung.engine_args, isolation="fresh",
+                           served_model_name=rung.served_model_name)
+    for t in xp.targets:
+        print(f"residue {t.residue} of {t.config_label} (run {xp.parent_run}: "
+              + ", ".join(f"{p} {v}" for p, v in t.phases.items()) + ")")
+        for r in t.rungs:
+            if r.opts is None:
+                print(f"  {r.label}: not run ({r.note})")
+            else:
+                adapter.check(r.opts.configs, r.opts.slots[0])
+                print(f"  {r.label}: {adapter.shell_line(r.cfg, r.opts.slots[0])}")
+    print(f"\n{len(xp.runnable())} rerun(s) on fresh servers; nothing started (--dry-run).")
+    return EXIT_OK
+
+
+SUBCOMMANDS = {"report": run_report, "compare": run_compare, "presets": run_presets,
+               "explain": run_explain}
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -368,6 +469,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         kill_all_servers()
         print("sweep: interrupted", file=sys.stderr)
         code = EXIT_INTERRUPTED
+    if "--bisect" in args and not (args and args[0] in SUBCOMMANDS):
+        from .bisect import map_exit
+        code = map_exit(code)   # git bisect run: a usage error must not mark a commit bad
     sys.exit(code)
 
 

@@ -59,6 +59,7 @@ class SweepOptions:
     engine_args: tuple[str, ...] = ()  # --engine vllm: extra server arguments
     backend: str = "local"         # a name in harness.backends.BACKENDS
     ray_address: str | None = None
+    bisect: bool = False           # --bisect: the exit code git bisect run reads
     argv: tuple[str, ...] = field(default=(), compare=False)
 
     @property

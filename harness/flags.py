@@ -14,8 +14,8 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any, Callable, NamedTuple, Sequence
 
-from engine.presets import (CTXS, CUDAGRAPH_MODES, GEOMETRIES, PATCHES, SPECS, PresetError,
-                            ServingConfig, normalise_patches)
+from engine.presets import (CTXS, CUDAGRAPH_MODES, GEOMETRIES, PATCHES, RUNNERS, SPECS,
+                            PresetError, ServingConfig, normalise_patches)
 
 from .backends import backend_names
 from .engines import ADAPTERS
@@ -23,7 +23,7 @@ from .errors import UsageError
 from .vocabulary import ISOLATIONS, PHASES
 
 __all__ = ["Flag", "FLAGS", "GROUPS", "UNSET", "sweep_parser", "matrix_axes",
-           "rerun_command", "Rerun", "positive_int", "positive_float", "Parser"]
+           "rerun_command", "Rerun", "positive_int", "positive_float", "Parser", "dest_of"]
 
 UNSET = object()   # a matrix axis left to the preset (nothing passed to resolve)
 
@@ -185,6 +185,11 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--patches", ENGINE, f"fix set(s): all | none | names joined by '+' from "
          f"{', '.join(PATCHES)} (matrix)", {"default": "all"}, axis="patches", items=patch_sets,
          rerun=_always("--patches", lambda r: r.cfg.patches.replace(",", "+"))),
+    Flag("--runner", ENGINE, "vLLM model runner(s): v1 | v2 | auto (the release's default; "
+         "the record's effective configuration names the one that ran) (matrix); the lab "
+         "has one runner (V1's shape-only dispatch, fixed by --patches) and takes auto only",
+         {"metavar": "RUNNER"}, axis="runner", items=_or_none(choices_of(RUNNERS)),
+         rerun=lambda r: ["--runner", r.cfg.runner] if r.cfg.runner != "auto" else []),
     Flag("--model", ENGINE, "model directory (lab: the shipped copy model by default)",
          rerun=_opt("--model", "model")),
     Flag("--served-model-name", ENGINE, "model name for requests (default: /v1/models)",
@@ -238,6 +243,9 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--baseline", OUTPUT, "fail only on regressions against it", {"metavar": "RUN_OR_FILE"}),
     Flag("--junit", OUTPUT, "write JUnit XML (one testcase per point x phase)", {"metavar": "PATH"}),
     Flag("--full", OUTPUT, "do not fold clean rows in the report", {"action": "store_true"}),
+    Flag("--bisect", OUTPUT, "exit for git bisect run: 0 every cell tested and ok, 1 a cell "
+         "not ok, 125 untestable (boot-fail, infra, invalid only); docs/bisect.md",
+         {"action": "store_true"}),
     Flag("--gh-issue", OUTPUT, "post the report as a comment on GitHub issue N (needs gh)",
          {"type": positive_int("--gh-issue"), "metavar": "N"}),
 )
@@ -250,7 +258,8 @@ def sweep_parser() -> Parser:
                formatter_class=argparse.RawDescriptionHelpFormatter,
                epilog="Comma-separated values of a configuration flag expand into a matrix, "
                "e.g. --cudagraph FULL_AND_PIECEWISE,PIECEWISE --patches none,all.\n"
-               "Sub-verbs: sweep report ..., sweep compare ..., sweep presets.")
+               "Sub-verbs: sweep report ..., sweep compare ..., sweep presets, "
+               "sweep explain RUN.")
     groups = {g: p.add_argument_group(g) for g in GROUPS}
     for f in FLAGS:
         kw = dict(f.kw)
@@ -262,6 +271,11 @@ def sweep_parser() -> Parser:
 
 def _dest(flag: Flag) -> str:
     return flag.kw.get("dest") or flag.name.lstrip("-").replace("-", "_")
+
+
+def dest_of(flag: Flag) -> str:
+    """The argparse attribute a flag parses into (``sweep explain`` edits a run's flags)."""
+    return _dest(flag)
 
 
 def matrix_axes(ns: argparse.Namespace) -> dict[str, list[Any]]:

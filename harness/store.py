@@ -17,7 +17,7 @@ from typing import Any, Iterable
 
 __all__ = ["RECORD_SUFFIX", "ARCHIVED_SUFFIX", "MANIFEST_SUFFIX", "StoreError",
            "new_run_id", "now_iso", "ResultStore", "read_jsonl", "resolve_results",
-           "load_records", "load_manifest_for"]
+           "load_records", "load_manifest_for", "linked_runs"]
 
 RECORD_SUFFIX = ".jsonl"
 ARCHIVED_SUFFIX = ".jsonl.gz"  # archived records (e.g. reports/h200/results): read like .jsonl
@@ -145,3 +145,24 @@ def load_manifest_for(results_path: str | Path) -> dict[str, Any] | None:
         return json.loads(m.read_text())
     return None
 
+
+
+def linked_runs(results_paths: Iterable[str | Path], link: str) -> list[tuple[dict, Path]]:
+    """Runs beside ``results_paths`` whose manifest's ``link`` block (e.g. ``explains``)
+    names one of their runs: (that manifest, its records file), oldest first."""
+    out: list[tuple[dict, Path]] = []
+    for rp in results_paths:
+        parent = load_manifest_for(rp)
+        if not parent:
+            continue
+        for m_path in sorted(Path(rp).parent.glob(f"*{MANIFEST_SUFFIX}")):
+            try:
+                m = json.loads(m_path.read_text())
+            except (OSError, ValueError):
+                continue   # a manifest being written or not ours: not a link
+            block = m.get(link) if isinstance(m, dict) else None
+            records = m_path.with_name(m_path.name[: -len(MANIFEST_SUFFIX)] + RECORD_SUFFIX)
+            if isinstance(block, dict) and block.get("run_id") == parent.get("run_id") \
+                    and records.is_file():
+                out.append((m, records))
+    return out

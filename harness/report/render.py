@@ -15,13 +15,15 @@ __all__ = ["render_markdown", "write_report", "load_inputs"]
 
 
 def render_markdown(records: list[dict], manifests: list[dict] | None = None, *,
-                    full: bool = False, title: str | None = None) -> str:
+                    full: bool = False, title: str | None = None,
+                    explained: list[tuple[dict, list[dict]]] | None = None) -> str:
     """The whole report as GitHub-flavoured markdown.
 
     ``records``: phase records of one or more runs (docs/records.md). ``manifests``: their
     run manifests (optional: they add the command line, the dates, planned-but-missing
     residues and the interrupted flag). ``full``: one row per residue, no folding, and every
-    rerun command line."""
+    rerun command line. ``explained``: (manifest, records) of the explain runs linked to
+    these runs (``sweep explain``): their ladders make the "Explained" section."""
     manifests = [m for m in (manifests or []) if m]
     if not records:
         return (f"# {title or 'Residue sweep report'}\n\nNo records: nothing was measured.\n")
@@ -89,6 +91,11 @@ def render_markdown(records: list[dict], manifests: list[dict] | None = None, *,
     nodes = render_nodes(recs)   # "" unless the records ran on several nodes
     if nodes:
         out += [nodes, ""]
+
+    from .explained import render_explained
+    section = render_explained(explained or [])
+    if section:
+        out += [section, ""]
 
     out.append(render_provenance(configs, recs, manifests, superseded))
     out.append("")

@@ -45,8 +45,9 @@ class Driver:
     def __init__(self, opts: SweepOptions, adapter: EngineAdapter, store: ResultStore,
                  plan: SweepPlan, *, golden: dict[tuple, str] | None = None,
                  on_point_done: Callable[[Point, list[dict]], None] | None = None,
-                 version: str | None = None):
+                 version: str | None = None, links: dict[str, Any] | None = None):
         self.opts = opts
+        self.links = dict(links or {})   # e.g. {"explains": {...}}: this run's parent run
         self.store = store
         self.plan = plan
         self.on_point_done = on_point_done
@@ -93,6 +94,7 @@ class Driver:
             "slots": [s.id for s in opts.slots],
             "sampled": {k: v for k, v in plan.sampled.items() if v},
             "planning_s": round(plan.planning_s, 3), "interrupted": False, "exit_code": None,
+            **self.links,
         }
 
     # -- events from a backend ---------------------------------------------------------
