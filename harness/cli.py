@@ -26,14 +26,15 @@ from engine.presets import preset_table_markdown
 from . import bugb
 from .backends import Backend, make_backend
 from .configs import (SweepOptions, config_id, describe, expand_matrix, modulus_for,
-                      parse_phases, parse_reference, parse_slots, select_residues)
+                      parse_phases, parse_prompts, parse_reference, parse_slots,
+                      select_residues)
 from .engines import adapter_class, make_adapter
 from .errors import EXIT_CANNOT_RUN, CannotRun, HarnessError, UsageError
 from .flags import Parser, matrix_axes, positive_int, sweep_parser
 from .prompts import PlanError, TemplateError
 from .ranges import fmt_ranges
 from .run.driver import Driver
-from .run.plan import Point, load_golden, plan_points, plan_with_probes
+from .run.plan import Point, check_golden_covers, load_golden, plan_points, plan_with_probes
 from .server_pool import kill_all_servers
 from .store import (ResultStore, StoreError, load_manifest_for, load_records, new_run_id,
                     resolve_results)
@@ -66,6 +67,7 @@ def build_options(ns: argparse.Namespace, argv: Sequence[str]) -> SweepOptions:
             raise UsageError("--modulus must be at least 1")
     phases = parse_phases(ns.phases)
     reference = parse_reference(ns.reference, phases)
+    cases = parse_prompts(ns.prompts, ns.case, reference)
     for cfg in configs:  # residue syntax errors surface now, not mid-sweep
         select_residues(ns.residues, cfg, modulus_for(cfg, modulus), seed=ns.seed)
     engine = adapter_class(ns.engine)
@@ -81,7 +83,7 @@ def build_options(ns: argparse.Namespace, argv: Sequence[str]) -> SweepOptions:
         baseline=ns.baseline, junit=Path(ns.junit) if ns.junit else None, full=ns.full,
         gh_issue=ns.gh_issue, api_key=ns.api_key, draft_model=ns.draft_model,
         engine_args=tuple(ns.engine_arg), backend=ns.backend,
-        ray_address=ns.ray_address, argv=tuple(argv))
+        ray_address=ns.ray_address, prompts=ns.prompts, cases=cases, argv=tuple(argv))
     make_backend(opts.backend).check(opts)  # e.g. ray without the extra: exit 2, now
     return opts
 
@@ -125,6 +127,8 @@ def _dry_run(opts: SweepOptions, adapter) -> int:
     except (CannotRun, TemplateError) as e:
         plan = None
         print(f"prompt plan: computed at run time ({e})", file=out)
+    except PlanError as e:  # a target that cannot be hit (a prompt case, a context too big)
+        raise UsageError(str(e)) from None
     total = 0
     for cfg in opts.configs:
         mod = modulus_for(cfg, opts.modulus)
@@ -173,6 +177,8 @@ async def _sweep_async(opts: SweepOptions, adapter, backend: Backend, *,
         raise UsageError(f"--reference: {e}") from None
     try:
         plan = await plan_with_probes(opts, adapter, logs_dir=store.logs_dir)
+        if golden is not None and opts.cases:
+            check_golden_covers(plan, golden, opts.golden_run)
     except PlanError as e:
         raise UsageError(str(e)) from None
     driver = Driver(opts, adapter, store, plan, golden=golden)

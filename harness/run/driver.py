@@ -80,7 +80,7 @@ class Driver:
 
     def _new_manifest(self) -> dict[str, Any]:
         opts, plan = self.opts, self.plan
-        return {
+        manifest = {
             "run_id": self.run_id, "command": shlex.join(["sweep", *opts.argv]),
             "harness_version": self.runner_spec.version, "engine": opts.engine,
             "host": socket.gethostname(), "started_at": now_iso(), "ended_at": None,
@@ -94,6 +94,9 @@ class Driver:
             "sampled": {k: v for k, v in plan.sampled.items() if v},
             "planning_s": round(plan.planning_s, 3), "interrupted": False, "exit_code": None,
         }
+        if opts.prompts:  # --prompts: the file and, per case, its line, padding and lengths
+            manifest["prompts"] = {"file": opts.prompts, "cases": plan.cases}
+        return manifest
 
     # -- events from a backend ---------------------------------------------------------
     def point_started(self, point: Point, where: str = "") -> None:
