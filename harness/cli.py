@@ -133,13 +133,16 @@ def _dry_run(opts: SweepOptions, adapter) -> int:
     for cfg in opts.configs:
         mod = modulus_for(cfg, opts.modulus)
         residues, note = select_residues(opts.residues, cfg, mod, seed=opts.seed)
-        total += len(residues)
+        total += len(residues) * max(1, len(opts.cases))
         print(f"\n[{config_id(cfg)}] {cfg.label()}", file=out)
         print(f"  residues: {fmt_ranges(residues)} (mod {mod}){'  -- ' + note if note else ''}",
               file=out)
         print(f"  rule predicts: {_rule_line(cfg, mod)}", file=out)
         print(f"  server: {adapter.shell_line(cfg, opts.slots[0])}", file=out)
-        if plan:
+        if plan and opts.cases:
+            for line in _case_lines(plan, config_id(cfg), opts):
+                print("  " + line, file=out)
+        elif plan:
             pts = [p for p in plan.points if p.cfg_id == config_id(cfg)]
             if pts:
                 lens = [p.plan.target_len for p in pts]
@@ -148,6 +151,22 @@ def _dry_run(opts: SweepOptions, adapter) -> int:
                       f"{pts[0].rerun}", file=out)
     print(f"\n{total} data points x {len(opts.phases)} phases; nothing started (--dry-run).", file=out)
     return EXIT_OK
+
+
+def _case_lines(plan, cid: str, opts: SweepOptions) -> list[str]:
+    """--dry-run, --prompts: one line per case (where it pads, its lengths, what judges it)."""
+    out = []
+    for case in opts.cases:
+        facts = plan.cases.get(case.id) or {}
+        lo, hi = (facts.get("templated_len") or {}).get(cid, ("?", "?"))
+        pts = [p for p in plan.points if p.cfg_id == cid and p.case == case.id]
+        judged = "its expected" if case.expected is not None else f"--reference {opts.reference}"
+        out.append(f"case {case.id} ({opts.prompts}:{case.line}): padding "
+                   f"{(facts.get('pad_unit') or {}).get(cid)!r} in {case.describe_pad()}, "
+                   f"templated lengths {lo}..{hi}, {len(pts)} points, judged by {judged}")
+    if plan.points:
+        out.append(f"e.g. rerun: {next(p for p in plan.points if p.cfg_id == cid).rerun}")
+    return out
 
 
 def _rule_line(cfg, modulus: int) -> str:

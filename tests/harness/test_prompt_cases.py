@@ -179,3 +179,42 @@ def test_build_options_rejects_passage_for_a_case_without_expected(tmp_path):
     argv += ["--reference", "cold"]
     opts = build_options(sweep_parser().parse_args(argv), argv)
     assert [c.id for c in opts.cases] == ["q"] and opts.prompts == path
+
+
+README_PROMPTS = ("sweep --prompts examples/prompts/chat.jsonl --case chat-release-notes "
+                  "--residues all --slots 2")
+
+
+def test_the_readme_shows_the_done_when_command_and_its_reruns_name_the_case():
+    import shlex
+
+    from harness.cli import build_options, sweep_parser
+    from harness.configs import config_id
+    from harness.engines import make_adapter
+    from harness.run.plan import plan_points
+    assert README_PROMPTS in (ROOT / "README.md").read_text()
+    argv = shlex.split(README_PROMPTS)[1:]
+    opts = build_options(sweep_parser().parse_args(argv), argv)
+    assert [c.id for c in opts.cases] == ["chat-release-notes"]
+    assert opts.cases[0].pad_index == 3 and opts.cases[0].messages[0]["role"] == "system"
+    plan = plan_points(opts, make_adapter("lab", None))
+    assert len(plan.points) == 128
+    for point in (plan.points[4], plan.points[127]):
+        again_argv = shlex.split(point.rerun)[1:]
+        again = build_options(sweep_parser().parse_args(again_argv), again_argv)
+        assert [c.id for c in again.cases] == [point.case] and again.residues == str(point.residue)
+        (one,) = plan_points(again, make_adapter("lab", None)).points
+        assert (config_id(one.cfg), one.case, one.residue) == point.key
+        assert one.plan.messages == point.plan.messages
+
+
+def test_the_dry_run_lists_each_case_and_counts_case_points():
+    out = subprocess.run([sys.executable, "-m", "harness", "--prompts", str(EXAMPLES / "code.jsonl"),
+                          "--residues", "0-3", "--dry-run"], cwd=ROOT, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = [ln.strip() for ln in out.stdout.splitlines() if ln.strip().startswith("case ")]
+    assert len(lines) == 2
+    assert lines[0].startswith(f"case code-python-retry ({EXAMPLES / 'code.jsonl'}:1): padding")
+    assert "in messages[2] (assistant)" in lines[1] and "4 points, judged by its expected" in lines[1]
+    assert "8 data points x 2 phases; nothing started" in out.stdout

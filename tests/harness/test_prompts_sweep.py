@@ -144,3 +144,17 @@ def test_compare_and_junit_name_the_case(tmp_path):
     xml = (tmp_path / "j.xml").read_text()
     assert "case chat-incident residue 4 self-hit" in xml
     assert "case chat-release-notes residue 4 cold" in xml
+
+
+def test_the_lab_echoes_a_question_it_cannot_answer_and_cold_judges_the_hit(tmp_path):
+    """docs/prompts.md: without a 'first N lines' instruction the lab echoes the last user
+    message; it never answers the question (an `expected` real answer would be diverged)."""
+    question = "Which of our regions had the most failed deploys last week, and why?"
+    path = tmp_path / "q.jsonl"
+    path.write_text(json.dumps({"id": "question", "pad": "system", "messages": [
+        {"role": "system", "content": "You are an operations assistant. " * 30},
+        {"role": "user", "content": question}]}) + "\n")
+    _, recs, _ = sweep(tmp_path, "--prompts", str(path), "--residues", "9", "--reference", "cold")
+    assert [r["answer"] for r in recs] == [question, question]
+    hit = next(r for r in recs if r["phase"] == "self-hit")
+    assert hit["verdict"] == "ok" and hit["reference_sha1"] == recs[0]["sha1"]
