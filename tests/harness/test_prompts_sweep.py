@@ -22,13 +22,15 @@ BROKEN = ("--cudagraph", "FULL_AND_PIECEWISE", "--patches", "none")
 
 
 def sweep(tmp_path: Path, *args: str, out: str = "results", rc: int | None = 0,
-          timeout: float = 600) -> tuple[subprocess.CompletedProcess, list[dict], dict]:
+          timeout: float = 600, local_tokenizer: bool = True
+          ) -> tuple[subprocess.CompletedProcess, list[dict], dict]:
     model = tmp_path / "model"  # a per-test copy: its path marks this test's servers
     if not model.exists():
         shutil.copytree(LAB_MODEL_DIR, model)
     outdir = tmp_path / out
     before = set(outdir.glob("*.jsonl")) if outdir.exists() else set()
-    proc = subprocess.run([sys.executable, "-m", "harness", "--model", str(model),
+    model_arg = ["--model", str(model)] if local_tokenizer else []
+    proc = subprocess.run([sys.executable, "-m", "harness", *model_arg,
                            "--out", str(outdir), "--reports-dir", str(tmp_path / "reports"),
                            "--no-progress", "--slots", "2", *args],
                           cwd=ROOT, capture_output=True, text=True, timeout=timeout)
@@ -158,3 +160,32 @@ def test_the_lab_echoes_a_question_it_cannot_answer_and_cold_judges_the_hit(tmp_
     assert [r["answer"] for r in recs] == [question, question]
     hit = next(r for r in recs if r["phase"] == "self-hit")
     assert hit["verdict"] == "ok" and hit["reference_sha1"] == recs[0]["sha1"]
+
+
+def test_without_a_local_tokenizer_cases_are_planned_on_a_probe_servers_tokenize(tmp_path):
+    """--engine cmd with no tokenizer.json: every case prompt is counted by a probe
+    server's /tokenize; a case its template refuses is exit 2 naming the case, before any
+    data point runs, and the probe is stopped."""
+    model = tmp_path / "model"
+    shutil.copytree(LAB_MODEL_DIR, model)
+    server = (f"{sys.executable} -m engine.lab --host 127.0.0.1 --port {{port}} --model {model} "
+              "--enable-prefix-caching --prefix-match-unit 128 --block-size 128 "
+              "--enable-prompt-tokens-details")
+    _, recs, manifest = sweep(tmp_path, "--engine", "cmd", "--server-cmd", server,
+                              "--prompts", str(CODE), "--residues", "6",
+                              local_tokenizer=False)
+    assert len(recs) == 4 and all(r["verdict"] == "ok" for r in recs)
+    assert all(r["templated_len"] == r["target_len"] == r["prompt_tokens"] for r in recs)
+    assert manifest["prompts"]["cases"]["code-rust-review"]["pad"] == "messages[2] (assistant)"
+    assert any("-probe-" in p.name for p in (tmp_path / "results").rglob("*.log"))
+    bad = tmp_path / "image.jsonl"
+    bad.write_text(json.dumps({"id": "pic", "expected": "x", "messages": [
+        {"role": "system", "content": "Look. " * 200},
+        {"role": "user", "content": [{"type": "text", "text": "What is this?"},
+                                     {"type": "image_url", "image_url": {"url": "x"}}]}]}) + "\n")
+    proc, recs, _ = sweep(tmp_path, "--engine", "cmd", "--server-cmd", server, "--prompts",
+                          str(bad), "--residues", "6", out="bad", rc=2,
+                          local_tokenizer=False)
+    assert recs == []
+    line, = proc.stderr.strip().splitlines()
+    assert "case 'pic' (line 1): the server's /tokenize refused the messages" in line, line
