@@ -126,8 +126,9 @@ def _by_case_body(groups, manifests, planned, full) -> list[str]:
             out += [note, ""]
         out += [render_results_table(cds, notes, full=full, short=short, corner=corner), ""]
         fn = notes.render(len(cds) > 1, short)
-        if fn:
-            out += [fn, ""]
+        if fn:  # the case named in the lead: a long report's split moves these first
+            out += [fn.replace("Non-ok cells (", f"Non-ok cells of case {code(case or '–')} (", 1),
+                    ""]
         ladder = render_ladder(cds, short, corner)
         if ladder:
             out += [ladder.replace("## Ladder: ", f"#### Ladder ({escape_text(case or '')}): ", 1),

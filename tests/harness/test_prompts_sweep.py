@@ -13,6 +13,7 @@ import pytest
 from harness.compare import compare_records
 from harness.engines import LAB_MODEL_DIR
 from tests.conftest import ROOT
+from tests.reports.gfm import gfm_html, gfm_tables
 
 pytestmark = pytest.mark.usefixtures("no_leftovers")
 
@@ -82,9 +83,17 @@ def test_both_example_sets_break_exactly_at_the_rule_residue_on_the_unpatched_la
     assert bad == {(c, 4, "self-hit") for c, _, _ in cases}   # residue 4 = k + 1, every case
     assert all(cases[k]["verdict"] == "broken" and cases[k]["computed_tail"] == 4 for k in bad)
     report = sorted((tmp_path / "reports").glob("*.md"))[-1].read_text()
-    for c in {c for c, _, _ in cases if c.startswith("code-")}:
-        assert f"### Case `{c}`" in report
+    html = gfm_html(report)   # as GitHub renders it: a heading and a table per case
+    tables = gfm_tables(report)
+    for c in sorted({c for c, _, _ in cases if c.startswith("code-")}):
+        assert f"<h3>Case <code>{c}</code></h3>" in html
+        assert f"Non-ok cells of case <code>{c}</code>" in html
         assert f"`SPEC=mtp CTX=huge k=3 FULL_AND_PIECEWISE block=128 unit=128 patches=none` · case `{c}`: 2 clean, 1 broken: residue 4" in report
+    results = [t for t in tables if t["head"][1:] == ["cold", "self-hit"]]
+    assert len(results) == 2
+    for t in results:
+        assert [row[0] for row in t["rows"]] == ["residue 3", "residue 4", "residue 5"]
+        assert t["rows"][1][2].startswith("empty, stop")
 
 
 def test_resume_reruns_only_the_missing_case_points(tmp_path):
