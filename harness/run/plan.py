@@ -93,7 +93,6 @@ def plan_points(opts: SweepOptions, adapter: EngineAdapter,
         if opts.cases:
             points += _case_points(opts, cfg, cid, modulus, residues, counter, key,
                                    calibrations, cases)
-            pad_units[cid] = ", ".join(sorted({repr(c["pad_unit"][cid]) for c in cases.values()}))
             continue
         need = opts.context + modulus + opts.max_tokens
         if need > cfg.max_model_len:
