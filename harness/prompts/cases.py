@@ -18,6 +18,7 @@ anything starts.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from dataclasses import dataclass
@@ -52,6 +53,13 @@ class PromptCase:
     @property
     def messages(self) -> list[Message]:
         return json.loads(self.messages_json)
+
+    @property
+    def digest(self) -> str:
+        """12 hex of a sha1 over what the case says (messages, pad, expected): a resumed
+        run checks its cases against the ones it started with."""
+        blob = json.dumps([self.messages_json, self.pad_index, self.expected])
+        return hashlib.sha1(blob.encode("utf-8")).hexdigest()[:12]
 
     @property
     def pad_role(self) -> str:

@@ -140,6 +140,7 @@ def _case_points(opts: SweepOptions, cfg: ServingConfig, cid: str, modulus: int,
         plans = plan_case_residues(cal, residues, modulus, counter)
         f = facts.setdefault(case.id, {"line": case.line, "pad": case.describe_pad(),
                                        "expected": case.expected is not None,
+                                       "digest": case.digest,
                                        "pad_unit": {}, "templated_len": {}})
         f["pad_unit"][cid] = cal.pad_unit
         f["templated_len"][cid] = [cal.base_len, longest]

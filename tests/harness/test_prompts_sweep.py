@@ -115,6 +115,23 @@ def test_resume_reruns_only_the_missing_case_points(tmp_path):
                for r in after if (r["case_id"], r["residue"]) in kept)
 
 
+
+def test_resume_refuses_a_prompt_file_that_changed(tmp_path):
+    cases = tmp_path / "cases.jsonl"
+    shutil.copy(CODE, cases)
+    _, recs, manifest = sweep(tmp_path, "--prompts", str(cases), "--residues", "7",
+                              "--no-prefix-cache", "--phases", "cold")
+    path = tmp_path / "results" / f"{manifest['run_id']}.jsonl"
+    before = path.read_text()
+    rows = [json.loads(line) for line in CODE.read_text().splitlines()]
+    rows[1]["messages"][-1]["content"] += "\nOne more line."
+    cases.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    proc, _, _ = sweep(tmp_path, "--resume", manifest["run_id"], rc=2)
+    line, = proc.stderr.strip().splitlines()
+    assert "case 'code-rust-review'" in line and "changed since the run started" in line
+    assert path.read_text() == before   # nothing on disk was touched
+
+
 def test_cases_without_expected_judged_by_cold_and_by_a_golden_run_keyed_by_case(tmp_path):
     bare = tmp_path / "bare.jsonl"
     rows = [json.loads(line) for line in CODE.read_text().splitlines()]
