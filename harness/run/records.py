@@ -216,8 +216,9 @@ class RecordBuilder:
     def failure(self, point: Any, slot: str, node: str, phase: str, verdict: str,
                 reason: str, excerpt: list, info: Mapping[str, Any] | None = None,
                 templated: int | None = None) -> dict[str, Any]:
+        expected_chars = len(point.plan.expected or "")   # a prompt case may have none
         return self.build(self.base(point, slot, node, phase, info or {}, templated),
-                          failure_fields(verdict, reason, excerpt, len(point.plan.expected)))
+                          failure_fields(verdict, reason, excerpt, expected_chars))
 
     def failures(self, point: Any, slot: str, node: str, verdict: str, reason: str,
                  excerpt: list, extra: dict[str, Any] | None = None) -> list[dict[str, Any]]:

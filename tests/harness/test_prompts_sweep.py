@@ -215,3 +215,14 @@ def test_without_a_local_tokenizer_cases_are_planned_on_a_probe_servers_tokenize
     assert recs == []
     line, = proc.stderr.strip().splitlines()
     assert "case 'pic' (line 1): the server's /tokenize refused the messages" in line, line
+
+
+def test_a_case_without_expected_on_a_server_that_does_not_boot_is_boot_fail(tmp_path):
+    bare = tmp_path / "bare.jsonl"
+    row = json.loads(CODE.read_text().splitlines()[0])
+    row.pop("expected")
+    bare.write_text(json.dumps(row) + "\n")
+    _, recs, _ = sweep(tmp_path, "--prompts", str(bare), "--residues", "1", "--reference",
+                       "cold", "--kv-cache-memory-bytes", "4096", rc=1)
+    assert [(r["case_id"], r["verdict"]) for r in recs] == [(row["id"], "boot-fail")] * 2
+    assert recs[0]["expected_chars"] == 0 and "KV cache" in recs[0]["reason"]
