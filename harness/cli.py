@@ -29,14 +29,15 @@ from engine.presets import preset_table_markdown
 from . import bugb
 from .backends import Backend, make_backend
 from .configs import (SweepOptions, config_id, describe, expand_matrix, modulus_for,
-                      parse_phases, parse_reference, parse_slots, select_residues)
+                      parse_phases, parse_prompts, parse_reference, parse_slots,
+                      select_residues)
 from .engines import adapter_class, make_adapter
 from .errors import EXIT_CANNOT_RUN, CannotRun, HarnessError, UsageError
 from .flags import Parser, matrix_axes, positive_int, sweep_parser
 from .prompts import PlanError, TemplateError
 from .ranges import fmt_ranges
 from .run.driver import Driver
-from .run.plan import Point, load_golden, plan_points, plan_with_probes
+from .run.plan import Point, check_golden_covers, load_golden, plan_points, plan_with_probes
 from .server_pool import kill_all_servers
 from .vocabulary import PHASES
 from .store import (ResultStore, StoreError, linked_runs, load_manifest_for, load_records,
@@ -72,6 +73,7 @@ def build_options(ns: argparse.Namespace, argv: Sequence[str]) -> SweepOptions:
             raise UsageError("--modulus must be at least 1")
     phases = parse_phases(ns.phases)
     reference = parse_reference(ns.reference, phases)
+    cases = parse_prompts(ns.prompts, ns.case, reference)
     for cfg in configs:  # residue syntax errors surface now, not mid-sweep
         select_residues(ns.residues, cfg, modulus_for(cfg, modulus), seed=ns.seed)
     engine = adapter_class(ns.engine)
@@ -88,7 +90,7 @@ def build_options(ns: argparse.Namespace, argv: Sequence[str]) -> SweepOptions:
         gh_issue=ns.gh_issue, api_key=ns.api_key, draft_model=ns.draft_model,
         engine_args=tuple(ns.engine_arg), backend=ns.backend,
         ray_address=ns.ray_address, bisect=bool(getattr(ns, "bisect", False)),
-        argv=tuple(argv))
+        prompts=ns.prompts, cases=cases, argv=tuple(argv))
     make_backend(opts.backend).check(opts)  # e.g. ray without the extra: exit 2, now
     return opts
 
@@ -132,17 +134,22 @@ def _dry_run(opts: SweepOptions, adapter) -> int:
     except (CannotRun, TemplateError) as e:
         plan = None
         print(f"prompt plan: computed at run time ({e})", file=out)
+    except PlanError as e:  # a target that cannot be hit (a prompt case, a context too big)
+        raise UsageError(str(e)) from None
     total = 0
     for cfg in opts.configs:
         mod = modulus_for(cfg, opts.modulus)
         residues, note = select_residues(opts.residues, cfg, mod, seed=opts.seed)
-        total += len(residues)
+        total += len(residues) * max(1, len(opts.cases))
         print(f"\n[{config_id(cfg)}] {cfg.label()}", file=out)
         print(f"  residues: {fmt_ranges(residues)} (mod {mod}){'  -- ' + note if note else ''}",
               file=out)
         print(f"  rule predicts: {_rule_line(cfg, mod)}", file=out)
         print(f"  server: {adapter.shell_line(cfg, opts.slots[0])}", file=out)
-        if plan:
+        if plan and opts.cases:
+            for line in _case_lines(plan, config_id(cfg), opts):
+                print("  " + line, file=out)
+        elif plan:
             pts = [p for p in plan.points if p.cfg_id == config_id(cfg)]
             if pts:
                 lens = [p.plan.target_len for p in pts]
@@ -151,6 +158,22 @@ def _dry_run(opts: SweepOptions, adapter) -> int:
                       f"{pts[0].rerun}", file=out)
     print(f"\n{total} data points x {len(opts.phases)} phases; nothing started (--dry-run).", file=out)
     return EXIT_OK
+
+
+def _case_lines(plan, cid: str, opts: SweepOptions) -> list[str]:
+    """--dry-run, --prompts: one line per case (where it pads, its lengths, what judges it)."""
+    out = []
+    for case in opts.cases:
+        facts = plan.cases.get(case.id) or {}
+        lo, hi = (facts.get("templated_len") or {}).get(cid, ("?", "?"))
+        pts = [p for p in plan.points if p.cfg_id == cid and p.case == case.id]
+        judged = "its expected" if case.expected is not None else f"--reference {opts.reference}"
+        out.append(f"case {case.id} ({opts.prompts}:{case.line}): padding "
+                   f"{(facts.get('pad_unit') or {}).get(cid)!r} in {case.describe_pad()}, "
+                   f"templated lengths {lo}..{hi}, {len(pts)} points, judged by {judged}")
+    if plan.points:
+        out.append(f"e.g. rerun: {next(p for p in plan.points if p.cfg_id == cid).rerun}")
+    return out
 
 
 def _rule_line(cfg, modulus: int) -> str:
@@ -201,6 +224,8 @@ async def _sweep_async(opts: SweepOptions, adapter, backend: Backend, *,
         raise UsageError(f"--reference: {e}") from None
     try:
         plan = await plan_with_probes(opts, adapter, logs_dir=store.logs_dir)
+        if golden is not None and opts.cases:
+            check_golden_covers(plan, golden, opts.golden_run)
     except PlanError as e:
         raise UsageError(str(e)) from None
     driver = Driver(opts, adapter, store, plan, golden=golden)

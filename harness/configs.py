@@ -19,12 +19,13 @@ from engine.presets import PresetError, ServingConfig, resolve
 from . import bugb
 from .errors import UsageError
 from .flags import UNSET, choices_of, split
+from .prompts.cases import PromptCase, load_cases, select_cases
 from .slots import Slot
 from .vocabulary import PHASES
 
 __all__ = ["SweepOptions", "config_id", "modulus_for", "expand_matrix",
            "predicted_residues", "select_residues", "parse_slots", "parse_phases",
-           "parse_reference", "describe"]
+           "parse_reference", "parse_prompts", "describe"]
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,8 @@ class SweepOptions:
     backend: str = "local"         # a name in harness.backends.BACKENDS
     ray_address: str | None = None
     bisect: bool = False           # --bisect: the exit code git bisect run reads
+    prompts: str | None = None       # --prompts FILE, as given (reruns spell it)
+    cases: tuple[PromptCase, ...] = ()   # its validated cases (after --case)
     argv: tuple[str, ...] = field(default=(), compare=False)
 
     @property
@@ -193,6 +196,24 @@ def parse_reference(value: str, phases: Sequence[str]) -> str:
     if value.startswith("golden:") and len(value) > len("golden:"):
         return value
     raise UsageError(f"--reference: {value!r} is not valid; allowed: passage, cold, golden:RUN")
+
+
+def parse_prompts(path: str | None, case_ids: str | None,
+                  reference: str) -> tuple[PromptCase, ...]:
+    """The cases of ``--prompts FILE`` (``--case`` picks some), checked against the
+    reference: a case without ``expected`` needs a reference that is not the passage."""
+    if path is None:
+        if case_ids:
+            raise UsageError("--case is only for --prompts FILE")
+        return ()
+    cases = select_cases(load_cases(path), split(case_ids), path)
+    if reference == "passage":
+        bare = next((c for c in cases if c.expected is None), None)
+        if bare is not None:
+            raise UsageError(f"{path}:{bare.line}: case {bare.id!r} has no \"expected\", so "
+                             "--reference passage cannot judge it; give \"expected\" or "
+                             "--reference cold or golden:RUN")
+    return cases
 
 
 def describe(opts: SweepOptions) -> Iterable[str]:

@@ -37,11 +37,12 @@ class Parser(argparse.ArgumentParser):
 
 class Rerun(NamedTuple):
     """What a flag's rerun spelling is computed from: the sweep, one configuration and
-    one residue of it."""
+    one residue of it (and, with --prompts, the case)."""
     opts: Any            # configs.SweepOptions
     cfg: ServingConfig
     residue: int
     modulus: int
+    case: str | None = None
 
 
 @dataclass(frozen=True)
@@ -208,17 +209,26 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--modulus", MEASURE, "N or auto (the configuration's hit unit)", {"default": "128"},
          rerun=_always("--modulus", lambda r: r.modulus)),
     Flag("--context", MEASURE, "approximate templated length of the measured prompt "
-         "(default 4096)", {"type": positive_int("--context"), "default": 4096},
-         rerun=_always("--context", lambda r: r.opts.context)),
+         "(default 4096; not used with --prompts)",
+         {"type": positive_int("--context"), "default": 4096},
+         rerun=lambda r: [] if r.opts.prompts else ["--context", str(r.opts.context)]),
     Flag("--phases", MEASURE, f"{','.join(PHASES)} (default cold,self-hit)",
          {"default": "cold,self-hit"}, rerun=_always("--phases", lambda r: ",".join(r.opts.phases))),
     Flag("--reference", MEASURE, "passage | cold | golden:RUN", {"default": "passage"},
          rerun=_always("--reference", lambda r: r.opts.reference)),
     Flag("--answer-lines", MEASURE, "lines of the document the answer must reproduce "
-         "(default 3)", {"type": positive_int("--answer-lines"), "default": 3},
-         rerun=_always("--answer-lines", lambda r: r.opts.answer_lines)),
+         "(default 3; not used with --prompts)",
+         {"type": positive_int("--answer-lines"), "default": 3},
+         rerun=lambda r: [] if r.opts.prompts else ["--answer-lines", str(r.opts.answer_lines)]),
     Flag("--max-tokens", MEASURE, None, {"type": positive_int("--max-tokens"), "default": 256},
          rerun=_always("--max-tokens", lambda r: r.opts.max_tokens)),
+    # a prompt set multiplies points (case x residue), not servers: run/plan.py loops over
+    # its cases and each Point carries one (docs/prompts.md)
+    Flag("--prompts", MEASURE, "a JSONL prompt set (docs/prompts.md): sweep every residue of "
+         "each case instead of the document prompt", {"metavar": "FILE"},
+         rerun=lambda r: ["--prompts", r.opts.prompts] if r.opts.prompts else []),
+    Flag("--case", MEASURE, "--prompts: only these case ids (comma list)", {"metavar": "IDS"},
+         rerun=lambda r: ["--case", r.case] if r.case else []),
     Flag("--seed", MEASURE, "corpus / sampling seed (default 0)", {"type": int, "default": 0},
          rerun=_always("--seed", lambda r: r.opts.seed)),
     Flag("--isolation", RUN, "fresh (new server per point, default) | reset | shared",
@@ -284,9 +294,10 @@ def matrix_axes(ns: argparse.Namespace) -> dict[str, list[Any]]:
     return {f.axis: f.items(f.name, getattr(ns, _dest(f))) for f in FLAGS if f.axis and f.items}
 
 
-def rerun_command(opts: Any, cfg: ServingConfig, residue: int, modulus: int) -> str:
+def rerun_command(opts: Any, cfg: ServingConfig, residue: int, modulus: int,
+                  case: str | None = None) -> str:
     """The one command line that reruns exactly this data point."""
-    r = Rerun(opts, cfg, residue, modulus)
+    r = Rerun(opts, cfg, residue, modulus, case)
     argv = ["sweep"]
     for f in FLAGS:
         if f.rerun is not None:

@@ -76,7 +76,8 @@ def _one_line(text: str) -> str:
 
 
 def testcase_name(r: dict) -> str:
-    return f"{r.get('config_label') or r.get('config_id')} residue {r.get('residue')} " \
+    case = f" case {r['case_id']}" if r.get("case_id") else ""
+    return f"{r.get('config_label') or r.get('config_id')}{case} residue {r.get('residue')} " \
            f"{r.get('phase')}"
 
 
@@ -101,7 +102,8 @@ def write_junit(records: list[dict], path, *, suite_name: str = "residue-sweep")
     t_total = f_total = 0
     time_total = 0.0
     for cid, rs in by_cfg.items():
-        rs.sort(key=lambda r: (int(r.get("residue") or 0), phase_key(r.get("phase") or "")))
+        rs.sort(key=lambda r: (r.get("case_id") or "", int(r.get("residue") or 0),
+                               phase_key(r.get("phase") or "")))
         label = rs[0].get("config_label") or cid
         fails = sum(1 for r in rs if r.get("verdict") != "ok")
         t = sum(float(r.get("latency_s") or 0.0) for r in rs)

@@ -17,7 +17,7 @@ from typing import Any, Iterable
 
 __all__ = ["RECORD_SUFFIX", "ARCHIVED_SUFFIX", "MANIFEST_SUFFIX", "StoreError",
            "new_run_id", "now_iso", "ResultStore", "read_jsonl", "resolve_results",
-           "load_records", "load_manifest_for", "linked_runs"]
+           "load_records", "load_manifest_for", "linked_runs", "point_key"]
 
 RECORD_SUFFIX = ".jsonl"
 ARCHIVED_SUFFIX = ".jsonl.gz"  # archived records (e.g. reports/h200/results): read like .jsonl
@@ -68,14 +68,14 @@ class ResultStore:
     def prune_partial(self, phases_per_point: dict[tuple, set[str]]) -> set[tuple]:
         """Keep only points whose requested phases are all on disk; rewrite atomically.
 
-        Returns the set of completed point keys ``(config_id, residue)``."""
+        Returns the set of completed point keys (``point_key``)."""
         records = self.read()
         seen: dict[tuple, set[str]] = {}
         for r in records:
-            seen.setdefault((r["config_id"], r["residue"]), set()).add(r["phase"])
+            seen.setdefault(point_key(r), set()).add(r["phase"])
         done = {k for k, phases in seen.items()
                 if k in phases_per_point and phases_per_point[k] <= phases}
-        keep = [r for r in records if (r["config_id"], r["residue"]) in done]
+        keep = [r for r in records if point_key(r) in done]
         if len(keep) != len(records):
             tmp = self.records_path.with_suffix(".jsonl.tmp")
             with open(tmp, "w", encoding="utf-8") as fh:
@@ -96,6 +96,12 @@ class ResultStore:
         if not self.manifest_path.exists():
             raise StoreError(f"no manifest for run {self.run_id} in {self.out_dir}")
         return json.loads(self.manifest_path.read_text())
+
+
+def point_key(record: dict[str, Any]) -> tuple:
+    """The data point a record belongs to: (config_id, case_id, residue); ``case_id`` is
+    None outside a --prompts run (``plan.Point.key`` is the same tuple)."""
+    return (record.get("config_id"), record.get("case_id"), record.get("residue"))
 
 
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
@@ -133,7 +139,7 @@ def load_records(refs: Iterable[str | Path], out_dir: str | Path = "results") ->
     latest: dict[tuple, dict] = {}
     for ref in refs:
         for r in read_jsonl(resolve_results(ref, out_dir)):
-            latest[(r.get("run_id"), r.get("config_id"), r.get("residue"), r.get("phase"))] = r
+            latest[(r.get("run_id"), *point_key(r), r.get("phase"))] = r
     return list(latest.values())
 
 

@@ -21,6 +21,7 @@ from typing import Any, Callable
 
 from ..configs import SweepOptions, config_id
 from ..engines import EngineAdapter
+from ..errors import UsageError
 from ..provenance import harness_version
 from ..store import ResultStore, now_iso
 from .plan import Point, SweepPlan
@@ -68,20 +69,31 @@ class Driver:
         mid-way and read it back); returns the points still to run."""
         points = self.plan.points
         if self.opts.resume:
+            self.manifest = self.store.read_manifest()
+            self._check_same_cases()   # before anything on disk is touched
             want = {p.key: set(self.opts.phases) for p in points}
             done = self.store.prune_partial(want)
             points = [p for p in points if p.key not in done]
             self.resumed = len(done)
-            self.manifest = self.store.read_manifest()
         else:
             self.resumed = 0
             self.manifest = self._new_manifest()
         self.store.write_manifest(self.manifest)
         return points
 
+    def _check_same_cases(self) -> None:
+        """--resume of a --prompts run: the prompt file must still say what it said when
+        the run started (a changed case would mix two prompts under one case id)."""
+        started = (self.manifest.get("prompts") or {}).get("cases") or {}
+        for cid, facts in self.plan.cases.items():
+            old = started.get(cid)
+            if old is not None and old.get("digest") != facts.get("digest"):
+                raise UsageError(f"--resume {self.run_id}: case {cid!r} of {self.opts.prompts} "
+                                 "changed since the run started; start a new run")
+
     def _new_manifest(self) -> dict[str, Any]:
         opts, plan = self.opts, self.plan
-        return {
+        manifest = {
             "run_id": self.run_id, "command": shlex.join(["sweep", *opts.argv]),
             "harness_version": self.runner_spec.version, "engine": opts.engine,
             "host": socket.gethostname(), "started_at": now_iso(), "ended_at": None,
@@ -96,6 +108,9 @@ class Driver:
             "planning_s": round(plan.planning_s, 3), "interrupted": False, "exit_code": None,
             **self.links,
         }
+        if opts.prompts:  # --prompts: the file and, per case, its line, padding and lengths
+            manifest["prompts"] = {"file": opts.prompts, "cases": plan.cases}
+        return manifest
 
     # -- events from a backend ---------------------------------------------------------
     def point_started(self, point: Point, where: str = "") -> None:

@@ -27,7 +27,7 @@ from ..engines import EngineAdapter
 from ..provenance import harness_version
 from ..server_pool import BootFailure, PortAllocator, ServerProcess, Slot, log_excerpt
 from ..verdict import judge, sha1
-from .plan import Point
+from .plan import Point, golden_key
 from .records import RecordBuilder, timing_record
 
 __all__ = ["PointRunner", "PointResult", "RunnerSpec", "Launcher", "Server",
@@ -128,7 +128,9 @@ class PointRunner:
 
     # -- servers -----------------------------------------------------------------------
     async def boot(self, point: Point, slot: Slot) -> tuple[Server, EngineClient, dict]:
-        return await self.boot_config(point.cfg, slot, f"{point.cfg_id}-r{point.residue:03d}")
+        case = f"-{point.case}" if point.case else ""
+        return await self.boot_config(point.cfg, slot,
+                                      f"{point.cfg_id}{case}-r{point.residue:03d}")
 
     async def boot_config(self, cfg: ServingConfig, slot: Slot,
                           log_name: str) -> tuple[Server, EngineClient, dict]:
@@ -267,13 +269,15 @@ class PointRunner:
 
     def _reference_sha1(self, point: Point, phase: str,
                         cold_sha1: str | None) -> tuple[str | None, str | None]:
-        """(expected passage or None, reference sha1 or None) for this phase."""
+        """(expected passage or None, reference sha1 or None) for this phase. A prompt
+        that carries its own exact answer (a prompt case's ``expected``) is judged by it
+        whatever the run's reference; every other prompt by the reference chosen."""
         ref = self.opts.reference
-        if ref == "passage":
+        if ref == "passage" or point.plan.passage_wins:
             return point.plan.expected, None
         if ref == "cold":
             return None, (cold_sha1 if phase != "cold" else None)
-        sha = self.golden.get((point.residue, point.plan.target_len))
+        sha = self.golden.get(golden_key(point))
         # A prompt the golden run did not answer (another context or seed) falls back to
         # the passage; the record's reference_sha1 says which was used.
         return (None, sha) if sha else (point.plan.expected, None)
@@ -296,7 +300,7 @@ class PointRunner:
             "answer": res.answer, "content_was_null": res.content_was_null, "sha1": j.sha1,
             "reference_sha1": ref_sha1 if ref_sha1 else (
                 sha1(expected) if expected is not None else None),
-            "expected_chars": len(point.plan.expected), "verbatim_n": j.verbatim_n,
+            "expected_chars": len(point.plan.expected or ""), "verbatim_n": j.verbatim_n,
             "verbatim_total": j.verbatim_total, "repeats": j.repeats,
             "finish_reason": res.finish_reason, "completion_tokens": res.completion_tokens,
             "tok_per_step": tps, "latency_s": round(res.latency_s, 4), "verdict": verdict,

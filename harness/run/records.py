@@ -28,6 +28,8 @@ CONFIG_FIELDS = ("engine", "model", "geometry", "spec", "method", "draft_tokens"
                  "cudagraph_mode", "prefix_caching", "block_size", "prefix_match_unit",
                  "max_model_len", "kv_cache_memory_bytes", "patches")
 NOT_IDENTITY = frozenset({"notes", "overrides"})
+# Fields a record carries only when they apply (records of other runs stay as they were).
+WRITTEN_WHEN_SET = frozenset({"case_id", "prompt_sha1"})
 # Fields compared between requested and effective configuration.
 COMPARED = ("cudagraph_mode", "prefix_caching", "block_size", "prefix_match_unit",
             "max_model_len", "method", "draft_tokens")
@@ -89,6 +91,9 @@ class PhaseRecord:
     reason: str = ""
     log_excerpt: list = field(default_factory=list)
     schema_version: int = SCHEMA_VERSION
+    # --prompts: the case and the sha1 of its messages as sent (written only when set)
+    case_id: str | None = None
+    prompt_sha1: str | None = None
     # written only when set (docs/records.md): the server's /tokenize failed, Ray facts
     extra: dict = field(default_factory=dict)
 
@@ -100,7 +105,8 @@ class PhaseRecord:
 
     def to_dict(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-               if f.name != "extra"}
+               if f.name != "extra"
+               and not (f.name in WRITTEN_WHEN_SET and getattr(self, f.name) is None)}
         out.update(self.extra)
         return out
 
@@ -139,13 +145,14 @@ def timing_record(*, boot: float = 0.0, requests: float = 0.0, teardown: float =
 
 
 def latest_records(records: Iterable[dict]) -> tuple[list[dict], int]:
-    """One record per (configuration, residue, phase): the latest by ``started_at`` (so a
+    """One record per (configuration, case, residue, phase): the latest by ``started_at`` (so a
     report over several runs shows the newest measurement). Returns (records, superseded)."""
     best: dict[tuple, dict] = {}
     n = 0
     for r in records:
         n += 1
-        key = (r.get("config_id") or r.get("config_label"), r.get("residue"), r.get("phase"))
+        key = (r.get("config_id") or r.get("config_label"), r.get("case_id"), r.get("residue"),
+               r.get("phase"))
         old = best.get(key)
         if old is None or (r.get("started_at") or "") >= (old.get("started_at") or ""):
             best[key] = r
@@ -197,6 +204,7 @@ class RecordBuilder:
                                      else "local tokenizer"),
             "phase": phase, "reference": self.reference,
             "boot_s": info.get("boot_s"), "started_at": now_iso(), "rerun": point.rerun,
+            "case_id": point.plan.case_id, "prompt_sha1": point.plan.prompt_sha1,
         }
 
     def build(self, base: dict[str, Any], measured: dict[str, Any],
@@ -208,8 +216,9 @@ class RecordBuilder:
     def failure(self, point: Any, slot: str, node: str, phase: str, verdict: str,
                 reason: str, excerpt: list, info: Mapping[str, Any] | None = None,
                 templated: int | None = None) -> dict[str, Any]:
+        expected_chars = len(point.plan.expected or "")   # a prompt case may have none
         return self.build(self.base(point, slot, node, phase, info or {}, templated),
-                          failure_fields(verdict, reason, excerpt, len(point.plan.expected)))
+                          failure_fields(verdict, reason, excerpt, expected_chars))
 
     def failures(self, point: Any, slot: str, node: str, verdict: str, reason: str,
                  excerpt: list, extra: dict[str, Any] | None = None) -> list[dict[str, Any]]:
