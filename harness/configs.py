@@ -54,6 +54,8 @@ class SweepOptions:
     junit: Path | None = None
     full: bool = False
     gh_issue: int | None = None
+    gh_repo: str | None = None       # --gh-issue through the REST API: OWNER/NAME
+    gh_dry_run: bool = False         # --gh-issue: print the request, send nothing
     api_key: str | None = None
     draft_model: str | None = None   # --engine vllm: drafter checkpoint
     engine_args: tuple[str, ...] = ()  # --engine vllm: extra server arguments

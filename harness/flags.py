@@ -23,7 +23,8 @@ from .errors import UsageError
 from .vocabulary import ISOLATIONS, PHASES
 
 __all__ = ["Flag", "FLAGS", "GROUPS", "UNSET", "sweep_parser", "matrix_axes",
-           "rerun_command", "Rerun", "positive_int", "positive_float", "Parser"]
+           "rerun_command", "Rerun", "positive_int", "positive_float", "Parser",
+           "explicit_flags", "dest_of"]
 
 UNSET = object()   # a matrix axis left to the preset (nothing passed to resolve)
 
@@ -229,8 +230,10 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--timeout", RUN, "per request, seconds", {"type": positive_float, "default": 120.0}),
     Flag("--boot-timeout", RUN, "server boot, seconds (default: lab 60, cmd 300, vllm 900)",
          {"type": positive_float}),
-    Flag("--out", RUN, "results directory (default results/)", {"default": "results"}),
-    Flag("--reports-dir", RUN, "report directory (default reports/)", {"default": "reports"}),
+    Flag("--out", RUN, "results directory (default results/); the reports go there too "
+         "unless --reports-dir says otherwise", {"metavar": "DIR"}),
+    Flag("--reports-dir", RUN, "report directory (default: the --out folder when --out is "
+         "given, else reports/)", {"metavar": "DIR"}),
     Flag("--resume", RUN, "continue an interrupted run", {"metavar": "RUN_ID"}),
     Flag("--dry-run", RUN, "print the plan and server commands; start nothing",
          {"action": "store_true"}),
@@ -238,8 +241,13 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--baseline", OUTPUT, "fail only on regressions against it", {"metavar": "RUN_OR_FILE"}),
     Flag("--junit", OUTPUT, "write JUnit XML (one testcase per point x phase)", {"metavar": "PATH"}),
     Flag("--full", OUTPUT, "do not fold clean rows in the report", {"action": "store_true"}),
-    Flag("--gh-issue", OUTPUT, "post the report as a comment on GitHub issue N (needs gh)",
+    Flag("--gh-issue", OUTPUT, "post the report as a comment on GitHub issue N: through gh "
+         "when on PATH, else the REST API with GITHUB_TOKEN (checked before the sweep)",
          {"type": positive_int("--gh-issue"), "metavar": "N"}),
+    Flag("--gh-repo", OUTPUT, "--gh-issue through the REST API: OWNER/NAME (default "
+         "$GITHUB_REPOSITORY, else the origin remote)", {"metavar": "OWNER/NAME"}),
+    Flag("--gh-dry-run", OUTPUT, "--gh-issue: print the request(s), post nothing",
+         {"action": "store_true"}),
 )
 
 
@@ -278,3 +286,29 @@ def rerun_command(opts: Any, cfg: ServingConfig, residue: int, modulus: int) -> 
         if f.rerun is not None:
             argv += f.rerun(r)
     return shlex.join(argv)
+
+
+def explicit_flags(argv: Sequence[str]) -> dict[str, Any]:
+    """``{flag name: parsed value}`` for the flags actually written in ``argv`` (defaults
+    left out), e.g. to tell what a ``--resume`` command line asks to change."""
+    p = sweep_parser()
+    not_given = object()  # not a string: argparse passes a string default through `type`
+    p.set_defaults(**{_dest(f): [] if f.kw.get("action") == "append" else not_given
+                      for f in FLAGS})
+    ns = {k: v for k, v in vars(p.parse_args(list(argv))).items()
+          if v is not not_given and v != []}
+    out: dict[str, Any] = {}
+    for f in FLAGS:
+        dest = _dest(f)
+        if dest in ns and f.name not in out:
+            # --prefix-cache / --no-prefix-cache share a dest: name the one written
+            name = f.name
+            if dest == "prefix_cache":
+                name = "--prefix-cache" if ns[dest] else "--no-prefix-cache"
+            out[name] = ns[dest]
+    return out
+
+
+def dest_of(name: str) -> str:
+    """The namespace attribute of a flag (``--reports-dir`` -> ``reports_dir``)."""
+    return next(_dest(f) for f in FLAGS if f.name == name)
