@@ -17,7 +17,6 @@ import argparse
 import asyncio
 import json
 import shlex
-import signal
 import sys
 import time
 from pathlib import Path
@@ -25,7 +24,7 @@ from typing import Sequence
 
 from engine.presets import preset_table_markdown
 
-from . import bugb
+from . import bugb, interrupts
 from .backends import Backend, make_backend
 from .configs import (SweepOptions, config_id, describe, expand_matrix, modulus_for,
                       parse_phases, parse_reference, parse_slots, select_residues)
@@ -125,6 +124,8 @@ def run_sweep(argv: Sequence[str]) -> int:
         _say(line)
     if opts.dry_run:
         return _dry_run(opts, adapter)
+    if interrupts.pending():  # a signal whose KeyboardInterrupt a library swallowed
+        raise KeyboardInterrupt
     return asyncio.run(_sweep_async(opts, adapter, make_backend(opts.backend),
                                     show_progress=not ns.no_progress))
 
@@ -193,9 +194,52 @@ def _plain(markdown: str) -> str:
     return markdown.replace("`", "").replace("\\", "")
 
 
+class _LoopInterrupts:
+    """SIGINT / SIGTERM inside the sweep's event loop cancel the sweep (gracefully: servers
+    killed, the manifest says interrupted); outside it ``harness.interrupts`` handles them.
+    Installed before the probes boot, so an interrupt during the first boot is graceful too."""
+
+    def __init__(self) -> None:
+        self.interrupted = False
+        self._task = asyncio.current_task()
+        self._loop = asyncio.get_running_loop()
+
+    def _interrupt(self) -> None:
+        self.interrupted = True
+        if self._task is not None:
+            self._task.cancel()
+
+    def __enter__(self) -> "_LoopInterrupts":
+        for sig in interrupts.SIGNALS:
+            self._loop.add_signal_handler(sig, self._interrupt)
+        if interrupts.pending():  # came before the loop took over: act on it now
+            self._interrupt()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for sig in interrupts.SIGNALS:
+            self._loop.remove_signal_handler(sig)
+        interrupts.install()   # asyncio leaves SIG_DFL for SIGTERM: death by signal
+
+
 async def _sweep_async(opts: SweepOptions, adapter, backend: Backend, *,
                        show_progress: bool) -> int:
     run_id = opts.resume or new_run_id()
+    with _LoopInterrupts() as sigs:
+        try:
+            return await _sweep_in_loop(opts, adapter, backend, run_id, sigs,
+                                        show_progress=show_progress)
+        except asyncio.CancelledError:
+            if not sigs.interrupted:
+                raise
+            kill_all_servers()  # a probe server of the planning step
+            _say(f"\ninterrupted before any data point ran (run {run_id}); no server left "
+                 "running, nothing measured")
+            return EXIT_INTERRUPTED
+
+
+async def _sweep_in_loop(opts: SweepOptions, adapter, backend: Backend, run_id: str,
+                         sigs: _LoopInterrupts, *, show_progress: bool) -> int:
     store = ResultStore(opts.out, run_id)
     try:
         golden = load_golden(opts.golden_run, opts.out) if opts.golden_run else None
@@ -229,35 +273,23 @@ async def _sweep_async(opts: SweepOptions, adapter, backend: Backend, *,
             bar.update(1)
 
     driver.on_point_done = on_point
-    loop = asyncio.get_running_loop()
-    main_task = asyncio.current_task()
-    interrupted = False
-
-    def _interrupt() -> None:
-        nonlocal interrupted
-        interrupted = True
-        if main_task is not None:
-            main_task.cancel()
-
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, _interrupt)
     t0 = time.monotonic()
     try:
+        if sigs.interrupted:   # between the probes and here: do not start the points
+            raise asyncio.CancelledError
         await backend.run(points, driver)
     except asyncio.CancelledError:
-        if not interrupted:
+        if not sigs.interrupted:
             raise
     finally:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.remove_signal_handler(sig)
         kill_all_servers()
         store.close()
         if bar is not None:
             bar.close()
     wall = time.monotonic() - t0
     records = store.read()
-    manifest = driver.finish(wall=wall, interrupted=interrupted, backend=backend.describe())
-    if interrupted:
+    manifest = driver.finish(wall=wall, interrupted=sigs.interrupted, backend=backend.describe())
+    if sigs.interrupted:
         driver.set_exit_code(EXIT_INTERRUPTED)
         _say(f"\ninterrupted: {driver.counters.points_done} points finished and on disk in "
              f"{store.records_path}; no server left running. Continue with: "
@@ -420,7 +452,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     except BrokenPipeError:  # `sweep ... | head`
         sys.stderr.close()
         code = EXIT_OK
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:   # a signal outside the sweep's event loop
+        interrupts.ignore()
         kill_all_servers()
         print("sweep: interrupted", file=sys.stderr)
         code = EXIT_INTERRUPTED

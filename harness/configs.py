@@ -142,10 +142,13 @@ def select_residues(spec: str, cfg: ServingConfig, modulus: int, *,
                 if "-" in item:
                     a, b = (int(x) for x in item.split("-", 1))
                     if a > b:
-                        raise ValueError
+                        raise UsageError(f"--residues: {item!r}: the range is reversed "
+                                         f"(write {b}-{a})")
                     chosen.extend(range(a, b + 1))
                 else:
                     chosen.append(int(item))
+            except UsageError:
+                raise
             except ValueError:
                 raise UsageError(f"--residues: {item!r} is not valid; allowed: all, risky, "
                                  "sample:N, a list (3,4,5) or a range (0-15)") from None

@@ -213,7 +213,9 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--answer-lines", MEASURE, "lines of the document the answer must reproduce "
          "(default 3)", {"type": positive_int("--answer-lines"), "default": 3},
          rerun=_always("--answer-lines", lambda r: r.opts.answer_lines)),
-    Flag("--max-tokens", MEASURE, None, {"type": positive_int("--max-tokens"), "default": 256},
+    Flag("--max-tokens", MEASURE, "most tokens a measured answer may generate "
+         "(default 256)",
+         {"type": positive_int("--max-tokens"), "default": 256},
          rerun=_always("--max-tokens", lambda r: r.opts.max_tokens)),
     Flag("--seed", MEASURE, "corpus / sampling seed (default 0)", {"type": int, "default": 0},
          rerun=_always("--seed", lambda r: r.opts.seed)),
@@ -227,7 +229,8 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--slots", RUN, "parallel CPU slots (default: cores)", {"type": positive_int("--slots")},
          rerun=lambda r: ["--slots", "1"]),
     Flag("--gpus", RUN, "one server per GPU id, e.g. 0,1", {"metavar": "LIST"}),
-    Flag("--timeout", RUN, "per request, seconds", {"type": positive_float, "default": 120.0}),
+    Flag("--timeout", RUN, "per request, seconds (default 120)",
+         {"type": positive_float, "default": 120.0}),
     Flag("--boot-timeout", RUN, "server boot, seconds (default: lab 60, cmd 300, vllm 900)",
          {"type": positive_float}),
     Flag("--out", RUN, "results directory (default results/); the reports go there too "
@@ -251,6 +254,20 @@ FLAGS: tuple[Flag, ...] = (
 )
 
 
+class _Version(argparse.Action):
+    """``--version``: computed when asked (it reads git), not when the parser is built."""
+
+    def __init__(self, option_strings, dest, **kw):
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kw)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from . import __version__
+        from .provenance import harness_version, source_digest
+        print(f"sweep (residue-lab) {__version__}: {harness_version()}; "
+              f"source digest {source_digest()}")
+        parser.exit(0)
+
+
 def sweep_parser() -> Parser:
     p = Parser(prog="sweep", description="Residue sweep of an LLM serving engine: one fresh "
                "server per data point, every residue of the chat-templated prompt length, "
@@ -259,6 +276,8 @@ def sweep_parser() -> Parser:
                epilog="Comma-separated values of a configuration flag expand into a matrix, "
                "e.g. --cudagraph FULL_AND_PIECEWISE,PIECEWISE --patches none,all.\n"
                "Sub-verbs: sweep report ..., sweep compare ..., sweep presets.")
+    p.add_argument("--version", action=_Version, help="print the version and the source "
+                   "digest (which code runs) and exit")
     groups = {g: p.add_argument_group(g) for g in GROUPS}
     for f in FLAGS:
         kw = dict(f.kw)
