@@ -381,6 +381,8 @@ def run_report(argv: Sequence[str]) -> int:
         raise UsageError("--gh-issue needs -o FILE (the report is posted from a file)")
     way = check_can_post(ns.gh_issue, ns.gh_repo, ns.gh_dry_run)
     if ns.output:
+        if Path(ns.output).is_dir():
+            raise UsageError(f"-o: {ns.output} is a folder; give a file path")
         check_writable_dir("-o", Path(ns.output).resolve().parent)
     try:  # every file checked line by line before anything is rendered or posted
         paths = [resolve_results(r, ns.out) for r in ns.results]
@@ -422,8 +424,11 @@ def run_compare(argv: Sequence[str]) -> int:
     except StoreError as e:
         raise UsageError(str(e)) from None
     result = compare.compare_records(old, new)
-    print(json.dumps(result, indent=2, sort_keys=True) if ns.json
-          else compare.render_compare_markdown(result))
+    if ns.json:
+        print(json.dumps(result, indent=2, sort_keys=True))
+    else:
+        md = compare.render_compare_markdown(result)
+        print(markdown_to_plain(md) if sys.stdout.isatty() else md)
     return EXIT_NOT_OK if result.get("regressed") else EXIT_OK
 
 
