@@ -144,8 +144,8 @@ def preflight_checks(opts: SweepOptions) -> None:
 def preset_warnings(opts: SweepOptions) -> list[str]:
     """The presets' warnings, said on the terminal before the sweep (the report repeats
     them under each configuration)."""
-    return [f"sweep: warning: {cfg.label()}: {_plain(str(n))}" for cfg in opts.configs
-            for n in (cfg.notes or []) if str(n).startswith("WARNING")]
+    return [f"sweep: warning: {cfg.label()}: {_plain(str(n)).removeprefix('WARNING: ')}"
+            for cfg in opts.configs for n in (cfg.notes or []) if str(n).startswith("WARNING")]
 
 
 def _dry_run(opts: SweepOptions, adapter) -> int:

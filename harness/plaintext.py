@@ -18,11 +18,13 @@ _ESCAPE = re.compile(r"\\([\\`*_\[\]|~$#<>!{}()+.-])")
 _HEADING = re.compile(r"^(#{1,6})\s+(.*)$")
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
 _COMMENT = re.compile(r"^\s*<!--.*-->\s*$")
+_EMPHASIS = re.compile(r"(?<![\\*\w])\*(?=\S)([^*\n]+?)(?<=\S)\*(?![*\w])")
 _ZWJ = "\u200d"
 
 
 def _text_to_plain(text: str) -> str:
     text = text.replace("**", "")
+    text = _EMPHASIS.sub(r"\1", text)
     text = _ESCAPE.sub(r"\1", text)
     text = text.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
     return text.replace(_ZWJ, "")
