@@ -112,7 +112,8 @@ def run_sweep(argv: Sequence[str]) -> int:
         except StoreError as e:
             raise UsageError(f"--resume: {e}") from None
         ns = resumed_namespace(ns.resume, argv, manifest)
-        ns.out = str(store.out_dir)
+        if Path(ns.out or DEFAULT_OUT) != store.out_dir:  # the run was found elsewhere
+            ns.out = str(store.out_dir)
         argv = shlex.split(manifest["command"])[1:]
     opts = build_options(ns, argv)
     preflight_checks(opts)   # outputs, inputs, a way to post: all before any server
