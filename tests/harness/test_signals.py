@@ -99,3 +99,19 @@ def test_signal_at_any_moment_exits_130_cleanly(tmp_path, sig, moment):
         assert before >= 2
     for f in out.glob("*.jsonl"):
         read_record_file(f)   # every line a whole record
+
+
+def test_the_console_script_and_python_m_harness_start_at_the_entry():
+    """Both ways in run ``harness.entry:main``, whose first import is stdlib-only, so the
+    handlers are in before pandas, numpy or the tokenizers load."""
+    import ast
+    import tomllib
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts["sweep"] == "harness.entry:main"
+    main_mod = ast.parse((ROOT / "harness" / "__main__.py").read_text())
+    assert any(isinstance(n, ast.ImportFrom) and n.module == "entry" for n in main_mod.body)
+    probe = subprocess.run([sys.executable, "-c", "import sys, harness.entry; "
+                            "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+                            "('pandas', 'numpy', 'tokenizers', 'httpx', 'engine')))"],
+                           cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert probe.returncode == 0 and probe.stdout.strip() == "[]", probe.stdout + probe.stderr
