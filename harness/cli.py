@@ -86,7 +86,8 @@ def build_options(ns: argparse.Namespace, argv: Sequence[str]) -> SweepOptions:
         out=Path(ns.out or DEFAULT_OUT), reports_dir=_reports_dir(ns), resume=ns.resume,
         dry_run=ns.dry_run, answer_lines=ns.answer_lines, seed=ns.seed,
         baseline=ns.baseline, junit=Path(ns.junit) if ns.junit else None, full=ns.full,
-        gh_issue=ns.gh_issue, gh_repo=ns.gh_repo, gh_dry_run=ns.gh_dry_run, api_key=ns.api_key, draft_model=ns.draft_model,
+        gh_issue=ns.gh_issue, gh_repo=ns.gh_repo, gh_dry_run=ns.gh_dry_run,
+        api_key=ns.api_key, draft_model=ns.draft_model,
         engine_args=tuple(ns.engine_arg), backend=ns.backend,
         ray_address=ns.ray_address, argv=tuple(argv))
     make_backend(opts.backend).check(opts)  # e.g. ray without the extra: exit 2, now
