@@ -96,7 +96,14 @@ class ResultStore:
     def read_manifest(self) -> dict[str, Any]:
         if not self.manifest_path.exists():
             raise StoreError(f"no manifest for run {self.run_id} in {self.out_dir}")
-        return json.loads(self.manifest_path.read_text())
+        try:
+            manifest = json.loads(self.manifest_path.read_text())
+        except (ValueError, OSError) as e:
+            raise StoreError(f"{self.manifest_path}: not a run manifest: {e}") from None
+        if not isinstance(manifest, dict):
+            raise StoreError(f"{self.manifest_path}: not a run manifest (a JSON "
+                             f"{type(manifest).__name__})")
+        return manifest
 
 
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:

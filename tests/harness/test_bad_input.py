@@ -163,6 +163,10 @@ def test_resume_refuses_a_flag_that_changes_the_plan(tmp_path, marked_server):
     one_line_exit_2(run("--resume", "r1", "--out", out, "--no-prefix-cache"),
                     "--no-prefix-cache differs from the run's the preset's default")
     one_line_exit_2(run("--resume", "nope", "--out", out), "--resume: no manifest for run nope")
+    (out / "broken.manifest.json").write_text("{not json")
+    one_line_exit_2(run("--resume", "broken", "--out", out), "--resume:", "not a run manifest")
+    (out / "nocmd.manifest.json").write_text("{}")
+    one_line_exit_2(run("--resume", "nocmd", "--out", out), "command line cannot be read")
 
 
 def test_resume_takes_the_flags_that_may_change(tmp_path):
