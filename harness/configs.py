@@ -55,6 +55,8 @@ class SweepOptions:
     junit: Path | None = None
     full: bool = False
     gh_issue: int | None = None
+    gh_repo: str | None = None       # --gh-issue through the REST API: OWNER/NAME
+    gh_dry_run: bool = False         # --gh-issue: print the request, send nothing
     api_key: str | None = None
     draft_model: str | None = None   # --engine vllm: drafter checkpoint
     engine_args: tuple[str, ...] = ()  # --engine vllm: extra server arguments
@@ -144,10 +146,13 @@ def select_residues(spec: str, cfg: ServingConfig, modulus: int, *,
                 if "-" in item:
                     a, b = (int(x) for x in item.split("-", 1))
                     if a > b:
-                        raise ValueError
+                        raise UsageError(f"--residues: {item!r}: the range is reversed "
+                                         f"(write {b}-{a})")
                     chosen.extend(range(a, b + 1))
                 else:
                     chosen.append(int(item))
+            except UsageError:
+                raise
             except ValueError:
                 raise UsageError(f"--residues: {item!r} is not valid; allowed: all, risky, "
                                  "sample:N, a list (3,4,5) or a range (0-15)") from None

@@ -23,7 +23,8 @@ from .errors import UsageError
 from .vocabulary import ISOLATIONS, PHASES
 
 __all__ = ["Flag", "FLAGS", "GROUPS", "UNSET", "sweep_parser", "matrix_axes",
-           "rerun_command", "Rerun", "positive_int", "positive_float", "Parser", "dest_of"]
+           "rerun_command", "Rerun", "positive_int", "positive_float", "Parser",
+           "explicit_flags", "dest_of"]
 
 UNSET = object()   # a matrix axis left to the preset (nothing passed to resolve)
 
@@ -220,7 +221,9 @@ FLAGS: tuple[Flag, ...] = (
          "(default 3; not used with --prompts)",
          {"type": positive_int("--answer-lines"), "default": 3},
          rerun=lambda r: [] if r.opts.prompts else ["--answer-lines", str(r.opts.answer_lines)]),
-    Flag("--max-tokens", MEASURE, None, {"type": positive_int("--max-tokens"), "default": 256},
+    Flag("--max-tokens", MEASURE, "most tokens a measured answer may generate "
+         "(default 256)",
+         {"type": positive_int("--max-tokens"), "default": 256},
          rerun=_always("--max-tokens", lambda r: r.opts.max_tokens)),
     # a prompt set multiplies points (case x residue), not servers: run/plan.py loops over
     # its cases and each Point carries one (docs/prompts.md)
@@ -241,11 +244,14 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--slots", RUN, "parallel CPU slots (default: cores)", {"type": positive_int("--slots")},
          rerun=lambda r: ["--slots", "1"]),
     Flag("--gpus", RUN, "one server per GPU id, e.g. 0,1", {"metavar": "LIST"}),
-    Flag("--timeout", RUN, "per request, seconds", {"type": positive_float, "default": 120.0}),
+    Flag("--timeout", RUN, "per request, seconds (default 120)",
+         {"type": positive_float, "default": 120.0}),
     Flag("--boot-timeout", RUN, "server boot, seconds (default: lab 60, cmd 300, vllm 900)",
          {"type": positive_float}),
-    Flag("--out", RUN, "results directory (default results/)", {"default": "results"}),
-    Flag("--reports-dir", RUN, "report directory (default reports/)", {"default": "reports"}),
+    Flag("--out", RUN, "results directory (default results/); the reports go there too "
+         "unless --reports-dir says otherwise", {"metavar": "DIR"}),
+    Flag("--reports-dir", RUN, "report directory (default: the --out folder when --out is "
+         "given, else reports/)", {"metavar": "DIR"}),
     Flag("--resume", RUN, "continue an interrupted run", {"metavar": "RUN_ID"}),
     Flag("--dry-run", RUN, "print the plan and server commands; start nothing",
          {"action": "store_true"}),
@@ -256,9 +262,28 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--bisect", OUTPUT, "exit for git bisect run: 0 every cell tested and ok, 1 a cell "
          "not ok, 125 untestable (boot-fail, infra, invalid only); docs/bisect.md",
          {"action": "store_true"}),
-    Flag("--gh-issue", OUTPUT, "post the report as a comment on GitHub issue N (needs gh)",
+    Flag("--gh-issue", OUTPUT, "post the report as a comment on GitHub issue N: through gh "
+         "when on PATH, else the REST API with GITHUB_TOKEN (checked before the sweep)",
          {"type": positive_int("--gh-issue"), "metavar": "N"}),
+    Flag("--gh-repo", OUTPUT, "--gh-issue through the REST API: OWNER/NAME (default "
+         "$GITHUB_REPOSITORY, else the origin remote)", {"metavar": "OWNER/NAME"}),
+    Flag("--gh-dry-run", OUTPUT, "--gh-issue: print the request(s), post nothing",
+         {"action": "store_true"}),
 )
+
+
+class _Version(argparse.Action):
+    """``--version``: computed when asked (it reads git), not when the parser is built."""
+
+    def __init__(self, option_strings, dest, **kw):
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kw)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from . import __version__
+        from .provenance import harness_version, source_digest
+        print(f"sweep (residue-lab) {__version__}: {harness_version()}; "
+              f"source digest {source_digest()}")
+        parser.exit(0)
 
 
 def sweep_parser() -> Parser:
@@ -270,6 +295,8 @@ def sweep_parser() -> Parser:
                "e.g. --cudagraph FULL_AND_PIECEWISE,PIECEWISE --patches none,all.\n"
                "Sub-verbs: sweep report ..., sweep compare ..., sweep presets, "
                "sweep explain RUN.")
+    p.add_argument("--version", action=_Version, help="print the version and the source "
+                   "digest (which code runs) and exit")
     groups = {g: p.add_argument_group(g) for g in GROUPS}
     for f in FLAGS:
         kw = dict(f.kw)
@@ -303,3 +330,29 @@ def rerun_command(opts: Any, cfg: ServingConfig, residue: int, modulus: int,
         if f.rerun is not None:
             argv += f.rerun(r)
     return shlex.join(argv)
+
+
+def explicit_flags(argv: Sequence[str]) -> dict[str, Any]:
+    """``{flag name: parsed value}`` for the flags actually written in ``argv`` (defaults
+    left out), e.g. to tell what a ``--resume`` command line asks to change."""
+    p = sweep_parser()
+    not_given = object()  # not a string: argparse passes a string default through `type`
+    p.set_defaults(**{_dest(f): [] if f.kw.get("action") == "append" else not_given
+                      for f in FLAGS})
+    ns = {k: v for k, v in vars(p.parse_args(list(argv))).items()
+          if v is not not_given and v != []}
+    out: dict[str, Any] = {}
+    for f in FLAGS:
+        dest = _dest(f)
+        if dest in ns and f.name not in out:
+            # --prefix-cache / --no-prefix-cache share a dest: name the one written
+            name = f.name
+            if dest == "prefix_cache":
+                name = "--prefix-cache" if ns[dest] else "--no-prefix-cache"
+            out[name] = ns[dest]
+    return out
+
+
+def dest_of(name: str) -> str:
+    """The namespace attribute of a flag (``--reports-dir`` -> ``reports_dir``)."""
+    return next(_dest(f) for f in FLAGS if f.name == name)

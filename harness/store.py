@@ -37,10 +37,11 @@ def now_iso() -> str:
 
 
 class ResultStore:
-    def __init__(self, out_dir: str | Path, run_id: str):
+    def __init__(self, out_dir: str | Path, run_id: str, *, create: bool = True):
         self.out_dir = Path(out_dir)
         self.run_id = run_id
-        self.out_dir.mkdir(parents=True, exist_ok=True)
+        if create:  # not when only reading a manifest (``--resume``)
+            self.out_dir.mkdir(parents=True, exist_ok=True)
         self.records_path = self.out_dir / f"{run_id}{RECORD_SUFFIX}"
         self.manifest_path = self.out_dir / f"{run_id}{MANIFEST_SUFFIX}"
         self.logs_dir = self.out_dir / f"{run_id}.logs"
@@ -95,7 +96,14 @@ class ResultStore:
     def read_manifest(self) -> dict[str, Any]:
         if not self.manifest_path.exists():
             raise StoreError(f"no manifest for run {self.run_id} in {self.out_dir}")
-        return json.loads(self.manifest_path.read_text())
+        try:
+            manifest = json.loads(self.manifest_path.read_text())
+        except (ValueError, OSError) as e:
+            raise StoreError(f"{self.manifest_path}: not a run manifest: {e}") from None
+        if not isinstance(manifest, dict):
+            raise StoreError(f"{self.manifest_path}: not a run manifest (a JSON "
+                             f"{type(manifest).__name__})")
+        return manifest
 
 
 def point_key(record: dict[str, Any]) -> tuple:
@@ -135,10 +143,16 @@ def resolve_results(ref: str | Path, out_dir: str | Path = "results") -> Path:
 
 def load_records(refs: Iterable[str | Path], out_dir: str | Path = "results") -> list[dict]:
     """Records of several files/run ids; the last record of a (run, config, residue, phase)
-    wins, so nothing is counted twice."""
+    wins, so nothing is counted twice. Each file is checked line by line
+    (``record_check``): a line that is not a record is a ``StoreError`` naming it."""
+    from .record_check import RecordFileError, read_record_file
     latest: dict[tuple, dict] = {}
     for ref in refs:
-        for r in read_jsonl(resolve_results(ref, out_dir)):
+        try:
+            recs = read_record_file(resolve_results(ref, out_dir))
+        except RecordFileError as e:
+            raise StoreError(str(e)) from None
+        for r in recs:
             latest[(r.get("run_id"), *point_key(r), r.get("phase"))] = r
     return list(latest.values())
 
@@ -148,7 +162,10 @@ def load_manifest_for(results_path: str | Path) -> dict[str, Any] | None:
     suffix = next((s for s in (RECORD_SUFFIX, ARCHIVED_SUFFIX) if p.name.endswith(s)), None)
     m = p.with_name(p.name[: -len(suffix)] + MANIFEST_SUFFIX) if suffix else None
     if m and m.exists():
-        return json.loads(m.read_text())
+        try:
+            return json.loads(m.read_text())
+        except (ValueError, OSError) as e:
+            raise StoreError(f"{m}: not a run manifest: {e}") from None
     return None
 
 

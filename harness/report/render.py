@@ -8,6 +8,7 @@ from ..ghmarkdown import bold, code, escape_text
 from ..run.records import latest_records, phase_key
 from .cases import case_groups, case_note, case_suffix
 from .cells import Footnotes
+from .engine_notice import engine_notice
 from .model import group_configs, varying_fields
 from .sections import (render_config_summary, render_ladder, render_provenance,
                        render_results_table, render_thread_view, short_labels, summary_counts)
@@ -53,6 +54,9 @@ def render_markdown(records: list[dict], manifests: list[dict] | None = None, *,
     else:
         title_md = escape_text(title)
     out = [f"# {title_md}", ""]
+    notice = engine_notice(recs)
+    if notice:
+        out += [notice, ""]
     headline = (f"{len(configs)} configuration{'s' if len(configs) != 1 else ''}, "
                 f"{points} data point{'s' if points != 1 else ''}, "
                 f"{total_cells} phase cell{'s' if total_cells != 1 else ''}: ")
