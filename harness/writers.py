@@ -25,6 +25,7 @@ class Output:
     records: list[dict]
     manifest: dict
     report_md: str
+    coverage_losses: list | None = None   # gate.find_coverage_losses against --baseline
 
     @property
     def report_path(self) -> Path:
@@ -60,7 +61,7 @@ class JunitWriter:
         return opts.junit is not None
 
     def write(self, out: Output) -> list[str]:
-        return [f"junit:   {gate.write_junit(out.records, out.opts.junit)}"]
+        return [f"junit:   {gate.write_junit(out.records, out.opts.junit, coverage_losses=out.coverage_losses)}"]
 
 
 class GithubWriter:
