@@ -7,6 +7,7 @@ from typing import Any, Iterable
 from ..ghmarkdown import bold, code, escape_text
 from ..run.records import latest_records, phase_key
 from .cells import Footnotes
+from .explain import reference_lines, reference_texts
 from .model import group_configs, varying_fields
 from .sections import (render_config_summary, render_ladder, render_provenance,
                        render_results_table, render_thread_view, short_labels, summary_counts)
@@ -54,9 +55,11 @@ def render_markdown(records: list[dict], manifests: list[dict] | None = None, *,
     out += [headline + ".", ""]
     for cd in configs:
         out.append(f"- {code(cd.label)}: {summary_counts(cd)}.")
+    texts = reference_texts(records)
+    out += reference_lines(recs, texts)
     out.append("")
 
-    notes = Footnotes()
+    notes = Footnotes(texts)
     out += ["## Results", ""]
     if len(configs) > 1:
         out += [f"Columns: {escape_text(', '.join(varying_fields([c.identity for c in configs])) or 'configuration')}"
