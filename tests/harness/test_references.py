@@ -107,3 +107,11 @@ def test_reference_first_judges_every_configuration_against_the_first():
     assert out[("B", 0, "self-hit")]["verdict"] == "ok"
     assert out[("B", 1, "cold")]["verdict"] == "unjudged"   # A never answered residue 1
     assert out[("B", 0, "warm")]["verdict"] == "crash"      # failures keep their verdict
+
+
+def test_under_reference_cold_the_rule_is_still_checked(tmp_path, tok_dir):
+    _, recs = run(tmp_path, tok_dir, "--residues", "0-5", "--reference", "cold",
+                  server=("--misbehave", "cut2", "--only-hit", "--at-residue", "4"))
+    report = next((tmp_path / "reports").glob("*.md")).read_text()
+    assert "nothing measured" not in report
+    assert {(r["residue"], r["phase"]) for r in recs if r["verdict"] == "broken"} == {(4, "self-hit")}
