@@ -98,7 +98,9 @@ def build_options(ns: argparse.Namespace, argv: Sequence[str]) -> SweepOptions:
         api_key=ns.api_key, draft_model=ns.draft_model,
         engine_args=tuple(ns.engine_arg), backend=ns.backend,
         ray_address=ns.ray_address, bisect=bool(getattr(ns, "bisect", False)),
-        prompts=ns.prompts, cases=cases, argv=tuple(argv))
+        prompts=ns.prompts, cases=cases, argv=tuple(argv),
+        logprobs=engine.logprobs_default if ns.logprobs is None else ns.logprobs,
+        logprobs_default=engine.logprobs_default, allow_fewer=ns.allow_fewer)
     make_backend(opts.backend).check(opts)  # e.g. ray without the extra: exit 2, now
     return opts
 
@@ -343,6 +345,10 @@ async def _sweep_in_loop(opts: SweepOptions, adapter, backend: Backend, run_id: 
             bar.close()
     wall = time.monotonic() - t0
     records = store.read()
+    if opts.reference in ("first", "consensus") and not sigs.interrupted:
+        from .run.matrix_reference import rejudge
+        records = rejudge(records, opts.reference, [config_id(c) for c in opts.configs])
+        store.rewrite(records)
     manifest = driver.finish(wall=wall, interrupted=sigs.interrupted, backend=backend.describe())
     if sigs.interrupted:
         driver.set_exit_code(EXIT_INTERRUPTED)
@@ -364,7 +370,10 @@ def _finish(opts: SweepOptions, store: ResultStore, manifest: dict, records: lis
     counts = _counts(_verdict_counter(records))
     _say(f"\n{len(records)} records ({counts}) in {wall:.1f}s")
     _say(f"results: {store.records_path}")
-    out = Output(opts, store.run_id, records, manifest, report_md)
+    baseline = load_records([opts.baseline], opts.out) if opts.baseline else None
+    losses = gate.find_coverage_losses(baseline, records) if baseline is not None else []
+    out = Output(opts, store.run_id, records, manifest, report_md,
+                 coverage_losses=None if opts.allow_fewer else losses)
     failed: list[str] = []
     for writer in WRITERS.values():
         if writer.wanted(opts):
@@ -379,11 +388,17 @@ def _finish(opts: SweepOptions, store: ResultStore, manifest: dict, records: lis
             _say(f"sweep: output failed: {msg}")
         _say(bisect_verdict_line(records))
         return bisect_exit_code(records)
-    baseline = load_records([opts.baseline], opts.out) if opts.baseline else None
-    code = gate.gate_exit_code(records, baseline)
+    code = gate.gate_exit_code(records, baseline, allow_fewer=opts.allow_fewer)
     if baseline is not None:
         regs = gate.find_regressions(baseline, records)
         _say(f"gate: {len(regs)} regression(s) against {opts.baseline}")
+        if losses:
+            _say(f"gate: {len(losses)} cell(s) the baseline judged are missing or unjudged "
+                 f"now{' (allowed: --allow-fewer)' if opts.allow_fewer else ''}:")
+            for loss in losses[:20]:
+                _say(f"  coverage: {gate.coverage_line(loss)}")
+            if len(losses) > 20:
+                _say(f"  ... and {len(losses) - 20} more")
     if failed:
         for msg in failed:
             _say(f"sweep: output failed: {msg}")

@@ -66,6 +66,9 @@ class SweepOptions:
     prompts: str | None = None       # --prompts FILE, as given (reruns spell it)
     cases: tuple[PromptCase, ...] = ()   # its validated cases (after --case)
     argv: tuple[str, ...] = field(default=(), compare=False)
+    logprobs: int = 0              # top_logprobs asked per answer token; 0 = not asked
+    logprobs_default: int = 0      # the engine's default (a rerun repeats only a change)
+    allow_fewer: bool = False      # --baseline: coverage may shrink
 
     @property
     def golden_run(self) -> str | None:
@@ -198,9 +201,12 @@ def parse_reference(value: str, phases: Sequence[str]) -> str:
         if value == "cold" and "cold" not in phases:
             raise UsageError("--reference cold needs the cold phase in --phases")
         return value
+    if value in ("first", "consensus"):
+        return value
     if value.startswith("golden:") and len(value) > len("golden:"):
         return value
-    raise UsageError(f"--reference: {value!r} is not valid; allowed: passage, cold, golden:RUN")
+    raise UsageError(f"--reference: {value!r} is not valid; allowed: passage, cold, first, "
+                     "consensus, golden:RUN")
 
 
 def parse_prompts(path: str | None, case_ids: str | None,

@@ -37,6 +37,9 @@ class EngineAdapter:
     boot_timeout_s = 300.0       # default --boot-timeout
     needs_gpu = False            # a server of this engine claims one GPU (Ray: num_gpus)
     runners: tuple[str, ...] = ()  # model runners --runner can force (none: one runner)
+    # default --logprobs: top-N asked per answer token, only where asking is known not to
+    # change the answer (docs/records.md, "logprobs"); an unknown server is not asked
+    logprobs_default = 0
 
     @classmethod
     def default_slots(cls) -> int:
@@ -101,6 +104,7 @@ _PORT_SENTINEL = 54321
 class LabAdapter(EngineAdapter):
     name = "lab"
     boot_timeout_s = 60.0
+    logprobs_default = 5    # tests/lab/test_logprobs.py: byte-identical answers with/without
     default_served_name = "lab-copy"
 
     def __init__(self, served_model_name: str | None = None) -> None:
@@ -172,6 +176,7 @@ class VllmAdapter(EngineAdapter):
     boot_timeout_s = 900.0
     needs_gpu = True
     runners = ("v1", "v2")       # VLLM_USE_V2_MODEL_RUNNER (engine.vllm.patches.releases)
+    logprobs_default = 5    # V1 Sampler: logprobs are a side computation, greedy is argmax
 
     def __init__(self, *, draft_model: str | None = None, extra_args: tuple[str, ...] = (),
                  plugin_dir: Path | None = None, dev_mode: bool = False,

@@ -133,6 +133,17 @@ def patch_sets(flag: str, value: str | None) -> list[str]:
     return out
 
 
+def _logprobs_count(v: str) -> int:
+    """0..20: OpenAI's (and vLLM's default --max-logprobs) limit on top_logprobs."""
+    try:
+        n = int(v)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{v!r} is not an integer") from None
+    if not 0 <= n <= 20:
+        raise argparse.ArgumentTypeError(f"{n} is outside 0..20")
+    return n
+
+
 def _or_none(parse):
     def wrapped(flag: str, value: str | None) -> list[Any]:
         return parse(flag, value) or [None]
@@ -215,8 +226,14 @@ FLAGS: tuple[Flag, ...] = (
          rerun=lambda r: [] if r.opts.prompts else ["--context", str(r.opts.context)]),
     Flag("--phases", MEASURE, f"{','.join(PHASES)} (default cold,self-hit)",
          {"default": "cold,self-hit"}, rerun=_always("--phases", lambda r: ",".join(r.opts.phases))),
-    Flag("--reference", MEASURE, "passage | cold | golden:RUN", {"default": "passage"},
+    Flag("--reference", MEASURE, "passage | cold | first | consensus | golden:RUN "
+         "(docs/reports.md: what each can see)", {"default": "passage"},
          rerun=_always("--reference", lambda r: r.opts.reference)),
+    Flag("--logprobs", MEASURE, "top-N logprobs per answer token, 0 = off (default: lab 5, "
+         "vllm 5, cmd 0; docs/records.md says why they do not change the answer)",
+         {"type": _logprobs_count, "metavar": "N"},
+         rerun=lambda r: ["--logprobs", str(r.opts.logprobs)]
+         if r.opts.logprobs != r.opts.logprobs_default else []),
     Flag("--answer-lines", MEASURE, "lines of the document the answer must reproduce "
          "(default 3; not used with --prompts)",
          {"type": positive_int("--answer-lines"), "default": 3},
@@ -257,6 +274,8 @@ FLAGS: tuple[Flag, ...] = (
          {"action": "store_true"}),
     Flag("--no-progress", RUN, "no progress bar", {"action": "store_true"}),
     Flag("--baseline", OUTPUT, "fail only on regressions against it", {"metavar": "RUN_OR_FILE"}),
+    Flag("--allow-fewer", OUTPUT, "with --baseline: do not fail when a cell the baseline "
+         "judged is missing or unjudged now", {"action": "store_true"}),
     Flag("--junit", OUTPUT, "write JUnit XML (one testcase per point x phase)", {"metavar": "PATH"}),
     Flag("--full", OUTPUT, "do not fold clean rows in the report", {"action": "store_true"}),
     Flag("--bisect", OUTPUT, "exit for git bisect run: 0 every cell tested and ok, 1 a cell "

@@ -66,6 +66,18 @@ class ResultStore:
     def read(self) -> list[dict[str, Any]]:
         return read_jsonl(self.records_path) if self.records_path.exists() else []
 
+    def rewrite(self, records: list[dict[str, Any]]) -> None:
+        """Replace the results file with ``records``, atomically (a matrix reference,
+        ``--reference first`` / ``consensus``, judges the records after the run)."""
+        self.close()
+        tmp = self.records_path.with_suffix(".jsonl.tmp")
+        with open(tmp, "w", encoding="utf-8") as fh:
+            for r in records:
+                fh.write(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, self.records_path)
+
     def prune_partial(self, phases_per_point: dict[tuple, set[str]]) -> set[tuple]:
         """Keep only points whose requested phases are all on disk; rewrite atomically.
 

@@ -28,6 +28,7 @@ class Output:
     records: list[dict]
     manifest: dict
     report_md: str
+    coverage_losses: list | None = None   # gate.find_coverage_losses against --baseline
 
     @property
     def report_path(self) -> Path:
@@ -68,7 +69,9 @@ class JunitWriter:
 
     def write(self, out: Output) -> list[str]:
         try:
-            return [f"junit:   {gate.write_junit(out.records, out.opts.junit)}"]
+            path = gate.write_junit(out.records, out.opts.junit,
+                                    coverage_losses=out.coverage_losses)
+            return [f"junit:   {path}"]
         except OSError as e:
             raise OutputFailed(f"cannot write the JUnit XML {out.opts.junit}: "
                                f"{e.strerror or e}") from None

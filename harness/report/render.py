@@ -9,6 +9,7 @@ from ..run.records import latest_records, phase_key
 from .cases import case_groups, case_note, case_suffix
 from .cells import Footnotes
 from .engine_notice import engine_notice
+from .explain import reference_lines, reference_texts
 from .model import group_configs, varying_fields
 from .sections import (render_config_summary, render_ladder, render_provenance,
                        render_results_table, render_thread_view, short_labels, summary_counts)
@@ -67,11 +68,13 @@ def render_markdown(records: list[dict], manifests: list[dict] | None = None, *,
     for case, cds in groups:
         for cd in cds:
             out.append(f"- {code(cd.label)}{case_suffix(case)}: {summary_counts(cd)}.")
+    texts = reference_texts(records)
+    out += reference_lines(recs, texts)
     out.append("")
     if by_case:
-        out += _by_case_body(groups, manifests, planned, full)
+        out += _by_case_body(groups, manifests, planned, full, texts)
     else:
-        out += _body(configs, planned, full, short, corner)
+        out += _body(configs, planned, full, short, corner, texts)
 
     from .nodes import render_nodes
     nodes = render_nodes(recs)   # "" unless the records ran on several nodes
@@ -88,10 +91,10 @@ def render_markdown(records: list[dict], manifests: list[dict] | None = None, *,
     return "\n".join(out)
 
 
-def _body(configs, planned, full, short, corner) -> list[str]:
+def _body(configs, planned, full, short, corner, texts) -> list[str]:
     """Results, footnotes, ladder and summaries of one set of configurations."""
     out: list[str] = []
-    notes = Footnotes()
+    notes = Footnotes(texts)
     out += ["## Results", ""]
     if len(configs) > 1:
         out += [f"Columns: {escape_text(', '.join(varying_fields([c.identity for c in configs])) or 'configuration')}"
@@ -122,7 +125,7 @@ def _body(configs, planned, full, short, corner) -> list[str]:
     return out
 
 
-def _by_case_body(groups, manifests, planned, full) -> list[str]:
+def _by_case_body(groups, manifests, planned, full, texts) -> list[str]:
     """A --prompts run: a results table per case (its own footnotes and ladder), then a
     summary per configuration and case."""
     out = ["## Results by case", "",
@@ -130,7 +133,7 @@ def _by_case_body(groups, manifests, planned, full) -> list[str]:
            "found verbatim in the case's messages / answer length); a bad cell is bold.", ""]
     for case, cds in groups:
         short, corner = short_labels(cds)
-        notes = Footnotes()
+        notes = Footnotes(texts)
         out += [f"### Case {code(case)}" if case else "### The document prompt", ""]
         note = case_note(case, manifests) if case else ""
         if note:

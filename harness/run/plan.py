@@ -28,6 +28,7 @@ from ..prompts import (ChatTokenizer, PlanError, PromptPlan, calibrate, calibrat
                        plan_case_residues, plan_residue)
 from ..server_pool import BootFailure, PortAllocator, ServerProcess, Slot
 from ..store import read_jsonl, resolve_results
+from .records import latest_records
 
 __all__ = ["Point", "SweepPlan", "plan_points", "plan_with_probes", "RemoteCounter",
            "load_golden", "probe_server", "golden_key", "check_golden_covers"]
@@ -233,23 +234,36 @@ async def plan_with_probes(opts: SweepOptions, adapter: EngineAdapter, *,
                 c.close()
 
 
-def load_golden(run_ref: str, out_dir: Path) -> dict[tuple, str]:
-    """The correct answer's sha1 per prompt, from a reference run (typically a trusted
-    configuration: no speculative decoding, no FULL graphs, or a known-good build).
+def load_golden(run_ref: str, out_dir: Path) -> dict[tuple, dict]:
+    """The correct answer per prompt, from a reference run (typically a trusted
+    configuration: no speculative decoding, no FULL graphs, or a known-good build):
+    ``{(residue, templated length): {"text", "sha1", "tokens"}}``.
 
     A prompt is identified by (residue, templated length): the same context and seed give
     the same document and the same lengths whatever the configuration; a prompt case's
-    prompt by the sha1 of its messages (``golden_key``). A prompt whose ok records
-    disagree in the reference run has no golden answer (it is left out)."""
-    seen: dict[tuple, set[str]] = {}
-    for r in read_jsonl(resolve_results(run_ref, out_dir)):
-        if r.get("verdict") == "ok" and r.get("sha1"):
-            key = (("prompt", r["prompt_sha1"]) if r.get("prompt_sha1")
-                   else (r["residue"], r["target_len"]))
-            seen.setdefault(key, set()).add(r["sha1"])
-    golden = {k: next(iter(v)) for k, v in seen.items() if len(v) == 1}
+    prompt by the sha1 of its messages (``golden_key``). Cells ``ok`` or
+    ``unjudged`` (a run under ``--reference cold``) give answers; a run with any other
+    cell is no reference (``CannotRun``, a usage error for ``--reference``). A prompt
+    whose answers disagree in the reference run has no golden answer (it is left out)."""
+    from ..verdict import sha1
+    seen: dict[tuple, dict[str, dict]] = {}
+    bad: list[str] = []
+    for r in latest_records(read_jsonl(resolve_results(run_ref, out_dir)))[0]:
+        if r.get("verdict") not in ("ok", "unjudged"):
+            bad.append(f"residue {r.get('residue')} {r.get('phase')} {r.get('verdict')}")
+            continue
+        text = r.get("answer") or ""
+        key = (("prompt", r["prompt_sha1"]) if r.get("prompt_sha1")
+               else (r["residue"], r["target_len"]))
+        seen.setdefault(key, {}).setdefault(
+            sha1(text), {"text": text, "sha1": sha1(text), "tokens": r.get("token_logprobs")})
+    if bad:
+        raise CannotRun(f"golden run {run_ref} has {len(bad)} bad cell(s) ({bad[0]}"
+                        f"{', ...' if len(bad) > 1 else ''}): a reference must be all ok "
+                        "or unjudged")
+    golden = {k: next(iter(v.values())) for k, v in seen.items() if len(v) == 1}
     if not golden:
-        raise CannotRun(f"golden run {run_ref}: no ok records to take reference sha1s from")
+        raise CannotRun(f"golden run {run_ref}: no ok or unjudged records to take answers from")
     return golden
 
 

@@ -21,7 +21,10 @@ __all__ = ["SCHEMA_VERSION", "PhaseRecord", "PHASES", "VERDICTS", "SEVERITY", "B
            "CLEAN", "CONFIG_FIELDS", "NOT_IDENTITY", "phase_key", "worst", "schema_of",
            "latest_records", "record_identity", "sha12", "RecordBuilder", "mismatches", "failure_fields", "timing_record"]
 
-SCHEMA_VERSION = 2
+# 3: the cold phase under --reference cold is `unjudged` (was `ok`), a collapse is measured
+#    against the reference's length, an unproven hit is `invalid`; new fields
+#    first_divergence, reference_chars, token_logprobs, intended_tail, tail_note.
+SCHEMA_VERSION = 3
 # Identity fields of a configuration in the order a reader wants them; anything else a
 # config dict carries is shown after these.
 CONFIG_FIELDS = ("engine", "model", "geometry", "spec", "method", "draft_tokens", "ctx",
@@ -30,6 +33,8 @@ CONFIG_FIELDS = ("engine", "model", "geometry", "spec", "method", "draft_tokens"
 NOT_IDENTITY = frozenset({"notes", "overrides"})
 # Fields a record carries only when they apply (records of other runs stay as they were).
 WRITTEN_WHEN_SET = frozenset({"case_id", "prompt_sha1"})
+SCHEMA3_FIELDS = frozenset({"reference_chars", "first_divergence", "token_logprobs",
+                            "intended_tail", "tail_note"})
 # Fields compared between requested and effective configuration.
 COMPARED = ("cudagraph_mode", "prefix_caching", "block_size", "prefix_match_unit",
             "max_model_len", "method", "draft_tokens")
@@ -94,6 +99,12 @@ class PhaseRecord:
     # --prompts: the case and the sha1 of its messages as sent (written only when set)
     case_id: str | None = None
     prompt_sha1: str | None = None
+    # schema 3 (docs/records.md); absent from older records, which load with these defaults
+    reference_chars: int | None = None
+    first_divergence: dict | None = None
+    token_logprobs: list | None = None
+    intended_tail: int | None = None
+    tail_note: str | None = None
     # written only when set (docs/records.md): the server's /tokenize failed, Ray facts
     extra: dict = field(default_factory=dict)
 
@@ -104,9 +115,13 @@ class PhaseRecord:
             raise ValueError(f"unknown phase {self.phase!r}; allowed: {', '.join(PHASES)}")
 
     def to_dict(self) -> dict[str, Any]:
+        # a record read from an older schema round-trips unchanged: the schema-3 fields it
+        # never had are not added
+        old = self.schema_version < 3
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
                if f.name != "extra"
-               and not (f.name in WRITTEN_WHEN_SET and getattr(self, f.name) is None)}
+               and not (f.name in WRITTEN_WHEN_SET and getattr(self, f.name) is None)
+               and not (old and f.name in SCHEMA3_FIELDS and getattr(self, f.name) is None)}
         out.update(self.extra)
         return out
 
