@@ -329,11 +329,6 @@ def _dest(flag: Flag) -> str:
     return flag.kw.get("dest") or flag.name.lstrip("-").replace("-", "_")
 
 
-def dest_of(flag: Flag) -> str:
-    """The argparse attribute a flag parses into (``sweep explain`` edits a run's flags)."""
-    return _dest(flag)
-
-
 def matrix_axes(ns: argparse.Namespace) -> dict[str, list[Any]]:
     """``{resolve keyword: values}`` for every matrix flag, in declaration order; an axis
     left to the preset is ``[None]`` (or ``[UNSET]``: not passed at all)."""
@@ -372,6 +367,9 @@ def explicit_flags(argv: Sequence[str]) -> dict[str, Any]:
     return out
 
 
-def dest_of(name: str) -> str:
-    """The namespace attribute of a flag (``--reports-dir`` -> ``reports_dir``)."""
-    return next(_dest(f) for f in FLAGS if f.name == name)
+def dest_of(flag: "Flag | str") -> str:
+    """The namespace attribute of a flag, given the flag or its name (``--reports-dir`` ->
+    ``reports_dir``); ``sweep explain`` and ``--resume`` edit a run's parsed flags."""
+    if isinstance(flag, str):
+        return next(_dest(f) for f in FLAGS if f.name == flag)
+    return _dest(flag)
