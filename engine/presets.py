@@ -20,6 +20,7 @@ GiB = 1024**3
 
 SPECS = ("mtp", "dflash2", "ngram", "none")
 CTXS = ("fast", "long", "huge")
+RUNNERS = ("v1", "v2", "auto")  # vLLM's model runners (engine.vllm.patches.releases)
 CUDAGRAPH_MODES = ("NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE")
 # Named fixes, spelled the same for the lab engine (--patches) and the vLLM plugin
 # (RESIDUE_LAB_PATCHES): one vocabulary across engines.
@@ -76,11 +77,18 @@ class ServingConfig:
     # Model geometry: "hybrid" (recurrent state + attention, the thread's model) or
     # "dense"; None = whatever the model/engine defaults to.
     geometry: str | None = None
+    # vLLM's model runner: "v1" / "v2" forced (VLLM_USE_V2_MODEL_RUNNER), "auto" = the
+    # release's default. Left out of as_dict/identity when "auto", so every configuration
+    # id from before the field existed is unchanged.
+    runner: str = "auto"
     notes: tuple[str, ...] = field(default=(), compare=False)
     overrides: tuple[str, ...] = field(default=(), compare=False)
 
     def as_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        d = dataclasses.asdict(self)
+        if d.get("runner") == "auto":
+            d.pop("runner")
+        return d
 
     def identity(self) -> dict[str, Any]:
         """The fields that define the server (not the explanations)."""
@@ -103,6 +111,8 @@ class ServingConfig:
         parts.append(f"patches={self.patches}")
         if self.geometry:
             parts.append(self.geometry)
+        if self.runner != "auto":
+            parts.append(f"runner={self.runner}")
         return " ".join(parts)
 
     def speculative_config(self) -> dict[str, Any] | None:
@@ -148,7 +158,7 @@ GEOMETRIES = ("hybrid", "dense")
 
 def resolve(spec: str = "mtp", ctx: str = "huge", *, engine: str = "lab",
             model: str | None = None, patches: str = "all", geometry: str | None = None,
-            **overrides: Any) -> ServingConfig:
+            runner: str | None = None, **overrides: Any) -> ServingConfig:
     """Resolve a preset plus explicit overrides (``None`` means 'not given').
 
     Returns the configuration with ``notes`` (why each preset decision was made, and
@@ -232,6 +242,9 @@ def resolve(spec: str = "mtp", ctx: str = "huge", *, engine: str = "lab",
 
     if geometry is not None and geometry not in GEOMETRIES:
         raise PresetError(f"unknown geometry {geometry!r}; allowed: {', '.join(GEOMETRIES)}")
+    runner = runner or "auto"
+    if runner not in RUNNERS:
+        raise PresetError(f"unknown runner {runner!r}; allowed: {', '.join(RUNNERS)}")
 
     return ServingConfig(
         engine=engine, geometry=geometry, model=model, spec=spec, method=method, draft_tokens=k, ctx=ctx,
@@ -240,7 +253,7 @@ def resolve(spec: str = "mtp", ctx: str = "huge", *, engine: str = "lab",
         prefix_match_unit=None if unit is None else int(unit),
         max_model_len=int(preset["max_model_len"]),
         kv_cache_memory_bytes=preset["kv_cache_memory_bytes"],
-        patches=normalise_patches(patches),
+        patches=normalise_patches(patches), runner=runner,
         notes=tuple(notes), overrides=tuple(forced),
     )
 

@@ -25,7 +25,7 @@ from .ranges import residues_phrase
 from .vocabulary import FULL_GRAPH_MODES, PREFILL_FIX
 
 __all__ = ["Prediction", "predict", "hit_granularity", "prefill_fix_applied",
-           "drops_hit_blocks", "DROPS_HIT_BLOCKS"]
+           "drops_hit_blocks", "DROPS_HIT_BLOCKS", "vllm_dispatch"]
 
 # Speculative methods whose drafter state makes the engine drop matched blocks on a hit.
 DROPS_HIT_BLOCKS = frozenset({"mtp", "eagle", "eagle3", "dflash", "dflash2"})
@@ -87,12 +87,16 @@ def predict(config: Mapping[str, Any], modulus: int, *, patch_status: Any = None
     if fixed:
         return Prediction([], False, "predicts no break: the prefill-discriminator fix is "
                           f"on ({escape_text(how)})")
+    rule = vllm_dispatch(c)
+    if rule is not None and rule.prefill_check:
+        return Prediction([], False, f"predicts no break: {escape_text(rule.line())}")
+    on = f"; {escape_text(rule.line())}" if rule is not None else ""
     unit, source = _hit_unit(c, cached_tokens)
     if unit is None:
         return Prediction(None, True, f"cannot name a residue: k={k}, but no "
                           "`--prefix-match-unit`, so hits align to the KV page (on a "
                           "hybrid model the larger state page, 2048 tokens in the "
-                          f"thread), which a mod-{m} sweep cannot resolve")
+                          f"thread), which a mod-{m} sweep cannot resolve{on}")
     armed = (k + 1) % unit
     if unit == m:
         res = [armed]
@@ -101,9 +105,29 @@ def predict(config: Mapping[str, Any], modulus: int, *, patch_status: Any = None
     else:
         return Prediction(None, True, f"cannot name a residue: k={k}, {source} {unit} arms "
                           f"lengths ≡ {armed} (mod {unit}), which a mod-{m} sweep cannot "
-                          "resolve", unit)
+                          f"resolve{on}", unit)
     return Prediction(res, True, f"predicts {residues_phrase(res)} (k + 1 = {k + 1}, mod "
-                      f"{source} {unit}; {code(mode or '?')}, prefill fix off)", unit)
+                      f"{source} {unit}; {code(mode or '?')}, prefill fix off{on})", unit)
+
+
+def vllm_dispatch(c: Mapping[str, Any]):
+    """What vLLM's own uniform-decode dispatch does on the runner this configuration ran
+    on (``engine.vllm.patches.releases.dispatch_rule``), or None when that is not known:
+    not vLLM, no release in the effective configuration, or neither the runner the log
+    names (``model_runner``) nor a forced ``runner``. Records from before the runner was
+    recorded carry neither, so their rule line is unchanged."""
+    if c.get("engine") != "vllm" or not c.get("vllm_version"):
+        return None
+    runner = c.get("model_runner") or (c.get("runner") if c.get("runner") in ("v1", "v2") else None)
+    if runner is None:
+        return None
+    from engine.vllm.patches.releases import dispatch_rule   # imports no vLLM
+    method = c.get("method") or "none"
+    try:
+        return dispatch_rule(str(c["vllm_version"]), runner, str(method),
+                             hybrid=c.get("geometry") != "dense")
+    except ValueError:   # a release older than any read, a method the table does not know
+        return None
 
 
 def _hit_unit(c: Mapping[str, Any], cached_tokens: Iterable[Any]) -> tuple[int | None, str]:

@@ -14,7 +14,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 __all__ = ["DRAFTS", "ACCEPTED", "ClientError", "ServerGone", "RequestTimeout",
-           "ServerError", "ChatResult", "shared_http", "EngineClient",
+           "ServerError", "BadResponse", "parse_token_logprobs", "ChatResult", "shared_http", "EngineClient",
            "spec_counters_from_text", "tok_per_step"]
 
 DRAFTS = "vllm:spec_decode_num_drafts"
@@ -42,6 +42,11 @@ class ServerError(ClientError):
         self.body = body
 
 
+class BadResponse(ClientError):
+    """The server answered 2xx with a body that is not an OpenAI chat completion
+    (malformed JSON, a cut-off stream, no ``choices``)."""
+
+
 @dataclass(frozen=True)
 class ChatResult:
     answer: str
@@ -51,6 +56,8 @@ class ChatResult:
     cached_tokens: int | None
     completion_tokens: int | None
     latency_s: float
+    # [[token, logprob, [[alt, logprob], ...]], ...] when logprobs were asked for and given
+    token_logprobs: list | None = None
 
 
 def shared_http() -> httpx.AsyncClient:
@@ -128,14 +135,28 @@ class EngineClient:
         return int(data["count"]) if "count" in data else len(data.get("tokens", []))
 
     async def chat(self, messages: Sequence[dict[str, str]], *, model: str, max_tokens: int,
-                   seed: int = 0) -> ChatResult:
-        body = {"model": model, "messages": list(messages), "max_tokens": max_tokens,
-                "temperature": 0.0, "seed": seed, "stream": False}
+                   seed: int = 0, logprobs: int = 0) -> ChatResult:
+        """One greedy chat completion. ``logprobs`` > 0 asks for each completion token's
+        logprob and its top ``logprobs`` alternatives (OpenAI's ``logprobs`` /
+        ``top_logprobs``); 0 leaves them out of the request entirely."""
+        body: dict[str, Any] = {"model": model, "messages": list(messages),
+                                "max_tokens": max_tokens, "temperature": 0.0, "seed": seed,
+                                "stream": False}
+        if logprobs > 0:
+            body.update(logprobs=True, top_logprobs=int(logprobs))
         t0 = time.monotonic()
         resp = await self._request("POST", "/v1/chat/completions", json=body)
         latency = time.monotonic() - t0
-        data = resp.json()
-        choice = (data.get("choices") or [{}])[0]
+        try:
+            data = resp.json()
+        except ValueError:
+            raise BadResponse(f"POST /v1/chat/completions: HTTP {resp.status_code} with a body "
+                              f"that is not JSON: {resp.text[:120]!r}") from None
+        choices = data.get("choices") if isinstance(data, dict) else None
+        if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+            raise BadResponse("POST /v1/chat/completions: no choices in the answer: "
+                              f"{resp.text[:120]!r}")
+        choice = choices[0]
         content = (choice.get("message") or {}).get("content")
         usage = data.get("usage") or {}
         details = usage.get("prompt_tokens_details") or {}
@@ -143,10 +164,11 @@ class EngineClient:
             answer=content if isinstance(content, str) else "",
             content_was_null=content is None,
             finish_reason=choice.get("finish_reason"),
-            prompt_tokens=usage.get("prompt_tokens"),
-            cached_tokens=details.get("cached_tokens") if details else None,
-            completion_tokens=usage.get("completion_tokens"),
+            prompt_tokens=_int_or_none(usage.get("prompt_tokens")),
+            cached_tokens=_int_or_none(details.get("cached_tokens")) if details else None,
+            completion_tokens=_int_or_none(usage.get("completion_tokens")),
             latency_s=latency,
+            token_logprobs=parse_token_logprobs(choice.get("logprobs")) if logprobs > 0 else None,
         )
 
     async def spec_counters(self) -> tuple[float, float] | None:
@@ -182,3 +204,26 @@ def tok_per_step(before: tuple[float, float] | None, after: tuple[float, float] 
     if d_drafts <= 0:
         return None
     return round(1.0 + (after[1] - before[1]) / d_drafts, 3)
+
+
+def _int_or_none(v: Any) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def parse_token_logprobs(logprobs: Any) -> list | None:
+    """OpenAI's ``choices[0].logprobs`` as the record keeps it: one
+    ``[token, logprob, [[alt, logprob], ...]]`` per completion token, logprobs rounded to
+    4 decimals (enough for a margin, a tenth of the bytes). None when absent or malformed."""
+    content = logprobs.get("content") if isinstance(logprobs, dict) else None
+    if not isinstance(content, list):
+        return None
+    out = []
+    for e in content:
+        if not isinstance(e, dict) or not isinstance(e.get("token"), str) or \
+                not isinstance(e.get("logprob"), (int, float)):
+            return None
+        alts = [[a["token"], round(float(a["logprob"]), 4)] for a in e.get("top_logprobs") or []
+                if isinstance(a, dict) and isinstance(a.get("token"), str)
+                and isinstance(a.get("logprob"), (int, float))]
+        out.append([e["token"], round(float(e["logprob"]), 4), alts])
+    return out

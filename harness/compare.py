@@ -1,4 +1,4 @@
-"""What changed between two sweeps, per configuration and residue.
+"""What changed between two sweeps, per configuration (and prompt case) and residue.
 
 Configurations are matched by ``config_id`` (the hash of the configuration's identity),
 then by ``config_label`` for a configuration whose id is on one side only (a harness
@@ -38,12 +38,19 @@ PATCH_FIELDS = frozenset({"patches"})
 
 
 def _by_config(records: list[dict]) -> dict[str, dict]:
+    """Cells per configuration; a --prompts run's configuration is split per case (its
+    key, label and identity name the case, so each case pairs with the same case)."""
     recs, _ = latest_records(records)
     out: dict[str, dict] = {}
     for r in recs:
         cid = r.get("config_id") or r.get("config_label") or "?"
-        c = out.setdefault(cid, {"config_id": cid, "config_label": r.get("config_label") or cid,
-                                 "config": record_identity(r), "runs": [], "cells": {}})
+        label = r.get("config_label") or cid
+        ident = record_identity(r)
+        if r.get("case_id"):
+            cid, label = f"{cid}#{r['case_id']}", f"{label} · case {r['case_id']}"
+            ident = {**ident, "case": r["case_id"]}
+        c = out.setdefault(cid, {"config_id": cid, "config_label": label,
+                                 "config": ident, "runs": [], "cells": {}})
         if r.get("run_id") and r["run_id"] not in c["runs"]:
             c["runs"].append(r["run_id"])
         key = (int(r["residue"]), document_of(r), r.get("phase") or "?")

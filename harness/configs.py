@@ -19,12 +19,13 @@ from engine.presets import PresetError, ServingConfig, resolve
 from . import bugb
 from .errors import UsageError
 from .flags import UNSET, choices_of, split
+from .prompts.cases import PromptCase, load_cases, select_cases
 from .slots import Slot
 from .vocabulary import PHASES
 
 __all__ = ["SweepOptions", "config_id", "modulus_for", "expand_matrix",
            "predicted_residues", "select_residues", "parse_slots", "parse_phases",
-           "parse_reference", "describe"]
+           "parse_reference", "parse_prompts", "describe"]
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,8 @@ class SweepOptions:
     junit: Path | None = None
     full: bool = False
     gh_issue: int | None = None
+    gh_repo: str | None = None       # --gh-issue through the REST API: OWNER/NAME
+    gh_dry_run: bool = False         # --gh-issue: print the request, send nothing
     api_key: str | None = None
     draft_model: str | None = None   # --engine vllm: drafter checkpoint
     engine_args: tuple[str, ...] = ()  # --engine vllm: extra server arguments
@@ -63,7 +66,13 @@ class SweepOptions:
     auto_sample: int = 4             # --isolation auto: seeded ok residues confirmed fresh
     cache_dir: Path | None = None    # --cache-dir: shared compile/Triton caches (vllm)
     launcher: str = "plain"          # plain | prefork
+    bisect: bool = False           # --bisect: the exit code git bisect run reads
+    prompts: str | None = None       # --prompts FILE, as given (reruns spell it)
+    cases: tuple[PromptCase, ...] = ()   # its validated cases (after --case)
     argv: tuple[str, ...] = field(default=(), compare=False)
+    logprobs: int = 0              # top_logprobs asked per answer token; 0 = not asked
+    logprobs_default: int = 0      # the engine's default (a rerun repeats only a change)
+    allow_fewer: bool = False      # --baseline: coverage may shrink
 
     @property
     def documents(self) -> tuple[int, ...]:
@@ -149,10 +158,13 @@ def select_residues(spec: str, cfg: ServingConfig, modulus: int, *,
                 if "-" in item:
                     a, b = (int(x) for x in item.split("-", 1))
                     if a > b:
-                        raise ValueError
+                        raise UsageError(f"--residues: {item!r}: the range is reversed "
+                                         f"(write {b}-{a})")
                     chosen.extend(range(a, b + 1))
                 else:
                     chosen.append(int(item))
+            except UsageError:
+                raise
             except ValueError:
                 raise UsageError(f"--residues: {item!r} is not valid; allowed: all, risky, "
                                  "sample:N, a list (3,4,5) or a range (0-15)") from None
@@ -198,9 +210,30 @@ def parse_reference(value: str, phases: Sequence[str]) -> str:
         if value == "cold" and "cold" not in phases:
             raise UsageError("--reference cold needs the cold phase in --phases")
         return value
+    if value in ("first", "consensus"):
+        return value
     if value.startswith("golden:") and len(value) > len("golden:"):
         return value
-    raise UsageError(f"--reference: {value!r} is not valid; allowed: passage, cold, golden:RUN")
+    raise UsageError(f"--reference: {value!r} is not valid; allowed: passage, cold, first, "
+                     "consensus, golden:RUN")
+
+
+def parse_prompts(path: str | None, case_ids: str | None,
+                  reference: str) -> tuple[PromptCase, ...]:
+    """The cases of ``--prompts FILE`` (``--case`` picks some), checked against the
+    reference: a case without ``expected`` needs a reference that is not the passage."""
+    if path is None:
+        if case_ids:
+            raise UsageError("--case is only for --prompts FILE")
+        return ()
+    cases = select_cases(load_cases(path), split(case_ids), path)
+    if reference == "passage":
+        bare = next((c for c in cases if c.expected is None), None)
+        if bare is not None:
+            raise UsageError(f"{path}:{bare.line}: case {bare.id!r} has no \"expected\", so "
+                             "--reference passage cannot judge it; give \"expected\" or "
+                             "--reference cold or golden:RUN")
+    return cases
 
 
 def describe(opts: SweepOptions) -> Iterable[str]:

@@ -37,6 +37,10 @@ class EngineAdapter:
     # Engine facts the CLI and the backends read instead of testing engine names.
     boot_timeout_s = 300.0       # default --boot-timeout
     needs_gpu = False            # a server of this engine claims one GPU (Ray: num_gpus)
+    runners: tuple[str, ...] = ()  # model runners --runner can force (none: one runner)
+    # default --logprobs: top-N asked per answer token, only where asking is known not to
+    # change the answer (docs/records.md, "logprobs"); an unknown server is not asked
+    logprobs_default = 0
 
     @classmethod
     def default_slots(cls) -> int:
@@ -48,7 +52,13 @@ class EngineAdapter:
         """Every configuration can be turned into a server command: raises
         ``UsageError`` while the sweep is built, never when a point boots."""
         for cfg in configs:
+            if cfg.runner != "auto" and cfg.runner not in self.runners:
+                raise UsageError(self.runner_refusal(cfg.runner))
             self.command(cfg, _PORT_SENTINEL, slot)
+
+    def runner_refusal(self, runner: str) -> str:
+        return (f"--runner {runner}: --engine {self.name} cannot be forced onto a model "
+                "runner; only --runner auto (--engine vllm has v1 and v2)")
 
     def model_name(self, cfg: ServingConfig) -> str | None:
         """The model name the server will serve, when it is known without asking it
@@ -122,10 +132,18 @@ _PORT_SENTINEL = 54321
 class LabAdapter(EngineAdapter):
     name = "lab"
     boot_timeout_s = 60.0
+    logprobs_default = 5    # tests/lab/test_logprobs.py: byte-identical answers with/without
     default_served_name = "lab-copy"
 
     def __init__(self, served_model_name: str | None = None) -> None:
         self.served_model_name = served_model_name or self.default_served_name
+
+    def runner_refusal(self, runner: str) -> str:
+        # The lab's dispatch is V1's shape-only _is_uniform_decode; V2's prefill check is
+        # what its prefill-discriminator patch adds, so --patches is the lab's switch.
+        return (f"--runner {runner}: the lab engine has one model runner (V1's shape-only "
+                "dispatch; --patches prefill-discriminator adds the prefill check V2 has); "
+                "only --runner auto, v1/v2 are for --engine vllm")
 
     def model_dir(self, cfg: ServingConfig) -> Path:
         return Path(cfg.model) if cfg.model else LAB_MODEL_DIR
@@ -189,6 +207,8 @@ class VllmAdapter(EngineAdapter):
     name = "vllm"
     boot_timeout_s = 900.0
     needs_gpu = True
+    runners = ("v1", "v2")       # VLLM_USE_V2_MODEL_RUNNER (engine.vllm.patches.releases)
+    logprobs_default = 5    # V1 Sampler: logprobs are a side computation, greedy is argmax
 
     def __init__(self, *, draft_model: str | None = None, extra_args: tuple[str, ...] = (),
                  plugin_dir: Path | None = None, dev_mode: bool = False,
@@ -217,7 +237,7 @@ class VllmAdapter(EngineAdapter):
                 cfg, port=int(port), model=cfg.model, gpu=slot.gpu,
                 served_model_name=self.served_model_name,
                 draft_model=self.draft_model, extra_args=self.extra_args,
-                plugin_path=self.plugin_path, base_env=self.base_env,
+                plugin_path=self.plugin_path, base_env=self.base_env, runner=cfg.runner,
                 **({"cache_dir": self.cache_dir} if self.cache_dir else {}))
         except self._launch.LaunchError as e:
             raise UsageError(f"--engine vllm: {e}") from None

@@ -7,10 +7,12 @@ one line on stderr.
 """
 from __future__ import annotations
 
-__all__ = ["HarnessError", "UsageError", "CannotRun", "EXIT_USAGE", "EXIT_CANNOT_RUN"]
+__all__ = ["HarnessError", "UsageError", "CannotRun", "OutputFailed", "EXIT_USAGE",
+           "EXIT_CANNOT_RUN", "EXIT_OUTPUT"]
 
 EXIT_USAGE = 2
 EXIT_CANNOT_RUN = 3
+EXIT_OUTPUT = 4
 
 
 class HarnessError(Exception):
@@ -34,3 +36,12 @@ class CannotRun(HarnessError, RuntimeError):
 
     exit_code = EXIT_CANNOT_RUN
     prefix = "cannot run"
+
+
+class OutputFailed(HarnessError, RuntimeError):
+    """The sweep ran and its records are on disk, but an output could not be written or
+    posted (the report file, JUnit, the step summary, a GitHub comment): exit code 4, with
+    the report's path so nothing is lost."""
+
+    exit_code = EXIT_OUTPUT
+    prefix = "output failed"

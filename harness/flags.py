@@ -14,8 +14,8 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any, Callable, NamedTuple, Sequence
 
-from engine.presets import (CTXS, CUDAGRAPH_MODES, GEOMETRIES, PATCHES, SPECS, PresetError,
-                            ServingConfig, normalise_patches)
+from engine.presets import (CTXS, CUDAGRAPH_MODES, GEOMETRIES, PATCHES, RUNNERS, SPECS,
+                            PresetError, ServingConfig, normalise_patches)
 
 from .backends import backend_names
 from .engines import ADAPTERS
@@ -23,7 +23,8 @@ from .errors import UsageError
 from .vocabulary import ISOLATIONS, PHASES
 
 __all__ = ["Flag", "FLAGS", "GROUPS", "UNSET", "sweep_parser", "matrix_axes",
-           "rerun_command", "Rerun", "positive_int", "positive_float", "Parser"]
+           "rerun_command", "Rerun", "positive_int", "positive_float", "Parser",
+           "explicit_flags", "dest_of"]
 
 UNSET = object()   # a matrix axis left to the preset (nothing passed to resolve)
 
@@ -37,12 +38,13 @@ class Parser(argparse.ArgumentParser):
 
 class Rerun(NamedTuple):
     """What a flag's rerun spelling is computed from: the sweep, one configuration and
-    one residue of it."""
+    one residue of it (and, with --prompts, the case)."""
     opts: Any            # configs.SweepOptions
     cfg: ServingConfig
     residue: int
     modulus: int
     seed: int | None = None   # the point's document seed (``--seed`` lists)
+    case: str | None = None
 
 
 @dataclass(frozen=True)
@@ -151,6 +153,17 @@ def patch_sets(flag: str, value: str | None) -> list[str]:
     return out
 
 
+def _logprobs_count(v: str) -> int:
+    """0..20: OpenAI's (and vLLM's default --max-logprobs) limit on top_logprobs."""
+    try:
+        n = int(v)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{v!r} is not an integer") from None
+    if not 0 <= n <= 20:
+        raise argparse.ArgumentTypeError(f"{n} is outside 0..20")
+    return n
+
+
 def _or_none(parse):
     def wrapped(flag: str, value: str | None) -> list[Any]:
         return parse(flag, value) or [None]
@@ -205,6 +218,11 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--patches", ENGINE, f"fix set(s): all | none | names joined by '+' from "
          f"{', '.join(PATCHES)} (matrix)", {"default": "all"}, axis="patches", items=patch_sets,
          rerun=_always("--patches", lambda r: r.cfg.patches.replace(",", "+"))),
+    Flag("--runner", ENGINE, "vLLM model runner(s): v1 | v2 | auto (the release's default; "
+         "the record's effective configuration names the one that ran) (matrix); the lab "
+         "has one runner (V1's shape-only dispatch, fixed by --patches) and takes auto only",
+         {"metavar": "RUNNER"}, axis="runner", items=_or_none(choices_of(RUNNERS)),
+         rerun=lambda r: ["--runner", r.cfg.runner] if r.cfg.runner != "auto" else []),
     Flag("--model", ENGINE, "model directory (lab: the shipped copy model by default)",
          rerun=_opt("--model", "model")),
     Flag("--served-model-name", ENGINE, "model name for requests (default: /v1/models)",
@@ -223,17 +241,34 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--modulus", MEASURE, "N or auto (the configuration's hit unit)", {"default": "128"},
          rerun=_always("--modulus", lambda r: r.modulus)),
     Flag("--context", MEASURE, "approximate templated length of the measured prompt "
-         "(default 4096)", {"type": positive_int("--context"), "default": 4096},
-         rerun=_always("--context", lambda r: r.opts.context)),
+         "(default 4096; not used with --prompts)",
+         {"type": positive_int("--context"), "default": 4096},
+         rerun=lambda r: [] if r.opts.prompts else ["--context", str(r.opts.context)]),
     Flag("--phases", MEASURE, f"{','.join(PHASES)} (default cold,self-hit)",
          {"default": "cold,self-hit"}, rerun=_always("--phases", lambda r: ",".join(r.opts.phases))),
-    Flag("--reference", MEASURE, "passage | cold | golden:RUN", {"default": "passage"},
+    Flag("--reference", MEASURE, "passage | cold | first | consensus | golden:RUN "
+         "(docs/reports.md: what each can see)", {"default": "passage"},
          rerun=_always("--reference", lambda r: r.opts.reference)),
+    Flag("--logprobs", MEASURE, "top-N logprobs per answer token, 0 = off (default: lab 5, "
+         "vllm 5, cmd 0; docs/records.md says why they do not change the answer)",
+         {"type": _logprobs_count, "metavar": "N"},
+         rerun=lambda r: ["--logprobs", str(r.opts.logprobs)]
+         if r.opts.logprobs != r.opts.logprobs_default else []),
     Flag("--answer-lines", MEASURE, "lines of the document the answer must reproduce "
-         "(default 3)", {"type": positive_int("--answer-lines"), "default": 3},
-         rerun=_always("--answer-lines", lambda r: r.opts.answer_lines)),
-    Flag("--max-tokens", MEASURE, None, {"type": positive_int("--max-tokens"), "default": 256},
+         "(default 3; not used with --prompts)",
+         {"type": positive_int("--answer-lines"), "default": 3},
+         rerun=lambda r: [] if r.opts.prompts else ["--answer-lines", str(r.opts.answer_lines)]),
+    Flag("--max-tokens", MEASURE, "most tokens a measured answer may generate "
+         "(default 256)",
+         {"type": positive_int("--max-tokens"), "default": 256},
          rerun=_always("--max-tokens", lambda r: r.opts.max_tokens)),
+    # a prompt set multiplies points (case x residue), not servers: run/plan.py loops over
+    # its cases and each Point carries one (docs/prompts.md)
+    Flag("--prompts", MEASURE, "a JSONL prompt set (docs/prompts.md): sweep every residue of "
+         "each case instead of the document prompt", {"metavar": "FILE"},
+         rerun=lambda r: ["--prompts", r.opts.prompts] if r.opts.prompts else []),
+    Flag("--case", MEASURE, "--prompts: only these case ids (comma list)", {"metavar": "IDS"},
+         rerun=lambda r: ["--case", r.case] if r.case else []),
     Flag("--seed", MEASURE, "document / sampling seed, or a comma list (0,1,2): each residue "
          "is measured on each seed's document (default 0)",
          {"type": seed_list, "default": (0,), "metavar": "N[,N...]"},
@@ -259,21 +294,48 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--slots", RUN, "parallel CPU slots (default: cores)", {"type": positive_int("--slots")},
          rerun=lambda r: ["--slots", "1"]),
     Flag("--gpus", RUN, "one server per GPU id, e.g. 0,1", {"metavar": "LIST"}),
-    Flag("--timeout", RUN, "per request, seconds", {"type": positive_float, "default": 120.0}),
+    Flag("--timeout", RUN, "per request, seconds (default 120)",
+         {"type": positive_float, "default": 120.0}),
     Flag("--boot-timeout", RUN, "server boot, seconds (default: lab 60, cmd 300, vllm 900)",
          {"type": positive_float}),
-    Flag("--out", RUN, "results directory (default results/)", {"default": "results"}),
-    Flag("--reports-dir", RUN, "report directory (default reports/)", {"default": "reports"}),
+    Flag("--out", RUN, "results directory (default results/); the reports go there too "
+         "unless --reports-dir says otherwise", {"metavar": "DIR"}),
+    Flag("--reports-dir", RUN, "report directory (default: the --out folder when --out is "
+         "given, else reports/)", {"metavar": "DIR"}),
     Flag("--resume", RUN, "continue an interrupted run", {"metavar": "RUN_ID"}),
     Flag("--dry-run", RUN, "print the plan and server commands; start nothing",
          {"action": "store_true"}),
     Flag("--no-progress", RUN, "no progress bar", {"action": "store_true"}),
     Flag("--baseline", OUTPUT, "fail only on regressions against it", {"metavar": "RUN_OR_FILE"}),
+    Flag("--allow-fewer", OUTPUT, "with --baseline: do not fail when a cell the baseline "
+         "judged is missing or unjudged now", {"action": "store_true"}),
     Flag("--junit", OUTPUT, "write JUnit XML (one testcase per point x phase)", {"metavar": "PATH"}),
     Flag("--full", OUTPUT, "do not fold clean rows in the report", {"action": "store_true"}),
-    Flag("--gh-issue", OUTPUT, "post the report as a comment on GitHub issue N (needs gh)",
+    Flag("--bisect", OUTPUT, "exit for git bisect run: 0 every cell tested and ok, 1 a cell "
+         "not ok, 125 untestable (boot-fail, infra, invalid only); docs/bisect.md",
+         {"action": "store_true"}),
+    Flag("--gh-issue", OUTPUT, "post the report as a comment on GitHub issue N: through gh "
+         "when on PATH, else the REST API with GITHUB_TOKEN (checked before the sweep)",
          {"type": positive_int("--gh-issue"), "metavar": "N"}),
+    Flag("--gh-repo", OUTPUT, "--gh-issue through the REST API: OWNER/NAME (default "
+         "$GITHUB_REPOSITORY, else the origin remote)", {"metavar": "OWNER/NAME"}),
+    Flag("--gh-dry-run", OUTPUT, "--gh-issue: print the request(s), post nothing",
+         {"action": "store_true"}),
 )
+
+
+class _Version(argparse.Action):
+    """``--version``: computed when asked (it reads git), not when the parser is built."""
+
+    def __init__(self, option_strings, dest, **kw):
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kw)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from . import __version__
+        from .provenance import harness_version, source_digest
+        print(f"sweep (residue-lab) {__version__}: {harness_version()}; "
+              f"source digest {source_digest()}")
+        parser.exit(0)
 
 
 def sweep_parser() -> Parser:
@@ -283,7 +345,10 @@ def sweep_parser() -> Parser:
                formatter_class=argparse.RawDescriptionHelpFormatter,
                epilog="Comma-separated values of a configuration flag expand into a matrix, "
                "e.g. --cudagraph FULL_AND_PIECEWISE,PIECEWISE --patches none,all.\n"
-               "Sub-verbs: sweep report ..., sweep compare ..., sweep presets.")
+               "Sub-verbs: sweep report ..., sweep compare ..., sweep presets, "
+               "sweep explain RUN.")
+    p.add_argument("--version", action=_Version, help="print the version and the source "
+                   "digest (which code runs) and exit")
     groups = {g: p.add_argument_group(g) for g in GROUPS}
     for f in FLAGS:
         kw = dict(f.kw)
@@ -304,11 +369,41 @@ def matrix_axes(ns: argparse.Namespace) -> dict[str, list[Any]]:
 
 
 def rerun_command(opts: Any, cfg: ServingConfig, residue: int, modulus: int,
-                  seed: int | None = None) -> str:
-    """The one command line that reruns exactly this data point (on document ``seed``)."""
-    r = Rerun(opts, cfg, residue, modulus, seed)
+                  seed: int | None = None, case: str | None = None) -> str:
+    """The one command line that reruns exactly this data point (on document ``seed``;
+    with --prompts, of case ``case``)."""
+    r = Rerun(opts, cfg, residue, modulus, seed, case)
     argv = ["sweep"]
     for f in FLAGS:
         if f.rerun is not None:
             argv += f.rerun(r)
     return shlex.join(argv)
+
+
+def explicit_flags(argv: Sequence[str]) -> dict[str, Any]:
+    """``{flag name: parsed value}`` for the flags actually written in ``argv`` (defaults
+    left out), e.g. to tell what a ``--resume`` command line asks to change."""
+    p = sweep_parser()
+    not_given = object()  # not a string: argparse passes a string default through `type`
+    p.set_defaults(**{_dest(f): [] if f.kw.get("action") == "append" else not_given
+                      for f in FLAGS})
+    ns = {k: v for k, v in vars(p.parse_args(list(argv))).items()
+          if v is not not_given and v != []}
+    out: dict[str, Any] = {}
+    for f in FLAGS:
+        dest = _dest(f)
+        if dest in ns and f.name not in out:
+            # --prefix-cache / --no-prefix-cache share a dest: name the one written
+            name = f.name
+            if dest == "prefix_cache":
+                name = "--prefix-cache" if ns[dest] else "--no-prefix-cache"
+            out[name] = ns[dest]
+    return out
+
+
+def dest_of(flag: "Flag | str") -> str:
+    """The namespace attribute of a flag, given the flag or its name (``--reports-dir`` ->
+    ``reports_dir``); ``sweep explain`` and ``--resume`` edit a run's parsed flags."""
+    if isinstance(flag, str):
+        return next(_dest(f) for f in FLAGS if f.name == flag)
+    return _dest(flag)

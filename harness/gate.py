@@ -7,6 +7,9 @@
 - Without a baseline, any non-ok cell fails.
 - A sweep with no records at all fails either way: a gate that measured nothing must not
   pass.
+- With a baseline, shrinking coverage fails too (``find_coverage_losses``): a cell the
+  baseline judged (ok, diverged, broken) that is missing now, or ``unjudged`` now, unless
+  ``--allow-fewer`` is given. A gate that measured less must not read as a pass.
 """
 from __future__ import annotations
 
@@ -18,7 +21,7 @@ import xml.etree.ElementTree as ET
 
 from .ghmarkdown import cap
 from .compare import compare_records
-from .run.records import latest_records, phase_key
+from .run.records import auto_pass, document_of, latest_records, phase_key
 
 EXIT_OK = 0
 EXIT_FAIL = 1
@@ -43,13 +46,49 @@ def find_regressions(baseline: list[dict], new: list[dict]) -> list[dict]:
     return compare_records(baseline, new)["regressions"]
 
 
+JUDGED = frozenset({"ok", "diverged", "broken"})
+
+
+def find_coverage_losses(baseline: list[dict], new: list[dict]) -> list[dict]:
+    """Cells the baseline judged (its verdict ok, diverged or broken) that are missing or
+    ``unjudged`` now: one dict per (config, residue, phase) with ``config_id``,
+    ``config_label``, ``residue``, ``phase``, ``old_verdict``, ``new_verdict`` (None when
+    missing) and ``rerun``. Configurations are matched as ``sweep compare`` matches them."""
+    out = []
+    for c in compare_records(baseline, new)["configs"]:
+        for pt in c["points"]:
+            for phase, cell in pt["phases"].items():
+                old, now = cell["old"], cell["new"]
+                if old is None or old.get("verdict") not in JUDGED:
+                    continue
+                if now is not None and now.get("verdict") != "unjudged":
+                    continue
+                out.append({"config_id": c["config_id"], "config_label": c["config_label"],
+                            "residue": pt["residue"], "phase": phase,
+                            "old_verdict": old.get("verdict"),
+                            "new_verdict": now.get("verdict") if now else None,
+                            "rerun": (now or old).get("rerun")})
+    return out
+
+
+def coverage_line(loss: dict) -> str:
+    """``<label> residue 4 self-hit: ok in the baseline, missing now``."""
+    now = loss["new_verdict"] or "missing"
+    return (f"{loss['config_label']} residue {loss['residue']} {loss['phase']}: "
+            f"{loss['old_verdict']} in the baseline, {now} now")
+
+
 def gate_exit_code(records: list[dict], baseline: list[dict] | None = None, *,
-                   allow_empty: bool = False) -> int:
+                   allow_empty: bool = False, allow_fewer: bool = False) -> int:
     """0 when the sweep passes, 1 when it fails (see the module docstring)."""
     if not records:
         return EXIT_OK if allow_empty else EXIT_FAIL
     if baseline is not None:
-        return EXIT_FAIL if find_regressions(baseline, records) else EXIT_OK
+        if find_regressions(baseline, records):
+            return EXIT_FAIL
+        if not allow_fewer and find_coverage_losses(baseline, records):
+            return EXIT_FAIL
+        return EXIT_OK
     recs, _ = latest_records(records)
     return EXIT_FAIL if any(r.get("verdict") != "ok" for r in recs) else EXIT_OK
 
@@ -76,15 +115,16 @@ def _one_line(text: str) -> str:
 
 
 def testcase_name(r: dict, documents: bool = False) -> str:
-    """One name per cell: with the document when a run measured several (``--seed``
-    lists) and the auto pass, so no two testcases share a name (single-document names
-    stay as they were)."""
-    name = f"{r.get('config_label') or r.get('config_id')} residue {r.get('residue')} " \
+    """One name per cell: with the case (--prompts), the document when a run measured
+    several (``--seed`` lists) and the auto pass, so no two testcases share a name
+    (single-document names stay as they were)."""
+    case = f" case {r['case_id']}" if r.get("case_id") else ""
+    name = f"{r.get('config_label') or r.get('config_id')}{case} residue {r.get('residue')} " \
            f"{r.get('phase')}"
-    if documents and r.get("document_seed") is not None:
-        name += f" document {r['document_seed']}"
-    if r.get("isolation_run") == "auto":
-        name += f" {r.get('isolation')}"
+    if documents:
+        name += f" document {document_of(r)}"
+    if auto_pass(r):
+        name += f" {auto_pass(r)}"
     return name
 
 
@@ -96,28 +136,34 @@ def failure_message(r: dict) -> str:
     return _one_line(f"{r.get('verdict')}: sha1 {sha}: {excerpt!r} ({r.get('reason') or ''})")
 
 
-def write_junit(records: list[dict], path, *, suite_name: str = "residue-sweep") -> pathlib.Path:
+def write_junit(records: list[dict], path, *, suite_name: str = "residue-sweep",
+                coverage_losses: list[dict] | None = None) -> pathlib.Path:
     """JUnit XML: one ``<testsuite>`` per configuration, one ``<testcase>`` per data point ×
     phase (name: configuration label, residue, phase). A non-ok cell gets a ``<failure>``
     whose ``type`` is the verdict and whose message carries verdict, sha1 (12 hex) and the
-    answer excerpt; its text adds reason, log lines and the rerun command."""
+    answer excerpt; its text adds reason, log lines and the rerun command. An ``unjudged``
+    cell is ``<skipped>`` (nothing judged it: neither a pass nor a failure). Each of
+    ``coverage_losses`` (``find_coverage_losses``) is a failing testcase of type
+    ``coverage`` in a ``coverage`` suite."""
     recs, _ = latest_records(records)
     by_cfg: dict[str, list[dict]] = {}
     for r in recs:
         by_cfg.setdefault(r.get("config_id") or r.get("config_label") or "?", []).append(r)
     root = ET.Element("testsuites", name=suite_name)
-    t_total = f_total = 0
+    t_total = f_total = s_total = 0
     time_total = 0.0
     for cid, rs in by_cfg.items():
-        rs.sort(key=lambda r: (int(r.get("residue") or 0), phase_key(r.get("phase") or ""),
-                               r.get("document_seed") or 0, r.get("isolation") or ""))
+        rs.sort(key=lambda r: (r.get("case_id") or "", int(r.get("residue") or 0),
+                               phase_key(r.get("phase") or ""), document_of(r),
+                               auto_pass(r) or ""))
         label = rs[0].get("config_label") or cid
-        several_docs = len({r.get("document_seed") for r in rs}) > 1
-        fails = sum(1 for r in rs if r.get("verdict") != "ok")
+        several_docs = len({document_of(r) for r in rs}) > 1
+        skips = sum(1 for r in rs if r.get("verdict") == "unjudged")
+        fails = sum(1 for r in rs if r.get("verdict") not in ("ok", "unjudged"))
         t = sum(float(r.get("latency_s") or 0.0) for r in rs)
         starts = sorted(r.get("started_at") for r in rs if r.get("started_at"))
         attrs = {"name": _xml_safe(label), "tests": str(len(rs)), "failures": str(fails),
-                 "errors": "0", "skipped": "0", "time": f"{t:.3f}"}
+                 "errors": "0", "skipped": str(skips), "time": f"{t:.3f}"}
         if starts:
             attrs["timestamp"] = _xml_safe(starts[0][:19])
         node = rs[0].get("node")
@@ -134,7 +180,10 @@ def write_junit(records: list[dict], path, *, suite_name: str = "residue-sweep")
                 "name": _xml_safe(testcase_name(r, several_docs)),
                 "classname": _xml_safe(f"residue_sweep.{cid}"),
                 "time": f"{float(r.get('latency_s') or 0.0):.3f}"})
-            if r.get("verdict") != "ok":
+            if r.get("verdict") == "unjudged":
+                ET.SubElement(case, "skipped", {"message": _xml_safe(_one_line(
+                    f"unjudged: {r.get('reason') or 'no reference'}"))})
+            elif r.get("verdict") != "ok":
                 fail = ET.SubElement(case, "failure", {
                     "message": _xml_safe(failure_message(r)),
                     "type": _xml_safe(r.get("verdict") or "invalid")})
@@ -156,8 +205,26 @@ def write_junit(records: list[dict], path, *, suite_name: str = "residue-sweep")
                 out.text = _xml_safe(f"rerun: {r['rerun']}")
         t_total += len(rs)
         f_total += fails
+        s_total += skips
         time_total += t
+    if coverage_losses:
+        suite = ET.SubElement(root, "testsuite", {
+            "name": "coverage", "tests": str(len(coverage_losses)),
+            "failures": str(len(coverage_losses)), "errors": "0", "skipped": "0",
+            "time": "0.000"})
+        for loss in coverage_losses:
+            case = ET.SubElement(suite, "testcase", {
+                "name": _xml_safe(f"{loss['config_label']} residue {loss['residue']} "
+                                  f"{loss['phase']}"),
+                "classname": "residue_sweep.coverage", "time": "0.000"})
+            fail = ET.SubElement(case, "failure", {"message": _xml_safe(coverage_line(loss)),
+                                                   "type": "coverage"})
+            fail.text = _xml_safe(f"{coverage_line(loss)}; pass --allow-fewer to accept "
+                                  f"less coverage\nrerun: {loss.get('rerun') or '-'}")
+        t_total += len(coverage_losses)
+        f_total += len(coverage_losses)
     root.set("tests", str(t_total))
+    root.set("skipped", str(s_total))
     root.set("failures", str(f_total))
     root.set("errors", "0")
     root.set("time", f"{time_total:.3f}")
@@ -225,5 +292,6 @@ def post_issue_comment(markdown_path, issue: int, *, repo: str | None = None,
                         f"{(proc.stderr or proc.stdout).strip()}")
 
 
-__all__ = ["find_regressions", "gate_exit_code", "write_junit", "append_github_step_summary",
+__all__ = ["find_regressions", "find_coverage_losses", "coverage_line", "JUDGED",
+           "gate_exit_code", "write_junit", "append_github_step_summary",
            "post_issue_comment", "GateError", "GhNotFound", "EXIT_OK", "EXIT_FAIL"]

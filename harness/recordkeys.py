@@ -1,5 +1,8 @@
-"""What identifies a record: its cell (configuration, residue, phase, document, auto
-pass) and its data point (resume). One place for the store, the report, compare and
+"""What identifies a record: its cell (configuration, case, residue, phase, document,
+auto pass) and its data point (resume). ``case_id`` is None outside --prompts, the
+document 0 (or the ``--seed`` of the rerun command) for a record written before
+documents were an axis, the auto pass None outside --isolation auto: an old record keys as
+it always did, with those defaults. One place for the store, the report, compare and
 resume (``run.records`` re-exports these); stdlib only, so ``store`` can use it."""
 from __future__ import annotations
 
@@ -26,11 +29,14 @@ def auto_pass(r: Mapping[str, Any]) -> str | None:
 
 
 def cell_key(r: Mapping[str, Any]) -> tuple:
-    """What one measured cell is: (configuration, residue, phase, document, auto pass)."""
-    return (r.get("config_id") or r.get("config_label"), r.get("residue"), r.get("phase"),
-            document_of(r), auto_pass(r))
+    """What one measured cell is: (configuration, case, residue, phase, document, auto
+    pass)."""
+    return (r.get("config_id") or r.get("config_label"), r.get("case_id"), r.get("residue"),
+            r.get("phase"), document_of(r), auto_pass(r))
 
 
 def point_key(r: Mapping[str, Any]) -> tuple:
-    """The ``plan.Point.key`` a record belongs to (resume)."""
-    return (r.get("config_id"), r.get("residue"), document_of(r), auto_pass(r) or "")
+    """The ``plan.Point.key`` a record belongs to (resume): (config_id, case, residue,
+    document, auto pass or "")."""
+    return (r.get("config_id"), r.get("case_id"), r.get("residue"), document_of(r),
+            auto_pass(r) or "")

@@ -13,13 +13,14 @@ import os
 import secrets
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Iterable
 
-from .recordkeys import cell_key
+# point_key: the data point a record belongs to (``plan.Point.key`` is the same tuple)
+from .recordkeys import cell_key, point_key
 
 __all__ = ["RECORD_SUFFIX", "ARCHIVED_SUFFIX", "MANIFEST_SUFFIX", "StoreError",
            "new_run_id", "now_iso", "ResultStore", "read_jsonl", "resolve_results",
-           "load_records", "load_manifest_for"]
+           "load_records", "load_manifest_for", "linked_runs", "point_key"]
 
 RECORD_SUFFIX = ".jsonl"
 ARCHIVED_SUFFIX = ".jsonl.gz"  # archived records (e.g. reports/h200/results): read like .jsonl
@@ -39,10 +40,11 @@ def now_iso() -> str:
 
 
 class ResultStore:
-    def __init__(self, out_dir: str | Path, run_id: str):
+    def __init__(self, out_dir: str | Path, run_id: str, *, create: bool = True):
         self.out_dir = Path(out_dir)
         self.run_id = run_id
-        self.out_dir.mkdir(parents=True, exist_ok=True)
+        if create:  # not when only reading a manifest (``--resume``)
+            self.out_dir.mkdir(parents=True, exist_ok=True)
         self.records_path = self.out_dir / f"{run_id}{RECORD_SUFFIX}"
         self.manifest_path = self.out_dir / f"{run_id}{MANIFEST_SUFFIX}"
         self.logs_dir = self.out_dir / f"{run_id}.logs"
@@ -67,25 +69,35 @@ class ResultStore:
     def read(self) -> list[dict[str, Any]]:
         return read_jsonl(self.records_path) if self.records_path.exists() else []
 
-    def prune_partial(self, phases_per_point: dict[tuple, set[str]],
-                      key: Callable[[dict], tuple] | None = None) -> set[tuple]:
+    def rewrite(self, records: list[dict[str, Any]]) -> None:
+        """Replace the results file with ``records``, atomically (a matrix reference,
+        ``--reference first`` / ``consensus``, judges the records after the run)."""
+        self.close()
+        tmp = self.records_path.with_suffix(".jsonl.tmp")
+        with open(tmp, "w", encoding="utf-8") as fh:
+            for r in records:
+                fh.write(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, self.records_path)
+
+    def prune_partial(self, phases_per_point: dict[tuple, set[str]], *,
+                      keep_unplanned: bool = False) -> set[tuple]:
         """Keep only points whose requested phases are all on disk; rewrite atomically.
 
-        ``key`` gives a record's point key (default ``(config_id, residue)``; the driver
-        passes ``run.records.point_key``: with the document and auto pass). A record of a
-        point not in ``phases_per_point`` (e.g. a confirmation added at run time) is kept
-        when its phases are complete. Returns the set of completed point keys."""
-        keep_unplanned = key is not None
-        key = key or (lambda r: (r["config_id"], r["residue"]))
+        Points are keyed by ``point_key`` (configuration, case, residue, document, auto
+        pass). With ``keep_unplanned``, a record of a point not in ``phases_per_point``
+        (e.g. an auto confirmation added at run time) is kept when its phases are
+        complete. Returns the set of completed point keys."""
         records = self.read()
         seen: dict[tuple, set[str]] = {}
         for r in records:
-            seen.setdefault(key(r), set()).add(r["phase"])
+            seen.setdefault(point_key(r), set()).add(r["phase"])
         want_all = set().union(*phases_per_point.values()) if phases_per_point else set()
         done = {k for k, phases in seen.items()
                 if (k in phases_per_point and phases_per_point[k] <= phases)
                 or (keep_unplanned and k not in phases_per_point and want_all <= phases)}
-        keep = [r for r in records if key(r) in done]
+        keep = [r for r in records if point_key(r) in done]
         if len(keep) != len(records):
             tmp = self.records_path.with_suffix(".jsonl.tmp")
             with open(tmp, "w", encoding="utf-8") as fh:
@@ -105,7 +117,14 @@ class ResultStore:
     def read_manifest(self) -> dict[str, Any]:
         if not self.manifest_path.exists():
             raise StoreError(f"no manifest for run {self.run_id} in {self.out_dir}")
-        return json.loads(self.manifest_path.read_text())
+        try:
+            manifest = json.loads(self.manifest_path.read_text())
+        except (ValueError, OSError) as e:
+            raise StoreError(f"{self.manifest_path}: not a run manifest: {e}") from None
+        if not isinstance(manifest, dict):
+            raise StoreError(f"{self.manifest_path}: not a run manifest (a JSON "
+                             f"{type(manifest).__name__})")
+        return manifest
 
 
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
@@ -138,11 +157,18 @@ def resolve_results(ref: str | Path, out_dir: str | Path = "results") -> Path:
 
 
 def load_records(refs: Iterable[str | Path], out_dir: str | Path = "results") -> list[dict]:
-    """Records of several files/run ids; the last record of a (run, config, residue, phase,
-    document, auto pass) wins, so nothing is counted twice."""
+    """Records of several files/run ids; the last record of a (run, ``cell_key``: config,
+    case, residue, phase, document, auto pass) wins, so nothing is counted twice. Each
+    file is checked line by line (``record_check``): a line that is not a record is a
+    ``StoreError`` naming it."""
+    from .record_check import RecordFileError, read_record_file
     latest: dict[tuple, dict] = {}
     for ref in refs:
-        for r in read_jsonl(resolve_results(ref, out_dir)):
+        try:
+            recs = read_record_file(resolve_results(ref, out_dir))
+        except RecordFileError as e:
+            raise StoreError(str(e)) from None
+        for r in recs:
             latest[(r.get("run_id"),) + cell_key(r)] = r
     return list(latest.values())
 
@@ -152,6 +178,30 @@ def load_manifest_for(results_path: str | Path) -> dict[str, Any] | None:
     suffix = next((s for s in (RECORD_SUFFIX, ARCHIVED_SUFFIX) if p.name.endswith(s)), None)
     m = p.with_name(p.name[: -len(suffix)] + MANIFEST_SUFFIX) if suffix else None
     if m and m.exists():
-        return json.loads(m.read_text())
+        try:
+            return json.loads(m.read_text())
+        except (ValueError, OSError) as e:
+            raise StoreError(f"{m}: not a run manifest: {e}") from None
     return None
 
+
+
+def linked_runs(results_paths: Iterable[str | Path], link: str) -> list[tuple[dict, Path]]:
+    """Runs beside ``results_paths`` whose manifest's ``link`` block (e.g. ``explains``)
+    names one of their runs: (that manifest, its records file), oldest first."""
+    out: list[tuple[dict, Path]] = []
+    for rp in results_paths:
+        parent = load_manifest_for(rp)
+        if not parent:
+            continue
+        for m_path in sorted(Path(rp).parent.glob(f"*{MANIFEST_SUFFIX}")):
+            try:
+                m = json.loads(m_path.read_text())
+            except (OSError, ValueError):
+                continue   # a manifest being written or not ours: not a link
+            block = m.get(link) if isinstance(m, dict) else None
+            records = m_path.with_name(m_path.name[: -len(MANIFEST_SUFFIX)] + RECORD_SUFFIX)
+            if isinstance(block, dict) and block.get("run_id") == parent.get("run_id") \
+                    and records.is_file():
+                out.append((m, records))
+    return out

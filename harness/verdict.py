@@ -14,12 +14,19 @@ from collections import Counter
 from dataclasses import dataclass
 
 __all__ = ["REPEAT_BLOCK", "COLLAPSE_FRACTION", "COLLAPSE_MAX_CHARS", "REPEAT_BROKEN",
-           "sha1", "verbatim_prefix", "repeats", "Judgement", "judge"]
+           "sha1", "verbatim_prefix", "repeats", "Judgement", "judge", "first_char_difference"]
 
 REPEAT_BLOCK = 40
-# A collapse keeps less than this fraction of the reference (and at most a few chars):
-# the thread's collapses were "", one character, or a handful of tokens.
+# A collapse keeps at most this fraction of the REFERENCE's length (whatever the reference
+# is: the passage, the cold answer, a golden or the first configuration's answer). Derived
+# from the real vLLM 0.26.0 records in reports/h200/results: the collapses there kept 5 of
+# 276 chars (1.8%) and 13 of 278 (4.7%, ' first frost.' with stop); every divergence kept
+# 254..292 chars of 261..278 (>= 91%), and a one-word change keeps ~100%. A tenth sits
+# 2x above the largest collapse and 9x below the smallest divergence, and keeps a refusal
+# (a sentence, ~60 of ~250 chars) out of the collapses: it is a wrong answer, diverged.
 COLLAPSE_FRACTION = 0.10
+# Without any reference length (the cold phase under --reference cold) only an answer of
+# next to nothing is a collapse: the thread's "", one character, a handful of chars.
 COLLAPSE_MAX_CHARS = 8
 # The most frequent 40-char block occurring this often is degenerate repetition.
 REPEAT_BROKEN = 3
@@ -79,36 +86,57 @@ class Judgement:
     repeats: int
 
 
-def _collapsed(answer: str, expected_chars: int) -> str | None:
+def _plural(n: int) -> str:
+    return f"{n} char{'s' if n != 1 else ''}"
+
+
+def _collapsed(answer: str, reference_chars: int | None) -> str | None:
+    """Why ``answer`` is a collapse measured against the reference's length, or None."""
     stripped = answer.strip()
     if not stripped:
         return "empty answer"
-    limit = max(1, min(COLLAPSE_MAX_CHARS, int(expected_chars * COLLAPSE_FRACTION)))
+    if reference_chars is None:
+        if len(stripped) <= COLLAPSE_MAX_CHARS:
+            return f"{_plural(len(answer))} with no reference to measure against"
+        return None
+    limit = max(1, int(reference_chars * COLLAPSE_FRACTION))
     if len(stripped) <= limit:
-        return f"{len(answer)} char{'s' if len(answer) != 1 else ''} of an expected {expected_chars}"
+        return f"{_plural(len(answer))} of the reference's {reference_chars}"
     return None
+
+
+def first_char_difference(answer: str, reference: str) -> int | None:
+    """Index of the first character where ``answer`` and ``reference`` differ (the shorter
+    one's length when one is a prefix of the other); None when they are equal."""
+    if answer == reference:
+        return None
+    n = min(len(answer), len(reference))
+    for i in range(n):
+        if answer[i] != reference[i]:
+            return i
+    return n
 
 
 def judge(answer: str | None, *, source: str, expected: str | None = None,
           reference_sha1: str | None = None, finish_reason: str | None = None) -> Judgement:
-    """Classify one answer.
+    """Classify one answer against its reference.
 
-    ``expected`` is the reference text when the reference is the passage; otherwise
-    ``reference_sha1`` (the cold answer's, or a golden run's) decides correctness and
-    ``expected`` may be None. ``source`` is the document the answer should come from.
+    ``expected`` is the reference TEXT (the passage, the cold answer, a golden answer, the
+    first configuration's answer): its sha1 decides correctness and its length decides a
+    collapse. ``reference_sha1`` alone (no text) decides correctness only. With neither,
+    the answer is ``unjudged`` unless it collapsed (then ``broken``): nothing says it is
+    right. ``source`` is the document the answer should come from (verbatim n/N).
     """
     text = "" if answer is None else answer
     digest = sha1(text)
     n = verbatim_prefix(text, source)
     reps = repeats(text)
-    want = reference_sha1 if reference_sha1 is not None else (
-        sha1(expected) if expected is not None else None)
-    expected_chars = len(expected) if expected is not None else max(len(text), 1)
+    want = sha1(expected) if expected is not None else reference_sha1
     base = dict(sha1=digest, verbatim_n=n, verbatim_total=len(text), repeats=reps)
     if want is not None and digest == want:
         return Judgement("ok", "matches the reference sha1", **base)
     stop = f", finish_reason={finish_reason}" if finish_reason else ""
-    collapse = _collapsed(text, expected_chars)
+    collapse = _collapsed(text, len(expected) if expected is not None else None)
     if collapse:
         return Judgement("broken", collapse + stop, **base)
     ref_reps = repeats(expected) if expected is not None else 1
@@ -116,11 +144,16 @@ def judge(answer: str | None, *, source: str, expected: str | None = None,
         return Judgement("broken", f"degenerate repetition: a {REPEAT_BLOCK}-char block "
                          f"{reps}x{stop}", **base)
     if want is None:
-        # No reference at all (a cold answer under --reference cold): only a collapse is
-        # detectable, and this is not one.
-        return Judgement("ok", "no reference; not collapsed", **base)
-    if expected is not None and text != expected and text.startswith(expected):
+        return Judgement("unjudged", "no reference to judge against; not collapsed", **base)
+    if expected is None:
+        return Judgement("diverged", f"differs from the reference (sha1){stop}", **base)
+    at = first_char_difference(text, expected)
+    if finish_reason == "length" and expected.startswith(text):
+        return Judgement("invalid", f"cut by max_tokens after {_plural(len(text))} of the "
+                         f"reference's {len(expected)} (finish_reason=length): raise "
+                         "--max-tokens", **base)
+    if text.startswith(expected):
         return Judgement("diverged", f"reference then {len(text) - len(expected)} extra chars",
                          **base)
-    return Judgement("diverged", f"differs from the reference after {n} verbatim chars "
-                     f"({n}/{len(text)}){stop}", **base)
+    return Judgement("diverged", f"differs from the reference at char {at} "
+                     f"({n}/{len(text)} verbatim){stop}", **base)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-__all__ = ["ISOLATIONS", "RECORD_ISOLATIONS", "PHASES", "VERDICTS", "SEVERITY", "BUG_VERDICTS", "CLEAN", "FULL_GRAPH_MODES",
+__all__ = ["ISOLATIONS", "RECORD_ISOLATIONS", "PHASES", "VERDICTS", "REFERENCES", "UNJUDGED", "SEVERITY", "BUG_VERDICTS", "CLEAN", "FULL_GRAPH_MODES",
            "PREFILL_FIX", "phase_key", "worst"]
 
 # auto: reset servers for every residue, then fresh servers for what a reset sweep can
@@ -17,11 +17,18 @@ ISOLATIONS = ("fresh", "reset", "shared", "auto")
 RECORD_ISOLATIONS = ("fresh", "reset", "shared")
 # cold is by definition the first request on a server; the order is the order they run.
 PHASES = ("cold", "warm", "self-hit")
-VERDICTS = ("ok", "diverged", "broken", "crash", "boot-fail", "timeout", "invalid", "infra")
+# unjudged: an answer with nothing to compare it with (the cold phase under --reference
+# cold, a prompt the matrix reference could not answer): not collapsed, and not proven ok.
+VERDICTS = ("ok", "diverged", "broken", "crash", "boot-fail", "timeout", "invalid", "infra",
+            "unjudged")
 # Worst first: a point's status is the worst verdict of its phases.
-SEVERITY = ("infra", "boot-fail", "crash", "timeout", "broken", "diverged", "invalid", "ok")
+SEVERITY = ("infra", "boot-fail", "crash", "timeout", "broken", "diverged", "invalid", "unjudged",
+            "ok")
 BUG_VERDICTS = frozenset({"broken", "diverged"})
 CLEAN = frozenset({"ok"})
+UNJUDGED = "unjudged"
+# --reference words (golden:RUN is the one with an argument)
+REFERENCES = ("passage", "cold", "first", "consensus", "golden:RUN")
 # cudagraph modes that capture a FULL graph for the speculative verify step (Bug B).
 FULL_GRAPH_MODES = frozenset({"FULL", "FULL_AND_PIECEWISE", "FULL_DECODE_ONLY"})
 PREFILL_FIX = "prefill-discriminator"

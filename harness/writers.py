@@ -4,7 +4,9 @@ Each writer meets one small interface (``wanted(opts)``, ``write(output)`` retur
 the lines ``sweep`` says on stderr) and is named in ``WRITERS``, which ``cli`` runs in
 order after the report is rendered. Adding an output format: one class here and one
 entry in ``WRITERS`` (docs/architecture.md). The formats themselves live in
-``harness.report`` (markdown) and ``harness.gate`` (JUnit XML, GitHub).
+``harness.report`` (markdown) and ``harness.gate`` (JUnit XML, GitHub). A writer that
+cannot write raises ``OutputFailed``: the others still run, and ``sweep`` exits 4 with
+the report's path.
 """
 from __future__ import annotations
 
@@ -12,7 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from . import gate
+from . import gate, posting
+from .errors import OutputFailed, UsageError
 
 __all__ = ["Output", "Writer", "WRITERS", "MarkdownWriter", "JunitWriter", "GithubWriter"]
 
@@ -25,6 +28,7 @@ class Output:
     records: list[dict]
     manifest: dict
     report_md: str
+    coverage_losses: list | None = None   # gate.find_coverage_losses against --baseline
 
     @property
     def report_path(self) -> Path:
@@ -47,8 +51,12 @@ class MarkdownWriter:
         return True
 
     def write(self, out: Output) -> list[str]:
-        out.report_path.parent.mkdir(parents=True, exist_ok=True)
-        out.report_path.write_text(out.report_md, encoding="utf-8")
+        try:
+            out.report_path.parent.mkdir(parents=True, exist_ok=True)
+            out.report_path.write_text(out.report_md, encoding="utf-8")
+        except OSError as e:
+            raise OutputFailed(f"cannot write the report {out.report_path}: "
+                               f"{e.strerror or e}") from None
         return [f"report:  {out.report_path}"]
 
 
@@ -60,11 +68,18 @@ class JunitWriter:
         return opts.junit is not None
 
     def write(self, out: Output) -> list[str]:
-        return [f"junit:   {gate.write_junit(out.records, out.opts.junit)}"]
+        try:
+            path = gate.write_junit(out.records, out.opts.junit,
+                                    coverage_losses=out.coverage_losses)
+            return [f"junit:   {path}"]
+        except OSError as e:
+            raise OutputFailed(f"cannot write the JUnit XML {out.opts.junit}: "
+                               f"{e.strerror or e}") from None
 
 
 class GithubWriter:
-    """``$GITHUB_STEP_SUMMARY`` when set, and ``--gh-issue N`` (a comment, through gh)."""
+    """``$GITHUB_STEP_SUMMARY`` when set, and ``--gh-issue N`` (a comment, through gh or
+    the REST API: ``harness.posting``)."""
     name = "github"
 
     def wanted(self, opts: Any) -> bool:
@@ -72,14 +87,20 @@ class GithubWriter:
 
     def write(self, out: Output) -> list[str]:
         said = []
-        if gate.append_github_step_summary(out.report_md):
-            said.append("report appended to $GITHUB_STEP_SUMMARY")
+        try:
+            if gate.append_github_step_summary(out.report_md):
+                said.append("report appended to $GITHUB_STEP_SUMMARY")
+        except OSError as e:
+            raise OutputFailed(f"cannot append to $GITHUB_STEP_SUMMARY: {e.strerror or e}") from None
         if out.opts.gh_issue:
-            try:
-                gate.post_issue_comment(out.report_path, out.opts.gh_issue)
-                said.append(f"report posted to issue #{out.opts.gh_issue}")
-            except gate.GateError as e:  # the sweep's verdict still stands
-                said.append(f"sweep: could not post the report: {e}")
+            try:  # checked before the sweep; the environment may have changed since
+                way = posting.check_can_post(out.opts.gh_issue, out.opts.gh_repo,
+                                             out.opts.gh_dry_run)
+                said += posting.post_report(out.report_path, out.opts.gh_issue, way,
+                                            dry_run=out.opts.gh_dry_run)
+            except (posting.PostError, UsageError) as e:
+                raise OutputFailed(f"could not post the report to issue "
+                                   f"#{out.opts.gh_issue}: {e}") from None
         return said
 
 

@@ -1,8 +1,13 @@
 """Prompts: shipped corpus, templated-length measurement, residue targeting."""
+from .case_plan import (CaseCalibration, calibrate_case, plan_case, plan_case_residues,
+                        prompt_sha1)
+from .cases import CaseFileError, PromptCase, load_cases, select_cases
 from .corpus import document_lines
 from .planner import (INSTRUCTION, Calibration, PlanError, PromptPlan, calibrate, plan,
                       plan_residue)
 from .templating import ChatTokenizer, TemplateError
 
 __all__ = ["document_lines", "INSTRUCTION", "Calibration", "PlanError", "PromptPlan",
-           "calibrate", "plan", "plan_residue", "ChatTokenizer", "TemplateError"]
+           "calibrate", "plan", "plan_residue", "ChatTokenizer", "TemplateError",
+           "CaseCalibration", "calibrate_case", "plan_case", "plan_case_residues", "prompt_sha1",
+           "CaseFileError", "PromptCase", "load_cases", "select_cases"]

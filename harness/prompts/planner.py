@@ -52,8 +52,12 @@ class PromptPlan:
     pad_count: int
     messages: tuple[Message, ...]
     warmup_messages: tuple[Message, ...]
-    expected: str            # the passage a correct answer reproduces verbatim
+    expected: str | None     # the passage a correct answer reproduces verbatim (a prompt
+                             # case without "expected" has none)
     document: str            # the source text the answer is judged against
+    case_id: str | None = None       # --prompts: the case this prompt is built from
+    prompt_sha1: str | None = None   # --prompts: sha1 of the messages as sent
+    passage_wins: bool = False       # the case's "expected" judges it whatever --reference
 
     def as_dict(self) -> dict:
         return {"residue": self.residue, "modulus": self.modulus,

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 from ..ghmarkdown import code, escape_text
-from ..run.records import document_of
+from ..run.records import cell_key
 
 __all__ = ["Agreement", "agreement_of", "agreement_line", "fresh_reasons"]
 
@@ -32,15 +32,16 @@ def agreement_of(records: Iterable[dict]) -> Agreement | None:
     for r in records:
         if r.get("isolation_run") != "auto":
             continue
-        key = (r.get("config_id"), r.get("residue"), r.get("phase"), document_of(r))
+        key = cell_key(r)[:5]   # the cell without its pass: the two passes pair up
         pairs.setdefault(key, {})[r.get("isolation")] = r
     if not pairs:
         return None
     a = Agreement()
     for key in sorted(pairs, key=str):
         reset, fresh = pairs[key].get("reset"), pairs[key].get("fresh")
-        if reset is None or fresh is None:
-            continue
+        if reset is None or fresh is None or "unjudged" in (reset.get("verdict"),
+                                                            fresh.get("verdict")):
+            continue   # nothing to compare (an unjudged answer is neither ok nor bad)
         a.both += 1
         r_ok, f_ok = reset.get("verdict") == "ok", fresh.get("verdict") == "ok"
         if r_ok and f_ok:

@@ -27,7 +27,9 @@ def agreement(cd: ConfigData, pred: Prediction) -> str:
     """Does the sweep agree with the rule? Only points that produced answers count: a
     boot-fail, crash, timeout or invalid point says nothing about Bug B."""
     statuses = cd.statuses()
-    covered = {r for r, s in statuses.items() if s == "ok" or s in BUG_VERDICTS}
+    # an unjudged point produced answers (its cold phase had no reference): it counts as
+    # measured, and as not broken, only through its judged phases (the status is its worst)
+    covered = {r for r, s in statuses.items() if s in ("ok", "unjudged") or s in BUG_VERDICTS}
     unmeasured = set(statuses) - covered
     broken = {r for r, s in statuses.items() if s in BUG_VERDICTS}
     if not covered:

@@ -6,6 +6,7 @@ import re
 from ..ghmarkdown import bold, code, escape_text, table
 from ..ranges import fmt_ranges
 from ..run.records import BUG_VERDICTS, phase_key
+from .explain import divergence_of, divergence_phrase
 from .model import ConfigData, sha12
 
 __all__ = ["cell_phrase", "cell_markdown", "cell_annotations", "failure_gist", "reason_short", "Footnotes",
@@ -52,6 +53,8 @@ def cell_phrase(r: dict | None) -> str:
     nN = f"{n}/{total}" if n is not None and total is not None else "?"
     if v == "ok":
         return nN
+    if v == "unjudged":
+        return f"{nN}, unjudged"
     if v in ("crash", "timeout"):
         return v
     if v == "boot-fail":
@@ -104,6 +107,8 @@ def cell_markdown(r: dict | None, mark: str = "") -> str:
     if notes:
         text = f"{text}, {notes}" if r.get("verdict") != "ok" else f"ok, {notes}" if r.get(
             "_docs") else f"{text}, {notes}"
+    if r is not None and r.get("verdict") == "unjudged":
+        return f"*{text}*"   # nothing judged it: not bold (not a failure), not plain (not ok)
     if r is not None and r.get("verdict") != "ok":
         text = bold(text)
         if mark:
@@ -118,12 +123,13 @@ class Footnotes:
     boot failure on both phases, one collapse at several residues) share one mark, and the
     footnote lists the residues and phases it stands for."""
 
-    def __init__(self) -> None:
+    def __init__(self, texts: dict[str, str] | None = None) -> None:
         self.items: list[dict] = []
         self._by_key: dict[tuple, dict] = {}
+        self.texts = texts or {}   # sha1 -> answer: reference texts for first divergences
 
     def mark(self, cd: ConfigData, r: dict | None) -> str:
-        if r is None or r.get("verdict") == "ok":
+        if r is None or r.get("verdict") in ("ok", "unjudged"):
             return ""
         key = (cd.config_id, r.get("verdict"), r.get("sha1"), cell_phrase(r),
                failure_gist(r))
@@ -144,7 +150,7 @@ class Footnotes:
             return ""
         header = ["†"] + (["configuration"] if multi else []) + [
             "residue", "phase", "verdict", "sha1", "finish", "tok/step", "cached / tail",
-            "reason", "answer (excerpt)"]
+            "first divergence", "reason", "answer (excerpt)"]
         rows = []
         for item in self.items:
             m, cd, r = item["mark"], item["cd"], item["r"]
@@ -167,7 +173,7 @@ class Footnotes:
                 (f"{cached if cached is not None else '–'} / {tail if tail is not None else '–'}"
                  + (f" (residue {r.get('residue')} {escape_text(r.get('phase'))})"
                     if several and cached is not None else "")),
-                reason, excerpt])
+                divergence_phrase(divergence_of(r, self.texts)), reason, excerpt])
         return ("Non-ok cells (sha1 is the first 12 hex of the answer's sha1; identical cells "
                 "share a mark):\n\n" + table(header, rows))
 

@@ -33,7 +33,7 @@ def render_nodes(records: list[dict]) -> str:
     retried: dict[str, set] = {}
     for r in records:
         node = str(r.get("node") or "?")
-        key = (r.get("run_id"), r.get("config_id"), r.get("residue"))
+        key = (r.get("run_id"), r.get("config_id"), r.get("case_id"), r.get("residue"))
         points.setdefault(node, set()).add(key)
         if (r.get("attempt") or 1) > 1:
             retried.setdefault(node, set()).add(key)

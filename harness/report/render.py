@@ -7,7 +7,10 @@ from typing import Any, Iterable
 from ..ghmarkdown import bold, code, escape_text
 from ..run.records import latest_records, phase_key
 from .auto import agreement_line
+from .cases import case_groups, case_note, case_suffix
 from .cells import Footnotes
+from .engine_notice import engine_notice
+from .explain import reference_lines, reference_texts
 from .model import group_configs, varying_fields
 from .sections import (render_config_summary, render_ladder, render_provenance,
                        render_results_table, render_thread_view, short_labels, summary_counts)
@@ -16,25 +19,30 @@ __all__ = ["render_markdown", "write_report", "load_inputs"]
 
 
 def render_markdown(records: list[dict], manifests: list[dict] | None = None, *,
-                    full: bool = False, title: str | None = None) -> str:
+                    full: bool = False, title: str | None = None,
+                    explained: list[tuple[dict, list[dict]]] | None = None) -> str:
     """The whole report as GitHub-flavoured markdown.
 
     ``records``: phase records of one or more runs (docs/records.md). ``manifests``: their
     run manifests (optional: they add the command line, the dates, planned-but-missing
     residues and the interrupted flag). ``full``: one row per residue, no folding, and every
-    rerun command line."""
+    rerun command line. ``explained``: (manifest, records) of the explain runs linked to
+    these runs (``sweep explain``): their ladders make the "Explained" section."""
     manifests = [m for m in (manifests or []) if m]
     if not records:
         return (f"# {title or 'Residue sweep report'}\n\nNo records: nothing was measured.\n")
     recs, superseded = latest_records(records)
-    configs = group_configs(recs)
+    configs = group_configs(recs)       # each configuration over every case (title, provenance)
+    groups = case_groups(recs)          # --prompts: per case; otherwise the one group None
+    by_case = groups[0][0] is not None or len(groups) > 1
     short, corner = short_labels(configs)
     planned = sorted({int(x) for m in manifests for x in (m.get("residues") or [])})
 
     total_cells = len(recs)
     bad_cells = sum(1 for r in recs if r.get("verdict") != "ok")
-    points = sum(len(c.residues) for c in configs)
-    bad_points = sum(1 for c in configs for s in c.statuses().values() if s != "ok")
+    points = sum(len(c.residues) for _, cs in groups for c in cs)
+    bad_points = sum(1 for _, cs in groups for c in cs for s in c.statuses().values()
+                     if s != "ok")
     if title is None:
         if len(configs) == 1:
             title_md = "Residue sweep: " + code(configs[0].label)
@@ -43,9 +51,14 @@ def render_markdown(records: list[dict], manifests: list[dict] | None = None, *,
                         + " vs ".join(short[c.config_id] for c in configs))
         else:
             title_md = f"Residue sweep: {len(configs)} configurations"
+        if by_case:
+            title_md += f", {len(groups)} prompt case{'s' if len(groups) != 1 else ''}"
     else:
         title_md = escape_text(title)
     out = [f"# {title_md}", ""]
+    notice = engine_notice(recs)
+    if notice:
+        out += [notice, ""]
     headline = (f"{len(configs)} configuration{'s' if len(configs) != 1 else ''}, "
                 f"{points} data point{'s' if points != 1 else ''}, "
                 f"{total_cells} phase cell{'s' if total_cells != 1 else ''}: ")
@@ -53,14 +66,44 @@ def render_markdown(records: list[dict], manifests: list[dict] | None = None, *,
                       f"({bad_cells} cell{'s' if bad_cells != 1 else ''})")
                  if bad_points else "all ok")
     out += [headline + ".", ""]
-    for cd in configs:
-        out.append(f"- {code(cd.label)}: {summary_counts(cd)}.")
+    for case, cds in groups:
+        for cd in cds:
+            out.append(f"- {code(cd.label)}{case_suffix(case)}: {summary_counts(cd)}.")
+    texts = reference_texts(records)
+    out += reference_lines(recs, texts)
     out.append("")
     agree = agreement_line(recs, labels=len(configs) > 1)
     if agree:
         out += [agree, ""]
+    if by_case:
+        out += _by_case_body(groups, manifests, planned, full, texts)
+    else:
+        out += _body(configs, planned, full, short, corner, texts)
 
-    notes = Footnotes()
+    from .nodes import render_nodes
+    nodes = render_nodes(recs)   # "" unless the records ran on several nodes
+    if nodes:
+        out += [nodes, ""]
+
+    from .explained import render_explained
+    section = render_explained(explained or [])
+    if section:
+        out += [section, ""]
+
+    from .timing import render_timing
+    timing = render_timing(manifests)   # "" unless a manifest has a boot split or auto passes
+    if timing:
+        out += [timing, ""]
+
+    out.append(render_provenance(configs, recs, manifests, superseded))
+    out.append("")
+    return "\n".join(out)
+
+
+def _body(configs, planned, full, short, corner, texts) -> list[str]:
+    """Results, footnotes, ladder and summaries of one set of configurations."""
+    out: list[str] = []
+    notes = Footnotes(texts)
     out += ["## Results", ""]
     if len(configs) > 1:
         out += [f"Columns: {escape_text(', '.join(varying_fields([c.identity for c in configs])) or 'configuration')}"
@@ -88,20 +131,38 @@ def render_markdown(records: list[dict], manifests: list[dict] | None = None, *,
     out += ["## Summary per configuration", ""]
     for cd in configs:
         out += [render_config_summary(cd, planned or None, full), ""]
+    return out
 
-    from .nodes import render_nodes
-    nodes = render_nodes(recs)   # "" unless the records ran on several nodes
-    if nodes:
-        out += [nodes, ""]
 
-    from .timing import render_timing
-    timing = render_timing(manifests)   # "" unless a manifest has a boot split or auto passes
-    if timing:
-        out += [timing, ""]
-
-    out.append(render_provenance(configs, recs, manifests, superseded))
-    out.append("")
-    return "\n".join(out)
+def _by_case_body(groups, manifests, planned, full, texts) -> list[str]:
+    """A --prompts run: a results table per case (its own footnotes and ladder), then a
+    summary per configuration and case."""
+    out = ["## Results by case", "",
+           "One table per prompt case; a clean cell is verbatim `n/N` (chars of the answer "
+           "found verbatim in the case's messages / answer length); a bad cell is bold.", ""]
+    for case, cds in groups:
+        short, corner = short_labels(cds)
+        notes = Footnotes(texts)
+        out += [f"### Case {code(case)}" if case else "### The document prompt", ""]
+        note = case_note(case, manifests) if case else ""
+        if note:
+            out += [note, ""]
+        out += [render_results_table(cds, notes, full=full, short=short, corner=corner), ""]
+        fn = notes.render(len(cds) > 1, short)
+        if fn:  # the case named in the lead: a long report's split moves these first
+            out += [fn.replace("Non-ok cells (", f"Non-ok cells of case {code(case or '–')} (", 1),
+                    ""]
+        ladder = render_ladder(cds, short, corner)
+        if ladder:
+            out += [ladder.replace("## Ladder: ", f"#### Ladder ({escape_text(case or '')}): ", 1),
+                    ""]
+    out += ["## Summary per configuration and case", ""]
+    for case, cds in groups:
+        for cd in cds:
+            text = render_config_summary(cd, planned or None, full)
+            head, _, rest = text.partition("\n")
+            out += [head + case_suffix(case) + "\n" + rest, ""]
+    return out
 
 
 def write_report(records: list[dict], manifests: list[dict] | None, path, *,

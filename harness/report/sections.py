@@ -9,6 +9,7 @@ from ..ghmarkdown import bold, cap, code, escape_text, fence, table
 from ..ranges import residues_phrase
 from ..run.records import BUG_VERDICTS, NOT_IDENTITY, SEVERITY, phase_key
 from .auto import agreement_line, fresh_reasons
+from .explain import final_chunk_line
 from .bugb_analysis import agreement, config_hit_granularity, predict_bug_b
 from .cells import Footnotes, cell_markdown
 from .model import (SHORT_NAMES, VOLATILE, ConfigData, config_fields, describe_dim, fmt_value,
@@ -164,6 +165,10 @@ def render_config_summary(cd: ConfigData, manifest_residues: list[int] | None,
     if len(docs) > 1:
         lines.append(f"- **Documents:** seeds {', '.join(str(d) for d in sorted(docs))}; a "
                      "cell counts the documents it is not ok on.")
+    k = cd.config.get("draft_tokens") if cd.config.get("spec") not in (None, "none") else None
+    chunk = final_chunk_line(cd, int(k) + 1 if k else None)
+    if chunk:
+        lines.append(chunk)
     if len(covered) < m:
         lines.append(f"- **Sampling:** {miss_sentence(len(covered), m)}")
     g, nvals = config_hit_granularity(cd)

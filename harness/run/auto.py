@@ -30,6 +30,7 @@ from typing import Any, Iterable, Sequence
 from engine.presets import ServingConfig
 
 from .. import bugb
+from ..recordkeys import point_key
 
 __all__ = ["AUTO_MIN_DOCUMENTS", "rule_neighbourhood", "auto_extra_documents", "auto_passes",
            "needs_confirmation", "fresh_twin", "resume_confirmations", "CONFIRMS"]
@@ -96,8 +97,15 @@ def fresh_twin(point: Any, confirms: str) -> Any:
 
 
 def needs_confirmation(point: Any, records: Iterable[dict]) -> bool:
-    """A reset point of an auto run that was not ok in some phase."""
-    return point.isolation == "reset" and any(r.get("verdict") != "ok" for r in records)
+    """A reset point of an auto run that was not ok in some phase. ``unjudged`` does not
+    count: it is what the cold phase under ``--reference cold`` always is, and what every
+    answer is during a run under ``first`` / ``consensus`` (judged after the run), so it
+    says nothing about the reset server; a collapse, a crash or a failure still does."""
+    return point.isolation == "reset" and any(_suspect(r) for r in records)
+
+
+def _suspect(r: dict) -> bool:
+    return r.get("verdict") not in ("ok", "unjudged")
 
 
 def resume_confirmations(planned: Sequence[Any], todo: Sequence[Any],
@@ -107,16 +115,16 @@ def resume_confirmations(planned: Sequence[Any], todo: Sequence[Any],
     bad: set[tuple] = set()
     fresh_done: set[tuple] = set()
     for r in records:
-        key = (r.get("config_id"), r.get("residue"), r.get("document_seed"))
-        if r.get("isolation") == "reset" and r.get("verdict") != "ok":
+        key = point_key(r)[:4]   # (configuration, case, residue, document)
+        if r.get("isolation") == "reset" and _suspect(r):
             bad.add(key)
         elif r.get("isolation") == "fresh":
             fresh_done.add(key)
-    pending = {(p.cfg_id, p.residue, p.seed) for p in todo if p.isolation == "fresh"}
-    planned_fresh = {(p.cfg_id, p.residue, p.seed) for p in planned if p.isolation == "fresh"}
+    pending = {p.key[:4] for p in todo if p.isolation == "fresh"}
+    planned_fresh = {p.key[:4] for p in planned if p.isolation == "fresh"}
     out = []
     for p in planned:
-        key = (p.cfg_id, p.residue, p.seed)
+        key = p.key[:4]
         if (p.isolation == "reset" and key in bad and key not in fresh_done
                 and key not in pending and key not in planned_fresh):
             out.append(fresh_twin(p, "not ok on reset"))

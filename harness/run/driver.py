@@ -21,12 +21,13 @@ from typing import Any, Callable
 
 from ..configs import SweepOptions, config_id
 from ..engines import EngineAdapter
+from ..errors import UsageError
 from ..provenance import harness_version
 from ..store import ResultStore, now_iso
 from .plan import Point, SweepPlan
 from .point import RunnerSpec
 from .auto import resume_confirmations
-from .records import RecordBuilder, point_key, timing_record
+from .records import RecordBuilder, timing_record
 
 __all__ = ["Driver", "Counters", "timing_summary"]
 
@@ -47,8 +48,10 @@ class Driver:
     def __init__(self, opts: SweepOptions, adapter: EngineAdapter, store: ResultStore,
                  plan: SweepPlan, *, golden: dict[tuple, str] | None = None,
                  on_point_done: Callable[[Point, list[dict]], None] | None = None,
-                 version: str | None = None, launcher: Any = None):
+                 version: str | None = None, launcher: Any = None,
+                 links: dict[str, Any] | None = None):
         self.opts = opts
+        self.links = dict(links or {})   # e.g. {"explains": {...}}: this run's parent run
         self.store = store
         self.plan = plan
         self.on_point_done = on_point_done
@@ -71,24 +74,35 @@ class Driver:
         mid-way and read it back); returns the points still to run."""
         points = self.plan.points
         if self.opts.resume:
+            self.manifest = self.store.read_manifest()
+            self._check_same_cases()   # before anything on disk is touched
             want = {p.key: set(self.opts.phases) for p in points}
-            done = self.store.prune_partial(want, key=point_key)
+            done = self.store.prune_partial(want, keep_unplanned=True)
             todo = [p for p in points if p.key not in done]
             if self.opts.isolation == "auto":  # confirmations added while it ran
                 todo += resume_confirmations(points, todo, self.store.read())
             points = todo
             self.counters.total_points = len(done) + len(points)
             self.resumed = len(done)
-            self.manifest = self.store.read_manifest()
         else:
             self.resumed = 0
             self.manifest = self._new_manifest()
         self.store.write_manifest(self.manifest)
         return points
 
+    def _check_same_cases(self) -> None:
+        """--resume of a --prompts run: the prompt file must still say what it said when
+        the run started (a changed case would mix two prompts under one case id)."""
+        started = (self.manifest.get("prompts") or {}).get("cases") or {}
+        for cid, facts in self.plan.cases.items():
+            old = started.get(cid)
+            if old is not None and old.get("digest") != facts.get("digest"):
+                raise UsageError(f"--resume {self.run_id}: case {cid!r} of {self.opts.prompts} "
+                                 "changed since the run started; start a new run")
+
     def _new_manifest(self) -> dict[str, Any]:
         opts, plan = self.opts, self.plan
-        return {
+        manifest = {
             "run_id": self.run_id, "command": shlex.join(["sweep", *opts.argv]),
             "harness_version": self.runner_spec.version, "engine": opts.engine,
             "host": socket.gethostname(), "started_at": now_iso(), "ended_at": None,
@@ -105,7 +119,11 @@ class Driver:
             "launcher": opts.launcher,
             **({"cache_dir": str(opts.cache_dir)} if opts.cache_dir else {}),
             **({"auto_sample": opts.auto_sample} if opts.isolation == "auto" else {}),
+            **self.links,
         }
+        if opts.prompts:  # --prompts: the file and, per case, its line, padding and lengths
+            manifest["prompts"] = {"file": opts.prompts, "cases": plan.cases}
+        return manifest
 
     # -- events from a backend ---------------------------------------------------------
     def point_added(self, point: Point) -> None:

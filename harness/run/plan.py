@@ -24,13 +24,16 @@ from ..configs import SweepOptions, config_id, modulus_for, select_residues
 from ..flags import rerun_command
 from ..engines import EngineAdapter
 from ..errors import CannotRun
-from ..prompts import ChatTokenizer, PlanError, PromptPlan, calibrate, plan_residue
+from ..prompts import (ChatTokenizer, PlanError, PromptPlan, calibrate, calibrate_case,
+                       plan_case_residues, plan_residue)
 from ..server_pool import BootFailure, PortAllocator, ServerProcess, Slot
 from ..store import read_jsonl, resolve_results
 from .auto import auto_extra_documents, auto_passes
+from .records import latest_records
 
 __all__ = ["Point", "SweepPlan", "plan_points", "plan_with_probes", "RemoteCounter",
-           "load_golden", "golden_sha1", "probe_server"]
+           "load_golden", "probe_server", "golden_key", "golden_answer",
+           "check_golden_covers"]
 
 
 @dataclass
@@ -44,11 +47,13 @@ class Point:
     seed: int = 0                 # the document (``--seed`` lists: one point per seed)
     isolation: str | None = None  # set under --isolation auto: "reset" or "fresh"
     confirms: str | None = None   # auto, fresh pass: why it runs (run/auto.CONFIRMS)
+    case: str | None = None       # --prompts: the case id (None: the document prompt)
 
     @property
-    def key(self) -> tuple[str, int, int, str]:
-        """What a point is, for resume: (configuration, residue, document, auto pass)."""
-        return (self.cfg_id, self.residue, self.seed, self.isolation or "")
+    def key(self) -> tuple[str, str | None, int, int, str]:
+        """What a point is, for resume: (configuration, case, residue, document, auto
+        pass); ``recordkeys.point_key`` of a record of it is the same tuple."""
+        return (self.cfg_id, self.case, self.residue, self.seed, self.isolation or "")
 
 
 @dataclass
@@ -57,6 +62,7 @@ class SweepPlan:
     sampled: dict[str, str | None]          # config_id -> note about left-out residues
     planning_s: float
     pad_unit: dict[str, str] = field(default_factory=dict)
+    cases: dict[str, dict] = field(default_factory=dict)   # --prompts: case id -> facts
 
 
 def plan_points(opts: SweepOptions, adapter: EngineAdapter,
@@ -70,6 +76,7 @@ def plan_points(opts: SweepOptions, adapter: EngineAdapter,
     pad_units: dict[str, str] = {}
     calibrations: dict[tuple, Any] = {}
     tokenizers: dict[Path, ChatTokenizer] = {}
+    cases: dict[str, dict] = {}
     for cfg in opts.configs:
         cid = config_id(cfg)
         modulus = modulus_for(cfg, opts.modulus)
@@ -91,6 +98,10 @@ def plan_points(opts: SweepOptions, adapter: EngineAdapter,
         else:
             raise CannotRun(f"no local tokenizer for {cfg.label()} and no server to ask: "
                             "give --model DIR with tokenizer.json")
+        if opts.cases:
+            points += _case_points(opts, cfg, cid, modulus, residues, counter, key,
+                                   calibrations, cases)
+            continue
         need = opts.context + modulus + opts.max_tokens
         if need > cfg.max_model_len:
             raise PlanError(f"--context {opts.context} + modulus {modulus} + --max-tokens "
@@ -108,7 +119,47 @@ def plan_points(opts: SweepOptions, adapter: EngineAdapter,
                                     rerun_command(opts, cfg, r, modulus, seed), seed=seed))
     if opts.isolation == "auto":
         points = auto_passes(points, opts)
-    return SweepPlan(points, sampled, time.monotonic() - t0, pad_units)
+    return SweepPlan(points, sampled, time.monotonic() - t0, pad_units, cases)
+
+
+def _case_points(opts: SweepOptions, cfg: ServingConfig, cid: str, modulus: int,
+                 residues: list[int], counter: Callable, key: tuple,
+                 calibrations: dict[tuple, Any], facts: dict[str, dict]) -> list[Point]:
+    """Every (case, residue) point of one configuration: each case calibrated on this
+    configuration's counter, every prompt counted, the lengths checked against the server
+    (a case too long for max_model_len, or too short for a prefix-cache hit, is a
+    ``PlanError`` naming it, before any point runs)."""
+    out = []
+    unit = int(cfg.prefix_match_unit or cfg.block_size)
+    hit_phases = [p for p in opts.phases if p != "cold"]
+    for case in opts.cases:
+        ckey = key + ("case", case.id)
+        if ckey not in calibrations:
+            calibrations[ckey] = calibrate_case(case, counter, modulus)
+        cal = calibrations[ckey]
+        name = f"{opts.prompts}:{case.line}: case {case.id!r}"
+        longest = cal.base_len + modulus - 1
+        if longest + opts.max_tokens > cfg.max_model_len:
+            raise PlanError(f"{name}: {longest} templated tokens + --max-tokens "
+                            f"{opts.max_tokens} exceeds max_model_len {cfg.max_model_len} "
+                            f"of {cfg.label()}")
+        if cfg.prefix_caching and hit_phases and cal.base_len <= unit:
+            raise PlanError(f"{name}: {cal.base_len} templated tokens cannot get a prefix-cache "
+                            f"hit at every residue (hits come in {unit}-token units, so "
+                            f"{', '.join(hit_phases)} needs more than {unit}); lengthen the "
+                            "case or use --phases cold")
+        plans = plan_case_residues(cal, residues, modulus, counter)
+        f = facts.setdefault(case.id, {"line": case.line, "pad": case.describe_pad(),
+                                       "expected": case.expected is not None,
+                                       "digest": case.digest,
+                                       "pad_unit": {}, "templated_len": {}})
+        f["pad_unit"][cid] = cal.pad_unit
+        f["templated_len"][cid] = [cal.base_len, longest]
+        out += [Point(cfg, cid, p.residue, modulus, p,
+                      rerun_command(opts, cfg, p.residue, modulus, case=case.id), case=case.id,
+                      seed=opts.seed)
+                for p in plans]
+    return out
 
 
 class RemoteCounter:
@@ -130,6 +181,9 @@ class RemoteCounter:
             if resp.status_code in (404, 405, 501):
                 raise CannotRun("the server has no /tokenize and there is no local "
                                 "tokenizer: give --model DIR with tokenizer.json")
+            if resp.status_code == 400:  # e.g. a prompt case its chat template refuses
+                raise PlanError(f"the server's /tokenize refused the messages: "
+                                f"{resp.text[:300]}")
             resp.raise_for_status()
             data = resp.json()
             out.append(int(data["count"]) if "count" in data else len(data["tokens"]))
@@ -191,28 +245,63 @@ async def plan_with_probes(opts: SweepOptions, adapter: EngineAdapter, *,
                 c.close()
 
 
-def load_golden(run_ref: str, out_dir: Path) -> dict[tuple, str]:
-    """The correct answer's sha1 per prompt, from a reference run (typically a trusted
-    configuration: no speculative decoding, no FULL graphs, or a known-good build).
+def load_golden(run_ref: str, out_dir: Path) -> dict[tuple, dict]:
+    """The correct answer per prompt, from a reference run (typically a trusted
+    configuration: no speculative decoding, no FULL graphs, or a known-good build):
+    ``{(residue, templated length): {"text", "sha1", "tokens"}}``.
 
     A prompt is identified by (residue, templated length, document seed): the same context
-    and seed give the same document and the same lengths whatever the configuration. A
-    record written before documents were an axis has ``document_seed`` None (its run's
-    single seed); ``golden_sha1`` falls back to it. A prompt whose ok records disagree in
+    and seed give the same document and the same lengths whatever the configuration; a
+    prompt case's prompt by the sha1 of its messages (``golden_key``). A record written
+    before documents were an axis has ``document_seed`` None (its run's single seed);
+    ``golden_answer`` falls back to it. Cells ``ok`` or ``unjudged`` (a run under
+    ``--reference cold``) give answers; a run with any other cell is no reference
+    (``CannotRun``, a usage error for ``--reference``). A prompt whose answers disagree in
     the reference run has no golden answer (it is left out)."""
-    seen: dict[tuple, set[str]] = {}
-    for r in read_jsonl(resolve_results(run_ref, out_dir)):
-        if r.get("verdict") == "ok" and r.get("sha1"):
-            key = (r["residue"], r["target_len"], r.get("document_seed"))
-            seen.setdefault(key, set()).add(r["sha1"])
-    golden = {k: next(iter(v)) for k, v in seen.items() if len(v) == 1}
+    from ..verdict import sha1
+    seen: dict[tuple, dict[str, dict]] = {}
+    bad: list[str] = []
+    for r in latest_records(read_jsonl(resolve_results(run_ref, out_dir)))[0]:
+        if r.get("verdict") not in ("ok", "unjudged"):
+            bad.append(f"residue {r.get('residue')} {r.get('phase')} {r.get('verdict')}")
+            continue
+        text = r.get("answer") or ""
+        key = (("prompt", r["prompt_sha1"]) if r.get("prompt_sha1")
+               else (r["residue"], r["target_len"], r.get("document_seed")))
+        seen.setdefault(key, {}).setdefault(
+            sha1(text), {"text": text, "sha1": sha1(text), "tokens": r.get("token_logprobs")})
+    if bad:
+        raise CannotRun(f"golden run {run_ref} has {len(bad)} bad cell(s) ({bad[0]}"
+                        f"{', ...' if len(bad) > 1 else ''}): a reference must be all ok "
+                        "or unjudged")
+    golden = {k: next(iter(v.values())) for k, v in seen.items() if len(v) == 1}
     if not golden:
-        raise CannotRun(f"golden run {run_ref}: no ok records to take reference sha1s from")
+        raise CannotRun(f"golden run {run_ref}: no ok or unjudged records to take answers from")
     return golden
 
 
-def golden_sha1(golden: dict[tuple, str], residue: int, target_len: int,
-                seed: int) -> str | None:
-    """The golden answer of one prompt on document ``seed`` (or, from a reference run
+def golden_key(point: Point) -> tuple:
+    """How a golden answer for ``point`` is looked up (see ``load_golden``)."""
+    if point.plan.prompt_sha1:
+        return ("prompt", point.plan.prompt_sha1)
+    return (point.residue, point.plan.target_len, point.seed)
+
+
+def golden_answer(golden: dict[tuple, dict], point: Point) -> dict | None:
+    """The golden answer of ``point``'s prompt on its document (or, from a reference run
     that predates document seeds, of the same residue and length)."""
-    return golden.get((residue, target_len, seed)) or golden.get((residue, target_len, None))
+    key = golden_key(point)
+    if key in golden or key[0] == "prompt":
+        return golden.get(key)
+    return golden.get(key[:2] + (None,))
+
+
+def check_golden_covers(plan: SweepPlan, golden: dict[tuple, dict], run_ref: str) -> None:
+    """A prompt case without ``expected`` is judged by the golden run alone: every one of
+    its prompts must have a golden answer, or the sweep is a usage error now (there is no
+    passage to fall back on)."""
+    for p in plan.points:
+        if p.case is not None and p.plan.expected is None and golden_key(p) not in golden:
+            raise PlanError(f"--reference golden:{run_ref}: no ok answer for case {p.case!r} "
+                            f"residue {p.residue} ({p.plan.target_len} tokens) in that run; "
+                            "sweep the same cases there first, or give \"expected\"")

@@ -20,14 +20,16 @@ import httpx
 
 from engine.presets import ServingConfig
 
-from ..client import (ClientError, EngineClient, RequestTimeout, ServerError, ServerGone,
-                      tok_per_step)
+from ..client import (BadResponse, ClientError, EngineClient, RequestTimeout, ServerError,
+                      ServerGone, tok_per_step)
 from ..configs import SweepOptions
 from ..engines import EngineAdapter
 from ..provenance import harness_version
 from ..server_pool import BootFailure, PortAllocator, ServerProcess, Slot, log_excerpt
+from ..divergence import first_divergence
 from ..verdict import judge, sha1
-from .plan import Point, golden_sha1
+from .hits import intended_tail, tail_note
+from .plan import Point, golden_answer
 from .records import RecordBuilder, timing_record
 
 __all__ = ["PointRunner", "PointResult", "RunnerSpec", "Launcher", "Server",
@@ -130,7 +132,9 @@ class PointRunner:
 
     # -- servers -----------------------------------------------------------------------
     async def boot(self, point: Point, slot: Slot) -> tuple[Server, EngineClient, dict]:
-        return await self.boot_config(point.cfg, slot, f"{point.cfg_id}-r{point.residue:03d}")
+        case = f"-{point.case}" if point.case else ""
+        return await self.boot_config(point.cfg, slot,
+                                      f"{point.cfg_id}{case}-r{point.residue:03d}")
 
     async def boot_config(self, cfg: ServingConfig, slot: Slot,
                           log_name: str) -> tuple[Server, EngineClient, dict]:
@@ -234,7 +238,7 @@ class PointRunner:
         except (ServerGone, RequestTimeout, ServerError) as e:
             tokenize_error = str(e)
             await self.settle(info)
-        cold_sha1: str | None = None
+        cold: dict | None = None
         dead: tuple[str, str, list[str]] | None = None
         for phase in self.opts.phases:
             if dead is not None:
@@ -243,16 +247,16 @@ class PointRunner:
                                     excerpt, info, templated)
             else:
                 rec, dead = await self._phase(point, slot, phase, server, client, info, model,
-                                              templated, tokenize_error, cold_sha1)
-                if phase == "cold":  # None when the cold phase produced no answer
-                    cold_sha1 = rec["sha1"]
+                                              templated, tokenize_error, cold)
+                if phase == "cold":
+                    cold = rec
             records.append(rec)
             emit(rec)
         return records, dead is not None
 
     async def _phase(self, point: Point, slot: Slot, phase: str, server: Server,
                      client: EngineClient, info: dict, model: str, templated: int | None,
-                     tokenize_error: str | None, cold_sha1: str | None):
+                     tokenize_error: str | None, cold: dict | None):
         """One phase's record, and (verdict, why, log) when the server is gone."""
         opts = self.opts
         try:
@@ -261,49 +265,62 @@ class PointRunner:
                                   max_tokens=WARMUP_MAX_TOKENS, seed=point.seed)
             before = await client.spec_counters()
             res = await client.chat(point.plan.messages, model=model,
-                                    max_tokens=opts.max_tokens, seed=point.seed)
+                                    max_tokens=opts.max_tokens, seed=point.seed,
+                                    logprobs=opts.logprobs)
             after = await client.spec_counters()
         except RequestTimeout as e:
             dead = ("timeout", str(e), log_excerpt(server.log_path))
             return self._failure(point, slot, phase, "timeout", str(e), dead[2], info,
                                  templated), dead
-        except (ServerGone, ServerError) as e:
+        except (ServerGone, ServerError, BadResponse) as e:
             alive = await _still_alive(server)
             if isinstance(e, ServerError) and 400 <= e.status < 500 and alive:
                 return self._failure(point, slot, phase, "invalid",
                                      f"server rejected the request: {e}", [], info,
                                      templated), None
+            if isinstance(e, BadResponse) and alive:
+                return self._failure(point, slot, phase, "invalid",
+                                     f"malformed answer: {e}", [], info, templated), None
             why = f"{e}; server process {'alive' if alive else 'dead'}"
             dead = ("crash", why, log_excerpt(server.log_path))
             return self._failure(point, slot, phase, "crash", why, dead[2], info,
                                  templated), dead
         return self._judged(point, slot, phase, res, tok_per_step(before, after), info,
-                            templated, tokenize_error, cold_sha1), None
+                            templated, tokenize_error, cold), None
 
     # -- records -----------------------------------------------------------------------
     def _failure(self, point, slot, phase, verdict, reason, excerpt, info, templated):
         return self.records.failure(point, slot.id, self.node, phase, verdict, reason,
                                     excerpt, info, templated)
 
-    def _reference_sha1(self, point: Point, phase: str,
-                        cold_sha1: str | None) -> tuple[str | None, str | None]:
-        """(expected passage or None, reference sha1 or None) for this phase."""
+    def _reference(self, point: Point, phase: str,
+                   cold: dict | None) -> tuple[str | None, list | None]:
+        """(reference text, its token logprobs) for this phase; (None, None) when there is
+        nothing to judge against (the answer is then ``unjudged`` unless it collapsed)."""
         ref = self.opts.reference
-        if ref == "passage":
+        if ref == "passage" or point.plan.passage_wins:
             return point.plan.expected, None
         if ref == "cold":
-            return None, (cold_sha1 if phase != "cold" else None)
-        sha = golden_sha1(self.golden, point.residue, point.plan.target_len, point.seed)
+            # Only a cold answer that did not collapse is a reference: a collapse repeated
+            # on the hit must not read as ok.
+            if phase == "cold" or cold is None or cold.get("verdict") != "unjudged":
+                return None, None
+            return cold.get("answer") or "", cold.get("token_logprobs")
+        if ref in ("first", "consensus"):
+            return None, None  # judged across the matrix after the run (run/matrix_reference)
+        gold = golden_answer(self.golden, point)
         # A prompt the golden run did not answer (another context or seed) falls back to
         # the passage; the record's reference_sha1 says which was used.
-        return (None, sha) if sha else (point.plan.expected, None)
+        if gold:
+            return gold["text"], gold.get("tokens")
+        return point.plan.expected, None
 
     def _judged(self, point, slot, phase, res, tps, info, templated, tokenize_error,
-                cold_sha1) -> dict[str, Any]:
+                cold) -> dict[str, Any]:
         base = self.records.base(point, slot.id, self.node, phase, info, templated)
-        expected, ref_sha1 = self._reference_sha1(point, phase, cold_sha1)
+        expected, ref_tokens = self._reference(point, phase, cold)
         j = judge(res.answer, source=point.plan.document, expected=expected,
-                  reference_sha1=ref_sha1, finish_reason=res.finish_reason)
+                  finish_reason=res.finish_reason)
         verdict, reason = j.verdict, j.reason
         invalid = self._invalid_reason(point, phase, res, templated, info)
         if invalid:
@@ -311,16 +328,25 @@ class PointRunner:
         cached = res.cached_tokens
         tail = (res.prompt_tokens - cached) if (cached is not None and
                                                 res.prompt_tokens is not None) else None
+        want = intended_tail(point, phase)
+        divergence = None
+        if verdict != "ok":
+            divergence = first_divergence(res.answer, expected, answer_tokens=res.token_logprobs,
+                                          reference_tokens=ref_tokens)
         measured = {
             "prompt_tokens": res.prompt_tokens, "cached_tokens": cached, "computed_tail": tail,
             "answer": res.answer, "content_was_null": res.content_was_null, "sha1": j.sha1,
-            "reference_sha1": ref_sha1 if ref_sha1 else (
-                sha1(expected) if expected is not None else None),
-            "expected_chars": len(point.plan.expected), "verbatim_n": j.verbatim_n,
+            "reference_sha1": sha1(expected) if expected is not None else None,
+            "expected_chars": len(point.plan.expected or ""), "verbatim_n": j.verbatim_n,
             "verbatim_total": j.verbatim_total, "repeats": j.repeats,
             "finish_reason": res.finish_reason, "completion_tokens": res.completion_tokens,
             "tok_per_step": tps, "latency_s": round(res.latency_s, 4), "verdict": verdict,
             "reason": reason, "log_excerpt": [],
+            "reference_chars": len(expected) if expected is not None else None,
+            "first_divergence": divergence, "token_logprobs": res.token_logprobs,
+            "intended_tail": want,
+            "tail_note": tail_note(point.cfg.as_dict(), info.get("config") or {}, phase,
+                                   want, tail, point.modulus),
         }
         extra = {"tokenize_error": tokenize_error} if tokenize_error else None
         return self.records.build(base, measured, extra)
@@ -334,6 +360,8 @@ class PointRunner:
             return f"usage.prompt_tokens {res.prompt_tokens} != target {target}"
         cached = res.cached_tokens
         if cached is None:
+            if phase != "cold" and point.cfg.prefix_caching:
+                return "hit not proven: the server reports no cached tokens"
             return None
         if phase == "cold" and cached > 0:
             why = (f"cold request hit the cache ({cached} tokens): "

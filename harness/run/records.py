@@ -22,13 +22,19 @@ __all__ = ["SCHEMA_VERSION", "PhaseRecord", "PHASES", "VERDICTS", "SEVERITY", "B
            "CLEAN", "CONFIG_FIELDS", "NOT_IDENTITY", "phase_key", "worst", "schema_of",
            "latest_records", "cell_key", "point_key", "document_of", "auto_pass", "record_identity", "sha12", "RecordBuilder", "mismatches", "failure_fields", "timing_record"]
 
-SCHEMA_VERSION = 2
+# 3: the cold phase under --reference cold is `unjudged` (was `ok`), a collapse is measured
+#    against the reference's length, an unproven hit is `invalid`; new fields
+#    first_divergence, reference_chars, token_logprobs, intended_tail, tail_note.
+SCHEMA_VERSION = 3
 # Identity fields of a configuration in the order a reader wants them; anything else a
 # config dict carries is shown after these.
 CONFIG_FIELDS = ("engine", "model", "geometry", "spec", "method", "draft_tokens", "ctx",
                  "cudagraph_mode", "prefix_caching", "block_size", "prefix_match_unit",
                  "max_model_len", "kv_cache_memory_bytes", "patches")
 NOT_IDENTITY = frozenset({"notes", "overrides"})
+# Fields a record carries only when they apply (records of other runs stay as they were).
+SCHEMA3_FIELDS = frozenset({"reference_chars", "first_divergence", "token_logprobs",
+                            "intended_tail", "tail_note"})
 # Fields compared between requested and effective configuration.
 COMPARED = ("cudagraph_mode", "prefix_caching", "block_size", "prefix_match_unit",
             "max_model_len", "method", "draft_tokens")
@@ -44,7 +50,8 @@ def mismatches(requested: dict[str, Any], effective: dict[str, Any]) -> list[str
 
 # Fields written only when they have a value, so a record that predates them (or a run
 # that does not use them) round-trips unchanged.
-WRITTEN_WHEN_SET = frozenset({"document_seed", "isolation_run", "confirms", "server_boot"})
+WRITTEN_WHEN_SET = frozenset({"document_seed", "isolation_run", "confirms", "server_boot",
+                              "case_id", "prompt_sha1"})
 
 
 @dataclass
@@ -103,6 +110,15 @@ class PhaseRecord:
     confirms: str | None = None
     # how this record's server booted (launcher, shared caches hit/miss, boot split), when known
     server_boot: dict | None = None
+    # --prompts: the case and the sha1 of its messages as sent (written only when set)
+    case_id: str | None = None
+    prompt_sha1: str | None = None
+    # schema 3 (docs/records.md); absent from older records, which load with these defaults
+    reference_chars: int | None = None
+    first_divergence: dict | None = None
+    token_logprobs: list | None = None
+    intended_tail: int | None = None
+    tail_note: str | None = None
     # written only when set (docs/records.md): the server's /tokenize failed, Ray facts
     extra: dict = field(default_factory=dict)
 
@@ -113,9 +129,13 @@ class PhaseRecord:
             raise ValueError(f"unknown phase {self.phase!r}; allowed: {', '.join(PHASES)}")
 
     def to_dict(self) -> dict[str, Any]:
+        # a record read from an older schema round-trips unchanged: the schema-3 fields it
+        # never had are not added
+        old = self.schema_version < 3
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
                if f.name != "extra"
-               and not (f.name in WRITTEN_WHEN_SET and getattr(self, f.name) is None)}
+               and not (f.name in WRITTEN_WHEN_SET and getattr(self, f.name) is None)
+               and not (old and f.name in SCHEMA3_FIELDS and getattr(self, f.name) is None)}
         out.update(self.extra)
         return out
 
@@ -154,9 +174,9 @@ def timing_record(*, boot: float = 0.0, requests: float = 0.0, teardown: float =
 
 
 def latest_records(records: Iterable[dict]) -> tuple[list[dict], int]:
-    """One record per cell (``cell_key``: configuration, residue, phase, document, auto
-    pass): the latest by ``started_at`` (so a report over several runs shows the newest
-    measurement). Returns (records, superseded)."""
+    """One record per cell (``cell_key``: configuration, case, residue, phase, document,
+    auto pass): the latest by ``started_at`` (so a report over several runs shows the
+    newest measurement). Returns (records, superseded)."""
     best: dict[tuple, dict] = {}
     n = 0
     for r in records:
@@ -218,6 +238,7 @@ class RecordBuilder:
                                      else "local tokenizer"),
             "phase": phase, "reference": self.reference,
             "boot_s": info.get("boot_s"), "started_at": now_iso(), "rerun": point.rerun,
+            "case_id": point.plan.case_id, "prompt_sha1": point.plan.prompt_sha1,
         }
 
     def build(self, base: dict[str, Any], measured: dict[str, Any],
@@ -229,8 +250,9 @@ class RecordBuilder:
     def failure(self, point: Any, slot: str, node: str, phase: str, verdict: str,
                 reason: str, excerpt: list, info: Mapping[str, Any] | None = None,
                 templated: int | None = None) -> dict[str, Any]:
+        expected_chars = len(point.plan.expected or "")   # a prompt case may have none
         return self.build(self.base(point, slot, node, phase, info or {}, templated),
-                          failure_fields(verdict, reason, excerpt, len(point.plan.expected)))
+                          failure_fields(verdict, reason, excerpt, expected_chars))
 
     def failures(self, point: Any, slot: str, node: str, verdict: str, reason: str,
                  excerpt: list, extra: dict[str, Any] | None = None) -> list[dict[str, Any]]:

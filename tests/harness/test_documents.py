@@ -9,12 +9,13 @@ import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from harness.compare import compare_records
 from harness.engines import LAB_MODEL_DIR
-from harness.run.plan import golden_sha1, load_golden
+from harness.run.plan import golden_answer, load_golden
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.usefixtures("no_leftovers")
@@ -78,7 +79,13 @@ def test_resume_keys_by_document(tmp_path):
 def _rec(residue, doc, sha, verdict="ok", phase="cold", target=1156):
     return {"run_id": "r", "config_id": "c", "config_label": "L", "residue": residue,
             "phase": phase, "verdict": verdict, "sha1": sha, "target_len": target,
-            "document_seed": doc, "started_at": "2026-12-01T00:00:00+00:00"}
+            "answer": f"answer {sha}", "document_seed": doc,
+            "started_at": "2026-12-01T00:00:00+00:00"}
+
+
+def _point(residue, target, seed):
+    plan = SimpleNamespace(prompt_sha1=None, target_len=target)
+    return SimpleNamespace(residue=residue, plan=plan, seed=seed, case=None)
 
 
 def test_golden_answers_are_per_document(tmp_path):
@@ -86,14 +93,16 @@ def test_golden_answers_are_per_document(tmp_path):
     f.write_text("".join(json.dumps(r) + "\n" for r in (
         _rec(4, 0, "aaa"), _rec(4, 1, "bbb"))))
     gold = load_golden(str(f), tmp_path)
-    assert golden_sha1(gold, 4, 1156, 0) == "aaa" and golden_sha1(gold, 4, 1156, 1) == "bbb"
-    assert golden_sha1(gold, 4, 1156, 2) is None
+    assert golden_answer(gold, _point(4, 1156, 0))["text"] == "answer aaa"
+    assert golden_answer(gold, _point(4, 1156, 1))["text"] == "answer bbb"
+    assert golden_answer(gold, _point(4, 1156, 2)) is None
     # a reference run written before documents were an axis answers every document
     old = tmp_path / "old.jsonl"
     rec = _rec(4, None, "ccc")
     del rec["document_seed"]
     old.write_text(json.dumps(rec) + "\n")
-    assert golden_sha1(load_golden(str(old), tmp_path), 4, 1156, 1) == "ccc"
+    assert golden_answer(load_golden(str(old), tmp_path), _point(4, 1156, 1))["text"] == \
+        "answer ccc"
 
 
 def test_compare_keys_by_document():

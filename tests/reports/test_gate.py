@@ -149,3 +149,31 @@ def test_issue_comment_errors(tmp_path, monkeypatch):
     big.write_text("x" * 70000)
     with pytest.raises(GateError, match="at most 65536"):
         post_issue_comment(big, 42)
+
+
+def test_gate_fails_when_coverage_shrinks_unless_allowed(tmp_path):
+    from harness.gate import find_coverage_losses
+    base = synth.sweep(FULL, range(8), broken=[4])
+    fewer = synth.sweep(FULL, range(6), broken=[4])      # residues 6, 7 gone
+    assert gate_exit_code(fewer, base) == 1
+    assert gate_exit_code(fewer, base, allow_fewer=True) == 0
+    losses = find_coverage_losses(base, fewer)
+    assert sorted({(x["residue"], x["new_verdict"]) for x in losses}) == [(6, None), (7, None)]
+    # a judged cell that is unjudged now is lost coverage too (ok -> unjudged also regresses)
+    now = [dict(r, verdict="unjudged") if (r["residue"], r["phase"]) == (4, "cold") else r
+           for r in synth.sweep(FULL, range(8), broken=[4])]
+    assert [(x["residue"], x["phase"]) for x in find_coverage_losses(base, now)] == [(4, "cold")]
+    assert gate_exit_code(now, base) == 1
+    path = write_junit(fewer, tmp_path / "j.xml", coverage_losses=losses)
+    root = ET.parse(path).getroot()
+    cov = [c for c in root.iter("testcase") if c.get("classname") == "residue_sweep.coverage"]
+    assert len(cov) == len(losses) and all(c.find("failure").get("type") == "coverage" for c in cov)
+
+
+def test_unjudged_cells_are_skipped_in_junit(tmp_path):
+    recs = [dict(r, verdict="unjudged", reason="no reference to judge against")
+            if r["phase"] == "cold" else r for r in synth.sweep(PIECEWISE, range(3))]
+    root = ET.parse(write_junit(recs, tmp_path / "j.xml")).getroot()
+    assert root.get("skipped") == "3" and root.get("failures") == "0"
+    assert len([c for c in root.iter("testcase") if c.find("skipped") is not None]) == 3
+    assert gate_exit_code(recs) == 1   # unjudged is not a pass

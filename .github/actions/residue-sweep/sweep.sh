@@ -55,5 +55,5 @@ if [ ! -f "$junit" ]; then junit=""; fi
   echo "junit=$junit"
   echo "logs=$logs"
 } >>"${GITHUB_OUTPUT:?}"
-echo "sweep exited $code (0 ok, 1 not ok or a regression, 2 usage, 3 could not run); report: ${report:-none}"
+echo "sweep exited $code (0 ok, 1 not ok or a regression, 2 usage, 3 could not run, 4 an output failed, 130 interrupted); report: ${report:-none}"
 exit 0

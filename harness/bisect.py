@@ -1,0 +1,55 @@
+"""``sweep --bisect``: the sweep's exit code as ``git bisect run`` reads it.
+
+git bisect run takes 0 as good, 125 as "cannot test this commit" (skip), any other code
+from 1 to 127 as bad, and a code above 127 as "abort the bisect". So under ``--bisect``:
+
+- 1 when a judged cell is not ok (broken, diverged, crash, timeout: the build misbehaved);
+- 125 when nothing says the build is bad and some point was not tested: a boot-fail, an
+  infra loss or an invalid point (a good verdict needs every point tested, or a build whose
+  server does not boot at the broken residue would pass), and when the sweep could not run
+  at all (exit 3);
+- 0 only when every point was tested and every cell is ok;
+- a usage error (exit 2 elsewhere) becomes 128: the command line is wrong, not the commit,
+  and a 2 would make git call the commit bad. Interrupted (130) already aborts.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from typing import Iterable
+
+from .errors import EXIT_CANNOT_RUN, EXIT_USAGE
+
+__all__ = ["UNTESTED", "EXIT_GOOD", "EXIT_BAD", "EXIT_SKIP", "EXIT_ABORT_BISECT",
+           "bisect_exit_code", "bisect_verdict_line", "map_exit"]
+
+EXIT_GOOD, EXIT_BAD, EXIT_SKIP, EXIT_ABORT_BISECT = 0, 1, 125, 128
+# Verdicts that say the point was not tested (not that the build misbehaved).
+UNTESTED = frozenset({"boot-fail", "infra", "invalid", "unjudged"})
+
+
+def bisect_exit_code(records: Iterable[dict]) -> int:
+    verdicts = Counter(r.get("verdict") for r in records)
+    if any(v not in UNTESTED and v != "ok" for v in verdicts):
+        return EXIT_BAD
+    if not verdicts or any(v in UNTESTED for v in verdicts):
+        return EXIT_SKIP
+    return EXIT_GOOD
+
+
+def bisect_verdict_line(records: Iterable[dict]) -> str:
+    """One stderr line: what the bisect exit code rests on."""
+    recs = list(records)
+    code = bisect_exit_code(recs)
+    counts = Counter(r.get("verdict") for r in recs)
+    said = " ".join(f"{k}={v}" for k, v in sorted(counts.items())) or "no records"
+    word = {EXIT_GOOD: "good", EXIT_BAD: "bad", EXIT_SKIP: "skip (untestable)"}[code]
+    return f"bisect: {word}, exit {code} ({said})"
+
+
+def map_exit(code: int) -> int:
+    """A sweep exit code that is not a measurement, in git bisect's terms."""
+    if code == EXIT_USAGE:
+        return EXIT_ABORT_BISECT
+    if code == EXIT_CANNOT_RUN:
+        return EXIT_SKIP
+    return code

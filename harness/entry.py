@@ -1,0 +1,43 @@
+"""The ``sweep`` console script: signal handlers first, then the command line.
+
+``pyproject.toml`` points ``sweep`` here, not at ``harness.cli``: importing the CLI pulls
+in pandas, numpy and the tokenizers (about a second on a small machine), and a Ctrl-C or
+SIGTERM in that second must already end with exit 130 and one line, not a traceback or a
+death by signal (``harness.interrupts``). ``python -m harness`` comes here too.
+"""
+from __future__ import annotations
+
+import sys
+
+from . import interrupts
+
+__all__ = ["main"]
+
+
+def _interrupted() -> int:
+    """A signal outside the sweep's event loop: kill what may be running, say so."""
+    interrupts.ignore()
+    pool = sys.modules.get("harness.server_pool")  # nothing to kill if it never loaded
+    if pool is not None:
+        pool.kill_all_servers()
+    print("sweep: interrupted", file=sys.stderr)
+    return interrupts.EXIT_INTERRUPTED
+
+
+def main() -> None:
+    interrupts.install()
+    try:
+        from .cli import main as cli_main
+        if interrupts.pending():  # a signal whose exception an import swallowed
+            raise KeyboardInterrupt
+        cli_main()
+        code = 0
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    except KeyboardInterrupt:
+        code = _interrupted()
+    interrupts.finish(code)
+
+
+if __name__ == "__main__":
+    main()

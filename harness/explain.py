@@ -1,0 +1,280 @@
+"""``sweep explain``: why a cell is what it is, by the thread's ablation ladder.
+
+For each non-ok cell of a finished run (or the one named), the residue is rerun on fresh
+servers once unchanged (does it reproduce?) and once per axis with only that axis
+changed (graph mode, patches, prefix caching, match unit, spec, block size, k ± 1, the
+vLLM model runner). Every configuration is rebuilt from the parent run's own command
+line through the sweep's flags (``harness.flags``), so a changed axis resolves exactly as
+``sweep`` would resolve it (a preset-derived field follows the preset). All rungs of all
+cells are one linked run: one ``Driver``, one backend, the slots in parallel, records in
+the same results store, and a manifest whose ``explains`` block names the parent run and,
+per cell, which configuration ran which rung (``report.explained`` reads it back).
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import shlex
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from engine.presets import ServingConfig
+
+from .backends import make_backend
+from .configs import SweepOptions, config_id
+from .engines import make_adapter
+from .errors import CannotRun, HarnessError, UsageError
+from .flags import FLAGS, dest_of, sweep_parser
+from .report.explained import UNCHANGED
+from .prompts import PlanError
+from .run.driver import Driver
+from .run.plan import SweepPlan, load_golden, plan_with_probes
+from .run.records import latest_records, phase_key
+from .server_pool import kill_all_servers
+from .store import (ResultStore, StoreError, load_manifest_for, read_jsonl, new_run_id,
+                    resolve_results)
+
+__all__ = ["ExplainPlan", "Target", "RungSpec", "prepare", "execute", "axis_changes"]
+
+
+@dataclass
+class RungSpec:
+    label: str                       # "graph mode → PIECEWISE"
+    axis: str                        # "graph mode"
+    opts: SweepOptions | None        # None: not applicable (note says why)
+    note: str = ""
+
+    @property
+    def cfg(self) -> ServingConfig | None:
+        return self.opts.configs[0] if self.opts else None
+
+    def manifest_entry(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"label": self.label, "axis": self.axis}
+        if self.opts:
+            out["config_id"] = config_id(self.cfg)
+            out["config_label"] = self.cfg.label()
+        else:
+            out["note"] = self.note
+        return out
+
+
+@dataclass
+class Target:
+    config_id: str
+    config_label: str
+    residue: int
+    phases: dict[str, str]           # non-ok phase -> the parent's verdict
+    rungs: list[RungSpec] = field(default_factory=list)
+
+    def manifest_entry(self) -> dict[str, Any]:
+        return {"config_id": self.config_id, "config_label": self.config_label,
+                "residue": self.residue, "phases": self.phases,
+                "rungs": [r.manifest_entry() for r in self.rungs]}
+
+
+@dataclass
+class ExplainPlan:
+    parent_run: str
+    parent_path: Path
+    targets: list[Target]
+    argv: tuple[str, ...]
+
+    def runnable(self) -> list[RungSpec]:
+        return [r for t in self.targets for r in t.rungs if r.opts is not None]
+
+
+# -- the axes ------------------------------------------------------------------------------
+# (axis, label, changes to the parsed sweep flags); a change that leaves the configuration
+# as it is is not run.
+Change = tuple[str, str, dict[str, Any]]
+
+
+def axis_changes(cfg: ServingConfig, *, runners: tuple[str, ...] = (),
+                 ran_on: str | None = None) -> list[Change]:
+    """The one-axis changes of ``cfg`` the ladder tries, in the thread's order.
+    ``runners``: the model runners the engine can be forced onto (vLLM: v1, v2); the
+    one ``ran_on`` (the effective runner of the cell) is left out."""
+    out: list[Change] = [
+        ("graph mode", "graph mode → PIECEWISE", {"cudagraph": "PIECEWISE"}),
+        ("patches", "patches → all", {"patches": "all"}),
+        ("prefix caching", "prefix caching → off", {"prefix_cache": False,
+                                                     "prefix_match_unit": None}),
+        ("match unit", "match unit → none", {"prefix_match_unit": "none"}),
+        ("spec", "spec → none", {"spec": "none", "draft_tokens": None}),
+        ("block size", "block size → 16", {"block_size": "16"}),
+    ]
+    if cfg.method:
+        k = int(cfg.draft_tokens)
+        out += [("k", f"k → {k2}", {"draft_tokens": str(k2)}) for k2 in (k - 1, k + 1) if k2 >= 1]
+    for r in runners:
+        if r != ran_on:
+            out.append(("runner", f"runner → {r}", {"runner": r}))
+    return out
+
+
+def _spelling(name: str, value: Any) -> str | None:
+    """How a configuration value is given back to its flag (the flags' own spellings)."""
+    if name == "prefix_match_unit":
+        return str(value) if value else "none"
+    if value is None:
+        return None
+    if name == "patches":
+        return str(value).replace(",", "+")
+    return str(value)
+
+
+def _pinned(parent_ns, cfg: dict[str, Any]):
+    """The parent's parsed flags with every matrix axis it gave narrowed to this one
+    configuration's value (axes it left to the preset stay so)."""
+    ns = argparse.Namespace(**vars(parent_ns))
+    for f in FLAGS:
+        if f.axis and f.items and getattr(ns, dest_of(f)) is not None:
+            setattr(ns, dest_of(f), _spelling(f.axis, cfg.get(f.axis)))
+    return ns
+
+
+def _rung_opts(build: Callable, ns, residue: int, changes: dict[str, Any],
+               run_flags: dict[str, Any]) -> SweepOptions:
+    ns = argparse.Namespace(**vars(ns))
+    for k, v in {**changes, **run_flags, "residues": str(residue)}.items():
+        setattr(ns, k, v)
+    argv = ["explain-rung"]
+    opts = build(ns, argv)
+    if len(opts.configs) != 1:
+        raise CannotRun(f"a rung expands to {len(opts.configs)} configurations, not one")
+    return opts
+
+
+# -- which cells ---------------------------------------------------------------------------
+def non_ok_cells(records: list[dict], residue: int | None,
+                 phase: str | None) -> dict[tuple[str, int], dict[str, Any]]:
+    """(config_id, residue) -> {"phases": {phase: verdict}, "record": one record}."""
+    recs, _ = latest_records(records)
+    out: dict[tuple[str, int], dict[str, Any]] = {}
+    for r in sorted(recs, key=lambda r: (r.get("residue"), phase_key(r.get("phase", "")))):
+        if r.get("verdict") == "ok":
+            continue
+        if residue is not None and r.get("residue") != residue:
+            continue
+        if phase is not None and r.get("phase") != phase:
+            continue
+        cell = out.setdefault((r["config_id"], int(r["residue"])), {"phases": {}, "record": r})
+        cell["phases"][r["phase"]] = r["verdict"]
+    return out
+
+
+def prepare(run_ref: str, out_dir: str, *, residue: int | None, phase: str | None,
+            run_flags: dict[str, Any], build: Callable,
+            runners_for: Callable[[str], tuple[str, ...]]) -> ExplainPlan:
+    """Read the parent run, pick its non-ok cells and build every rung's options.
+
+    ``run_flags``: the explain invocation's own run flags (slots, gpus, out, ...) put over
+    the parent's; ``build``: ``cli.build_options``; ``runners_for(engine)``: the runners a
+    ``--runner`` rung may force on that engine."""
+    try:
+        path = resolve_results(run_ref, out_dir)
+    except StoreError as e:
+        raise UsageError(str(e)) from None
+    manifest = load_manifest_for(path)
+    if not manifest or not manifest.get("command"):
+        raise UsageError(f"{run_ref}: no run manifest with its command line beside {path}")
+    if manifest.get("explains"):
+        raise UsageError(f"{run_ref} is itself an explain run; explain its parent "
+                         f"{manifest['explains'].get('run_id')}")
+    parent_argv = shlex.split(manifest["command"])[1:]
+    parent_ns = sweep_parser().parse_args(parent_argv)
+    cells = non_ok_cells(read_jsonl(path), residue, phase)
+    if not cells and (residue is not None or phase is not None):
+        what = " ".join(x for x in (f"residue {residue}" if residue is not None else "",
+                                    f"phase {phase}" if phase else "") if x)
+        raise UsageError(f"run {manifest['run_id']}: no non-ok cell at {what}")
+    targets = []
+    for (cid, res), cell in cells.items():
+        rec = cell["record"]
+        requested = dict(rec.get("requested_config") or rec.get("config") or {})
+        ns = _pinned(parent_ns, requested)
+        base = _rung_opts(build, ns, res, {}, run_flags)
+        if config_id(base.configs[0]) != cid:
+            raise CannotRun(f"run {manifest['run_id']}: the command line no longer builds "
+                            f"configuration {cid} ({rec.get('config_label')}); was it made by "
+                            "another harness version?")
+        t = Target(cid, rec.get("config_label") or base.configs[0].label(), res,
+                   cell["phases"], [RungSpec(UNCHANGED, UNCHANGED, base)])
+        effective = rec.get("config") or {}
+        for axis, label, changes in axis_changes(
+                base.configs[0], runners=runners_for(base.engine),
+                ran_on=effective.get("model_runner")):
+            t.rungs.append(_rung(build, ns, res, axis, label, changes, run_flags, cid))
+        targets.append(t)
+    return ExplainPlan(manifest["run_id"], path, targets,
+                       ("explain", str(run_ref)))
+
+
+def _rung(build, ns, res, axis, label, changes, run_flags, base_cid) -> RungSpec:
+    try:
+        opts = _rung_opts(build, ns, res, changes, run_flags)
+    except HarnessError as e:   # e.g. k-1 outside the preset's range, a residue past the modulus
+        return RungSpec(label, axis, None, str(e))
+    if config_id(opts.configs[0]) == base_cid:
+        return RungSpec(label, axis, None, "the cell already runs with it")
+    return RungSpec(label, axis, opts)
+
+
+# -- running the rungs ---------------------------------------------------------------------
+async def execute(xp: ExplainPlan, *, on_point: Callable | None = None) -> tuple[dict, list[dict]]:
+    """Run every rung of every cell as one linked run; returns (manifest, records)."""
+    rungs = xp.runnable()
+    first = rungs[0].opts
+    configs: dict[str, ServingConfig] = {}
+    for r in rungs:
+        configs.setdefault(config_id(r.cfg), r.cfg)
+    residues = sorted({t.residue for t in xp.targets})
+    opts = dataclasses.replace(first, configs=tuple(configs.values()),
+                               residues=",".join(map(str, residues)), argv=xp.argv)
+    adapter = make_adapter(opts.engine, opts.server_cmd, draft_model=opts.draft_model,
+                           extra_args=opts.engine_args, work_dir=opts.out,
+                           isolation=opts.isolation, served_model_name=opts.served_model_name)
+    adapter.check(opts.configs, opts.slots[0])
+    store = ResultStore(opts.out, new_run_id())
+    golden = load_golden(opts.golden_run, opts.out) if opts.golden_run else None
+    try:
+        plan = await _plan(xp, opts, adapter, store)
+    except PlanError as e:
+        raise UsageError(str(e)) from None
+    links = {"explains": {"run_id": xp.parent_run, "results": str(xp.parent_path),
+                          "targets": [t.manifest_entry() for t in xp.targets]}}
+    driver = Driver(opts, adapter, store, plan, golden=golden, links=links,
+                    on_point_done=on_point)
+    points = driver.start()
+    backend = make_backend(opts.backend)
+    t0 = time.monotonic()
+    try:
+        await backend.run(points, driver)
+    finally:
+        kill_all_servers()
+        store.close()
+    manifest = driver.finish(wall=time.monotonic() - t0, interrupted=False,
+                             backend=backend.describe())
+    driver.set_exit_code(0)
+    return manifest, store.read()
+
+
+async def _plan(xp: ExplainPlan, opts: SweepOptions, adapter, store: ResultStore) -> SweepPlan:
+    """One plan per explained cell (its residue, its rungs' configurations), merged;
+    a (configuration, residue) two cells share runs once."""
+    points, seen, pad, t0 = [], set(), {}, time.monotonic()
+    for t in xp.targets:
+        cfgs: dict[str, ServingConfig] = {}
+        for r in t.rungs:
+            if r.opts is not None:
+                cfgs.setdefault(config_id(r.cfg), r.cfg)
+        sub = dataclasses.replace(opts, configs=tuple(cfgs.values()), residues=str(t.residue))
+        p = await plan_with_probes(sub, adapter, logs_dir=store.logs_dir)
+        pad.update(p.pad_unit)
+        for pt in p.points:
+            if pt.key not in seen:
+                seen.add(pt.key)
+                points.append(pt)
+    return SweepPlan(points, {}, time.monotonic() - t0, pad)

@@ -1,0 +1,80 @@
+"""SIGINT and SIGTERM from the first instruction of ``sweep`` to its last: exit 130.
+
+Standard library only, imported by ``harness.entry`` before anything heavy, so a Ctrl-C
+during the imports (pandas, numpy, tokenizers take a second on a small machine) is not a
+``KeyboardInterrupt`` traceback, and a SIGTERM is not a silent death by signal.
+
+Three stages, one handler each:
+
+- ``install()``: outside the event loop, a signal raises ``KeyboardInterrupt`` (SIGTERM
+  too) and is remembered, so a library that swallows the exception cannot make it lost:
+  ``pending()`` says a signal came, and the sweep checks it before it starts anything.
+- inside the sweep's event loop, ``cli`` adds loop handlers that cancel the sweep
+  (graceful: the driver writes the manifest as interrupted, servers are killed) and puts
+  these handlers back afterwards with ``install()`` (asyncio would restore SIG_DFL for
+  SIGTERM, i.e. death by signal).
+- ``finish(code)``: at the very end, a signal only marks the exit as interrupted; an
+  ``atexit`` hook registered first (so it runs last) turns that into exit 130.
+"""
+from __future__ import annotations
+
+import atexit
+import os
+import signal
+import sys
+
+__all__ = ["EXIT_INTERRUPTED", "SIGNALS", "install", "pending", "ignore", "finish"]
+
+EXIT_INTERRUPTED = 130
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+_state = {"signal": None, "final": False}
+
+
+def _raise(signum, frame) -> None:
+    _state["signal"] = signum
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
+def _mark(signum, frame) -> None:
+    _state["signal"] = signum
+
+
+def _last_word() -> None:
+    """Runs after every other atexit hook: a signal that came at the end still says 130."""
+    if _state["final"] and _state["signal"] is not None:
+        os._exit(EXIT_INTERRUPTED)
+
+
+def install() -> None:
+    """Signals raise ``KeyboardInterrupt`` from here on (and are remembered)."""
+    for sig in SIGNALS:
+        signal.signal(sig, _raise)
+
+
+def pending() -> bool:
+    """A signal arrived (even one whose exception some library swallowed)."""
+    return _state["signal"] is not None
+
+
+def ignore() -> None:
+    """While cleaning up after an interrupt: further signals are remembered, not raised."""
+    for sig in SIGNALS:
+        signal.signal(sig, _mark)
+
+
+def finish(code: int) -> None:
+    """Exit with ``code``, or 130 when a signal came (now or earlier)."""
+    _state["final"] = True
+    ignore()
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (OSError, ValueError):  # a closed pipe: nothing more can be said, and the
+        try:                       # flush at shutdown must not fail on it either
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+    sys.exit(EXIT_INTERRUPTED if pending() else code)
+
+
+atexit.register(_last_word)

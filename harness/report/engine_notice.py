@@ -1,0 +1,32 @@
+"""The line a lab report opens with: this is the CPU lab engine, not vLLM.
+
+A report pasted into an issue is read as a vLLM result unless it says otherwise at the
+top; the only other clue (``engine | lab …``) sits in the provenance at the bottom. On the
+lab, "the sweep agrees with the rule" holds by construction: the lab implements the
+mechanism the rule describes. The notice is part of the markdown, so the ``--gh-issue``
+comment and the GitHub step summary (both the report itself) carry it too.
+"""
+from __future__ import annotations
+
+__all__ = ["LAB_NOTICE", "engine_notice"]
+
+LAB_NOTICE = ("**Engine: the CPU lab engine** (`engine/lab`), a replica of vLLM's "
+              "mechanisms (scheduler, paged KV cache and prefix caching, speculative "
+              "decoding, cudagraph dispatch), **not vLLM**. Agreement with the Bug B rule is "
+              "expected here by construction; only a sweep of a real engine tests the rule.")
+
+
+def _engine_of(record: dict) -> str | None:
+    cfg = record.get("config") if isinstance(record.get("config"), dict) else {}
+    return record.get("engine") or cfg.get("engine")
+
+
+def engine_notice(records: list[dict]) -> str | None:
+    """The notice when any record came from the lab engine, else None."""
+    engines = {_engine_of(r) for r in records}
+    if "lab" not in engines:
+        return None
+    others = sorted(e for e in engines if e and e != "lab")
+    if others:
+        return LAB_NOTICE + f" Records of {', '.join(others)} are in this report too."
+    return LAB_NOTICE

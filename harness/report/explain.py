@@ -1,0 +1,137 @@
+"""Why a bad cell is bad: its first divergence, the reference it was judged against and
+what that reference can see, and the final prefill chunk behind the Bug B rule.
+
+Records of schema 3 carry ``first_divergence``; for older ones (the committed H200
+archives) it is computed here from the reference text, recovered as the answer of any
+record whose sha1 is the reference's sha1 (every residue of a run asks for the same
+passage, so a clean residue's answer is the reference text). Such records have no
+logprobs, so their call is ``unknown``.
+"""
+from __future__ import annotations
+
+from collections import Counter
+
+from ..divergence import first_divergence
+from ..ghmarkdown import code, escape_text
+from .model import ConfigData
+
+__all__ = ["REFERENCE_SIGHT", "reference_texts", "divergence_of", "divergence_phrase",
+           "call_counts", "reference_lines", "final_chunk_line"]
+
+# reference -> (what it can see, what it cannot): README and docs/reports.md repeat it
+REFERENCE_SIGHT = {
+    "passage": ("any answer that is not the document's passage, in every phase",
+                "whether an answer that is not verbatim is still right (a model that "
+                "paraphrases reads as diverged everywhere)"),
+    "cold": ("a hit that answers differently from the same server's cold answer",
+             "a corruption identical in every phase (the cold answer is its own reference: "
+             "Bug B in align mode fires cold too); cold cells are unjudged"),
+    "first": ("any configuration that answers a prompt differently from the first "
+              "configuration, in every phase",
+              "a corruption the first configuration shares; the first configuration's own "
+              "reference cell is unjudged"),
+    "consensus": ("a residue that answers differently from most residues of its "
+                  "configuration (Bug B is one residue in a modulus)",
+                  "a corruption at most residues, or a configuration with no majority answer"),
+    "golden": ("any answer that differs from a trusted run's answer to the same prompt",
+               "a corruption the trusted run shares; prompts it did not answer fall back to "
+               "the passage"),
+}
+
+
+def reference_texts(records: list[dict]) -> dict[str, str]:
+    """sha1 -> answer text, for every answer in ``records``."""
+    return {r["sha1"]: r.get("answer") or "" for r in records if r.get("sha1")}
+
+
+def divergence_of(r: dict, texts: dict[str, str]) -> dict | None:
+    """The record's first_divergence, computed from the recovered reference text when the
+    record predates the field (None when there is no reference text to compare with)."""
+    if r.get("first_divergence"):
+        return r["first_divergence"]
+    if r.get("verdict") not in ("broken", "diverged") or not r.get("reference_sha1"):
+        return None
+    ref = texts.get(r["reference_sha1"])
+    if ref is None:
+        return None
+    return first_divergence(r.get("answer") or "", ref, answer_tokens=r.get("token_logprobs"))
+
+
+def divergence_phrase(fd: dict | None) -> str:
+    """``char 9 (`empty` for `chalk`), token –, margin unknown`` in markdown."""
+    if not fd:
+        return "–"
+    got = escape_text(repr(fd.get("got") or ""), limit=16)
+    want = escape_text(repr(fd.get("expected") or ""), limit=16)
+    parts = [f"char {fd.get('char')}: {got} for {want}"]
+    if fd.get("token") is not None:
+        parts.append(f"token {fd['token']}")
+    margin = fd.get("margin")
+    parts.append(f"margin {margin:.2f} ({fd.get('call')})" if margin is not None
+                 else f"margin unknown ({fd.get('call') or 'unknown'})")
+    if fd.get("in_top_k") is not None:
+        parts.append("in top-k" if fd["in_top_k"] else "not in top-k")
+    return ", ".join(parts)
+
+
+def call_counts(records: list[dict], texts: dict[str, str]) -> Counter:
+    """How many bad answers are decisive breaks, near-ties, or of unknown margin."""
+    c: Counter = Counter()
+    for r in records:
+        if r.get("verdict") in ("broken", "diverged"):
+            fd = divergence_of(r, texts)
+            c[(fd or {}).get("call") or "unknown"] += 1
+    return c
+
+
+def reference_lines(records: list[dict], texts: dict[str, str]) -> list[str]:
+    """The report's reference paragraph: what was used, what it can and cannot see, and
+    the count of decisive breaks apart from near-ties."""
+    refs = sorted({str(r.get("reference") or "passage") for r in records})
+    out = []
+    for ref in refs:
+        key = "golden" if ref.startswith("golden:") else ref
+        can, cannot = REFERENCE_SIGHT.get(key, ("?", "?"))
+        out.append(f"- **Reference {code(ref)}:** sees {can}; cannot see {cannot}.")
+    if "cold" in refs:
+        n = sum(1 for r in records if r.get("verdict") == "unjudged" and r.get("phase") == "cold")
+        out.append(f"- **{n} cold cell(s) unjudged:** under `--reference cold` a corruption "
+                   "identical in every phase is invisible (the hit matches the corrupted cold "
+                   "answer). Use `--reference passage` (the document itself), "
+                   "`golden:RUN` (a trusted run), `first` (another configuration) or "
+                   "`consensus` (the other residues) to judge the cold phase.")
+    calls = call_counts(records, texts)
+    if calls:
+        out.append(f"- **Bad answers:** {calls.get('decisive', 0)} decisive, "
+                   f"{calls.get('near-tie', 0)} near-tie, {calls.get('unknown', 0)} of "
+                   "unknown margin (no logprobs in the records); a near-tie is a top-1 "
+                   "lead under 0.5 nats at the first differing token, which numerical noise "
+                   "can flip (docs/records.md).")
+    return out
+
+
+def final_chunk_line(cd: ConfigData, k1: int | None) -> str | None:
+    """What final prefill chunk the bad hit cells computed, from ``cached / tail`` and the
+    record's tail note, rather than assuming ``tail = k + 1``."""
+    bad = [r for r in cd.records if r.get("verdict") in ("broken", "diverged")
+           and r.get("phase") != "cold" and r.get("computed_tail") is not None]
+    if not bad:
+        return None
+    seen: dict[tuple, list[int]] = {}
+    for r in bad:
+        key = (r.get("cached_tokens"), r.get("computed_tail"), r.get("prompt_tokens"),
+               r.get("tail_note"))
+        seen.setdefault(key, []).append(int(r.get("residue") or 0))
+    parts = []
+    for (cached, tail, length, note), residues in sorted(seen.items(), key=lambda kv: kv[1]):
+        s = (f"residue {', '.join(map(str, sorted(set(residues))))}: cached {cached} of "
+             f"{length}, computed tail {tail}")
+        if note:
+            s += f" ({escape_text(note)})"
+        elif k1 is not None and tail == k1:
+            s += f" = k + 1, the final prefill chunk the rule names"
+        elif k1 is not None:
+            s += (f", not k + 1 = {k1}: the final chunk that hit the bug is the tail itself "
+                  "only if nothing split the prefill")
+        parts.append(s)
+    return "- **Final chunk:** " + "; ".join(parts) + "."

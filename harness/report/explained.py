@@ -1,0 +1,209 @@
+"""The ablation ladder of ``sweep explain``: one table per explained cell, in the thread's
+format (each row the one axis changed, the cell's verdict), and the closing line that
+names the discriminators.
+
+Input: the manifest of an explain run (its ``explains`` block names the parent run, the
+cells explained and, per rung, the configuration that ran it) and that run's records.
+A cell whose unchanged rerun comes back ok is *not reproduced*: its ladder is printed,
+but nothing is called a discriminator of it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from ..ghmarkdown import bold, code, escape_text, table
+from ..run.records import BUG_VERDICTS, latest_records, phase_key
+from .cells import cell_markdown
+
+__all__ = ["UNCHANGED", "Rung", "Ladder", "ladders", "render_ladder", "render_explained",
+           "explains_of", "closing_line", "hit_unit"]
+
+UNCHANGED = "none (the cell as run)"
+
+
+@dataclass
+class Rung:
+    label: str                         # "graph mode → PIECEWISE"
+    axis: str                          # "graph mode"
+    records: dict[str, dict]           # phase -> record of this rung's rerun
+    note: str = ""                     # why the rung did not run (not applicable)
+
+    def outcome(self, phases: list[str], unchanged: "Rung | None" = None) -> str:
+        """clean | stays | same-tail | inconclusive | not-run over the explained phases.
+
+        ``same-tail``: the rung moved the hit unit (e.g. match unit -> none: the server's
+        hit unit became the hybrid page) yet every explained hit still left the same
+        computed tail as the unchanged rerun, so it never asked the question it names."""
+        if self.note:
+            return "not-run"
+        verdicts = [self.records[p]["verdict"] if p in self.records else None for p in phases]
+        if any(v is None for v in verdicts):
+            return "inconclusive"
+        if all(v == "ok" for v in verdicts):
+            return "clean"
+        if any(v in BUG_VERDICTS or v == "crash" for v in verdicts):
+            return "same-tail" if unchanged and self._same_tail(phases, unchanged) else "stays"
+        return "inconclusive"   # boot-fail, timeout, invalid, infra: the rung tells nothing
+
+    def _same_tail(self, phases: list[str], unchanged: "Rung") -> bool:
+        hits = [p for p in phases if p != "cold"]
+        if not hits:
+            return False
+        for p in hits:
+            a, b = self.records.get(p) or {}, unchanged.records.get(p) or {}
+            ua, ub = hit_unit(a), hit_unit(b)
+            if ua is None or ub is None or ua == ub:
+                return False
+            if a.get("computed_tail") is None or a.get("computed_tail") != b.get("computed_tail"):
+                return False
+        return True
+
+    def tail_note(self, phases: list[str], unchanged: "Rung") -> str:
+        p = next(p for p in phases if p != "cold")
+        a, b = self.records[p], unchanged.records[p]
+        return (f"{self.label}: the hit unit went {hit_unit(b)} → {hit_unit(a)}, yet the "
+                f"{a.get('templated_len')}-token prompt still leaves a {a.get('computed_tail')}"
+                f"-token tail, so this rung cannot separate {self.axis}; explain a run whose "
+                f"lengths are not ≡ {a.get('computed_tail')} mod {hit_unit(a)} (another --context)")
+
+
+def hit_unit(record: dict) -> int | None:
+    """The unit a record's cache hits came in: what the server reported, else the match
+    unit it was given (None when neither is known)."""
+    cfg = record.get("config") or {}
+    for key in ("effective_hash_unit", "prefix_match_unit"):
+        if cfg.get(key):
+            return int(cfg[key])
+    return None
+
+
+@dataclass
+class Ladder:
+    parent_run: str
+    config_label: str
+    residue: int
+    phases: dict[str, str]             # explained phase -> the parent's verdict
+    unchanged: Rung
+    rungs: list[Rung] = field(default_factory=list)
+
+    @property
+    def reproduced(self) -> bool:
+        """Every explained phase is non-ok again on the unchanged configuration."""
+        recs = self.unchanged.records
+        return all(p in recs and recs[p]["verdict"] != "ok" for p in self.phases)
+
+    def by_axis(self, outcome: str) -> list[str]:
+        """Axes whose every run rung has ``outcome``, named by axis; an axis whose rungs
+        disagree is named rung by rung."""
+        out: list[str] = []
+        axes: dict[str, list[Rung]] = {}
+        for r in self.rungs:
+            if not r.note:
+                axes.setdefault(r.axis, []).append(r)
+        phases = list(self.phases)
+        for axis, rungs in axes.items():
+            got = [r.outcome(phases, self.unchanged) for r in rungs]
+            if all(g == outcome for g in got):
+                out.append(axis)
+            elif len(rungs) > 1:
+                out += [r.label for r, g in zip(rungs, got) if g == outcome]
+        return out
+
+
+def explains_of(manifest: dict | None) -> dict | None:
+    """The ``explains`` block of an explain run's manifest (None for any other run)."""
+    block = (manifest or {}).get("explains")
+    return block if isinstance(block, dict) and block.get("run_id") else None
+
+
+def ladders(manifest: dict, records: list[dict]) -> list[Ladder]:
+    """The ladders of one explain run, in the order its cells were named."""
+    block = explains_of(manifest)
+    if block is None:
+        return []
+    recs, _ = latest_records(records)
+    by_point: dict[tuple, dict[str, dict]] = {}
+    for r in recs:
+        by_point.setdefault((r.get("config_id"), r.get("residue")), {})[r["phase"]] = r
+    out = []
+    for t in block.get("targets") or []:
+        residue = int(t["residue"])
+
+        def rung(spec: dict) -> Rung:
+            got = by_point.get((spec.get("config_id"), residue), {}) if spec.get("config_id") else {}
+            return Rung(spec["label"], spec.get("axis", spec["label"]), got, spec.get("note", ""))
+
+        specs = list(t.get("rungs") or [])
+        unchanged = next((rung(s) for s in specs if s["label"] == UNCHANGED), None)
+        if unchanged is None:
+            continue
+        out.append(Ladder(block["run_id"], t.get("config_label", "?"), residue,
+                          dict(t.get("phases") or {}), unchanged,
+                          [rung(s) for s in specs if s["label"] != UNCHANGED]))
+    return out
+
+
+def _row(rung: Rung, phases: list[str], bold_label: bool) -> list[str]:
+    label = escape_text(rung.label)
+    if rung.note:
+        return [label] + ["not run: " + escape_text(rung.note)] + [""] * (len(phases) - 1)
+    cells = [cell_markdown(rung.records.get(p)) for p in phases]
+    return [bold(label) if bold_label else label] + cells
+
+
+def render_ladder(ladder: Ladder, level: str = "###") -> str:
+    """One explained cell: the table and the closing line."""
+    phases = sorted(ladder.phases, key=phase_key)
+    said = ", ".join(f"{escape_text(p)} {escape_text(v)}" for p, v in
+                     sorted(ladder.phases.items(), key=lambda kv: phase_key(kv[0])))
+    head = (f"{level} Residue {ladder.residue} of {code(ladder.config_label)}\n\n"
+            f"Run {code(ladder.parent_run)} had {said}; each row reruns residue "
+            f"{ladder.residue} on fresh servers with one axis changed.\n")
+    header = ["changed axis"] + [f"residue {ladder.residue} {escape_text(p)}" for p in phases]
+    rows = [_row(ladder.unchanged, phases, ladder.reproduced)]
+    for r in ladder.rungs:
+        rows.append(_row(r, phases, r.outcome(phases, ladder.unchanged) in ("stays", "same-tail")))
+    return head + "\n" + table(header, rows) + "\n\n" + closing_line(ladder)
+
+
+def closing_line(ladder: Ladder) -> str:
+    cell = f"residue {ladder.residue} " + "/".join(sorted(ladder.phases, key=phase_key))
+    skipped = [r for r in ladder.rungs if r.note]
+    tail = ""
+    if skipped:
+        tail = " Not run: " + "; ".join(f"{escape_text(r.label)} ({escape_text(r.note)})"
+                                        for r in skipped) + "."
+    if not ladder.reproduced:
+        got = ", ".join(f"{escape_text(p)} {escape_text(ladder.unchanged.records[p]['verdict'])}"
+                        if p in ladder.unchanged.records else f"{escape_text(p)} not run"
+                        for p in sorted(ladder.phases, key=phase_key))
+        return (bold(f"Not reproduced: {cell} came back {got} on the unchanged rerun")
+                + ", so this ladder explains nothing; no axis is named a discriminator." + tail)
+    disc = ladder.by_axis("clean")
+    non = ladder.by_axis("stays")
+    unclear = ladder.by_axis("inconclusive")
+    same = [r for r in ladder.rungs if r.outcome(list(ladder.phases), ladder.unchanged) == "same-tail"]
+    parts = ["Reproduced on the unchanged rerun. " + bold("Discriminators")
+             + f" (each alone cleans {cell}): "
+             + (escape_text(", ".join(disc)) if disc else "none") + ".",
+             "Not discriminators (the cell stays broken): "
+             + (escape_text(", ".join(non)) if non else "none") + "."]
+    if unclear:
+        parts.append("Inconclusive (the rerun could not judge the cell): "
+                     + escape_text(", ".join(unclear)) + ".")
+    if same:
+        parts.append("Neither (the changed axis left the cut where it was): "
+                     + "; ".join(escape_text(r.tail_note(list(ladder.phases), ladder.unchanged))
+                                 for r in same) + ".")
+    return " ".join(parts) + tail
+
+
+def render_explained(explained: list[tuple[dict, list[dict]]]) -> str:
+    """The parent report's "Explained" section: every ladder of every explain run that
+    links to it (``explained``: (manifest, records) of each)."""
+    blocks = []
+    for manifest, records in explained:
+        for ladder in ladders(manifest, records):
+            blocks.append(render_ladder(ladder, "###") + f"\n\nExplain run: {code(manifest.get('run_id', '?'))}.")
+    if not blocks:
+        return ""
+    return "## Explained\n\n" + "\n\n".join(blocks)

@@ -1,0 +1,71 @@
+"""``--resume RUN_ID``: the same run, from its manifest's command line.
+
+A resumed run keeps its plan: what it measures and on which configurations comes from the
+manifest. Only the flags in ``MAY_CHANGE`` (where files go, how many slots, the progress
+bar, the request timeout) take the new command line's value; any other flag written on the
+resume command line that differs from the manifest's is a ``UsageError`` naming the flag
+and the manifest's value, never silently dropped.
+"""
+from __future__ import annotations
+
+import argparse
+import shlex
+from typing import Any, Sequence
+
+from .errors import UsageError
+from .flags import dest_of, explicit_flags, sweep_parser
+
+__all__ = ["MAY_CHANGE", "resumed_namespace"]
+
+MAY_CHANGE = ("--out", "--reports-dir", "--slots", "--gpus", "--no-progress", "--timeout")
+
+
+def _spell(name: str, value: Any) -> str:
+    if isinstance(value, bool):
+        return name if value else f"no {name}"
+    if isinstance(value, list):
+        return " ".join(f"{name}={v}" for v in value) or f"no {name}"
+    return f"{name} {value}" if value is not None else f"no {name}"
+
+
+def resumed_namespace(run_id: str, user_argv: Sequence[str], manifest: dict) -> argparse.Namespace:
+    """The namespace of the manifest's command line, with the new command line's
+    ``MAY_CHANGE`` flags applied; ``UsageError`` for any other flag that differs."""
+    parser = sweep_parser()
+    try:
+        manifest_argv = shlex.split(manifest["command"])[1:]
+        ns = parser.parse_args(manifest_argv)
+    except (KeyError, ValueError, UsageError) as e:
+        raise UsageError(f"--resume {run_id}: the manifest's command line cannot be read "
+                         f"again ({e})") from None
+    given = explicit_flags(user_argv)
+    given.pop("--resume", None)
+    for name, value in given.items():
+        if name in MAY_CHANGE:
+            continue
+        if name in ("--prefix-cache", "--no-prefix-cache"):
+            was = ns.prefix_cache
+            if was is None or was != value:
+                shown = ("the preset's default" if was is None
+                         else "--prefix-cache" if was else "--no-prefix-cache")
+                raise UsageError(f"--resume {run_id}: {name} differs from the run's "
+                                 f"{shown}; {_rule()}")
+            continue
+        was = getattr(ns, dest_of(name))
+        if was != value:
+            raise UsageError(f"--resume {run_id}: {_spell(name, value)} differs from the "
+                             f"run's {_spell(name, was)}; {_rule()}")
+    for name in MAY_CHANGE:
+        if name in given:
+            setattr(ns, dest_of(name), given[name])
+    if "--slots" in given:   # exclusive: the new one wins
+        ns.gpus = None
+    if "--gpus" in given:
+        ns.slots = None
+    ns.resume = run_id
+    return ns
+
+
+def _rule() -> str:
+    return (f"a resumed run keeps its plan (only {', '.join(MAY_CHANGE)} may change); "
+            "start a new run to measure something else")

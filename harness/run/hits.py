@@ -1,0 +1,60 @@
+"""The tail a phase was meant to compute, and why the measured one can differ.
+
+A cache hit in whole units of ``u`` tokens on a prompt of templated length ``L`` keeps at
+most ``L - 1`` tokens (the last token is always computed), so the tail a hit phase is meant
+to exercise is ``((L - 1) mod u) + 1``: the residue itself, or a whole unit at residue 0.
+The cold phase computes the whole prompt. Where the server's ``prompt_tokens -
+cached_tokens`` says otherwise, ``tail_note`` names the mechanism (the report's rule line
+and ``sweep explain`` read it): the Bug B rule is about the FINAL prefill chunk, which only
+equals the tail when nothing else splits the prefill.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from ..bugb import drops_hit_blocks
+
+__all__ = ["hit_unit", "intended_tail", "tail_note"]
+
+
+def hit_unit(cfg: Mapping[str, Any], modulus: int) -> int:
+    """The unit hits come in as configured: the match unit, else the block size, else the
+    sweep's modulus."""
+    return int(cfg.get("prefix_match_unit") or cfg.get("block_size") or modulus)
+
+
+def intended_tail(point: Any, phase: str) -> int | None:
+    """The computed tail this phase of ``point`` (a ``plan.Point``) is meant to have."""
+    length = point.plan.target_len
+    if phase == "cold" or not point.cfg.prefix_caching:
+        return length
+    unit = hit_unit(point.cfg.as_dict(), point.modulus)
+    return (length - 1) % unit + 1
+
+
+def tail_note(requested: Mapping[str, Any], effective: Mapping[str, Any], phase: str,
+              intended: int | None, measured: int | None, modulus: int) -> str | None:
+    """Why the measured tail differs from the intended one (None when they agree or either
+    is unknown)."""
+    if intended is None or measured is None or intended == measured:
+        return None
+    cfg = {**requested, **{k: v for k, v in effective.items() if v is not None}}
+    unit = hit_unit(cfg, modulus)
+    method = cfg.get("method") or cfg.get("spec")
+    if phase == "cold":
+        return (f"the cold request computed {measured} of {intended} tokens: something was "
+                "cached before it (isolation not proven)")
+    if measured == intended + unit and drops_hit_blocks(method):
+        return (f"{method} drops the last matched block on a hit (vLLM keeps the drafter's "
+                f"state consistent that way): the tail is one unit longer, {measured} = "
+                f"{intended} + {unit}, and the final prefill chunk is still {intended} only "
+                "if the engine splits it at the unit")
+    if str(cfg.get("mamba_cache_mode") or "") == "align":
+        block = cfg.get("mamba_block_size") or unit
+        return (f"align-mode chunking: the prefill ends chunks at {block}-token block "
+                f"boundaries, so the final chunk is {measured} mod {block} = "
+                f"{measured % int(block) or block}, not the tail {measured}")
+    if measured > intended and (measured - intended) % unit == 0:
+        return (f"the hit stopped {(measured - intended) // unit} unit(s) of {unit} short "
+                f"of the intended one: tail {measured}, meant {intended}")
+    return f"tail {measured} where {intended} was meant: the server's hits are not in units of {unit}"

@@ -1,0 +1,124 @@
+"""References taken from the matrix itself, judged once every point has run.
+
+- ``first`` (vLLM's ``compare_all_settings``: every setting against the first): each
+  prompt's answers under every configuration are judged against the FIRST
+  configuration's answer to the same prompt (residue, templated length), in its earliest
+  phase that produced an answer that did not collapse. That one cell stays ``unjudged``:
+  it is the reference, nothing judges it.
+- ``consensus`` (the seed repository's sweep, scored against the median of the other
+  residues): every answer of a configuration is judged against the answer most of that
+  configuration's cells give, across residues and phases (every residue of a run asks for
+  the same passage). Without a strict majority of at least ``CONSENSUS_MIN`` answers there
+  is no consensus and the cells stay ``unjudged``.
+
+While the sweep runs, points are judged with no reference (``unjudged`` unless they
+collapse); ``rejudge`` replaces those verdicts, and the driver's caller rewrites the
+results file with them. Failed cells (crash, timeout, invalid, ...) keep their verdict.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from typing import Iterable
+
+from ..divergence import first_divergence
+from ..recordkeys import cell_key, document_of
+from ..verdict import judge, sha1
+
+__all__ = ["CONSENSUS_MIN", "rejudge", "first_references", "consensus_references"]
+
+CONSENSUS_MIN = 3
+# Provisional verdicts a matrix reference may replace: an answer nothing judged yet.
+_OPEN = frozenset({"unjudged"})
+
+
+def _answered(r: dict) -> bool:
+    return r.get("verdict") in _OPEN
+
+
+def _prompt(r: dict) -> tuple:
+    """One prompt: a --prompts case's by the sha1 of its messages, else (residue,
+    templated length, document)."""
+    if r.get("prompt_sha1"):
+        return ("prompt", r["prompt_sha1"])
+    return (r.get("residue"), r.get("target_len"), document_of(r))
+
+
+def _question(r: dict) -> tuple:
+    """What one configuration's residues all answer alike: the same case and document."""
+    return (r.get("config_id"), r.get("case_id"), document_of(r))
+
+
+def first_references(records: list[dict], config_order: Iterable[str]) -> dict[tuple, dict]:
+    """``{_prompt: the first configuration's reference record}``."""
+    order = [c for c in config_order]
+    first = order[0] if order else None
+    out: dict[tuple, dict] = {}
+    phase_rank = {"cold": 0, "warm": 1, "self-hit": 2}
+    for r in sorted((r for r in records if r.get("config_id") == first and _answered(r)),
+                    key=lambda r: phase_rank.get(r.get("phase"), 9)):
+        out.setdefault(_prompt(r), r)
+    return out
+
+
+def consensus_references(records: list[dict]) -> dict[str, dict]:
+    """``{(config_id, case, document): a record carrying the majority answer}`` where
+    there is one."""
+    by_cfg: dict[tuple, list[dict]] = {}
+    for r in records:
+        if _answered(r):
+            by_cfg.setdefault(_question(r), []).append(r)
+    out: dict[tuple, dict] = {}
+    for cid, rs in by_cfg.items():
+        counts = Counter(r.get("sha1") for r in rs)
+        digest, n = counts.most_common(1)[0]
+        if len(rs) >= CONSENSUS_MIN and 2 * n > len(rs):
+            out[cid] = next(r for r in rs if r.get("sha1") == digest)
+    return out
+
+
+def _judge_against(r: dict, ref: dict, what: str) -> dict:
+    text, expected = r.get("answer") or "", ref.get("answer") or ""
+    j = judge(text, source="", expected=expected, finish_reason=r.get("finish_reason"))
+    out = dict(r, verdict=j.verdict, reference_sha1=sha1(expected),
+               reference_chars=len(expected),
+               reason=(f"{j.reason} (against {what}: {ref.get('config_label')} residue "
+                       f"{ref.get('residue')} {ref.get('phase')})"))
+    out["first_divergence"] = None if j.verdict == "ok" else first_divergence(
+        text, expected, answer_tokens=r.get("token_logprobs"),
+        reference_tokens=ref.get("token_logprobs"))
+    return out
+
+
+def rejudge(records: list[dict], mode: str, config_order: Iterable[str]) -> list[dict]:
+    """The records with every open (``unjudged``) verdict judged against the matrix
+    reference ``mode`` (``first`` | ``consensus``); the order of the records is kept."""
+    if mode == "first":
+        refs = first_references(records, config_order)
+        pick = lambda r: refs.get(_prompt(r))  # noqa: E731
+        what = "the first configuration's answer"
+        missing = "the first configuration gave no answer to this prompt that did not collapse"
+    elif mode == "consensus":
+        refs_c = consensus_references(records)
+        pick = lambda r: refs_c.get(_question(r))  # noqa: E731
+        what = "the configuration's majority answer"
+        missing = (f"no answer has a strict majority of this configuration's cells "
+                   f"(at least {CONSENSUS_MIN} answers needed)")
+    else:
+        raise ValueError(f"not a matrix reference: {mode!r}")
+    out = []
+    for r in records:
+        if not _answered(r):
+            out.append(r)
+            continue
+        ref = pick(r)
+        if ref is None:
+            out.append(dict(r, reason=f"unjudged: {missing}"))
+        elif ref is r or cell_key(ref) == cell_key(r):
+            if mode == "consensus":
+                out.append(_judge_against(r, ref, what))
+            else:
+                out.append(dict(r, reason="unjudged: this answer is the reference "
+                                          "(--reference first) the others are judged against"))
+        else:
+            out.append(_judge_against(r, ref, what))
+    return out

@@ -1,0 +1,41 @@
+"""The real vLLM 0.26.0 Bug B cells (reports/h200/results, residue 4) explained: each bad
+cell's first divergence recovered from the run's own clean answers, margin unknown (the
+archive has no logprobs), and the final-chunk line read from cached / tail."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from harness.report import render_markdown
+from harness.report.explain import divergence_of, reference_texts
+from harness.store import read_jsonl
+from harness.verdict import judge
+
+RESULTS = Path(__file__).resolve().parents[2] / "reports" / "h200" / "results"
+FRAGMENT = RESULTS / "20261130-024956-23ee.jsonl.gz"   # ' first frost.' cold, 292 wrong on the hit
+
+
+def test_residue_4_cells_have_their_first_divergence():
+    recs = read_jsonl(FRAGMENT)
+    texts = reference_texts(recs)
+    bad = [r for r in recs if r["verdict"] != "ok"]
+    assert {(r["residue"], r["phase"]) for r in bad} == {(4, "cold"), (4, "self-hit")}
+    for r in bad:
+        fd = divergence_of(r, texts)
+        ref = texts[r["reference_sha1"]]
+        assert fd["char"] is not None and r["answer"][:fd["char"]] == ref[:fd["char"]]
+        assert r["answer"][fd["char"]:fd["char"] + 1] != ref[fd["char"]:fd["char"] + 1]
+        assert fd["margin"] is None and fd["call"] == "unknown" and fd["token"] is None
+
+
+def test_the_13_char_fragment_is_broken_today():
+    cold = next(r for r in read_jsonl(FRAGMENT) if r["residue"] == 4 and r["phase"] == "cold")
+    ref = reference_texts(read_jsonl(FRAGMENT))[cold["reference_sha1"]]
+    assert cold["answer"] == " first frost." and cold["verdict"] == "diverged"  # as recorded
+    assert judge(cold["answer"], source=ref, expected=ref, finish_reason="stop").verdict == "broken"
+
+
+def test_the_report_explains_the_final_chunk_and_the_margin():
+    md = render_markdown(read_jsonl(FRAGMENT))
+    assert "**Final chunk:** residue 4: cached 1152 of 1156, computed tail 4 = k + 1" in md
+    assert "margin unknown (unknown)" in md
+    assert "0 decisive, 0 near-tie, 2 of unknown margin" in md
