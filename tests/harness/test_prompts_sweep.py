@@ -139,9 +139,11 @@ def test_cases_without_expected_judged_by_cold_and_by_a_golden_run_keyed_by_case
                             for r in rows))
     _, golden, gm = sweep(tmp_path, "--prompts", str(CODE), "--residues", "2", out="g")
     # cold: the hit is judged against the cold answer
+    # (exit 1: the cold phase itself is unjudged under this reference, never ok)
     _, recs, _ = sweep(tmp_path, "--prompts", str(bare), "--residues", "2", "--reference",
-                       "cold", out="g")
+                       "cold", out="g", rc=1)
     cold = {r["case_id"]: r["sha1"] for r in recs if r["phase"] == "cold"}
+    assert {r["verdict"] for r in recs if r["phase"] == "cold"} == {"unjudged"}
     for r in recs:
         if r["phase"] == "self-hit":
             assert r["verdict"] == "ok" and r["reference_sha1"] == cold[r["case_id"]]
@@ -182,8 +184,10 @@ def test_the_lab_echoes_a_question_it_cannot_answer_and_cold_judges_the_hit(tmp_
     path.write_text(json.dumps({"id": "question", "pad": "system", "messages": [
         {"role": "system", "content": "You are an operations assistant. " * 30},
         {"role": "user", "content": question}]}) + "\n")
-    _, recs, _ = sweep(tmp_path, "--prompts", str(path), "--residues", "9", "--reference", "cold")
+    _, recs, _ = sweep(tmp_path, "--prompts", str(path), "--residues", "9", "--reference", "cold",
+                       rc=1)  # the cold phase is unjudged under --reference cold: not ok
     assert [r["answer"] for r in recs] == [question, question]
+    assert recs[0]["phase"] == "cold" and recs[0]["verdict"] == "unjudged"
     hit = next(r for r in recs if r["phase"] == "self-hit")
     assert hit["verdict"] == "ok" and hit["reference_sha1"] == recs[0]["sha1"]
 

@@ -130,10 +130,13 @@ def test_ctrl_c_then_resume_loses_and_duplicates_nothing(tmp_path, tok_dir):
     proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:  # wait for real progress, then interrupt
+    while True:  # wait for real progress (bounded), then interrupt
         files = list(out.glob("*.jsonl"))
         if files and len(files[0].read_text().splitlines()) >= 5:
             break
+        if time.monotonic() > deadline or proc.poll() is not None:
+            proc.kill()
+            raise AssertionError("the sweep made no progress to interrupt (or ended first)")
         time.sleep(0.05)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
