@@ -35,7 +35,7 @@ from .configs import (SweepOptions, config_id, describe, expand_matrix, modulus_
 from .engines import adapter_class, make_adapter
 from .errors import (EXIT_CANNOT_RUN, EXIT_OUTPUT, CannotRun, HarnessError, OutputFailed,
                      UsageError)
-from .flags import Parser, matrix_axes, positive_int, sweep_parser
+from .flags import Parser, check_launch_flags, matrix_axes, positive_int, sweep_parser
 from .plaintext import markdown_to_plain
 from .posting import PostError, check_can_post, post_report
 from .preflight import check_outputs, check_writable_dir
@@ -64,15 +64,7 @@ def build_options(ns: argparse.Namespace, argv: Sequence[str]) -> SweepOptions:
         raise UsageError("--ray-address is only for --backend ray")
     if ns.slots and ns.gpus:
         raise UsageError("--slots and --gpus are exclusive: --gpus gives one slot per GPU")
-    if ns.cache_dir and ns.engine != "vllm":
-        raise UsageError("--cache-dir is for --engine vllm (the lab and cmd engines compile nothing)")
-    if ns.launcher == "prefork" and ns.engine == "cmd":
-        raise UsageError("--launcher prefork: --engine cmd runs any command, which cannot be "
-                         "forked from a pre-imported parent; use --launcher plain")
-    if ns.auto_sample < 0:
-        raise UsageError("--auto-sample must be at least 0")
-    if ns.auto_sample != 4 and ns.isolation != "auto":
-        raise UsageError("--auto-sample is for --isolation auto")
+    check_launch_flags(ns)   # --cache-dir, --launcher, --auto-sample
     seeds = tuple(ns.seed)
     if getattr(ns, "bisect", False) and ns.baseline:
         raise UsageError("--bisect and --baseline are exclusive: a bisect judges each build alone")
@@ -139,8 +131,6 @@ def run_sweep(argv: Sequence[str]) -> int:
             ns.out = str(store.out_dir)
         argv = shlex.split(manifest["command"])[1:]
     opts = build_options(ns, argv)
-    if opts.launcher != "plain" and opts.backend != "local":
-        raise UsageError(f"--launcher {opts.launcher} is for the local backend")
     preflight_checks(opts)   # outputs, inputs, a way to post: all before any server
     adapter = make_adapter(opts.engine, opts.server_cmd, draft_model=opts.draft_model,
                            extra_args=opts.engine_args, work_dir=opts.out,
@@ -330,22 +320,13 @@ async def _sweep_in_loop(opts: SweepOptions, adapter, backend: Backend, run_id: 
 
 
 async def _start_launcher(opts: SweepOptions, adapter, store: ResultStore, plan):
-    """--launcher prefork: the run's pre-imported parent, started before the first point
-    (its imports block for as long as one plain start-up), with the servers' env."""
-    import os
-    from .launchers import make_launcher
-    env: dict[str, str] = {}
-    if opts.launcher != "plain" and plan.points:
-        _, env = adapter.command(plan.points[0].cfg, 1, opts.slots[0])   # env only
-        env = {k: v for k, v in env.items() if k != "CUDA_VISIBLE_DEVICES"}
-    launcher = make_launcher(opts.launcher, adapter, logs_dir=store.logs_dir,
-                             env={**os.environ, **env})
-    if launcher is not None and launcher.unavailable is None:
-        await asyncio.to_thread(launcher.start)
+    """--launcher prefork: the run's pre-imported parent, started before the first point."""
+    from .launchers import run_launcher
+    first = plan.points[0].cfg if plan.points else None
+    launcher = await asyncio.to_thread(run_launcher, opts.launcher, adapter, first_cfg=first,
+                                       slot=opts.slots[0], logs_dir=store.logs_dir)
     if launcher is not None:
-        _say(f"launcher prefork: " + (f"fork server up, imports took {launcher.import_s}s"
-                                      if launcher.fork_server else
-                                      f"unavailable, servers start plain: {launcher.unavailable}"))
+        _say(launcher.summary())
     return launcher
 
 

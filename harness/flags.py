@@ -24,7 +24,7 @@ from .vocabulary import ISOLATIONS, PHASES
 
 __all__ = ["Flag", "FLAGS", "GROUPS", "UNSET", "sweep_parser", "matrix_axes",
            "rerun_command", "Rerun", "positive_int", "positive_float", "Parser",
-           "explicit_flags", "dest_of"]
+           "explicit_flags", "dest_of", "check_launch_flags"]
 
 UNSET = object()   # a matrix axis left to the preset (nothing passed to resolve)
 
@@ -366,6 +366,22 @@ def matrix_axes(ns: argparse.Namespace) -> dict[str, list[Any]]:
     """``{resolve keyword: values}`` for every matrix flag, in declaration order; an axis
     left to the preset is ``[None]`` (or ``[UNSET]``: not passed at all)."""
     return {f.axis: f.items(f.name, getattr(ns, _dest(f))) for f in FLAGS if f.axis and f.items}
+
+
+def check_launch_flags(ns: argparse.Namespace) -> None:
+    """How servers start and what auto confirms: the flags that only make sense with
+    another one (``UsageError`` naming the pair)."""
+    if ns.cache_dir and ns.engine != "vllm":
+        raise UsageError("--cache-dir is for --engine vllm (the lab and cmd engines compile nothing)")
+    if ns.launcher == "prefork" and ns.engine == "cmd":
+        raise UsageError("--launcher prefork: --engine cmd runs any command, which cannot be "
+                         "forked from a pre-imported parent; use --launcher plain")
+    if ns.launcher != "plain" and ns.backend != "local":
+        raise UsageError(f"--launcher {ns.launcher} is for the local backend")
+    if ns.auto_sample < 0:
+        raise UsageError("--auto-sample must be at least 0")
+    if ns.auto_sample != 4 and ns.isolation != "auto":
+        raise UsageError("--auto-sample is for --isolation auto")
 
 
 def rerun_command(opts: Any, cfg: ServingConfig, residue: int, modulus: int,

@@ -15,6 +15,7 @@ PDEATHSIG): nothing is left behind.
 """
 from __future__ import annotations
 
+import os
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +26,8 @@ from engine.prefork import ForkServer, ForkServerUnavailable, start_child
 from .engines import EngineAdapter, PreforkSpec
 from .server_pool import ServerProcess, Slot
 
-__all__ = ["LAUNCHERS", "PreforkLauncher", "PreforkServerProcess", "make_launcher"]
+__all__ = ["LAUNCHERS", "PreforkLauncher", "PreforkServerProcess", "make_launcher",
+           "run_launcher"]
 
 LAUNCHERS = ("plain", "prefork")
 FORK_SERVER_START_TIMEOUT_S = 600.0
@@ -103,6 +105,12 @@ class PreforkLauncher:
         return {"launcher": "prefork", "fork_server": self.fork_server is not None,
                 "fork_server_import_s": self.import_s, "unavailable": self.unavailable}
 
+    def summary(self) -> str:
+        """The one line a run prints about its launcher."""
+        return "launcher prefork: " + (f"fork server up, imports took {self.import_s}s"
+                                       if self.fork_server else
+                                       f"unavailable, servers start plain: {self.unavailable}")
+
     def close(self) -> None:
         fs, self.fork_server = self.fork_server, None
         if fs is not None:
@@ -122,3 +130,18 @@ def make_launcher(name: str, adapter: EngineAdapter, *, logs_dir: Path,
         launcher.unavailable = f"engine {adapter.name} has no pre-imported launcher"
         return launcher
     return PreforkLauncher(spec, log_path=logs_dir / "fork-server.log", env=env)
+
+
+def run_launcher(name: str, adapter: EngineAdapter, *, first_cfg: Any, slot: Slot,
+                 logs_dir: Path) -> PreforkLauncher | None:
+    """A run's launcher, started (this blocks: the parent's imports take as long as one
+    plain start-up), with the servers' env as the adapter gives it for ``first_cfg``
+    (``CUDA_VISIBLE_DEVICES`` is each server's own); None for ``plain``."""
+    env: dict[str, str] = {}
+    if name != "plain" and first_cfg is not None:
+        _, env = adapter.command(first_cfg, 1, slot)   # env only
+        env = {k: v for k, v in env.items() if k != "CUDA_VISIBLE_DEVICES"}
+    launcher = make_launcher(name, adapter, logs_dir=logs_dir, env={**os.environ, **env})
+    if launcher is not None and launcher.unavailable is None:
+        launcher.start()
+    return launcher
