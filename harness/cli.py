@@ -66,6 +66,8 @@ def build_options(ns: argparse.Namespace, argv: Sequence[str]) -> SweepOptions:
         raise UsageError("--slots and --gpus are exclusive: --gpus gives one slot per GPU")
     check_launch_flags(ns)   # --cache-dir, --launcher, --auto-sample
     seeds = tuple(ns.seed)
+    if len(seeds) > 1 and ns.prompts:
+        raise UsageError("--seed lists are documents and --prompts cases have none: give one --seed")
     if getattr(ns, "bisect", False) and ns.baseline:
         raise UsageError("--bisect and --baseline are exclusive: a bisect judges each build alone")
     configs = expand_matrix(engine=ns.engine, model=ns.model, prefix_cache=ns.prefix_cache,

@@ -138,3 +138,31 @@ def test_prefork_launcher_forks_lab_servers_and_leaves_nothing(tmp_path):
 def test_cache_dir_is_for_vllm(tmp_path):
     proc, _ = sweep(tmp_path, "--cache-dir", str(tmp_path / "c"), "--dry-run")
     assert proc.returncode == 2 and "--cache-dir is for --engine vllm" in proc.stderr
+
+
+def test_one_key_for_case_document_and_auto_pass():
+    from harness.recordkeys import cell_key, point_key
+    old = {"config_id": "c", "residue": 4, "phase": "cold"}   # before cases and documents
+    assert cell_key(old) == ("c", None, 4, "cold", 0, None)
+    assert point_key(old) == ("c", None, 4, 0, "")
+    new = dict(old, case_id="q", document_seed=1, isolation="fresh", isolation_run="auto")
+    assert cell_key(new) == ("c", "q", 4, "cold", 1, "fresh")
+    assert point_key(new) == ("c", "q", 4, 1, "fresh")
+    assert point_key(dict(old, rerun="sweep --seed 2 --residues 4")) == ("c", None, 4, 2, "")
+
+
+def test_consensus_is_taken_per_document():
+    from harness.run.matrix_reference import rejudge
+    recs = [dict(_rec(r, doc, f"d{doc}", verdict="unjudged"), answer=f"document {doc}",
+                 phase=phase)
+            for doc in (0, 1) for r in (1, 2, 3) for phase in ("cold", "self-hit")]
+    out = rejudge(recs, "consensus", ["c"])
+    assert {r["verdict"] for r in out} == {"ok"}
+
+
+def test_a_seed_list_with_a_prompt_set_is_a_usage_error():
+    proc = subprocess.run([sys.executable, "-m", "harness", "--prompts",
+                           str(ROOT / "examples/prompts/code.jsonl"), "--seed", "0,1",
+                           "--dry-run"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "--seed lists are documents" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
