@@ -17,7 +17,7 @@ from typing import Any, Callable, NamedTuple, Sequence
 from engine.presets import (CTXS, CUDAGRAPH_MODES, GEOMETRIES, PATCHES, RUNNERS, SPECS,
                             PresetError, ServingConfig, normalise_patches)
 
-from .backends import backend_names
+from .backends.registry import backend_names
 from .engines import ADAPTERS
 from .errors import UsageError
 from .vocabulary import ISOLATIONS, PHASES

@@ -10,18 +10,9 @@ import importlib
 
 from ..errors import UsageError
 from .base import Backend
+from .registry import BACKENDS, backend_names
 
 __all__ = ["Backend", "BACKENDS", "backend_names", "make_backend"]
-
-
-# name -> "module:class", imported only when that backend is made (Ray's module imports
-# Ray itself only when it runs; the CLI's --backend choices need no backend imported).
-BACKENDS: dict[str, str] = {"local": "harness.backends.local:LocalBackend",
-                            "ray": "harness.backends.ray:RayBackend"}
-
-
-def backend_names() -> tuple[str, ...]:
-    return tuple(BACKENDS)
 
 
 def make_backend(name: str) -> Backend:
