@@ -73,6 +73,11 @@ class ResultStore:
         """Replace the results file with ``records``, atomically (a matrix reference,
         ``--reference first`` / ``consensus``, judges the records after the run)."""
         self.close()
+        self._replace_records(records)
+
+    def _replace_records(self, records: list[dict[str, Any]]) -> None:
+        """The results file becomes ``records``: written beside it, synced, then renamed
+        over it, so a kill at any instant leaves the old file or the new one, never half."""
         tmp = self.records_path.with_suffix(".jsonl.tmp")
         with open(tmp, "w", encoding="utf-8") as fh:
             for r in records:
@@ -99,13 +104,7 @@ class ResultStore:
                 or (keep_unplanned and k not in phases_per_point and want_all <= phases)}
         keep = [r for r in records if point_key(r) in done]
         if len(keep) != len(records):
-            tmp = self.records_path.with_suffix(".jsonl.tmp")
-            with open(tmp, "w", encoding="utf-8") as fh:
-                for r in keep:
-                    fh.write(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n")
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, self.records_path)
+            self._replace_records(keep)
         return done
 
     # -- manifest ----------------------------------------------------------------------
