@@ -49,3 +49,15 @@ def no_leftovers(tmp_path: Path):
 def fake_cmd(tok_dir: Path, *extra: str) -> str:
     return " ".join([sys.executable, str(FAKE_ENGINE), "--port", "{port}", "--model",
                      str(tok_dir), *extra])
+
+
+def wait_for(cond, timeout: float, what: str):
+    """``cond()``'s first truthy value, polled every 10 ms for at most ``timeout`` seconds;
+    an ``AssertionError`` naming ``what`` when it never comes (a bounded readiness wait)."""
+    import time
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if got := cond():
+            return got
+        time.sleep(0.01)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")

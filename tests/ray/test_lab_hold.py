@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 
 from engine.lab.hold import HOLD_DIR_ENV
+from tests.conftest import wait_for as _wait_for
 from tests.lab.labserver import lab_server, make_document
 
 DOC = make_document(4)
@@ -18,13 +18,6 @@ def _answer(srv) -> str:
     return srv.chat(PROMPT)["choices"][0]["message"]["content"]
 
 
-def _wait_for(cond, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if got := cond():
-            return got
-        time.sleep(0.01)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 def test_not_armed_serves_and_consults_once(tmp_path, monkeypatch):

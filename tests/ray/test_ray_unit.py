@@ -13,6 +13,7 @@ from harness.backends import ray as rb
 from harness.configs import parse_slots
 from harness.engines import adapter_class
 from tests.conftest import ROOT
+from tests.conftest import wait_for as _wait_for
 
 REAPER = ROOT / "harness" / "backends" / "_reaper.py"
 
@@ -23,14 +24,6 @@ class _Opts:
         self.slots = parse_slots(None, gpus, adapter_class(engine).default_slots())
 
 
-def _wait_for(cond, timeout: float, what: str):
-    """``cond()``'s first truthy value, polled until ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if got := cond():
-            return got
-        time.sleep(0.01)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 def test_slot_resources():
