@@ -270,6 +270,73 @@ def _watchdog(r: int, keep_stderr: bool) -> None:
         os._exit(0)
 
 
+# -- optional imports, each first tried in a forked probe ---------------------------------
+# An import cannot be undone: a module that initialises CUDA at import (vLLM's bundled FLA
+# ops ask torch for the device name at module level: `third_party/flash_linear_attention/
+# ops/utils.py`, `is_nvidia_hopper`) would make this parent unusable for good. So a forked
+# probe imports the optional list first, one module at a time, and says after each whether
+# CUDA is now initialised; this parent imports a module only once the probe has imported it
+# cleanly, so the two run side by side. A module the probe saw initialise CUDA is skipped
+# (the child imports it itself, after the fork) and a new probe goes on with the rest.
+
+
+def _probe(modules: list[str]) -> tuple[int, int]:
+    """Fork a probe that imports ``modules`` in order and writes one JSON line per module:
+    ``{"i": index, "error": str | None, "cuda": bool}``; it stops after the first CUDA
+    one. Returns (pid, read end of its pipe)."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(r)
+            for i, module in enumerate(modules):
+                error = None
+                try:
+                    importlib.import_module(module)
+                except BaseException as exc:  # noqa: BLE001 - reported, the parent skips it
+                    error = f"{type(exc).__name__}: {exc}"
+                cuda = _cuda_initialized()
+                os.write(w, (json.dumps({"i": i, "error": error, "cuda": cuda}) + "\n").encode())
+                if cuda:
+                    break
+        finally:
+            os._exit(0)
+    os.close(w)
+    return pid, r
+
+
+def _import_optional(optional: list[str]) -> tuple[dict[str, str], list[str]]:
+    """Import what the probes allow. Returns (import failures, modules skipped because
+    importing them initialised CUDA in a probe)."""
+    failed: dict[str, str] = {}
+    skipped: list[str] = []
+    remaining = list(optional)
+    while remaining:
+        pid, r = _probe(remaining)
+        done = 0
+        with os.fdopen(r, "rb") as lines:
+            for line in lines:
+                step = json.loads(line)
+                module = remaining[step["i"]]
+                done = step["i"] + 1
+                if step["cuda"]:
+                    skipped.append(module)
+                    break
+                if step["error"]:
+                    failed[module] = step["error"]
+                    continue
+                try:
+                    importlib.import_module(module)
+                except BaseException as exc:  # noqa: BLE001 - optional: the child imports it
+                    failed[module] = f"{type(exc).__name__}: {exc}"
+        os.waitpid(pid, 0)
+        if done == 0:       # the probe died importing the first one (a crash, not Python)
+            failed[remaining[0]] = "the import probe died importing it"
+            done = 1
+        remaining = remaining[done:]
+    return failed, skipped
+
+
 def _parse(argv: list[str]) -> tuple[list[str], list[str]]:
     import argparse
 
@@ -298,9 +365,8 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # the client's Ctrl-C is the client's
     server.start_watchdog()
     t0 = time.monotonic()
-    # Which import first initialised CUDA (checked after each one: on the H200 the whole
-    # list did, issue 17, and the reason must say where to look).
-    cuda_by: str | None = None
+    # The required list: a module that initialises CUDA makes this parent unusable, and the
+    # reason names it (issue 17: on the H200 the whole list did, and nobody knew which).
     for module in preload:
         try:
             importlib.import_module(module)
@@ -308,24 +374,20 @@ def main(argv: list[str] | None = None) -> int:
             server.send({"event": "unusable", "reason": f"import {module} failed: "
                          f"{type(exc).__name__}: {exc}"})
             server.shutdown()
-        if cuda_by is None and _cuda_initialized():
-            cuda_by = module
-    failed = {}
-    for module in optional:
-        try:
-            importlib.import_module(module)
-        except BaseException as exc:  # noqa: BLE001 - optional: the child imports it itself
-            failed[module] = f"{type(exc).__name__}: {exc}"
-        if cuda_by is None and _cuda_initialized():
-            cuda_by = f"{module} (optional)"
-    if cuda_by is not None:
-        server.send({"event": "unusable", "reason": "importing the preload list initialised "
-                     f"CUDA (first seen after importing {cuda_by})"})
+        if _cuda_initialized():
+            server.send({"event": "unusable", "reason": "importing the preload list "
+                         f"initialised CUDA (first seen after importing {module})"})
+            server.shutdown()
+    failed, skipped = _import_optional(optional)
+    if _cuda_initialized():     # a probe said clean and the parent's import still did it
+        server.send({"event": "unusable", "reason": "importing the optional list initialised "
+                     "CUDA although its probe did not"})
         server.shutdown()
     import threading
 
     server.send({"event": "ready", "pid": server.pid, "import_s": round(time.monotonic() - t0, 3),
-                 "preloaded": preload, "optional_failed": failed, "pdeathsig": pdeath,
+                 "preloaded": preload, "optional_failed": failed,
+                 "optional_skipped_cuda": skipped, "pdeathsig": pdeath,
                  "threads": [t.name for t in threading.enumerate()],
                  "python": sys.version.split()[0]})
     server.serve()

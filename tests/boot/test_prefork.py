@@ -162,6 +162,26 @@ def test_cuda_initialised_by_the_preload_is_refused(tmp_path):
         fs.start()
 
 
+def test_an_optional_module_that_initialises_cuda_is_skipped_not_fatal(tmp_path):
+    # vLLM 0.26.0 on the H200: the model's FLA ops initialise CUDA at import. The parent
+    # must stay usable: that module is left to the child, the rest is preloaded.
+    optional = ["tests.boot.fake_clean_a", "tests.boot.fake_cuda_touch", "no_such_mod_xyz",
+                "tests.boot.fake_clean_b"]
+    with ForkServer(["tests.boot.fake_torch_lazy"], optional, log_path=tmp_path / "fs.log",
+                    env=lab_env(), cwd=ROOT) as fs:
+        assert fs.info["optional_skipped_cuda"] == ["tests.boot.fake_cuda_touch"]
+        assert list(fs.info["optional_failed"]) == ["no_such_mod_xyz"]
+        out = tmp_path / "mods.json"
+        kid = fs.spawn("tests.boot.modules_entry:main", [str(out)], log_path=tmp_path / "k.log")
+        assert kid.how == "forked" and kid.wait(30) == 0
+    import json
+
+    got = json.loads(out.read_text())
+    assert got["cuda"] is False           # the child inherited a parent without CUDA
+    assert {"tests.boot.fake_clean_a", "tests.boot.fake_clean_b"} <= set(got["modules"])
+    assert "tests.boot.fake_cuda_touch" not in got["modules"]
+
+
 def test_bad_entry_is_refused_and_falls_back_to_plain(server, tmp_path):
     port = free_port()
     kid = start_child([sys.executable, "-m", "engine.lab", *lab_argv(port)], env=lab_env(),

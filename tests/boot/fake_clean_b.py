@@ -1,0 +1,1 @@
+"""An optional preload module that imports cleanly and does not touch CUDA."""
