@@ -1,0 +1,31 @@
+#!/bin/bash
+# Issue 18, second DFlash attempt, device call 1 (carry .gpu/bundle/a and .gpu/src): unpack
+# vLLM bundle part a into /tmp/site in the background and, on the GPU, train a DFlash
+# drafter of LAYERS layers (default 3) against the frozen committed hybrid.
+# Why 3: vLLM 0.26.0 refused the 4-layer drafter at KV-cache set-up ("All drafting layers
+# should belong to the same kv cache group"): 2 target attention layers + 4 drafter layers =
+# 6 = 1.5 x the 4 GDN layers, so `_get_kv_cache_groups_uniform_page_size` cut the attention
+# layers into two groups of 4. With 3, 5 < 6: one attention group of 5 (docs/gpu-notes.md).
+# The drafter stays in /tmp/tiny/dflash for the sweep call; $OUT gets dflash.tar, logs.tar.
+# Usage: SRC=.gpu/src bash engine/tinymodel/scripts/dflash_call1_train.sh [CAP_S] [LAYERS]
+CAP=${1:-150}; LAYERS=${2:-3}
+R=$PWD; S=$(cd "${SRC:-$R}" && pwd) && cd "$S" || exit 3
+T0=$(date +%s); el() { echo $(( $(date +%s) - T0 )); }
+: "${OUT:=/tmp/out}"; L="$OUT/logs"; mkdir -p "$L" /tmp/site /tmp/tiny
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
+{ cat "$S/PROVENANCE" 2>/dev/null; nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv; nproc; free -g
+  python3 -c "import sys,torch,transformers;print(sys.version);print('torch',torch.__version__,torch.version.cuda);print('transformers',transformers.__version__)"
+} > "$L/env.txt" 2>&1
+( tar -xJf "$R/.gpu/bundle/a/site_a.tar.xz" -C /tmp/site && echo "unpack_a $(el)s" >> "$L/timings.txt"
+  nice python3 -m compileall -q -j 4 /tmp/site > /dev/null 2>&1; echo "compileall_done $(el)s" >> "$L/timings.txt" ) &
+BG=$!
+rm -rf /tmp/tiny/target /tmp/tiny/dflash
+cp -r "$R/engine/tinymodel/weights/hybrid" /tmp/tiny/target && echo "target copied $(el)s" >> "$L/timings.txt"
+python3 -m engine.tinymodel train-dflash --target /tmp/tiny/target --out /tmp/tiny/dflash \
+  --layers "$LAYERS" --time-cap "$CAP" --workers 8 > "$L/stdout_dflash.txt" 2>&1
+echo "dflash rc=$? $(el)s" >> "$L/timings.txt"
+wait $BG; echo "end $(el)s" >> "$L/timings.txt"
+[ -f /tmp/tiny/dflash/config.json ] && tar -cf "$OUT/dflash.tar" -C /tmp/tiny dflash
+tar -cf "$OUT/logs.tar" -C "$OUT" logs && rm -rf "$L"
+ls -la "$OUT"; tar -xOf "$OUT/logs.tar" logs/timings.txt
+tar -xOf "$OUT/logs.tar" logs/stdout_dflash.txt | tail -6 | cut -c1-3000
