@@ -35,10 +35,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .dflash_kv_groups import DEFAULT_NUM_LAYERS
 from .models import HYBRID_TEXT, SERVED_MAX_LEN, VOCAB
 
-__all__ = ["DEFAULT_TARGET_LAYER_IDS", "MASK_TOKEN_ID", "DFlashDrafter", "drafter_config",
-           "expected_tensor_shapes", "load_drafter", "save_drafter"]
+__all__ = ["DEFAULT_NUM_LAYERS", "DEFAULT_TARGET_LAYER_IDS", "MASK_TOKEN_ID", "DFlashDrafter",
+           "drafter_config", "expected_tensor_shapes", "load_drafter", "save_drafter"]
 
 #: An embedding row the tokenizer never emits (it uses ids < 894; 4092..4095 are the
 #: multimodal placeholders): the mask slots' input, looked up in the target's embed_tokens.
@@ -47,7 +48,8 @@ MASK_TOKEN_ID = VOCAB - 5
 DEFAULT_TARGET_LAYER_IDS = (0, 1, 2, 3, 4, 5)
 
 
-def drafter_config(*, num_layers: int = 4, target_layer_ids=DEFAULT_TARGET_LAYER_IDS,
+def drafter_config(*, num_layers: int = DEFAULT_NUM_LAYERS,
+                   target_layer_ids=DEFAULT_TARGET_LAYER_IDS,
                    block_size: int = 8, mask_token_id: int = MASK_TOKEN_ID) -> dict:
     """config.json of the drafter: Qwen3-style (what vLLM's ModelConfig reads with
     AutoConfig), architecture ``DFlashDraftModel``, plus ``dflash_config``. Attention

@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from . import data as D
+from .dflash_kv_groups import DEFAULT_NUM_LAYERS
 
 __all__ = ["acceptance", "add_parser", "answer_span", "make_blocks", "train_dflash"]
 
@@ -193,7 +194,7 @@ def _sha256(path: Path) -> str:
 
 # ----------------------------------------------------------------------------- training
 def train_dflash(target_dir: str, tok_dir: str, out_dir: str, *, time_cap: float = 170.0,
-                 max_steps: int | None = None, num_layers: int = 4,
+                 max_steps: int | None = None, num_layers: int = DEFAULT_NUM_LAYERS,
                  target_layer_ids=(0, 1, 2, 3, 4, 5), k: int = 7, blocks_per_seq: int = 64,
                  lr: float = 1e-3, warmup: int = 30, decay: float = 4.0, seed: int = 0,
                  workers: int = 6, stage: int = len(D.STAGES) - 1,
@@ -209,6 +210,7 @@ def train_dflash(target_dir: str, tok_dir: str, out_dir: str, *, time_cap: float
     from .train import Producer
     if variant_of(target_dir) != "hybrid":
         raise ValueError(f"{target_dir} is not the hybrid target")
+    _check_kv_group(target_dir, init_dir, num_layers)  # before forking the data workers
     t_start = time.time()
     torch.manual_seed(seed)
     rng = random.Random(seed)
@@ -291,6 +293,23 @@ def train_dflash(target_dir: str, tok_dir: str, out_dir: str, *, time_cap: float
     return info
 
 
+def _check_kv_group(target_dir: str, init_dir: str | None, num_layers: int) -> None:
+    """ValueError when vLLM would split the drafter over KV-cache groups next to this
+    target (it then refuses to serve it); ``init_dir``'s own layer count wins."""
+    from .dflash_kv_groups import draft_layers_problem, target_layer_types
+    if init_dir:
+        num_layers = json.loads((Path(init_dir) / "config.json").read_text()).get(
+            "num_hidden_layers")
+        if not isinstance(num_layers, int) or num_layers < 1:
+            raise ValueError(f"{init_dir}/config.json has no num_hidden_layers >= 1")
+    layer_types = target_layer_types(target_dir)
+    if layer_types is None:
+        raise ValueError(f"{target_dir}/config.json has no text_config.layer_types")
+    problem = draft_layers_problem(layer_types, num_layers)
+    if problem:
+        raise ValueError(problem)
+
+
 # ----------------------------------------------------------------------------- CLI
 def _int_list(text: str) -> tuple[int, ...]:
     import argparse
@@ -317,7 +336,9 @@ def add_parser(sub, default_tokenizer: Path, default_target: Path) -> None:
     s.add_argument("--tokenizer", type=Path, default=default_tokenizer)
     s.add_argument("--time-cap", type=float, default=170.0, help="training seconds (default 170)")
     s.add_argument("--max-steps", type=int, default=None, help="stop after this many steps")
-    s.add_argument("--layers", type=int, default=4, help="drafter layers (default 4)")
+    s.add_argument("--layers", type=int, default=DEFAULT_NUM_LAYERS,
+                   help=f"drafter layers (default {DEFAULT_NUM_LAYERS}; a count vLLM would "
+                        "split over KV-cache groups next to --target is refused)")
     s.add_argument("--target-layer-ids", type=_int_list, default=(0, 1, 2, 3, 4, 5),
                    metavar="0,1,...", help="target layers whose outputs feed fc (default all 6)")
     s.add_argument("--k", type=int, default=7, help="proposals per step (default 7)")
