@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 __all__ = ["DEFAULT_NUM_LAYERS", "FULL_ATTENTION", "draft_kv_group_count",
            "draft_layers_problem", "safe_draft_layer_counts", "target_layer_types"]

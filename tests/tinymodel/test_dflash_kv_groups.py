@@ -53,13 +53,21 @@ def vllm_kv():
     torch = pytest.importorskip("torch")
     pytest.importorskip("vllm")
     from vllm.config import SchedulerConfig
-    from vllm.model_executor.layers.mamba.mamba_utils import (MambaStateDtypeCalculator,
-                                                              MambaStateShapeCalculator)
+    from vllm.model_executor.layers.mamba.mamba_utils import (
+        MambaStateDtypeCalculator,
+        MambaStateShapeCalculator,
+    )
     from vllm.v1.attention.backends.registry import MambaAttentionBackendEnum
     from vllm.v1.core import kv_cache_utils
     from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, MambaSpec
     from vllm.v1.spec_decode.llm_base_proposer import SpecDecodeBaseProposer
-    return types.SimpleNamespace(**locals())
+    return types.SimpleNamespace(
+        torch=torch, SchedulerConfig=SchedulerConfig, kv_cache_utils=kv_cache_utils,
+        MambaStateDtypeCalculator=MambaStateDtypeCalculator,
+        MambaStateShapeCalculator=MambaStateShapeCalculator,
+        MambaAttentionBackendEnum=MambaAttentionBackendEnum,
+        FullAttentionSpec=FullAttentionSpec, KVCacheConfig=KVCacheConfig, MambaSpec=MambaSpec,
+        SpecDecodeBaseProposer=SpecDecodeBaseProposer)
 
 
 def _pages(v) -> dict:
@@ -78,8 +86,8 @@ def _pages(v) -> dict:
                                     head_size=TEXT["head_dim"],
                                     dtype=v.torch.bfloat16).page_size_bytes
     block = REQUESTED_BLOCK * math.ceil(gdn_page / (REQUESTED_BLOCK * per_token))
-    return dict(shapes=shapes, dtypes=dtypes, gdn_page=gdn_page, block=block,
-                attn_page=block * per_token)
+    return {"shapes": shapes, "dtypes": dtypes, "gdn_page": gdn_page, "block": block,
+            "attn_page": block * per_token}
 
 
 def _spec(v, layer_types, n_draft: int) -> tuple[dict, list[str]]:
