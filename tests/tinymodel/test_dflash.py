@@ -214,3 +214,25 @@ def test_training_runs_a_few_steps_on_cpu(dm, tmp_path):
                          tokens_per_batch=256, eval_n=1, harness_seeds=(), init_dir=str(out),
                          log=lambda _m: None)
     assert again["init_from"] == str(out) and again["num_layers"] == 1
+
+
+COMMITTED = ROOT / "engine" / "tinymodel" / "weights" / "dflash"
+
+
+def test_the_committed_drafter_is_what_vllm_served(dm):
+    # The drafter vLLM 0.26.0 served on the H200 (reports/h200/README.md, issue 18): its
+    # tensors are the loader's layout, it drafts the thread's k = 7, and its layer count
+    # keeps every drafting layer in one KV-cache group beside the committed hybrid.
+    from safetensors import safe_open
+
+    from engine.tinymodel.dflash_kv_groups import draft_layers_problem, target_layer_types
+
+    cfg = json.loads((COMMITTED / "config.json").read_text())
+    with safe_open(str(COMMITTED / "model.safetensors"), "np") as f:
+        saved = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+    assert saved == dm.expected_tensor_shapes(cfg)
+    assert cfg["architectures"] == ["DFlashDraftModel"] and cfg["block_size"] == 8
+    assert draft_layers_problem(target_layer_types(HYBRID), cfg["num_hidden_layers"]) is None
+    training = json.loads((COMMITTED / "training.json").read_text())
+    assert training["num_layers"] == cfg["num_hidden_layers"] == 3
+    assert training["held_out_acceptance"]["harness_ctx1200_seed0"]["acceptance_length"] > 7
