@@ -18,9 +18,14 @@ How vLLM 0.26.0 starts (read in the wheel):
   switches back to spawn, with a warning in the log, if CUDA is initialised by then
   (``_maybe_force_spawn``); :func:`engine.vllm.bootlog.parse_boot_log` reports that.
   ``fork`` is vLLM's own default outside the CLI (``envs.py``), i.e. what ``LLM(...)`` does.
-- Nothing in the preload list initialises CUDA (torch initialises it lazily; vLLM detects
-  the platform through NVML); the fork server checks ``torch.cuda.is_initialized()`` after
-  the imports and before every fork, and refuses (plain fallback) if it is.
+- The required list does not initialise CUDA (torch initialises it lazily; vLLM detects the
+  platform through NVML). Of the optional list, the hybrid's model module and its GDN layer
+  do, on the H200: they import vLLM's bundled FLA ops, whose module level asks torch for the
+  device name (``third_party/flash_linear_attention/ops/utils.py``). The fork server's probe
+  finds and skips them (:mod:`engine.prefork`); the child imports them. That same import in
+  the child's API server (model-class resolution) initialises CUDA before the engine core
+  starts, so vLLM forces ``spawn`` for it after all: measured on the H200, the fork saves
+  the API server's ~17 s of imports, not the engine core's ~18 s (docs/boot.md).
 """
 from __future__ import annotations
 

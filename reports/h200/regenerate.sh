@@ -40,4 +40,11 @@ report ngram-k4-fresh.md 20261201-091746-e7de.jsonl.gz
 # ngram k=2 and k=4, FULL_AND_PIECEWISE unpatched, documents 0 and 1
 report auto-matrix-k3.md 20261201-095803-fa07.jsonl.gz
 report auto-ngram-k2-k4.md 20261201-100602-f154.jsonl.gz
+# second device session of 2026-12-01 (one H200): DFlash (3-layer drafter) with
+# --isolation auto, the 4-configuration matrix; ngram k = 1, 5 unpatched and k = 1..5
+# patched, FULL_AND_PIECEWISE, documents 0 and 1, --isolation auto (all three interrupted
+# by their time limit, records kept)
+report dflash-auto.md 20261201-115154-d70a.jsonl.gz
+report auto-ngram-k1-k5.md 20261201-115154-d292.jsonl.gz
+report auto-ngram-patched.md 20261201-115154-d238.jsonl.gz
 python summarize.py > summary.md && echo summary.md
