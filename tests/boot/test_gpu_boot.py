@@ -62,3 +62,24 @@ def test_lab_run_boots_each_variant_and_compares_answers(tmp_path):
     assert both["identical_to_plain"] == "3/3"
     assert "| both | 1 | 1 |" in r.stdout
     assert not (tmp_path / "cache-own" / "plain-r1").exists()      # removed after the boot
+
+
+def test_the_budget_expects_each_variant_at_its_own_pace():
+    # Call 4 on the H200: a cold-cache `plain` boot took 203 s; budgeting the warm variants
+    # at that pace stopped the run before them. Each variant is budgeted at its own slowest
+    # boot, else at the slowest boot with its cache setting.
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gpu_boot", SCRIPT)
+    gb = importlib.util.module_from_spec(spec)
+    sys.modules["gpu_boot"] = gb        # its dataclasses look their module up
+    try:
+        spec.loader.exec_module(gb)
+    finally:
+        sys.modules.pop("gpu_boot", None)
+    boots = [{"variant": "caches", "boot_s": 67.2}, {"variant": "plain", "boot_s": 202.8}]
+    assert gb.expected_boot_s(boots, "caches") == 67.2
+    assert gb.expected_boot_s(boots, "both") == 67.2          # shared caches, like the warm-up
+    assert gb.expected_boot_s(boots, "preimport") == 202.8    # empty caches, like plain
+    assert gb.expected_boot_s(boots + [{"variant": "both", "boot_s": 30.5}], "both") == 30.5
+    assert gb.expected_boot_s([{"variant": "caches", "boot_s": None}], "plain") == 0.0
