@@ -102,12 +102,19 @@ class PreforkLauncher:
         return PreforkServerProcess(argv, env, port, log_path, slot, launcher=self)
 
     def describe(self) -> dict[str, Any]:
+        info = self.fork_server.info if self.fork_server else {}
         return {"launcher": "prefork", "fork_server": self.fork_server is not None,
-                "fork_server_import_s": self.import_s, "unavailable": self.unavailable}
+                "fork_server_import_s": self.import_s, "unavailable": self.unavailable,
+                # left to each child: importing them initialised CUDA in the fork server's
+                # probe (engine.prefork), e.g. vLLM's FLA ops on a GPU machine
+                "not_preloaded_cuda": list(info.get("optional_skipped_cuda", ())),
+                "optional_failed": sorted(info.get("optional_failed", {}))}
 
     def summary(self) -> str:
         """The one line a run prints about its launcher."""
-        return "launcher prefork: " + (f"fork server up, imports took {self.import_s}s"
+        skipped = self.describe()["not_preloaded_cuda"]
+        note = f"; left to each server (they initialise CUDA): {', '.join(skipped)}" if skipped else ""
+        return "launcher prefork: " + (f"fork server up, imports took {self.import_s}s{note}"
                                        if self.fork_server else
                                        f"unavailable, servers start plain: {self.unavailable}")
 

@@ -214,3 +214,20 @@ def test_dash_m_entry_runs_as_python_m_would(tmp_path):
     assert got["sys_path_has"] is True and got["mark"] == "m1"
     # Variables a library may read at import are named when they differ from the parent's.
     assert set(kid.env_differs) >= {"VLLM_TEST_ONLY_VAR", "PYTHONPATH"}
+
+
+def test_the_harness_launcher_names_what_it_left_to_each_server(tmp_path):
+    from harness.engines import PreforkSpec
+    from harness.launchers import PreforkLauncher
+
+    spec = PreforkSpec(("tests.boot.fake_torch_lazy",),
+                       ("tests.boot.fake_clean_a", "tests.boot.fake_cuda_touch"), "-m engine.lab",
+                       child_argv=lambda argv: argv[3:])
+    launcher = PreforkLauncher(spec, log_path=tmp_path / "fs.log", env=lab_env(),
+                               cwd=str(ROOT)).start()
+    try:
+        assert launcher.describe()["not_preloaded_cuda"] == ["tests.boot.fake_cuda_touch"]
+        assert "left to each server (they initialise CUDA): tests.boot.fake_cuda_touch" in \
+            launcher.summary()
+    finally:
+        launcher.close()

@@ -132,6 +132,7 @@ def test_prefork_launcher_forks_lab_servers_and_leaves_nothing(tmp_path):
     assert bad == {(4, "self-hit")}          # the same verdicts as a plain boot
     manifest = json.loads(next(out.glob("*.manifest.json")).read_text())
     assert manifest["backend"]["fork_server"] is True
+    assert manifest["backend"]["not_preloaded_cuda"] == []   # the lab touches no CUDA
     assert manifest["timing"]["boot_split"]["launchers"] == {"forked": 3}
 
 
