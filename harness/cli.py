@@ -19,8 +19,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import shlex
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Sequence
@@ -483,17 +485,18 @@ def run_report(argv: Sequence[str]) -> int:
     p.add_argument("--full", action="store_true", help="do not fold clean rows")
     p.add_argument("--out", default=DEFAULT_OUT, help="where run ids are looked up")
     p.add_argument("--gh-issue", type=positive_int("--gh-issue"), metavar="N",
-                   help="post the report as a comment on GitHub issue N (needs -o FILE; "
-                   "gh when on PATH, else the REST API with GITHUB_TOKEN)")
+                   help="post the report as a comment on GitHub issue N (from -o FILE, else "
+                   "from a file in the temp folder, named on stderr; gh when on PATH, else "
+                   "the REST API with GITHUB_TOKEN)")
     p.add_argument("--gh-repo", metavar="OWNER/NAME", help="--gh-issue through the REST "
                    "API: the repository (default $GITHUB_REPOSITORY, else the origin remote)")
     p.add_argument("--gh-dry-run", action="store_true", help="--gh-issue: print the "
                    "request(s), post nothing")
     ns = p.parse_args(list(argv))
     from . import report
-    if ns.gh_issue and not ns.output:
-        raise UsageError("--gh-issue needs -o FILE (the report is posted from a file)")
     way = check_can_post(ns.gh_issue, ns.gh_repo, ns.gh_dry_run)
+    if ns.gh_issue and not ns.output:   # posted from a file: one kept where it can be found
+        ns.output = str(Path(tempfile.gettempdir()) / f"residue-report-issue{ns.gh_issue}-{os.getpid()}.md")
     if ns.output:
         if Path(ns.output).is_dir():
             raise UsageError(f"-o: {ns.output} is a folder; give a file path")

@@ -210,3 +210,17 @@ def test_sweep_report_on_a_terminal_is_plain_text(tmp_path):
     assert "| (empty)" in shown and "*(empty)*" not in shown   # emphasis taken out too
     piped = run("report", REPORTS_FIXTURE)
     assert "FULL\\_AND\\_PIECEWISE" in piped.stdout and LAB_NOTICE in piped.stdout
+
+
+def test_gh_issue_without_o_posts_from_a_named_temp_file(tmp_path, github):
+    fake, api = github
+    env = _rest_env(tmp_path, api)
+    proc = run("report", REPORTS_FIXTURE, "--gh-issue", "7", "--gh-repo", "octo/lab",
+               "--gh-dry-run", env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    [path] = [line.split("report: ", 1)[1] for line in proc.stderr.splitlines()
+              if line.startswith("report: ")]
+    body = json.loads(proc.stdout.strip().splitlines()[-1])["body"]
+    assert Path(path).read_text(encoding="utf-8") in body and LAB_NOTICE in body
+    assert "issue7" in Path(path).name and fake.requests == []
+    Path(path).unlink()
