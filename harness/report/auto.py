@@ -10,7 +10,7 @@ from typing import Iterable
 from ..ghmarkdown import code, escape_text
 from ..run.records import cell_key
 
-__all__ = ["Agreement", "agreement_of", "agreement_line", "fresh_reasons"]
+__all__ = ["Agreement", "agreement_of", "agreement_line", "fresh_reasons", "config_auto_line"]
 
 
 @dataclass
@@ -89,3 +89,26 @@ def fresh_reasons(records: Iterable[dict]) -> str:
                 r.get("confirms") or "?")
     c = Counter(seen.values())
     return ", ".join(f"{n} {escape_text(why)}" for why, n in c.most_common())
+
+
+def config_auto_line(records: list[dict], interrupted: list[dict]) -> str:
+    """A configuration's ``Isolation auto`` line: why its fresh points ran and how they
+    agreed with the reset ones, or that no fresh server ran and why (``interrupted``: the
+    manifests of its runs that did not finish); "" outside an auto run."""
+    agree = agreement_line(records, labels=False)
+    if not agree:
+        return ""
+    reasons = fresh_reasons(records)
+    stopped = ", ".join(code(m.get("run_id") or "?") for m in interrupted)
+    if not reasons:
+        why = (f"before run {stopped} was interrupted; any fresh points planned for it did "
+               "not run (the plan per configuration is not recorded)" if stopped else
+               "and the run finished, so none was planned")
+        return (f"no fresh server ran for this configuration {why}; every cell shows its "
+                "reset verdict only.")
+    line = f"fresh servers for {reasons} (points); {agree}"
+    if stopped:
+        line += (f" Run {stopped} was interrupted: fresh points planned for this "
+                 "configuration may not all have run (the plan per configuration is not "
+                 "recorded).")
+    return line
