@@ -11,12 +11,12 @@ record how many points were planned (the progress line on stderr had it), nor th
 configuration, so the report says that rather than deriving a plan of its own."""
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from ..ghmarkdown import bold, code
 from ..recordkeys import point_key
 
-__all__ = ["is_interrupted", "interrupted_manifests", "finished_points", "interrupted_line"]
+__all__ = ["finished_points", "interrupted_line", "interrupted_manifests", "is_interrupted"]
 
 
 def is_interrupted(m: dict) -> bool:

@@ -13,7 +13,8 @@ runs (e.g. reports/h200/regenerate.sh) render byte for byte as before."""
 from __future__ import annotations
 
 import statistics
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from ..ghmarkdown import escape_text, table
 
