@@ -18,7 +18,7 @@ from typing import Any
 
 from ..ghmarkdown import escape_text, table
 
-__all__ = ["render_timing", "booted_servers", "STAGE_NAMES"]
+__all__ = ["STAGE_NAMES", "booted_servers", "render_timing"]
 
 STAGE_NAMES = {
     "python_start_and_imports_s": "process start → API server's first line (Python start-up, imports)",
@@ -68,18 +68,19 @@ def _run_rows(m: dict, records: list[dict]) -> list[list[str]]:
     t = m.get("timing") or {}
     rid = escape_text(m.get("run_id") or "?")
     run_servers = booted_servers(records, m.get("run_id"))
-    rows = [[f"{rid}: wall", f"{_fmt(t.get('wall_s'))} s over {_fmt(t.get('slots'))} slot(s), "
-             f"{_fmt(t.get('points'))} points, "
-             f"{_median_boot(run_servers, t.get('median_boot_s'))}"]]
+    wall = (f"{_fmt(t.get('wall_s'))} s over {_fmt(t.get('slots'))} slot(s), "
+            f"{_fmt(t.get('points'))} points, {_median_boot(run_servers, t.get('median_boot_s'))}")
+    rows = [[f"{rid}: wall", wall]]
     passes = t.get("passes") or {}
     for name in ("reset", "fresh"):
         p = passes.get(name)
         if p:
             servers = booted_servers(records, m.get("run_id"), name) if run_servers else {}
-            rows.append([f"{rid}: {name} pass", f"{_fmt(p.get('points'))} points, "
-                         f"{_fmt(p.get('sum_boot_s'))} s booting in all, "
-                         f"{_median_boot(servers, p.get('median_boot_s'))}, median requests "
-                         f"{_fmt(p.get('median_requests_s'))} s"])
+            n = p.get("points")
+            value = (f"{_fmt(n)} point{'' if n == 1 else 's'}, {_fmt(p.get('sum_boot_s'))} s "
+                     f"booting in all, {_median_boot(servers, p.get('median_boot_s'))}, median "
+                     f"requests {_fmt(p.get('median_requests_s'))} s")
+            rows.append([f"{rid}: {name} pass", value])
     if passes.get("all_fresh_estimate_s"):
         rows.append([f"{rid}: all-fresh estimate",
                      f"{_fmt(passes['all_fresh_estimate_s'])} s (every reset point at the "

@@ -146,6 +146,15 @@ def test_the_opening_summary_says_the_run_was_interrupted(tmp_path, interrupted)
     assert ("Interrupted:" in "\n".join(opening)) is interrupted
 
 
+def test_a_pass_of_one_point_says_point(tmp_path):
+    recs = [r for r in _records() if r["isolation"] == "reset" or r["residue"] == 7]
+    m = _manifest(recs, interrupted=True)
+    m["timing"]["passes"]["fresh"].update(points=1, sum_boot_s=FRESH_BOOTS[0])
+    row = _timing_row(render_markdown(recs, [m]), "fresh pass")
+    assert row.startswith(f"1 point, {FRESH_BOOTS[0]:g} s booting in all, 1 server booted, "
+                          f"median boot {round(FRESH_BOOTS[0], 2):g} s per server")
+
+
 def test_finished_points_fall_back_to_the_records_without_timing(tmp_path):
     recs = _records()
     m = _manifest(recs, interrupted=True)
