@@ -56,7 +56,10 @@ def interrupted_line(manifests: list[dict], records: list[dict]) -> str:
     if not ms:
         return ""
     auto = any(r.get("isolation_run") == "auto" for r in records)
+    # an auto run counts a point per residue, document and pass: more than the headline's
+    # data points, which fold documents and passes into one cell
+    what = "a point is one residue, document and pass; " if auto else ""
     tail = ("a cell without a fresh confirmation shows its reset verdict only."
             if auto else "points not on disk were not measured.")
-    return (f"{bold('Interrupted:')} {_runs_phrase(ms, records)} did not finish (how many "
-            f"points were planned is not recorded); {tail}")
+    return (f"{bold('Interrupted:')} {_runs_phrase(ms, records)} did not finish ({what}how "
+            f"many points were planned is not recorded); {tail}")

@@ -139,9 +139,9 @@ def test_the_opening_summary_says_the_run_was_interrupted(tmp_path, interrupted)
     md = _render(tmp_path, interrupted=interrupted)
     opening = md.split("## Results", 1)[0].splitlines()
     assert opening[2] == LAB_NOTICE   # the engine notice still opens the report
-    line = (f"**Interrupted:** run `{RUN}` (35 points finished) did not finish (how many "
-            "points were planned is not recorded); a cell without a fresh confirmation shows "
-            "its reset verdict only.")
+    line = (f"**Interrupted:** run `{RUN}` (35 points finished) did not finish (a point is "
+            "one residue, document and pass; how many points were planned is not recorded); "
+            "a cell without a fresh confirmation shows its reset verdict only.")
     assert (line in opening) is interrupted
     assert ("Interrupted:" in "\n".join(opening)) is interrupted
 
@@ -153,6 +153,15 @@ def test_a_pass_of_one_point_says_point(tmp_path):
     row = _timing_row(render_markdown(recs, [m]), "fresh pass")
     assert row.startswith(f"1 point, {FRESH_BOOTS[0]:g} s booting in all, 1 server booted, "
                           f"median boot {round(FRESH_BOOTS[0], 2):g} s per server")
+
+
+def test_an_interrupted_run_without_auto_says_what_is_missing(tmp_path):
+    recs = synth.sweep(FULL, range(4), run_id=RUN)
+    md = render_markdown(recs, [synth.manifest_for(recs, interrupted=True)])
+    assert (f"**Interrupted:** run `{RUN}` (4 points finished) did not finish (how many "
+            "points were planned is not recorded); points not on disk were not measured."
+            ) in md.split("## Results", 1)[0]
+    assert "Isolation auto" not in md
 
 
 def test_finished_points_fall_back_to_the_records_without_timing(tmp_path):
