@@ -4,13 +4,13 @@ only a fresh server caught (the reason auto exists: issue 17)."""
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable
 
 from ..ghmarkdown import code, escape_text
 from ..run.records import cell_key
 
-__all__ = ["Agreement", "agreement_of", "agreement_line", "fresh_reasons"]
+__all__ = ["Agreement", "agreement_line", "agreement_of", "config_auto_line", "fresh_reasons"]
 
 
 @dataclass
@@ -89,3 +89,27 @@ def fresh_reasons(records: Iterable[dict]) -> str:
                 r.get("confirms") or "?")
     c = Counter(seen.values())
     return ", ".join(f"{n} {escape_text(why)}" for why, n in c.most_common())
+
+
+def config_auto_line(records: list[dict], interrupted: list[dict]) -> str:
+    """A configuration's ``Isolation auto`` line: why its fresh points ran and how they
+    agreed with the reset ones, or that no fresh server ran and why (``interrupted``: the
+    manifests of its runs that did not finish); "" outside an auto run."""
+    agree = agreement_line(records, labels=False)
+    if not agree:
+        return ""
+    reasons = fresh_reasons(records)
+    ids = ", ".join(code(m.get("run_id") or "?") for m in interrupted)
+    stopped = (f"run {ids} was" if len(interrupted) == 1 else f"runs {ids} were") if ids else ""
+    if not reasons:
+        why = (f"before {stopped} interrupted; any fresh points planned for it did "
+               "not run (the plan per configuration is not recorded)" if stopped else
+               "and the run finished, so none was planned")
+        return (f"no fresh server ran for this configuration {why}; every cell shows its "
+                "reset verdict only.")
+    line = f"fresh servers for {reasons} (points); {agree}"
+    if stopped:
+        line += (f" {stopped[0].upper()}{stopped[1:]} interrupted: fresh points planned for this "
+                 "configuration may not all have run (the plan per configuration is not "
+                 "recorded).")
+    return line

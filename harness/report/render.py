@@ -11,6 +11,7 @@ from .cases import case_groups, case_note, case_suffix
 from .cells import Footnotes
 from .engine_notice import engine_notice
 from .explain import reference_lines, reference_texts
+from .interrupted import interrupted_line, interrupted_manifests
 from .model import group_configs, varying_fields
 from .sections import (render_config_summary, render_ladder, render_provenance,
                        render_results_table, render_thread_view, short_labels, summary_counts)
@@ -66,6 +67,9 @@ def render_markdown(records: list[dict], manifests: list[dict] | None = None, *,
                       f"({bad_cells} cell{'s' if bad_cells != 1 else ''})")
                  if bad_points else "all ok")
     out += [headline + ".", ""]
+    stopped_line = interrupted_line(manifests, recs)
+    if stopped_line:
+        out += [stopped_line, ""]
     for case, cds in groups:
         for cd in cds:
             out.append(f"- {code(cd.label)}{case_suffix(case)}: {summary_counts(cd)}.")
@@ -75,10 +79,11 @@ def render_markdown(records: list[dict], manifests: list[dict] | None = None, *,
     agree = agreement_line(recs, labels=len(configs) > 1)
     if agree:
         out += [agree, ""]
+    summary = {"interrupted": interrupted_manifests(manifests)}
     if by_case:
-        out += _by_case_body(groups, manifests, planned, full, texts)
+        out += _by_case_body(groups, manifests, planned, full, texts, summary)
     else:
-        out += _body(configs, planned, full, short, corner, texts)
+        out += _body(configs, planned, full, short, corner, texts, summary)
 
     from .nodes import render_nodes
     nodes = render_nodes(recs)   # "" unless the records ran on several nodes
@@ -91,7 +96,7 @@ def render_markdown(records: list[dict], manifests: list[dict] | None = None, *,
         out += [section, ""]
 
     from .timing import render_timing
-    timing = render_timing(manifests)   # "" unless a manifest has a boot split or auto passes
+    timing = render_timing(manifests, recs)   # "" unless a manifest has a boot split or auto passes
     if timing:
         out += [timing, ""]
 
@@ -100,7 +105,7 @@ def render_markdown(records: list[dict], manifests: list[dict] | None = None, *,
     return "\n".join(out)
 
 
-def _body(configs, planned, full, short, corner, texts) -> list[str]:
+def _body(configs, planned, full, short, corner, texts, summary) -> list[str]:
     """Results, footnotes, ladder and summaries of one set of configurations."""
     out: list[str] = []
     notes = Footnotes(texts)
@@ -130,11 +135,11 @@ def _body(configs, planned, full, short, corner, texts) -> list[str]:
 
     out += ["## Summary per configuration", ""]
     for cd in configs:
-        out += [render_config_summary(cd, planned or None, full), ""]
+        out += [render_config_summary(cd, planned or None, full, **summary), ""]
     return out
 
 
-def _by_case_body(groups, manifests, planned, full, texts) -> list[str]:
+def _by_case_body(groups, manifests, planned, full, texts, summary) -> list[str]:
     """A --prompts run: a results table per case (its own footnotes and ladder), then a
     summary per configuration and case."""
     out = ["## Results by case", "",
@@ -159,7 +164,7 @@ def _by_case_body(groups, manifests, planned, full, texts) -> list[str]:
     out += ["## Summary per configuration and case", ""]
     for case, cds in groups:
         for cd in cds:
-            text = render_config_summary(cd, planned or None, full)
+            text = render_config_summary(cd, planned or None, full, **summary)
             head, _, rest = text.partition("\n")
             out += [head + case_suffix(case) + "\n" + rest, ""]
     return out

@@ -8,7 +8,7 @@ from collections import defaultdict
 from ..ghmarkdown import bold, cap, code, escape_text, fence, table
 from ..ranges import residues_phrase
 from ..run.records import BUG_VERDICTS, NOT_IDENTITY, SEVERITY, phase_key
-from .auto import agreement_line, fresh_reasons
+from .auto import config_auto_line
 from .explain import final_chunk_line
 from .bugb_analysis import agreement, config_hit_granularity, predict_bug_b
 from .cells import Footnotes, cell_markdown
@@ -136,7 +136,9 @@ def _broken_phases(cd: ConfigData) -> str:
 
 
 def render_config_summary(cd: ConfigData, manifest_residues: list[int] | None,
-                          full: bool) -> str:
+                          full: bool, *, interrupted: list[dict] | None = None) -> str:
+    """``interrupted``: manifests of runs that did not finish (those of this
+    configuration's records are named in its auto line)."""
     m = cd.modulus
     covered = cd.residues
     pred = predict_bug_b(cd)
@@ -157,10 +159,11 @@ def render_config_summary(cd: ConfigData, manifest_residues: list[int] | None,
         result += f" (broken on: {bp})"
     lines.append(f"- **Result:** {result}.")
     lines.append(f"- **Bug B rule:** {pred.why}; {agreement(cd, pred)}.")
-    auto_line = agreement_line(cd.records, labels=False)
+    runs = {r.get("run_id") for r in cd.records}
+    stopped = [m for m in interrupted or [] if m.get("run_id") in runs]
+    auto_line = config_auto_line(cd.records, stopped)
     if auto_line:
-        lines.append(f"- **Isolation auto:** fresh servers for {fresh_reasons(cd.records)} "
-                     f"(points); {auto_line}")
+        lines.append(f"- **Isolation auto:** {auto_line}")
     docs = cd.distinct("document_seed")
     if len(docs) > 1:
         lines.append(f"- **Documents:** seeds {', '.join(str(d) for d in sorted(docs))}; a "
