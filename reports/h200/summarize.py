@@ -148,10 +148,14 @@ def auto_runs(rs) -> None:
             def pair(iso: str) -> str:
                 v = [c.get((iso, ph), "–") for ph in ("cold", "self-hit")]
                 return " / ".join(f"**{x}**" if x not in ("ok", "–") else x for x in v)
-            same = all((c.get(("reset", ph)) == "ok") == (c.get(("fresh", ph)) == "ok")
-                       for ph in ("cold", "self-hit"))
+            both = [ph for ph in ("cold", "self-hit")
+                    if ("reset", ph) in c and ("fresh", ph) in c]
+            same = all((c[("reset", ph)] == "ok") == (c[("fresh", ph)] == "ok") for ph in both)
+            cut = " (run interrupted)" if r["man"].get("exit_code") == 130 else ""
+            agree = (f"not measured on fresh{cut}" if not both
+                     else "yes" if same else "**no**")
             print(f"| `{r['man']['run_id']}` | {r['spec']} k={k} | {graph} | {patches} | {doc} "
-                  f"| {k + 1} | {pair('reset')} | {pair('fresh')} | {'yes' if same else '**no**'} |")
+                  f"| {k + 1} | {pair('reset')} | {pair('fresh')} | {agree} |")
     print()
     for r in sorted(autos, key=lambda r: r["man"]["started_at"]):
         t = r["man"].get("timing") or {}

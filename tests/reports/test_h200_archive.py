@@ -15,11 +15,14 @@ from harness.store import load_manifest_for, load_records, read_jsonl
 
 H200 = Path(__file__).resolve().parents[2] / "reports" / "h200"
 RESULTS = H200 / "results"
-ISSUE18 = "20261201-"  # run ids of issue 18's runs (MTP, DFlash, fresh ngram k = 4)
+PHASE3 = "20261130-"  # run ids of issue 8's phase 3 (ngram k = 3, controls, dense, rerun)
+# run ids of issue 18's first-session runs (MTP, DFlash refused at boot, fresh ngram k = 4);
+# the second session's are checked in test_h200_session2.py
+ISSUE18 = ("20261201-091746", "20261201-092428")
 
 
 def _phase3_paths() -> list[Path]:
-    return [p for p in sorted(RESULTS.glob("*.jsonl.gz")) if not p.name.startswith(ISSUE18)]
+    return sorted(RESULTS.glob(f"{PHASE3}*.jsonl.gz"))
 
 
 def _report_lines() -> list[tuple[str, list[str]]]:
@@ -109,7 +112,7 @@ def test_residue_4_breaks_cold_as_well_as_on_a_hit_and_the_plugin_reported_itsel
 def _issue18() -> dict[str, list[dict]]:
     """Issue 18's records by name: spec, k, isolation."""
     out: dict[str, list[dict]] = defaultdict(list)
-    for path in sorted(RESULTS.glob(f"{ISSUE18}*.jsonl.gz")):
+    for path in sorted(p for run in ISSUE18 for p in RESULTS.glob(f"{run}*.jsonl.gz")):
         for r in read_jsonl(path):
             c = r["config"]
             out[f"{c['spec']} k={c['draft_tokens']} {r['isolation']}"].append(r)
