@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from ..ghmarkdown import code, escape_text
+from ..recordkeys import point_key
 from ..run.records import cell_key
 
 __all__ = ["Agreement", "agreement_line", "agreement_of", "config_auto_line", "fresh_reasons"]
@@ -101,15 +102,34 @@ def config_auto_line(records: list[dict], interrupted: list[dict]) -> str:
     reasons = fresh_reasons(records)
     ids = ", ".join(code(m.get("run_id") or "?") for m in interrupted)
     stopped = (f"run {ids} was" if len(interrupted) == 1 else f"runs {ids} were") if ids else ""
+    missing = _fresh_not_run(records, interrupted)
     if not reasons:
-        why = (f"before {stopped} interrupted; any fresh points planned for it did "
-               "not run (the plan per configuration is not recorded)" if stopped else
-               "and the run finished, so none was planned")
+        why = (f"before {stopped} interrupted; " + (missing or "any fresh points planned "
+               "for it did not run (the plan per configuration is not recorded)")
+               if stopped else "and the run finished, so none was planned")
         return (f"no fresh server ran for this configuration {why}; every cell shows its "
                 "reset verdict only.")
     line = f"fresh servers for {reasons} (points); {agree}"
     if stopped:
-        line += (f" {stopped[0].upper()}{stopped[1:]} interrupted: fresh points planned for this "
-                 "configuration may not all have run (the plan per configuration is not "
-                 "recorded).")
+        line += (f" {stopped[0].upper()}{stopped[1:]} interrupted: " + (
+            missing or "fresh points planned for this configuration may not all have run "
+            "(the plan per configuration is not recorded)") + ".")
     return line
+
+
+def _fresh_not_run(records: list[dict], interrupted: list[dict]) -> str:
+    """``12 of 14 planned fresh points did not run`` from the interrupted runs' plans, ""
+    when a plan is missing."""
+    from .interrupted import planned_points
+
+    cids = {r.get("config_id") for r in records}
+    if len(cids) != 1 or not interrupted:
+        return ""
+    cid = next(iter(cids))
+    planned = [planned_points(m, cid, "fresh") for m in interrupted]
+    if any(n is None for n in planned):
+        return ""
+    ran = len({point_key(r) for r in records if r.get("isolation") == "fresh"
+               and r.get("run_id") in {m.get("run_id") for m in interrupted}})
+    total = sum(planned)
+    return f"{max(total - ran, 0)} of {total} planned fresh points did not run"

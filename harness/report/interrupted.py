@@ -6,9 +6,10 @@ only the reset verdict, which is the weaker one (issue 17). Before this the only
 the provenance table at the bottom.
 
 What a manifest records: whether the run finished (``interrupted``, or ``started_at``
-without ``ended_at``) and how many points finished (``timing.points``). It does not
-record how many points were planned (the progress line on stderr had it), nor the plan per
-configuration, so the report says that rather than deriving a plan of its own."""
+without ``ended_at``), how many points finished (``timing.points``) and, from schema 3's
+runs on, the plan (``plan``: points in all and per configuration and pass, kept up to date
+as confirmations are added). Older manifests have no plan: the report then says so rather
+than deriving a plan of its own."""
 from __future__ import annotations
 
 from collections.abc import Iterable
@@ -16,7 +17,8 @@ from collections.abc import Iterable
 from ..ghmarkdown import bold, code
 from ..recordkeys import point_key
 
-__all__ = ["finished_points", "interrupted_line", "interrupted_manifests", "is_interrupted"]
+__all__ = ["finished_points", "interrupted_line", "interrupted_manifests", "is_interrupted",
+           "planned_points"]
 
 
 def is_interrupted(m: dict) -> bool:
@@ -40,13 +42,26 @@ def finished_points(m: dict, records: Iterable[dict]) -> int:
     return len({point_key(r) for r in records if r.get("run_id") == m.get("run_id")})
 
 
+def planned_points(m: dict, config_id: str | None = None, isolation: str | None = None
+                   ) -> int | None:
+    """Points run ``m`` planned (of one configuration and pass, when given); None when its
+    manifest has no plan (runs before the plan was recorded)."""
+    plan = m.get("plan")
+    if not isinstance(plan, dict):
+        return None
+    if config_id is None:
+        return plan.get("points")
+    by = (plan.get("by_config") or {}).get(config_id) or {}
+    return sum(n for iso, n in by.items() if isolation is None or iso == isolation)
+
+
 def _runs_phrase(ms: list[dict], records: list[dict]) -> str:
-    """``run `A` (541 points finished)`` / ``runs `A` (…), `B` (…)``."""
+    """``run `A` (541 of 556 points finished)`` / ``runs `A` (…), `B` (…)``."""
     parts = []
     for m in ms:
-        n = finished_points(m, records)
-        parts.append(f"{code(m.get('run_id') or '?')} ({n} point{'s' if n != 1 else ''} "
-                     "finished)")
+        n, of = finished_points(m, records), planned_points(m)
+        what = f"{n} of {of} planned points" if of else f"{n} point{'s' if n != 1 else ''}"
+        parts.append(f"{code(m.get('run_id') or '?')} ({what} finished)")
     return ("run " if len(parts) == 1 else "runs ") + ", ".join(parts)
 
 
@@ -61,5 +76,6 @@ def interrupted_line(manifests: list[dict], records: list[dict]) -> str:
     what = "a point is one residue, document and pass; " if auto else ""
     tail = ("a cell without a fresh confirmation shows its reset verdict only."
             if auto else "points not on disk were not measured.")
-    return (f"{bold('Interrupted:')} {_runs_phrase(ms, records)} did not finish ({what}how "
-            f"many points were planned is not recorded); {tail}")
+    unknown = "" if all(planned_points(m) for m in ms) else "how many points were planned is not recorded; "
+    inner = f" ({what}{unknown}".rstrip("; ") + ")" if (what or unknown) else ""
+    return (f"{bold('Interrupted:')} {_runs_phrase(ms, records)} did not finish{inner}; {tail}")

@@ -81,14 +81,37 @@ class Driver:
             todo = [p for p in points if p.key not in done]
             if self.opts.isolation == "auto":  # confirmations added while it ran
                 todo += resume_confirmations(points, todo, self.store.read())
+            added = todo[len([p for p in points if p.key not in done]):]
             points = todo
             self.counters.total_points = len(done) + len(points)
             self.resumed = len(done)
+            self._plan_from(self.manifest.get("plan"), self.plan.points, added)
         else:
             self.resumed = 0
             self.manifest = self._new_manifest()
+            self._plan_from(None, self.plan.points, [])
         self.store.write_manifest(self.manifest)
         return points
+
+    def _plan_from(self, recorded: dict | None, planned: list[Point],
+                   added: list[Point]) -> None:
+        """The manifest's ``plan``: points planned in all and per configuration and pass,
+        kept up to date as a backend adds points, so a report of an interrupted run can say
+        how many of them ran (``--resume`` goes on from the recorded plan)."""
+        by: dict[str, dict[str, int]] = {}
+        if recorded and isinstance(recorded.get("by_config"), dict):
+            # it counted the confirmations added while the run ran, `added` among them
+            by = {cid: dict(n) for cid, n in recorded["by_config"].items()}
+        else:
+            for pt in [*planned, *added]:
+                self._count(by, pt)
+        self.manifest["plan"] = {"points": sum(sum(n.values()) for n in by.values()),
+                                 "by_config": by}
+
+    def _count(self, by: dict[str, dict[str, int]], point: Point) -> None:
+        n = by.setdefault(point.cfg_id, {})
+        iso = point.isolation or self.opts.isolation
+        n[iso] = n.get(iso, 0) + 1
 
     def _check_same_cases(self) -> None:
         """--resume of a --prompts run: the prompt file must still say what it said when
@@ -130,6 +153,10 @@ class Driver:
         """A backend planned one more point while running (an auto run's fresh
         confirmation of a reset point that was not ok)."""
         self.counters.total_points += 1
+        if "plan" in self.manifest:
+            self._count(self.manifest["plan"]["by_config"], point)
+            self.manifest["plan"]["points"] += 1
+            self.store.write_manifest(self.manifest)
         if self.on_point_added:
             self.on_point_added(point)
 

@@ -72,6 +72,9 @@ def test_auto_on_the_lab_full_mtp_unpatched(tmp_path):
     assert passes["reset"]["points"] == 23 and passes["fresh"]["points"] == 8
     assert passes["all_fresh_estimate_s"] > 0 and manifest["isolation"] == "auto"
     assert manifest["documents"] == [0, 1]
+    # the plan, per configuration and pass, for a report of an interrupted run
+    assert manifest["plan"] == {"points": 31,
+                                "by_config": {recs[0]["config_id"]: {"reset": 23, "fresh": 8}}}
 
 
 def test_auto_catches_what_only_a_fresh_server_shows(tmp_path, tok_dir):
@@ -107,6 +110,8 @@ def test_a_reset_break_gets_its_fresh_confirmation_at_run_time(tmp_path, tok_dir
     assert fresh == {(7, "not ok on reset")}
     assert "not ok on reset, fresh confirmation added" in proc.stderr
     assert manifest["timing"]["passes"]["fresh"]["points"] == 1
+    # the twin added at run time is in the recorded plan
+    assert manifest["plan"]["by_config"][recs[0]["config_id"]] == {"reset": 3, "fresh": 1}
 
 
 def test_auto_is_refused_where_it_cannot_run(tmp_path, tok_dir):

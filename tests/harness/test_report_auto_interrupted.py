@@ -171,3 +171,22 @@ def test_finished_points_fall_back_to_the_records_without_timing(tmp_path):
     md = render_markdown(recs, [m])
     assert f"**Interrupted:** run `{RUN}` (35 points finished) did not finish" in md
     assert "## Timing" not in md
+
+
+def test_with_a_recorded_plan_the_lines_count_what_did_not_run(tmp_path):
+    # Runs since the driver records its plan (manifest "plan"): the numbers, not "unknown".
+    recs = _records()
+    path = synth.write_jsonl(tmp_path / f"{RUN}.jsonl", recs)
+    m = _manifest(recs, interrupted=True)
+    m["plan"] = {"points": 41, "by_config": {synth.config_id(FULL): {"reset": 16, "fresh": 7},
+                                             synth.config_id(PIECEWISE): {"reset": 16, "fresh": 2}}}
+    (tmp_path / f"{RUN}.manifest.json").write_text(json.dumps(m))
+    md = render_markdown(load_records([path]), [load_manifest_for(path)])
+    assert f"run `{RUN}` (35 of 41 planned points finished) did not finish" in md
+    assert "is not recorded" not in md
+    assert _auto_line(md, PIECEWISE) == (
+        f"- **Isolation auto:** no fresh server ran for this configuration before run `{RUN}` "
+        "was interrupted; 2 of 2 planned fresh points did not run; every cell shows its reset "
+        "verdict only.")
+    assert _auto_line(md, FULL).endswith(
+        f"Run `{RUN}` was interrupted: 4 of 7 planned fresh points did not run.")
