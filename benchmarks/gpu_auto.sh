@@ -15,15 +15,14 @@
 LIMIT=${1:-590}; MATRIX_S=${2:-430}
 R=$PWD; S=$R/.gpu/src
 T0=$(date +%s); el() { echo $(( $(date +%s) - T0 )); }
+source "$S/engine/tinymodel/scripts/device_lib.sh"
 : "${OUT:=/tmp/out}"; W=/tmp/work/auto; rm -rf "$W"; mkdir -p "$W" "$OUT"
 CACHE=/tmp/residue-lab-boot-cache; rm -rf "$CACHE"
-cat /tmp/parts/site_b.tar.xz.part00 "$R"/.gpu/bundle/b2/site_b.tar.xz.part01 | tar -xJ -C /tmp/site \
-  && echo "unpack_b $(el)s" >> "$W/timings.txt"
+dev_unpack_b "$W/timings.txt"
 export PYTHONPATH=/tmp/site:$S HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 \
   VLLM_USE_FLASHINFER_SAMPLER=0 PYTHONUNBUFFERED=1
 M=$R/engine/tinymodel/weights/hybrid
-( while :; do echo "t=$(el) $(nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv,noheader) load $(cut -d' ' -f1-3 /proc/loadavg)"; sleep 10; done ) > "$W/monitor.txt" 2>&1 &
-MON=$!
+dev_monitor "$W/monitor.txt"
 cd "$S" || exit 3
 CMD=(python3 -m harness --engine vllm --model "$M" --geometry hybrid --spec ngram --ctx huge
      --engine-arg=--language-model-only --engine-arg=--gpu-memory-utilization=0.07
@@ -45,10 +44,7 @@ else
 fi
 kill "$MON" 2>/dev/null
 echo "end $(el)s" >> "$W/timings.txt"
-find "$W" -name '*.log' -exec gzip -9 {} \;
-tar -czf "$OUT/auto.tgz" -C /tmp/work auto
-SZ=$(stat -c %s "$OUT/auto.tgz")
-if [ "$SZ" -gt 15500000 ]; then split -b 15000000 -d "$OUT/auto.tgz" "$OUT/auto.tgz.part" && rm "$OUT/auto.tgz"; fi
+dev_pack auto
 ls -la "$OUT"; cat "$W/timings.txt"; tail -3 "$W/monitor.txt"
 tail -c 2500 "$W/matrix.stderr.txt"; grep -A12 "## Timing" "$W/matrix.stdout.txt" | head -30
 tail -25 "$W/boot.stdout.txt" 2>/dev/null

@@ -17,16 +17,15 @@
 LIMIT=${1:-585}
 R=$PWD; S=$R/.gpu/src
 T0=$(date +%s); el() { echo $(( $(date +%s) - T0 )); }
+source "$S/engine/tinymodel/scripts/device_lib.sh"
 : "${OUT:=/tmp/out}"; W=/tmp/work/sweeps; rm -rf "$W"; mkdir -p "$W" "$OUT"
 CACHE=/tmp/residue-lab-boot-cache; mkdir -p "$CACHE"
-cat /tmp/parts/site_b.tar.xz.part00 "$R"/.gpu/bundle/b2/site_b.tar.xz.part01 | tar -xJ -C /tmp/site \
-  && echo "unpack_b $(el)s" >> "$W/timings.txt"
+dev_unpack_b "$W/timings.txt"
 export PYTHONPATH=/tmp/site:$S HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 \
   VLLM_USE_FLASHINFER_SAMPLER=0 PYTHONUNBUFFERED=1
 M=$R/engine/tinymodel/weights/hybrid; D=$R/engine/tinymodel/weights/dflash
 rm -rf "$D"; cp -r /tmp/tiny/dflash "$D" && echo "drafter: $D ($(ls "$D" | tr '\n' ' '))" >> "$W/timings.txt"
-( while :; do echo "t=$(el) $(nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv,noheader) load $(cut -d' ' -f1-3 /proc/loadavg)"; sleep 10; done ) > "$W/monitor.txt" 2>&1 &
-MON=$!
+dev_monitor "$W/monitor.txt"
 cd "$S" || exit 3
 H=$(( LIMIT - 45 - $(el) ))
 COMMON=(--engine vllm --model "$M" --geometry hybrid --ctx huge --context 1200 --residues all
@@ -50,9 +49,6 @@ for i in "${!PIDS[@]}"; do wait "${PIDS[$i]}"; echo "${NAMES[$i]} rc=$? $(el)s" 
 echo "vllm processes after the sweeps: $(pgrep -c -f 'vllm.entrypoints|engine.prefork')" >> "$W/timings.txt"
 kill "$MON" 2>/dev/null
 echo "end $(el)s" >> "$W/timings.txt"
-find "$W" -name '*.log' -exec gzip -9 {} \;
-tar -czf "$OUT/sweeps.tgz" -C /tmp/work sweeps
-SZ=$(stat -c %s "$OUT/sweeps.tgz")
-if [ "$SZ" -gt 15500000 ]; then split -b 15000000 -d "$OUT/sweeps.tgz" "$OUT/sweeps.tgz.part" && rm "$OUT/sweeps.tgz"; fi
+dev_pack sweeps
 ls -la "$OUT"; cat "$W/timings.txt"; tail -3 "$W/monitor.txt"
 for n in "${NAMES[@]}"; do echo "== $n"; tail -c 1500 "$W/$n.stderr.txt"; tail -6 "$W/$n.stdout.txt" | cut -c1-300; done

@@ -11,14 +11,11 @@
 MCAP=${1:-150}; DCAP=${2:-150}
 R=$PWD; S=$(cd "${SRC:-$R}" && pwd) && cd "$S" || exit 3
 T0=$(date +%s); el() { echo $(( $(date +%s) - T0 )); }
+source "$S/engine/tinymodel/scripts/device_lib.sh"
 : "${OUT:=/tmp/out}"; L="$OUT/logs"; mkdir -p "$L" /tmp/site /tmp/tiny
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
-{ cat "$S/PROVENANCE" 2>/dev/null; nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv; nproc; free -g
-  python3 -c "import sys,torch,transformers;print(sys.version);print('torch',torch.__version__,torch.version.cuda);print('transformers',transformers.__version__)"
-} > "$L/env.txt" 2>&1
-( tar -xJf "$R/.gpu/bundle/a/site_a.tar.xz" -C /tmp/site && echo "unpack_a $(el)s" >> "$L/timings.txt"
-  nice python3 -m compileall -q -j 4 /tmp/site > /dev/null 2>&1; echo "compileall_done $(el)s" >> "$L/timings.txt" ) &
-BG=$!
+dev_env_txt "$L/env.txt"
+dev_unpack_a "$L/timings.txt"
 # The target: the committed weights as the device's tree holds them (weights/hybrid).
 rm -rf /tmp/tiny/hybrid /tmp/tiny/dflash
 cp -r "$R/engine/tinymodel/weights/hybrid" /tmp/tiny/target && echo "target copied $(el)s" >> "$L/timings.txt"

@@ -1,0 +1,46 @@
+#!/bin/bash
+# Shared steps of the device scripts (sourced, not run): the device's environment report,
+# unpacking the vLLM bundle (docs/gpu-notes.md, "How to rerun on the device"), a GPU
+# monitor, and packing a work folder into $OUT within the limits of what comes back
+# (at most 8 files of 16 MiB). Each script sets T0 and defines el() before sourcing this.
+
+# dev_env_txt FILE: the machine, GPU, python, torch and transformers, and the code's provenance.
+dev_env_txt() {
+  { cat "${S:-.}/PROVENANCE" 2>/dev/null
+    nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv; nproc; free -g
+    python3 -c "import sys,torch,transformers;print(sys.version);print('torch',torch.__version__,torch.version.cuda);print('transformers',transformers.__version__)"
+  } > "$1" 2>&1
+}
+
+# dev_unpack_a TIMINGS: bundle part a into /tmp/site, then byte-compile it, in the
+# background (BG is its pid); the tree's root is $R.
+dev_unpack_a() {
+  mkdir -p /tmp/site
+  ( tar -xJf "$R/.gpu/bundle/a/site_a.tar.xz" -C /tmp/site && echo "unpack_a $(el)s" >> "$1"
+    nice python3 -m compileall -q -j 4 /tmp/site > /dev/null 2>&1
+    echo "compileall_done $(el)s" >> "$1" ) &
+  BG=$!
+}
+
+# dev_unpack_b TIMINGS: vLLM's _C from half b1 (stashed in /tmp/parts by the call before)
+# and half b2 (carried now) into /tmp/site.
+dev_unpack_b() {
+  cat /tmp/parts/site_b.tar.xz.part00 "$R"/.gpu/bundle/b2/site_b.tar.xz.part01 | tar -xJ -C /tmp/site \
+    && echo "unpack_b $(el)s" >> "$1"
+}
+
+# dev_monitor FILE: GPU memory and use and the load average every 10 s (MON is its pid).
+dev_monitor() {
+  ( while :; do echo "t=$(el) $(nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv,noheader) load $(cut -d' ' -f1-3 /proc/loadavg)"; sleep 10; done ) > "$1" 2>&1 &
+  MON=$!
+}
+
+# dev_pack NAME: /tmp/work/NAME (its server logs gzipped) as $OUT/NAME.tgz, split in
+# 15 MB parts when it is over the size that comes back.
+dev_pack() {
+  find "/tmp/work/$1" -name '*.log' -exec gzip -9 {} \;
+  tar -czf "$OUT/$1.tgz" -C /tmp/work "$1"
+  if [ "$(stat -c %s "$OUT/$1.tgz")" -gt 15500000 ]; then
+    split -b 15000000 -d "$OUT/$1.tgz" "$OUT/$1.tgz.part" && rm "$OUT/$1.tgz"
+  fi
+}
