@@ -6,10 +6,10 @@ only the reset verdict, which is the weaker one (issue 17). Before this the only
 the provenance table at the bottom.
 
 What a manifest records: whether the run finished (``interrupted``, or ``started_at``
-without ``ended_at``), how many points finished (``timing.points``) and, from schema 3's
-runs on, the plan (``plan``: points in all and per configuration and pass, kept up to date
-as confirmations are added). Older manifests have no plan: the report then says so rather
-than deriving a plan of its own."""
+without ``ended_at``), how many points finished (``timing.points``) and, in runs since
+the driver writes it, the plan (``plan``: points in all and per configuration and pass,
+kept up to date as confirmations are added). Older manifests (the H200 archive's among
+them) have no plan: the report then says so rather than deriving a plan of its own."""
 from __future__ import annotations
 
 from collections.abc import Iterable
@@ -76,6 +76,7 @@ def interrupted_line(manifests: list[dict], records: list[dict]) -> str:
     what = "a point is one residue, document and pass; " if auto else ""
     tail = ("a cell without a fresh confirmation shows its reset verdict only."
             if auto else "points not on disk were not measured.")
-    unknown = "" if all(planned_points(m) for m in ms) else "how many points were planned is not recorded; "
+    unknown = ("" if all(planned_points(m) for m in ms)
+               else "how many points were planned is not recorded; ")
     inner = f" ({what}{unknown}".rstrip("; ") + ")" if (what or unknown) else ""
     return (f"{bold('Interrupted:')} {_runs_phrase(ms, records)} did not finish{inner}; {tail}")
