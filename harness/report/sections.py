@@ -74,7 +74,13 @@ def short_labels(configs: list[ConfigData]) -> tuple[dict[str, str], str]:
             continue
         if n == "geometry" and not base.get(n):
             continue
-        common_parts.append(describe_dim(n, base.get(n)))
+        part = describe_dim(n, base.get(n))
+        # the corner shows what the server ran; the labels say what was asked (vLLM runs
+        # the hybrid's attention with block 256 when 128 is asked): name both
+        asked = (configs[0].requested or {}).get(n)
+        if asked is not None and asked != base.get(n):
+            part += f" (asked {asked})"
+        common_parts.append(part)
     return ({k: escape_text(v) for k, v in short.items()},
             code(" ".join(common_parts)) if common_parts else "configuration")
 

@@ -378,3 +378,16 @@ def test_bad_everywhere_is_inconclusive_not_agreement():
     md = render_markdown(recs, [synth.manifest_for(recs)])
     assert "**inconclusive**: 128 of 128 measured residues are bad" in md
     assert "the sweep agrees" not in md
+
+
+def test_the_corner_names_what_the_server_ran_and_what_was_asked():
+    # vLLM runs the tiny hybrid's attention with block 256 when 128 is asked: the title and
+    # the table's corner show the server's value and the asked one; labels keep the asked.
+    recs = []
+    for mode in ("FULL_AND_PIECEWISE", "PIECEWISE"):
+        asked = synth.make_config(cudagraph=mode, block=128)
+        ran = dict(asked, block_size=256)
+        recs += synth.sweep(ran, range(4), requested=asked, mismatch=("block_size",))
+    md = render_markdown(recs, [])
+    assert md.splitlines()[0].startswith("# Residue sweep: `") and "block=256 (asked 128)" in \
+        md.splitlines()[0]
