@@ -14,13 +14,11 @@
 #   bash .gpu/src/benchmarks/gpu_auto.sh [LIMIT_S] [MATRIX_S]
 LIMIT=${1:-590}; MATRIX_S=${2:-430}
 R=$PWD; S=$R/.gpu/src
-T0=$(date +%s); el() { echo $(( $(date +%s) - T0 )); }
 source "$S/engine/tinymodel/scripts/device_lib.sh"
 : "${OUT:=/tmp/out}"; W=/tmp/work/auto; rm -rf "$W"; mkdir -p "$W" "$OUT"
 CACHE=/tmp/residue-lab-boot-cache; rm -rf "$CACHE"
 dev_unpack_b "$W/timings.txt"
-export PYTHONPATH=/tmp/site:$S HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 \
-  VLLM_USE_FLASHINFER_SAMPLER=0 PYTHONUNBUFFERED=1
+dev_vllm_env
 M=$R/engine/tinymodel/weights/hybrid
 dev_monitor "$W/monitor.txt"
 cd "$S" || exit 3

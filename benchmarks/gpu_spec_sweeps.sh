@@ -16,13 +16,11 @@
 #   bash .gpu/src/benchmarks/gpu_spec_sweeps.sh [LIMIT_S]
 LIMIT=${1:-585}
 R=$PWD; S=$R/.gpu/src
-T0=$(date +%s); el() { echo $(( $(date +%s) - T0 )); }
 source "$S/engine/tinymodel/scripts/device_lib.sh"
 : "${OUT:=/tmp/out}"; W=/tmp/work/sweeps; rm -rf "$W"; mkdir -p "$W" "$OUT"
 CACHE=/tmp/residue-lab-boot-cache; mkdir -p "$CACHE"
 dev_unpack_b "$W/timings.txt"
-export PYTHONPATH=/tmp/site:$S HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 \
-  VLLM_USE_FLASHINFER_SAMPLER=0 PYTHONUNBUFFERED=1
+dev_vllm_env
 M=$R/engine/tinymodel/weights/hybrid; D=$R/engine/tinymodel/weights/dflash
 rm -rf "$D"; cp -r /tmp/tiny/dflash "$D" && echo "drafter: $D ($(ls "$D" | tr '\n' ' '))" >> "$W/timings.txt"
 dev_monitor "$W/monitor.txt"

@@ -2,7 +2,27 @@
 # Shared steps of the device scripts (sourced, not run): the device's environment report,
 # unpacking the vLLM bundle (docs/gpu-notes.md, "How to rerun on the device"), a GPU
 # monitor, and packing a work folder into $OUT within the limits of what comes back
-# (at most 8 files of 16 MiB). Each script sets T0 and defines el() before sourcing this.
+# (at most 8 files of 16 MiB). Sourcing it starts the call's clock: el() is the seconds since.
+T0=$(date +%s)
+el() { echo $(( $(date +%s) - T0 )); }
+
+# dev_vllm_env: the environment vLLM 0.26.0 ran in on the H200 (docs/gpu-notes.md), with
+# the bundle and the code snapshot $S on the path.
+dev_vllm_env() {
+  export PYTHONPATH=/tmp/site:$S HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 \
+    VLLM_USE_FLASHINFER_SAMPLER=0 PYTHONUNBUFFERED=1
+}
+
+# dev_train_prologue: a training call's start: $L for logs, the environment report, bundle
+# part a unpacking in the background, and the frozen target copied to /tmp/tiny/target.
+dev_train_prologue() {
+  : "${OUT:=/tmp/out}"; L="$OUT/logs"; mkdir -p "$L" /tmp/site /tmp/tiny
+  export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
+  dev_env_txt "$L/env.txt"
+  dev_unpack_a "$L/timings.txt"
+  rm -rf /tmp/tiny/target /tmp/tiny/hybrid /tmp/tiny/dflash
+  cp -r "$R/engine/tinymodel/weights/hybrid" /tmp/tiny/target && echo "target copied $(el)s" >> "$L/timings.txt"
+}
 
 # dev_env_txt FILE: the machine, GPU, python, torch and transformers, and the code's provenance.
 dev_env_txt() {

@@ -10,15 +10,9 @@
 # Usage: SRC=.gpu/src bash engine/tinymodel/scripts/spec_call1_train.sh [MTP_CAP_S] [DFLASH_CAP_S]
 MCAP=${1:-150}; DCAP=${2:-150}
 R=$PWD; S=$(cd "${SRC:-$R}" && pwd) && cd "$S" || exit 3
-T0=$(date +%s); el() { echo $(( $(date +%s) - T0 )); }
 source "$S/engine/tinymodel/scripts/device_lib.sh"
-: "${OUT:=/tmp/out}"; L="$OUT/logs"; mkdir -p "$L" /tmp/site /tmp/tiny
-export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
-dev_env_txt "$L/env.txt"
-dev_unpack_a "$L/timings.txt"
-# The target: the committed weights as the device's tree holds them (weights/hybrid).
-rm -rf /tmp/tiny/hybrid /tmp/tiny/dflash
-cp -r "$R/engine/tinymodel/weights/hybrid" /tmp/tiny/target && echo "target copied $(el)s" >> "$L/timings.txt"
+# the target: the committed weights as the device's tree holds them (weights/hybrid)
+dev_train_prologue
 DPID=
 if python3 -m engine.tinymodel train-dflash --help > /dev/null 2>&1; then
   python3 -m engine.tinymodel train-dflash --target /tmp/tiny/target --out /tmp/tiny/dflash \
