@@ -53,9 +53,19 @@ def test_capacity_boots(tmp_path, spec, max_len, tokens):
         assert "GPU KV cache size:" in text
         if tokens:
             assert f"GPU KV cache size: {tokens} tokens" in text
-        assert "Uvicorn running on http://127.0.0.1:" in text
+        # uvicorn logs this once its socket listens, so /health can answer just before it
+        assert _log_says(log, "Uvicorn running on http://127.0.0.1:", within=10)
     finally:
         stop(proc)
+
+
+def _log_says(log, line: str, within: float) -> bool:
+    deadline = time.monotonic() + within
+    while line not in log.read_text():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)      # polling the log for the line itself, bounded above
+    return True
 
 
 @pytest.mark.parametrize("args,fragment", [
