@@ -259,7 +259,7 @@ def resolve(spec: str = "mtp", ctx: str = "huge", *, engine: str = "lab",
 
 
 def preset_table_markdown() -> str:
-    """The documented preset table (README, `sweep presets`)."""
+    """The documented preset table (docs/vllm-stack.md, `sweep presets`)."""
     rows = ["| SPEC | method | default k | why |", "|---|---|---|---|"]
     for name, (method, k, why) in SPEC_TABLE.items():
         rows.append(f"| {name} | {method or '-'} | {k} | {why} |")

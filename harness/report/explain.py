@@ -18,7 +18,7 @@ from .model import ConfigData
 __all__ = ["REFERENCE_SIGHT", "reference_texts", "divergence_of", "divergence_phrase",
            "call_counts", "reference_lines", "final_chunk_line"]
 
-# reference -> (what it can see, what it cannot): README and docs/reports.md repeat it
+# reference -> (what it can see, what it cannot): docs/flags.md and docs/reports.md repeat it
 REFERENCE_SIGHT = {
     "passage": ("any answer that is not the document's passage, in every phase",
                 "whether an answer that is not verbatim is still right (a model that "
