@@ -29,9 +29,18 @@ from ..run.records import timing_record
 from ..scheduling import PointQueue
 from ..server_pool import BootFailure, Slot
 
-__all__ = ["LocalBackend", "BOOT_FAILURES_FRESH"]
+__all__ = ["LocalBackend", "BOOT_FAILURES_ALLOWED", "boot_failures_allowed"]
 
-BOOT_FAILURES_FRESH = 2   # boot failures of one configuration before its points are skipped
+# Boot failures of one configuration, per isolation (the pass's own under auto), before
+# that pass's remaining points of it are recorded boot-fail without booting. A fresh
+# server per point allows one retry (a boot can fail for a passing reason: an OOM beside
+# other servers on one GPU); a reused server (reset, shared) allows none by default. A new
+# isolation picks its policy here.
+BOOT_FAILURES_ALLOWED = {"fresh": 2, "reset": 1, "shared": 1}
+
+
+def boot_failures_allowed(isolation: str) -> int:
+    return BOOT_FAILURES_ALLOWED.get(isolation, 1)
 
 
 class LocalBackend:
@@ -195,18 +204,23 @@ class _LocalRun:
                             queue: PointQueue) -> None:
         """A configuration that keeps failing to boot is not booted again for every
         remaining residue (a minute or more each on a GPU): its remaining points are
-        recorded as boot-fail, naming the failure. Fresh isolation allows one retry on the
-        next point (a boot can fail for a passing reason); reset/shared allow none."""
-        self._boot_failures[point.cfg_id] += 1
-        allowed = BOOT_FAILURES_FRESH if self.opts.isolation == "fresh" else 1
-        if self._boot_failures[point.cfg_id] < allowed:
+        recorded as boot-fail, naming the failure. Failures count per configuration and
+        isolation (under auto, per pass): a fresh confirmation that fails to boot says
+        nothing about the reset server already serving that configuration, so only that
+        pass's queue is drained, after that pass's allowance (``BOOT_FAILURES_ALLOWED``)."""
+        iso = self._iso(point)
+        key = (point.cfg_id, iso)
+        self._boot_failures[key] += 1
+        if self._boot_failures[key] < boot_failures_allowed(iso):
             return
-        rest_points = queue.drain(point.cfg_id)
-        if self.fresh is not None:   # auto: its confirmations cannot boot either
-            rest_points += self.fresh.drain(point.cfg_id)
+        if self.auto:
+            assert self.fresh is not None
+            rest_points = (self.fresh if iso == "fresh" else queue).drain(point.cfg_id)
+        else:
+            rest_points = queue.drain(point.cfg_id)
         for rest in rest_points:
             why = BootFailure(f"not started: this configuration failed to boot "
-                              f"{self._boot_failures[point.cfg_id]}x (last: {e.reason})",
+                              f"{self._boot_failures[key]}x (last: {e.reason})",
                               e.log_excerpt)
             self.driver.point_done(rest, self.runner.boot_fail_records(rest, slot, why), None)
 

@@ -119,3 +119,26 @@ def test_auto_is_refused_where_it_cannot_run(tmp_path, tok_dir):
                            "--dry-run"], cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 2 and "--auto-sample is for --isolation auto" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_a_failed_fresh_boot_does_not_end_the_reset_sweep(tmp_path, tok_dir):
+    # Issue 23, item 1: the 3rd server to start (a fresh confirmation: the reset server and
+    # the first fresh one boot first) dies at boot like an OOM with several servers on one
+    # GPU. The healthy reset server must finish its sweep, and the fresh pass keeps its one
+    # retry: only that one point is boot-fail.
+    proc, recs, manifest, report = sweep(
+        tmp_path, "--engine", "cmd", "--model", str(tok_dir), "--server-cmd",
+        fake_cmd(tok_dir, "--fail-boot", "3", "--boot-count-dir", str(tmp_path / "boots"),
+                 "--reply-delay", "0.05"),
+        "--context", "800", "--residues", "0-15", "--isolation", "auto", "--auto-sample",
+        "4", "--slots", "2", "--spec", "none")
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    reset = {r["residue"]: r["verdict"] for r in recs if r["isolation"] == "reset"
+             and r["document_seed"] == 0}
+    assert reset == {res: "ok" for res in range(16)}, reset
+    fresh = Counter((r["residue"], r["document_seed"], r["verdict"]) for r in recs
+                    if r["isolation"] == "fresh")
+    failed = {(res, doc) for res, doc, v in fresh if v == "boot-fail"}
+    assert len(failed) == 1, fresh
+    assert {v for _, _, v in fresh} == {"ok", "boot-fail"}
+    assert "CUDA out of memory" in next(r for r in recs if r["verdict"] == "boot-fail")["reason"]

@@ -10,6 +10,11 @@ in whole units of ``--unit``, capped at n-1), and misbehaves on purpose:
   --crash-residue R   the process dies in the middle of answering that prompt
   --hang-residue R    never answers that prompt (the harness times out)
   --boot-fail MSG     print MSG and exit 1 before listening
+  --fail-boot N --boot-count-dir D
+                      the Nth server started with this D (counted by creating D/boot-1,
+                      D/boot-2, ... atomically) exits 1 before listening, with a CUDA OOM
+                      line (several servers on one GPU); the others boot
+  --reply-delay S     sleep S seconds before each chat answer (a slow point)
   --no-tokenize       no /tokenize endpoint (404)
 
 Standard library HTTP server on purpose: it must not share code with the lab engine.
@@ -105,6 +110,8 @@ def make_handler(state: State):
             text = state.tok.render(msgs)
             n = len(state.tok.encode_text(text))
             residue = n % args.unit
+            if args.reply_delay:
+                time.sleep(args.reply_delay)
             if residue == args.hang_residue:
                 time.sleep(3600)
             if residue == args.crash_residue:
@@ -143,6 +150,18 @@ def make_handler(state: State):
     return H
 
 
+def _boot_number(count_dir: str) -> int:
+    """This server's 1-based boot number among those counted in ``count_dir``."""
+    os.makedirs(count_dir, exist_ok=True)
+    n = 1
+    while True:
+        try:
+            os.close(os.open(os.path.join(count_dir, f"boot-{n}"), os.O_CREAT | os.O_EXCL))
+            return n
+        except FileExistsError:
+            n += 1
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--port", type=int, required=True)
@@ -155,9 +174,16 @@ def main() -> None:
     p.add_argument("--hang-residue", type=int, default=-1)
     p.add_argument("--boot-fail")
     p.add_argument("--no-tokenize", action="store_true")
+    p.add_argument("--fail-boot", type=int, default=0)
+    p.add_argument("--boot-count-dir")
+    p.add_argument("--reply-delay", type=float, default=0.0)
     args = p.parse_args()
     if args.boot_fail:
         print(f"ValueError: {args.boot_fail}", flush=True)
+        sys.exit(1)
+    if args.fail_boot and _boot_number(args.boot_count_dir) == args.fail_boot:
+        print("torch.OutOfMemoryError: CUDA out of memory (fake: boot "
+              f"{args.fail_boot})", flush=True)
         sys.exit(1)
     srv = ThreadingHTTPServer(("127.0.0.1", args.port), make_handler(State(args)))
     srv.daemon_threads = True
