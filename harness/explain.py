@@ -27,16 +27,17 @@ from .configs import SweepOptions, config_id
 from .engines import make_adapter
 from .errors import CannotRun, HarnessError, UsageError
 from .flags import FLAGS, dest_of, sweep_parser
-from .report.explained import UNCHANGED
+from .report.explained import EXPLAINED, UNCHANGED
 from .prompts import PlanError
 from .run.driver import Driver
 from .run.plan import SweepPlan, load_golden, plan_with_probes
-from .run.records import latest_records, phase_key
+from .run.records import document_of, latest_records, phase_key, worst
 from .server_pool import kill_all_servers
 from .store import (ResultStore, StoreError, load_manifest_for, read_jsonl, new_run_id,
                     resolve_results)
 
-__all__ = ["ExplainPlan", "Target", "RungSpec", "prepare", "execute", "axis_changes"]
+__all__ = ["ExplainPlan", "Target", "RungSpec", "prepare", "execute", "axis_changes",
+           "non_ok_cells", "parent_golden"]
 
 
 @dataclass
@@ -65,13 +66,18 @@ class Target:
     config_id: str
     config_label: str
     residue: int
-    phases: dict[str, str]           # non-ok phase -> the parent's verdict
+    phases: dict[str, str]           # explained phase -> the parent's verdict
     rungs: list[RungSpec] = field(default_factory=list)
+    document: int = 0                # the document seed of the cell
+    case_id: str | None = None       # --prompts: the case of the cell
 
     def manifest_entry(self) -> dict[str, Any]:
-        return {"config_id": self.config_id, "config_label": self.config_label,
-                "residue": self.residue, "phases": self.phases,
-                "rungs": [r.manifest_entry() for r in self.rungs]}
+        out = {"config_id": self.config_id, "config_label": self.config_label,
+               "residue": self.residue, "document": self.document, "phases": self.phases,
+               "rungs": [r.manifest_entry() for r in self.rungs]}
+        if self.case_id is not None:
+            out["case_id"] = self.case_id
+        return out
 
 
 @dataclass
@@ -80,6 +86,8 @@ class ExplainPlan:
     parent_path: Path
     targets: list[Target]
     argv: tuple[str, ...]
+    parent_reference: str = "passage"
+    parent_documents: tuple[int, ...] = ()
 
     def runnable(self) -> list[RungSpec]:
         return [r for t in self.targets for r in t.rungs if r.opts is not None]
@@ -148,20 +156,29 @@ def _rung_opts(build: Callable, ns, residue: int, changes: dict[str, Any],
 
 
 # -- which cells ---------------------------------------------------------------------------
+CellKey = tuple[str, str | None, int, int]   # (config_id, case, residue, document)
+
+
 def non_ok_cells(records: list[dict], residue: int | None,
-                 phase: str | None) -> dict[tuple[str, int], dict[str, Any]]:
-    """(config_id, residue) -> {"phases": {phase: verdict}, "record": one record}."""
+                 phase: str | None) -> dict[CellKey, dict[str, Any]]:
+    """The cells explain reruns, keyed (config_id, case, residue, document):
+    {"phases": {phase: verdict}, "record": one record}. Only a judged bad answer, a crash
+    or a timeout (``EXPLAINED``) is explained: an unjudged, boot-fail or invalid cell has
+    nothing in its answer to explain. An auto run's reset and fresh records of one cell
+    merge (explain reruns on fresh servers either way), the worse verdict kept."""
     recs, _ = latest_records(records)
-    out: dict[tuple[str, int], dict[str, Any]] = {}
+    out: dict[CellKey, dict[str, Any]] = {}
     for r in sorted(recs, key=lambda r: (r.get("residue"), phase_key(r.get("phase", "")))):
-        if r.get("verdict") == "ok":
+        if r.get("verdict") not in EXPLAINED:
             continue
         if residue is not None and r.get("residue") != residue:
             continue
         if phase is not None and r.get("phase") != phase:
             continue
-        cell = out.setdefault((r["config_id"], int(r["residue"])), {"phases": {}, "record": r})
-        cell["phases"][r["phase"]] = r["verdict"]
+        key = (r["config_id"], r.get("case_id"), int(r["residue"]), document_of(r))
+        cell = out.setdefault(key, {"phases": {}, "record": r})
+        cell["phases"][r["phase"]] = worst([r["verdict"], *([cell["phases"][r["phase"]]]
+                                                          if r["phase"] in cell["phases"] else [])])
     return out
 
 
@@ -189,9 +206,10 @@ def prepare(run_ref: str, out_dir: str, *, residue: int | None, phase: str | Non
     if not cells and (residue is not None or phase is not None):
         what = " ".join(x for x in (f"residue {residue}" if residue is not None else "",
                                     f"phase {phase}" if phase else "") if x)
-        raise UsageError(f"run {manifest['run_id']}: no non-ok cell at {what}")
+        raise UsageError(f"run {manifest['run_id']}: no broken, diverged, crash or timeout "
+                         f"cell at {what} (no non-ok cell to explain)")
     targets = []
-    for (cid, res), cell in cells.items():
+    for (cid, case, res, doc), cell in cells.items():
         rec = cell["record"]
         requested = dict(rec.get("requested_config") or rec.get("config") or {})
         ns = _pinned(parent_ns, requested)
@@ -201,15 +219,16 @@ def prepare(run_ref: str, out_dir: str, *, residue: int | None, phase: str | Non
                             f"configuration {cid} ({rec.get('config_label')}); was it made by "
                             "another harness version?")
         t = Target(cid, rec.get("config_label") or base.configs[0].label(), res,
-                   cell["phases"], [RungSpec(UNCHANGED, UNCHANGED, base)])
+                   cell["phases"], [RungSpec(UNCHANGED, UNCHANGED, base)], doc, case)
         effective = rec.get("config") or {}
         for axis, label, changes in axis_changes(
                 base.configs[0], runners=runners_for(base.engine),
                 ran_on=effective.get("model_runner")):
             t.rungs.append(_rung(build, ns, res, axis, label, changes, run_flags, cid))
         targets.append(t)
-    return ExplainPlan(manifest["run_id"], path, targets,
-                       ("explain", str(run_ref)))
+    return ExplainPlan(manifest["run_id"], path, targets, ("explain", str(run_ref)),
+                       manifest.get("reference") or parent_ns.reference,
+                       tuple(manifest.get("documents") or ()))
 
 
 def _rung(build, ns, res, axis, label, changes, run_flags, base_cid) -> RungSpec:
@@ -233,17 +252,26 @@ async def execute(xp: ExplainPlan, *, on_point: Callable | None = None) -> tuple
     residues = sorted({t.residue for t in xp.targets})
     opts = dataclasses.replace(first, configs=tuple(configs.values()),
                                residues=",".join(map(str, residues)), argv=xp.argv)
+    golden = None
+    if opts.reference in ("first", "consensus"):
+        # first / consensus judge a run's answers against each other after it ends; a rung
+        # is one configuration, so it is judged against the answer the parent's matrix
+        # reference chose for the same prompt (else every clean rung stays unjudged)
+        golden = parent_golden(read_jsonl(xp.parent_path))
+        opts = dataclasses.replace(opts, reference=f"golden:{xp.parent_run}")
     adapter = make_adapter(opts.engine, opts.server_cmd, draft_model=opts.draft_model,
                            extra_args=opts.engine_args, work_dir=opts.out,
                            isolation=opts.isolation, served_model_name=opts.served_model_name)
     adapter.check(opts.configs, opts.slots[0])
     store = ResultStore(opts.out, new_run_id())
-    golden = load_golden(opts.golden_run, opts.out) if opts.golden_run else None
+    if golden is None and opts.golden_run:
+        golden = load_golden(opts.golden_run, opts.out)
     try:
         plan = await _plan(xp, opts, adapter, store)
     except PlanError as e:
         raise UsageError(str(e)) from None
     links = {"explains": {"run_id": xp.parent_run, "results": str(xp.parent_path),
+                          "documents": list(xp.parent_documents),
                           "targets": [t.manifest_entry() for t in xp.targets]}}
     driver = Driver(opts, adapter, store, plan, golden=golden, links=links,
                     on_point_done=on_point)
@@ -262,15 +290,17 @@ async def execute(xp: ExplainPlan, *, on_point: Callable | None = None) -> tuple
 
 
 async def _plan(xp: ExplainPlan, opts: SweepOptions, adapter, store: ResultStore) -> SweepPlan:
-    """One plan per explained cell (its residue, its rungs' configurations), merged;
-    a (configuration, residue) two cells share runs once."""
+    """One plan per explained cell (its residue, document and case, its rungs'
+    configurations), merged; a point two cells share runs once."""
     points, seen, pad, t0 = [], set(), {}, time.monotonic()
     for t in xp.targets:
         cfgs: dict[str, ServingConfig] = {}
         for r in t.rungs:
             if r.opts is not None:
                 cfgs.setdefault(config_id(r.cfg), r.cfg)
-        sub = dataclasses.replace(opts, configs=tuple(cfgs.values()), residues=str(t.residue))
+        cases = tuple(c for c in opts.cases if c.id == t.case_id)
+        sub = dataclasses.replace(opts, configs=tuple(cfgs.values()), residues=str(t.residue),
+                                  seeds=(t.document,), seed=t.document, cases=cases)
         p = await plan_with_probes(sub, adapter, logs_dir=store.logs_dir)
         pad.update(p.pad_unit)
         for pt in p.points:
@@ -278,3 +308,25 @@ async def _plan(xp: ExplainPlan, opts: SweepOptions, adapter, store: ResultStore
                 seen.add(pt.key)
                 points.append(pt)
     return SweepPlan(points, {}, time.monotonic() - t0, pad)
+
+
+def parent_golden(records: list[dict]) -> dict[tuple, dict]:
+    """``run.plan.load_golden``'s mapping from a first / consensus run's own records: per
+    prompt, the reference answer its matrix reference judged the prompt's answers against
+    (text and token logprobs of an answer with that sha1); a prompt judged against more
+    than one answer, or none, is left out."""
+    recs, _ = latest_records(records)
+    by_sha = {r["sha1"]: r for r in recs if r.get("sha1")}
+    refs: dict[tuple, set[str]] = {}
+    for r in recs:
+        if r.get("reference_sha1") in by_sha:
+            key = (("prompt", r["prompt_sha1"]) if r.get("prompt_sha1")
+                   else (r["residue"], r["target_len"], r.get("document_seed")))
+            refs.setdefault(key, set()).add(r["reference_sha1"])
+    out = {}
+    for key, shas in refs.items():
+        if len(shas) == 1:
+            ref = by_sha[next(iter(shas))]
+            out[key] = {"text": ref.get("answer") or "", "sha1": ref["sha1"],
+                        "tokens": ref.get("token_logprobs")}
+    return out

@@ -13,7 +13,7 @@ from typing import Sequence
 
 from .engines import adapter_class, make_adapter
 from .errors import UsageError
-from .flags import Parser, positive_int
+from .flags import Parser, positive_int, sweep_parser
 from .run.plan import Point
 from .vocabulary import PHASES
 
@@ -48,8 +48,10 @@ def run_explain(argv: Sequence[str], build_options) -> int:
     from .report.explained import ladders, render_ladder
     if ns.slots and ns.gpus:
         raise UsageError("--slots and --gpus are exclusive: --gpus gives one slot per GPU")
-    run_flags = {"out": ns.out, "isolation": "fresh", "resume": None, "dry_run": False,
-                 "baseline": None, "junit": None, "gh_issue": None}
+    # the rungs run on fresh servers: the parent's auto-only flags do not apply to them
+    run_flags = {"out": ns.out, "isolation": "fresh", "auto_sample": sweep_parser().get_default("auto_sample"),
+                 "resume": None, "dry_run": False, "baseline": None, "junit": None,
+                 "gh_issue": None, "bisect": False}
     if ns.slots or ns.gpus:
         run_flags.update(slots=ns.slots, gpus=ns.gpus)
     xp = explain.prepare(ns.run, ns.out, residue=ns.residue, phase=ns.phase,
@@ -81,7 +83,10 @@ def _explain_dry_run(xp) -> int:
                            extra_args=rung.engine_args, isolation="fresh",
                            served_model_name=rung.served_model_name)
     for t in xp.targets:
-        print(f"residue {t.residue} of {t.config_label} (run {xp.parent_run}: "
+        where = "".join(x for x in (f", case {t.case_id}" if t.case_id else "",
+                                    f", document {t.document}"
+                                    if len(xp.parent_documents) > 1 else ""))
+        print(f"residue {t.residue} of {t.config_label}{where} (run {xp.parent_run}: "
               + ", ".join(f"{p} {v}" for p, v in t.phases.items()) + ")")
         for r in t.rungs:
             if r.opts is None:

@@ -4,20 +4,38 @@ names the discriminators.
 
 Input: the manifest of an explain run (its ``explains`` block names the parent run, the
 cells explained and, per rung, the configuration that ran it) and that run's records.
-A cell whose unchanged rerun comes back ok is *not reproduced*: its ladder is printed,
-but nothing is called a discriminator of it.
+A cell whose unchanged rerun comes back ok is *not reproduced*, and one whose unchanged
+rerun could not judge it (boot-fail, timeout where it broke, invalid, unjudged) is
+*inconclusive*: either way its ladder is printed, but nothing is called a discriminator.
+A cell is one configuration, residue, document and prompt case: a run over several
+documents or cases gets one ladder per document and case, each read from its own records.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from ..ghmarkdown import bold, code, escape_text, table
-from ..run.records import BUG_VERDICTS, latest_records, phase_key
+from ..run.records import BUG_VERDICTS, document_of, latest_records, phase_key
 from .cells import cell_markdown
 
-__all__ = ["UNCHANGED", "Rung", "Ladder", "ladders", "render_ladder", "render_explained",
-           "explains_of", "closing_line", "hit_unit"]
+__all__ = ["UNCHANGED", "EXPLAINED", "Rung", "Ladder", "ladders", "render_ladder",
+           "render_explained", "explains_of", "closing_line", "hit_unit", "same_failure"]
 
 UNCHANGED = "none (the cell as run)"
+# The verdicts explain reruns: a judged bad answer, or a server that died or hung on the
+# cell. unjudged (nothing to compare), boot-fail, invalid and infra say nothing about the
+# cell's answer, so there is nothing there to explain.
+EXPLAINED = BUG_VERDICTS | {"crash", "timeout"}
+
+
+def same_failure(parent: str, rerun: str | None) -> bool:
+    """Does a rerun verdict reproduce the parent's? A bad answer again (broken and
+    diverged are one family: the same corruption can cut early or late), or the same
+    crash / timeout; anything else did not reproduce it, or could not judge it."""
+    if rerun is None:
+        return False
+    if parent in BUG_VERDICTS:
+        return rerun in BUG_VERDICTS
+    return rerun == parent
 
 
 @dataclass
@@ -84,12 +102,21 @@ class Ladder:
     phases: dict[str, str]             # explained phase -> the parent's verdict
     unchanged: Rung
     rungs: list[Rung] = field(default_factory=list)
+    where: str = ""                    # "document 1", "case chat-1": set when it tells cells apart
 
     @property
     def reproduced(self) -> bool:
-        """Every explained phase is non-ok again on the unchanged configuration."""
+        """Every explained phase fails the same way again on the unchanged configuration
+        (a boot-fail, an invalid or an unjudged rerun reproduces nothing)."""
         recs = self.unchanged.records
-        return all(p in recs and recs[p]["verdict"] != "ok" for p in self.phases)
+        return all(same_failure(v, (recs.get(p) or {}).get("verdict"))
+                   for p, v in self.phases.items())
+
+    @property
+    def came_back_ok(self) -> bool:
+        """Every explained phase came back ok: not reproduced (else: inconclusive)."""
+        recs = self.unchanged.records
+        return all((recs.get(p) or {}).get("verdict") == "ok" for p in self.phases)
 
     def by_axis(self, outcome: str) -> list[str]:
         """Axes whose every run rung has ``outcome``, named by axis; an axis whose rungs
@@ -116,29 +143,43 @@ def explains_of(manifest: dict | None) -> dict | None:
 
 
 def ladders(manifest: dict, records: list[dict]) -> list[Ladder]:
-    """The ladders of one explain run, in the order its cells were named."""
+    """The ladders of one explain run, in the order its cells were named. A target names
+    its document and case (explain runs since issue 23); an older one matches any."""
     block = explains_of(manifest)
     if block is None:
         return []
     recs, _ = latest_records(records)
     by_point: dict[tuple, dict[str, dict]] = {}
     for r in recs:
-        by_point.setdefault((r.get("config_id"), r.get("residue")), {})[r["phase"]] = r
+        key = (r.get("config_id"), r.get("case_id"), r.get("residue"), document_of(r))
+        by_point.setdefault(key, {})[r["phase"]] = r
+    targets = list(block.get("targets") or [])
+    several_docs = len({t.get("document") for t in targets}) > 1 or len(
+        block.get("documents") or ()) > 1
     out = []
-    for t in block.get("targets") or []:
+    for t in targets:
         residue = int(t["residue"])
 
         def rung(spec: dict) -> Rung:
-            got = by_point.get((spec.get("config_id"), residue), {}) if spec.get("config_id") else {}
+            cid = spec.get("config_id")
+            got: dict[str, dict] = {}
+            if cid:
+                for (c, case, res, doc), phases in by_point.items():
+                    if (c == cid and res == residue and case == t.get("case_id")
+                            and ("document" not in t or doc == t["document"])):
+                        got = {**phases, **got}
             return Rung(spec["label"], spec.get("axis", spec["label"]), got, spec.get("note", ""))
 
         specs = list(t.get("rungs") or [])
         unchanged = next((rung(s) for s in specs if s["label"] == UNCHANGED), None)
         if unchanged is None:
             continue
+        where = ", ".join(x for x in (
+            f"case {t['case_id']}" if t.get("case_id") else "",
+            f"document {t['document']}" if several_docs and "document" in t else "") if x)
         out.append(Ladder(block["run_id"], t.get("config_label", "?"), residue,
                           dict(t.get("phases") or {}), unchanged,
-                          [rung(s) for s in specs if s["label"] != UNCHANGED]))
+                          [rung(s) for s in specs if s["label"] != UNCHANGED], where))
     return out
 
 
@@ -155,7 +196,8 @@ def render_ladder(ladder: Ladder, level: str = "###") -> str:
     phases = sorted(ladder.phases, key=phase_key)
     said = ", ".join(f"{escape_text(p)} {escape_text(v)}" for p, v in
                      sorted(ladder.phases.items(), key=lambda kv: phase_key(kv[0])))
-    head = (f"{level} Residue {ladder.residue} of {code(ladder.config_label)}\n\n"
+    where = f" ({escape_text(ladder.where)})" if ladder.where else ""
+    head = (f"{level} Residue {ladder.residue} of {code(ladder.config_label)}{where}\n\n"
             f"Run {code(ladder.parent_run)} had {said}; each row reruns residue "
             f"{ladder.residue} on fresh servers with one axis changed.\n")
     header = ["changed axis"] + [f"residue {ladder.residue} {escape_text(p)}" for p in phases]
@@ -176,8 +218,13 @@ def closing_line(ladder: Ladder) -> str:
         got = ", ".join(f"{escape_text(p)} {escape_text(ladder.unchanged.records[p]['verdict'])}"
                         if p in ladder.unchanged.records else f"{escape_text(p)} not run"
                         for p in sorted(ladder.phases, key=phase_key))
-        return (bold(f"Not reproduced: {cell} came back {got} on the unchanged rerun")
-                + ", so this ladder explains nothing; no axis is named a discriminator." + tail)
+        if ladder.came_back_ok:
+            return (bold(f"Not reproduced: {cell} came back {got} on the unchanged rerun")
+                    + ", so this ladder explains nothing; no axis is named a discriminator."
+                    + tail)
+        return (bold(f"Inconclusive: {cell} came back {got} on the unchanged rerun")
+                + ", which neither reproduces the cell nor clears it, so this ladder explains "
+                "nothing; no axis is named a discriminator." + tail)
     disc = ladder.by_axis("clean")
     non = ladder.by_axis("stays")
     unclear = ladder.by_axis("inconclusive")

@@ -48,9 +48,14 @@ def lab(tmp_path: Path):
 
 
 def closing(stdout: str) -> str:
-    lines = [ln for ln in stdout.splitlines() if ln.startswith(("Reproduced", "**Not reproduced"))]
+    lines = closings(stdout)
     assert len(lines) == 1, stdout
     return lines[0]
+
+
+def closings(stdout: str) -> list[str]:
+    return [ln for ln in stdout.splitlines()
+            if ln.startswith(("Reproduced", "**Not reproduced", "**Inconclusive"))]
 
 
 def named(line: str, label: str) -> list[str]:
@@ -172,3 +177,82 @@ def test_a_committed_vllm_run_gets_its_rungs_and_the_other_runner(tmp_path):
     assert "RESIDUE_LAB_PATCHES=all" in lines["patches → all"]
     assert '"cudagraph_mode":"PIECEWISE"' in lines["graph mode → PIECEWISE"]
     assert "nothing started" in proc.stdout and not list(tmp_path.glob("*.jsonl"))
+
+
+# -- issue 23: nothing said on no evidence -------------------------------------------------
+def test_under_reference_cold_only_the_real_break_is_explained_and_its_axes_named(lab):
+    # The cold cells are unjudged under --reference cold: nothing to explain there (they
+    # printed "Reproduced" before), and the break's ladder names its discriminators.
+    sweep, explain, _ = lab
+    proc, run_id = sweep("--residues", "3-5", "--context", "3000", "--reference", "cold")
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    ex = explain(run_id)
+    assert ex.returncode == 0, ex.stderr[-3000:]
+    assert "explaining 1 cell(s)" in ex.stderr
+    line = closing(ex.stdout)
+    assert line.startswith("Reproduced"), line
+    assert {"graph mode", "patches", "prefix caching"} <= set(named(line, "**Discriminators**"))
+
+
+def test_under_reference_first_the_rungs_are_judged(lab):
+    # Under first, a run's answers are judged only after it ends; a rung is one
+    # configuration, so it is judged against the answer the parent's first configuration
+    # gave at that prompt (before: every clean rung unjudged, no discriminator).
+    sweep, explain, _ = lab
+    proc, run_id = sweep("--residues", "4", "--reference", "first", "--context", "3000",
+                         "--cudagraph", "PIECEWISE,FULL_AND_PIECEWISE")
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    ex = explain(run_id)
+    assert ex.returncode == 0, ex.stderr[-3000:]
+    line = closing(ex.stdout)
+    assert line.startswith("Reproduced"), line
+    assert {"graph mode", "patches", "prefix caching"} <= set(named(line, "**Discriminators**"))
+    assert "unjudged" not in ladder_rows(ex.stdout)["graph mode → PIECEWISE"]
+
+
+def test_one_ladder_per_document(lab, tmp_path):
+    # Residue 4 broken on documents 0 and 1: two cells, each ladder read from its own
+    # document's reruns (a rung keyed by configuration and residue mixed the two).
+    sweep, explain, out = lab
+    proc, run_id = sweep("--residues", "4", "--seed", "0,1", "--context", "3000")
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    ex = explain(run_id)
+    assert ex.returncode == 0, ex.stderr[-3000:]
+    assert "explaining 2 cell(s)" in ex.stderr
+    heads = [ln for ln in ex.stdout.splitlines() if ln.startswith("## Residue 4")]
+    assert [h.endswith(f"(document {d})") for d, h in zip((0, 1), heads)] == [True, True], heads
+    assert len(closings(ex.stdout)) == 2
+    child = next(json.loads(p.read_text()) for p in out.glob("*.manifest.json")
+                 if json.loads(p.read_text()).get("explains"))
+    assert [t["document"] for t in child["explains"]["targets"]] == [0, 1]
+    recs = [json.loads(x) for x in (out / f"{child['run_id']}.jsonl").read_text().splitlines()]
+    n_rungs = len([r for r in child["explains"]["targets"][0]["rungs"] if r.get("config_id")])
+    assert sorted({r["document_seed"] for r in recs}) == [0, 1]
+    assert len({(r["config_id"], r["document_seed"]) for r in recs}) == 2 * n_rungs
+    report = harness(tmp_path, "report", run_id, "--out", str(out))
+    section = report.stdout.split("## Explained", 1)[1]
+    assert "(document 0)" in section and "(document 1)" in section
+
+
+def test_one_cell_per_prompt_case(lab):
+    # examples/prompts/chat.jsonl: two cases, residue 4 broken in both
+    sweep, explain, _ = lab
+    proc, run_id = sweep("--residues", "4", "--prompts",
+                         str(ROOT / "examples" / "prompts" / "chat.jsonl"))
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    ex = explain(run_id, "--dry-run")
+    assert ex.returncode == 0, ex.stderr[-3000:]
+    heads = [ln for ln in ex.stdout.splitlines() if ln.startswith("residue 4 of")]
+    assert len(heads) == 2, ex.stdout
+    assert ", case chat-release-notes " in heads[0] and ", case chat-incident " in heads[1]
+
+
+def test_a_run_made_with_auto_sample_is_explained(lab):
+    sweep, explain, _ = lab
+    proc, run_id = sweep("--residues", "4", "--isolation", "auto", "--auto-sample", "2")
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    ex = explain(run_id, "--dry-run")
+    assert ex.returncode == 0, ex.stderr[-3000:]
+    assert "nothing started" in ex.stdout
+    # auto adds document 1 for the rule's residues: one cell per document
+    assert len([ln for ln in ex.stdout.splitlines() if ln.startswith("residue 4 of")]) == 2

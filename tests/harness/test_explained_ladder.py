@@ -59,3 +59,28 @@ def test_not_reproduced_names_nothing_and_the_section_says_whose():
     section = render_explained([(m, records)])
     assert section.startswith("## Explained") and "Explain run: `child`" in section
     assert render_explained([({"run_id": "x"}, records)]) == ""   # not an explain run
+
+
+def test_an_unchanged_rerun_that_could_not_judge_reproduces_nothing():
+    # issue 23 item 2: boot-fail / timeout / invalid / unjudged is not "Reproduced"
+    for verdict in ("boot-fail", "timeout", "invalid", "unjudged"):
+        records = [rec("u", verdict), rec("g", "ok")]
+        (lad,) = ladders(manifest(RUNGS[:2]), records)
+        assert not lad.reproduced, verdict
+        line = closing_line(lad)
+        assert line.startswith(f"**Inconclusive: residue 4 self-hit came back self-hit {verdict}")
+        assert "Discriminators" not in line
+    (lad,) = ladders(manifest(RUNGS[:2]), [rec("u", "diverged"), rec("g", "ok")])
+    assert lad.reproduced   # broken and diverged are one family
+
+
+def test_each_document_reads_its_own_reruns():
+    m = manifest(RUNGS[:2])
+    t0 = m["explains"]["targets"][0]
+    m["explains"]["targets"] = [dict(t0, document=0), dict(t0, document=1)]
+    records = [dict(rec("u", "broken"), document_seed=0), dict(rec("g", "broken"), document_seed=0),
+               dict(rec("u", "broken"), document_seed=1), dict(rec("g", "ok"), document_seed=1)]
+    lad0, lad1 = ladders(m, records)
+    assert (lad0.where, lad1.where) == ("document 0", "document 1")
+    assert "Not discriminators (the cell stays broken): graph mode." in closing_line(lad0)
+    assert "cleans residue 4 self-hit): graph mode." in closing_line(lad1)
