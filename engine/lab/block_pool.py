@@ -13,6 +13,21 @@ The KV data itself lives in two flat numpy arrays indexed by slot
 ``kv_pos`` (the position it was written for). Recurrent-state snapshots for hybrid
 prefix caching (vLLM's cached mamba-group blocks) are attached to the hash of the block
 that ends an aligned prefix and evicted with it.
+
+The pool also holds the **state slots** a replayed verify graph reads (``slot_last``,
+``slot_drafts``: one slot per persistent-batch row; see ``model_runner.py``). In vLLM the
+memory a FULL spec-verify replay reads its recurrent state from is a hybrid's mamba state,
+which sits in the KV cache tensor, named by persistent indices that only spec-decode steps
+refresh. So it behaves like KV memory, and that is what ``/reset_prefix_cache`` and sleep
+mode do differently:
+
+- ``reset_prefix_cache`` forgets hashes only (``BlockPool.reset_prefix_cache`` in vLLM):
+  freed blocks keep their contents and the state slots keep what the last decode step
+  staged, so a reused server's next replay reads what it served before;
+- ``discard`` is sleep level >= 1 (``CuMemAllocator.sleep``: the ``kv_cache`` tag is not
+  backed up; ``wake_up`` maps new, empty memory): every array is back to its boot
+  contents. The block metadata (reference counts, free queue) is the scheduler's and is
+  not memory sleep touches; the hashes go with the prefix-cache reset sleep does first.
 """
 from __future__ import annotations
 
@@ -21,15 +36,23 @@ from typing import Any
 
 import numpy as np
 
+__all__ = ["BlockPool"]
+
 
 class BlockPool:
-    def __init__(self, num_blocks: int, block_size: int, enable_caching: bool) -> None:
+    def __init__(self, num_blocks: int, block_size: int, enable_caching: bool,
+                 num_rows: int = 1, num_spec_tokens: int = 0) -> None:
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.enable_caching = enable_caching
         n_slots = num_blocks * block_size
         self.kv_tok = np.zeros(n_slots, dtype=np.int32)
         self.kv_pos = np.full(n_slots, -1, dtype=np.int32)
+        # state slots of the persistent-batch rows: the last sampled token and the drafts a
+        # decode step staged (what a replayed verify graph reads)
+        self.slot_last = np.zeros(num_rows, dtype=np.int32)
+        self.slot_drafts = np.zeros((num_rows, max(1, num_spec_tokens)), dtype=np.int32)
+        self.discards = 0   # times sleep discarded this memory
         self.ref_cnt = [0] * num_blocks
         self.block_hash: list[int | None] = [None] * num_blocks
         # Insertion order = eviction order (front is evicted first).
@@ -92,8 +115,26 @@ class BlockPool:
             self.state_snapshots[block_hash] = state
 
     def reset_prefix_cache(self) -> bool:
+        """Forget every hash: metadata only, the memory keeps its contents."""
         for h, b in list(self.cached.items()):
             self.block_hash[b] = None
         self.cached.clear()
         self.state_snapshots.clear()
         return True
+
+    def discard(self) -> int:
+        """Sleep level >= 1: the KV memory is released and comes back empty (its boot
+        contents) on wake. Filled in place: the runner holds views of these arrays.
+        Returns the bytes discarded."""
+        self.kv_tok.fill(0)
+        self.kv_pos.fill(-1)
+        self.slot_last.fill(0)
+        self.slot_drafts.fill(0)
+        self.state_snapshots.clear()
+        self.discards += 1
+        return self.nbytes
+
+    @property
+    def nbytes(self) -> int:
+        return (self.kv_tok.nbytes + self.kv_pos.nbytes + self.slot_last.nbytes
+                + self.slot_drafts.nbytes)

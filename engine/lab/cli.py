@@ -112,6 +112,9 @@ def build_parser() -> argparse.ArgumentParser:
            "the prompt's last hash boundary, and MTP/DFlash hits drop their last matched unit "
            "(a cold prompt of length k+1 mod unit breaks too). none: no recurrent-state "
            "caching, so a hybrid gets no hits")
+    a("--enable-sleep-mode", action="store_true",
+      help="allocate the KV memory where POST /sleep?level=1 discards it (vLLM's flag; "
+           "without it /sleep pauses and resets the prefix cache but discards nothing)")
     a("--version", action="version", version=VERSION)
     return p
 
@@ -147,7 +150,8 @@ def config_from_args(argv: list[str] | None = None) -> LabConfig:
         max_num_batched_tokens=ns.max_num_batched_tokens, max_num_seqs=ns.max_num_seqs,
         enable_prompt_tokens_details=ns.enable_prompt_tokens_details,
         api_key=ns.api_key or os.environ.get("VLLM_API_KEY") or None, seed=ns.seed,
-        patches=ns.patches, geometry=ns.geometry, mamba_cache_mode=ns.mamba_cache_mode)
+        patches=ns.patches, geometry=ns.geometry, mamba_cache_mode=ns.mamba_cache_mode,
+        enable_sleep_mode=ns.enable_sleep_mode)
     if not (0 < cfg.port < 65536):
         p.error(f"--port must be 1..65535, got {cfg.port}")
     try:

@@ -159,6 +159,8 @@ class LabConfig:
     patches: tuple[str, ...] = PATCHES
     geometry: str = "hybrid"
     mamba_cache_mode: str = "all"
+    # vLLM's --enable-sleep-mode: the KV memory is allocated where /sleep can discard it
+    enable_sleep_mode: bool = False
     # derived (filled by finalize)
     bytes_per_token: int = 0
     num_gpu_blocks: int = 0

@@ -2,8 +2,10 @@
 
 Mirrors ``vllm/v1/engine/core.py`` (``EngineCore.step``, the busy loop, and the fatal
 error path: an exception in the core kills it, ``EngineDeadError`` reaches every
-in-flight request) and ``vllm/v1/engine/async_llm.py`` (per-request output queues, abort
-on client disconnect). vLLM runs the core in its own process; the lab runs it as one
+in-flight request; ``sleep`` / ``wake_up`` / ``is_sleeping``, whose memory side is
+``sleep.py``) and ``vllm/v1/engine/async_llm.py`` (per-request output queues, abort
+on client disconnect, the sleep-state gauge). vLLM runs the core in its own process; the
+lab runs it as one
 asyncio task in the server process (a step is tens of microseconds), which keeps boot fast
 and the failure path identical from the outside: 500s, ``/health`` failing, and the
 process exiting non-zero shortly after.
@@ -27,6 +29,7 @@ from .model import CopyModel
 from .model_runner import ModelRunner
 from .request import Request
 from .scheduler import Scheduler
+from .sleep import MODES, SleepError, SleepState
 from .spec_decode import Drafter
 from .tokenizer import LabTokenizer
 
@@ -42,7 +45,8 @@ class EngineCore:
         self.cfg = cfg
         self.tokenizer = tokenizer
         self.metrics = EngineMetrics(cfg.served_model_name)
-        self.pool = BlockPool(cfg.num_gpu_blocks, cfg.block_size, cfg.enable_prefix_caching)
+        self.pool = BlockPool(cfg.num_gpu_blocks, cfg.block_size, cfg.enable_prefix_caching,
+                              cfg.max_num_seqs, cfg.num_spec_tokens)
         self.kvm = KVCacheManager(
             self.pool, block_size=cfg.block_size, alignment=cfg.effective_hash_unit,
             hybrid=cfg.geometry == "hybrid", enable_caching=cfg.enable_prefix_caching,
@@ -60,8 +64,9 @@ class EngineCore:
                               tokenizer.vocab_size,
                               int(spec.get("prompt_lookup_max") or nd.get("prompt_lookup_max", 4)),
                               int(spec.get("prompt_lookup_min") or nd.get("prompt_lookup_min", 1)))
-        self.runner = ModelRunner(cfg, self.pool.kv_tok, self.pool.kv_pos, self.model, drafter)
+        self.runner = ModelRunner(cfg, self.pool, self.model, drafter)
         self.scheduler = Scheduler(cfg, self.kvm, self.runner, self.metrics)
+        self.sleep = SleepState(cfg, self.pool)
 
     def add_request(self, req: Request) -> None:
         self.scheduler.add_request(req)
@@ -92,17 +97,22 @@ class AsyncEngine:
         self.dead: BaseException | None = None
         self.on_dead = on_dead
         self._wake: asyncio.Event | None = None
+        self._idle: asyncio.Event | None = None   # set whenever the core runs out of work
         self._task: asyncio.Task | None = None
         self._ids = itertools.count()
 
     def start(self) -> None:
         self._wake = asyncio.Event()
+        self._idle = asyncio.Event()
         self._task = asyncio.get_running_loop().create_task(self._loop())
 
     async def _loop(self) -> None:
-        assert self._wake is not None
+        assert self._wake is not None and self._idle is not None
         while True:
-            if not self.core.has_work():
+            # a paused scheduler queues new requests and steps nothing (vLLM's PAUSED_*)
+            if self.core.sleep.paused or not self.core.has_work():
+                if not self.core.has_work():
+                    self._idle.set()
                 self._wake.clear()
                 await self._wake.wait()
                 continue
@@ -116,6 +126,42 @@ class AsyncEngine:
                 if q is not None:
                     q.put_nowait((new, reason, req))
             await asyncio.sleep(0)
+
+    # -- sleep mode (EngineCore.sleep / wake_up / is_sleeping) --------------------------
+    async def sleep(self, level: int, mode: str = "abort") -> None:
+        """Pause the scheduler (abort, drain or keep what is in flight), reset the prefix
+        cache at level >= 1 (vLLM's ``pause_scheduler(clear_cache=True)``), then let the
+        executor sleep: level >= 1 discards the KV memory where sleep mode is on."""
+        if mode not in MODES:
+            raise SleepError(f"Invalid pause mode: {mode}")
+        if self.dead is not None:
+            raise EngineDeadError()
+        if mode == "wait":   # let what is in flight finish first
+            assert self._idle is not None
+            while self.core.has_work() and self.dead is None:
+                self._idle.clear()
+                await self._idle.wait()
+        elif mode == "abort":
+            for req_id, q in list(self.queues.items()):
+                req = self.core.scheduler.requests.get(req_id)
+                self.core.abort(req_id)
+                if req is not None:
+                    q.put_nowait(([], "abort", req))
+        self.core.sleep.pause(level)
+        if level >= 1:
+            self.core.reset_prefix_cache()
+            self.core.sleep.release(level)
+        self.core.metrics.sleep_level = level
+
+    def wake_up(self, tags: list[str] | None = None) -> None:
+        self.core.sleep.wake_up(tags)
+        if not self.core.sleep.is_sleeping:
+            self.core.metrics.sleep_level = None
+            assert self._wake is not None
+            self._wake.set()   # requests queued while paused run now
+
+    def is_sleeping(self) -> bool:
+        return self.core.sleep.is_sleeping
 
     def _die(self, e: BaseException) -> None:
         self.dead = e

@@ -4,7 +4,8 @@ Mirrors ``vllm/v1/metrics/loggers.py`` (``PrometheusStatLogger``):
 ``vllm:spec_decode_num_drafts_total``, ``vllm:spec_decode_num_draft_tokens_total``,
 ``vllm:spec_decode_num_accepted_tokens_total``, ``vllm:prefix_cache_queries_total``,
 ``vllm:prefix_cache_hits_total``, ``vllm:num_requests_running`` (labels ``model_name``,
-``engine``). The counters are plain ints in the engine's hot path; ``prometheus_client``
+``engine``), ``vllm:engine_sleep_state`` (one gauge per ``sleep_state``: ``awake``,
+``weights_offloaded`` for level 1, ``discard_all`` for level 2, as ``record_sleep_state``). The counters are plain ints in the engine's hot path; ``prometheus_client``
 is imported on the first scrape only, to keep boot fast.
 """
 from __future__ import annotations
@@ -24,6 +25,7 @@ class EngineMetrics:
         self.num_requests_waiting = 0
         self.kv_cache_usage = 0.0
         self.request_success = {"stop": 0, "length": 0, "abort": 0}
+        self.sleep_level: int | None = None   # None: awake
         self._registry = None
 
     def _build(self):
@@ -75,9 +77,23 @@ class EngineMetrics:
                     g.add_metric(values, v)
                     yield g
 
+                g = GaugeMetricFamily(
+                    "vllm:engine_sleep_state", "Engine sleep state; awake = 0 means engine is "
+                    "sleeping; awake = 1 means engine is awake; weights_offloaded = 1 means "
+                    "sleep level 1; discard_all = 1 means sleep level 2.",
+                    labels=labels + ["sleep_state"])
+                for state, v in metrics.sleep_state().items():
+                    g.add_metric(values + [state], v)
+                yield g
+
         reg = CollectorRegistry(auto_describe=False)
         reg.register(_Collector())
         return reg
+
+    def sleep_state(self) -> dict[str, int]:
+        level = self.sleep_level
+        return {"awake": int(level is None), "weights_offloaded": int(level == 1),
+                "discard_all": int(level == 2)}
 
     def exposition(self) -> bytes:
         from prometheus_client import generate_latest

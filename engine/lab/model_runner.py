@@ -17,6 +17,14 @@ exactly the eager computation. For a row whose *final prefill chunk* happens to 
 1 + k tokens (a prefix-cache hit leaves tail = len - hit), the row's staging buffers hold
 whatever the row's previous occupant last decoded: the last 1 + k KV slots and the
 recurrent state are written from the wrong tokens, and the answer follows from that.
+
+The staging buffers are the row's *state slot* and live in the KV pool
+(``BlockPool.slot_last`` / ``slot_drafts``), as the mamba state a vLLM hybrid's replayed
+verify graph reads (through ``spec_state_indices_tensor``, a persistent index that
+``GDNAttentionMetadataBuilder.build`` refreshes only for spec-decode batches) sits in the
+KV cache tensor. Hence a fresh server's first replay reads zeros, a reused server's reads
+what it served last (``/reset_prefix_cache`` does not touch it: the answer at a Bug B cell
+depends on the server's history), and a server woken from sleep level 1 reads zeros again.
 The ``prefill-discriminator`` patch adds the missing condition: no scheduled request may
 still be in prefill (vLLM's V2 runner checks ``num_computed < prefill_len``).
 PIECEWISE and NONE never replay the captured plan.
@@ -28,6 +36,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .block_pool import BlockPool
 from .config import FULL_DECODE_MODES, LabConfig
 from .model import CopyModel, SeqView, State, logprobs_of
 from .request import Request
@@ -49,12 +58,12 @@ class RunnerOutput:
 
 
 class ModelRunner:
-    def __init__(self, cfg: LabConfig, kv_tok: np.ndarray, kv_pos: np.ndarray,
-                 model: CopyModel, drafter: Drafter | None) -> None:
+    def __init__(self, cfg: LabConfig, pool: BlockPool, model: CopyModel,
+                 drafter: Drafter | None) -> None:
         self.cfg = cfg
         self.k = cfg.num_spec_tokens if drafter else 0
         self.bs = cfg.block_size
-        self.kv_tok, self.kv_pos = kv_tok, kv_pos
+        self.kv_tok, self.kv_pos = pool.kv_tok, pool.kv_pos
         self.model, self.drafter = model, drafter
         self.full_decode = cfg.cudagraph_mode in FULL_DECODE_MODES
         self.discriminator = cfg.patch_on("prefill-discriminator")
@@ -63,12 +72,12 @@ class ModelRunner:
         # align mode: the state is only materialised where a chunk ends on a cacheable
         # position (a mamba block boundary, or the prompt's last hash boundary)
         self.align_block = cfg.mamba_block_size if cfg.align_mode else None
-        rows = cfg.max_num_seqs
         self.rows: dict[str, int] = {}
-        self.free_rows = list(range(rows))
-        # Persistent per-row decode inputs: what a replayed verify graph reads.
-        self.stage_last = np.zeros(rows, dtype=np.int32)
-        self.stage_drafts = np.zeros((rows, max(1, self.k)), dtype=np.int32)
+        self.free_rows = list(range(cfg.max_num_seqs))
+        # Persistent per-row decode inputs, what a replayed verify graph reads: the rows'
+        # state slots in the KV pool (views: sleep empties them in place).
+        assert len(pool.slot_last) >= cfg.max_num_seqs
+        self.stage_last, self.stage_drafts = pool.slot_last, pool.slot_drafts
         self.dispatch_counts = {CAPTURED: 0, EAGER: 0}
 
     # -- persistent batch ---------------------------------------------------------------

@@ -2,8 +2,10 @@
 
 Mirrors ``vllm/entrypoints/openai/api_server.py``: ``/health``, ``/v1/models``,
 ``/version``, ``/v1/chat/completions`` (``serving_chat.py``), ``/tokenize`` /
-``/detokenize``, ``/metrics``, ``/reset_prefix_cache``. ``--api-key`` guards ``/v1/*`` as
-in vLLM. Every bad request gets an OpenAI-style JSON error with a 4xx status; an engine
+``/detokenize``, ``/metrics``, ``/reset_prefix_cache``, and sleep mode's ``/sleep``,
+``/wake_up``, ``/is_sleeping`` (``entrypoints/serve/dev/sleep/api_router.py``; vLLM serves
+these and ``/reset_prefix_cache`` only with ``VLLM_SERVER_DEV_MODE=1``, the lab always).
+``--api-key`` guards ``/v1/*`` as in vLLM. Every bad request gets an OpenAI-style JSON error with a 4xx status; an engine
 failure gets a 500; nothing drops the connection.
 
 Each route is a small function of (``AppState``, request); ``build_app`` binds them.
@@ -19,6 +21,7 @@ from starlette.routing import Route
 from .app_state import APIError, AppState, error_response
 from .config import VERSION, LabConfig
 from .engine_core import AsyncEngine, EngineDeadError
+from .sleep import SleepError
 from .serving_chat import chat_completions
 from .tokenizer import LabTokenizer
 
@@ -84,6 +87,31 @@ async def reset_prefix_cache(st: AppState, request: HTTPRequest) -> Response:
     return Response(status_code=200)
 
 
+async def sleep(st: AppState, request: HTTPRequest) -> Response:
+    """``POST /sleep?level=1&mode=abort`` (vLLM's defaults)."""
+    level = request.query_params.get("level", "1")
+    mode = request.query_params.get("mode", "abort")
+    try:
+        await st.engine.sleep(int(level), mode)
+    except ValueError as e:   # SleepError, or a level that is not a number
+        raise APIError(400, str(e), param="level") from None
+    return Response(status_code=200)
+
+
+async def wake_up(st: AppState, request: HTTPRequest) -> Response:
+    """``POST /wake_up`` (all tags) or ``/wake_up?tags=weights&tags=kv_cache``."""
+    tags = request.query_params.getlist("tags") or None
+    try:
+        st.engine.wake_up(tags)
+    except SleepError as e:
+        raise APIError(400, str(e), param="tags") from None
+    return Response(status_code=200)
+
+
+async def is_sleeping(st: AppState, request: HTTPRequest) -> Response:
+    return JSONResponse({"is_sleeping": st.engine.is_sleeping()})
+
+
 def _guarded(st: AppState, fn):
     """The route handler: fn(st, request), every failure turned into a JSON error."""
     async def handler(request: HTTPRequest) -> Response:
@@ -113,6 +141,9 @@ ROUTES = (
     ("/detokenize", detokenize, ["POST"]),
     ("/metrics", metrics, ["GET"]),
     ("/reset_prefix_cache", reset_prefix_cache, ["POST"]),
+    ("/sleep", sleep, ["POST"]),
+    ("/wake_up", wake_up, ["POST"]),
+    ("/is_sleeping", is_sleeping, ["GET"]),
     ("/v1/chat/completions", chat_completions, ["POST"]),
 )
 
