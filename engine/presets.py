@@ -50,7 +50,8 @@ HUGE_CAPPED_MAX_MODEL_LEN = 221_184  # boots at DFLASH_TOKENS=15 (245,760 needs 
 
 # Fields a user may set explicitly, overriding the preset.
 OVERRIDABLE = ("cudagraph_mode", "prefix_caching", "block_size", "prefix_match_unit",
-               "max_model_len", "kv_cache_memory_bytes", "draft_tokens")
+               "max_model_len", "kv_cache_memory_bytes", "draft_tokens",
+               "max_num_batched_tokens")
 
 
 class PresetError(ValueError):
@@ -81,6 +82,10 @@ class ServingConfig:
     # release's default. Left out of as_dict/identity when "auto", so every configuration
     # id from before the field existed is unchanged.
     runner: str = "auto"
+    # The chunked-prefill token budget per step (``--max-num-batched-tokens``); None = the
+    # engine's default. Left out of as_dict/identity when None (configuration ids from
+    # before the field existed are unchanged).
+    max_num_batched_tokens: int | None = None
     notes: tuple[str, ...] = field(default=(), compare=False)
     overrides: tuple[str, ...] = field(default=(), compare=False)
 
@@ -88,6 +93,8 @@ class ServingConfig:
         d = dataclasses.asdict(self)
         if d.get("runner") == "auto":
             d.pop("runner")
+        if d.get("max_num_batched_tokens") is None:
+            d.pop("max_num_batched_tokens")
         return d
 
     def identity(self) -> dict[str, Any]:
@@ -113,6 +120,8 @@ class ServingConfig:
             parts.append(self.geometry)
         if self.runner != "auto":
             parts.append(f"runner={self.runner}")
+        if self.max_num_batched_tokens:
+            parts.append(f"budget={self.max_num_batched_tokens}")
         return " ".join(parts)
 
     def speculative_config(self) -> dict[str, Any] | None:
@@ -239,6 +248,9 @@ def resolve(spec: str = "mtp", ctx: str = "huge", *, engine: str = "lab",
         raise PresetError("prefix match unit must be positive")
     if int(preset["max_model_len"]) <= 0:
         raise PresetError("max_model_len must be positive")
+    budget = given.get("max_num_batched_tokens")
+    if budget is not None and int(budget) <= 0:
+        raise PresetError("max_num_batched_tokens must be positive")
 
     if geometry is not None and geometry not in GEOMETRIES:
         raise PresetError(f"unknown geometry {geometry!r}; allowed: {', '.join(GEOMETRIES)}")
@@ -254,6 +266,7 @@ def resolve(spec: str = "mtp", ctx: str = "huge", *, engine: str = "lab",
         max_model_len=int(preset["max_model_len"]),
         kv_cache_memory_bytes=preset["kv_cache_memory_bytes"],
         patches=normalise_patches(patches), runner=runner,
+        max_num_batched_tokens=None if budget is None else int(budget),
         notes=tuple(notes), overrides=tuple(forced),
     )
 

@@ -1,12 +1,24 @@
 """The Bug B rule: which residues a configuration can break at (DESIGN §1).
 
 One rule, used by ``sweep --dry-run``, by residue sampling (``--residues sample:N`` always
-keeps the rule's residues) and by the report's "Bug B rule" line. A lone request whose
-*final prefill chunk* is exactly ``1 + k`` tokens replays the FULL verify graph; a cache
-hit in whole hash units makes that chunk ``len mod unit``. So a break needs:
-speculative decoding (k > 0), prefix caching, a cudagraph mode that captures a FULL graph
-for the verify step, and no prefill-discriminator fix; it then lands on templated lengths
-≡ k + 1 (mod the hit unit).
+keeps the rule's residues), by ``--isolation auto``'s fresh neighbourhood, by ``--modulus
+auto`` and by the report's "Bug B rule" line. A request whose *final prefill chunk* is
+exactly ``1 + k`` tokens, scheduled as a shape-uniform batch, replays the FULL verify graph.
+Two things cut that chunk (docs/shapes.md), as vLLM's scheduler does
+(``vllm/v1/core/sched/scheduler.py``: a prefill is scheduled from the first uncached token
+in chunks of at most ``--max-num-batched-tokens``):
+
+- a cache hit in whole hash units: the tail is ``L mod unit`` (the *hit tail*);
+- the chunked-prefill budget ``B``: from the hit (or from 0, cold / caching off) the prefill
+  runs in chunks of ``B``, so the final chunk is ``(tail - 1) mod B + 1``: with caching off
+  ``L mod B`` (the *budget tail*; a public Kimi-K3 report breaks at 4,608·n + 4).
+
+So a break needs speculative decoding (k > 0), a cudagraph mode that captures a FULL graph
+for the verify step, no prefill-discriminator fix, and a hit tail or a budget tail of
+``k + 1``. vLLM >= 0.31's V2 runner also sends a *1-token* final chunk over existing context
+to the decode graph on purpose (``prefill_runs_as_decode``, the release table's
+``decode_graph_eligible``): those tails are named as residues to measure (``watch``), not as
+predicted breaks.
 
 MTP, EAGLE and DFlash drop matched blocks on a hit (the self-hit ``cached_tokens`` is
 below ``len - 1``, the computed tail is longer than the last unit): the rule is about the
@@ -17,15 +29,16 @@ alone when the configuration names one.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
 from .ghmarkdown import code, escape_text
 from .ranges import residues_phrase
 from .vocabulary import FULL_GRAPH_MODES, PREFILL_FIX
 
-__all__ = ["Prediction", "predict", "hit_granularity", "prefill_fix_applied",
-           "drops_hit_blocks", "DROPS_HIT_BLOCKS", "vllm_dispatch"]
+__all__ = ["Prediction", "Shape", "predict", "hit_granularity", "prefill_fix_applied",
+           "drops_hit_blocks", "DROPS_HIT_BLOCKS", "vllm_dispatch", "final_chunk",
+           "chunk_budget", "shapes_of", "auto_modulus"]
 
 # Speculative methods whose drafter state makes the engine drop matched blocks on a hit.
 DROPS_HIT_BLOCKS = frozenset({"mtp", "eagle", "eagle3", "dflash", "dflash2"})
@@ -37,6 +50,83 @@ class Prediction:
     armed: bool                  # a Bug B break is expected at all
     why: str                     # markdown
     unit: int | None = None      # the hit unit the prediction is made with, if known
+    watch: list[int] = field(default_factory=list)   # routes to measure, not predicted
+    budget: int | None = None    # the chunk budget that cuts a final chunk, when it does
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One way a prompt's final prefill chunk is cut: lengths ``L`` with ``L mod period``
+    in ``tails`` end in the chunk the shape names."""
+    name: str                 # "hit tail" | "budget tail"
+    period: int
+    tails: frozenset[int]
+    phases: str               # which phases compute that chunk
+    size: int                 # the final chunk's size (k + 1, or 1 for the V2 carve-out)
+
+    def residues(self, modulus: int) -> list[int] | None:
+        """The residues mod ``modulus`` the shape lands on (None: it repeats with a
+        period the modulus does not resolve)."""
+        q = _min_period(self.period, self.tails)
+        if modulus % q:
+            return None
+        mods = {t % q for t in self.tails}
+        return [r for r in range(modulus) if r % q in mods]
+
+    @property
+    def modulus(self) -> int:
+        return _min_period(self.period, self.tails)
+
+
+def final_chunk(length: int, *, budget: int | None, hit: int = 0) -> int:
+    """The final prefill chunk of a lone request of ``length`` tokens with ``hit`` tokens
+    cached, under a chunk ``budget`` (None: one chunk): vLLM schedules a prefill from the
+    first uncached token in chunks of at most the budget."""
+    tail = length - hit
+    return (tail - 1) % budget + 1 if budget and tail > 0 else tail
+
+
+def chunk_budget(c: Mapping[str, Any], longest: int | None = None) -> int | None:
+    """The chunk budget that can cut a prompt's final chunk: the configuration's
+    ``max_num_batched_tokens`` when one is known and the prompts (``longest``, when known)
+    are longer than it; None otherwise (a prompt within the budget is one chunk)."""
+    b = c.get("max_num_batched_tokens")
+    if not b:
+        return None
+    b = int(b)
+    return b if longest is None or int(longest) > b else None
+
+
+def _min_period(period: int, tails: Iterable[int]) -> int:
+    marks = {t % period for t in tails}
+    for q in sorted(d for d in range(1, period + 1) if period % d == 0):
+        reduced = {m % q for m in marks}
+        if all(((x % q) in reduced) == (x in marks) for x in range(period)):
+            return q
+    return period
+
+
+def _hit_shape(unit: int, budget: int | None, size: int) -> Shape:
+    tails = frozenset(x for x in range(unit)
+                      if final_chunk(x or unit, budget=budget) == size)
+    return Shape("hit tail", unit, tails, "hit phases", size)
+
+
+def _budget_shape(budget: int, size: int, caching: bool) -> Shape:
+    return Shape("budget tail", budget, frozenset({size % budget}),
+                 "cold" if caching else "every phase", size)
+
+
+def shapes_of(c: Mapping[str, Any], k: int, unit: int | None, budget: int | None,
+              size: int | None = None) -> list[Shape]:
+    """The shapes that cut a final chunk of ``size`` (default ``k + 1``) tokens."""
+    size = size or k + 1
+    out = []
+    if c.get("prefix_caching") is not False and unit:
+        out.append(_hit_shape(unit, budget, size))
+    if budget:
+        out.append(_budget_shape(budget, size, c.get("prefix_caching") is not False))
+    return out
 
 
 def drops_hit_blocks(method: str | None) -> bool:
@@ -66,17 +156,22 @@ def prefill_fix_applied(patches: str | None, patch_status: Any) -> tuple[bool, s
 
 
 def predict(config: Mapping[str, Any], modulus: int, *, patch_status: Any = None,
-            patches: str | None = None, cached_tokens: Iterable[Any] = ()) -> Prediction:
+            patches: str | None = None, cached_tokens: Iterable[Any] = (),
+            longest: int | None = None) -> Prediction:
     """The rule for one configuration (a ``ServingConfig.as_dict()`` or a record's
     effective ``config``) swept modulo ``modulus``. ``patch_status`` and ``cached_tokens``
-    are what the servers reported, when there are records (none in a dry run)."""
+    are what the servers reported, when there are records (none in a dry run);
+    ``longest``: the longest templated prompt swept, when known (a chunk budget above it
+    cuts nothing)."""
     c, m = config, int(modulus)
     method = c.get("method", c.get("spec"))
     k = int(c.get("draft_tokens") or 0) if method and method != "none" else 0
     if not k:
         return Prediction([], False, "predicts no break: no speculative decoding, so no "
                           "`1 + k` verify shape to mistake a prefill tail for")
-    if c.get("prefix_caching") is False:
+    budget = chunk_budget(c, longest)
+    caching = c.get("prefix_caching") is not False
+    if not caching and not budget:
         return Prediction([], False, "predicts no break: prefix caching is off, so no cache "
                           "hit cuts the prompt tail")
     mode = c.get("cudagraph_mode")
@@ -87,27 +182,88 @@ def predict(config: Mapping[str, Any], modulus: int, *, patch_status: Any = None
     if fixed:
         return Prediction([], False, "predicts no break: the prefill-discriminator fix is "
                           f"on ({escape_text(how)})")
+    unit, source = _hit_unit(c, cached_tokens) if caching else (None, "")
     rule = vllm_dispatch(c)
     if rule is not None and rule.prefill_check:
-        return Prediction([], False, f"predicts no break: {escape_text(rule.line())}")
+        return _checked(rule, c, k, unit, budget, m)
     on = f"; {escape_text(rule.line())}" if rule is not None else ""
-    unit, source = _hit_unit(c, cached_tokens)
-    if unit is None:
+    if caching and unit is None:
         return Prediction(None, True, f"cannot name a residue: k={k}, but no "
                           "`--prefix-match-unit`, so hits align to the KV page (on a "
                           "hybrid model the larger state page, 2048 tokens in the "
-                          f"thread), which a mod-{m} sweep cannot resolve{on}")
-    armed = (k + 1) % unit
-    if unit == m:
-        res = [armed]
-    elif m % unit == 0:
-        res = [r for r in range(m) if r % unit == armed]
-    else:
+                          f"thread), which a mod-{m} sweep cannot resolve{on}", budget=budget)
+    shapes = shapes_of(c, k, unit, budget)
+    named = [(sh, sh.residues(m)) for sh in shapes]
+    armed = (k + 1) % unit if unit else k + 1
+    if not budget and named[0][1] is None:
         return Prediction(None, True, f"cannot name a residue: k={k}, {source} {unit} arms "
                           f"lengths ≡ {armed} (mod {unit}), which a mod-{m} sweep cannot "
                           f"resolve{on}", unit)
-    return Prediction(res, True, f"predicts {residues_phrase(res)} (k + 1 = {k + 1}, mod "
-                      f"{source} {unit}; {code(mode or '?')}, prefill fix off{on})", unit)
+    lost = [sh for sh, res in named if res is None]
+    res = sorted({r for _, rs in named if rs for r in rs})
+    if not budget:
+        return Prediction(res, True, f"predicts {residues_phrase(res)} (k + 1 = {k + 1}, mod "
+                          f"{source} {unit}; {code(mode or '?')}, prefill fix off{on})", unit)
+    where = "; ".join(_shape_phrase(sh, source) for sh in shapes)
+    tail = f"; {code(mode or '?')}, prefill fix off{on}"
+    if lost and not res:
+        return Prediction(None, True, f"cannot name a residue: k={k}, {where}, which a "
+                          f"mod-{m} sweep cannot resolve (`--modulus auto` sweeps mod "
+                          f"{auto_modulus(c, longest)[0]}){tail}", unit, budget=budget)
+    miss = ("; the " + " and the ".join(sh.name for sh in lost) + f" cannot be resolved "
+            f"mod {m}" if lost else "")
+    return Prediction(res, True, f"predicts {residues_phrase(res)} (k + 1 = {k + 1}: "
+                      f"{where}{miss}{tail})", unit, budget=budget)
+
+
+def _shape_phrase(sh: Shape, source: str) -> str:
+    if sh.name == "budget tail":
+        return (f"the chunk budget {sh.period} cuts a final chunk of L mod {sh.period} "
+                f"({sh.phases})")
+    return f"hit tails mod {source} {sh.period} ({sh.phases})"
+
+
+def _checked(rule, c: Mapping[str, Any], k: int, unit: int | None, budget: int | None,
+             m: int) -> Prediction:
+    """vLLM's own dispatch checks for a prefill: no break; on a release whose V2 runner
+    sends a 1-token final chunk over existing context to the decode graph on purpose
+    (``decode_graph_eligible``), the residues of those tails are named to measure."""
+    why = f"predicts no break: {escape_text(rule.line())}"
+    if rule.mechanism != "decode_graph_eligible":
+        return Prediction([], False, why)
+    shapes = shapes_of(c, k, unit, budget, size=1)
+    watch = sorted({r for sh in shapes for r in (sh.residues(m) or [])})
+    if not watch:
+        return Prediction([], False, why)
+    return Prediction([], False, f"{why}; but a 1-token final chunk over existing context "
+                      f"runs as a decode step on purpose (`prefill_runs_as_decode`): "
+                      f"{residues_phrase(watch)} measured, not predicted", watch=watch,
+                      budget=budget)
+
+
+def auto_modulus(c: Mapping[str, Any], longest: int | None = None) -> tuple[int, str]:
+    """``--modulus auto`` from the effective geometry: the modulus at which every final
+    chunk the rule names resolves (the hit unit, and the chunk budget when it cuts a
+    prompt), and why."""
+    k = int(c.get("draft_tokens") or 0) if c.get("method") else 0
+    caching = c.get("prefix_caching") is not False
+    unit = (_hit_unit(c, ())[0] if caching else None)
+    budget = chunk_budget(c, longest)
+    if not unit and not budget:
+        return (int(c.get("block_size") or 128),
+                "the block size (no hit unit, no chunk budget below the prompt length)")
+    shapes = shapes_of(c, max(k, 1), unit, budget)
+    mod = 1
+    for sh in shapes:
+        mod = math.lcm(mod, sh.modulus)
+    if budget and (not unit or mod == budget):
+        why = (f"the chunk budget {budget}: a prompt of L tokens ends in a final chunk of "
+               f"L mod {budget}" + ("" if not unit else f" (the hit tails, unit {unit}, repeat mod it too)"))
+    elif budget:
+        why = f"lcm of the hit unit {unit} and the chunk budget {budget}"
+    else:
+        why = f"the hit unit {unit}"
+    return mod, why
 
 
 def vllm_dispatch(c: Mapping[str, Any]):

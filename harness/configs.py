@@ -23,7 +23,7 @@ from .prompts.cases import PromptCase, load_cases, select_cases
 from .slots import Slot
 from .vocabulary import PHASES
 
-__all__ = ["SweepOptions", "config_id", "modulus_for", "expand_matrix",
+__all__ = ["SweepOptions", "config_id", "modulus_for", "modulus_and_why", "expand_matrix",
            "predicted_residues", "select_residues", "parse_slots", "parse_phases",
            "parse_reference", "parse_prompts", "describe"]
 
@@ -90,12 +90,26 @@ def config_id(cfg: ServingConfig) -> str:
 
 
 def modulus_for(cfg: ServingConfig, modulus: int | None) -> int:
-    """The residue modulus: given, or (auto) the configuration's hit granularity as
-    configured (match unit, else block size). A hybrid engine may hit on a coarser page
-    block; the measured cached_tokens then tell, and the report says so."""
+    """The residue modulus: given, or (auto) from the configuration's effective geometry
+    (``bugb.auto_modulus``): its hit unit as configured (match unit, else block size) and,
+    when ``--max-num-batched-tokens`` is set, the chunk budget that cuts a final chunk of
+    ``L mod B``. A hybrid engine may hit on a coarser page block; the measured
+    cached_tokens then tell, and the report says so."""
+    return modulus_and_why(cfg, modulus)[0]
+
+
+def modulus_and_why(cfg: ServingConfig, modulus: int | None) -> tuple[int, str]:
+    """The modulus and why (records carry it as ``modulus_why``)."""
     if modulus is not None:
-        return modulus
-    return int(cfg.prefix_match_unit or cfg.block_size)
+        return modulus, "given (--modulus)"
+    mod, why = bugb.auto_modulus(cfg.as_dict())
+    if not cfg.max_num_batched_tokens:
+        # as before the rule knew chunk budgets: the match unit, else the block size
+        mod = int(cfg.prefix_match_unit or cfg.block_size)
+        why = (f"auto: the match unit {mod}" if cfg.prefix_match_unit
+               else f"auto: the block size {mod}")
+        return mod, why
+    return mod, f"auto: {why}"
 
 
 def expand_matrix(*, engine: str, model: str | None, prefix_cache: bool | None,
@@ -130,7 +144,9 @@ def select_residues(spec: str, cfg: ServingConfig, modulus: int, *,
     """Residues for one configuration, and a sentence about what was left out (None when
     every residue is covered).
 
-    ``all`` | ``risky`` (the rule's k+1 and its neighbours, plus the edges) | ``LIST`` /
+    ``all`` | ``risky`` (the rule's k+1 and its neighbours, plus the edges) | ``tails[:N]``
+    (the final-chunk tails that matter, ``1, k, k+1, k+2``, the rule's residues, and N
+    seeded others, default 4: for a large modulus such as a chunk budget) | ``LIST`` /
     ``A-B`` | ``sample:N`` (always includes what the rule predicts for the configuration).
     """
     s = spec.strip().lower()
@@ -140,6 +156,8 @@ def select_residues(spec: str, cfg: ServingConfig, modulus: int, *,
     elif s == "risky":
         k1 = cfg.decode_query_len
         chosen = sorted({r % modulus for r in (0, 1, k1 - 1, k1, k1 + 1, modulus - 1)})
+    elif s == "tails" or s.startswith("tails:"):
+        chosen = _tails(s, spec, cfg, modulus, predicted, seed)
     elif s.startswith("sample:"):
         try:
             n = int(s.split(":", 1)[1])
@@ -167,7 +185,7 @@ def select_residues(spec: str, cfg: ServingConfig, modulus: int, *,
                 raise
             except ValueError:
                 raise UsageError(f"--residues: {item!r} is not valid; allowed: all, risky, "
-                                 "sample:N, a list (3,4,5) or a range (0-15)") from None
+                                 "tails[:N], sample:N, a list (3,4,5) or a range (0-15)") from None
         bad = [r for r in chosen if not 0 <= r < modulus]
         if bad:
             raise UsageError(f"--residues: {bad[0]} is outside 0..{modulus - 1} (modulus {modulus})")
@@ -181,6 +199,23 @@ def select_residues(spec: str, cfg: ServingConfig, modulus: int, *,
     if missing:
         note += f"; the rule's residue {missing[0]} (k+1) is NOT in the set"
     return chosen, note
+
+
+def _tails(s: str, spec: str, cfg: ServingConfig, modulus: int, predicted: list[int],
+           seed: int) -> list[int]:
+    """``tails[:N]``: the residues whose final chunk is 1, k, k + 1 or k + 2 tokens, what
+    the rule names, and N seeded others."""
+    try:
+        n = int(s.split(":", 1)[1]) if ":" in s else 4
+    except ValueError:
+        raise UsageError(f"--residues: {spec!r}: tails:N needs an integer N") from None
+    if n < 0:
+        raise UsageError(f"--residues: {spec!r}: N must be at least 0")
+    k = cfg.decode_query_len - 1
+    core = {r % modulus for r in (1, k, k + 1, k + 2)} | set(predicted)
+    rest = [r for r in range(modulus) if r not in core]
+    random.Random(f"tails:{seed}").shuffle(rest)
+    return sorted(core | set(rest[:n]))
 
 
 def parse_slots(slots: int | None, gpus: str | None, default: int) -> tuple[Slot, ...]:

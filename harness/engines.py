@@ -167,6 +167,8 @@ class LabAdapter(EngineAdapter):
             argv += ["--speculative-config", json.dumps(cfg.speculative_config())]
         if cfg.kv_cache_memory_bytes:
             argv += ["--kv-cache-memory-bytes", str(cfg.kv_cache_memory_bytes)]
+        if cfg.max_num_batched_tokens:
+            argv += ["--max-num-batched-tokens", str(cfg.max_num_batched_tokens)]
         if cfg.geometry:
             argv += ["--geometry", cfg.geometry]
         # One numpy/BLAS thread per server: slots are the parallelism.

@@ -113,6 +113,11 @@ def axis_changes(cfg: ServingConfig, *, runners: tuple[str, ...] = (),
         ("spec", "spec → none", {"spec": "none", "draft_tokens": None}),
         ("block size", "block size → 16", {"block_size": "16"}),
     ]
+    if cfg.max_num_batched_tokens:
+        # the chunk budget cuts a final chunk of L mod B (docs/shapes.md): without it the
+        # prompt is one chunk (at the engine's default budget)
+        out.append(("chunk budget", f"chunk budget {cfg.max_num_batched_tokens} → the "
+                    "engine's default", {"max_num_batched_tokens": None}))
     if cfg.method:
         k = int(cfg.draft_tokens)
         out += [("k", f"k → {k2}", {"draft_tokens": str(k2)}) for k2 in (k - 1, k + 1) if k2 >= 1]
@@ -213,6 +218,10 @@ def prepare(run_ref: str, out_dir: str, *, residue: int | None, phase: str | Non
         rec = cell["record"]
         requested = dict(rec.get("requested_config") or rec.get("config") or {})
         ns = _pinned(parent_ns, requested)
+        if requested.get("max_num_batched_tokens") and ns.modulus == "auto":
+            # every rung measures the same prompt: a budget rung would otherwise change
+            # what auto resolves the modulus to, and so the length behind the residue
+            ns.modulus = str(rec.get("modulus"))
         base = _rung_opts(build, ns, res, {}, run_flags)
         if config_id(base.configs[0]) != cid:
             raise CannotRun(f"run {manifest['run_id']}: the command line no longer builds "

@@ -215,6 +215,12 @@ FLAGS: tuple[Flag, ...] = (
          axis="kv_cache_memory_bytes", items=ints(),
          rerun=lambda r: (["--kv-cache-memory-bytes", str(r.cfg.kv_cache_memory_bytes)]
                           if r.cfg.kv_cache_memory_bytes else [])),
+    Flag("--max-num-batched-tokens", ENGINE, "chunked-prefill token budget(s) per step "
+         "(matrix; default: the engine's): a prompt of templated length L ends in a final "
+         "chunk of L mod B tokens (docs/shapes.md)", {"metavar": "B"},
+         axis="max_num_batched_tokens", items=ints(),
+         rerun=lambda r: (["--max-num-batched-tokens", str(r.cfg.max_num_batched_tokens)]
+                          if r.cfg.max_num_batched_tokens else [])),
     Flag("--patches", ENGINE, f"fix set(s): all | none | names joined by '+' from "
          f"{', '.join(PATCHES)} (matrix)", {"default": "all"}, axis="patches", items=patch_sets,
          rerun=_always("--patches", lambda r: r.cfg.patches.replace(",", "+"))),
@@ -236,9 +242,13 @@ FLAGS: tuple[Flag, ...] = (
          "(e.g. --engine-arg=--language-model-only)",
          {"action": "append", "default": [], "metavar": "ARG"},
          rerun=lambda r: [f"--engine-arg={a}" for a in r.opts.engine_args]),
-    Flag("--residues", MEASURE, "all | risky | LIST (3,4,5) | A-B | sample:N (default all)",
+    Flag("--residues", MEASURE, "all | risky | tails[:N] (final chunks of 1, k, k+1, k+2 "
+         "tokens, the rule's residues and N seeded others) | LIST (3,4,5) | A-B | sample:N "
+         "(default all)",
          {"default": "all"}, rerun=_always("--residues", lambda r: r.residue)),
-    Flag("--modulus", MEASURE, "N or auto (the configuration's hit unit)", {"default": "128"},
+    Flag("--modulus", MEASURE, "N or auto (from the effective geometry: the hit unit, "
+         "and the chunk budget when --max-num-batched-tokens cuts a final chunk; records "
+         "say which and why)", {"default": "128"},
          rerun=_always("--modulus", lambda r: r.modulus)),
     Flag("--context", MEASURE, "approximate templated length of the measured prompt "
          "(default 4096; not used with --prompts)",

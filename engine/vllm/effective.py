@@ -65,7 +65,10 @@ _CAPTURE = re.compile(r"Capturing CUDA graphs \((?P<kind>[^,)]+), (?P<mode>[A-Z_
 _NON_DEFAULT = re.compile(r"non-default args: (?P<v>\{.*\})")
 _ARG_INT = {name: re.compile(rf"'{name}': (?P<v>\d+|None)")
             for name in ("block_size", "prefix_match_unit", "max_model_len",
-                         "kv_cache_memory_bytes")}
+                         "kv_cache_memory_bytes", "max_num_batched_tokens")}
+# config/scheduler.py: the chunked-prefill budget the scheduler runs with (the modulus of
+# a chunk-budget tail, docs/shapes.md)
+_BUDGET = re.compile(r"Chunked prefill is enabled with max_num_batched_tokens=(?P<v>\d+)")
 # v1/core/kv_cache_utils.py boot refusal (DESIGN §1 'Boot capacity')
 _KV_REFUSAL = re.compile(
     r"To serve at least one request with the model's max seq len \((?P<len>\d+)\), "
@@ -98,7 +101,8 @@ def parse_effective_config(log_text: str) -> dict[str, Any]:
     (``[[kind, mode], ...]``), ``kv_cache_tokens``, ``max_concurrency``,
     ``kv_cache_memory_gib``, ``block_size`` (attention block after hybrid promotion, else
     the one requested), ``prefix_match_unit`` (as requested; vLLM does not log a resolved
-    one), ``mamba_page_padding_pct``, ``model_runner`` (``v1``/``v2``, with
+    one), ``mamba_page_padding_pct``, ``max_num_batched_tokens`` (the chunked-prefill budget
+    logged by the scheduler config, else as requested), ``model_runner`` (``v1``/``v2``, with
     ``model_runner_evidence`` and, on a fallback, vLLM's ``model_runner_reason``), ``patch_status``
     (the plugin's status map; not ``patches``, which names the requested selection), ``boot_error`` (the KV-capacity refusal, parsed).
     """
@@ -176,6 +180,10 @@ def parse_effective_config(log_text: str) -> dict[str, Any]:
         out["block_size"] = requested["block_size"]
     if "prefix_match_unit" in requested:
         out["prefix_match_unit"] = requested["prefix_match_unit"]
+    if m := _last(_BUDGET, lines):
+        out["max_num_batched_tokens"] = int(m["v"])
+    elif requested.get("max_num_batched_tokens") is not None:
+        out["max_num_batched_tokens"] = requested["max_num_batched_tokens"]
     if m := _last(_MAMBA_PAD, lines):
         out["mamba_page_padding_pct"] = float(m["v"])
 

@@ -169,6 +169,9 @@ def build_launch(cfg: ServingConfig, *, port: int, host: str = "127.0.0.1", mode
     argv += ["--max-model-len", str(cfg.max_model_len)]
     if cfg.kv_cache_memory_bytes is not None:
         argv += ["--kv-cache-memory-bytes", str(int(cfg.kv_cache_memory_bytes))]
+    if getattr(cfg, "max_num_batched_tokens", None):
+        # the chunked-prefill budget: a prompt ends in a final chunk of L mod B tokens
+        argv += ["--max-num-batched-tokens", str(int(cfg.max_num_batched_tokens))]
     # cached_tokens in usage proves which phases hit the cache (DESIGN §3).
     argv.append("--enable-prompt-tokens-details")
     argv += ["--seed", "0"]

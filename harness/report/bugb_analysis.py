@@ -18,9 +18,11 @@ def config_hit_granularity(cd: ConfigData) -> tuple[int | None, int]:
 def predict_bug_b(cd: ConfigData) -> Prediction:
     """The rule for this configuration at its modulus, with what its servers reported
     (patch status, cache-hit sizes)."""
+    lengths = [int(r["target_len"]) for r in cd.records if r.get("target_len")]
     return predict(cd.config, cd.modulus, patch_status=cd.first("patch_status"),
                    patches=cd.first("patches"),
-                   cached_tokens=(r.get("cached_tokens") for r in cd.records))
+                   cached_tokens=(r.get("cached_tokens") for r in cd.records),
+                   longest=max(lengths) if lengths else None)
 
 
 def agreement(cd: ConfigData, pred: Prediction) -> str:

@@ -171,6 +171,8 @@ class Footnotes:
                 code(r["finish_reason"]) if r.get("finish_reason") else "–",
                 f"{float(tps):.2f}" if tps is not None else "–",
                 (f"{cached if cached is not None else '–'} / {tail if tail is not None else '–'}"
+                 + (f", final chunk {r['final_chunk']}" if r.get("final_chunk") is not None
+                    else "")
                  + (f" (residue {r.get('residue')} {escape_text(r.get('phase'))})"
                     if several and cached is not None else "")),
                 divergence_phrase(divergence_of(r, self.texts)), reason, excerpt])

@@ -357,6 +357,7 @@ def render_provenance(configs: list[ConfigData], records: list[dict],
         ["isolation", join(distinct("isolation"))],
         ["reference", join(distinct("reference"))],
         ["modulus", join(sorted({c.modulus for c in configs}))],
+        *([["modulus: why", join(distinct("modulus_why"))]] if distinct("modulus_why") else []),
         ["harness", join(distinct("harness_version"), True)],
     ]
     for m in manifests:

@@ -42,14 +42,20 @@ CONFIRMS = ("not ok on reset", "rule neighbourhood", "sample")
 
 def rule_neighbourhood(cfg: ServingConfig, modulus: int) -> list[int]:
     """``k, k + 1, k + 2`` around each residue the rule names (or around ``k + 1`` of the
-    verify shape where it names none but the shape can occur); [] without drafting or
-    without prefix caching."""
+    verify shape where it names none but the shape can occur), and the residues of the
+    1-token tails the rule names to measure (vLLM >= 0.31's V2 carve-out) or, where a
+    chunk budget cuts the prompt, of the 1-token budget tail; [] without drafting, or
+    without prefix caching and a chunk budget (no final chunk is cut then)."""
     k = int(cfg.draft_tokens or 0) if cfg.method else 0
-    if not k or not cfg.prefix_caching:
+    budget = cfg.max_num_batched_tokens
+    if not k or not (cfg.prefix_caching or budget):
         return []
     pred = bugb.predict(cfg.as_dict(), modulus)
     centres = pred.residues or [(k + 1) % modulus]
-    return sorted({(c + d) % modulus for c in centres for d in (-1, 0, 1)})
+    near = {(c + d) % modulus for c in centres for d in (-1, 0, 1)} | set(pred.watch)
+    if budget and modulus % budget == 0:
+        near.add(1)
+    return sorted(near)
 
 
 def auto_extra_documents(opts: Any, cfg: ServingConfig, modulus: int,

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from ..bugb import drops_hit_blocks
+from ..bugb import chunk_budget, drops_hit_blocks, final_chunk
 
-__all__ = ["hit_unit", "intended_tail", "tail_note"]
+__all__ = ["hit_unit", "intended_tail", "tail_note", "budget_final_chunk"]
 
 
 def hit_unit(cfg: Mapping[str, Any], modulus: int) -> int:
@@ -58,3 +58,17 @@ def tail_note(requested: Mapping[str, Any], effective: Mapping[str, Any], phase:
         return (f"the hit stopped {(measured - intended) // unit} unit(s) of {unit} short "
                 f"of the intended one: tail {measured}, meant {intended}")
     return f"tail {measured} where {intended} was meant: the server's hits are not in units of {unit}"
+
+
+def budget_final_chunk(cfg: Mapping[str, Any], prompt_tokens: int | None,
+                       cached: int | None) -> int | None:
+    """The final prefill chunk a lone request computed, from the server's own
+    ``prompt_tokens`` and ``cached_tokens`` and the effective chunk budget (vLLM's
+    scheduler: chunks of the budget from the first uncached token); None when the budget
+    cuts nothing (the prompt fits in it) or a count is missing."""
+    if prompt_tokens is None:
+        return None
+    budget = chunk_budget(cfg, prompt_tokens - (cached or 0))
+    if budget is None:
+        return None
+    return final_chunk(prompt_tokens, budget=budget, hit=cached or 0)

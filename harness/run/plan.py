@@ -20,7 +20,7 @@ import httpx
 from engine.presets import ServingConfig
 
 from ..client import EngineClient
-from ..configs import SweepOptions, config_id, modulus_for, select_residues
+from ..configs import SweepOptions, config_id, modulus_and_why, select_residues
 from ..flags import rerun_command
 from ..engines import EngineAdapter
 from ..errors import CannotRun
@@ -48,6 +48,7 @@ class Point:
     isolation: str | None = None  # set under --isolation auto: "reset" or "fresh"
     confirms: str | None = None   # auto, fresh pass: why it runs (run/auto.CONFIRMS)
     case: str | None = None       # --prompts: the case id (None: the document prompt)
+    modulus_why: str | None = None  # --modulus auto: which modulus and why
 
     @property
     def key(self) -> tuple[str, str | None, int, int, str]:
@@ -79,7 +80,8 @@ def plan_points(opts: SweepOptions, adapter: EngineAdapter,
     cases: dict[str, dict] = {}
     for cfg in opts.configs:
         cid = config_id(cfg)
-        modulus = modulus_for(cfg, opts.modulus)
+        modulus, why = modulus_and_why(cfg, opts.modulus)
+        why = why if opts.modulus is None else None
         residues, note = select_residues(opts.residues, cfg, modulus, seed=opts.seed)
         sampled[cid] = note
         # --isolation auto measures the rule's neighbourhood on two documents or more
@@ -116,7 +118,8 @@ def plan_points(opts: SweepOptions, adapter: EngineAdapter,
             pad_units.setdefault(cid, cal.pad_unit)
             for r in doc_residues:
                 points.append(Point(cfg, cid, r, modulus, plan_residue(cal, r, modulus),
-                                    rerun_command(opts, cfg, r, modulus, seed), seed=seed))
+                                    rerun_command(opts, cfg, r, modulus, seed), seed=seed,
+                                    modulus_why=why))
     if opts.isolation == "auto":
         points = auto_passes(points, opts)
     return SweepPlan(points, sampled, time.monotonic() - t0, pad_units, cases)

@@ -28,7 +28,7 @@ from ..provenance import harness_version
 from ..server_pool import BootFailure, PortAllocator, ServerProcess, Slot, log_excerpt
 from ..divergence import first_divergence
 from ..verdict import judge, sha1
-from .hits import intended_tail, tail_note
+from .hits import budget_final_chunk, intended_tail, tail_note
 from .plan import Point, golden_answer
 from .records import RecordBuilder, timing_record
 
@@ -347,6 +347,8 @@ class PointRunner:
             "intended_tail": want,
             "tail_note": tail_note(point.cfg.as_dict(), info.get("config") or {}, phase,
                                    want, tail, point.modulus),
+            "final_chunk": budget_final_chunk(info.get("config") or point.cfg.as_dict(),
+                                              res.prompt_tokens, cached),
         }
         extra = {"tokenize_error": tokenize_error} if tokenize_error else None
         return self.records.build(base, measured, extra)

@@ -51,7 +51,8 @@ def mismatches(requested: dict[str, Any], effective: dict[str, Any]) -> list[str
 # Fields written only when they have a value, so a record that predates them (or a run
 # that does not use them) round-trips unchanged.
 WRITTEN_WHEN_SET = frozenset({"document_seed", "isolation_run", "confirms", "server_boot",
-                              "case_id", "prompt_sha1"})
+                              "case_id", "prompt_sha1", "final_chunk", "modulus_why",
+                              "load"})
 
 
 @dataclass
@@ -119,6 +120,12 @@ class PhaseRecord:
     token_logprobs: list | None = None
     intended_tail: int | None = None
     tail_note: str | None = None
+    # written only when set (docs/shapes.md): the final prefill chunk the measured tail
+    # ends in under the effective chunk budget; why the modulus is what it is
+    # (``--modulus auto``); ``--load``: what ran beside the measured request
+    final_chunk: int | None = None
+    modulus_why: str | None = None
+    load: dict | None = None
     # written only when set (docs/records.md): the server's /tokenize failed, Ray facts
     extra: dict = field(default_factory=dict)
 
@@ -239,6 +246,7 @@ class RecordBuilder:
             "phase": phase, "reference": self.reference,
             "boot_s": info.get("boot_s"), "started_at": now_iso(), "rerun": point.rerun,
             "case_id": point.plan.case_id, "prompt_sha1": point.plan.prompt_sha1,
+            "modulus_why": getattr(point, "modulus_why", None),
         }
 
     def build(self, base: dict[str, Any], measured: dict[str, Any],

@@ -1,0 +1,145 @@
+"""Other shapes of the same class (issue 26, docs/shapes.md): the one rule names the final
+chunks a chunk budget cuts, with or without prefix caching, and the V2 1-token carve-out;
+``--modulus auto`` resolves them; on the lab a chunk-budget sweep with caching off breaks
+cold at ``L mod B = k + 1``, auto confirms it on fresh servers, explain names the budget.
+"""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from engine.presets import resolve
+from harness.bugb import auto_modulus, final_chunk, predict
+from harness.configs import modulus_and_why, select_residues
+from harness.engines import LAB_MODEL_DIR
+from harness.run.hits import budget_final_chunk
+from tests.conftest import ROOT
+
+FULL = dict(cudagraph_mode="FULL_AND_PIECEWISE", patches="none")
+
+
+def cfg(spec="mtp", **kw):
+    return resolve(spec, "huge", **{**FULL, **kw})
+
+
+# -- the rule -------------------------------------------------------------------------
+def test_final_chunk_is_cut_from_the_first_uncached_token():
+    assert final_chunk(4100, budget=512) == 4          # 8 x 512 + 4
+    assert final_chunk(4096, budget=512) == 512
+    assert final_chunk(4100, budget=512, hit=3968) == 132   # the tail fits one chunk
+    assert final_chunk(4100, budget=None, hit=4096) == 4
+    assert final_chunk(300, budget=512) == 300         # within the budget: one chunk
+
+
+def test_caching_off_with_a_budget_predicts_k_plus_1_mod_the_budget():
+    c = cfg(prefix_caching=False, max_num_batched_tokens=512).as_dict()
+    p = predict(c, 512)
+    assert p.residues == [4] and p.armed and p.budget == 512
+    assert "chunk budget 512" in p.why and "prefix caching is off" not in p.why
+    # mod 128 the budget tail cannot be resolved, and the rule says so instead of "no break"
+    p128 = predict(c, 128)
+    assert p128.residues is None and "--modulus auto` sweeps mod 512" in p128.why
+    # the fix, or PIECEWISE, still predicts none
+    assert predict({**c, "patches": "all"}, 512).residues == []
+    assert predict({**c, "cudagraph_mode": "PIECEWISE"}, 512).residues == []
+
+
+def test_with_caching_the_hit_tails_and_the_cold_budget_tail_both_count():
+    c = cfg(max_num_batched_tokens=512).as_dict()
+    assert predict(c, 512).residues == [4, 132, 260, 388]
+    assert predict(c, 128).residues == [4]
+    # a hit unit coarser than the budget (a hybrid's 2048-token page): the hit tail is
+    # itself chunked, so it repeats mod the budget
+    hy = {**resolve("mtp", "fast", **FULL, max_num_batched_tokens=512).as_dict(),
+          "effective_hash_unit": 2048}
+    assert predict(hy, 512).residues == [4]
+    assert auto_modulus(hy)[0] == 512
+
+
+def test_a_budget_the_prompts_fit_in_changes_nothing():
+    # lab records always carry the engine's 8192 budget: prompts shorter than it are one
+    # chunk, and the rule's words stay those of the records written before budgets
+    c = {**cfg().as_dict(), "max_num_batched_tokens": 8192}
+    assert predict(c, 128, longest=4300).why == predict(cfg().as_dict(), 128).why
+    off = {**cfg(prefix_caching=False).as_dict(), "max_num_batched_tokens": 8192}
+    assert predict(off, 128, longest=4300).why == ("predicts no break: prefix caching is "
+                                                   "off, so no cache hit cuts the prompt tail")
+
+
+def test_v2_from_0_31_names_the_1_token_tails_to_measure():
+    base = {**cfg("ngram", max_num_batched_tokens=512).as_dict(), "engine": "vllm",
+            "runner": "v2"}
+    p = predict({**base, "vllm_version": "0.31.0"}, 512)
+    assert p.residues == [] and not p.armed
+    assert p.watch == [1, 129, 257, 385] and "prefill_runs_as_decode" in p.why
+    # 0.28's V2 checks has_prefill: nothing to watch
+    assert predict({**base, "vllm_version": "0.28.0"}, 512).watch == []
+
+
+def test_modulus_auto_and_the_tails_residues():
+    off = cfg(prefix_caching=False, max_num_batched_tokens=512)
+    mod, why = modulus_and_why(off, None)
+    assert mod == 512 and "chunk budget 512" in why
+    assert modulus_and_why(cfg(), None) == (128, "auto: the match unit 128")
+    chosen, note = select_residues("tails:0", off, 512)
+    assert chosen == [1, 3, 4, 5] and "4 of 512" in note
+    assert len(select_residues("tails:3", off, 512)[0]) == 7
+
+
+def test_the_recorded_final_chunk_comes_from_the_servers_counts():
+    c = {"max_num_batched_tokens": 512}
+    assert budget_final_chunk(c, 4100, 0) == 4
+    assert budget_final_chunk(c, 4100, 2048) == 4       # a 2,052-token tail, chunked
+    assert budget_final_chunk(c, 4100, 3968) is None    # the tail fits one chunk
+    assert budget_final_chunk({"max_num_batched_tokens": 8192}, 4100, 0) is None
+    assert budget_final_chunk(c, None, 0) is None
+
+
+# -- the lab, end to end ----------------------------------------------------------------
+def _sweep(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, str]:
+    model = tmp_path / "model"
+    if not model.exists():
+        shutil.copytree(LAB_MODEL_DIR, model)
+    proc = subprocess.run([sys.executable, "-m", "harness", "--model", str(model), "--out",
+                           str(tmp_path / "out"), "--no-progress", "--slots", "2", *args],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    m = re.search(r"run (\d{8}-\d{6}-[0-9a-f]{4})", proc.stderr)
+    assert m, proc.stderr[-3000:]
+    return proc, m.group(1)
+
+
+def _records(tmp_path: Path, run_id: str) -> list[dict]:
+    path = tmp_path / "out" / f"{run_id}.jsonl"
+    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+
+
+@pytest.mark.usefixtures("no_leftovers")
+def test_chunk_budget_sweep_breaks_cold_at_k_plus_1_auto_confirms_explain_names_it(tmp_path):
+    proc, run_id = _sweep(tmp_path, "--spec", "mtp", "--ctx", "huge", "--cudagraph",
+                          "FULL_AND_PIECEWISE", "--patches", "none", "--no-prefix-cache",
+                          "--max-num-batched-tokens", "512", "--modulus", "auto",
+                          "--residues", "tails:0", "--phases", "cold", "--isolation", "auto",
+                          "--auto-sample", "0")
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    recs = _records(tmp_path, run_id)
+    assert {r["modulus"] for r in recs} == {512}
+    assert all("chunk budget 512" in r["modulus_why"] for r in recs)
+    bad = {(r["residue"], r["isolation"]) for r in recs if r["verdict"] != "ok"}
+    fresh_bad = {res for res, iso in bad if iso == "fresh"}
+    assert {res for res, _ in bad} == {4} and fresh_bad == {4}, bad
+    assert all(r["final_chunk"] == r["residue"] for r in recs)   # L mod 512, cold, no cache
+    assert any(r["isolation"] == "fresh" and r["confirms"] == "rule neighbourhood"
+               and r["residue"] == 4 for r in recs)
+    assert "the sweep agrees: broken exactly at residue 4" in proc.stdout
+    ex = subprocess.run([sys.executable, "-m", "harness", "explain", run_id, "--out",
+                         str(tmp_path / "out"), "--slots", "2", "--residue", "4"],
+                        cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert ex.returncode == 0, ex.stderr[-2000:]
+    line = next(ln for ln in ex.stdout.splitlines() if ln.startswith("Reproduced"))
+    assert "chunk budget" in line.split("Discriminators")[1].split(".")[0]
