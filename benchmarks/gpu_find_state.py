@@ -26,6 +26,7 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -175,16 +176,21 @@ def main() -> int:
         if pending:
             print(f"not ready: {sorted(pending)}", flush=True)
             return 3
-        with open(args.out / "probe.jsonl", "w") as sink:
-            for name, spec, rule, seed in cells:
-                residues = sorted({rule, rule - 1, rule + 1} |
-                                  {rule + 7 + 11 * i for i in range(len(METHODS))} |
-                                  {rule + 40 + 11 * i for i in range(len(METHODS))})
-                residues = [r % 128 for r in residues]
-                ps = plan(tok.count_many, residues, context=1200, modulus=128, seed=seed)
+        def one(cell) -> None:   # cells run side by side, each on its own two servers
+            name, spec, rule, seed = cell
+            residues = sorted({rule, rule - 1, rule + 1} |
+                              {rule + 7 + 11 * i for i in range(len(METHODS))} |
+                              {rule + 40 + 11 * i for i in range(len(METHODS))})
+            residues = [r % 128 for r in residues]
+            ps = plan(tok.count_many, residues, context=1200, modulus=128, seed=seed)
+            with open(args.out / f"probe-{name}.jsonl", "w") as sink:
                 probe_cell(name, servers[(name, "probe")], servers[(name, "plain")],
                            args.model, {p.residue: p for p in ps}, rule, sink)
-                print(f"{name} done", flush=True)
+            print(f"{name} done", flush=True)
+
+        with ThreadPoolExecutor(len(cells)) as pool:
+            for fut in [pool.submit(one, c) for c in cells]:
+                fut.result()
     finally:
         for s in servers.values():
             s.stop()
