@@ -20,11 +20,11 @@ from collections import Counter
 from typing import Any, Sequence
 
 from ..client import ClientError, EngineClient, shared_http
-from ..configs import SweepOptions
+from ..configs import SweepOptions, config_id
 from ..run.driver import Driver
 from ..run.plan import Point
 from ..run.point import PointRunner, Server
-from ..run.auto import fresh_twin, needs_confirmation
+from ..run.auto import MATRIX_REFERENCES, fresh_twin, late_confirmations, needs_confirmation
 from ..run.records import timing_record
 from ..scheduling import PointQueue
 from ..server_pool import BootFailure, Slot
@@ -72,6 +72,9 @@ class _LocalRun:
         self._keys: set[tuple] = set()
         self._reset_running = 0
         self._wake = asyncio.Event()
+        # first / consensus: the reset pass's points and records, judged when it is over
+        self._late = self.auto and self.opts.reference in MATRIX_REFERENCES
+        self._reset_done: list[tuple[Point, list[dict]]] = []
 
     def _iso(self, point: Point) -> str:
         return point.isolation or self.opts.isolation
@@ -108,6 +111,8 @@ class _LocalRun:
                     self._reset_running += 1
                 return point
             if not self._reset_running:
+                if self._late and self._add_late_confirmations():
+                    continue
                 return None
             self._wake.clear()
             await self._wake.wait()
@@ -130,13 +135,27 @@ class _LocalRun:
         if not self.auto or point.isolation != "reset":
             return
         self._reset_running -= 1
+        if self._late:
+            self._reset_done.append((point, records))
         if needs_confirmation(point, records):
-            twin = fresh_twin(point, "not ok on reset")
-            if twin.key not in self._keys and self.fresh is not None:
-                self._keys.add(twin.key)
-                self.fresh.add(twin)
-                self.driver.point_added(twin)
+            self._add_twin(fresh_twin(point, "not ok on reset"))
         self._wake.set()
+
+    def _add_twin(self, twin: Point) -> bool:
+        if twin.key in self._keys or self.fresh is None:
+            return False
+        self._keys.add(twin.key)
+        self.fresh.add(twin)
+        self.driver.point_added(twin)
+        return True
+
+    def _add_late_confirmations(self) -> bool:
+        """Once, when the reset pass is over: the fresh twins of the reset points that
+        the matrix reference judges not ok (``run.auto.late_confirmations``)."""
+        self._late = False
+        twins = late_confirmations(self._reset_done, self.opts.reference,
+                                   [config_id(c) for c in self.opts.configs])
+        return any([self._add_twin(t) for t in twins])
 
     async def _worker(self, slot: Slot, queue: PointQueue) -> None:
         server: Server | None = None

@@ -31,11 +31,16 @@ from engine.presets import ServingConfig
 
 from .. import bugb
 from ..recordkeys import point_key
+from .matrix_reference import rejudge
 
 __all__ = ["AUTO_MIN_DOCUMENTS", "rule_neighbourhood", "auto_extra_documents", "auto_passes",
-           "needs_confirmation", "fresh_twin", "resume_confirmations", "CONFIRMS"]
+           "needs_confirmation", "fresh_twin", "resume_confirmations", "late_confirmations",
+           "CONFIRMS", "MATRIX_REFERENCES"]
 
 AUTO_MIN_DOCUMENTS = 2
+# References that judge a run's answers against each other once they are all in: under
+# these a reset point's answers are unjudged as it finishes (run/matrix_reference.py).
+MATRIX_REFERENCES = ("first", "consensus")
 # Why a fresh point of an auto run runs (the record's ``confirms``).
 CONFIRMS = ("not ok on reset", "rule neighbourhood", "sample")
 
@@ -112,6 +117,18 @@ def needs_confirmation(point: Any, records: Iterable[dict]) -> bool:
 
 def _suspect(r: dict) -> bool:
     return r.get("verdict") not in ("ok", "unjudged")
+
+
+def late_confirmations(reset: Sequence[tuple[Any, list[dict]]], mode: str,
+                       config_order: Sequence[str]) -> list[Any]:
+    """Under ``--reference first`` / ``consensus`` a reset answer is judged only against
+    the other answers: when the reset pass is over, its records are judged as the run's
+    end will judge them, and every reset point not ok then gets its fresh twin (a
+    ``diverged`` cell, the usual shape of real Bug B, was never confirmed before).
+    ``reset``: (point, its records) of every finished reset point."""
+    judged = rejudge([r for _, recs in reset for r in recs], mode, config_order)
+    bad = {point_key(r) for r in judged if _suspect(r)}
+    return [fresh_twin(p, "not ok on reset") for p, _ in reset if p.key in bad]
 
 
 def resume_confirmations(planned: Sequence[Any], todo: Sequence[Any],

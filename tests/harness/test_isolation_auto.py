@@ -142,3 +142,24 @@ def test_a_failed_fresh_boot_does_not_end_the_reset_sweep(tmp_path, tok_dir):
     assert len(failed) == 1, fresh
     assert {v for _, _, v in fresh} == {"ok", "boot-fail"}
     assert "CUDA out of memory" in next(r for r in recs if r["verdict"] == "boot-fail")["reason"]
+
+
+HOSTILE = ROOT / "tests" / "servers" / "misbehaving_engine.py"
+
+
+def test_a_diverged_reset_cell_under_consensus_gets_its_fresh_confirmation(tmp_path, tok_dir):
+    # Issue 23, item 4: one wrong word at residue 7 on a hit is `diverged`, which only the
+    # matrix reference (consensus) says, after the answers are in: the reset pass's
+    # diverged point still gets its fresh twin.
+    cmd = " ".join([sys.executable, str(HOSTILE), "--port", "{port}", "--model", str(tok_dir),
+                    "--misbehave", "one-word", "--at-residue", "7", "--only-hit"])
+    proc, recs, manifest, report = sweep(
+        tmp_path, "--engine", "cmd", "--model", str(tok_dir), "--server-cmd", cmd,
+        "--context", "800", "--residues", "4-9", "--isolation", "auto", "--auto-sample", "0",
+        "--slots", "2", "--spec", "none", "--reference", "consensus")
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    by = {(r["isolation"], r["residue"], r["phase"]): r["verdict"] for r in recs}
+    assert by[("reset", 7, "self-hit")] == "diverged"
+    assert by[("fresh", 7, "self-hit")] == "diverged"
+    fresh = {(r["residue"], r["confirms"]) for r in recs if r["isolation"] == "fresh"}
+    assert fresh == {(7, "not ok on reset")}
