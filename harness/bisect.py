@@ -6,8 +6,13 @@ from 1 to 127 as bad, and a code above 127 as "abort the bisect". So under ``--b
 - 1 when a judged cell is not ok (broken, diverged, crash, timeout: the build misbehaved);
 - 125 when nothing says the build is bad and some point was not tested: a boot-fail, an
   infra loss or an invalid point (a good verdict needs every point tested, or a build whose
-  server does not boot at the broken residue would pass), and when the sweep could not run
-  at all (exit 3);
+  server does not boot at the broken residue would pass), an ``unjudged`` answer that no
+  other answer was judged against, and when the sweep could not run at all (exit 3) or the
+  harness itself failed (an unexpected exception: the build was not judged);
+- an ``unjudged`` answer that another answer of the same prompt was judged against is
+  tested: the cold answer under ``--reference cold`` (the hits are judged against it) and
+  the first configuration's under ``--reference first``. What the reference cannot see
+  (a corruption identical in every phase under ``cold``) it cannot see here either;
 - 0 only when every point was tested and every cell is ok;
 - a usage error (exit 2 elsewhere) becomes 128: the command line is wrong, not the commit,
   and a 2 would make git call the commit bad. Interrupted (130) already aborts.
@@ -18,20 +23,36 @@ from collections import Counter
 from typing import Iterable
 
 from .errors import EXIT_CANNOT_RUN, EXIT_USAGE
+from .recordkeys import document_of
 
 __all__ = ["UNTESTED", "EXIT_GOOD", "EXIT_BAD", "EXIT_SKIP", "EXIT_ABORT_BISECT",
            "bisect_exit_code", "bisect_verdict_line", "map_exit"]
 
 EXIT_GOOD, EXIT_BAD, EXIT_SKIP, EXIT_ABORT_BISECT = 0, 1, 125, 128
-# Verdicts that say the point was not tested (not that the build misbehaved).
+# Verdicts that say the point was not tested (not that the build misbehaved); unjudged
+# too, unless another answer was judged against it (``_untested``).
 UNTESTED = frozenset({"boot-fail", "infra", "invalid", "unjudged"})
 
 
+def _prompt_of(r: dict, sha: str | None) -> tuple:
+    return (r.get("residue"), document_of(r), r.get("case_id"), sha)
+
+
+def _untested(recs: list[dict]) -> list[dict]:
+    """The records that say their point was not tested: UNTESTED verdicts, less the
+    unjudged answers some judged answer of the same prompt used as its reference."""
+    used = {_prompt_of(r, r.get("reference_sha1")) for r in recs
+            if r.get("verdict") not in UNTESTED and r.get("reference_sha1")}
+    return [r for r in recs if r.get("verdict") in UNTESTED
+            and not (r.get("verdict") == "unjudged" and _prompt_of(r, r.get("sha1")) in used)]
+
+
 def bisect_exit_code(records: Iterable[dict]) -> int:
-    verdicts = Counter(r.get("verdict") for r in records)
+    recs = list(records)
+    verdicts = Counter(r.get("verdict") for r in recs)
     if any(v not in UNTESTED and v != "ok" for v in verdicts):
         return EXIT_BAD
-    if not verdicts or any(v in UNTESTED for v in verdicts):
+    if not verdicts or _untested(recs):
         return EXIT_SKIP
     return EXIT_GOOD
 

@@ -588,6 +588,16 @@ def main(argv: Sequence[str] | None = None) -> None:
         kill_all_servers()
         print("sweep: interrupted", file=sys.stderr)
         code = EXIT_INTERRUPTED
+    except Exception:
+        if "--bisect" not in args:
+            raise
+        # a harness failure judged nothing: git bisect must not read it as bad (1)
+        import traceback
+        traceback.print_exc()
+        kill_all_servers()
+        print("sweep: internal error under --bisect: exit 125 (this commit untested)",
+              file=sys.stderr)
+        code = EXIT_CANNOT_RUN
     if "--bisect" in args and not (args and args[0] in SUBCOMMANDS):
         from .bisect import map_exit
         code = map_exit(code)   # git bisect run: a usage error must not mark a commit bad

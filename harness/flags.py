@@ -322,7 +322,10 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--junit", OUTPUT, "write JUnit XML (one testcase per point x phase)", {"metavar": "PATH"}),
     Flag("--full", OUTPUT, "do not fold clean rows in the report", {"action": "store_true"}),
     Flag("--bisect", OUTPUT, "exit for git bisect run: 0 every cell tested and ok, 1 a cell "
-         "not ok, 125 untestable (boot-fail, infra, invalid only); docs/bisect.md",
+         "not ok, 125 untestable (a boot-fail, infra or invalid point, an unjudged answer "
+         "nothing was judged against, an internal error), 128 a usage error; under "
+         "--reference cold / first the unjudged cold / first-configuration answers count "
+         "as tested through the answers judged against them; docs/bisect.md",
          {"action": "store_true"}),
     Flag("--gh-issue", OUTPUT, "post the report as a comment on GitHub issue N: through gh "
          "when on PATH, else the REST API with GITHUB_TOKEN (checked before the sweep)",

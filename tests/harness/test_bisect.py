@@ -122,3 +122,39 @@ def test_the_exit_code_rests_on_every_point():
     assert bisect_exit_code([ok, {"verdict": "infra"}]) == 125
     assert bisect_exit_code([{"verdict": "invalid"}]) == 125
     assert bisect_exit_code([]) == 125
+
+
+def bisect_sweep(tmp_path: Path, *args: str, code: str | None = None) -> subprocess.CompletedProcess:
+    model = tmp_path / "model"
+    if not model.exists():
+        shutil.copytree(ROOT / "engine" / "lab" / "model", model)
+    argv = [*SWEEP[2:], "--model", str(model), "--out", str(tmp_path / "results"),
+            "--reports-dir", str(tmp_path / "rep"), *args]
+    cmd = ["-c", code % (argv,)] if code else ["-m", "harness", *argv]
+    return subprocess.run([sys.executable, *cmd], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+
+
+@pytest.mark.parametrize("reference", [("--reference", "cold"),
+                                       ("--reference", "first", "--block-size", "16,128")])
+def test_a_clean_build_is_good_under_the_references_with_unjudged_cells(tmp_path, reference):
+    # issue 23 item 5: the cold cells (cold) and the first configuration's (first) are
+    # unjudged by design; the answers judged against them make the point tested
+    proc = bisect_sweep(tmp_path, *reference)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "bisect: good, exit 0" in proc.stderr and "unjudged=" in proc.stderr
+
+
+def test_nothing_judged_is_still_untestable(tmp_path):
+    proc = bisect_sweep(tmp_path, "--reference", "cold", "--phases", "cold")
+    assert proc.returncode == 125, proc.stderr[-2000:]
+
+
+def test_an_internal_error_under_bisect_is_not_bad(tmp_path):
+    boom = ("import sys, harness.cli as c\n"
+            "def boom(args): raise RuntimeError('a harness bug')\n"
+            "c.run_sweep = boom\nsys.argv = ['sweep'] + %r\nc.main()\n")
+    proc = bisect_sweep(tmp_path, code=boom)
+    assert proc.returncode == 125, proc.stderr[-2000:]
+    assert "RuntimeError: a harness bug" in proc.stderr
+    assert proc.stderr.rstrip().endswith("exit 125 (this commit untested)")
