@@ -21,6 +21,7 @@ class Agreement:
     both_bad: int = 0
     only_fresh: list[dict] = field(default_factory=list)   # fresh not ok, reset ok
     only_reset: list[dict] = field(default_factory=list)   # reset not ok, fresh ok
+    unjudged: int = 0           # cells on both passes that could not be compared
 
     @property
     def agree(self) -> int:
@@ -40,9 +41,11 @@ def agreement_of(records: Iterable[dict]) -> Agreement | None:
     a = Agreement()
     for key in sorted(pairs, key=str):
         reset, fresh = pairs[key].get("reset"), pairs[key].get("fresh")
-        if reset is None or fresh is None or "unjudged" in (reset.get("verdict"),
-                                                            fresh.get("verdict")):
-            continue   # nothing to compare (an unjudged answer is neither ok nor bad)
+        if reset is None or fresh is None:
+            continue
+        if "unjudged" in (reset.get("verdict"), fresh.get("verdict")):
+            a.unjudged += 1   # nothing to compare (an unjudged answer is neither ok nor bad)
+            continue
         a.both += 1
         r_ok, f_ok = reset.get("verdict") == "ok", fresh.get("verdict") == "ok"
         if r_ok and f_ok:
@@ -74,9 +77,11 @@ def agreement_line(records: list[dict], *, labels: bool = True) -> str:
     a = agreement_of(records)
     if a is None:
         return ""
+    unjudged = (f" ({a.unjudged} more on both passes not compared: unjudged on one or both)"
+                if a.unjudged else "")
     return (f"Reset vs fresh (`--isolation auto`): {a.both} cell{'s' if a.both != 1 else ''} "
-            f"measured on both, {a.agree} agree ({a.both_ok} both ok, {a.both_bad} both not "
-            f"ok), {len(a.only_fresh) + len(a.only_reset)} disagree; only a fresh server "
+            f"measured on both{unjudged}, {a.agree} agree ({a.both_ok} both ok, {a.both_bad} "
+            f"both not ok), {len(a.only_fresh) + len(a.only_reset)} disagree; only a fresh server "
             f"caught: {_cells(a.only_fresh, labels)}; only a reset server caught: "
             f"{_cells(a.only_reset, labels)}.")
 

@@ -26,15 +26,23 @@ def predict_bug_b(cd: ConfigData) -> Prediction:
 
 
 def agreement(cd: ConfigData, pred: Prediction) -> str:
-    """Does the sweep agree with the rule? Only points that produced answers count: a
-    boot-fail, crash, timeout or invalid point says nothing about Bug B."""
+    """Does the sweep agree with the rule? Only judged answers count: a boot-fail, crash,
+    timeout or invalid point says nothing about Bug B, and neither does an unjudged answer
+    (no reference could judge it: the cold phase under ``--reference cold``). A residue is
+    measured when some phase of it was judged (ok, broken or diverged), and broken when
+    some phase was broken or diverged."""
     statuses = cd.statuses()
-    # an unjudged point produced answers (its cold phase had no reference): it counts as
-    # measured, and as not broken, only through its judged phases (the status is its worst)
-    covered = {r for r, s in statuses.items() if s in ("ok", "unjudged") or s in BUG_VERDICTS}
+    judged: dict[int, set[str]] = {}
+    for r in cd.records:
+        if r.get("verdict") == "ok" or r.get("verdict") in BUG_VERDICTS:
+            judged.setdefault(int(r.get("residue") or 0), set()).add(r["verdict"])
+    covered = set(judged)
     unmeasured = set(statuses) - covered
-    broken = {r for r, s in statuses.items() if s in BUG_VERDICTS}
+    broken = {res for res, vs in judged.items() if vs & BUG_VERDICTS}
     if not covered:
+        if any(s == "unjudged" for s in statuses.values()):
+            return ("**nothing judged** (every answer is unjudged: no reference could judge "
+                    "it), so the rule is untested")
         return "**nothing measured** (no point produced an answer), so the rule is untested"
     if pred.residues is None:
         if broken:

@@ -177,7 +177,7 @@ def combine_cell(records: list[dict]) -> dict:
     standard), else its reset record's; the cell is the worst document, annotated with
     ``_docs`` (bad, total) over several documents, ``_fresh`` (documents judged on a
     fresh server) and ``_disagree`` ([(document, reset verdict, fresh verdict)] where one
-    is ok and the other is not). A cell of one record is that record, unchanged."""
+    is ok and the other is judged not ok; an unjudged side compares with nothing). A cell of one record is that record, unchanged."""
     if len(records) == 1:
         return records[0]
     by_doc: dict[Any, dict[str, dict]] = defaultdict(dict)
@@ -189,7 +189,10 @@ def combine_cell(records: list[dict]) -> dict:
         fresh += "fresh" in passes and passes["fresh"].get("isolation_run") == "auto"
         effective.append(eff)
         reset, fr = passes.get("reset"), passes.get("fresh")
-        if reset and fr and (reset.get("verdict") == "ok") != (fr.get("verdict") == "ok"):
+        # an unjudged answer is neither ok nor bad: nothing to disagree with (as in the
+        # agreement line, report/auto.py)
+        if (reset and fr and "unjudged" not in (reset.get("verdict"), fr.get("verdict"))
+                and (reset.get("verdict") == "ok") != (fr.get("verdict") == "ok")):
             disagree.append((doc, reset.get("verdict"), fr.get("verdict")))
     cell = dict(min(effective, key=_severity))
     if len(effective) > 1:

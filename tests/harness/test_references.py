@@ -115,3 +115,28 @@ def test_under_reference_cold_the_rule_is_still_checked(tmp_path, tok_dir):
     report = next((tmp_path / "reports").glob("*.md")).read_text()
     assert "nothing measured" not in report
     assert {(r["residue"], r["phase"]) for r in recs if r["verdict"] == "broken"} == {(4, "self-hit")}
+
+
+def test_the_rule_line_says_nothing_where_nothing_was_judged(tmp_path):
+    # issue 23 item 6: --phases cold --reference cold leaves every cell unjudged; the rule
+    # line read "agrees (no break)" for one configuration and "disagrees: residue 4 is
+    # clean" for the other
+    import shutil
+    import subprocess
+    import sys
+    from harness.engines import LAB_MODEL_DIR
+    from tests.conftest import ROOT
+    shutil.copytree(LAB_MODEL_DIR, tmp_path / "model")
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness", "--model", str(tmp_path / "model"), "--spec", "mtp",
+         "--ctx", "huge", "--cudagraph", "FULL_AND_PIECEWISE,PIECEWISE", "--patches", "none",
+         "--residues", "3-5", "--phases", "cold", "--reference", "cold", "--slots", "2",
+         "--out", str(tmp_path / "results"), "--reports-dir", str(tmp_path / "reports"),
+         "--no-progress"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    report = next((tmp_path / "reports").glob("*.md")).read_text()
+    rule = [ln for ln in report.splitlines() if ln.startswith("- **Bug B rule:**")]
+    assert len(rule) == 2, report
+    for ln in rule:
+        assert "agrees" not in ln and "disagrees" not in ln, ln
+        assert "**nothing judged**" in ln, ln

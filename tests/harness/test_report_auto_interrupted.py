@@ -190,3 +190,21 @@ def test_with_a_recorded_plan_the_lines_count_what_did_not_run(tmp_path):
         "verdict only.")
     assert _auto_line(md, FULL).endswith(
         f"Run `{RUN}` was interrupted: 4 of 7 planned fresh points did not run.")
+
+
+def test_an_unjudged_pass_is_no_disagreement():
+    # issue 23 item 6: "⚠ reset unjudged, fresh ok" in the table while the agreement line
+    # said 0 disagree; an unjudged answer compares with nothing, and the line counts it
+    from harness.report import render_markdown
+    from tests.reports.synth import make_config, record
+    cfg = make_config(cudagraph="PIECEWISE")
+    recs = []
+    for res in (3, 4):
+        for iso, verdict in (("reset", "unjudged" if res == 4 else "ok"), ("fresh", "ok")):
+            r = record(cfg, res, "self-hit", verdict=verdict, isolation=iso)
+            recs.append(dict(r, isolation_run="auto", document_seed=0,
+                             confirms="sample" if iso == "fresh" else None))
+    md = render_markdown(recs)
+    assert "⚠" not in md
+    assert ("1 cell measured on both (1 more on both passes not compared: unjudged on one "
+            "or both), 1 agree (1 both ok, 0 both not ok), 0 disagree") in md
