@@ -164,6 +164,11 @@ def predict(config: Mapping[str, Any], modulus: int, *, patch_status: Any = None
     ``longest``: the longest templated prompt swept, when known (a chunk budget above it
     cuts nothing)."""
     c, m = config, int(modulus)
+    unknown = [f for f in ("method", "draft_tokens", "cudagraph_mode", "patches")
+               if f in (c.get("not_reported") or ())]
+    if unknown:   # a live server (sweep --url) that does not say what it runs
+        return Prediction(None, False, "cannot name a residue: the server does not report "
+                          f"its {', '.join(unknown)}")
     method = c.get("method", c.get("spec"))
     k = int(c.get("draft_tokens") or 0) if method and method != "none" else 0
     if not k:

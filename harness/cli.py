@@ -29,7 +29,7 @@ from typing import Sequence
 
 from engine.presets import preset_table_markdown
 
-from . import bugb, interrupts
+from . import bugb, interrupts, live as attached
 from .backends import Backend, make_backend
 from .configs import (SweepOptions, config_id, describe, expand_matrix, modulus_for,
                       parse_phases, parse_prompts, parse_reference, parse_slots,
@@ -60,6 +60,7 @@ DEFAULT_OUT, DEFAULT_REPORTS = "results", "reports"
 
 def build_options(ns: argparse.Namespace, argv: Sequence[str]) -> SweepOptions:
     """Every flag validated into ``SweepOptions``; the backend checks what it needs."""
+    live = attached.attach(ns, argv) if ns.url else None   # --url: a running server (harness/live.py)
     if ns.engine != "cmd" and ns.server_cmd:
         raise UsageError("--server-cmd is only for --engine cmd")
     if ns.ray_address and ns.backend != "ray":
@@ -72,8 +73,8 @@ def build_options(ns: argparse.Namespace, argv: Sequence[str]) -> SweepOptions:
         raise UsageError("--seed lists are documents and --prompts cases have none: give one --seed")
     if getattr(ns, "bisect", False) and ns.baseline:
         raise UsageError("--bisect and --baseline are exclusive: a bisect judges each build alone")
-    configs = expand_matrix(engine=ns.engine, model=ns.model, prefix_cache=ns.prefix_cache,
-                            axes=matrix_axes(ns))
+    configs = [live.cfg] if live else expand_matrix(
+        engine=ns.engine, model=ns.model, prefix_cache=ns.prefix_cache, axes=matrix_axes(ns))
     if ns.modulus == "auto":
         modulus = None
     else:
@@ -88,12 +89,13 @@ def build_options(ns: argparse.Namespace, argv: Sequence[str]) -> SweepOptions:
     cases = parse_prompts(ns.prompts, ns.case, reference)
     for cfg in configs:  # residue syntax errors surface now, not mid-sweep
         select_residues(ns.residues, cfg, modulus_for(cfg, modulus), seed=seeds[0])
-    engine = adapter_class(ns.engine)
+    engine = live.adapter() if live else adapter_class(ns.engine)
     boot_timeout = ns.boot_timeout or engine.boot_timeout_s
     opts = SweepOptions(
-        engine=ns.engine, configs=tuple(configs), model=ns.model, residues=ns.residues,
-        modulus=modulus, context=ns.context, phases=phases, reference=reference,
-        isolation=ns.isolation, slots=parse_slots(ns.slots, ns.gpus, engine.default_slots()),
+        engine=engine.name, configs=tuple(configs), model=ns.model, residues=ns.residues,
+        modulus=modulus, context=ns.context, phases=phases, reference=reference, live=live,
+        isolation=ns.isolation,
+        slots=live.slots if live else parse_slots(ns.slots, ns.gpus, engine.default_slots()),
         server_cmd=ns.server_cmd, served_model_name=ns.served_model_name,
         max_tokens=ns.max_tokens, timeout=ns.timeout, boot_timeout=boot_timeout,
         out=Path(ns.out or DEFAULT_OUT), reports_dir=_reports_dir(ns), resume=ns.resume,
@@ -136,10 +138,10 @@ def run_sweep(argv: Sequence[str]) -> int:
         argv = shlex.split(manifest["command"])[1:]
     opts = build_options(ns, argv)
     preflight_checks(opts)   # outputs, inputs, a way to post: all before any server
-    adapter = make_adapter(opts.engine, opts.server_cmd, draft_model=opts.draft_model,
-                           extra_args=opts.engine_args, work_dir=opts.out,
-                           isolation=opts.isolation, served_model_name=opts.served_model_name,
-                           cache_dir=opts.cache_dir)
+    adapter = opts.live.adapter() if opts.live else make_adapter(
+        opts.engine, opts.server_cmd, draft_model=opts.draft_model,
+        extra_args=opts.engine_args, work_dir=opts.out, isolation=opts.isolation,
+        served_model_name=opts.served_model_name, cache_dir=opts.cache_dir)
     adapter.check(opts.configs, opts.slots[0])
     for line in preset_warnings(opts):
         _say(line)

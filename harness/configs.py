@@ -73,6 +73,8 @@ class SweepOptions:
     logprobs: int = 0              # top_logprobs asked per answer token; 0 = not asked
     logprobs_default: int = 0      # the engine's default (a rerun repeats only a change)
     allow_fewer: bool = False      # --baseline: coverage may shrink
+    # --url: the running server swept (harness/live.LiveTarget); None: servers are started
+    live: Any = field(default=None, compare=False)
 
     @property
     def documents(self) -> tuple[int, ...]:

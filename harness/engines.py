@@ -27,7 +27,7 @@ from .errors import UsageError
 from .slots import Slot
 
 __all__ = ["EngineAdapter", "LabAdapter", "VllmAdapter", "CmdAdapter", "ADAPTERS",
-           "adapter_class", "make_adapter", "LAB_MODEL_DIR", "PreforkSpec"]
+           "adapter_class", "make_adapter", "LAB_MODEL_DIR", "PreforkSpec", "normalise_reported"]
 
 LAB_MODEL_DIR = Path(__file__).resolve().parent.parent / "engine" / "lab" / "model"
 
@@ -177,7 +177,7 @@ class LabAdapter(EngineAdapter):
         return argv, env
 
     def refine(self, info, version, log_text):
-        info["config"].update(_normalise_reported(version.get("effective_config") or {}))
+        info["config"].update(normalise_reported(version.get("effective_config") or {}))
         info["patch_status"] = version.get("patches")
 
     def prefork(self):
@@ -185,7 +185,7 @@ class LabAdapter(EngineAdapter):
                            "-m engine.lab", _after_module("engine.lab"))
 
 
-def _normalise_reported(rep: dict[str, Any]) -> dict[str, Any]:
+def normalise_reported(rep: dict[str, Any]) -> dict[str, Any]:
     """Map an engine's self-report onto ServingConfig field names (and keep extras)."""
     out: dict[str, Any] = {}
     aliases = {"enable_prefix_caching": "prefix_caching", "hash_unit": "prefix_match_unit",
@@ -253,7 +253,7 @@ class VllmAdapter(EngineAdapter):
             parsed = self._launch.parse_effective_config(log_text)
         except Exception as e:  # a log we cannot read is recorded, not fatal
             parsed = {"log_parse_error": str(e)}
-        info["config"].update(_normalise_reported(parsed))
+        info["config"].update(normalise_reported(parsed))
         status = getattr(self._launch, "patch_status_from_log", None)
         if status:
             info["patch_status"] = status(log_text)

@@ -296,6 +296,15 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--launcher", RUN, "how servers start: plain (a new process, default) | prefork "
          "(--engine vllm: forked from a parent that imported vLLM once; falls back to plain)",
          {"default": "plain", "choices": ("plain", "prefork")}),
+    Flag("--url", RUN, "sweep this running OpenAI-compatible server (http://HOST:PORT): "
+         "start nothing, stop nothing; each point its own document, cold proven by "
+         "cached_tokens 0 (docs/live.md); key from RESIDUE_LAB_API_KEY or OPENAI_API_KEY",
+         {"metavar": "URL"}),
+    Flag("--max-requests", RUN, "--url: most HTTP requests the sweep may send, planning "
+         "included; a plan that needs more is refused before any chat request (default 2000)",
+         {"type": positive_int("--max-requests"), "metavar": "N"}),
+    Flag("--concurrency", RUN, "--url: data points in flight at once (default 1)",
+         {"type": positive_int("--concurrency"), "metavar": "N"}),
     Flag("--backend", RUN, "where data points run: local slots (default) | ray (a Ray cluster)",
          {"default": "local", "choices": backend_names()}),
     Flag("--ray-address", RUN, "--backend ray: auto | ray://host:port (default: auto)",
@@ -391,6 +400,14 @@ def check_launch_flags(ns: argparse.Namespace) -> None:
                          "forked from a pre-imported parent; use --launcher plain")
     if ns.launcher != "plain" and ns.backend != "local":
         raise UsageError(f"--launcher {ns.launcher} is for the local backend")
+    if not getattr(ns, "url", None):
+        for name in ("max_requests", "concurrency"):
+            if getattr(ns, name, None):
+                raise UsageError(f"--{name.replace('_', '-')} is for --url (a running server); "
+                                 "--slots sets how many servers a sweep starts")
+        if ns.isolation == "live":
+            raise UsageError("--isolation live is how --url sweeps a running server: give "
+                             "--url URL")
     if ns.auto_sample < 0:
         raise UsageError("--auto-sample must be at least 0")
     if ns.auto_sample != 4 and ns.isolation != "auto":

@@ -12,9 +12,11 @@ __all__ = ["ISOLATIONS", "RECORD_ISOLATIONS", "PHASES", "VERDICTS", "REFERENCES"
 
 # auto: reset servers for every residue, then fresh servers for what a reset sweep can
 # hide (harness/run/auto.py); each record says which of the two produced it.
-ISOLATIONS = ("fresh", "reset", "shared", "auto")
+# live: a running server the sweep did not start (sweep --url, harness/live.py): isolation
+# by content only, each point its own document, cold proven by cached_tokens 0.
+ISOLATIONS = ("fresh", "reset", "shared", "auto", "live")
 # The isolations a record can be produced under (auto is a run's, not a record's).
-RECORD_ISOLATIONS = ("fresh", "reset", "shared")
+RECORD_ISOLATIONS = ("fresh", "reset", "shared", "live")
 # cold is by definition the first request on a server; the order is the order they run.
 PHASES = ("cold", "warm", "self-hit")
 # unjudged: an answer with nothing to compare it with (the cold phase under --reference

@@ -8,7 +8,9 @@ __all__ = ["BACKENDS", "backend_names"]
 # name -> "module:class", imported only when that backend is made (Ray's module imports
 # Ray itself only when it runs; the CLI's --backend choices need no backend imported).
 BACKENDS: dict[str, str] = {"local": "harness.backends.local:LocalBackend",
-                            "ray": "harness.backends.ray:RayBackend"}
+                            "ray": "harness.backends.ray:RayBackend",
+                            # sweep --url: a running server, nothing started
+                            "live": "harness.backends.live:LiveBackend"}
 
 
 def backend_names() -> tuple[str, ...]:

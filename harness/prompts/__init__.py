@@ -3,11 +3,11 @@ from .case_plan import (CaseCalibration, calibrate_case, plan_case, plan_case_re
                         prompt_sha1)
 from .cases import CaseFileError, PromptCase, load_cases, select_cases
 from .corpus import document_lines
-from .planner import (INSTRUCTION, Calibration, PlanError, PromptPlan, calibrate, plan,
-                      plan_residue)
+from .planner import (INSTRUCTION, Calibration, PlanError, PromptPlan, approx_line_counts,
+                      calibrate, own_document_plan, plan, plan_residue)
 from .templating import ChatTokenizer, TemplateError
 
 __all__ = ["document_lines", "INSTRUCTION", "Calibration", "PlanError", "PromptPlan",
-           "calibrate", "plan", "plan_residue", "ChatTokenizer", "TemplateError",
+           "calibrate", "plan", "plan_residue", "own_document_plan", "approx_line_counts", "ChatTokenizer", "TemplateError",
            "CaseCalibration", "calibrate_case", "plan_case", "plan_case_residues", "prompt_sha1",
            "CaseFileError", "PromptCase", "load_cases", "select_cases"]

@@ -184,3 +184,43 @@ def plan(count_many: CountMany, residues: Iterable[int], *, context: int, modulu
             if n != p.target_len:
                 raise PlanError(f"residue {p.residue}: built {n} tokens, aimed at {p.target_len}")
     return plans
+
+
+def own_document_plan(cal: Calibration, count_many: CountMany, residue: int, modulus: int,
+                      seed: int) -> PromptPlan:
+    """A prompt on a document of its own (``sweep --url``): the calibration's layout and
+    size, the lines of document ``seed``, and a tag naming that seed at the very start of
+    the message, so no block of this prompt (from the first) is shared with any other
+    point's prompt. Costs one count (this document, no padding); the padding then hits
+    ``residue`` exactly because the calibration verified one token per padding unit (the
+    point's own ``/tokenize`` checks it again where it is sent)."""
+    if not 0 <= residue < modulus:
+        raise PlanError(f"residue {residue} is outside 0..{modulus - 1}")
+    lines = document_lines(cal.doc_lines, seed)
+    head = f"Document {seed:08x}. "
+
+    def content(pad: int) -> str:
+        return head + _content(lines, cal.answer_lines, cal.pad_unit, pad)
+
+    base = count_many([_conv(content(0))])[0]
+    pad = (residue - base) % modulus
+    messages = tuple(_conv(content(pad)))
+    warmup = messages + ({"role": "assistant", "content": WARMUP_ASSISTANT},
+                         {"role": "user", "content": WARMUP_FOLLOWUP})
+    return PromptPlan(residue=residue, modulus=modulus, target_len=base + pad, pad_count=pad,
+                      messages=messages, warmup_messages=warmup,
+                      expected="\n".join(lines[: cal.answer_lines]), document="\n".join(lines))
+
+
+def approx_line_counts(count_many: CountMany) -> LineCounts:
+    """Per-line token counts from two counts (all the lines together, and none), shared
+    out by characters: for a tokenizer reached over HTTP, where one request per line is
+    too many. ``calibrate`` only estimates with them; its exact counts decide."""
+    def counts(lines: Sequence[str]) -> list[int]:
+        empty, full = count_many([_conv(_content([], 1, " ", 0)),
+                                  _conv(_content(list(lines), 1, " ", 0))])
+        total = max(full - empty, 0)
+        chars = [len(ln) + 1 for ln in lines]
+        scale = total / max(sum(chars), 1)
+        return [max(1, round(c * scale)) for c in chars]
+    return counts

@@ -1,4 +1,5 @@
-"""The line a lab report opens with: this is the CPU lab engine, not vLLM.
+"""The lines a report opens with: this is the CPU lab engine, not vLLM; this was a live
+server (``sweep --url``), not fresh servers.
 
 A report pasted into an issue is read as a vLLM result unless it says otherwise at the
 top; the only other clue (``engine | lab …``) sits in the provenance at the bottom. On the
@@ -8,7 +9,7 @@ comment and the GitHub step summary (both the report itself) carry it too.
 """
 from __future__ import annotations
 
-__all__ = ["LAB_NOTICE", "engine_notice"]
+__all__ = ["LAB_NOTICE", "engine_notice", "live_notice"]
 
 LAB_NOTICE = ("**Engine: the CPU lab engine** (`engine/lab`), a replica of vLLM's "
               "mechanisms (scheduler, paged KV cache and prefix caching, speculative "
@@ -30,3 +31,18 @@ def engine_notice(records: list[dict]) -> str | None:
     if others:
         return LAB_NOTICE + f" Records of {', '.join(others)} are in this report too."
     return LAB_NOTICE
+
+
+def live_notice(records: list[dict]) -> str | None:
+    """The notice of a ``sweep --url`` run (records with isolation ``live``), else None."""
+    urls = sorted({str((r.get("config") or {}).get("url") or "?") for r in records
+                   if r.get("isolation") == "live"})
+    if not urls:
+        return None
+    return ("**Swept a live server** (" + ", ".join(f"`{u}`" for u in urls) + "), as it "
+            "runs: nothing started, nothing stopped. Isolation `live`: every point on a "
+            "document of its own, each cold phase proven cold by `cached_tokens` 0 and each "
+            "hit by `cached_tokens` > 0 (else `invalid`). A server that has served other "
+            "requests **cannot show breaks that only a fresh server shows** (a fresh server's "
+            "first request, a cache or state that other traffic changed): a clean live sweep "
+            "is not a clean fresh sweep.")

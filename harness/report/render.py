@@ -9,7 +9,7 @@ from ..run.records import latest_records, phase_key
 from .auto import agreement_line
 from .cases import case_groups, case_note, case_suffix
 from .cells import Footnotes
-from .engine_notice import engine_notice
+from .engine_notice import engine_notice, live_notice
 from .explain import reference_lines, reference_texts
 from .interrupted import interrupted_line, interrupted_manifests
 from .model import group_configs, varying_fields
@@ -57,9 +57,9 @@ def render_markdown(records: list[dict], manifests: list[dict] | None = None, *,
     else:
         title_md = escape_text(title)
     out = [f"# {title_md}", ""]
-    notice = engine_notice(recs)
-    if notice:
-        out += [notice, ""]
+    for notice in (live_notice(recs), engine_notice(recs)):
+        if notice:
+            out += [notice, ""]
     headline = (f"{len(configs)} configuration{'s' if len(configs) != 1 else ''}, "
                 f"{points} data point{'s' if points != 1 else ''}, "
                 f"{total_cells} phase cell{'s' if total_cells != 1 else ''}: ")

@@ -171,7 +171,10 @@ def render_config_summary(cd: ConfigData, manifest_residues: list[int] | None,
     if auto_line:
         lines.append(f"- **Isolation auto:** {auto_line}")
     docs = cd.distinct("document_seed")
-    if len(docs) > 1:
+    if "live" in cd.distinct("isolation"):
+        lines.append(f"- **Documents:** {len(docs)}, one per point (a live server: isolation "
+                     "by content).")
+    elif len(docs) > 1:
         lines.append(f"- **Documents:** seeds {', '.join(str(d) for d in sorted(docs))}; a "
                      "cell counts the documents it is not ok on.")
     k = cd.config.get("draft_tokens") if cd.config.get("spec") not in (None, "none") else None

@@ -26,7 +26,7 @@ def hit_unit(cfg: Mapping[str, Any], modulus: int) -> int:
 def intended_tail(point: Any, phase: str) -> int | None:
     """The computed tail this phase of ``point`` (a ``plan.Point``) is meant to have."""
     length = point.plan.target_len
-    if phase == "cold" or not point.cfg.prefix_caching:
+    if phase == "cold" or point.cfg.prefix_caching is False:
         return length
     unit = hit_unit(point.cfg.as_dict(), point.modulus)
     return (length - 1) % unit + 1

@@ -169,10 +169,11 @@ class RemoteCounter:
     """Templated lengths from a probe server's ``/tokenize`` (for engines without a local
     tokenizer): the planner's ``count_many`` over HTTP."""
 
-    def __init__(self, base_url: str, model: str, api_key: str | None = None):
+    def __init__(self, base_url: str, model: str, api_key: str | None = None, *,
+                 http: httpx.Client | None = None):
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._http = httpx.Client(base_url=base_url, headers=headers, timeout=120,
-                                  trust_env=False)
+        self._http = http or httpx.Client(base_url=base_url, headers=headers, timeout=120,
+                                          trust_env=False)
         self.model = model
 
     def __call__(self, conversations) -> list[int]:
@@ -228,7 +229,11 @@ async def probe_server(opts: SweepOptions, adapter: EngineAdapter, cfg: ServingC
 async def plan_with_probes(opts: SweepOptions, adapter: EngineAdapter, *,
                            logs_dir: Path) -> SweepPlan:
     """Plan every point; configurations without a local tokenizer are planned against a
-    probe server of that configuration (booted, asked, stopped)."""
+    probe server of that configuration (booted, asked, stopped); ``--url`` is planned
+    against the running server (run/live_plan.py)."""
+    if opts.live is not None:
+        from .live_plan import plan_live
+        return await asyncio.to_thread(plan_live, opts)
     need = [c for c in opts.configs if adapter.tokenizer_dir(c) is None]
     if not need:
         return await asyncio.to_thread(plan_points, opts, adapter)

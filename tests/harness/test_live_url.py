@@ -1,0 +1,210 @@
+"""``sweep --url``: a server started by the test, before the sweep, swept as it runs.
+
+Through the real entry point (``python -m harness``) against real processes on
+127.0.0.1: the lab engine (unpatched FULL_AND_PIECEWISE mtp, the thread's Bug B) and the
+project's misbehaving fault server. The server must still be running, the same process,
+after every sweep.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.conftest import ROOT
+from tests.lab.labserver import FULL, HUGE, MTP, free_port, lab_server, stop, wait_healthy
+
+HOSTILE = ROOT / "tests" / "servers" / "misbehaving_engine.py"
+UNPATCHED = [*HUGE, "--speculative-config", MTP, "-cc", FULL, "--patches", "none",
+             "--max-model-len", "245760"]
+
+
+def sweep(*args: str, env: dict | None = None, timeout: float = 240) -> subprocess.CompletedProcess:
+    full_env = {k: v for k, v in os.environ.items()
+                if k not in ("RESIDUE_LAB_API_KEY", "OPENAI_API_KEY")}
+    full_env.update(env or {}, PYTHONPATH=str(ROOT))
+    return subprocess.run([sys.executable, "-m", "harness", *args, "--no-progress"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=timeout, env=full_env)
+
+
+def records(out: Path) -> list[dict]:
+    (path,) = out.glob("*.jsonl")
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def manifest(out: Path) -> dict:
+    (path,) = out.glob("*.manifest.json")
+    return json.loads(path.read_text())
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    """The unpatched lab server, started before any sweep and stopped after all of them."""
+    with lab_server(UNPATCHED, tmp_path_factory.mktemp("lab") / "lab.log") as srv:
+        yield srv
+
+
+def still_serving(srv) -> None:
+    assert srv.proc.poll() is None, "the sweep stopped the server it was given"
+    assert httpx.get(srv.url + "/health", timeout=5).status_code == 200
+
+
+def test_finds_residue_4_proves_every_phase_and_leaves_the_server(lab, tmp_path):
+    out = tmp_path / "out"
+    r = sweep("--url", lab.url, "--residues", "0-7,64,127", "--out", str(out))
+    assert r.returncode == 1, r.stderr[-2000:]          # a broken cell: the gate fails
+    recs = records(out)
+    assert len(recs) == 20
+    bad = {(x["residue"], x["phase"]): x["verdict"] for x in recs if x["verdict"] != "ok"}
+    assert bad == {(4, "self-hit"): "broken"}, bad
+    for x in recs:
+        assert x["isolation"] == "live"
+        if x["phase"] == "cold":
+            assert x["cached_tokens"] == 0, x         # proven cold
+        else:
+            assert x["cached_tokens"] > 0, x          # proven hit
+    # every point on a document of its own
+    assert len({x["document_seed"] for x in recs}) == 10
+    assert len({x["target_len"] for x in recs if x["phase"] == "cold"}) == 10
+    # the label is what the server reported, and the report opens saying it was live
+    assert recs[0]["config"]["cudagraph_mode"] == "FULL_AND_PIECEWISE"
+    assert recs[0]["config"]["patches"] == "none"
+    assert recs[0]["config"]["not_reported"] == []
+    report = next(out.glob("*.md")).read_text()
+    head = "\n".join(report.splitlines()[:4])
+    assert "Swept a live server" in head and "cannot show breaks that only a fresh server" \
+        in head
+    assert "predicts residue 4" in report and "the sweep agrees" in report
+    m = manifest(out)
+    assert m["isolation"] == "live" and m["backend"]["backend"] == "live"
+    assert 0 < m["backend"]["requests"]["sent"] <= m["backend"]["requests"]["budget"]
+    assert "--url " + lab.url in recs[0]["rerun"] and "--seed" not in recs[0]["rerun"]
+    still_serving(lab)
+
+
+def test_a_document_seen_before_makes_the_cold_phase_invalid(lab, tmp_path):
+    """Twice the same --seed on the same server: the second run's documents are cached
+    already, so its cold phases are not cold, and say so (never ok)."""
+    for n, want in ((1, 0), (2, 1)):
+        out = tmp_path / f"run{n}"
+        r = sweep("--url", lab.url, "--residues", "10", "--seed", "77", "--out", str(out))
+        assert r.returncode == want, r.stderr[-2000:]
+    cold = next(x for x in records(tmp_path / "run2") if x["phase"] == "cold")
+    assert cold["verdict"] == "invalid" and cold["cached_tokens"] > 0
+    assert "cold request hit the cache" in cold["reason"]
+    still_serving(lab)
+
+
+def test_server_flags_are_refused_in_one_line(lab, tmp_path):
+    r = sweep("--url", lab.url, "--spec", "mtp", "--cudagraph", "FULL", "--slots", "2",
+              "--out", str(tmp_path))
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--spec" in lines[0] and "--cudagraph" in lines[0] \
+        and "--slots" in lines[0], lines
+    assert not list(tmp_path.glob("*.jsonl"))
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--max-requests", "5"], "--max-requests is for --url"),
+    (["--isolation", "live"], "--isolation live is how --url"),
+    (["--url", "localhost:8000"], "--url: 'localhost:8000' is not valid"),
+])
+def test_url_only_flags_and_bad_urls(argv, says, tmp_path):
+    r = sweep(*argv, "--out", str(tmp_path))
+    assert r.returncode == 2 and says in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_request_budget_is_checked_before_any_chat_request(lab, tmp_path):
+    r = sweep("--url", lab.url, "--residues", "all", "--max-requests", "300",
+              "--out", str(tmp_path))
+    assert r.returncode == 2, r.stderr
+    assert "--max-requests 300: this sweep needs" in r.stderr
+    assert "x 128 points" in r.stderr
+    assert not list(tmp_path.glob("*.jsonl"))
+
+
+def test_api_key_from_the_environment(tmp_path):
+    with lab_server([*UNPATCHED, "--api-key", "s3cret"], tmp_path / "lab.log") as srv:
+        r = sweep("--url", srv.url, "--residues", "3", "--out", str(tmp_path / "a"))
+        assert r.returncode == 2 and "RESIDUE_LAB_API_KEY" in r.stderr, r.stderr
+        for name in ("RESIDUE_LAB_API_KEY", "OPENAI_API_KEY"):
+            out = tmp_path / name
+            r = sweep("--url", srv.url, "--residues", "3", "--out", str(out),
+                      env={name: "s3cret"})
+            assert r.returncode == 0, r.stderr[-2000:]
+            assert manifest(out)["backend"]["api_key_from"] == name
+            assert "s3cret" not in (out / next(out.glob("*.manifest.json")).name).read_text()
+        still_serving(srv)
+
+
+def test_concurrency_runs_points_side_by_side(lab, tmp_path):
+    """Two points in flight share the server's batches; Bug B needs a LONE request whose
+    final chunk is 1 + k, so a batched residue 4 may come out clean (docs/live.md): only
+    the proofs are asserted here, not the break."""
+    out = tmp_path / "out"
+    r = sweep("--url", lab.url, "--residues", "2-5", "--concurrency", "2", "--out", str(out))
+    assert r.returncode in (0, 1), r.stderr[-2000:]
+    recs = records(out)
+    assert {x["slot"] for x in recs} == {"live0", "live1"}
+    assert {x["verdict"] for x in recs} <= {"ok", "broken"}
+    assert all((x["cached_tokens"] == 0) == (x["phase"] == "cold") for x in recs)
+
+
+# -- the fault server -----------------------------------------------------------------------
+def hostile(tmp_path: Path, tok_dir: Path, *args: str):
+    """The misbehaving engine as someone's running service (not started by the sweep)."""
+    log = tmp_path / "hostile.log"
+    port = free_port()
+    f = open(log, "wb")
+    proc = subprocess.Popen([sys.executable, str(HOSTILE), "--port", str(port), "--model",
+                             str(tok_dir), *args], stdout=f, stderr=subprocess.STDOUT)
+    f.close()
+    wait_healthy(port, proc)
+    return proc, f"http://127.0.0.1:{port}"
+
+
+@pytest.mark.parametrize("misbehave, phase, reason", [
+    ("no-cached", "self-hit", "hit not proven"),
+    ("lying-cached", "cold", "cold request hit the cache"),
+])
+def test_unproven_phases_are_invalid(misbehave, phase, reason, tmp_path, tok_dir):
+    proc, url = hostile(tmp_path, tok_dir, "--misbehave", misbehave)
+    try:
+        out = tmp_path / "out"
+        r = sweep("--url", url, "--residues", "3,4", "--context", "600", "--out", str(out))
+        assert r.returncode == 1, r.stderr[-2000:]
+        recs = [x for x in records(out) if x["phase"] == phase]
+        assert recs and all(x["verdict"] == "invalid" and reason in x["reason"] for x in recs)
+        cfg = records(out)[0]["config"]
+        assert "method" in cfg["not_reported"] and cfg["engine"] == "unknown"
+        assert proc.poll() is None
+    finally:
+        stop(proc)
+
+
+def test_a_server_that_dies_is_not_waited_on(tmp_path, tok_dir):
+    """It dies answering residue 4: that point is a crash, the rest are never sent."""
+    proc, url = hostile(tmp_path, tok_dir, "--misbehave", "die", "--at-residue", "4")
+    try:
+        out = tmp_path / "out"
+        r = sweep("--url", url, "--residues", "3,4,5,6", "--context", "600", "--out", str(out))
+        assert r.returncode == 1, r.stderr[-2000:]
+        by = {(x["residue"], x["phase"]): x for x in records(out)}
+        assert by[(3, "self-hit")]["verdict"] == "ok"
+        assert by[(4, "cold")]["verdict"] == "crash"
+        assert all(by[(r, p)]["verdict"] == "infra" and "stopped answering" in by[(r, p)]["reason"]
+                   for r in (5, 6) for p in ("cold", "self-hit"))
+    finally:
+        stop(proc)
+
+
+def test_nothing_answers(tmp_path):
+    r = sweep("--url", f"http://127.0.0.1:{free_port()}", "--out", str(tmp_path))
+    assert r.returncode == 3 and "no server answers" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
