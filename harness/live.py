@@ -304,6 +304,7 @@ def live_config(url: str, report: dict[str, Any]) -> tuple[LiveConfig, dict[str,
         spec=str(values["method"] or ("none" if "method" in eff else "?")), ctx="live",
         max_model_len=int(first.get("max_model_len") or eff.get("max_model_len") or 0),
         kv_cache_memory_bytes=None, geometry=eff.get("geometry"), url=url,
+        max_num_batched_tokens=eff.get("max_num_batched_tokens"),
         not_reported=not_reported, **values)
     facts = {"engine_version": str(version.get("version") or "unknown"),
              "patch_status": version.get("patches"), "model": first.get("id"),

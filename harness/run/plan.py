@@ -5,11 +5,22 @@ arithmetically. A configuration without a local tokenizer is planned against a p
 server of that configuration, booted through the engine adapter (``probe_counters``),
 asked for templated lengths over ``/tokenize`` and stopped. Golden answers of a
 reference run are loaded here too.
+
+``sweep --url`` (``plan_live``): a live server keeps what it served in its prefix cache,
+so the only isolation is content: each point's document is cut from its own seed (drawn
+from the run's random base, or ``--seed``) and tagged with that seed at the very start of
+the message, so no cache block of it is shared with another point, or with another run
+on the same server. The layout and size come from one calibration against the server's
+``/tokenize``; each document then costs one more count. Every request counts against
+``--max-requests``: a plan that cannot fit is refused (``PlanError``, exit 2) before the
+first chat request.
 """
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
+import shlex
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,11 +32,12 @@ from engine.presets import ServingConfig
 
 from ..client import EngineClient
 from ..configs import SweepOptions, config_id, modulus_and_why, select_residues
-from ..flags import rerun_command
+from ..flags import FLAGS, MEASURE, Rerun, rerun_command
 from ..engines import EngineAdapter
 from ..errors import CannotRun
-from ..prompts import (ChatTokenizer, PlanError, PromptPlan, calibrate, calibrate_case,
-                       plan_case_residues, plan_residue)
+from ..live import LiveTarget, requests_per_point
+from ..prompts import (ChatTokenizer, PlanError, PromptPlan, approx_line_counts, calibrate,
+                       calibrate_case, own_document_plan, plan_case_residues, plan_residue)
 from ..server_pool import BootFailure, PortAllocator, ServerProcess, Slot
 from ..store import read_jsonl, resolve_results
 from .auto import auto_extra_documents, auto_passes
@@ -33,7 +45,7 @@ from .records import latest_records
 
 __all__ = ["Point", "SweepPlan", "plan_points", "plan_with_probes", "RemoteCounter",
            "load_golden", "probe_server", "golden_key", "golden_answer",
-           "check_golden_covers"]
+           "check_golden_covers", "plan_live", "document_seed", "live_rerun"]
 
 
 @dataclass
@@ -232,7 +244,6 @@ async def plan_with_probes(opts: SweepOptions, adapter: EngineAdapter, *,
     probe server of that configuration (booted, asked, stopped); ``--url`` is planned
     against the running server (run/live_plan.py)."""
     if opts.live is not None:
-        from .live_plan import plan_live
         return await asyncio.to_thread(plan_live, opts)
     need = [c for c in opts.configs if adapter.tokenizer_dir(c) is None]
     if not need:
@@ -313,3 +324,77 @@ def check_golden_covers(plan: SweepPlan, golden: dict[tuple, dict], run_ref: str
             raise PlanError(f"--reference golden:{run_ref}: no ok answer for case {p.case!r} "
                             f"residue {p.residue} ({p.plan.target_len} tokens) in that run; "
                             "sweep the same cases there first, or give \"expected\"")
+
+
+# -- sweep --url ----------------------------------------------------------------------------
+
+def document_seed(nonce: int, cfg_id: str, residue: int) -> int:
+    """The document of one point: distinct per run (``nonce``), configuration and residue."""
+    digest = hashlib.sha1(f"{nonce}:{cfg_id}:{residue}".encode()).digest()
+    return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
+
+
+def live_rerun(opts: SweepOptions, url: str, cfg, residue: int, modulus: int) -> str:
+    """The command that measures this cell again on the same server (on a new document:
+    the old one is in its cache)."""
+    r = Rerun(opts, cfg, residue, modulus)
+    argv = ["sweep", "--url", url]
+    for f in FLAGS:
+        if f.group == MEASURE and f.rerun is not None and f.name != "--seed":
+            argv += f.rerun(r)
+    return shlex.join(argv)
+
+
+class _BudgetedCounter(RemoteCounter):
+    """The server's /tokenize, refusing to go past the request budget while planning."""
+
+    def __init__(self, target: LiveTarget, model: str, timeout: float):
+        super().__init__(target.url, model, http=target.http_client(timeout))
+        self.budget = target.budget
+
+    def __call__(self, conversations) -> list[int]:
+        if self.budget.sent + len(conversations) > self.budget.limit:
+            raise PlanError(f"--max-requests {self.budget.limit} is spent before the plan is "
+                            f"made ({self.budget.sent} requests to read the server and count "
+                            "prompts); raise it")
+        return super().__call__(conversations)
+
+
+def plan_live(opts: SweepOptions) -> SweepPlan:
+    """Every point of the one live configuration, each on its own document."""
+    t0 = time.monotonic()
+    target: LiveTarget = opts.live
+    cfg = opts.configs[0]
+    cid = config_id(cfg)
+    modulus, why = modulus_and_why(cfg, opts.modulus)
+    why = why if opts.modulus is None else None
+    residues, note = select_residues(opts.residues, cfg, modulus, seed=opts.seed)
+    need_len = opts.context + modulus + opts.max_tokens
+    if cfg.max_model_len and need_len > cfg.max_model_len:
+        raise PlanError(f"--context {opts.context} + modulus {modulus} + --max-tokens "
+                        f"{opts.max_tokens} exceeds the server's max_model_len "
+                        f"{cfg.max_model_len}")
+    model = opts.served_model_name or target.facts.get("model") or "default"
+    counter = _BudgetedCounter(target, model, opts.timeout)
+    try:
+        cal = calibrate(counter, opts.context, modulus, answer_lines=opts.answer_lines,
+                        seed=target.nonce, line_counts=approx_line_counts(counter))
+        per_point = requests_per_point(opts.phases)
+        budget = target.budget
+        need = budget.sent + len(residues) * (1 + per_point)
+        if need > budget.limit:
+            raise PlanError(
+                f"--max-requests {budget.limit}: this sweep needs {need} requests "
+                f"({budget.sent} to read the server and calibrate, then per point one to "
+                f"size its document and {per_point} to run it, x {len(residues)} points); "
+                "raise it or sweep fewer residues")
+        points = []
+        for r in residues:
+            seed = document_seed(target.nonce, cid, r)
+            points.append(Point(cfg, cid, r, modulus,
+                                own_document_plan(cal, counter, r, modulus, seed),
+                                live_rerun(opts, target.url, cfg, r, modulus), seed=seed,
+                                modulus_why=why))
+    finally:
+        counter.close()
+    return SweepPlan(points, {cid: note}, time.monotonic() - t0, {cid: cal.pad_unit})
