@@ -94,8 +94,8 @@ def build_options(ns: argparse.Namespace, argv: Sequence[str]) -> SweepOptions:
     opts = SweepOptions(
         engine=engine.name, configs=tuple(configs), model=ns.model, residues=ns.residues,
         modulus=modulus, context=ns.context, phases=phases, reference=reference, live=live,
-        isolation=ns.isolation,
-        slots=live.slots if live else parse_slots(ns.slots, ns.gpus, engine.default_slots()),
+        isolation=ns.isolation, slots=live.slots if live else parse_slots(
+            ns.slots, ns.gpus, engine.default_slots()),
         server_cmd=ns.server_cmd, served_model_name=ns.served_model_name,
         max_tokens=ns.max_tokens, timeout=ns.timeout, boot_timeout=boot_timeout,
         out=Path(ns.out or DEFAULT_OUT), reports_dir=_reports_dir(ns), resume=ns.resume,
