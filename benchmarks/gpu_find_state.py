@@ -137,7 +137,7 @@ def probe_cell(name: str, srv: Server, plain: Server, model: str, plans: dict, r
     history = [rule + 7, rule + 40]
     for i, method in enumerate(METHODS):
         for h in history:
-            send(srv, f"history-{i}", h, "cold"); send(srv, f"history-{i}", h, "self-hit")
+            send(srv, f"history-{i}", h % 128, "cold"); send(srv, f"history-{i}", h % 128, "self-hit")
         info = restore(srv, method)
         label = f"{i}:{method}"
         send(srv, label, rule, "cold", {"restore": info})
