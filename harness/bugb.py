@@ -77,6 +77,10 @@ class Shape:
     def modulus(self) -> int:
         return _min_period(self.period, self.tails)
 
+    def covers(self, length: int) -> bool:
+        """Does a prompt of ``length`` tokens end in this shape's final chunk?"""
+        return length % self.period in self.tails
+
 
 def final_chunk(length: int, *, budget: int | None, hit: int = 0) -> int:
     """The final prefill chunk of a lone request of ``length`` tokens with ``hit`` tokens
@@ -157,12 +161,17 @@ def prefill_fix_applied(patches: str | None, patch_status: Any) -> tuple[bool, s
 
 def predict(config: Mapping[str, Any], modulus: int, *, patch_status: Any = None,
             patches: str | None = None, cached_tokens: Iterable[Any] = (),
-            longest: int | None = None) -> Prediction:
+            longest: int | None = None, load: int = 0,
+            lengths: Mapping[int, Iterable[int]] | None = None) -> Prediction:
     """The rule for one configuration (a ``ServingConfig.as_dict()`` or a record's
     effective ``config``) swept modulo ``modulus``. ``patch_status`` and ``cached_tokens``
     are what the servers reported, when there are records (none in a dry run);
     ``longest``: the longest templated prompt swept, when known (a chunk budget above it
-    cuts nothing)."""
+    cuts nothing). ``load``: background requests decoding beside each measured one
+    (``--load N``): vLLM's scheduler gives running requests their ``1 + k`` decode tokens
+    first, so the measured prefill is chunked by ``B - N(1 + k)``. ``lengths`` (residue ->
+    the templated lengths swept there) names residues a shape lands on even where its
+    period does not divide the modulus."""
     c, m = config, int(modulus)
     unknown = [f for f in ("method", "draft_tokens", "cudagraph_mode", "patches")
                if f in (c.get("not_reported") or ())]
@@ -175,6 +184,8 @@ def predict(config: Mapping[str, Any], modulus: int, *, patch_status: Any = None
         return Prediction([], False, "predicts no break: no speculative decoding, so no "
                           "`1 + k` verify shape to mistake a prefill tail for")
     budget = chunk_budget(c, longest)
+    if budget and load:
+        budget = max(1, budget - int(load) * (k + 1))
     caching = c.get("prefix_caching") is not False
     if not caching and not budget:
         return Prediction([], False, "predicts no break: prefix caching is off, so no cache "
@@ -204,27 +215,36 @@ def predict(config: Mapping[str, Any], modulus: int, *, patch_status: Any = None
         return Prediction(None, True, f"cannot name a residue: k={k}, {source} {unit} arms "
                           f"lengths ≡ {armed} (mod {unit}), which a mod-{m} sweep cannot "
                           f"resolve{on}", unit)
+    if lengths:
+        named = [(sh, rs if rs is not None else _by_length(sh, lengths)) for sh, rs in named]
     lost = [sh for sh, res in named if res is None]
     res = sorted({r for _, rs in named if rs for r in rs})
     if not budget:
         return Prediction(res, True, f"predicts {residues_phrase(res)} (k + 1 = {k + 1}, mod "
                           f"{source} {unit}; {code(mode or '?')}, prefill fix off{on})", unit)
-    where = "; ".join(_shape_phrase(sh, source) for sh in shapes)
+    where = "; ".join(_shape_phrase(sh, source, load) for sh in shapes)
     tail = f"; {code(mode or '?')}, prefill fix off{on}"
     if lost and not res:
+        auto = auto_modulus(c, longest)[0]
+        hint = f" (`--modulus auto` sweeps mod {auto})" if auto != m else ""
         return Prediction(None, True, f"cannot name a residue: k={k}, {where}, which a "
-                          f"mod-{m} sweep cannot resolve (`--modulus auto` sweeps mod "
-                          f"{auto_modulus(c, longest)[0]}){tail}", unit, budget=budget)
+                          f"mod-{m} sweep cannot resolve{hint}{tail}", unit, budget=budget)
     miss = ("; the " + " and the ".join(sh.name for sh in lost) + f" cannot be resolved "
             f"mod {m}" if lost else "")
     return Prediction(res, True, f"predicts {residues_phrase(res)} (k + 1 = {k + 1}: "
                       f"{where}{miss}{tail})", unit, budget=budget)
 
 
-def _shape_phrase(sh: Shape, source: str) -> str:
+def _by_length(sh: Shape, lengths: Mapping[int, Iterable[int]]) -> list[int]:
+    return sorted(r for r, ls in lengths.items() if any(sh.covers(int(x)) for x in ls))
+
+
+def _shape_phrase(sh: Shape, source: str, load: int = 0) -> str:
     if sh.name == "budget tail":
-        return (f"the chunk budget {sh.period} cuts a final chunk of L mod {sh.period} "
-                f"({sh.phases})")
+        under = (f" ({load} background decode steps of 1 + k tokens take their share of "
+                 "the budget first)" if load else "")
+        return (f"the chunk budget {sh.period}{under} cuts a final chunk of L mod "
+                f"{sh.period} ({sh.phases})")
     return f"hit tails mod {source} {sh.period} ({sh.phases})"
 
 

@@ -109,7 +109,8 @@ def build_options(ns: argparse.Namespace, argv: Sequence[str]) -> SweepOptions:
         bisect=bool(getattr(ns, "bisect", False)),
         prompts=ns.prompts, cases=cases, argv=tuple(argv),
         logprobs=engine.logprobs_default if ns.logprobs is None else ns.logprobs,
-        logprobs_default=engine.logprobs_default, allow_fewer=ns.allow_fewer)
+        logprobs_default=engine.logprobs_default, allow_fewer=ns.allow_fewer,
+        load=ns.load, load_mode=ns.load_mode)
     make_backend(opts.backend).check(opts)  # e.g. ray without the extra: exit 2, now
     return opts
 

@@ -58,6 +58,7 @@ class ChatResult:
     latency_s: float
     # [[token, logprob, [[alt, logprob], ...]], ...] when logprobs were asked for and given
     token_logprobs: list | None = None
+    request_id: str | None = None     # the completion's ``id`` (the engine's request id)
 
 
 def shared_http() -> httpx.AsyncClient:
@@ -169,7 +170,43 @@ class EngineClient:
             completion_tokens=_int_or_none(usage.get("completion_tokens")),
             latency_s=latency,
             token_logprobs=parse_token_logprobs(choice.get("logprobs")) if logprobs > 0 else None,
+            request_id=data.get("id") if isinstance(data.get("id"), str) else None,
         )
+
+    async def stream_chat(self, messages: Sequence[dict[str, str]], *, model: str,
+                          max_tokens: int, seed: int = 0, on_token=None,
+                          stop_after: int | None = None) -> int:
+        """A streamed greedy completion that ignores EOS (vLLM's ``ignore_eos``), for
+        background load: ``on_token()`` is called at each content chunk; with
+        ``stop_after`` the stream is closed after that many chunks (the server aborts the
+        request). Returns the chunks read."""
+        body = {"model": model, "messages": list(messages), "max_tokens": max_tokens,
+                "temperature": 0.0, "seed": seed, "stream": True, "ignore_eos": True}
+        n = 0
+        try:
+            async with self._http.stream("POST", self.base_url + "/v1/chat/completions",
+                                         json=body, headers=self._headers,
+                                         timeout=self.timeout) as resp:
+                if resp.status_code >= 400:
+                    raise ServerError(resp.status_code, (await resp.aread()).decode(errors="replace"))
+                async for line in resp.aiter_lines():
+                    if not line.startswith("data:") or line.strip() == "data: [DONE]":
+                        continue
+                    n += 1
+                    if on_token is not None:
+                        on_token()
+                    if stop_after is not None and n >= stop_after:
+                        break
+        except httpx.TimeoutException as e:
+            raise RequestTimeout(f"streamed chat: no answer in {self.timeout:g}s") from e
+        except (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError,
+                httpx.WriteError, httpx.NetworkError) as e:
+            raise ServerGone(f"streamed chat: {type(e).__name__}: {e}") from e
+        return n
+
+    async def metrics_text(self) -> str:
+        """The Prometheus exposition of /metrics (``ServerError`` when there is none)."""
+        return (await self._request("GET", "/metrics", timeout=10)).text
 
     async def spec_counters(self) -> tuple[float, float] | None:
         """(drafts, accepted tokens) summed over label sets; None without /metrics."""

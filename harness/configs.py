@@ -75,6 +75,8 @@ class SweepOptions:
     allow_fewer: bool = False      # --baseline: coverage may shrink
     # --url: the running server swept (harness/live.LiveTarget); None: servers are started
     live: Any = field(default=None, compare=False)
+    load: int = 0                  # --load N: background conversations beside each request
+    load_mode: str = "steady"      # --load-mode steady | cancel (run/load.py)
 
     @property
     def documents(self) -> tuple[int, ...]:

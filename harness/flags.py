@@ -164,6 +164,17 @@ def _logprobs_count(v: str) -> int:
     return n
 
 
+def _load_count(v: str) -> int:
+    """0..64 background conversations (more is a load test, not a shape)."""
+    try:
+        n = int(v)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{v!r} is not an integer") from None
+    if not 0 <= n <= 64:
+        raise argparse.ArgumentTypeError(f"{n} is outside 0..64")
+    return n
+
+
 def _or_none(parse):
     def wrapped(flag: str, value: str | None) -> list[Any]:
         return parse(flag, value) or [None]
@@ -283,6 +294,17 @@ FLAGS: tuple[Flag, ...] = (
          "is measured on each seed's document (default 0)",
          {"type": seed_list, "default": (0,), "metavar": "N[,N...]"},
          rerun=_always("--seed", lambda r: r.opts.seed if r.seed is None else r.seed)),
+    Flag("--load", MEASURE, "N seeded background conversations (unrelated documents, long "
+         "decodes, the same server) running while each measured request runs, so its final "
+         "prefill chunk is batched beside spec-decode steps; records carry what ran beside "
+         "it (docs/shapes.md; default 0: a lone request)",
+         {"type": _load_count, "default": 0, "metavar": "N"},
+         rerun=lambda r: ["--load", str(r.opts.load)] if r.opts.load else []),
+    Flag("--load-mode", MEASURE, "--load: steady (background decodes run on) | cancel (each "
+         "is cut after a few tokens and sent again: aborts and new prefills beside the "
+         "measured request)", {"default": "steady", "choices": ("steady", "cancel")},
+         rerun=lambda r: (["--load-mode", r.opts.load_mode]
+                          if r.opts.load and r.opts.load_mode != "steady" else [])),
     Flag("--isolation", RUN, "fresh (new server per point, default) | reset | shared | auto "
          "(reset sweep, then fresh-server confirmation of every non-ok residue, the rule's "
          "k, k+1, k+2 on two or more documents and a seeded sample of ok residues)",
@@ -412,6 +434,8 @@ def check_launch_flags(ns: argparse.Namespace) -> None:
         raise UsageError("--auto-sample must be at least 0")
     if ns.auto_sample != 4 and ns.isolation != "auto":
         raise UsageError("--auto-sample is for --isolation auto")
+    if ns.load_mode != "steady" and not ns.load:
+        raise UsageError("--load-mode is for --load N (N background conversations)")
 
 
 def rerun_command(opts: Any, cfg: ServingConfig, residue: int, modulus: int,

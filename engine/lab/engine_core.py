@@ -175,12 +175,14 @@ class AsyncEngine:
             self.on_dead()
 
     async def generate(self, prompt_ids: np.ndarray, max_tokens: int,
-                       num_logprobs: int | None = None
+                       num_logprobs: int | None = None, ignore_eos: bool = False
                        ) -> AsyncIterator[tuple[list[int], str | None, Request]]:
         if self.dead is not None:
             raise EngineDeadError()
         req_id = f"chatcmpl-{next(self._ids):08x}"
-        req = Request(req_id, prompt_ids, max_tokens, self.core.tokenizer.stop_token_ids,
+        # vLLM's SamplingParams.ignore_eos: the stop tokens do not end the request
+        stops = () if ignore_eos else self.core.tokenizer.stop_token_ids
+        req = Request(req_id, prompt_ids, max_tokens, stops,
                       num_logprobs)
         q: asyncio.Queue = asyncio.Queue()
         self.queues[req_id] = q

@@ -21,6 +21,7 @@ class EngineMetrics:
         self.prefix_cache_hits = 0
         self.prompt_tokens = 0
         self.generation_tokens = 0
+        self.num_preemptions = 0
         self.num_requests_running = 0
         self.num_requests_waiting = 0
         self.kv_cache_usage = 0.0
@@ -55,6 +56,8 @@ class EngineMetrics:
                      metrics.prompt_tokens),
                     ("vllm:generation_tokens", "Number of generation tokens processed.",
                      metrics.generation_tokens),
+                    ("vllm:num_preemptions", "Cumulative number of preemption from the "
+                     "engine.", metrics.num_preemptions),
                 ]
                 for name, doc, v in counters:
                     c = CounterMetricFamily(name, doc, labels=labels)

@@ -40,6 +40,7 @@ from .block_pool import BlockPool
 from .config import FULL_DECODE_MODES, LabConfig
 from .model import CopyModel, SeqView, State, logprobs_of
 from .request import Request
+from .sched_log import log_final_chunks
 from .spec_decode import Drafter
 
 CAPTURED, EAGER = "FULL", "PIECEWISE"
@@ -117,6 +118,7 @@ class ModelRunner:
                     self.stage_drafts[row, :len(spec)] = spec
         plan = self.dispatch(items)
         self.dispatch_counts[plan] += 1
+        log_final_chunks(items, plan)
 
         inputs = []
         for (req, n, spec), row in zip(items, rows):

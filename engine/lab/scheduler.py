@@ -15,6 +15,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from .config import EAGLE_STYLE_METHODS, LabConfig
+from ._log import log
 from .kv_cache_manager import KVCacheManager
 from .metrics import EngineMetrics
 from .model_runner import ModelRunner, RunnerOutput
@@ -97,6 +98,10 @@ class Scheduler:
         self.metrics.request_success[reason] = self.metrics.request_success.get(reason, 0) + 1
 
     def _preempt(self, req: Request) -> None:
+        # vLLM's Scheduler._preempt_request: freed, recomputed from scratch later
+        self.metrics.num_preemptions += 1
+        log("INFO", "scheduler.py:0", f"preempted request={req.request_id} "
+            f"computed={req.num_computed_tokens} (recomputed when resumed)")
         self.running.remove(req)
         self.kvm.free(req)
         self.runner.release(req.request_id)

@@ -39,6 +39,7 @@ class ChatParams:
     created: int
     num_logprobs: int | None = None   # None: no logprobs; N: top-N alternatives per token
     tokens_as_ids: bool = False       # vLLM's return_tokens_as_token_ids: 'token_id:N'
+    ignore_eos: bool = False          # vLLM's extra sampling parameter: decode to max_tokens
 
     @property
     def prompt_len(self) -> int:
@@ -112,7 +113,8 @@ def parse_chat_request(st: AppState, data: dict[str, Any]) -> ChatParams:
                       model_name=data.get("model") or st.cfg.served_model_name,
                       stream=bool(data.get("stream")), include_usage=_include_usage(data),
                       created=int(time.time()), num_logprobs=_num_logprobs(data),
-                      tokens_as_ids=bool(data.get("return_tokens_as_token_ids")))
+                      tokens_as_ids=bool(data.get("return_tokens_as_token_ids")),
+                      ignore_eos=bool(data.get("ignore_eos")))
 
 
 # -- answers ------------------------------------------------------------------------------
@@ -254,7 +256,7 @@ async def chat_completions(st: AppState, request: HTTPRequest) -> Response:
     p = parse_chat_request(st, await st.read_json(request))
     if st.engine.dead is not None:
         raise EngineDeadError()
-    gen = st.engine.generate(p.ids, p.max_tokens, p.num_logprobs)
+    gen = st.engine.generate(p.ids, p.max_tokens, p.num_logprobs, p.ignore_eos)
     if not p.stream:
         return await full_response(st, p, gen)
     # Run the first step before answering 200, so an engine that dies on this request

@@ -19,10 +19,23 @@ def predict_bug_b(cd: ConfigData) -> Prediction:
     """The rule for this configuration at its modulus, with what its servers reported
     (patch status, cache-hit sizes)."""
     lengths = [int(r["target_len"]) for r in cd.records if r.get("target_len")]
-    return predict(cd.config, cd.modulus, patch_status=cd.first("patch_status"),
+    by_residue: dict[int, set[int]] = {}
+    for r in cd.records:
+        if r.get("target_len") and r.get("residue") is not None:
+            by_residue.setdefault(int(r["residue"]), set()).add(int(r["target_len"]))
+    load = max((int((r.get("load") or {}).get("n") or 0) for r in cd.records), default=0)
+    preempted = sum(int((r.get("load") or {}).get("preemptions") or 0) for r in cd.records)
+    pred = predict(cd.config, cd.modulus, patch_status=cd.first("patch_status"),
                    patches=cd.first("patches"),
                    cached_tokens=(r.get("cached_tokens") for r in cd.records),
-                   longest=max(lengths) if lengths else None)
+                   longest=max(lengths) if lengths else None, load=load,
+                   lengths=by_residue if load else None)
+    if preempted and pred.armed:
+        # a preempted request is recomputed in other batches: the load arithmetic is off
+        return Prediction(None, True, f"cannot name a residue: {preempted} preemption(s) "
+                          "during the measured requests changed their batches (without "
+                          f"them it {pred.why})", pred.unit, budget=pred.budget)
+    return pred
 
 
 def agreement(cd: ConfigData, pred: Prediction) -> str:

@@ -90,6 +90,11 @@ def render_markdown(records: list[dict], manifests: list[dict] | None = None, *,
     if nodes:
         out += [nodes, ""]
 
+    from .load import render_load
+    load = render_load(configs)   # "" unless the run had --load
+    if load:
+        out += [load, ""]
+
     from .explained import render_explained
     section = render_explained(explained or [])
     if section:

@@ -45,17 +45,20 @@ MATRIX_REFERENCES = ("first", "consensus")
 CONFIRMS = ("not ok on reset", "rule neighbourhood", "sample")
 
 
-def rule_neighbourhood(cfg: ServingConfig, modulus: int) -> list[int]:
+def rule_neighbourhood(cfg: ServingConfig, modulus: int, *, load: int = 0,
+                       lengths: dict[int, set[int]] | None = None) -> list[int]:
     """``k, k + 1, k + 2`` around each residue the rule names (or around ``k + 1`` of the
     verify shape where it names none but the shape can occur), and the residues of the
     1-token tails the rule names to measure (vLLM >= 0.31's V2 carve-out) or, where a
     chunk budget cuts the prompt, of the 1-token budget tail; [] without drafting, or
-    without prefix caching and a chunk budget (no final chunk is cut then)."""
+    without prefix caching and a chunk budget (no final chunk is cut then). ``load`` and
+    ``lengths`` (residue -> templated lengths planned): the rule under ``--load N``."""
     k = int(cfg.draft_tokens or 0) if cfg.method else 0
     budget = cfg.max_num_batched_tokens
     if not k or not (cfg.prefix_caching or budget):
         return []
-    pred = bugb.predict(cfg.as_dict(), modulus)
+    pred = bugb.predict(cfg.as_dict(), modulus, load=load,
+                        lengths=lengths if load else None)
     centres = pred.residues or [(k + 1) % modulus]
     near = {(c + d) % modulus for c in centres for d in (-1, 0, 1)} | set(pred.watch)
     if budget and modulus % budget == 0:
@@ -90,7 +93,11 @@ def auto_passes(points: Sequence[Any], opts: Any) -> list[Any]:
     for p in points:
         by_doc.setdefault((p.cfg_id, p.seed), []).append(p)
     for (cid, seed), pts in by_doc.items():
-        near = set(rule_neighbourhood(pts[0].cfg, pts[0].modulus))
+        lengths: dict[int, set[int]] = {}
+        for p in pts:
+            lengths.setdefault(p.residue, set()).add(p.plan.target_len)
+        near = set(rule_neighbourhood(pts[0].cfg, pts[0].modulus,
+                                      load=getattr(opts, "load", 0), lengths=lengths))
         rest = [p for p in pts if p.residue not in near]
         rng = random.Random(f"auto-sample:{opts.seed}:{cid}:{seed}")
         sample = {p.residue for p in rng.sample(rest, min(opts.auto_sample, len(rest)))}

@@ -29,6 +29,7 @@ from ..server_pool import BootFailure, PortAllocator, ServerProcess, Slot, log_e
 from ..divergence import first_divergence
 from ..verdict import judge, sha1
 from .hits import budget_final_chunk, intended_tail, tail_note
+from .load import BackgroundLoad, LoadError, beside_from_log, load_facts, server_gauges
 from .plan import Point, golden_answer
 from .records import RecordBuilder, timing_record
 
@@ -264,10 +265,11 @@ class PointRunner:
                 await client.chat(point.plan.warmup_messages, model=model,
                                   max_tokens=WARMUP_MAX_TOKENS, seed=point.seed)
             before = await client.spec_counters()
-            res = await client.chat(point.plan.messages, model=model,
-                                    max_tokens=opts.max_tokens, seed=point.seed,
-                                    logprobs=opts.logprobs)
+            res, load = await self._measured(point, client, model, server)
             after = await client.spec_counters()
+        except LoadError as e:
+            return self._failure(point, slot, phase, "invalid", f"--load: {e}", [], info,
+                                 templated), None
         except RequestTimeout as e:
             dead = ("timeout", str(e), log_excerpt(server.log_path))
             return self._failure(point, slot, phase, "timeout", str(e), dead[2], info,
@@ -285,8 +287,31 @@ class PointRunner:
             dead = ("crash", why, log_excerpt(server.log_path))
             return self._failure(point, slot, phase, "crash", why, dead[2], info,
                                  templated), dead
-        return self._judged(point, slot, phase, res, tok_per_step(before, after), info,
-                            templated, tokenize_error, cold), None
+        rec = self._judged(point, slot, phase, res, tok_per_step(before, after), info,
+                           templated, tokenize_error, cold)
+        if load is not None:
+            rec["load"] = load
+        return rec, None
+
+    async def _measured(self, point: Point, client: EngineClient, model: str,
+                        server: Server) -> tuple[Any, dict | None]:
+        """The measured request, alone or (``--load N``) beside N background
+        conversations, and then what ran beside it (run/load.py)."""
+        opts = self.opts
+
+        def ask():
+            return client.chat(point.plan.messages, model=model, max_tokens=opts.max_tokens,
+                               seed=point.seed, logprobs=opts.logprobs)
+        if not opts.load:
+            return await ask(), None
+        await server_gauges(client)   # the first scrape can be slow (lab: an import)
+        async with BackgroundLoad(client, model, opts.load, opts.load_mode, point.seed,
+                                  opts.timeout, point.cfg.max_model_len) as bg:
+            g0 = await server_gauges(client)
+            res = await ask()
+            g1 = await server_gauges(client)
+        beside = beside_from_log(server.log_path, res.request_id)
+        return res, load_facts(bg, g0, g1, beside)
 
     # -- records -----------------------------------------------------------------------
     def _failure(self, point, slot, phase, verdict, reason, excerpt, info, templated):

@@ -143,3 +143,71 @@ def test_chunk_budget_sweep_breaks_cold_at_k_plus_1_auto_confirms_explain_names_
     assert ex.returncode == 0, ex.stderr[-2000:]
     line = next(ln for ln in ex.stdout.splitlines() if ln.startswith("Reproduced"))
     assert "chunk budget" in line.split("Discriminators")[1].split(".")[0]
+
+
+# -- load: the batched shape ---------------------------------------------------------------
+LOAD_ARGS = ("--spec", "mtp", "--ctx", "huge", "--cudagraph", "FULL_AND_PIECEWISE",
+             "--patches", "none", "--no-prefix-cache", "--max-num-batched-tokens", "512",
+             "--modulus", "auto", "--residues", "4,388", "--phases", "cold")
+
+
+def _verdicts(recs: list[dict]) -> dict[int, str]:
+    return {r["residue"]: r["verdict"] for r in recs}
+
+
+@pytest.mark.usefixtures("no_leftovers")
+def test_a_load_sweep_breaks_where_the_lone_sweep_is_clean_and_resumes_the_same(tmp_path):
+    # lone: the final chunk of L = 4,100 is 4100 mod 512 = 4 (broken); L = 3,972 ends in 388
+    lone, lone_id = _sweep(tmp_path, *LOAD_ARGS)
+    lone_recs = _records(tmp_path, lone_id)
+    assert {r["target_len"] for r in lone_recs} == {4100, 3972}
+    assert _verdicts(lone_recs) == {4: "broken", 388: "ok"}
+    assert all("load" not in r for r in lone_recs)
+    # four background decodes take 4 x (1 + k) = 16 tokens of each step's budget first, so
+    # the measured prefill runs in 496-token chunks: 3,972 = 8 x 496 + 4 ends in a 4-token
+    # chunk beside four 4-token decode steps, a uniform batch that replays the verify plan
+    proc, run_id = _sweep(tmp_path, *LOAD_ARGS, "--load", "4", "--slots", "1")
+    recs = _records(tmp_path, run_id)
+    assert _verdicts(recs) == {4: "ok", 388: "broken"}, proc.stderr[-2000:]
+    b = next(r for r in recs if r["residue"] == 388)["load"]
+    assert b["n"] == 4 and b["proven"] and b["running_before"] == 4
+    assert b["beside"] == {"final_chunk": 4, "prompt": 3972, "computed_before": 3968,
+                           "batch_reqs": 5, "batch_tokens": 20, "decode_reqs": 4,
+                           "prefill_reqs": 1, "dispatch": "FULL"}
+    ok = next(r for r in recs if r["residue"] == 4)["load"]["beside"]
+    assert ok["final_chunk"] == 132 and ok["dispatch"] == "PIECEWISE"
+    assert "the sweep agrees: broken exactly at residue 388" in proc.stdout
+    assert "Load" in proc.stdout and "chunk 4 beside 4 decode" in proc.stdout
+    # resume: the second point's record is lost (as if interrupted); the rerun gives the
+    # same verdicts under the same load
+    path = tmp_path / "out" / f"{run_id}.jsonl"
+    kept = [json.dumps(r) for r in recs if r["residue"] == 4]
+    path.write_text("\n".join(kept) + "\n")
+    res = subprocess.run([sys.executable, "-m", "harness", "--resume", run_id, "--out",
+                          str(tmp_path / "out"), "--no-progress"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 1, res.stderr[-2000:]
+    again = _records(tmp_path, run_id)
+    assert _verdicts(again) == {4: "ok", 388: "broken"}
+    assert next(r for r in again if r["residue"] == 388)["load"]["beside"]["dispatch"] == "FULL"
+
+
+@pytest.mark.usefixtures("no_leftovers")
+def test_the_fix_holds_under_load_and_cancel_mode_restarts_backgrounds(tmp_path):
+    args = [a if a != "none" else "all" for a in LOAD_ARGS]
+    proc, run_id = _sweep(tmp_path, *args, "--load", "2", "--load-mode", "cancel")
+    recs = _records(tmp_path, run_id)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert _verdicts(recs) == {4: "ok", 388: "ok"}
+    assert all(r["load"]["mode"] == "cancel" and r["load"]["n"] == 2 for r in recs)
+    # each background was cut after a few tokens and sent again while the measured ran
+    assert all(r["load"]["restarts"] > 0 for r in recs), [r["load"] for r in recs]
+
+
+def test_load_flags_are_checked():
+    out = subprocess.run([sys.executable, "-m", "harness", "--load-mode", "cancel",
+                          "--dry-run"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "--load-mode is for --load N" in out.stderr
+    out = subprocess.run([sys.executable, "-m", "harness", "--load", "-1", "--dry-run"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "--load" in out.stderr
