@@ -107,10 +107,9 @@ def build_options(ns: argparse.Namespace, argv: Sequence[str]) -> SweepOptions:
         ray_address=ns.ray_address, seeds=seeds, auto_sample=ns.auto_sample,
         cache_dir=Path(ns.cache_dir) if ns.cache_dir else None, launcher=ns.launcher,
         bisect=bool(getattr(ns, "bisect", False)),
-        prompts=ns.prompts, cases=cases, argv=tuple(argv),
+        prompts=ns.prompts, cases=cases, argv=tuple(argv), load=ns.load, load_mode=ns.load_mode,
         logprobs=engine.logprobs_default if ns.logprobs is None else ns.logprobs,
-        logprobs_default=engine.logprobs_default, allow_fewer=ns.allow_fewer,
-        load=ns.load, load_mode=ns.load_mode)
+        logprobs_default=engine.logprobs_default, allow_fewer=ns.allow_fewer)
     make_backend(opts.backend).check(opts)  # e.g. ray without the extra: exit 2, now
     return opts
 
