@@ -34,8 +34,10 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from harness.prompts import ChatTokenizer, plan  # noqa: E402
 
-METHODS = ("reset", "kv0", "runner", "batch", "attn", "drafter", "kvsnap",
-           "runner,batch,attn,drafter", "kv0,runner,batch,attn,drafter", "sleep", "sleep")
+# Each method starts from a server healed by a sleep/wake cycle (a zeroing kind that
+# broke it must not taint the next), then serves history, resets and restores.
+METHODS = ("reset", "kv0", "kvstore0", "mamba0", "builders0", "blocktable0",
+           "kvstore0,mamba0,builders0,blocktable0", "sleep", "sleep")
 CELLS = (  # name, speculative config, rule residue, document seed
     ("ngram-k2", {"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": 4,
                   "prompt_lookup_min": 2}, 3, 0),
@@ -136,6 +138,8 @@ def probe_cell(name: str, srv: Server, plain: Server, model: str, plans: dict, r
         send(server, "first", rule, "cold"); send(server, "first", rule, "self-hit")
     history = [rule + 7, rule + 40]
     for i, method in enumerate(METHODS):
+        if i:
+            sink.write(json.dumps({"cell": name, "heal": restore(srv, "sleep")}) + "\n")
         for h in history:
             send(srv, f"history-{i}", h % 128, "cold"); send(srv, f"history-{i}", h % 128, "self-hit")
         info = restore(srv, method)
@@ -147,13 +151,65 @@ def probe_cell(name: str, srv: Server, plain: Server, model: str, plans: dict, r
         history = [h + 11 for h in history]
 
 
+def _mark(rec: dict, first: dict) -> str:
+    verdict = "ok" if rec["ok"] else "wrong"
+    if rec["text"] == first["text"]:
+        return f"{verdict}, = first"
+    return f"{verdict}, other bytes"
+
+
+def summarize(out: Path) -> str:
+    """The probe's records as one markdown table per cell: the rule cell's answer after each
+    restore method, against the same server's first answer (same bytes or not), and the
+    neighbours' verdicts."""
+    lines = []
+    for path in sorted(out.glob("probe-*.jsonl")):
+        recs = [json.loads(x) for x in path.open()]
+        reqs = [r for r in recs if "step" in r]
+        cell = reqs[0]["cell"]
+        first = {(r["server"].rsplit("-", 1)[1], r["phase"]): r for r in reqs if r["step"] == "first"}
+        rule = reqs[0]["residue"]
+        lines += [f"### {cell}, residue {rule} (rule cell), document 0", "",
+                  "| server / restore method | cold | self-hit | neighbours cold | restore s |",
+                  "|---|---|---|---|---|"]
+        for kind in ("plain", "probe"):
+            c, h = first[(kind, "cold")], first[(kind, "self-hit")]
+            label = "fresh, plain allocator" if kind == "plain" else "fresh, sleep mode"
+            lines.append(f"| {label}: first request | {'ok' if c['ok'] else 'wrong'} "
+                         f"`{_sha(c['text'])}` | {'ok' if h['ok'] else 'wrong'} `{_sha(h['text'])}` | | |")
+        steps = [r["step"] for r in reqs if ":" in r["step"]]
+        for step in dict.fromkeys(steps):
+            rows = [r for r in reqs if r["step"] == step]
+            cold = next(r for r in rows if r["residue"] == rule and r["phase"] == "cold")
+            hit = next(r for r in rows if r["residue"] == rule and r["phase"] == "self-hit")
+            nb = [r for r in rows if r["residue"] != rule]
+            lines.append(f"| {step.split(':', 1)[1]} | {_mark(cold, first[('probe', 'cold')])} | "
+                         f"{_mark(hit, first[('probe', 'self-hit')])} | "
+                         f"{sum(r['ok'] for r in nb)}/{len(nb)} ok | {cold['restore']['s']} |")
+        hist = [r for r in reqs if r["step"].startswith("history")]
+        lines += ["", f"History prompts (other residues of the same document): "
+                  f"{sum(r['ok'] for r in hist)} of {len(hist)} ok.", ""]
+    return "\n".join(lines)
+
+
+def _sha(text: str) -> str:
+    import hashlib
+    return hashlib.sha1(text.encode()).hexdigest()[:12]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", required=True)
-    ap.add_argument("--out", required=True, type=Path)
+    ap.add_argument("--summarize", type=Path, help="print the table of a finished probe's folder")
+    ap.add_argument("--model")
+    ap.add_argument("--out", type=Path)
     ap.add_argument("--boot-timeout", type=float, default=420)
     ap.add_argument("--cells", default=",".join(c[0] for c in CELLS))
     args = ap.parse_args()
+    if args.summarize:
+        print(summarize(args.summarize))
+        return 0
+    if not (args.model and args.out):
+        ap.error("--model and --out are required to run the probe")
     args.out.mkdir(parents=True, exist_ok=True)
     tok = ChatTokenizer.from_dir(args.model)
     cells = [c for c in CELLS if c[0] in args.cells.split(",")]

@@ -20,6 +20,16 @@ Kinds of state (``GPUModelRunner`` in ``vllm/v1/worker/gpu_model_runner.py``):
 - ``batch``: the persistent batch (``runner.input_batch``: token ids, block tables).
 - ``attn``: the attention metadata builders' persistent buffers (``runner.attn_groups``).
 - ``drafter``: the speculative proposer's tensors (``runner.drafter``).
+Zeroing kinds (what sleep level 1 discards: everything ``initialize_kv_cache`` allocates
+under the ``kv_cache`` memory tag, re-mapped as new memory on wake):
+- ``kvstore0``: the KV pool's whole storages (views leave padding bytes out);
+- ``mamba0``: the runner's mamba buffers (``runner._mamba_bufs``);
+- ``builders0``: the attention metadata builders' tensors (``attn_groups`` → groups →
+  ``metadata_builders``), the persistent inputs of a FULL graph replay;
+- ``blocktable0``: the persistent batch's block tables (``input_batch.block_table``).
+The snapshot kinds (``kvsnap``, ``runner``, ``batch``, ``attn``, ``drafter``) write a
+boot-time copy back over live bookkeeping and, on the H200, left the server answering
+wrong on every prompt: they are kept only to reproduce that finding.
 """
 from __future__ import annotations
 
@@ -28,7 +38,8 @@ from typing import Any, Iterator
 
 __all__ = ["StateRestore", "KINDS"]
 
-KINDS = ("kv0", "kvsnap", "runner", "batch", "attn", "drafter")
+KINDS = ("kv0", "kvstore0", "mamba0", "builders0", "blocktable0", "kvsnap", "runner", "batch",
+         "attn", "drafter")
 _ROOTS = {"runner": None, "batch": "input_batch", "attn": "attn_groups", "drafter": "drafter"}
 _MAX_DEPTH = 4
 
@@ -55,6 +66,32 @@ def _tensors(obj: Any, depth: int, seen: set[int]) -> Iterator[Any]:
         return
     for item in items:
         yield from _tensors(item, depth - 1, seen)
+
+
+def _storages(runner) -> list:
+    """The KV tensors' whole storages, as flat byte tensors (each storage once)."""
+    import torch
+    out, seen = [], set()
+    for t in _tensors(runner.kv_caches, _MAX_DEPTH, set()):
+        st = t.untyped_storage()
+        if st.data_ptr() not in seen:
+            seen.add(st.data_ptr())
+            out.append(torch.empty(0, dtype=torch.uint8, device=t.device).set_(st))
+    return out
+
+
+def _deep(root: Any) -> list:
+    return list(_tensors(root, 7, set()))
+
+
+_ZEROING = {
+    "kvstore0": _storages,
+    "mamba0": lambda r: _deep(getattr(r, "_mamba_bufs", None)),
+    "builders0": lambda r: _deep([getattr(g, "metadata_builders", None)
+                                  for gs in getattr(r, "attn_groups", []) for g in gs]),
+    "blocktable0": lambda r: _deep(getattr(getattr(r, "input_batch", None), "block_table",
+                                           None)),
+}
 
 
 class StateRestore:
@@ -101,6 +138,12 @@ class StateRestore:
         for kind in [k for k in kinds.split(",") if k]:
             if kind not in KINDS:
                 raise ValueError(f"unknown state kind {kind!r}; kinds: {', '.join(KINDS)}")
+            if kind in _ZEROING:
+                tensors = _ZEROING[kind](self._rl_runner())
+                for t in tensors:
+                    t.zero_()
+                done[kind] = len(tensors)
+                continue
             if kind == "kv0":
                 kv = self._rl_kv()
                 for t in kv:
