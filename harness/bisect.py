@@ -19,6 +19,7 @@ from 1 to 127 as bad, and a code above 127 as "abort the bisect". So under ``--b
 """
 from __future__ import annotations
 
+import sys
 from collections import Counter
 from typing import Iterable
 
@@ -26,7 +27,7 @@ from .errors import EXIT_CANNOT_RUN, EXIT_USAGE
 from .recordkeys import document_of
 
 __all__ = ["UNTESTED", "EXIT_GOOD", "EXIT_BAD", "EXIT_SKIP", "EXIT_ABORT_BISECT",
-           "bisect_exit_code", "bisect_verdict_line", "map_exit"]
+           "bisect_exit_code", "bisect_verdict_line", "map_exit", "internal_error"]
 
 EXIT_GOOD, EXIT_BAD, EXIT_SKIP, EXIT_ABORT_BISECT = 0, 1, 125, 128
 # Verdicts that say the point was not tested (not that the build misbehaved); unjudged
@@ -65,6 +66,20 @@ def bisect_verdict_line(records: Iterable[dict]) -> str:
     said = " ".join(f"{k}={v}" for k, v in sorted(counts.items())) or "no records"
     word = {EXIT_GOOD: "good", EXIT_BAD: "bad", EXIT_SKIP: "skip (untestable)"}[code]
     return f"bisect: {word}, exit {code} ({said})"
+
+
+def internal_error(args: list[str], kill_servers) -> int:
+    """An unexpected exception (called in its ``except``): re-raised outside ``--bisect``;
+    under it the traceback, no server left, and 125: the harness failed, the build was
+    not judged (git reads 1 as bad)."""
+    if "--bisect" not in args:
+        raise
+    import traceback
+    traceback.print_exc()
+    kill_servers()
+    print(f"sweep: internal error under --bisect: exit {EXIT_SKIP} (this commit untested)",
+          file=sys.stderr)
+    return EXIT_SKIP
 
 
 def map_exit(code: int) -> int:

@@ -30,6 +30,7 @@ from typing import Sequence
 from engine.presets import preset_table_markdown
 
 from . import bugb, interrupts, live as attached
+from .bisect import internal_error, map_exit
 from .backends import Backend, make_backend
 from .configs import (SweepOptions, config_id, describe, expand_matrix, modulus_for,
                       parse_phases, parse_prompts, parse_reference, parse_slots,
@@ -590,20 +591,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         kill_all_servers()
         print("sweep: interrupted", file=sys.stderr)
         code = EXIT_INTERRUPTED
-    except Exception:
-        if "--bisect" not in args:
-            raise
-        # a harness failure judged nothing: git bisect must not read it as bad (1)
-        import traceback
-        traceback.print_exc()
-        kill_all_servers()
-        print("sweep: internal error under --bisect: exit 125 (this commit untested)",
-              file=sys.stderr)
-        code = EXIT_CANNOT_RUN
-    if "--bisect" in args and not (args and args[0] in SUBCOMMANDS):
-        from .bisect import map_exit
-        code = map_exit(code)   # git bisect run: a usage error must not mark a commit bad
-    sys.exit(code)
+    except Exception:   # a harness bug: re-raised, or under --bisect 125 (never 1, "bad")
+        code = internal_error(args, kill_all_servers)
+    # git bisect run: a usage error must not mark a commit bad (bisect.map_exit)
+    sys.exit(map_exit(code) if "--bisect" in args and args[0] not in SUBCOMMANDS else code)
 
 
 if __name__ == "__main__":

@@ -49,8 +49,8 @@ def run_explain(argv: Sequence[str], build_options) -> int:
     if ns.slots and ns.gpus:
         raise UsageError("--slots and --gpus are exclusive: --gpus gives one slot per GPU")
     # the rungs run on fresh servers: the parent's auto-only flags do not apply to them
-    run_flags = {"out": ns.out, "isolation": "fresh", "auto_sample": sweep_parser().get_default("auto_sample"),
-                 "resume": None, "dry_run": False, "baseline": None, "junit": None,
+    run_flags = {"out": ns.out, "isolation": "fresh",
+                 "auto_sample": sweep_parser().get_default("auto_sample"), "resume": None, "dry_run": False, "baseline": None, "junit": None,
                  "gh_issue": None, "bisect": False}
     if ns.slots or ns.gpus:
         run_flags.update(slots=ns.slots, gpus=ns.gpus)
