@@ -591,9 +591,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         kill_all_servers()
         print("sweep: interrupted", file=sys.stderr)
         code = EXIT_INTERRUPTED
-    except Exception:   # a harness bug: re-raised, or under --bisect 125 (never 1, "bad")
+    except Exception:   # a harness bug: re-raised; under --bisect 125 (1 is "bad"), map_exit: 2 -> 128
         code = internal_error(args, kill_all_servers)
-    # git bisect run: a usage error must not mark a commit bad (bisect.map_exit)
     sys.exit(map_exit(code) if "--bisect" in args and args[0] not in SUBCOMMANDS else code)
 
 
