@@ -24,6 +24,7 @@ import shlex
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Sequence
 
@@ -41,13 +42,14 @@ from .errors import (EXIT_CANNOT_RUN, EXIT_OUTPUT, CannotRun, HarnessError, Outp
 from .flags import Parser, check_launch_flags, matrix_axes, positive_int, sweep_parser
 from .plaintext import markdown_to_plain
 from .posting import PostError, check_can_post, post_report
-from .preflight import check_outputs, check_writable_dir
+from .preflight import check_output_file, check_outputs
 from .prompts import PlanError, TemplateError
 from .ranges import fmt_ranges
-from .resume import resumed_namespace
+from .resume import check_resumed_records, resumed_namespace
 from .run.driver import Driver
 from .run.plan import Point, check_golden_covers, load_golden, plan_points, plan_with_probes
-from .server_pool import kill_all_servers
+from .orphans import end_orphans
+from .server_pool import kill_all_servers, server_pids
 from .store import (ResultStore, StoreError, linked_runs, load_manifest_for, load_records,
                     new_run_id, read_jsonl, resolve_results)
 
@@ -138,7 +140,7 @@ def run_sweep(argv: Sequence[str]) -> int:
             ns.out = str(store.out_dir)
         argv = shlex.split(manifest["command"])[1:]
     opts = build_options(ns, argv)
-    preflight_checks(opts)   # outputs, inputs, a way to post: all before any server
+    preflight_checks(opts)   # outputs, inputs, a way to post, a resumed file: before any server
     adapter = opts.live.adapter() if opts.live else make_adapter(
         opts.engine, opts.server_cmd, draft_model=opts.draft_model,
         extra_args=opts.engine_args, work_dir=opts.out, isolation=opts.isolation,
@@ -148,6 +150,8 @@ def run_sweep(argv: Sequence[str]) -> int:
         _say(line)
     if opts.dry_run:
         return _dry_run(opts, adapter)
+    for line in end_orphans(opts.out):   # servers of an earlier run whose sweep was killed
+        _say(line)
     if interrupts.pending():  # a signal whose KeyboardInterrupt a library swallowed
         raise KeyboardInterrupt
     return asyncio.run(_sweep_async(opts, adapter, make_backend(opts.backend),
@@ -163,6 +167,8 @@ def preflight_checks(opts: SweepOptions) -> None:
         except StoreError as e:
             raise UsageError(f"--baseline: {e}") from None
     check_can_post(opts.gh_issue, opts.gh_repo, opts.gh_dry_run)
+    for note in check_resumed_records(opts) if opts.resume else ():
+        _say(f"sweep: --resume: {note}")
 
 
 def preset_warnings(opts: SweepOptions) -> list[str]:
@@ -291,9 +297,9 @@ class _LoopInterrupts:
 async def _sweep_async(opts: SweepOptions, adapter, backend: Backend, *,
                        show_progress: bool) -> int:
     run_id = opts.resume or new_run_id()
-    with _LoopInterrupts() as sigs:
+    with _LoopInterrupts() as sigs, server_pids(opts.out, run_id) as pids:
         try:
-            return await _sweep_in_loop(opts, adapter, backend, run_id, sigs,
+            return await _sweep_in_loop(opts, adapter, backend, run_id, sigs, pids,
                                         show_progress=show_progress)
         except asyncio.CancelledError:
             if not sigs.interrupted:
@@ -305,7 +311,7 @@ async def _sweep_async(opts: SweepOptions, adapter, backend: Backend, *,
 
 
 async def _sweep_in_loop(opts: SweepOptions, adapter, backend: Backend, run_id: str,
-                         sigs: _LoopInterrupts, *, show_progress: bool) -> int:
+                         sigs: _LoopInterrupts, pids, *, show_progress: bool) -> int:
     store = ResultStore(opts.out, run_id)
     try:
         golden = load_golden(opts.golden_run, opts.out) if opts.golden_run else None
@@ -317,7 +323,7 @@ async def _sweep_in_loop(opts: SweepOptions, adapter, backend: Backend, run_id: 
             check_golden_covers(plan, golden, opts.golden_run)
     except PlanError as e:
         raise UsageError(str(e)) from None
-    launcher = await _start_launcher(opts, adapter, store, plan)
+    launcher = await _start_launcher(opts, adapter, store, plan, pids)
     try:
         return await _drive(opts, adapter, backend, store, plan, golden, launcher, sigs,
                             show_progress=show_progress)
@@ -326,7 +332,7 @@ async def _sweep_in_loop(opts: SweepOptions, adapter, backend: Backend, run_id: 
             launcher.close()
 
 
-async def _start_launcher(opts: SweepOptions, adapter, store: ResultStore, plan):
+async def _start_launcher(opts: SweepOptions, adapter, store: ResultStore, plan, pids):
     """--launcher prefork: the run's pre-imported parent, started before the first point."""
     from .launchers import run_launcher
     first = plan.points[0].cfg if plan.points else None
@@ -334,6 +340,8 @@ async def _start_launcher(opts: SweepOptions, adapter, store: ResultStore, plan)
                                        slot=opts.slots[0], logs_dir=store.logs_dir)
     if launcher is not None:
         _say(launcher.summary())
+        if launcher.fork_server is not None:   # in the pid file like a server
+            pids.add(launcher.fork_server.proc.pid, "fork server")
     return launcher
 
 
@@ -399,19 +407,20 @@ async def _drive(opts: SweepOptions, adapter, backend: Backend, store: ResultSto
              f"{store.records_path}; no server left running. Continue with: "
              f"sweep --resume {run_id} --out {opts.out}")
         return EXIT_INTERRUPTED
-    code = _finish(opts, store, manifest, records, wall)
+    code = _finish(opts, store, manifest, records, wall, on_disk=driver.records_on_disk)
     driver.set_exit_code(code)
     return code
 
 
 def _finish(opts: SweepOptions, store: ResultStore, manifest: dict, records: list[dict],
-            wall: float) -> int:
+            wall: float, *, on_disk: int = 0) -> int:
     from . import gate, report
     from .writers import WRITERS, Output
     report_md = report.render_markdown(records, [manifest], full=opts.full)
     print(markdown_to_plain(report_md))   # the terminal reads plain text; the file is markdown
-    counts = _counts(_verdict_counter(records))
-    _say(f"\n{len(records)} records ({counts}) in {wall:.1f}s")
+    ran = f"; {on_disk} were on disk before --resume, {len(records) - on_disk} ran now"
+    _say(f"\n{len(records)} records ({_counts(Counter(r['verdict'] for r in records))}) in "
+         f"{wall:.1f}s{ran if opts.resume else ''}")
     _say(f"results: {store.records_path}")
     baseline = load_records([opts.baseline], opts.out) if opts.baseline else None
     losses = gate.find_coverage_losses(baseline, records) if baseline is not None else []
@@ -451,11 +460,6 @@ def _finish(opts: SweepOptions, store: ResultStore, manifest: dict, records: lis
              f"{store.records_path}; report: {kept}")
         return EXIT_OUTPUT
     return code
-
-
-def _verdict_counter(records: list[dict]):
-    from collections import Counter
-    return Counter(r["verdict"] for r in records)
 
 
 def _counts(counter) -> str:
@@ -501,9 +505,7 @@ def run_report(argv: Sequence[str]) -> int:
     if ns.gh_issue and not ns.output:   # posted from a file: one kept where it can be found
         ns.output = str(Path(tempfile.gettempdir()) / f"residue-report-issue{ns.gh_issue}-{os.getpid()}.md")
     if ns.output:
-        if Path(ns.output).is_dir():
-            raise UsageError(f"-o: {ns.output} is a folder; give a file path")
-        check_writable_dir("-o", Path(ns.output).resolve().parent)
+        check_output_file("-o", Path(ns.output))
     try:  # every file checked line by line before anything is rendered or posted
         paths = [resolve_results(r, ns.out) for r in ns.results]
         records = load_records(paths)

@@ -20,6 +20,7 @@ import subprocess
 import xml.etree.ElementTree as ET
 
 from .ghmarkdown import cap
+from .outfile import write_output
 from .compare import compare_records
 from .run.records import auto_pass, document_of, latest_records, phase_key
 
@@ -229,9 +230,8 @@ def write_junit(records: list[dict], path, *, suite_name: str = "residue-sweep",
     root.set("errors", "0")
     root.set("time", f"{time_total:.3f}")
     p = pathlib.Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
     ET.indent(root)
-    ET.ElementTree(root).write(p, encoding="utf-8", xml_declaration=True)
+    write_output(p, ET.tostring(root, encoding="utf-8", xml_declaration=True))
     return p
 
 
@@ -250,8 +250,7 @@ def append_github_step_summary(markdown: str) -> bool:
         note = "\n\n*(report cut to fit GitHub's 1 MiB step-summary limit; see the report file)*\n"
         data = data[: STEP_SUMMARY_LIMIT - 256 - len(note)].decode("utf-8", "ignore").encode() \
             + note.encode()
-    with open(target, "ab") as fh:
-        fh.write(data)
+    write_output(target, data, append=True)
     return True
 
 

@@ -14,8 +14,9 @@ import tempfile
 from pathlib import Path
 
 from .errors import UsageError
+from .outfile import check_output_path, is_special
 
-__all__ = ["check_writable_dir", "check_outputs"]
+__all__ = ["check_writable_dir", "check_output_file", "check_outputs"]
 
 
 def check_writable_dir(flag: str, path: Path) -> None:
@@ -40,11 +41,21 @@ def check_writable_dir(flag: str, path: Path) -> None:
         raise UsageError(f"{flag}: {probe} is not writable")
 
 
+def check_output_file(flag: str, path: Path) -> None:
+    """``path`` can be written by ``harness.outfile.write_output``: a device or a FIFO is
+    written in place; a file, a new path or a link's target is replaced in its folder,
+    which must then be writable."""
+    try:
+        check_output_path(path)
+    except OSError as e:
+        raise UsageError(f"{flag}: {path} {e.strerror}") from None
+    if not is_special(path):
+        check_writable_dir(flag, Path(os.path.realpath(path)).parent)
+
+
 def check_outputs(opts) -> None:
     """Every output location of ``opts`` (a ``SweepOptions``) is usable."""
     check_writable_dir("--out", opts.out)
     check_writable_dir("--reports-dir", opts.reports_dir)
     if opts.junit is not None:
-        if opts.junit.is_dir():
-            raise UsageError(f"--junit: {opts.junit} is a folder; give a file path")
-        check_writable_dir("--junit", opts.junit.parent)
+        check_output_file("--junit", opts.junit)

@@ -17,7 +17,8 @@ from typing import Any
 
 from .vocabulary import PHASES, VERDICTS
 
-__all__ = ["RecordFileError", "REQUIRED_KEYS", "check_record", "read_record_file"]
+__all__ = ["RecordFileError", "REQUIRED_KEYS", "check_record", "read_record_file",
+           "check_for_resume"]
 
 # The keys every record of every schema version carries that the report, compare and the
 # gate cannot do without (docs/records.md), with the type each must have.
@@ -91,3 +92,67 @@ def read_record_file(path: str | Path) -> list[dict[str, Any]]:
     if not records:
         raise RecordFileError(f"{path}: no records in it (an empty results file)")
     return records
+
+
+def check_for_resume(path: str | Path, run_id: str, config_ids: set[str]) -> list[str]:
+    """The results file of a run about to be resumed, checked before anything in it is
+    trusted: every line a record of ``run_id`` on one of ``config_ids`` (this plan's
+    configurations). A torn last line (a kill mid-write: no newline at the end and not a
+    whole record) is cut off so that the next record does not glue onto it; a whole record
+    that only lacks its newline gets one. Returns what was done, one sentence each;
+    :class:`RecordFileError` names the first other line that is not this run's record."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return []
+    except OSError as e:
+        raise RecordFileError(f"{path}: cannot read it: {e.strerror or e}") from None
+    notes: list[str] = []
+    body, sep, last = data.rpartition(b"\n")
+    if last.strip():   # the file does not end with a newline
+        if _as_record(last) is None:
+            with open(path, "r+b") as fh:
+                fh.truncate(len(body) + len(sep))
+            notes.append(f"{path}: its last line was torn ({len(last)} bytes without a "
+                         "newline, a sweep killed mid-write): cut off, that phase runs again")
+            data = data[: len(body) + len(sep)]
+        else:
+            with open(path, "ab") as fh:
+                fh.write(b"\n")
+            data += b"\n"
+    for lineno, line in enumerate(data.split(b"\n"), 1):
+        if not line.strip():
+            continue
+        obj = _as_record(line)
+        if obj is None:
+            raise RecordFileError(f"{path} line {lineno}: not a record of this run "
+                                  f"({_what_is_wrong(line)}); move the file away or start "
+                                  "a new run")
+        if obj["run_id"] != run_id:
+            raise RecordFileError(f"{path} line {lineno}: a record of run "
+                                  f"{obj['run_id']!r}, not of {run_id!r}; a resumed file "
+                                  "holds one run's records only")
+        if obj["config_id"] not in config_ids:
+            raise RecordFileError(f"{path} line {lineno}: configuration "
+                                  f"{obj['config_id']!r} is not in this run's plan "
+                                  f"({', '.join(sorted(config_ids))})")
+    return notes
+
+
+def _as_record(line: bytes) -> dict | None:
+    try:
+        obj = json.loads(line.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    return obj if check_record(obj) is None else None
+
+
+def _what_is_wrong(line: bytes) -> str:
+    try:
+        obj = json.loads(line.decode("utf-8"))
+    except UnicodeDecodeError:
+        return "not UTF-8 text"
+    except json.JSONDecodeError as e:
+        return f"not JSON: {e.msg}"
+    return check_record(obj) or "?"

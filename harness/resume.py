@@ -15,7 +15,7 @@ from typing import Any, Sequence
 from .errors import UsageError
 from .flags import dest_of, explicit_flags, sweep_parser
 
-__all__ = ["MAY_CHANGE", "resumed_namespace"]
+__all__ = ["MAY_CHANGE", "resumed_namespace", "check_resumed_records"]
 
 MAY_CHANGE = ("--out", "--reports-dir", "--slots", "--gpus", "--no-progress", "--timeout")
 
@@ -55,6 +55,10 @@ def resumed_namespace(run_id: str, user_argv: Sequence[str], manifest: dict) -> 
         if was != value:
             raise UsageError(f"--resume {run_id}: {_spell(name, value)} differs from the "
                              f"run's {_spell(name, was)}; {_rule()}")
+    if ns.reports_dir is None and ns.out is None and "--reports-dir" not in given:
+        # the run wrote to the default reports/: a resume line naming --out (as the
+        # interrupt message spells it) must not move the report beside the results
+        ns.reports_dir = "reports"
     for name in MAY_CHANGE:
         if name in given:
             setattr(ns, dest_of(name), given[name])
@@ -69,3 +73,19 @@ def resumed_namespace(run_id: str, user_argv: Sequence[str], manifest: dict) -> 
 def _rule() -> str:
     return (f"a resumed run keeps its plan (only {', '.join(MAY_CHANGE)} may change); "
             "start a new run to measure something else")
+
+
+def check_resumed_records(opts) -> list[str]:
+    """Before any server: the results file of the run being resumed (``opts``: its
+    ``SweepOptions``) holds only this run's records on this plan's configurations, a torn
+    last line cut off (``record_check.check_for_resume``); returns what was repaired, one
+    sentence each; ``UsageError`` naming the line otherwise."""
+    from .configs import config_id
+    from .record_check import RecordFileError, check_for_resume
+    from .store import ResultStore
+    store = ResultStore(opts.out, opts.resume, create=False)
+    try:
+        return check_for_resume(store.records_path, opts.resume,
+                                {config_id(c) for c in opts.configs})
+    except RecordFileError as e:
+        raise UsageError(f"--resume {opts.resume}: {e}") from None

@@ -18,18 +18,20 @@ import socket
 import subprocess
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import psutil
 
 from .client import EngineClient
+from .orphans import OWNER_ENV, PidFile, die_with_parent, owner_token
 from .slots import Slot  # noqa: F401  (re-exported: where a server runs)
 
 __all__ = ["LIFECYCLE_HOOKS", "READY_POLL_S", "READY_POLL_FAST_FOR_S", "READY_POLL_MAX_S",
            "TERM_GRACE_S", "BootFailure", "Slot", "PortAllocator", "live_servers", "kill_all_servers",
-           "log_excerpt", "ServerProcess"]
+           "log_excerpt", "ServerProcess", "server_pids"]
 
 # /health is polled every 10 ms for the first second (a lab server is up in ~0.3 s and
 # every poll interval of lag is boot time charged to the point), then backs off to 0.5 s
@@ -108,6 +110,20 @@ def kill_all_servers() -> int:
     return n
 
 
+@contextmanager
+def server_pids(out_dir: Path, run_id: str) -> Iterator[PidFile]:
+    """The run's pid file (``harness.orphans``), kept by the lifecycle hooks while the run
+    lives; removed at the end when no server of this process is left running."""
+    pids = PidFile(out_dir, run_id)
+    LIFECYCLE_HOOKS.append(pids.hook)
+    try:
+        yield pids
+    finally:
+        LIFECYCLE_HOOKS.remove(pids.hook)
+        if not live_servers():
+            pids.remove()
+
+
 def log_excerpt(path: Path, *, tail: int = 12, explain: int = 12) -> list[str]:
     """The lines that explain a failure: matching error lines, then the last lines."""
     try:
@@ -146,7 +162,7 @@ class ServerProcess:
 
     def start(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, **self.env}
+        env = {**os.environ, **self.env, OWNER_ENV: owner_token()}   # harness.orphans
         self.started_at = time.monotonic()
         self.started_epoch = time.time()
         self.proc = self.spawn_process(env)
@@ -156,13 +172,15 @@ class ServerProcess:
         _notify("started", self)
 
     def spawn_process(self, env: dict[str, str]):
-        """Start the server in its own session; returns what ``proc`` is (a Popen, or
+        """Start the server in its own session, SIGTERMed by the kernel if the sweep dies
+        (``harness.orphans``); returns what ``proc`` is (a Popen, or
         anything with ``pid``, ``poll()`` and ``wait(timeout)``: harness/launchers.py)."""
         with open(self.log_path, "ab") as log:
             try:
                 return subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT,
                                         stdin=subprocess.DEVNULL, env=env,
-                                        start_new_session=True)
+                                        start_new_session=True,
+                                        preexec_fn=die_with_parent())
             except OSError as e:
                 raise BootFailure(f"cannot start {self.argv[0]!r}: {e}", []) from e
 

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 from . import gate, posting
 from .errors import OutputFailed, UsageError
+from .outfile import write_output
 
 __all__ = ["Output", "Writer", "WRITERS", "MarkdownWriter", "JunitWriter", "GithubWriter"]
 
@@ -52,8 +53,7 @@ class MarkdownWriter:
 
     def write(self, out: Output) -> list[str]:
         try:
-            out.report_path.parent.mkdir(parents=True, exist_ok=True)
-            out.report_path.write_text(out.report_md, encoding="utf-8")
+            write_output(out.report_path, out.report_md)
         except OSError as e:
             raise OutputFailed(f"cannot write the report {out.report_path}: "
                                f"{e.strerror or e}") from None

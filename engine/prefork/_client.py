@@ -2,9 +2,11 @@
 process where it cannot be used. Both kinds of child have one interface."""
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import select
+import signal
 import subprocess
 import sys
 import threading
@@ -78,7 +80,8 @@ class ForkServer:
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(self.argv(), stdin=subprocess.PIPE,
                                          stdout=subprocess.PIPE, stderr=log, env=self.env,
-                                         cwd=self.cwd, start_new_session=True)
+                                         cwd=self.cwd, start_new_session=True,
+                                         preexec_fn=_die_with_parent())
         self._lines = _Lines(self.proc.stdout.fileno())
         line = self._lines.readline(self.start_timeout)
         msg = _decode(line)
@@ -148,6 +151,23 @@ class ForkServer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _die_with_parent():
+    """A ``preexec_fn``: the child is SIGTERMed by the kernel when this process dies
+    (``PR_SET_PDEATHSIG``, Linux; None elsewhere). The fork server sets it again itself;
+    here it also covers the instant between exec and that call, and plain children."""
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def preexec() -> None:
+        prctl(1, int(signal.SIGTERM), 0, 0, 0)    # 1: PR_SET_PDEATHSIG
+        if os.getppid() != parent:
+            os.kill(os.getpid(), signal.SIGKILL)
+    return preexec
 
 
 def _decode(line: bytes | None) -> dict[str, Any] | None:
@@ -240,6 +260,6 @@ def start_child(plain_argv: Sequence[str], *, env: Mapping[str, str],
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(list(plain_argv), stdin=subprocess.DEVNULL, stdout=log,
                                 stderr=subprocess.STDOUT, env=dict(env), cwd=cwd,
-                                start_new_session=True)
+                                start_new_session=True, preexec_fn=_die_with_parent())
     return PlainChild(pid=proc.pid, log_path=Path(log_path), started_at=started, proc=proc,
                       fallback_reason=reason)

@@ -177,13 +177,11 @@ def _by_case_body(groups, manifests, planned, full, texts, summary) -> list[str]
 
 def write_report(records: list[dict], manifests: list[dict] | None, path, *,
                  full: bool = False, **kwargs: Any) -> pathlib.Path:
-    """Render and write the report; returns its path (parents created)."""
+    """Render and write the report (``harness.outfile``: a file replaced atomically, a
+    link written through, a device or FIFO written in place); returns its path."""
+    from ..outfile import write_output
     p = pathlib.Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    text = render_markdown(records, manifests, full=full, **kwargs)
-    tmp = p.with_name(p.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(p)
+    write_output(p, render_markdown(records, manifests, full=full, **kwargs))
     return p
 
 

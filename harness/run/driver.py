@@ -63,6 +63,8 @@ class Driver:
                                      opts.reference, tuple(opts.phases))
         self.counters = Counters(total_points=len(plan.points))
         self.manifest: dict[str, Any] = {}
+        self.resumed = 0            # --resume: points already complete on disk
+        self.records_on_disk = 0    # --resume: their records
 
     @property
     def run_id(self) -> str:
@@ -85,9 +87,9 @@ class Driver:
             points = todo
             self.counters.total_points = len(done) + len(points)
             self.resumed = len(done)
+            self.records_on_disk = len(self.store.read())
             self._plan_from(self.manifest.get("plan"), self.plan.points, added)
         else:
-            self.resumed = 0
             self.manifest = self._new_manifest()
             self._plan_from(None, self.plan.points, [])
         self.store.write_manifest(self.manifest)
