@@ -297,9 +297,9 @@ class _LoopInterrupts:
 async def _sweep_async(opts: SweepOptions, adapter, backend: Backend, *,
                        show_progress: bool) -> int:
     run_id = opts.resume or new_run_id()
-    with _LoopInterrupts() as sigs, server_pids(opts.out, run_id) as pids:
+    with _LoopInterrupts() as sigs, server_pids(opts.out, run_id):
         try:
-            return await _sweep_in_loop(opts, adapter, backend, run_id, sigs, pids,
+            return await _sweep_in_loop(opts, adapter, backend, run_id, sigs,
                                         show_progress=show_progress)
         except asyncio.CancelledError:
             if not sigs.interrupted:
@@ -311,7 +311,7 @@ async def _sweep_async(opts: SweepOptions, adapter, backend: Backend, *,
 
 
 async def _sweep_in_loop(opts: SweepOptions, adapter, backend: Backend, run_id: str,
-                         sigs: _LoopInterrupts, pids, *, show_progress: bool) -> int:
+                         sigs: _LoopInterrupts, *, show_progress: bool) -> int:
     store = ResultStore(opts.out, run_id)
     try:
         golden = load_golden(opts.golden_run, opts.out) if opts.golden_run else None
@@ -323,7 +323,7 @@ async def _sweep_in_loop(opts: SweepOptions, adapter, backend: Backend, run_id: 
             check_golden_covers(plan, golden, opts.golden_run)
     except PlanError as e:
         raise UsageError(str(e)) from None
-    launcher = await _start_launcher(opts, adapter, store, plan, pids)
+    launcher = await _start_launcher(opts, adapter, store, plan)
     try:
         return await _drive(opts, adapter, backend, store, plan, golden, launcher, sigs,
                             show_progress=show_progress)
@@ -332,7 +332,7 @@ async def _sweep_in_loop(opts: SweepOptions, adapter, backend: Backend, run_id: 
             launcher.close()
 
 
-async def _start_launcher(opts: SweepOptions, adapter, store: ResultStore, plan, pids):
+async def _start_launcher(opts: SweepOptions, adapter, store: ResultStore, plan):
     """--launcher prefork: the run's pre-imported parent, started before the first point."""
     from .launchers import run_launcher
     first = plan.points[0].cfg if plan.points else None
@@ -340,8 +340,6 @@ async def _start_launcher(opts: SweepOptions, adapter, store: ResultStore, plan,
                                        slot=opts.slots[0], logs_dir=store.logs_dir)
     if launcher is not None:
         _say(launcher.summary())
-        if launcher.fork_server is not None:   # in the pid file like a server
-            pids.add(launcher.fork_server.proc.pid, "fork server")
     return launcher
 
 

@@ -24,6 +24,7 @@ from typing import Any
 from engine.prefork import ForkServer, ForkServerUnavailable, start_child
 
 from .engines import EngineAdapter, PreforkSpec
+from .orphans import OWNER_ENV, owner_token
 from .server_pool import ServerProcess, Slot
 
 __all__ = ["LAUNCHERS", "PreforkLauncher", "PreforkServerProcess", "make_launcher",
@@ -148,7 +149,9 @@ def run_launcher(name: str, adapter: EngineAdapter, *, first_cfg: Any, slot: Slo
     if name != "plain" and first_cfg is not None:
         _, env = adapter.command(first_cfg, 1, slot)   # env only
         env = {k: v for k, v in env.items() if k != "CUDA_VISIBLE_DEVICES"}
-    launcher = make_launcher(name, adapter, logs_dir=logs_dir, env={**os.environ, **env})
+    # the sweep's token (harness.orphans): the next sweep ends a fork server it outlived
+    launcher = make_launcher(name, adapter, logs_dir=logs_dir,
+                             env={**os.environ, **env, OWNER_ENV: owner_token()})
     if launcher is not None and launcher.unavailable is None:
         launcher.start()
     return launcher

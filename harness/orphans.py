@@ -16,7 +16,8 @@ A sweep killed outright (SIGKILL, the OOM killer, a CI hard timeout) cannot, so:
   (a server is a session leader; a child it left behind keeps the session id) started
   after it. A server spawned in the instant before its pid reached the file is found by
   the sweep's own pid and start time, which every server carries in its environment
-  (``RESIDUE_LAB_SWEEP``, inherited by whatever it starts, even in another session).
+  (``RESIDUE_LAB_SWEEP``, inherited by whatever it starts, even in another session); a
+  ``--launcher prefork`` fork server carries it too.
   Processes are found by pid and start time, never by name; one line says what was ended.
 """
 from __future__ import annotations
@@ -95,13 +96,6 @@ class PidFile:
         else:
             self.servers.pop(pid, None)
         self._write()
-
-    def add(self, pid: int, what: str) -> None:
-        """A process that is not a ``ServerProcess`` (prefork's fork server)."""
-        ident = _identity(pid)
-        if ident is not None:
-            self.servers[pid] = {**ident, "log": what}
-            self._write()
 
     def _write(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
