@@ -1,0 +1,229 @@
+"""The pytest plugin: residue sweeps as test items (``pytest11`` entry point; docs/pytest.md).
+
+    def test_full_graphs(residue_sweep):
+        residue_sweep("--cudagraph", "FULL_AND_PIECEWISE", "--residues", "3-5")
+
+    @pytest.mark.residue_sweep("--cudagraph", "PIECEWISE", "--residues", "3-5")
+    def test_piecewise():
+        pass
+
+    @pytest.mark.parametrize("flags", configurations("--patches none,all"))
+    def test_each(residue_sweep, flags):
+        residue_sweep(*flags, "--residues", "3-5")
+
+A sweep runs in-process through the Python API (``harness.Sweep``) with the flags
+``sweep`` takes; a sweep whose exit code is not 0 fails the test with the report's
+non-ok cells as the assertion message (one line per cell: residue, phase, verdict, why,
+and the command that reruns it). ``configurations`` turns comma lists into one
+``pytest.param`` per configuration (``residue_blocks`` per block of residues), so
+``-k``, ``--lf`` and JUnit see one item each and pytest-xdist spreads them over workers:
+each worker runs its servers on one slot (``--slots 1``) or, with ``--residue-gpus``, on
+the GPU its worker id picks. Records and reports go to ``--out`` (default: a folder in
+pytest's basetemp); ``--residue-args`` adds flags to every sweep (``--engine vllm
+--model DIR``: the same tests against a vLLM build).
+"""
+from __future__ import annotations
+
+import itertools
+import os
+import shlex
+from pathlib import Path
+from typing import Any, Sequence
+
+import pytest
+
+__all__ = ["ResidueSweepFailed", "configurations", "residue_blocks", "failure_message",
+           "sweep_argv", "worker_slot_flags"]
+
+_MARK = "residue_sweep"
+
+
+class ResidueSweepFailed(AssertionError):
+    """A sweep that did not pass: its message is the report's non-ok cells."""
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("residue-lab", "residue sweeps (residue-lab)")
+    group.addoption("--out", dest="residue_out", metavar="DIR", default=None,
+                    help="residue-lab: where every sweep's records and report go "
+                    "(default: residue-lab/ in pytest's basetemp)")
+    group.addoption("--residue-args", dest="residue_args", metavar="FLAGS", default="",
+                    help="residue-lab: sweep flags added to every sweep, e.g. "
+                    "\"--engine vllm --model /models/x\"")
+    group.addoption("--residue-gpus", dest="residue_gpus", metavar="LIST", default=None,
+                    help="residue-lab: GPU ids; pytest-xdist worker gwN sweeps on the Nth "
+                    "(modulo the list), a run without xdist on the first")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", f"{_MARK}(*flags): run a residue sweep with these sweep flags as the "
+        "test (fails with the report's non-ok cells)")
+
+
+# -- the items ------------------------------------------------------------------------------
+def configurations(matrix: str | Sequence[str], *, ids: Sequence[str] | None = None) -> list:
+    """One ``pytest.param(flags)`` per configuration of a matrix written as ``sweep``
+    takes it: ``"--cudagraph FULL_AND_PIECEWISE,PIECEWISE --patches none,all"`` gives
+    four, in the order ``sweep`` would run them, each id the values that vary
+    (``FULL_AND_PIECEWISE-none``)."""
+    argv = shlex.split(matrix) if isinstance(matrix, str) else list(matrix)
+    pairs = []
+    for flag, value in zip(argv[::2], argv[1::2]):
+        if not flag.startswith("--"):
+            raise ValueError(f"configurations: expected --flag VALUE pairs, got {flag!r}")
+        pairs.append((flag, [v for v in value.split(",") if v]))
+    if len(argv) % 2:
+        raise ValueError(f"configurations: {argv[-1]!r} has no value")
+    out = []
+    for combo in itertools.product(*(values for _, values in pairs)):
+        flags = [x for (flag, _), v in zip(pairs, combo) for x in (flag, v)]
+        varying = [v for (_, values), v in zip(pairs, combo) if len(values) > 1]
+        out.append(pytest.param(flags, id="-".join(varying) or "default"))
+    if ids is not None:
+        out = [pytest.param(p.values[0], id=i) for p, i in zip(out, ids)]
+    return out
+
+
+def residue_blocks(size: int, modulus: int = 128) -> list:
+    """One ``pytest.param(["--residues", "A-B"])`` per block of ``size`` residues."""
+    return [pytest.param(["--residues", f"{a}-{min(a + size, modulus) - 1}"],
+                         id=f"r{a:03d}-{min(a + size, modulus) - 1:03d}")
+            for a in range(0, modulus, size)]
+
+
+# -- running a sweep --------------------------------------------------------------------------
+def worker_slot_flags(flags: Sequence[str], worker: str | None, gpus: str | None) -> list[str]:
+    """Where this worker's servers run, unless ``flags`` say so: the GPU its xdist worker
+    id picks from ``gpus``, else one CPU slot per worker (workers are the parallelism)."""
+    if any(f in ("--slots", "--gpus", "--url") or f.startswith(("--slots=", "--gpus=", "--url="))
+           for f in flags):
+        return []
+    index = int(worker[2:]) if worker and worker.startswith("gw") and worker[2:].isdigit() else 0
+    if gpus:
+        ids = [g for g in gpus.split(",") if g.strip()]
+        return ["--gpus", ids[index % len(ids)].strip()]
+    return ["--slots", "1"] if worker else []
+
+
+def sweep_argv(flags: Sequence[str], config: pytest.Config, out: Path) -> list[str]:
+    """The full ``sweep`` argv of one test's sweep."""
+    argv = [*shlex.split(config.getoption("residue_args") or ""), *map(str, flags)]
+    argv += worker_slot_flags(argv, os.environ.get("PYTEST_XDIST_WORKER"),
+                              config.getoption("residue_gpus"))
+    if "--out" not in argv and not any(a.startswith("--out=") for a in argv):
+        argv += ["--out", str(out)]
+    return argv + ["--no-progress"]
+
+
+def failure_message(result: Any, argv: Sequence[str]) -> str:
+    """The report's non-ok cells, one line each, with where the report is."""
+    bad = sorted(result.not_ok, key=lambda r: (str(r.get("config_label")), r.get("residue") or 0,
+                                                str(r.get("phase"))))
+    head = (f"residue sweep not ok (exit {int(result.exit_code)}): {len(bad)} cell(s) not ok; "
+            f"run {result.run_id}, report {result.report_path or result.records_path}")
+    lines = [head]
+    for label in dict.fromkeys(str(r.get("config_label")) for r in bad):
+        lines.append(f"  {label}:")
+        for r in (r for r in bad if str(r.get("config_label")) == label):
+            cached = ""
+            if r.get("cached_tokens") is not None:
+                cached = f" (cached {r['cached_tokens']}, tail {r.get('computed_tail')})"
+            lines.append(f"    residue {r.get('residue')} {r.get('phase')}: {r.get('verdict')}"
+                         f"{cached}: {str(r.get('reason') or '')[:200]}")
+            lines.append(f"      rerun: {r.get('rerun')}")
+    if not bad:
+        lines.append(f"  no cell is not ok; the gate failed: sweep {shlex.join(argv)}")
+    return "\n".join(lines)
+
+
+def _run(argv: list[str]):
+    """One sweep in this process through the Python API; a usage error fails the test
+    with its one line."""
+    from harness.errors import HarnessError
+    try:
+        try:
+            from harness import Sweep, options_from_argv
+        except ImportError:   # TEMPORARY: before the Python API (harness/session.py) lands
+            return _run_cli(argv)
+        return Sweep(options_from_argv(argv), signals=False).run()
+    except HarnessError as e:
+        pytest.fail(f"sweep {shlex.join(argv)}: {e.prefix}: {e}", pytrace=False)
+
+
+def _run_cli(argv: list[str]):
+    """TEMPORARY stand-in for ``harness.Sweep(...).run()``: the CLI's sweep in-process,
+    its run read back from the store."""
+    import contextlib
+    import io
+    import re
+    from types import SimpleNamespace
+
+    from harness.cli import run_sweep
+    from harness.run.records import latest_records
+    from harness.store import ResultStore
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        code = run_sweep(argv)
+    run_id = re.search(r"^run (\S+):", err.getvalue(), re.M)[1]
+    store = ResultStore(argv[argv.index("--out") + 1], run_id, create=False)
+    records = store.read()
+    report = store.out_dir / f"{run_id}.md"
+    return SimpleNamespace(run_id=run_id, exit_code=code, records=records,
+                           records_path=store.records_path,
+                           report_path=report if report.is_file() else None,
+                           not_ok=[r for r in latest_records(records)[0]
+                                   if r.get("verdict") != "ok"])
+
+
+class _Sweeper:
+    """The ``residue_sweep`` fixture: call it with sweep flags."""
+
+    def __init__(self, request: pytest.FixtureRequest, out: Path):
+        self.request = request
+        self.out = out
+        self.results: list[Any] = []
+
+    def __call__(self, *flags: str, check: bool = True):
+        __tracebackhide__ = True   # the failure points at the test's own line
+        argv = sweep_argv(flags, self.request.config, self.out)
+        result = _run(argv)
+        self.results.append(result)
+        node = self.request.node
+        node.user_properties.append(("residue_run", result.run_id))
+        node.user_properties.append(("residue_report", str(result.report_path or "")))
+        if check and int(result.exit_code) != 0:
+            raise ResidueSweepFailed(failure_message(result, argv))
+        return result
+
+
+def _out_dir(config: pytest.Config, factory: pytest.TempPathFactory) -> Path:
+    given = config.getoption("residue_out")
+    return Path(given) if given else factory.getbasetemp() / "residue-lab"
+
+
+@pytest.fixture
+def residue_sweep(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
+    """``residue_sweep(*flags, check=True) -> RunResult``: one sweep, failing the test
+    with the report's non-ok cells unless every cell is ok."""
+    return _Sweeper(request, _out_dir(request.config, tmp_path_factory))
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test marked ``residue_sweep`` gets the fixture even when it does not ask for it."""
+    for item in items:
+        names = getattr(item, "fixturenames", None)
+        if item.get_closest_marker(_MARK) is not None and names is not None \
+                and "residue_sweep" not in names:
+            names.append("residue_sweep")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function):
+    """A test marked ``residue_sweep(*flags)`` runs that sweep first (in its call phase,
+    so a failure is the test's failure, not a setup error), then its body."""
+    __tracebackhide__ = True
+    mark = pyfuncitem.get_closest_marker(_MARK)
+    if mark is not None:
+        pyfuncitem.funcargs["residue_sweep"](*mark.args, **mark.kwargs)
+    return None

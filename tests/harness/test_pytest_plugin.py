@@ -1,0 +1,106 @@
+"""The pytest plugin (``harness/pytest_plugin.py``) and ``examples/test_residues.py``.
+
+The example runs as a user runs it: ``python -m pytest examples/test_residues.py -n 2`` in
+a subprocess, sweeping the lab engine; the unpatched FULL configuration must fail with the
+residue-4 cell in its message and every other item pass; JUnit, ``--lf`` and ``-k`` work
+as pytest users expect, and the ``pytest11`` entry point declared in pyproject.toml loads
+the plugin without ``-p``.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+from junitparser import JUnitXml
+
+from harness.pytest_plugin import configurations, residue_blocks, worker_slot_flags
+from tests.conftest import ROOT
+
+EXAMPLE = "examples/test_residues.py"
+FAILING = "test_mtp_cache_hit[FULL_AND_PIECEWISE-none]"
+
+
+def pytest_run(*args: str, env: dict | None = None, timeout: float = 400):
+    return subprocess.run([sys.executable, "-m", "pytest", EXAMPLE, *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
+
+
+def entry_point_dist(tmp_path: Path) -> Path:
+    """A dist-info carrying exactly the pytest11 entry points pyproject.toml declares, so
+    pytest finds the plugin the way an installed residue-lab makes it find it."""
+    eps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["entry-points"]
+    dist = tmp_path / "site" / "residue_lab_entry_probe-0.0.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: residue-lab-entry-probe\n"
+                                   "Version: 0.0\n")
+    (dist / "entry_points.txt").write_text(
+        "[pytest11]\n" + "".join(f"{k} = {v}\n" for k, v in eps["pytest11"].items()))
+    return dist.parent
+
+
+def test_the_example_fails_on_unpatched_full_graphs_only(tmp_path):
+    out, junit, cache = tmp_path / "out", tmp_path / "junit.xml", tmp_path / "cache"
+    r = pytest_run("-n", "2", "-p", "harness.pytest_plugin", "--out", str(out),
+                   "--junitxml", str(junit), "-o", f"cache_dir={cache}")
+    assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-2000:]
+    assert "1 failed, 4 passed" in r.stdout, r.stdout[-3000:]
+    assert f"FAILED {EXAMPLE}::{FAILING}" in r.stdout
+    assert "residue 4 self-hit: broken" in r.stdout
+    # JUnit: one testcase per configuration, the failure message is the non-ok cell
+    cases = {c.name: c for suite in JUnitXml.fromfile(str(junit)) for c in suite}
+    assert len(cases) == 5, sorted(cases)
+    failed = {n: c for n, c in cases.items() if c.result}
+    assert list(failed) == [FAILING]
+    message = failed[FAILING].result[0].message
+    assert "residue 4 self-hit: broken" in message and "FULL_AND_PIECEWISE" in message
+    # every sweep's records and report landed in --out, one slot per xdist worker
+    assert len(list(out.glob("*.jsonl"))) == 5 and len(list(out.glob("*.md"))) == 5
+    slots = {line.split('"slot": "')[1].split('"')[0]
+             for f in out.glob("*.jsonl") for line in f.read_text().splitlines()}
+    assert slots == {"cpu0"}
+
+    # --lf: only the item that failed runs again, and fails again
+    r = pytest_run("-p", "harness.pytest_plugin", "--lf", "--out", str(out),
+                   "-o", f"cache_dir={cache}")
+    assert r.returncode == 1 and "1 failed, 4 deselected" in r.stdout, r.stdout[-2000:]
+
+
+def test_k_selects_one_configuration_and_the_entry_point_loads_the_plugin(tmp_path):
+    site = entry_point_dist(tmp_path)
+    r = pytest_run("-k", "PIECEWISE-all and not FULL", "--out", str(tmp_path / "out"),
+                   "-p", "no:cacheprovider",
+                   env={"PYTHONPATH": os.pathsep.join([str(site), str(ROOT)])})
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    assert "1 passed, 4 deselected" in r.stdout
+    assert len(list((tmp_path / "out").glob("*.jsonl"))) == 1
+
+
+def test_configurations_are_the_matrix_in_sweep_order():
+    params = configurations("--cudagraph FULL_AND_PIECEWISE,PIECEWISE --patches none,all "
+                            "--spec mtp")
+    assert [p.id for p in params] == ["FULL_AND_PIECEWISE-none", "FULL_AND_PIECEWISE-all",
+                                      "PIECEWISE-none", "PIECEWISE-all"]
+    assert params[1].values[0] == ["--cudagraph", "FULL_AND_PIECEWISE", "--patches", "all",
+                                   "--spec", "mtp"]
+    with pytest.raises(ValueError):
+        configurations("--cudagraph")
+    blocks = residue_blocks(48)
+    assert [b.values[0] for b in blocks] == [["--residues", "0-47"], ["--residues", "48-95"],
+                                             ["--residues", "96-127"]]
+
+
+@pytest.mark.parametrize("flags, worker, gpus, want", [
+    ([], None, None, []),
+    ([], "gw1", None, ["--slots", "1"]),
+    ([], "gw3", "0,1", ["--gpus", "1"]),
+    ([], None, "2,3", ["--gpus", "2"]),
+    (["--slots", "4"], "gw0", "0", []),
+    (["--url", "http://x:1"], "gw0", None, []),
+])
+def test_a_workers_slot_comes_from_its_xdist_id(flags, worker, gpus, want):
+    assert worker_slot_flags(flags, worker, gpus) == want
