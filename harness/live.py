@@ -64,6 +64,9 @@ def attach(ns: argparse.Namespace, argv: Sequence[str]) -> LiveTarget:
     if ns.prompts or len(ns.seed) > 1:
         raise UsageError("--url gives every point a document of its own: --prompts cases and "
                          "--seed lists repeat a text across points, which a live server caches")
+    if getattr(ns, "load", 0):
+        raise UsageError("--load sends background conversations of its own; on a running "
+                         "service that is added traffic, so --url does not send it")
     if ns.reference not in ("passage", "cold"):
         raise UsageError(f"--reference {ns.reference}: --url judges each point against its "
                          "own document (passage) or its cold answer (cold)")
