@@ -83,6 +83,8 @@ def plan_points(opts: SweepOptions, adapter: EngineAdapter,
     """Calibrate once per (tokenizer, context, modulus), then build every residue's prompt
     arithmetically. ``count_many_for`` supplies a counter for configurations without a
     local tokenizer (a probe server's /tokenize)."""
+    if opts.live is not None:   # --dry-run of --url: nothing is counted before the run
+        raise CannotRun("counted by the running server's /tokenize when the sweep runs")
     t0 = time.monotonic()
     points: list[Point] = []
     sampled: dict[str, str | None] = {}
@@ -351,13 +353,19 @@ class _BudgetedCounter(RemoteCounter):
     def __init__(self, target: LiveTarget, model: str, timeout: float):
         super().__init__(target.url, model, http=target.http_client(timeout))
         self.budget = target.budget
+        self.url = target.url
 
     def __call__(self, conversations) -> list[int]:
         if self.budget.sent + len(conversations) > self.budget.limit:
             raise PlanError(f"--max-requests {self.budget.limit} is spent before the plan is "
                             f"made ({self.budget.sent} requests to read the server and count "
                             "prompts); raise it")
-        return super().__call__(conversations)
+        try:
+            return super().__call__(conversations)
+        except CannotRun:   # no /tokenize: nothing else can count what this server counts
+            raise CannotRun(f"--url {self.url}: the server has no /tokenize, which a live "
+                            "sweep needs to hit each residue exactly (vLLM and the lab have "
+                            "it)") from None
 
 
 def plan_live(opts: SweepOptions) -> SweepPlan:

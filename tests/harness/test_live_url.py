@@ -208,3 +208,28 @@ def test_nothing_answers(tmp_path):
     r = sweep("--url", f"http://127.0.0.1:{free_port()}", "--out", str(tmp_path))
     assert r.returncode == 3 and "no server answers" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_a_server_without_tokenize_is_named(tmp_path, tok_dir):
+    from tests.conftest import FAKE_ENGINE
+    port = free_port()
+    with open(tmp_path / "fake.log", "wb") as f:
+        proc = subprocess.Popen([sys.executable, str(FAKE_ENGINE), "--port", str(port),
+                                 "--model", str(tok_dir), "--no-tokenize"], stdout=f,
+                                stderr=subprocess.STDOUT)
+    try:
+        wait_healthy(port, proc)
+        r = sweep("--url", f"http://127.0.0.1:{port}", "--out", str(tmp_path / "out"))
+        assert r.returncode == 3 and "the server has no /tokenize" in r.stderr, r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1 and proc.poll() is None
+    finally:
+        stop(proc)
+
+
+def test_dry_run_reads_the_server_and_starts_nothing(lab, tmp_path):
+    r = sweep("--url", lab.url, "--residues", "3-5", "--dry-run", "--out", str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    assert "counted by the running server's /tokenize" in r.stdout
+    assert f"none started: --url {lab.url} is already running" in r.stdout
+    assert "rule predicts: [4]" in r.stdout
+    still_serving(lab)
