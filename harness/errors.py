@@ -7,12 +7,25 @@ one line on stderr.
 """
 from __future__ import annotations
 
-__all__ = ["HarnessError", "UsageError", "CannotRun", "OutputFailed", "EXIT_USAGE",
-           "EXIT_CANNOT_RUN", "EXIT_OUTPUT"]
+from enum import IntEnum
 
-EXIT_USAGE = 2
-EXIT_CANNOT_RUN = 3
-EXIT_OUTPUT = 4
+__all__ = ["ExitCode", "HarnessError", "UsageError", "CannotRun", "OutputFailed",
+           "EXIT_USAGE", "EXIT_CANNOT_RUN", "EXIT_OUTPUT"]
+
+
+class ExitCode(IntEnum):
+    """``sweep``'s exit codes (``--bisect`` maps them to git bisect's: ``harness.bisect``)."""
+    OK = 0             # every point ok, or the gate passed
+    NOT_OK = 1         # a point is not ok, or a regression against --baseline
+    USAGE = 2          # a usage or configuration error
+    CANNOT_RUN = 3     # the sweep could not run at all
+    OUTPUT = 4         # the sweep ran, an output could not be written or posted
+    INTERRUPTED = 130  # SIGINT / SIGTERM: every finished record on disk, --resume goes on
+
+
+EXIT_USAGE = ExitCode.USAGE
+EXIT_CANNOT_RUN = ExitCode.CANNOT_RUN
+EXIT_OUTPUT = ExitCode.OUTPUT
 
 
 class HarnessError(Exception):

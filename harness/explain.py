@@ -22,22 +22,18 @@ from typing import Any, Callable
 
 from engine.presets import ServingConfig
 
-from .backends import make_backend
 from .configs import SweepOptions, config_id
-from .engines import make_adapter
-from .errors import CannotRun, HarnessError, UsageError
+from .errors import CannotRun, ExitCode, HarnessError, UsageError
 from .flags import FLAGS, dest_of, sweep_parser
+from .options import build_options
 from .report.explained import EXPLAINED, UNCHANGED
-from .prompts import PlanError
-from .run.driver import Driver
-from .run.plan import SweepPlan, load_golden, plan_with_probes
+from .run.plan import SweepPlan, plan_with_probes
 from .run.records import document_of, latest_records, phase_key, worst
-from .server_pool import kill_all_servers
-from .store import (ResultStore, StoreError, load_manifest_for, read_jsonl, new_run_id,
-                    resolve_results)
+from .session import Sweep
+from .store import ResultStore, StoreError, load_manifest_for, read_jsonl, resolve_results
 
-__all__ = ["ExplainPlan", "Target", "RungSpec", "prepare", "execute", "axis_changes",
-           "non_ok_cells", "parent_golden"]
+__all__ = ["ExplainPlan", "Target", "RungSpec", "ExplainSweep", "prepare", "ladder_options",
+           "axis_changes", "non_ok_cells", "parent_golden"]
 
 
 @dataclass
@@ -148,13 +144,13 @@ def _pinned(parent_ns, cfg: dict[str, Any]):
     return ns
 
 
-def _rung_opts(build: Callable, ns, residue: int, changes: dict[str, Any],
+def _rung_opts(ns, residue: int, changes: dict[str, Any],
                run_flags: dict[str, Any]) -> SweepOptions:
     ns = argparse.Namespace(**vars(ns))
     for k, v in {**changes, **run_flags, "residues": str(residue)}.items():
         setattr(ns, k, v)
     argv = ["explain-rung"]
-    opts = build(ns, argv)
+    opts = build_options(ns, argv)
     if len(opts.configs) != 1:
         raise CannotRun(f"a rung expands to {len(opts.configs)} configurations, not one")
     return opts
@@ -188,12 +184,11 @@ def non_ok_cells(records: list[dict], residue: int | None,
 
 
 def prepare(run_ref: str, out_dir: str, *, residue: int | None, phase: str | None,
-            run_flags: dict[str, Any], build: Callable,
-            runners_for: Callable[[str], tuple[str, ...]]) -> ExplainPlan:
+            run_flags: dict[str, Any], runners_for: Callable[[str], tuple[str, ...]]) -> ExplainPlan:
     """Read the parent run, pick its non-ok cells and build every rung's options.
 
     ``run_flags``: the explain invocation's own run flags (slots, gpus, out, ...) put over
-    the parent's; ``build``: ``cli.build_options``; ``runners_for(engine)``: the runners a
+    the parent's; ``runners_for(engine)``: the runners a
     ``--runner`` rung may force on that engine."""
     try:
         path = resolve_results(run_ref, out_dir)
@@ -222,7 +217,7 @@ def prepare(run_ref: str, out_dir: str, *, residue: int | None, phase: str | Non
             # every rung measures the same prompt: a budget rung would otherwise change
             # what auto resolves the modulus to, and so the length behind the residue
             ns.modulus = str(rec.get("modulus"))
-        base = _rung_opts(build, ns, res, {}, run_flags)
+        base = _rung_opts(ns, res, {}, run_flags)
         if config_id(base.configs[0]) != cid:
             raise CannotRun(f"run {manifest['run_id']}: the command line no longer builds "
                             f"configuration {cid} ({rec.get('config_label')}); was it made by "
@@ -233,16 +228,16 @@ def prepare(run_ref: str, out_dir: str, *, residue: int | None, phase: str | Non
         for axis, label, changes in axis_changes(
                 base.configs[0], runners=runners_for(base.engine),
                 ran_on=effective.get("model_runner")):
-            t.rungs.append(_rung(build, ns, res, axis, label, changes, run_flags, cid))
+            t.rungs.append(_rung(ns, res, axis, label, changes, run_flags, cid))
         targets.append(t)
     return ExplainPlan(manifest["run_id"], path, targets, ("explain", str(run_ref)),
                        manifest.get("reference") or parent_ns.reference,
                        tuple(manifest.get("documents") or ()))
 
 
-def _rung(build, ns, res, axis, label, changes, run_flags, base_cid) -> RungSpec:
+def _rung(ns, res, axis, label, changes, run_flags, base_cid) -> RungSpec:
     try:
-        opts = _rung_opts(build, ns, res, changes, run_flags)
+        opts = _rung_opts(ns, res, changes, run_flags)
     except HarnessError as e:   # e.g. k-1 outside the preset's range, a residue past the modulus
         return RungSpec(label, axis, None, str(e))
     if config_id(opts.configs[0]) == base_cid:
@@ -251,51 +246,57 @@ def _rung(build, ns, res, axis, label, changes, run_flags, base_cid) -> RungSpec
 
 
 # -- running the rungs ---------------------------------------------------------------------
-async def execute(xp: ExplainPlan, *, on_point: Callable | None = None) -> tuple[dict, list[dict]]:
-    """Run every rung of every cell as one linked run; returns (manifest, records)."""
+def ladder_options(xp: ExplainPlan) -> SweepOptions:
+    """One run's options for every runnable rung of every cell: the first rung's run
+    flags (slots, out, launcher, cache dir, reference, ...), every rung's configuration."""
     rungs = xp.runnable()
-    first = rungs[0].opts
     configs: dict[str, ServingConfig] = {}
     for r in rungs:
         configs.setdefault(config_id(r.cfg), r.cfg)
     residues = sorted({t.residue for t in xp.targets})
-    opts = dataclasses.replace(first, configs=tuple(configs.values()),
+    opts = dataclasses.replace(rungs[0].opts, configs=tuple(configs.values()),
                                residues=",".join(map(str, residues)), argv=xp.argv)
-    golden = None
     if opts.reference in ("first", "consensus"):
         # first / consensus judge a run's answers against each other after it ends; a rung
         # is one configuration, so it is judged against the answer the parent's matrix
-        # reference chose for the same prompt (else every clean rung stays unjudged)
-        golden = parent_golden(read_jsonl(xp.parent_path))
+        # reference chose for the same prompt (ExplainSweep.golden; else every clean rung
+        # stays unjudged)
         opts = dataclasses.replace(opts, reference=f"golden:{xp.parent_run}")
-    adapter = make_adapter(opts.engine, opts.server_cmd, draft_model=opts.draft_model,
-                           extra_args=opts.engine_args, work_dir=opts.out,
-                           isolation=opts.isolation, served_model_name=opts.served_model_name)
-    adapter.check(opts.configs, opts.slots[0])
-    store = ResultStore(opts.out, new_run_id())
-    if golden is None and opts.golden_run:
-        golden = load_golden(opts.golden_run, opts.out)
-    try:
-        plan = await _plan(xp, opts, adapter, store)
-    except PlanError as e:
-        raise UsageError(str(e)) from None
-    links = {"explains": {"run_id": xp.parent_run, "results": str(xp.parent_path),
-                          "documents": list(xp.parent_documents),
-                          "targets": [t.manifest_entry() for t in xp.targets]}}
-    driver = Driver(opts, adapter, store, plan, golden=golden, links=links,
-                    on_point_done=on_point)
-    points = driver.start()
-    backend = make_backend(opts.backend)
-    t0 = time.monotonic()
-    try:
-        await backend.run(points, driver)
-    finally:
-        kill_all_servers()
-        store.close()
-    manifest = driver.finish(wall=time.monotonic() - t0, interrupted=False,
-                             backend=backend.describe())
-    driver.set_exit_code(0)
-    return manifest, store.read()
+    return opts
+
+
+class ExplainSweep(Sweep):
+    """The ladder as one linked run through the sweep's own lifecycle (``Sweep``): the
+    same launcher, signals, golden answers, manifest and writers; what differs is the plan
+    (each cell's residue on its rungs' configurations), the reference under a first /
+    consensus parent (the parent's own matrix reference), the manifest's ``explains`` link,
+    the report (the ladders) and the exit code (0: the ladder ran; what it shows is the
+    answer, a reproduced cell is not a failure of ``explain``)."""
+
+    def __init__(self, xp: ExplainPlan, **kw: Any) -> None:
+        super().__init__(ladder_options(xp), **kw)
+        self.xp = xp
+
+    async def plan(self, store: ResultStore) -> SweepPlan:
+        return await _plan(self.xp, self.options, self.adapter, store)
+
+    def golden(self) -> dict[tuple, Any] | None:
+        if self.xp.parent_reference in ("first", "consensus"):
+            return parent_golden(read_jsonl(self.xp.parent_path))
+        return super().golden()
+
+    def links(self) -> dict[str, Any]:
+        xp = self.xp
+        return {"explains": {"run_id": xp.parent_run, "results": str(xp.parent_path),
+                             "documents": list(xp.parent_documents),
+                             "targets": [t.manifest_entry() for t in xp.targets]}}
+
+    def render(self, records: list[dict], manifest: dict) -> str:
+        from .report.explained import ladders, render_ladder
+        return "\n\n".join(render_ladder(lad, "##") for lad in ladders(manifest, records))
+
+    def judge(self, records: list[dict], baseline, cb) -> int:
+        return ExitCode.OK
 
 
 async def _plan(xp: ExplainPlan, opts: SweepOptions, adapter, store: ResultStore) -> SweepPlan:

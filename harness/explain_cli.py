@@ -2,32 +2,51 @@
 
 The ladder itself is planned by ``harness.explain`` and rendered by
 ``harness.report.explained``; this module only parses argv and says what happened.
-``cli`` calls it with its own ``build_options`` (so there is no import back into cli).
+The rungs run through the sweep's own lifecycle (``explain.ExplainSweep``, a
+``session.Sweep``): launcher, signals, rejudging, manifest, exit code as ``sweep``.
 """
 from __future__ import annotations
 
-import asyncio
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Sequence
 
-from .engines import adapter_class, make_adapter
-from .errors import UsageError
-from .flags import Parser, positive_int, sweep_parser
+from .engines import adapter_class
+from .errors import ExitCode, UsageError
+from .flags import Parser, add_flags, sweep_parser
 from .run.plan import Point
+from .session import Callbacks, adapter_for
 from .vocabulary import PHASES
 
 __all__ = ["run_explain"]
 
-EXIT_OK = 0
+EXIT_OK = ExitCode.OK
+# the sweep flags explain takes too (declared once, in harness.flags); not given: the
+# parent run's value
+SHARED_FLAGS = ("--slots", "--gpus", "--launcher", "--cache-dir")
 
 
 def _say(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def run_explain(argv: Sequence[str], build_options) -> int:
-    """``sweep explain RUN``; ``build_options`` is the CLI's (flags -> SweepOptions)."""
+class _Terminal(Callbacks):
+    """Each rerun's verdicts on stderr as it finishes; the ladders on stdout (markdown)."""
+
+    def say(self, line: str) -> None:
+        _say(line)
+
+    def point_done(self, point: Point, records: list[dict], verdicts: Counter) -> None:
+        _say(f"  {point.cfg.label()} residue {point.residue}: "
+             + ", ".join(f"{r['phase']} {r['verdict']}" for r in records))
+
+    def report(self, markdown: str) -> None:
+        print(markdown)
+
+
+def run_explain(argv: Sequence[str]) -> int:
+    """``sweep explain RUN``."""
     p = Parser(prog="sweep explain", description="Why a cell is what it is: rerun each non-ok "
                "cell of a finished run on fresh servers, unchanged and with one configuration "
                "axis changed at a time (graph mode, patches, prefix caching, match unit, spec, "
@@ -39,13 +58,11 @@ def run_explain(argv: Sequence[str], build_options) -> int:
     p.add_argument("--phase", choices=PHASES, help="only this phase's cells")
     p.add_argument("--out", default="results", help="where run ids are looked up and the "
                    "explain run is written (default results/)")
-    p.add_argument("--slots", type=positive_int("--slots"), help="parallel CPU slots")
-    p.add_argument("--gpus", metavar="LIST", help="one server per GPU id, e.g. 0,1")
+    add_flags(p, SHARED_FLAGS, default=None)
     p.add_argument("--dry-run", action="store_true", help="print each cell's rungs and their "
                    "server commands; start nothing")
     ns = p.parse_args(list(argv))
     from . import explain
-    from .report.explained import ladders, render_ladder
     if ns.slots and ns.gpus:
         raise UsageError("--slots and --gpus are exclusive: --gpus gives one slot per GPU")
     # the rungs run on fresh servers: the parent's auto-only flags do not apply to them
@@ -54,34 +71,29 @@ def run_explain(argv: Sequence[str], build_options) -> int:
                  "gh_issue": None, "bisect": False}
     if ns.slots or ns.gpus:
         run_flags.update(slots=ns.slots, gpus=ns.gpus)
+    run_flags.update({k: getattr(ns, k) for k in ("launcher", "cache_dir")
+                      if getattr(ns, k) is not None})
     xp = explain.prepare(ns.run, ns.out, residue=ns.residue, phase=ns.phase,
-                         run_flags=run_flags, build=build_options,
-                         runners_for=lambda e: adapter_class(e).runners)
+                         run_flags=run_flags, runners_for=lambda e: adapter_class(e).runners)
     if not xp.targets:
         _say(f"run {xp.parent_run}: every cell is ok, nothing to explain")
         return EXIT_OK
     if ns.dry_run:
         return _explain_dry_run(xp)
     n = len(xp.runnable())
+    sweep = explain.ExplainSweep(xp)
+    sweep.check()
     _say(f"explaining {len(xp.targets)} cell(s) of run {xp.parent_run}: {n} rerun(s) on "
          "fresh servers")
-
-    def on_point(point: Point, records: list[dict]) -> None:
-        _say(f"  {point.cfg.label()} residue {point.residue}: "
-             + ", ".join(f"{r['phase']} {r['verdict']}" for r in records))
-
-    manifest, records = asyncio.run(explain.execute(xp, on_point=on_point))
-    print("\n\n".join(render_ladder(lad, "##") for lad in ladders(manifest, records)))
-    _say(f"explain run {manifest['run_id']} (linked to {xp.parent_run}): "
-         f"{Path(ns.out) / manifest['run_id']}.jsonl")
-    return EXIT_OK
+    result = sweep.run(_Terminal())
+    if not result.interrupted:
+        _say(f"explain run {result.run_id} (linked to {xp.parent_run}): "
+             f"{Path(ns.out) / result.run_id}.jsonl")
+    return result.exit_code
 
 
 def _explain_dry_run(xp) -> int:
-    rung = xp.runnable()[0].opts
-    adapter = make_adapter(rung.engine, rung.server_cmd, draft_model=rung.draft_model,
-                           extra_args=rung.engine_args, isolation="fresh",
-                           served_model_name=rung.served_model_name)
+    adapter = adapter_for(xp.runnable()[0].opts)
     for t in xp.targets:
         where = "".join(x for x in (f", case {t.case_id}" if t.case_id else "",
                                     f", document {t.document}"

@@ -24,7 +24,7 @@ from .vocabulary import ISOLATIONS, PHASES
 
 __all__ = ["Flag", "FLAGS", "GROUPS", "UNSET", "sweep_parser", "matrix_axes",
            "rerun_command", "Rerun", "positive_int", "positive_float", "Parser",
-           "explicit_flags", "dest_of", "check_launch_flags"]
+           "explicit_flags", "dest_of", "check_launch_flags", "add_flags"]
 
 UNSET = object()   # a matrix axis left to the preset (nothing passed to resolve)
 
@@ -400,6 +400,15 @@ def sweep_parser() -> Parser:
             kw["help"] = f.help
         groups[f.group].add_argument(f.name, **kw)
     return p
+
+
+def add_flags(parser: argparse.ArgumentParser, names: Sequence[str], **overrides: Any) -> None:
+    """A sub-verb takes these sweep flags as ``sweep`` declares them (``overrides``: e.g.
+    ``default=None``, "the run's own value")."""
+    by_name = {f.name: f for f in FLAGS}
+    for name in names:
+        f = by_name[name]
+        parser.add_argument(f.name, **{**f.kw, "help": f.help, **overrides})
 
 
 def _dest(flag: Flag) -> str:

@@ -1,0 +1,112 @@
+"""``sweep --dry-run``: the plan and each configuration's server command, nothing started;
+and the presets' warnings said before a sweep.
+
+Reads the options, the planner and the one Bug B rule (``harness.bugb``); prints on stdout.
+"""
+from __future__ import annotations
+
+import sys
+
+from . import bugb
+from .configs import SweepOptions, config_id, describe, modulus_for, select_residues
+from .errors import CannotRun, ExitCode, UsageError
+from .prompts import PlanError, TemplateError
+from .ranges import fmt_ranges
+from .run.plan import plan_points
+
+__all__ = ["dry_run", "preset_warnings"]
+
+
+def preset_warnings(opts: SweepOptions) -> list[str]:
+    """The presets' warnings, said on the terminal before the sweep (the report repeats
+    them under each configuration)."""
+    return [f"sweep: warning: {cfg.label()}: {_plain(str(n)).removeprefix('WARNING: ')}"
+            for cfg in opts.configs for n in (cfg.notes or []) if str(n).startswith("WARNING")]
+
+
+def dry_run(opts: SweepOptions, adapter) -> int:
+    out = sys.stdout
+    print(f"engine: {opts.engine}   slots: {', '.join(s.id for s in opts.slots)}   "
+          f"isolation: {opts.isolation}   phases: {', '.join(opts.phases)}   "
+          f"reference: {opts.reference}", file=out)
+    print(f"configurations ({len(opts.configs)}):", file=out)
+    for line in describe(opts):
+        print("  " + line, file=out)
+    try:
+        plan = plan_points(opts, adapter)
+    except (CannotRun, TemplateError) as e:
+        plan = None
+        print(f"prompt plan: computed at run time ({e})", file=out)
+    except PlanError as e:  # a target that cannot be hit (a prompt case, a context too big)
+        raise UsageError(str(e)) from None
+    total = 0
+    for cfg in opts.configs:
+        mod = modulus_for(cfg, opts.modulus)
+        residues, note = select_residues(opts.residues, cfg, mod, seed=opts.seed)
+        total += len(residues) * max(1, len(opts.cases))
+        print(f"\n[{config_id(cfg)}] {cfg.label()}", file=out)
+        print(f"  residues: {fmt_ranges(residues)} (mod {mod}){'  -- ' + note if note else ''}",
+              file=out)
+        print(f"  rule predicts: {_rule_line(cfg, mod)}", file=out)
+        print(f"  server: {adapter.shell_line(cfg, opts.slots[0])}", file=out)
+        if plan and opts.cases:
+            for line in _case_lines(plan, config_id(cfg), opts):
+                print("  " + line, file=out)
+        elif plan:
+            pts = [p for p in plan.points if p.cfg_id == config_id(cfg)]
+            if pts:
+                lens = [p.plan.target_len for p in pts]
+                print(f"  templated lengths: {min(lens)}..{max(lens)} "
+                      f"(padding unit {plan.pad_unit.get(config_id(cfg))!r}); e.g. rerun: "
+                      f"{pts[0].rerun}", file=out)
+    print(f"\n{total} data points x {len(opts.phases)} phases; nothing started (--dry-run).", file=out)
+    return ExitCode.OK
+
+
+def _case_lines(plan, cid: str, opts: SweepOptions) -> list[str]:
+    """--dry-run, --prompts: one line per case (where it pads, its lengths, what judges it)."""
+    out = []
+    for case in opts.cases:
+        facts = plan.cases.get(case.id) or {}
+        lo, hi = (facts.get("templated_len") or {}).get(cid, ("?", "?"))
+        pts = [p for p in plan.points if p.cfg_id == cid and p.case == case.id]
+        judged = "its expected" if case.expected is not None else f"--reference {opts.reference}"
+        out.append(f"case {case.id} ({opts.prompts}:{case.line}): padding "
+                   f"{(facts.get('pad_unit') or {}).get(cid)!r} in {case.describe_pad()}, "
+                   f"templated lengths {lo}..{hi}, {len(pts)} points, judged by {judged}")
+    if plan.points:
+        out.append(f"e.g. rerun: {next(p for p in plan.points if p.cfg_id == cid).rerun}")
+    return out
+
+
+def _rule_line(cfg, modulus: int) -> str:
+    """What the one Bug B rule (``harness.bugb``) says about ``cfg`` before it runs; on
+    vLLM with the installed release and the runner it would run on (forced, or that
+    release's default for this model and method)."""
+    pred = bugb.predict(_with_installed_vllm(cfg.as_dict()), modulus)
+    if pred.residues:
+        return f"{pred.residues} ({_plain(pred.why)})"
+    return f"nothing ({_plain(pred.why)})"
+
+
+def _with_installed_vllm(config: dict) -> dict:
+    if config.get("engine") != "vllm":
+        return config
+    from importlib.metadata import PackageNotFoundError, version
+    from engine.vllm.patches.releases import default_runner
+    try:
+        release = version("vllm")
+    except PackageNotFoundError:
+        return config   # nothing installed to ask about: the rule without the release
+    runner = config.get("runner")
+    if runner not in ("v1", "v2"):
+        try:
+            runner = default_runner(release, config.get("method") or "none",
+                                    hybrid=config.get("geometry") != "dense")
+        except ValueError:
+            return config
+    return {**config, "vllm_version": release, "runner": runner}
+
+
+def _plain(markdown: str) -> str:
+    return markdown.replace("`", "").replace("\\", "")

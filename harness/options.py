@@ -1,0 +1,126 @@
+"""argv -> ``SweepOptions``: every sweep flag validated across flags, once.
+
+``flags.py`` declares each flag and parses one at a time; this module checks what only
+several flags together can say (``--slots`` with ``--gpus``, ``--bisect`` with
+``--baseline``, ...) and builds the options every way of running a sweep shares: the
+command line (``cli``), ``--resume`` (the run's own command line, ``resume.py``),
+``sweep explain`` (one configuration per rung) and a Python caller
+(``harness.options_from_argv``). A user mistake is a ``UsageError`` (exit 2) here, never
+per point.
+"""
+from __future__ import annotations
+
+import argparse
+import shlex
+from pathlib import Path
+from typing import Sequence
+
+from . import live as attached
+from .backends import make_backend
+from .configs import (SweepOptions, expand_matrix, modulus_for, parse_phases, parse_prompts,
+                      parse_reference, parse_slots, select_residues)
+from .engines import adapter_class
+from .errors import UsageError
+from .flags import check_launch_flags, matrix_axes, sweep_parser
+from .resume import resumed_namespace
+from .store import ResultStore, StoreError
+
+__all__ = ["DEFAULT_OUT", "DEFAULT_REPORTS", "build_options", "parse_sweep_argv",
+           "options_from_argv"]
+
+DEFAULT_OUT, DEFAULT_REPORTS = "results", "reports"
+
+
+def build_options(ns: argparse.Namespace, argv: Sequence[str]) -> SweepOptions:
+    """Every flag validated into ``SweepOptions``; the backend checks what it needs."""
+    live = attached.attach(ns, argv) if ns.url else None   # --url: a running server (harness/live.py)
+    _check_pairs(ns)
+    seeds = tuple(ns.seed)
+    configs = [live.cfg] if live else expand_matrix(
+        engine=ns.engine, model=ns.model, prefix_cache=ns.prefix_cache, axes=matrix_axes(ns))
+    modulus = _modulus(ns.modulus)
+    phases = parse_phases(ns.phases)
+    reference = parse_reference(ns.reference, phases)
+    cases = parse_prompts(ns.prompts, ns.case, reference)
+    for cfg in configs:  # residue syntax errors surface now, not mid-sweep
+        select_residues(ns.residues, cfg, modulus_for(cfg, modulus), seed=seeds[0])
+    engine = live.adapter() if live else adapter_class(ns.engine)
+    boot_timeout = ns.boot_timeout or engine.boot_timeout_s
+    opts = SweepOptions(
+        engine=engine.name, configs=tuple(configs), model=ns.model, residues=ns.residues,
+        modulus=modulus, context=ns.context, phases=phases, reference=reference, live=live,
+        isolation=ns.isolation, slots=live.slots if live else parse_slots(
+            ns.slots, ns.gpus, engine.default_slots()),
+        server_cmd=ns.server_cmd, served_model_name=ns.served_model_name,
+        max_tokens=ns.max_tokens, timeout=ns.timeout, boot_timeout=boot_timeout,
+        out=Path(ns.out or DEFAULT_OUT), reports_dir=_reports_dir(ns), resume=ns.resume,
+        dry_run=ns.dry_run, answer_lines=ns.answer_lines, seed=seeds[0],
+        baseline=ns.baseline, junit=Path(ns.junit) if ns.junit else None, full=ns.full,
+        gh_issue=ns.gh_issue, gh_repo=ns.gh_repo, gh_dry_run=ns.gh_dry_run,
+        api_key=ns.api_key, draft_model=ns.draft_model,
+        engine_args=tuple(ns.engine_arg), backend=ns.backend,
+        ray_address=ns.ray_address, seeds=seeds, auto_sample=ns.auto_sample,
+        cache_dir=Path(ns.cache_dir) if ns.cache_dir else None, launcher=ns.launcher,
+        bisect=bool(getattr(ns, "bisect", False)),
+        prompts=ns.prompts, cases=cases, argv=tuple(argv), load=ns.load, load_mode=ns.load_mode,
+        logprobs=engine.logprobs_default if ns.logprobs is None else ns.logprobs,
+        logprobs_default=engine.logprobs_default, allow_fewer=ns.allow_fewer)
+    make_backend(opts.backend).check(opts)  # e.g. ray without the extra: exit 2, now
+    return opts
+
+
+def _check_pairs(ns: argparse.Namespace) -> None:
+    """The flags that only make sense with (or without) another one."""
+    if ns.engine != "cmd" and ns.server_cmd:
+        raise UsageError("--server-cmd is only for --engine cmd")
+    if ns.ray_address and ns.backend != "ray":
+        raise UsageError("--ray-address is only for --backend ray")
+    if ns.slots and ns.gpus:
+        raise UsageError("--slots and --gpus are exclusive: --gpus gives one slot per GPU")
+    check_launch_flags(ns)   # --cache-dir, --launcher, --auto-sample
+    if len(ns.seed) > 1 and ns.prompts:
+        raise UsageError("--seed lists are documents and --prompts cases have none: give one --seed")
+    if getattr(ns, "bisect", False) and ns.baseline:
+        raise UsageError("--bisect and --baseline are exclusive: a bisect judges each build alone")
+
+
+def _modulus(value: str) -> int | None:
+    if value == "auto":
+        return None
+    try:
+        modulus = int(value)
+    except ValueError:
+        raise UsageError(f"--modulus: {value!r} is not valid; allowed: a positive integer or auto") from None
+    if modulus < 1:
+        raise UsageError("--modulus must be at least 1")
+    return modulus
+
+
+def _reports_dir(ns: argparse.Namespace) -> Path:
+    """--reports-dir, else beside the results when --out is given, else reports/."""
+    if ns.reports_dir:
+        return Path(ns.reports_dir)
+    return Path(ns.out) if ns.out else Path(DEFAULT_REPORTS)
+
+
+def parse_sweep_argv(argv: Sequence[str]) -> tuple[SweepOptions, argparse.Namespace]:
+    """The sweep verb's argv -> (options, the parsed namespace). ``--resume RUN_ID`` is the
+    same run: the plan comes from its manifest (``resume.py``), only a few flags may change."""
+    ns = sweep_parser().parse_args(list(argv))
+    if ns.resume:
+        store = ResultStore(ns.out or DEFAULT_OUT, ns.resume, create=False)
+        try:
+            manifest = store.read_manifest()
+        except StoreError as e:
+            raise UsageError(f"--resume: {e}") from None
+        ns = resumed_namespace(ns.resume, argv, manifest)
+        if Path(ns.out or DEFAULT_OUT) != store.out_dir:  # the run was found elsewhere
+            ns.out = str(store.out_dir)
+        argv = shlex.split(manifest["command"])[1:]
+    return build_options(ns, argv), ns
+
+
+def options_from_argv(argv: Sequence[str]) -> SweepOptions:
+    """``SweepOptions`` from sweep flags, as the command line takes them, e.g.
+    ``options_from_argv(["--residues", "3-5", "--slots", "2"])``."""
+    return parse_sweep_argv(argv)[0]

@@ -1,0 +1,366 @@
+"""One sweep from its first server to its exit code: ``Sweep(options, adapter, backend)``.
+
+Every way of running a sweep goes through this one lifecycle: the command line
+(``sweep``, ``--resume``, ``--bisect``), ``sweep explain`` (``explain.ExplainSweep``
+changes only its plan, its manifest links, its report and its exit code) and a Python
+caller (a test suite: ``from harness import Sweep, options_from_argv``):
+
+    results store -> golden answers -> plan (probe servers) -> launcher -> Driver + backend
+    -> SIGINT / SIGTERM: cancelled, servers killed, manifest says interrupted
+    -> rejudged under ``--reference first`` / ``consensus`` -> manifest finished
+    -> report -> output writers -> exit code (the gate's, or git bisect's under --bisect)
+
+``Sweep.run`` returns a ``RunResult`` (records, manifest, report, exit code, the cells
+that are not ok). What cannot start raises a ``HarnessError`` (``UsageError``: exit 2,
+``CannotRun``: exit 3) before any data point; a data point that fails is a record with
+a verdict, never an exception. ``Callbacks`` is how the caller hears about progress (the
+CLI: status lines on stderr, a progress bar, the report on stdout); by default a sweep
+says nothing.
+"""
+from __future__ import annotations
+
+import asyncio
+import signal
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import interrupts
+from .backends import Backend, make_backend
+from .configs import SweepOptions, config_id
+from .engines import EngineAdapter, make_adapter
+from .errors import CannotRun, ExitCode, OutputFailed, UsageError
+from .posting import check_can_post
+from .preflight import check_outputs
+from .prompts import PlanError
+from .run.driver import Driver
+from .run.plan import Point, SweepPlan, check_golden_covers, load_golden, plan_with_probes
+from .run.records import latest_records
+from .orphans import end_orphans
+from .resume import check_resumed_records
+from .server_pool import kill_all_servers, server_pids
+from .store import ResultStore, StoreError, load_records, new_run_id
+
+__all__ = ["Sweep", "RunResult", "Callbacks", "adapter_for"]
+
+
+def adapter_for(opts: SweepOptions) -> EngineAdapter:
+    """The engine adapter ``opts`` asks for (every run builds it this one way); ``--url``:
+    the running server's (harness/live.py)."""
+    if opts.live:
+        return opts.live.adapter()
+    return make_adapter(opts.engine, opts.server_cmd, draft_model=opts.draft_model,
+                        extra_args=opts.engine_args, work_dir=opts.out,
+                        isolation=opts.isolation, served_model_name=opts.served_model_name,
+                        cache_dir=opts.cache_dir)
+
+
+class Callbacks:
+    """What a running sweep tells its caller; each method's default says nothing."""
+
+    def say(self, line: str) -> None:
+        """A status line (what started, where the records go, an output written)."""
+
+    def started(self, run_id: str, points: int) -> None:
+        """The points are about to run (``points``: how many, resumed ones left out)."""
+
+    def point_done(self, point: Point, records: list[dict], verdicts: Counter) -> None:
+        """A point finished (``verdicts``: the run's counts so far)."""
+
+    def point_added(self, point: Point) -> None:
+        """The backend added a point while running (an auto run's fresh confirmation)."""
+
+    def stopped(self) -> None:
+        """No point runs any more (finished or interrupted)."""
+
+    def report(self, markdown: str) -> None:
+        """The finished run's report (before the output writers run)."""
+
+
+@dataclass
+class RunResult:
+    """A finished (or interrupted) sweep as its caller sees it."""
+    run_id: str
+    exit_code: int
+    records: list[dict] = field(default_factory=list)
+    manifest: dict = field(default_factory=dict)
+    records_path: Path | None = None
+    report_markdown: str = ""
+    report_path: Path | None = None        # the report file, when it was written
+    interrupted: bool = False
+    failed_outputs: list[str] = field(default_factory=list)
+
+    @property
+    def not_ok(self) -> list[dict]:
+        """The latest record of every cell whose verdict is not ``ok``."""
+        latest, _ = latest_records(self.records)
+        return [r for r in latest if r.get("verdict") != "ok"]
+
+
+class _LoopSignals:
+    """SIGINT / SIGTERM inside the sweep's event loop cancel the sweep (gracefully: servers
+    killed, the manifest says interrupted); the handlers the process had before are put
+    back afterwards. Installed before the probes boot, so an interrupt during the first
+    boot is graceful too. Off the main thread (where a loop cannot take signals) it does
+    nothing."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled and threading.current_thread() is threading.main_thread()
+        self.interrupted = False
+        self._task = asyncio.current_task()
+        self._loop = asyncio.get_running_loop()
+        self._before: dict[int, Any] = {}
+
+    def _interrupt(self) -> None:
+        self.interrupted = True
+        if self._task is not None:
+            self._task.cancel()
+
+    def __enter__(self) -> "_LoopSignals":
+        if self.enabled:
+            for sig in interrupts.SIGNALS:
+                self._before[sig] = signal.getsignal(sig)
+                self._loop.add_signal_handler(sig, self._interrupt)
+        if interrupts.pending():  # came before the loop took over: act on it now
+            self._interrupt()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for sig, before in self._before.items():
+            self._loop.remove_signal_handler(sig)
+            # asyncio leaves SIG_DFL for SIGTERM (death by signal): the caller's handler back
+            if before is not None:
+                signal.signal(sig, before)
+
+
+class Sweep:
+    """One sweep: ``Sweep(options).run()`` -> ``RunResult``.
+
+    ``adapter`` and ``backend`` default to the ones ``options`` names. ``signals``: take
+    SIGINT / SIGTERM while the points run (on the main thread only) and end the run as
+    interrupted (exit 130, every finished record kept, ``--resume`` continues it)."""
+
+    def __init__(self, options: SweepOptions, adapter: EngineAdapter | None = None,
+                 backend: Backend | None = None, *, signals: bool = True) -> None:
+        self.options = options
+        self.adapter = adapter if adapter is not None else adapter_for(options)
+        self.backend = backend if backend is not None else make_backend(options.backend)
+        self.signals = signals
+        self._checked = False
+
+    # -- before any server -------------------------------------------------------------
+    def check(self) -> list[str]:
+        """What the user gave that cannot work is a ``UsageError`` now, not after the
+        sweep: outputs writable, the baseline readable, a way to post, a resumed results
+        file whole, the engine's checks. Returns what is worth saying (a torn last line of a
+        resumed file cut off)."""
+        opts = self.options
+        check_outputs(opts)
+        if opts.baseline:  # a gate that cannot be evaluated must not cost a whole sweep
+            try:
+                load_records([opts.baseline], opts.out)
+            except StoreError as e:
+                raise UsageError(f"--baseline: {e}") from None
+        check_can_post(opts.gh_issue, opts.gh_repo, opts.gh_dry_run)
+        notes = [f"sweep: --resume: {n}" for n in check_resumed_records(opts)] if opts.resume else []
+        self.adapter.check(opts.configs, opts.slots[0])
+        self._checked = True
+        return notes
+
+    # -- the steps a kind of run may change (explain.ExplainSweep) -----------------------
+    async def plan(self, store: ResultStore) -> SweepPlan:
+        """The data points, with probe servers where the prompt length needs them."""
+        return await plan_with_probes(self.options, self.adapter, logs_dir=store.logs_dir)
+
+    def golden(self) -> dict[tuple, Any] | None:
+        """The reference answers of ``--reference golden:RUN`` (None without one)."""
+        opts = self.options
+        return load_golden(opts.golden_run, opts.out) if opts.golden_run else None
+
+    def links(self) -> dict[str, Any]:
+        """Blocks the manifest carries about other runs (explain: its parent)."""
+        return {}
+
+    def render(self, records: list[dict], manifest: dict) -> str:
+        """The finished run's report, as markdown."""
+        from . import report
+        return report.render_markdown(records, [manifest], full=self.options.full)
+
+    def judge(self, records: list[dict], baseline: list[dict] | None, cb: Callbacks) -> int:
+        """The run's own exit code: git bisect's under ``--bisect``, else the gate's."""
+        from . import gate
+        opts = self.options
+        if opts.bisect:
+            from .bisect import bisect_exit_code, bisect_verdict_line
+            cb.say(bisect_verdict_line(records))
+            return bisect_exit_code(records)
+        return gate.gate_exit_code(records, baseline, allow_fewer=opts.allow_fewer)
+
+    # -- the lifecycle -----------------------------------------------------------------
+    def run(self, callbacks: Callbacks | None = None) -> RunResult:
+        """Run the sweep to its end in a new event loop."""
+        return asyncio.run(self.run_async(callbacks))
+
+    async def run_async(self, callbacks: Callbacks | None = None) -> RunResult:
+        """``run`` inside a running event loop."""
+        cb = callbacks or Callbacks()
+        if not self._checked:
+            for note in self.check():
+                cb.say(note)
+        for line in end_orphans(self.options.out):  # servers of an earlier run whose sweep was killed
+            cb.say(line)
+        run_id = self.options.resume or new_run_id()
+        with _LoopSignals(self.signals) as sigs, server_pids(self.options.out, run_id):
+            try:
+                return await self._planned(run_id, sigs, cb)
+            except asyncio.CancelledError:
+                if not sigs.interrupted:
+                    raise
+                kill_all_servers()  # a probe server of the planning step
+                cb.say(f"\ninterrupted before any data point ran (run {run_id}); no server "
+                       "left running, nothing measured")
+                return RunResult(run_id, ExitCode.INTERRUPTED, interrupted=True)
+
+    async def _planned(self, run_id: str, sigs: _LoopSignals, cb: Callbacks) -> RunResult:
+        opts = self.options
+        store = ResultStore(opts.out, run_id)
+        try:
+            golden = self.golden()
+        except (StoreError, CannotRun) as e:
+            raise UsageError(f"--reference: {e}") from None
+        try:
+            plan = await self.plan(store)
+            if golden is not None and opts.cases:
+                check_golden_covers(plan, golden, opts.golden_run)
+        except PlanError as e:
+            raise UsageError(str(e)) from None
+        launcher = await self._start_launcher(store, plan, cb)
+        try:
+            return await self._drive(store, plan, golden, launcher, sigs, cb)
+        finally:
+            if launcher is not None:
+                launcher.close()
+
+    async def _start_launcher(self, store: ResultStore, plan: SweepPlan, cb: Callbacks):
+        """--launcher prefork: the run's pre-imported parent, started before the first point."""
+        from .launchers import run_launcher
+        opts = self.options
+        first = plan.points[0].cfg if plan.points else None
+        launcher = await asyncio.to_thread(run_launcher, opts.launcher, self.adapter,
+                                           first_cfg=first, slot=opts.slots[0],
+                                           logs_dir=store.logs_dir)
+        if launcher is not None:
+            cb.say(launcher.summary())
+        return launcher
+
+    async def _drive(self, store: ResultStore, plan: SweepPlan, golden, launcher,
+                     sigs: _LoopSignals, cb: Callbacks) -> RunResult:
+        opts = self.options
+        driver = Driver(opts, self.adapter, store, plan, golden=golden, launcher=launcher,
+                        links=self.links())
+        points = driver.start()
+        self._say_start(driver, plan, len(points), cb)
+        driver.on_point_done = lambda p, recs: cb.point_done(p, recs, driver.counters.verdicts)
+        driver.on_point_added = cb.point_added
+        cb.started(store.run_id, len(points))
+        t0 = time.monotonic()
+        try:
+            if sigs.interrupted:   # between the probes and here: do not start the points
+                raise asyncio.CancelledError
+            await self.backend.run(points, driver)
+        except asyncio.CancelledError:
+            if not sigs.interrupted:
+                raise
+        finally:
+            kill_all_servers()
+            store.close()
+            cb.stopped()
+        wall = time.monotonic() - t0
+        records = store.read()
+        if opts.reference in ("first", "consensus") and not sigs.interrupted:
+            from .run.matrix_reference import rejudge
+            records = rejudge(records, opts.reference, [config_id(c) for c in opts.configs])
+            store.rewrite(records)
+        manifest = driver.finish(wall=wall, interrupted=sigs.interrupted,
+                                 backend=self.backend.describe())
+        result = RunResult(store.run_id, ExitCode.INTERRUPTED, records, manifest,
+                           store.records_path, interrupted=sigs.interrupted)
+        if sigs.interrupted:
+            cb.say(f"\ninterrupted: {driver.counters.points_done} points finished and on disk "
+                   f"in {store.records_path}; no server left running. Continue with: "
+                   f"sweep --resume {store.run_id} --out {opts.out}")
+        else:
+            self._finish(result, wall, cb, driver.records_on_disk)
+        driver.set_exit_code(int(result.exit_code))
+        return result
+
+    def _say_start(self, driver: Driver, plan: SweepPlan, to_run: int, cb: Callbacks) -> None:
+        opts, run_id = self.options, driver.run_id
+        if opts.resume:
+            cb.say(f"resuming {run_id}: {driver.resumed} points already complete, "
+                   f"{to_run} to run")
+        slots_said = ("the Ray cluster's slots" if opts.backend == "ray"
+                      else f"{len(opts.slots)} slot(s)")
+        cb.say(f"run {run_id}: {len(plan.points)} data points x {len(opts.phases)} phases "
+               f"over {len(opts.configs)} configuration(s), {slots_said}, isolation "
+               f"{opts.isolation}; records -> {driver.store.records_path}")
+        for cid, note in plan.sampled.items():
+            if note:
+                cb.say(f"  sampled ({cid}): {note}")
+
+    def _finish(self, result: RunResult, wall: float, cb: Callbacks, on_disk: int) -> None:
+        """Report, output writers, exit code: a failed writer does not stop the others."""
+        from . import gate
+        from .writers import WRITERS, Output
+        opts, records = self.options, result.records
+        result.report_markdown = self.render(records, result.manifest)
+        cb.report(result.report_markdown)
+        counts = " ".join(f"{k}={v}" for k, v in sorted(
+            Counter(r["verdict"] for r in records).items())) or "-"
+        ran = (f"; {on_disk} were on disk before --resume, {len(records) - on_disk} ran now"
+               if opts.resume else "")
+        cb.say(f"\n{len(records)} records ({counts}) in {wall:.1f}s{ran}")
+        cb.say(f"results: {result.records_path}")
+        baseline = load_records([opts.baseline], opts.out) if opts.baseline else None
+        losses = gate.find_coverage_losses(baseline, records) if baseline is not None else []
+        out = Output(opts, result.run_id, records, result.manifest, result.report_markdown,
+                     coverage_losses=None if opts.allow_fewer else losses)
+        for writer in WRITERS.values():
+            if writer.wanted(opts):
+                try:
+                    for line in writer.write(out):
+                        cb.say(line)
+                except OutputFailed as e:   # the other writers still run
+                    result.failed_outputs.append(str(e))
+        if out.report_path.is_file():
+            result.report_path = out.report_path
+        if opts.bisect:
+            for msg in result.failed_outputs:
+                cb.say(f"sweep: output failed: {msg}")
+        code = self.judge(records, baseline, cb)
+        if baseline is not None and not opts.bisect:
+            _say_gate(opts, gate.find_regressions(baseline, records), losses, cb)
+        if result.failed_outputs and not opts.bisect:
+            for msg in result.failed_outputs:
+                cb.say(f"sweep: output failed: {msg}")
+            kept = (result.report_path or f"not written; `sweep report {result.records_path} "
+                    "-o FILE` makes it")
+            cb.say(f"sweep: the sweep's own verdict was exit {code}; records: "
+                   f"{result.records_path}; report: {kept}")
+            code = ExitCode.OUTPUT
+        result.exit_code = code
+
+
+def _say_gate(opts: SweepOptions, regs: list[dict], losses: list[dict], cb: Callbacks) -> None:
+    from . import gate
+    cb.say(f"gate: {len(regs)} regression(s) against {opts.baseline}")
+    if losses:
+        cb.say(f"gate: {len(losses)} cell(s) the baseline judged are missing or unjudged "
+               f"now{' (allowed: --allow-fewer)' if opts.allow_fewer else ''}:")
+        for loss in losses[:20]:
+            cb.say(f"  coverage: {gate.coverage_line(loss)}")
+        if len(losses) > 20:
+            cb.say(f"  ... and {len(losses) - 20} more")
