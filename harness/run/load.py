@@ -158,7 +158,8 @@ def beside_from_log(log_path: Path, request_id: str | None) -> dict[str, Any] | 
         return None
     found = None
     for m in _FINAL.finditer(text):
-        if m["id"] == request_id:
+        # vLLM's internal id is the completion id with a "-suffix" (sched_trace.py)
+        if m["id"] == request_id or m["id"].startswith(request_id + "-"):
             found = m
     if found is None:
         return None

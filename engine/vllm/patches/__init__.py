@@ -213,6 +213,12 @@ def register() -> None:
         apply_patches()
     except Exception:  # pragma: no cover - defensive
         logger.exception("residue-lab patches: plugin failed; vLLM runs unpatched")
+    try:   # the opt-in scheduler trace (RESIDUE_LAB_SCHED_TRACE=1): logs, changes nothing
+        from .sched_trace import install
+        if install() == "installed":
+            logger.info("residue-lab scheduler trace: on")
+    except Exception:  # pragma: no cover - defensive
+        logger.exception("residue-lab scheduler trace: not installed")
 
 
 __all__ = ["ENV", "PATCH_NAMES", "CHECKED_AGAINST", "apply_patches", "restore_patches",

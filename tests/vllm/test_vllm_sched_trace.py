@@ -1,0 +1,54 @@
+"""The opt-in scheduler trace of the vLLM plugin (engine/vllm/patches/sched_trace.py): its
+lines have the lab's format, so harness/run/load.py reads the batch of a final prefill
+chunk from a vLLM server's log the same way; it wraps the installed vLLM's own
+``Scheduler.schedule`` and reads fields that its ``SchedulerOutput`` and ``Request`` have."""
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from types import SimpleNamespace
+
+import pytest
+
+from engine.vllm.patches import sched_trace
+from harness.run.load import beside_from_log
+
+vllm = pytest.importorskip("vllm")
+
+
+def test_a_final_chunk_beside_decode_rows_reads_back_as_the_labs_line(tmp_path):
+    reqs = {"chatcmpl-abc-1234abcd": SimpleNamespace(num_computed_tokens=3972,
+                                                     num_prompt_tokens=3972)}
+    for i in range(4):   # decoding: 1 + k = 4 tokens each, already past their prompts
+        reqs[f"bg{i}"] = SimpleNamespace(num_computed_tokens=900 + 4, num_prompt_tokens=600)
+    lines = sched_trace.trace_lines(reqs, {"bg0": 4, "bg1": 4, "bg2": 4, "bg3": 4,
+                                           "chatcmpl-abc-1234abcd": 4})
+    assert len(lines) == 1
+    log = tmp_path / "server.log"
+    log.write_text(f"INFO 12-01 10:00:00 [sched_trace.py:60] {lines[0]}\n")
+    assert beside_from_log(log, "chatcmpl-abc") == {
+        "final_chunk": 4, "prompt": 3972, "computed_before": 3968, "batch_reqs": 5,
+        "batch_tokens": 20, "decode_reqs": 4, "prefill_reqs": 1, "dispatch": "unknown"}
+    # a chunk that is not the last one, and a decode step, write nothing
+    mid = {"r": SimpleNamespace(num_computed_tokens=1024, num_prompt_tokens=3972)}
+    assert sched_trace.trace_lines(mid, {"r": 512}) == []
+
+
+def test_install_wraps_the_installed_schedulers_schedule(monkeypatch):
+    from vllm.v1.core.sched import scheduler as mod
+    from vllm.v1.core.sched.output import SchedulerOutput
+    from vllm.v1.request import Request
+
+    names = {f.name for f in dataclasses.fields(SchedulerOutput)}
+    assert {"num_scheduled_tokens", "total_num_scheduled_tokens"} <= names
+    init = inspect.getsource(Request.__init__)
+    assert "self.num_computed_tokens" in init and "self.num_prompt_tokens" in init
+    orig = mod.Scheduler.schedule
+    monkeypatch.setattr(mod.Scheduler, "schedule", orig)   # restored after the test
+    monkeypatch.delenv(sched_trace.ENV, raising=False)
+    assert sched_trace.install() == "off" and mod.Scheduler.schedule is orig
+    monkeypatch.setenv(sched_trace.ENV, "1")
+    assert sched_trace.install() == "installed"
+    assert mod.Scheduler.schedule.__wrapped__ is orig
+    assert sched_trace.install() == "installed"              # once per process
+    assert mod.Scheduler.schedule.__wrapped__ is orig
