@@ -93,7 +93,7 @@ class Terminal(Callbacks):
             self.bar.total += 1
             self.bar.refresh()
         elif not self.show_progress:
-            _say(f"  residue {point.residue}: not ok on reset, fresh confirmation added")
+            _say(f"  residue {point.residue}: {point.confirms}, fresh confirmation added")
 
     def stopped(self) -> None:
         if self.bar is not None:

@@ -15,7 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 __all__ = ["DRAFTS", "ACCEPTED", "ClientError", "ServerGone", "RequestTimeout",
            "ServerError", "BadResponse", "parse_token_logprobs", "ChatResult", "shared_http", "EngineClient",
-           "spec_counters_from_text", "tok_per_step"]
+           "spec_counters_from_text", "pool_state_from_text", "tok_per_step"]
 
 DRAFTS = "vllm:spec_decode_num_drafts"
 ACCEPTED = "vllm:spec_decode_num_accepted_tokens"
@@ -121,6 +121,35 @@ class EngineClient:
 
     async def reset_prefix_cache(self) -> None:
         await self._request("POST", "/reset_prefix_cache", timeout=30)
+
+    # -- sleep mode (vLLM's development endpoints; --isolation restore) ------------------
+    async def sleep(self, level: int = 1) -> None:
+        await self._request("POST", "/sleep", params={"level": str(level)}, timeout=120)
+
+    async def wake_up(self) -> None:
+        await self._request("POST", "/wake_up", timeout=120)
+
+    async def is_sleeping(self) -> bool | None:
+        """The server's ``is_sleeping``; None when the answer has no such boolean."""
+        try:
+            value = (await self._request("GET", "/is_sleeping", timeout=10)).json()
+        except ValueError as e:
+            raise BadResponse(f"/is_sleeping: not JSON: {e}") from None
+        got = value.get("is_sleeping") if isinstance(value, dict) else None
+        return got if isinstance(got, bool) else None
+
+    async def sleep_state(self) -> dict[str, float] | None:
+        """``vllm:engine_sleep_state`` by its ``sleep_state`` label; None without it."""
+        return (await self.pool_state()).get("sleep_state")
+
+    async def pool_state(self) -> dict[str, Any]:
+        """What ``/metrics`` says of the engine's pool: requests running and waiting,
+        KV-cache usage, the sleep-state gauge; only what the server reports."""
+        try:
+            text = (await self._request("GET", "/metrics", timeout=10)).text
+        except ServerError:
+            return {}
+        return pool_state_from_text(text)
 
     # -- work --------------------------------------------------------------------------
     async def tokenize(self, messages: Sequence[dict[str, str]], model: str) -> int | None:
@@ -231,6 +260,23 @@ def spec_counters_from_text(text: str) -> tuple[float, float]:
             else:
                 accepted += sample.value
     return drafts, accepted
+
+
+_POOL_GAUGES = {"vllm:num_requests_running": "running", "vllm:num_requests_waiting": "waiting",
+                "vllm:kv_cache_usage_perc": "kv_cache_usage"}
+
+
+def pool_state_from_text(text: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for family in text_string_to_metric_families(text):
+        if family.name in _POOL_GAUGES:
+            out[_POOL_GAUGES[family.name]] = sum(s.value for s in family.samples)
+        elif family.name == "vllm:engine_sleep_state":
+            states = out.setdefault("sleep_state", {})
+            for sample in family.samples:
+                key = sample.labels.get("sleep_state", "?")
+                states[key] = states.get(key, 0) + sample.value
+    return out
 
 
 def tok_per_step(before: tuple[float, float] | None, after: tuple[float, float] | None) -> float | None:

@@ -54,8 +54,8 @@ def _by_config(records: list[dict]) -> dict[str, dict]:
         if r.get("run_id") and r["run_id"] not in c["runs"]:
             c["runs"].append(r["run_id"])
         key = (int(r["residue"]), document_of(r), r.get("phase") or "?")
-        # an auto run's fresh record of a cell is the standard; its reset record yields
-        if key not in c["cells"] or auto_pass(c["cells"][key]) == "reset":
+        # an auto run's fresh record of a cell is the standard; its reuse record yields
+        if key not in c["cells"] or auto_pass(c["cells"][key]) in ("reset", "restore"):
             c["cells"][key] = r
     return out
 

@@ -24,10 +24,12 @@ from engine.presets import ServingConfig
 
 from .client import EngineClient
 from .errors import UsageError
+from .restore import SLEEP_MEANS
 from .slots import Slot
 
 __all__ = ["EngineAdapter", "LabAdapter", "VllmAdapter", "CmdAdapter", "ADAPTERS",
-           "adapter_class", "make_adapter", "LAB_MODEL_DIR", "PreforkSpec", "normalise_reported"]
+           "adapter_class", "make_adapter", "LAB_MODEL_DIR", "PreforkSpec", "normalise_reported",
+           "vllm_serves_sleep", "auto_reuse_pass"]
 
 LAB_MODEL_DIR = Path(__file__).resolve().parent.parent / "engine" / "lab" / "model"
 
@@ -41,6 +43,20 @@ class EngineAdapter:
     # default --logprobs: top-N asked per answer token, only where asking is known not to
     # change the answer (docs/records.md, "logprobs"); an unknown server is not asked
     logprobs_default = 0
+    # --isolation restore: the means (harness/restore.py) by which a server of this engine
+    # is returned to its just-booted state; None: it cannot be
+    restore_means: str | None = None
+
+    @classmethod
+    def can_restore(cls) -> bool:
+        return cls.restore_means is not None
+
+    @classmethod
+    def restore_refusal(cls) -> str:
+        """The one line --isolation restore is refused with on this engine."""
+        return (f"--isolation restore: --engine {cls.name} has no way to return a server to "
+                "its just-booted state (it needs vLLM's sleep mode: /sleep, /wake_up, "
+                "/is_sleeping); use --isolation fresh")
 
     @classmethod
     def default_slots(cls) -> int:
@@ -134,9 +150,13 @@ class LabAdapter(EngineAdapter):
     boot_timeout_s = 60.0
     logprobs_default = 5    # tests/lab/test_logprobs.py: byte-identical answers with/without
     default_served_name = "lab-copy"
+    restore_means = SLEEP_MEANS   # the lab has vLLM's sleep mode (engine/lab/sleep.py)
 
-    def __init__(self, served_model_name: str | None = None) -> None:
+    def __init__(self, served_model_name: str | None = None, sleep_mode: bool = False,
+                 extra_args: tuple[str, ...] = ()) -> None:
         self.served_model_name = served_model_name or self.default_served_name
+        self.sleep_mode = sleep_mode   # --enable-sleep-mode (restore runs)
+        self.extra_args = tuple(extra_args)
 
     def runner_refusal(self, runner: str) -> str:
         # The lab's dispatch is V1's shape-only _is_uniform_decode; V2's prefill check is
@@ -171,6 +191,9 @@ class LabAdapter(EngineAdapter):
             argv += ["--max-num-batched-tokens", str(cfg.max_num_batched_tokens)]
         if cfg.geometry:
             argv += ["--geometry", cfg.geometry]
+        if self.sleep_mode:
+            argv.append("--enable-sleep-mode")
+        argv += list(self.extra_args)
         # One numpy/BLAS thread per server: slots are the parallelism.
         env = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
                "PYTHONUNBUFFERED": "1"}
@@ -209,21 +232,27 @@ class VllmAdapter(EngineAdapter):
     name = "vllm"
     boot_timeout_s = 900.0
     needs_gpu = True
+    restore_means = SLEEP_MEANS   # where the installed vLLM serves sleep mode (can_restore)
     runners = ("v1", "v2")       # VLLM_USE_V2_MODEL_RUNNER (engine.vllm.patches.releases)
     logprobs_default = 5    # V1 Sampler: logprobs are a side computation, greedy is argmax
 
     def __init__(self, *, draft_model: str | None = None, extra_args: tuple[str, ...] = (),
                  plugin_dir: Path | None = None, dev_mode: bool = False,
-                 served_model_name: str | None = None, cache_dir: Path | None = None) -> None:
+                 sleep_mode: bool = False, served_model_name: str | None = None,
+                 cache_dir: Path | None = None) -> None:
         from engine.vllm import launch  # presets only: importing it does not import vLLM
         self._launch = launch
         self.served_model_name = served_model_name
         self.draft_model = draft_model
-        self.extra_args = tuple(extra_args)
+        # --isolation restore: the KV memory allocated where /sleep?level=1 discards it
+        self.extra_args = tuple(extra_args) + (("--enable-sleep-mode",) if sleep_mode
+                                               and "--enable-sleep-mode" not in extra_args
+                                               else ())
         # --cache-dir: every server of the run shares (and keeps) its compile caches
         self.cache_dir = Path(cache_dir).expanduser().resolve() if cache_dir else None
-        # vLLM serves /reset_prefix_cache only with its development endpoints on: needed
-        # by --isolation reset, and only there (the servers listen on 127.0.0.1).
+        # vLLM serves /reset_prefix_cache, /sleep, /wake_up and /is_sleeping only with its
+        # development endpoints on: needed by --isolation reset / restore / auto, and only
+        # there (the servers listen on 127.0.0.1).
         self.base_env = {"VLLM_SERVER_DEV_MODE": "1"} if dev_mode else {}
         self.plugin_path = None
         if plugin_dir is not None and not _plugin_installed():
@@ -243,6 +272,16 @@ class VllmAdapter(EngineAdapter):
                 **({"cache_dir": self.cache_dir} if self.cache_dir else {}))
         except self._launch.LaunchError as e:
             raise UsageError(f"--engine vllm: {e}") from None
+
+    @classmethod
+    def can_restore(cls) -> bool:
+        return vllm_serves_sleep() is not False
+
+    @classmethod
+    def restore_refusal(cls) -> str:
+        return ("--isolation restore: the installed vLLM has no sleep-mode endpoints "
+                "(/sleep, /wake_up, /is_sleeping), so a server cannot be returned to its "
+                "just-booted state; use --isolation fresh")
 
     def model_name(self, cfg: ServingConfig) -> str | None:
         # vLLM serves the --model argument as the model name unless told otherwise
@@ -308,6 +347,27 @@ class CmdAdapter(EngineAdapter):
         return shlex.split(line), env
 
 
+def vllm_serves_sleep() -> bool | None:
+    """Whether the vLLM this process would start serves ``/is_sleeping`` (read from its
+    source, not imported: importing vLLM takes seconds and may touch the GPU); None when no
+    vLLM is found here (the servers' own answers prove each restore, or fail it)."""
+    import importlib.util
+    try:
+        spec = importlib.util.find_spec("vllm")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    root = Path(list(spec.submodule_search_locations)[0]) / "entrypoints"
+    for path in root.rglob("*.py"):
+        try:
+            if '"/is_sleeping"' in path.read_text(errors="replace"):
+                return True
+        except OSError:
+            continue
+    return False
+
+
 def _plugin_installed() -> bool:
     from importlib.metadata import entry_points
     return any(ep.value.startswith("engine.vllm.patches")
@@ -331,15 +391,29 @@ def make_adapter(engine: str, server_cmd: str | None = None, *, draft_model: str
                  isolation: str = "fresh", served_model_name: str | None = None,
                  cache_dir: Path | None = None) -> EngineAdapter:
     adapter_class(engine)  # an unknown engine is a usage error
-    if engine != "vllm" and (draft_model or extra_args):
-        raise UsageError("--draft-model and --engine-arg are for --engine vllm")
+    if engine != "vllm" and draft_model:
+        raise UsageError("--draft-model is for --engine vllm")
+    if engine == "cmd" and extra_args:
+        raise UsageError("--engine-arg is for --engine vllm or lab (--engine cmd: put the "
+                         "argument in --server-cmd)")
+    cls = adapter_class(engine)
+    restore = isolation == "restore" or (isolation == "auto" and cls.can_restore())
+    if isolation == "restore" and not cls.can_restore():
+        raise UsageError(cls.restore_refusal())
     if engine == "lab":
-        return LabAdapter(served_model_name)
+        return LabAdapter(served_model_name, sleep_mode=restore, extra_args=extra_args)
     if engine == "vllm":
         return VllmAdapter(draft_model=draft_model, extra_args=extra_args,
                            plugin_dir=(work_dir / ".vllm-plugin") if work_dir else None,
-                           dev_mode=isolation in ("reset", "auto"),
+                           dev_mode=isolation in ("reset", "restore", "auto"),
+                           sleep_mode=restore,
                            served_model_name=served_model_name, cache_dir=cache_dir)
     if engine == "cmd":
         return CmdAdapter(server_cmd, served_model_name)
     raise AssertionError(f"engine {engine!r} is in ADAPTERS but not built here")
+
+
+def auto_reuse_pass(engine: str) -> str:
+    """``--isolation auto``'s first pass on ``engine``: ``restore`` where a server can be
+    returned to its just-booted state, else ``reset``."""
+    return "restore" if adapter_class(engine).can_restore() else "reset"

@@ -249,8 +249,8 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--api-key", ENGINE, "bearer token for the server"),
     Flag("--draft-model", ENGINE, "--engine vllm: drafter checkpoint (dflash2)",
          {"metavar": "DIR"}, rerun=_opt("--draft-model", "draft_model")),
-    Flag("--engine-arg", ENGINE, "--engine vllm: extra server argument, repeatable "
-         "(e.g. --engine-arg=--language-model-only)",
+    Flag("--engine-arg", ENGINE, "--engine vllm or lab: extra server argument, repeatable "
+         "(e.g. --engine-arg=--language-model-only; lab: --engine-arg=--mamba-cache-mode=align)",
          {"action": "append", "default": [], "metavar": "ARG"},
          rerun=lambda r: [f"--engine-arg={a}" for a in r.opts.engine_args]),
     Flag("--residues", MEASURE, "all | risky | tails[:N] (final chunks of 1, k, k+1, k+2 "
@@ -305,9 +305,11 @@ FLAGS: tuple[Flag, ...] = (
          "measured request)", {"default": "steady", "choices": ("steady", "cancel")},
          rerun=lambda r: (["--load-mode", r.opts.load_mode]
                           if r.opts.load and r.opts.load_mode != "steady" else [])),
-    Flag("--isolation", RUN, "fresh (new server per point, default) | reset | shared | auto "
-         "(reset sweep, then fresh-server confirmation of every non-ok residue, the rule's "
-         "k, k+1, k+2 on two or more documents and a seeded sample of ok residues)",
+    Flag("--isolation", RUN, "fresh (new server per point, default) | restore (one server per "
+         "configuration, returned to its just-booted state between points: sleep level 1 + "
+         "wake + reset) | reset | shared | auto (restore sweep, reset where the engine cannot "
+         "restore, then fresh-server confirmation of every non-ok residue, the rule's k, k+1, "
+         "k+2 on two or more documents and a seeded sample of ok residues)",
          {"default": "fresh", "choices": ISOLATIONS}),
     Flag("--auto-sample", RUN, "--isolation auto: ok residues per configuration and document "
          "confirmed on a fresh server, seeded (default 4)",

@@ -7,16 +7,20 @@ from __future__ import annotations
 
 from typing import Iterable
 
-__all__ = ["ISOLATIONS", "RECORD_ISOLATIONS", "PHASES", "VERDICTS", "REFERENCES", "UNJUDGED", "SEVERITY", "BUG_VERDICTS", "CLEAN", "FULL_GRAPH_MODES",
+__all__ = ["ISOLATIONS", "RECORD_ISOLATIONS", "REUSE_ISOLATIONS", "PHASES", "VERDICTS", "REFERENCES", "UNJUDGED", "SEVERITY", "BUG_VERDICTS", "CLEAN", "FULL_GRAPH_MODES",
            "PREFILL_FIX", "phase_key", "worst"]
 
-# auto: reset servers for every residue, then fresh servers for what a reset sweep can
-# hide (harness/run/auto.py); each record says which of the two produced it.
+# restore: one server per configuration, returned to its just-booted state between points
+# (sleep level 1 + wake + reset, harness/restore.py). auto: restore servers (reset where the
+# engine cannot restore) for every residue, then fresh servers for what that pass can hide
+# (harness/run/auto.py); each record says which of the two produced it.
 # live: a running server the sweep did not start (sweep --url, harness/live.py): isolation
 # by content only, each point its own document, cold proven by cached_tokens 0.
-ISOLATIONS = ("fresh", "reset", "shared", "auto", "live")
+ISOLATIONS = ("fresh", "restore", "reset", "shared", "auto", "live")
 # The isolations a record can be produced under (auto is a run's, not a record's).
-RECORD_ISOLATIONS = ("fresh", "reset", "shared", "live")
+RECORD_ISOLATIONS = ("fresh", "restore", "reset", "shared", "live")
+# auto's first pass: one reused server per configuration, cleaned between points
+REUSE_ISOLATIONS = ("restore", "reset")
 # cold is by definition the first request on a server; the order is the order they run.
 PHASES = ("cold", "warm", "self-hit")
 # unjudged: an answer with nothing to compare it with (the cold phase under --reference

@@ -69,6 +69,8 @@ _ARG_INT = {name: re.compile(rf"'{name}': (?P<v>\d+|None)")
 # config/scheduler.py: the chunked-prefill budget the scheduler runs with (the modulus of
 # a chunk-budget tail, docs/shapes.md)
 _BUDGET = re.compile(r"Chunked prefill is enabled with max_num_batched_tokens=(?P<v>\d+)")
+# --enable-sleep-mode (a bool, in the same dict): --isolation restore needs it
+_ARG_SLEEP = re.compile(r"'enable_sleep_mode': (?P<v>True|False)")
 # v1/core/kv_cache_utils.py boot refusal (DESIGN §1 'Boot capacity')
 _KV_REFUSAL = re.compile(
     r"To serve at least one request with the model's max seq len \((?P<len>\d+)\), "
@@ -117,6 +119,9 @@ def parse_effective_config(log_text: str) -> dict[str, Any]:
             m = pat.search(args["v"])
             if m:
                 requested[name] = None if m["v"] == "None" else int(m["v"])
+        # only non-default args are listed: absent means vLLM's default, off
+        m = _ARG_SLEEP.search(args["v"])
+        out["enable_sleep_mode"] = bool(m and m["v"] == "True")
 
     init = _last(_INIT, lines)
     if init:

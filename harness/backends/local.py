@@ -2,15 +2,17 @@
 
 Slot workers take points from one shared queue (work stealing: a slow point never idles
 another slot). With ``--isolation fresh`` each point boots its own server and the
-teardown overlaps the next boot; ``reset`` / ``shared`` keep a slot's server for the
-next point of the same configuration.
+teardown overlaps the next boot; ``restore`` / ``reset`` / ``shared`` keep a slot's server
+for the next point of the same configuration, and between points ``restore`` returns it to
+its just-booted state (harness/restore.py: sleep level 1, wake up, reset, each proven) and
+``reset`` resets its prefix cache.
 
-``auto`` runs two queues at once: the reset pass (affinity, as ``reset``) and the fresh
-confirmations (run/auto.py). A slot takes reset work while a configuration is unserved or
-worth helping, else a fresh confirmation, so fresh servers boot beside the reset sweep
-wherever there is a slot for them (``--gpus 0,0,0`` puts three servers on one GPU); a
-reset point that was not ok adds its fresh twin as it finishes, and a slot with nothing to
-take waits while reset points are still running.
+``auto`` runs two queues at once: the reuse pass (``restore`` where the engine can, else
+``reset``; affinity, as those) and the fresh confirmations (run/auto.py). A slot takes
+reuse work while a configuration is unserved or worth helping, else a fresh confirmation,
+so fresh servers boot beside the reuse sweep wherever there is a slot for them (``--gpus
+0,0,0`` puts three servers on one GPU); a reuse point that was not ok adds its fresh twin
+as it finishes, and a slot with nothing to take waits while reuse points still run.
 """
 from __future__ import annotations
 
@@ -26,17 +28,19 @@ from ..run.plan import Point
 from ..run.point import PointRunner, Server
 from ..run.auto import MATRIX_REFERENCES, fresh_twin, late_confirmations, needs_confirmation
 from ..run.records import timing_record
+from ..restore import RestoreFailed, restore_server
 from ..scheduling import PointQueue
 from ..server_pool import BootFailure, Slot
+from ..vocabulary import REUSE_ISOLATIONS
 
 __all__ = ["LocalBackend", "BOOT_FAILURES_ALLOWED", "boot_failures_allowed"]
 
 # Boot failures of one configuration, per isolation (the pass's own under auto), before
 # that pass's remaining points of it are recorded boot-fail without booting. A fresh
 # server per point allows one retry (a boot can fail for a passing reason: an OOM beside
-# other servers on one GPU); a reused server (reset, shared) allows none by default. A new
+# other servers on one GPU); a reused server (restore, reset, shared) allows none. A new
 # isolation picks its policy here.
-BOOT_FAILURES_ALLOWED = {"fresh": 2, "reset": 1, "shared": 1}
+BOOT_FAILURES_ALLOWED = {"fresh": 2, "restore": 1, "reset": 1, "shared": 1}
 
 
 def boot_failures_allowed(isolation: str) -> int:
@@ -81,8 +85,9 @@ class _LocalRun:
 
     async def run(self, points: Sequence[Point]) -> None:
         if self.auto:
-            queue = PointQueue([p for p in points if p.isolation == "reset"], affinity=True)
-            self.fresh = PointQueue([p for p in points if p.isolation != "reset"],
+            queue = PointQueue([p for p in points if p.isolation in REUSE_ISOLATIONS],
+                               affinity=True)
+            self.fresh = PointQueue([p for p in points if p.isolation not in REUSE_ISOLATIONS],
                                     affinity=False)
             self._keys = {p.key for p in points}
         else:
@@ -107,7 +112,7 @@ class _LocalRun:
         while True:
             point = self._next_auto(slot, queue, server_cfg)
             if point is not None:
-                if point.isolation == "reset":
+                if point.isolation in REUSE_ISOLATIONS:
                     self._reset_running += 1
                 return point
             if not self._reset_running:
@@ -131,14 +136,14 @@ class _LocalRun:
         return queue.next(slot.id, None)
 
     def _finished(self, point: Point, records: list[dict]) -> None:
-        """Auto: a reset point that was not ok gets its fresh twin (unless planned)."""
-        if not self.auto or point.isolation != "reset":
+        """Auto: a reuse point that was not ok gets its fresh twin (unless planned)."""
+        if not self.auto or point.isolation not in REUSE_ISOLATIONS:
             return
         self._reset_running -= 1
         if self._late:
             self._reset_done.append((point, records))
         if needs_confirmation(point, records):
-            self._add_twin(fresh_twin(point, "not ok on reset"))
+            self._add_twin(fresh_twin(point, f"not ok on {point.isolation}"))
         self._wake.set()
 
     def _add_twin(self, twin: Point) -> bool:
@@ -183,6 +188,8 @@ class _LocalRun:
                         server, client, info = await self.runner.boot(point, slot)
                         server_cfg, server_iso, server_timing = point.cfg_id, iso, timing
                         timing["boot"] = server.boot_s or 0.0
+                        if iso == "restore":   # a just-booted server needs no restore
+                            info["restore"] = {"means": "boot", "s": 0.0}
                     except BootFailure as e:
                         timing["boot"] = time.monotonic() - t_point
                         timing["point"] = time.monotonic() - t_point
@@ -197,6 +204,8 @@ class _LocalRun:
                         info.pop("reset_error", None)
                     except ClientError as e:  # the next cold request proves it or not
                         info["reset_error"] = str(e)
+                elif iso == "restore":
+                    timing["restore"] = await self._restore(server, client, info)
                 t_req = time.monotonic()
                 records, server_dead = await self.runner.run_phases(
                     point, slot, server, client, info, driver.phase_done)  # type: ignore[arg-type]
@@ -218,6 +227,21 @@ class _LocalRun:
         finally:
             if server is not None:
                 await self.runner.stop(server, client, timing=server_timing)
+
+    @staticmethod
+    async def _restore(server, client, info: dict) -> float:
+        """Return the reused server to its just-booted state; what was proven (or which
+        step failed: its records are then ``invalid``) goes into ``info``. Its seconds."""
+        t0 = time.monotonic()
+        try:
+            info["restore"] = await restore_server(client, server.log_path)
+        except (RestoreFailed, ClientError) as e:
+            info["restore"] = {"means": "failed", "error": str(e)}
+            try:   # never leave a paused server behind: the next point tries again
+                await client.wake_up()
+            except ClientError:
+                pass
+        return round(time.monotonic() - t0, 4)
 
     def _after_boot_failure(self, point: Point, slot: Slot, e: BootFailure,
                             queue: PointQueue) -> None:

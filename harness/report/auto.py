@@ -1,6 +1,7 @@
-"""``--isolation auto`` in the report: how often a reset server and a fresh server agreed on
-the same prompt (same configuration, residue, phase and document), and every cell that
-only a fresh server caught (the reason auto exists: issue 17)."""
+"""``--isolation auto`` in the report: how often a reused server (the reuse pass: restore, or
+reset where the engine cannot restore) and a fresh server agreed on the same prompt (same
+configuration, residue, phase and document), and every cell that only a fresh server
+caught (the reason auto exists: issue 17)."""
 from __future__ import annotations
 
 from collections import Counter
@@ -10,13 +11,15 @@ from dataclasses import dataclass, field
 from ..ghmarkdown import code, escape_text
 from ..recordkeys import point_key
 from ..run.records import cell_key
+from ..vocabulary import REUSE_ISOLATIONS
 
 __all__ = ["Agreement", "agreement_line", "agreement_of", "config_auto_line", "fresh_reasons"]
 
 
 @dataclass
 class Agreement:
-    both: int = 0               # cells measured on a reset and a fresh server
+    reuse: str = "reset"        # the reuse pass the cells were measured on
+    both: int = 0               # cells measured on a reused and a fresh server
     both_ok: int = 0
     both_bad: int = 0
     only_fresh: list[dict] = field(default_factory=list)   # fresh not ok, reset ok
@@ -38,9 +41,10 @@ def agreement_of(records: Iterable[dict]) -> Agreement | None:
         pairs.setdefault(key, {})[r.get("isolation")] = r
     if not pairs:
         return None
-    a = Agreement()
+    a = Agreement(reuse=_reuse_pass(pairs.values()))
     for key in sorted(pairs, key=str):
-        reset, fresh = pairs[key].get("reset"), pairs[key].get("fresh")
+        fresh = pairs[key].get("fresh")
+        reset = next((pairs[key][p] for p in REUSE_ISOLATIONS if p in pairs[key]), None)
         if reset is None or fresh is None:
             continue
         if "unjudged" in (reset.get("verdict"), fresh.get("verdict")):
@@ -57,6 +61,12 @@ def agreement_of(records: Iterable[dict]) -> Agreement | None:
         else:
             a.only_reset.append(reset)
     return a
+
+
+def _reuse_pass(passes: Iterable[dict[str, dict]]) -> str:
+    """``restore``, ``reset``, or both joined, as the records' reuse passes were."""
+    seen = {p for by_pass in passes for p in by_pass if p in REUSE_ISOLATIONS}
+    return " and ".join(p for p in REUSE_ISOLATIONS if p in seen) or "reset"
 
 
 def _cells(recs: list[dict], labels: bool) -> str:
@@ -79,10 +89,11 @@ def agreement_line(records: list[dict], *, labels: bool = True) -> str:
         return ""
     unjudged = (f" ({a.unjudged} more on both passes not compared: unjudged on one or both)"
                 if a.unjudged else "")
-    return (f"Reset vs fresh (`--isolation auto`): {a.both} cell{'s' if a.both != 1 else ''} "
+    name = a.reuse[0].upper() + a.reuse[1:]
+    return (f"{name} vs fresh (`--isolation auto`): {a.both} cell{'s' if a.both != 1 else ''} "
             f"measured on both{unjudged}, {a.agree} agree ({a.both_ok} both ok, {a.both_bad} "
             f"both not ok), {len(a.only_fresh) + len(a.only_reset)} disagree; only a fresh server "
-            f"caught: {_cells(a.only_fresh, labels)}; only a reset server caught: "
+            f"caught: {_cells(a.only_fresh, labels)}; only a {a.reuse} server caught: "
             f"{_cells(a.only_reset, labels)}.")
 
 
@@ -112,8 +123,9 @@ def config_auto_line(records: list[dict], interrupted: list[dict]) -> str:
         why = (f"before {stopped} interrupted; " + (missing or "any fresh points planned "
                "for it did not run (the plan per configuration is not recorded)")
                if stopped else "and the run finished, so none was planned")
+        reuse = _reuse_pass([{r.get("isolation"): r} for r in records])
         return (f"no fresh server ran for this configuration {why}; every cell shows its "
-                "reset verdict only.")
+                f"{reuse} verdict only.")
     line = f"fresh servers for {reasons} (points); {agree}"
     if stopped:
         line += (f" {stopped[0].upper()}{stopped[1:]} interrupted: " + (

@@ -94,9 +94,9 @@ def cell_annotations(r: dict | None) -> str:
         parts.append(f"{bad}/{total} documents" if bad else f"{total} documents")
     if r.get("_fresh"):
         parts.append("fresh")
-    for doc, reset_v, fresh_v in r.get("_disagree") or ():
+    for doc, reset_v, fresh_v, *name in r.get("_disagree") or ():
         where = f" (document {doc})" if docs else ""
-        parts.append(f"⚠ reset {escape_text(str(reset_v))}, fresh "
+        parts.append(f"⚠ {(name or ['reset'])[0]} {escape_text(str(reset_v))}, fresh "
                      f"{escape_text(str(fresh_v))}{where}")
     return "; ".join(parts)
 

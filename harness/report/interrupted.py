@@ -74,7 +74,9 @@ def interrupted_line(manifests: list[dict], records: list[dict]) -> str:
     # an auto run counts a point per residue, document and pass: more than the headline's
     # data points, which fold documents and passes into one cell
     what = "a point is one residue, document and pass; " if auto else ""
-    tail = ("a cell without a fresh confirmation shows its reset verdict only."
+    reuse = ("restore" if any(r.get("isolation") == "restore" for r in records)
+             else "reset")
+    tail = (f"a cell without a fresh confirmation shows its {reuse} verdict only."
             if auto else "points not on disk were not measured.")
     unknown = ("" if all(planned_points(m) for m in ms)
                else "how many points were planned is not recorded; ")

@@ -176,8 +176,9 @@ def combine_cell(records: list[dict]) -> dict:
     auto run, per pass. A document's verdict is its fresh record's where there is one (the
     standard), else its reset record's; the cell is the worst document, annotated with
     ``_docs`` (bad, total) over several documents, ``_fresh`` (documents judged on a
-    fresh server) and ``_disagree`` ([(document, reset verdict, fresh verdict)] where one
-    is ok and the other is judged not ok; an unjudged side compares with nothing). A cell of one record is that record, unchanged."""
+    fresh server) and ``_disagree`` ([(document, reuse verdict, fresh verdict, reuse pass)]
+    where one is ok and the other is judged not ok; an unjudged side compares with nothing;
+    the reuse pass is ``restore`` or ``reset``). A cell of one record is that record, unchanged."""
     if len(records) == 1:
         return records[0]
     by_doc: dict[Any, dict[str, dict]] = defaultdict(dict)
@@ -188,12 +189,13 @@ def combine_cell(records: list[dict]) -> dict:
         eff = passes.get("fresh") or next(iter(passes.values()))
         fresh += "fresh" in passes and passes["fresh"].get("isolation_run") == "auto"
         effective.append(eff)
-        reset, fr = passes.get("reset"), passes.get("fresh")
+        name = "restore" if "restore" in passes else "reset"
+        reset, fr = passes.get(name), passes.get("fresh")
         # an unjudged answer is neither ok nor bad: nothing to disagree with (as in the
         # agreement line, report/auto.py)
         if (reset and fr and "unjudged" not in (reset.get("verdict"), fr.get("verdict"))
                 and (reset.get("verdict") == "ok") != (fr.get("verdict") == "ok")):
-            disagree.append((doc, reset.get("verdict"), fr.get("verdict")))
+            disagree.append((doc, reset.get("verdict"), fr.get("verdict"), name))
     cell = dict(min(effective, key=_severity))
     if len(effective) > 1:
         cell["_docs"] = (sum(1 for r in effective if r.get("verdict") != "ok"), len(effective))

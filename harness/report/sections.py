@@ -10,6 +10,7 @@ from ..ranges import residues_phrase
 from ..run.records import BUG_VERDICTS, NOT_IDENTITY, SEVERITY, phase_key
 from .auto import config_auto_line
 from .explain import final_chunk_line
+from .restore import restore_summary
 from .bugb_analysis import agreement, config_hit_granularity, predict_bug_b
 from .cells import Footnotes, cell_markdown
 from .model import (SHORT_NAMES, VOLATILE, ConfigData, config_fields, describe_dim, fmt_value,
@@ -358,6 +359,7 @@ def render_provenance(configs: list[ConfigData], records: list[dict],
         ["slot (GPU / CPU)", join(distinct("slot"))],
         ["node", join(distinct("node"))],
         ["isolation", join(distinct("isolation"))],
+        *([["restore", restored]] if (restored := restore_summary(records)) else []),
         ["reference", join(distinct("reference"))],
         ["modulus", join(sorted({c.modulus for c in configs}))],
         *([["modulus: why", join(distinct("modulus_why"))]] if distinct("modulus_why") else []),
@@ -384,10 +386,16 @@ def render_provenance(configs: list[ConfigData], records: list[dict],
                          escape_text(str(m["exit_code"]))])
     iso = distinct("isolation")
     notes = []
-    if any(i != "fresh" for i in iso):
-        notes.append(f"Isolation {join([i for i in iso if i != 'fresh'])}: weaker than one fresh "
+    weaker = [i for i in iso if i not in ("fresh", "restore")]
+    if weaker:
+        notes.append(f"Isolation {join(weaker)}: weaker than one fresh "
                      "server per data point; blocks from earlier requests can leak into later "
                      "ones.")
+    if "restore" in iso:
+        notes.append("Isolation restore: one server per configuration, returned to its "
+                     "just-booted state between points (the `restore` row says how, and what "
+                     "it cost); trusted where fresh servers agree with it (`--isolation auto` "
+                     "confirms it, docs/isolation.md).")
     if superseded:
         notes.append(f"{superseded} older record(s) of the same cell were superseded by newer "
                      "ones (latest `started_at` wins).")

@@ -72,7 +72,7 @@ def _run_rows(m: dict, records: list[dict]) -> list[list[str]]:
             f"{_fmt(t.get('points'))} points, {_median_boot(run_servers, t.get('median_boot_s'))}")
     rows = [[f"{rid}: wall", wall]]
     passes = t.get("passes") or {}
-    for name in ("reset", "fresh"):
+    for name in ("restore", "reset", "fresh"):
         p = passes.get(name)
         if p:
             servers = booted_servers(records, m.get("run_id"), name) if run_servers else {}
@@ -80,6 +80,9 @@ def _run_rows(m: dict, records: list[dict]) -> list[list[str]]:
             value = (f"{_fmt(n)} point{'' if n == 1 else 's'}, {_fmt(p.get('sum_boot_s'))} s "
                      f"booting in all, {_median_boot(servers, p.get('median_boot_s'))}, median "
                      f"requests {_fmt(p.get('median_requests_s'))} s")
+            if p.get("restored_points"):
+                value += (f", {_fmt(p['restored_points'])} restored, median restore "
+                          f"{_fmt(p.get('median_restore_s'))} s per point")
             rows.append([f"{rid}: {name} pass", value])
     if passes.get("all_fresh_estimate_s"):
         rows.append([f"{rid}: all-fresh estimate",

@@ -1,5 +1,6 @@
-"""``--isolation auto``: a reset sweep of every residue, then fresh-server confirmation of
-what a reset sweep can hide, in the same run.
+"""``--isolation auto``: a sweep of every residue on reused servers (the *reuse pass*:
+``restore`` where the engine can return a server to its just-booted state, else
+``reset``), then fresh-server confirmation of what that pass can hide, in the same run.
 
 Why: on real vLLM 0.26.0 (H200, tiny hybrid, ngram k = 2 and k = 4) a reset sweep of all
 128 residues was clean where a fresh server broke the rule's residue on its first, cold
@@ -17,9 +18,10 @@ request (issue 17). Reset is cheap (one boot per configuration), fresh is the st
   residues only, on both passes;
 - a seeded sample of ``--auto-sample`` other residues per configuration and document.
 
-Points carry the pass (``Point.isolation``: ``reset`` / ``fresh``) and why a fresh point
-runs (``Point.confirms``); records carry both (``isolation``, ``confirms``) and
-``isolation_run: auto``.
+Points carry the pass (``Point.isolation``: ``restore`` or ``reset``, and ``fresh``) and
+why a fresh point runs (``Point.confirms``); records carry both (``isolation``,
+``confirms``) and ``isolation_run: auto``. A restore pass is confirmed exactly as a reset
+pass: it is trusted where fresh servers agree with it, and the report says how often.
 """
 from __future__ import annotations
 
@@ -30,7 +32,9 @@ from typing import Any, Iterable, Sequence
 from engine.presets import ServingConfig
 
 from .. import bugb
+from ..engines import auto_reuse_pass
 from ..recordkeys import point_key
+from ..vocabulary import REUSE_ISOLATIONS
 from .matrix_reference import rejudge
 
 __all__ = ["AUTO_MIN_DOCUMENTS", "rule_neighbourhood", "auto_extra_documents", "auto_passes",
@@ -42,7 +46,7 @@ AUTO_MIN_DOCUMENTS = 2
 # these a reset point's answers are unjudged as it finishes (run/matrix_reference.py).
 MATRIX_REFERENCES = ("first", "consensus")
 # Why a fresh point of an auto run runs (the record's ``confirms``).
-CONFIRMS = ("not ok on reset", "rule neighbourhood", "sample")
+CONFIRMS = ("not ok on restore", "not ok on reset", "rule neighbourhood", "sample")
 
 
 def rule_neighbourhood(cfg: ServingConfig, modulus: int, *, load: int = 0,
@@ -85,9 +89,11 @@ def auto_extra_documents(opts: Any, cfg: ServingConfig, modulus: int,
 
 
 def auto_passes(points: Sequence[Any], opts: Any) -> list[Any]:
-    """The plan of an auto run: every point on the reset pass, then the fresh points known
-    before anything runs (rule neighbourhood, sample), in plan order."""
-    reset = [dataclasses.replace(p, isolation="reset") for p in points]
+    """The plan of an auto run: every point on the reuse pass (restore where the engine
+    can, else reset), then the fresh points known before anything runs (rule
+    neighbourhood, sample), in plan order."""
+    reuse = auto_reuse_pass(opts.engine)
+    reset = [dataclasses.replace(p, isolation=reuse) for p in points]
     fresh: list[Any] = []
     by_doc: dict[tuple, list[Any]] = {}
     for p in points:
@@ -115,11 +121,11 @@ def fresh_twin(point: Any, confirms: str) -> Any:
 
 
 def needs_confirmation(point: Any, records: Iterable[dict]) -> bool:
-    """A reset point of an auto run that was not ok in some phase. ``unjudged`` does not
+    """A reuse (restore or reset) point of an auto run that was not ok in some phase. ``unjudged`` does not
     count: it is what the cold phase under ``--reference cold`` always is, and what every
     answer is during a run under ``first`` / ``consensus`` (judged after the run), so it
     says nothing about the reset server; a collapse, a crash or a failure still does."""
-    return point.isolation == "reset" and any(_suspect(r) for r in records)
+    return point.isolation in REUSE_ISOLATIONS and any(_suspect(r) for r in records)
 
 
 def _suspect(r: dict) -> bool:
@@ -135,18 +141,18 @@ def late_confirmations(reset: Sequence[tuple[Any, list[dict]]], mode: str,
     ``reset``: (point, its records) of every finished reset point."""
     judged = rejudge([r for _, recs in reset for r in recs], mode, config_order)
     bad = {point_key(r) for r in judged if _suspect(r)}
-    return [fresh_twin(p, "not ok on reset") for p, _ in reset if p.key in bad]
+    return [fresh_twin(p, f"not ok on {p.isolation}") for p, _ in reset if p.key in bad]
 
 
 def resume_confirmations(planned: Sequence[Any], todo: Sequence[Any],
                          records: Iterable[dict]) -> list[Any]:
-    """On ``--resume`` of an auto run: fresh twins of finished reset points that were not
+    """On ``--resume`` of an auto run: fresh twins of finished reuse points that were not
     ok, whose confirmation is neither on disk nor planned (it was added at run time)."""
     bad: set[tuple] = set()
     fresh_done: set[tuple] = set()
     for r in records:
         key = point_key(r)[:4]   # (configuration, case, residue, document)
-        if r.get("isolation") == "reset" and _suspect(r):
+        if r.get("isolation") in REUSE_ISOLATIONS and _suspect(r):
             bad.add(key)
         elif r.get("isolation") == "fresh":
             fresh_done.add(key)
@@ -155,7 +161,7 @@ def resume_confirmations(planned: Sequence[Any], todo: Sequence[Any],
     out = []
     for p in planned:
         key = p.key[:4]
-        if (p.isolation == "reset" and key in bad and key not in fresh_done
+        if (p.isolation in REUSE_ISOLATIONS and key in bad and key not in fresh_done
                 and key not in pending and key not in planned_fresh):
-            out.append(fresh_twin(p, "not ok on reset"))
+            out.append(fresh_twin(p, f"not ok on {p.isolation}"))
     return out

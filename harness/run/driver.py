@@ -246,9 +246,13 @@ def timing_summary(timings: list[dict[str, float]], slots: int, wall: float) -> 
     med = {k: statistics.median(t.get(k, 0.0) for t in timings)
            for k in ("boot", "requests", "teardown", "point")}
     busy = sum(t.get("boot", 0.0) + t.get("requests", 0.0) + t.get("teardown", 0.0)
-               for t in timings)
-    overhead = [max(0.0, t.get("point", 0.0) - t.get("boot", 0.0) - t.get("requests", 0.0))
-                for t in timings]
+               + t.get("restore", 0.0) for t in timings)
+    overhead = [max(0.0, t.get("point", 0.0) - t.get("boot", 0.0) - t.get("requests", 0.0)
+                    - t.get("restore", 0.0)) for t in timings]
+    restored = [t["restore"] for t in timings if "restore" in t]
+    extra = ({"restored_points": len(restored),
+              "median_restore_s": round(statistics.median(restored), 4),
+              "sum_restore_s": round(sum(restored), 3)} if restored else {})
     return {
         "points": len(timings), "slots": slots, "wall_s": round(wall, 3),
         "median_boot_s": round(med["boot"], 4), "median_requests_s": round(med["requests"], 4),
@@ -260,18 +264,20 @@ def timing_summary(timings: list[dict[str, float]], slots: int, wall: float) -> 
         "sum_teardown_s": round(sum(t.get("teardown", 0.0) for t in timings), 3),
         "efficiency": round(busy / (slots * wall), 4),
         "overhead_fraction": round(sum(overhead) / (slots * wall), 4),
+        **extra,
     }
 
 
 def pass_summaries(timings: list[dict], slots: int, wall: float) -> dict[str, Any]:
-    """--isolation auto: the timing of each pass, and what an all-fresh run of the reset
-    pass's points would have cost (each at the median fresh point, over the same slots)."""
+    """--isolation auto: the timing of each pass, and what an all-fresh run of the reuse
+    pass's points (restore or reset) would have cost (each at the median fresh point, over
+    the same slots)."""
     out: dict[str, Any] = {}
-    for name in ("reset", "fresh"):
+    for name in ("restore", "reset", "fresh"):
         sub = [t for t in timings if t.get("pass") == name]
         if sub:
             out[name] = timing_summary(sub, slots, wall)
-    reset, fresh = out.get("reset"), out.get("fresh")
+    reset, fresh = out.get("restore") or out.get("reset"), out.get("fresh")
     if reset and fresh and fresh.get("median_point_s"):
         estimate = reset["points"] * (fresh["median_point_s"] + fresh["median_teardown_s"]) / slots
         out["all_fresh_estimate_s"] = round(estimate, 1)

@@ -385,6 +385,9 @@ class PointRunner:
             return f"templated length {templated} by the server's /tokenize, target {target}"
         if res.prompt_tokens is not None and res.prompt_tokens != target:
             return f"usage.prompt_tokens {res.prompt_tokens} != target {target}"
+        restore = info.get("restore") or {}
+        if restore.get("error"):
+            return f"restore not proven: {restore['error']}"
         cached = res.cached_tokens
         # None: a live server that does not say; its hits must be proven all the same
         hits = point.cfg.prefix_caching is not False

@@ -25,7 +25,10 @@ __all__ = ["SCHEMA_VERSION", "PhaseRecord", "PHASES", "VERDICTS", "SEVERITY", "B
 # 3: the cold phase under --reference cold is `unjudged` (was `ok`), a collapse is measured
 #    against the reference's length, an unproven hit is `invalid`; new fields
 #    first_divergence, reference_chars, token_logprobs, intended_tail, tail_note.
-SCHEMA_VERSION = 3
+# 4: ``isolation`` may be ``restore``, also as the first pass of an ``--isolation auto`` run
+#    (which was always ``reset``); ``confirms`` may be ``not ok on restore``; new field
+#    ``restore`` (how the point's server was returned to its just-booted state, proven).
+SCHEMA_VERSION = 4
 # Identity fields of a configuration in the order a reader wants them; anything else a
 # config dict carries is shown after these.
 CONFIG_FIELDS = ("engine", "model", "geometry", "spec", "method", "draft_tokens", "ctx",
@@ -52,7 +55,7 @@ def mismatches(requested: dict[str, Any], effective: dict[str, Any]) -> list[str
 # that does not use them) round-trips unchanged.
 WRITTEN_WHEN_SET = frozenset({"document_seed", "isolation_run", "confirms", "server_boot",
                               "case_id", "prompt_sha1", "final_chunk", "modulus_why",
-                              "load"})
+                              "load", "restore"})
 
 
 @dataclass
@@ -114,6 +117,9 @@ class PhaseRecord:
     # --prompts: the case and the sha1 of its messages as sent (written only when set)
     case_id: str | None = None
     prompt_sha1: str | None = None
+    # --isolation restore (and auto's restore pass): how this point's server was returned
+    # to its just-booted state and what proved it (harness/restore.py), or which step failed
+    restore: dict | None = None
     # schema 3 (docs/records.md); absent from older records, which load with these defaults
     reference_chars: int | None = None
     first_divergence: dict | None = None
@@ -173,7 +179,8 @@ def failure_fields(verdict: str, reason: str, excerpt: list, expected_chars: int
 
 def timing_record(*, boot: float = 0.0, requests: float = 0.0, teardown: float = 0.0,
                   point: float | None = None) -> dict[str, float]:
-    """Where one point's time went (the driver sums these into the manifest's timing)."""
+    """Where one point's time went (the driver sums these into the manifest's timing);
+    a restored point adds ``restore`` (the seconds its server took to be restored)."""
     t = {"boot": boot, "requests": requests, "teardown": teardown}
     if point is not None:
         t["point"] = point
@@ -247,6 +254,7 @@ class RecordBuilder:
             "boot_s": info.get("boot_s"), "started_at": now_iso(), "rerun": point.rerun,
             "case_id": point.plan.case_id, "prompt_sha1": point.plan.prompt_sha1,
             "modulus_why": getattr(point, "modulus_why", None),
+            "restore": info.get("restore"),
         }
 
     def build(self, base: dict[str, Any], measured: dict[str, Any],

@@ -1,5 +1,6 @@
 """``--isolation auto`` end to end: the lab engine (unpatched FULL mtp, residue 4 broken on
-a reset and on a fresh server) and the fake engine (a break only a fresh server's first
+a restored and on a fresh server: the lab has sleep mode, so auto's reuse pass is
+``restore``) and the fake engine (no sleep mode: the reuse pass is ``reset``) (a break only a fresh server's first
 request shows, which a reset sweep hides: issue 17), through the real CLI."""
 from __future__ import annotations
 
@@ -47,10 +48,11 @@ def test_auto_on_the_lab_full_mtp_unpatched(tmp_path):
     assert all(r["isolation_run"] == "auto" for r in recs)
     cells = Counter((r["isolation"], r["document_seed"], r["residue"], r["phase"]) for r in recs)
     assert set(cells.values()) == {1}            # one record per pass, document, residue, phase
-    reset0 = {res for iso, doc, res, _ in cells if iso == "reset" and doc == 0}
-    assert reset0 == set(range(20))              # the whole reset sweep on document 0
+    reset0 = {res for iso, doc, res, _ in cells if iso == "restore" and doc == 0}
+    assert reset0 == set(range(20))              # the whole restore sweep on document 0
+    assert not any(iso == "reset" for iso, *_ in cells)
     # the rule's k, k+1, k+2 on two documents (the next seed is added), on both passes
-    for iso in ("reset", "fresh"):
+    for iso in ("restore", "fresh"):
         assert {res for i, doc, res, _ in cells if i == iso and doc == 1} == {3, 4, 5}
     fresh = {(doc, r["residue"]): r["confirms"] for r in recs if r["isolation"] == "fresh"
              for doc in [r["document_seed"]]}
@@ -58,23 +60,27 @@ def test_auto_on_the_lab_full_mtp_unpatched(tmp_path):
         (d, res) for d in (0, 1) for res in (3, 4, 5)}
     sample = {res for (d, res), why in fresh.items() if why == "sample"}
     assert len(sample) == 2 and not sample & {3, 4, 5}
-    # residue 4 broken on a reset and on a fresh server, on both documents
+    # residue 4 broken on a restored and on a fresh server, on both documents
     bad = {(r["isolation"], r["document_seed"], r["residue"], r["phase"]) for r in recs
            if r["verdict"] != "ok"}
-    assert bad == {(iso, d, 4, "self-hit") for iso in ("reset", "fresh") for d in (0, 1)}
+    assert bad == {(iso, d, 4, "self-hit") for iso in ("restore", "fresh") for d in (0, 1)}
+    # every restore-pass point but the first on each server was restored, and proven
+    proofs = [r["restore"] for r in recs if r["isolation"] == "restore"]
+    assert {p["means"] for p in proofs} <= {"sleep-level-1+wake+reset", "boot"}
+    assert all(p["discarded_gib"] > 0 for p in proofs if p["means"] != "boot")
     # the report: agreement line, fresh verdicts in the table, a Timing section
-    both = 2 * (6 + 2)    # phases x fresh points, each also measured on reset
-    assert (f"Reset vs fresh (`--isolation auto`): {both} cells measured on both, {both} "
+    both = 2 * (6 + 2)    # phases x fresh points, each also measured on restore
+    assert (f"Restore vs fresh (`--isolation auto`): {both} cells measured on both, {both} "
             f"agree ({both - 2} both ok, 2 both not ok), 0 disagree; only a fresh server "
             "caught: none") in report
     assert "2/2 documents; fresh" in report and "## Timing" in report
     passes = manifest["timing"]["passes"]
-    assert passes["reset"]["points"] == 23 and passes["fresh"]["points"] == 8
+    assert passes["restore"]["points"] == 23 and passes["fresh"]["points"] == 8
     assert passes["all_fresh_estimate_s"] > 0 and manifest["isolation"] == "auto"
     assert manifest["documents"] == [0, 1]
     # the plan, per configuration and pass, for a report of an interrupted run
     assert manifest["plan"] == {"points": 31,
-                                "by_config": {recs[0]["config_id"]: {"reset": 23, "fresh": 8}}}
+                                "by_config": {recs[0]["config_id"]: {"restore": 23, "fresh": 8}}}
 
 
 def test_auto_catches_what_only_a_fresh_server_shows(tmp_path, tok_dir):

@@ -1,0 +1,140 @@
+"""Is a cell measured two ways the same cell? (issue 24: restore against fresh servers, a
+plain fresh server against a sleep-mode fresh server.)
+
+For every cell (configuration, case, residue, phase, document) measured both ways: the
+same verdict, and where that verdict is ``ok`` byte-identical answers. A corrupted answer's
+sha1 is never compared: it is made of stale memory and differs between server instances
+(DESIGN.md, "What a reset server is"). A cell where either side did not produce a judged
+answer (boot-fail, crash, timeout, infra, unjudged) is *not comparable* and listed apart.
+
+    # within runs: every restore (or reset) record against the fresh record of its cell
+    python benchmarks/compare_isolation.py RESULTS.jsonl[.gz] ...
+    # across runs: the left files' cells against the right files' (e.g. plain fresh
+    # servers against sleep-mode fresh servers); --left/--right pick an isolation
+    python benchmarks/compare_isolation.py PLAIN.jsonl --vs AUTO.jsonl --right fresh
+
+Prints one summary line, then one line per cell that differs or could not be compared;
+``--json FILE`` writes the same as data. Exit 0: every comparable cell agrees (and at
+least one was compared); 1: a cell differs, or none could be compared; 2: a usage error.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Iterable
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from harness.recordkeys import document_of  # noqa: E402
+from harness.store import StoreError, load_records  # noqa: E402
+
+__all__ = ["cell_of", "compare", "main"]
+
+JUDGED = {"ok", "diverged", "broken", "invalid"}
+
+
+def cell_of(r: dict) -> tuple:
+    """A cell without how it was measured: configuration, case, residue, phase, document."""
+    return (r.get("config_id") or r.get("config_label"), r.get("case_id"), r.get("residue"),
+            r.get("phase"), document_of(r))
+
+
+def _pick(records: Iterable[dict], isolation: str | None) -> dict[tuple, dict]:
+    out: dict[tuple, dict] = {}
+    for r in records:
+        if isolation is None or r.get("isolation") == isolation:
+            out[cell_of(r)] = r   # load_records already kept the latest per run and cell
+    return out
+
+
+def compare(left: dict[tuple, dict], right: dict[tuple, dict]) -> dict:
+    """Agreement of the cells both sides measured."""
+    same, differ, incomparable = [], [], []
+    for key in sorted(set(left) & set(right), key=str):
+        a, b = left[key], right[key]
+        va, vb = a.get("verdict"), b.get("verdict")
+        row = {"cell": _name(a), "left": va, "right": vb,
+               "left_isolation": a.get("isolation"), "right_isolation": b.get("isolation")}
+        if va not in JUDGED or vb not in JUDGED:
+            incomparable.append(row)
+        elif va != vb:
+            differ.append({**row, "why": "verdicts differ"})
+        elif va == "ok" and a.get("answer") != b.get("answer"):
+            differ.append({**row, "why": "ok answers differ",
+                           "left_sha1": a.get("sha1"), "right_sha1": b.get("sha1")})
+        else:
+            same.append(row)
+    verdicts = Counter(r["left"] for r in same)
+    return {"compared": len(same) + len(differ), "agree": len(same),
+            "agree_verdicts": dict(verdicts), "differ": differ, "not_comparable": incomparable,
+            "left_only": len(set(left) - set(right)), "right_only": len(set(right) - set(left))}
+
+
+def _name(r: dict) -> str:
+    case = f" case {r['case_id']}" if r.get("case_id") else ""
+    return (f"{r.get('config_label') or r.get('config_id')}{case} residue {r.get('residue')} "
+            f"{r.get('phase')} document {document_of(r)}")
+
+
+def _within(records: list[dict]) -> dict:
+    """Every reused-server record (restore, reset) against the fresh record of its cell."""
+    fresh = _pick(records, "fresh")
+    out = {}
+    for iso in ("restore", "reset", "shared"):
+        reused = _pick(records, iso)
+        if reused:
+            out[f"{iso} vs fresh"] = compare(reused, fresh)
+    return out
+
+
+def summary_line(name: str, res: dict) -> str:
+    v = ", ".join(f"{n} {k}" for k, n in sorted(res["agree_verdicts"].items()))
+    return (f"{name}: {res['compared']} cells measured both ways, {res['agree']} agree "
+            f"({v or 'none'}), {len(res['differ'])} differ, {len(res['not_comparable'])} not "
+            f"comparable; {res['left_only']} left only, {res['right_only']} right only")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="compare_isolation.py", description=__doc__.split("\n\n")[0])
+    p.add_argument("files", nargs="+", help="results files (.jsonl / .jsonl.gz) or run ids")
+    p.add_argument("--vs", nargs="+", default=None, help="the right-hand files")
+    p.add_argument("--left", default=None, help="only left records of this isolation")
+    p.add_argument("--right", default=None, help="only right records of this isolation")
+    p.add_argument("--json", default=None, help="write the comparison here")
+    ns = p.parse_args(argv)
+    try:
+        left_recs = load_records(ns.files)
+        right_recs = load_records(ns.vs) if ns.vs else None
+    except (StoreError, OSError) as e:
+        print(f"compare_isolation.py: {e}", file=sys.stderr)
+        return 2
+    if right_recs is None:
+        if ns.left or ns.right:
+            print("compare_isolation.py: --left/--right go with --vs", file=sys.stderr)
+            return 2
+        results = _within(left_recs)
+    else:
+        results = {f"{ns.left or 'left'} vs {ns.right or 'right'}":
+                   compare(_pick(left_recs, ns.left), _pick(right_recs, ns.right))}
+    for name, res in results.items():
+        print(summary_line(name, res))
+        for d in res["differ"]:
+            print(f"  DIFFERS: {d['cell']}: {d['why']} ({d['left_isolation']} {d['left']}, "
+                  f"{d['right_isolation']} {d['right']})")
+        for d in res["not_comparable"]:
+            print(f"  not comparable: {d['cell']} ({d['left']}, {d['right']})")
+    if ns.json:
+        Path(ns.json).write_text(json.dumps(results, indent=1))
+    compared = sum(r["compared"] for r in results.values())
+    differs = sum(len(r["differ"]) for r in results.values())
+    if not compared:
+        print("no cell was measured both ways", file=sys.stderr)
+        return 1
+    return 1 if differs else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,111 @@
+"""``--isolation restore`` end to end through the real CLI on the lab engine, whose reused
+servers carry state a prefix-cache reset leaves behind (docs/lab-engine.md, "Reset is not
+fresh; sleep mode"): a reset sweep's answers at the rule's cell depend on what the server
+served before, a restore sweep's equal fresh servers' byte for byte in every cell.
+
+The configuration breaks cold, as vLLM 0.26.0's hybrid does (``--mamba-cache-mode align``):
+ngram k = 4, FULL_AND_PIECEWISE, no fix; the rule's residue is 5."""
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+
+import pytest
+
+from engine.vllm.effective import parse_effective_config
+from engine.presets import resolve
+from harness.client import EngineClient
+from harness.engines import VllmAdapter, make_adapter, vllm_serves_sleep
+from harness.errors import UsageError
+from harness.restore import RestoreFailed, restore_server
+from harness.server_pool import Slot
+from tests.conftest import ROOT, fake_cmd
+from tests.harness.test_isolation_auto import lab_model, sweep
+
+pytestmark = pytest.mark.usefixtures("no_leftovers")
+
+BREAKS_COLD = ("--spec", "ngram", "--draft-tokens", "4", "--cudagraph", "FULL_AND_PIECEWISE",
+               "--patches", "none", "--engine-arg=--mamba-cache-mode=align",
+               "--residues", "2-7", "--context", "1200", "--slots", "1")
+
+
+def cells(recs):
+    return {(r["residue"], r["phase"]): r for r in recs}
+
+
+def test_restore_equals_fresh_where_reset_differs(tmp_path):
+    model = str(lab_model(tmp_path))
+    runs = {iso: sweep(tmp_path / iso, "--model", model, *BREAKS_COLD, "--isolation", iso)
+            for iso in ("fresh", "reset", "restore")}
+    fresh, reset, restore = (cells(runs[i][1]) for i in ("fresh", "reset", "restore"))
+    assert set(fresh) == set(reset) == set(restore)
+    for key, f in fresh.items():
+        assert (restore[key]["verdict"], restore[key]["answer"]) == (f["verdict"], f["answer"])
+        assert restore[key]["isolation"] == "restore"
+    # The reset sweep is history-dependent: at the rule's cell it answered differently
+    # from the fresh servers (so this test could fail), while restore did not.
+    differs = {key for key in fresh if reset[key]["answer"] != fresh[key]["answer"]}
+    assert (5, "cold") in differs and all(key[0] == 5 for key in differs)
+    assert fresh[(5, "cold")]["verdict"] == "broken"
+    # every point after the server's first was restored, each step proven, then cold
+    # cached_tokens 0
+    proofs = [r["restore"] for r in runs["restore"][1] if r["phase"] == "cold"]
+    assert proofs[0]["means"] == "boot" and len(proofs) == 6
+    for p, rec in zip(proofs[1:], [r for r in runs["restore"][1] if r["phase"] == "cold"][1:]):
+        assert p["means"] == "sleep-level-1+wake+reset" and p["discarded_gib"] > 0
+        assert set(p["steps"]) == {"sleep", "is_sleeping", "wake_up", "is_awake", "reset"}
+        assert p["metrics"]["running"] == 0 and p["metrics"]["kv_cache_usage"] == 0
+        assert rec["cached_tokens"] == 0
+    assert runs["restore"][1][0]["config"]["enable_sleep_mode"] is True
+    report = runs["restore"][3]
+    assert "| restore " in report and "5 points restored, each proven" in report
+    manifest = runs["restore"][2]
+    assert manifest["timing"]["restored_points"] == 5 and manifest["timing"]["median_restore_s"] > 0
+
+
+def test_cmd_engine_refuses_restore_naming_fresh(tmp_path, tok_dir):
+    proc = subprocess.run([sys.executable, "-m", "harness", "--engine", "cmd", "--server-cmd",
+                           fake_cmd(tok_dir), "--isolation", "restore", "--out",
+                           str(tmp_path / "out")], cwd=ROOT, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--isolation fresh" in lines[0] and "restore" in lines[0]
+    assert not (tmp_path / "out").exists() or not list((tmp_path / "out").glob("*.jsonl"))
+
+
+def test_a_server_without_sleep_mode_fails_the_restore(tmp_path):
+    """Without --enable-sleep-mode a sleep discards nothing (the allocator line says 0.00
+    GiB): the restore is refused, never taken as done."""
+    from tests.lab.labserver import lab_server
+    with lab_server(["--enable-prompt-tokens-details"], tmp_path / "plain.log") as srv:
+        async def go():
+            async with EngineClient(srv.url) as client:
+                await restore_server(client, srv.log_path)
+        with pytest.raises(RestoreFailed, match="0.00 GiB.*--enable-sleep-mode"):
+            asyncio.run(go())
+
+
+def test_vllm_adapter_turns_sleep_mode_and_dev_mode_on(tmp_path):
+    assert vllm_serves_sleep() is True           # the venv's vLLM 0.27.1, read from source
+    cfg = resolve("ngram", "huge", engine="vllm", model="/m", patches="none")
+    for iso, sleep in (("restore", True), ("auto", True), ("reset", False), ("fresh", False)):
+        adapter = make_adapter("vllm", isolation=iso, work_dir=tmp_path)
+        argv, env = adapter.command(cfg, 8000, Slot("gpu0", "0"))
+        assert ("--enable-sleep-mode" in argv) is sleep, iso
+        assert (env.get("VLLM_SERVER_DEV_MODE") == "1") is (iso != "fresh"), iso
+    log = ("(APIServer pid=1) INFO 12-01 10:00:00 [api_utils.py:273] non-default args: "
+           "{'model': '/m', 'enable_sleep_mode': True, 'max_model_len': 245760}\n")
+    assert parse_effective_config(log)["enable_sleep_mode"] is True
+    assert parse_effective_config(log.replace("'enable_sleep_mode': True, ", ""))[
+        "enable_sleep_mode"] is False
+
+
+def test_a_vllm_without_sleep_mode_is_refused(monkeypatch, tmp_path):
+    monkeypatch.setattr("harness.engines.vllm_serves_sleep", lambda: False)
+    with pytest.raises(UsageError, match="no sleep-mode endpoints.*--isolation fresh"):
+        make_adapter("vllm", isolation="restore", work_dir=tmp_path)
+    # auto falls back to reset there, and starts no server in sleep mode
+    adapter = make_adapter("vllm", isolation="auto", work_dir=tmp_path)
+    assert isinstance(adapter, VllmAdapter) and "--enable-sleep-mode" not in adapter.extra_args
