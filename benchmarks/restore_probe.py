@@ -35,10 +35,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness.cli import build_options  # noqa: E402
 from harness.client import EngineClient  # noqa: E402
 from harness.engines import make_adapter  # noqa: E402
-from harness.flags import sweep_parser  # noqa: E402
+from harness.options import options_from_argv  # noqa: E402
 from harness.prompts.planner import calibrate, plan_residue  # noqa: E402
 from harness.prompts.templating import ChatTokenizer  # noqa: E402
 from harness.restore import RestoreFailed, restore_server  # noqa: E402
@@ -125,7 +124,7 @@ def _table(rows: list[dict]) -> str:
 
 
 async def _main(ns: argparse.Namespace, sweep_argv: list[str]) -> int:
-    opts = build_options(sweep_parser().parse_args(sweep_argv), sweep_argv)
+    opts = options_from_argv(sweep_argv)
     cfg = opts.configs[0]
     out = Path(ns.out)
     out.mkdir(parents=True, exist_ok=True)
