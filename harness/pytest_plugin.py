@@ -138,42 +138,14 @@ def failure_message(result: Any, argv: Sequence[str]) -> str:
 
 
 def _run(argv: list[str]):
-    """One sweep in this process through the Python API; a usage error fails the test
-    with its one line."""
-    from harness.errors import HarnessError
+    """One sweep in this process through the Python API (``harness.Sweep``); a usage
+    error fails the test with its one line. SIGINT stays pytest's (``signals=False``):
+    an interrupted sweep still stops its servers (the session's ``finally``)."""
+    from harness import HarnessError, Sweep, options_from_argv
     try:
-        try:
-            from harness import Sweep, options_from_argv
-        except ImportError:   # TEMPORARY: before the Python API (harness/session.py) lands
-            return _run_cli(argv)
         return Sweep(options_from_argv(argv), signals=False).run()
     except HarnessError as e:
         pytest.fail(f"sweep {shlex.join(argv)}: {e.prefix}: {e}", pytrace=False)
-
-
-def _run_cli(argv: list[str]):
-    """TEMPORARY stand-in for ``harness.Sweep(...).run()``: the CLI's sweep in-process,
-    its run read back from the store."""
-    import contextlib
-    import io
-    import re
-    from types import SimpleNamespace
-
-    from harness.cli import run_sweep
-    from harness.run.records import latest_records
-    from harness.store import ResultStore
-    err = io.StringIO()
-    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-        code = run_sweep(argv)
-    run_id = re.search(r"^run (\S+):", err.getvalue(), re.M)[1]
-    store = ResultStore(argv[argv.index("--out") + 1], run_id, create=False)
-    records = store.read()
-    report = store.out_dir / f"{run_id}.md"
-    return SimpleNamespace(run_id=run_id, exit_code=code, records=records,
-                           records_path=store.records_path,
-                           report_path=report if report.is_file() else None,
-                           not_ok=[r for r in latest_records(records)[0]
-                                   if r.get("verdict") != "ok"])
 
 
 class _Sweeper:

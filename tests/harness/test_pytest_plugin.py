@@ -104,3 +104,20 @@ def test_configurations_are_the_matrix_in_sweep_order():
 ])
 def test_a_workers_slot_comes_from_its_xdist_id(flags, worker, gpus, want):
     assert worker_slot_flags(flags, worker, gpus) == want
+
+
+def test_a_usage_error_fails_the_test_with_sweeps_one_line(tmp_path):
+    test_file = tmp_path / "test_bad.py"
+    test_file.write_text(
+        "import pytest\n\n"
+        "@pytest.mark.residue_sweep('--spec', 'bogus')\n"
+        "def test_marked():\n    pass\n\n"
+        "def test_fixture(residue_sweep):\n    residue_sweep('--max-requests', '5')\n")
+    r = subprocess.run([sys.executable, "-m", "pytest", str(test_file), "-p",
+                        "harness.pytest_plugin", "-p", "no:cacheprovider", "--out",
+                        str(tmp_path / "out")], cwd=tmp_path, capture_output=True, text=True,
+                       timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert r.returncode == 1 and "2 failed" in r.stdout, r.stdout[-3000:]
+    assert "--spec: 'bogus' is not valid" in r.stdout
+    assert "--max-requests is for --url" in r.stdout
+    assert "Traceback" not in r.stdout
