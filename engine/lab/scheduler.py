@@ -86,6 +86,7 @@ class Scheduler:
         if req.status == WAITING:
             self.waiting.remove(req)
         self._finish(req, "abort")
+        self._gauges()   # an abort can leave the engine idle: no step would update them
 
     def _finish(self, req: Request, reason: str) -> None:
         req.status = FINISHED

@@ -262,4 +262,19 @@ async def chat_completions(st: AppState, request: HTTPRequest) -> Response:
     # Run the first step before answering 200, so an engine that dies on this request
     # still answers 500 rather than a 200 stream with an error in it.
     primed = await gen.__anext__()
-    return StreamingResponse(sse_events(st, p, primed, gen), media_type="text/event-stream")
+    return StreamingResponse(_until_disconnect(request, sse_events(st, p, primed, gen)),
+                             media_type="text/event-stream")
+
+
+async def _until_disconnect(request: HTTPRequest, events) -> AsyncIterator[str]:
+    """Stop streaming (and so abort the request) once the client hung up: uvicorn drops
+    writes to a closed connection without an error, so the stream would otherwise run to
+    max_tokens. vLLM's server does the same (``entrypoints/utils.py`` ``with_cancellation``
+    and ``is_disconnected`` checks in its stream generators)."""
+    try:
+        async for chunk in events:
+            if await request.is_disconnected():
+                break
+            yield chunk
+    finally:
+        await events.aclose()

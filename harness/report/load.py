@@ -28,6 +28,8 @@ def load_cell(load: dict | None) -> str:
                 f"{load.get('running_after', '?')} after (no scheduler log)")
     if load.get("preemptions"):
         body += f", {load['preemptions']} preemption(s)"
+    if load.get("measured_preempted"):
+        body += f" ({load['measured_preempted']} of the measured request)"
     if load.get("restarts"):
         body += f", {load['restarts']} background restart(s)"
     if not load.get("proven"):

@@ -32,12 +32,13 @@ from ..client import ClientError, EngineClient
 from ..prompts import INSTRUCTION, document_lines
 
 __all__ = ["LOAD_MODES", "BG_SEED_BASE", "BackgroundLoad", "LoadError", "background_messages",
-           "server_gauges", "beside_from_log", "load_facts"]
+           "server_gauges", "beside_from_log", "preempted_in_log", "load_facts"]
 
 LOAD_MODES = ("steady", "cancel")
 BG_SEED_BASE = 900_000        # background documents: seeds no measured document uses
-BG_DOC_LINES = 48             # a background prompt of a few hundred tokens
+BG_DOC_LINES = 24             # a background prompt of a few hundred tokens
 BG_MAX_TOKENS = 16384         # long decodes (ignore_eos), cut when the measured one returns
+BG_PROMPT_ROOM = 2048         # room left for a prompt the server could not count
 CANCEL_AFTER = 24             # cancel mode: tokens streamed before a background is cut
 _FINAL = re.compile(r"final prefill chunk: request=(?P<id>\S+) tokens=(?P<tokens>\d+) "
                     r"prompt=(?P<prompt>\d+) computed=(?P<computed>\d+) "
@@ -72,8 +73,14 @@ class BackgroundLoad:
     _tasks: list[asyncio.Task] = field(default_factory=list)
     _started: list[asyncio.Event] = field(default_factory=list)
     restarts: int = 0
+    drained: bool | None = None   # the server's running count came back after the load
+    _base: float | None = None
+    _lens: list = field(default_factory=list)   # templated lengths of the backgrounds
 
     async def __aenter__(self) -> "BackgroundLoad":
+        self._base = (await server_gauges(self.client)).get("running")
+        self._lens = [await self.client.tokenize(background_messages(i, self.seed), self.model)
+                      for i in range(self.n)]
         self._started = [asyncio.Event() for _ in range(self.n)]
         self._tasks = [asyncio.create_task(self._run(i)) for i in range(self.n)]
         gate = asyncio.ensure_future(asyncio.gather(*(e.wait() for e in self._started)))
@@ -105,6 +112,25 @@ class BackgroundLoad:
 
     async def __aexit__(self, *exc: Any) -> None:
         await self._stop()
+        await self._drain()
+
+    async def _drain(self, limit_s: float = 5.0) -> None:
+        """Wait (bounded) until the server runs no more requests than before the load: a
+        closed stream must abort its request, or the next point on this server (reset
+        isolation) would run beside leftovers. ``drained`` says whether it did."""
+        if self._base is None:
+            return
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + limit_s
+        while True:
+            running = (await server_gauges(self.client)).get("running")
+            if running is not None and running <= self._base:
+                self.drained = True
+                return
+            if loop.time() > deadline:
+                self.drained = False
+                return
+            await asyncio.sleep(0.05)
 
     async def _stop(self) -> None:
         for t in self._tasks:
@@ -117,8 +143,9 @@ class BackgroundLoad:
         messages = background_messages(i, self.seed)
         while True:
             limit = CANCEL_AFTER if self.mode == "cancel" else None
+            used = self._lens[i] + 8 if self._lens[i] else BG_PROMPT_ROOM
             room = BG_MAX_TOKENS if not self.max_model_len else max(
-                64, min(BG_MAX_TOKENS, self.max_model_len - 2048))
+                64, min(BG_MAX_TOKENS, self.max_model_len - used))
             await self.client.stream_chat(messages, model=self.model,
                                           max_tokens=room, seed=self.seed,
                                           on_token=self._started[i].set, stop_after=limit)
@@ -147,6 +174,23 @@ async def server_gauges(client: EngineClient) -> dict[str, float]:
     return out
 
 
+def _is(rid: str, request_id: str) -> bool:
+    # vLLM's internal id is the completion id with a "-suffix" (sched_trace.py)
+    return rid == request_id or rid.startswith(request_id + "-")
+
+
+def preempted_in_log(log_path: Path, request_id: str | None) -> int | None:
+    """How often the server's log says the measured request was preempted (the lab's and
+    the trace's ``preempted request=`` lines); None when the log has none at all."""
+    try:
+        ids = re.findall(r"preempted request=(\S+)", log_path.read_text(errors="replace"))
+    except OSError:
+        return None
+    if not ids or not request_id:
+        return None if not ids else 0
+    return sum(1 for rid in ids if _is(rid, request_id))
+
+
 def beside_from_log(log_path: Path, request_id: str | None) -> dict[str, Any] | None:
     """The batch the measured request's final prefill chunk ran in, from the server's own
     log line (the lab writes one; vLLM does not): None when there is none."""
@@ -158,8 +202,7 @@ def beside_from_log(log_path: Path, request_id: str | None) -> dict[str, Any] | 
         return None
     found = None
     for m in _FINAL.finditer(text):
-        # vLLM's internal id is the completion id with a "-suffix" (sched_trace.py)
-        if m["id"] == request_id or m["id"].startswith(request_id + "-"):
+        if _is(m["id"], request_id):
             found = m
     if found is None:
         return None
@@ -170,7 +213,8 @@ def beside_from_log(log_path: Path, request_id: str | None) -> dict[str, Any] | 
 
 
 def load_facts(bg: BackgroundLoad, before: dict[str, float], after: dict[str, float],
-               beside: dict[str, Any] | None) -> dict[str, Any]:
+               beside: dict[str, Any] | None,
+               measured_preempted: int | None = None) -> dict[str, Any]:
     """The record's ``load``: how many ran, what /metrics said around the measured
     request, and the batch of its final prefill chunk when the server logged it.
     ``proven``: every background request was running when it was sent and still after it
@@ -184,4 +228,5 @@ def load_facts(bg: BackgroundLoad, before: dict[str, float], after: dict[str, fl
     proven = bool(beside and beside.get("decode_reqs")) or (
         bg.mode == "steady" and rb is not None and ra is not None and min(rb, ra) >= bg.n)
     return {"n": bg.n, "mode": bg.mode, "running_before": rb, "running_after": ra,
-            "preemptions": pre, "restarts": bg.restarts, "beside": beside, "proven": proven}
+            "preemptions": pre, "restarts": bg.restarts, "beside": beside, "proven": proven,
+            "drained": bg.drained, "measured_preempted": measured_preempted}

@@ -29,7 +29,8 @@ from ..server_pool import BootFailure, PortAllocator, ServerProcess, Slot, log_e
 from ..divergence import first_divergence
 from ..verdict import judge, sha1
 from .hits import budget_final_chunk, intended_tail, tail_note
-from .load import BackgroundLoad, LoadError, beside_from_log, load_facts, server_gauges
+from .load import (BackgroundLoad, LoadError, beside_from_log, load_facts, preempted_in_log,
+                   server_gauges)
 from .plan import Point, golden_answer
 from .records import RecordBuilder, timing_record
 
@@ -311,7 +312,8 @@ class PointRunner:
             res = await ask()
             g1 = await server_gauges(client)
         beside = beside_from_log(server.log_path, res.request_id)
-        return res, load_facts(bg, g0, g1, beside)
+        return res, load_facts(bg, g0, g1, beside,
+                               preempted_in_log(server.log_path, res.request_id))
 
     # -- records -----------------------------------------------------------------------
     def _failure(self, point, slot, phase, verdict, reason, excerpt, info, templated):

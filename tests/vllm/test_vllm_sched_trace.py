@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from engine.vllm.patches import sched_trace
-from harness.run.load import beside_from_log
+from harness.run.load import beside_from_log, preempted_in_log
 
 vllm = pytest.importorskip("vllm")
 
@@ -29,6 +29,10 @@ def test_a_final_chunk_beside_decode_rows_reads_back_as_the_labs_line(tmp_path):
     assert beside_from_log(log, "chatcmpl-abc") == {
         "final_chunk": 4, "prompt": 3972, "computed_before": 3968, "batch_reqs": 5,
         "batch_tokens": 20, "decode_reqs": 4, "prefill_reqs": 1, "dispatch": "unknown"}
+    log.write_text(log.read_text() + "INFO [sched_trace.py:70] preempted request="
+                   "chatcmpl-abc-1234abcd (recomputed when resumed)\n")
+    assert preempted_in_log(log, "chatcmpl-abc") == 1
+    assert preempted_in_log(log, "chatcmpl-other") == 0
     # a chunk that is not the last one, and a decode step, write nothing
     mid = {"r": SimpleNamespace(num_computed_tokens=1024, num_prompt_tokens=3972)}
     assert sched_trace.trace_lines(mid, {"r": 512}) == []

@@ -11,7 +11,8 @@ sweep could not otherwise prove from the server's own log the shape it meant to 
 has the lab's format (``engine/lab/sched_log.py``), read back by
 ``harness/run/load.py``. Which plan the worker then dispatched is decided in another
 process, so the line says ``dispatch=unknown``. The request id is vLLM's internal one (the
-completion id with a suffix).
+completion id with a suffix). Preempted requests (``SchedulerOutput.preempted_req_ids``,
+where the release has it) get the lab's ``preempted request=`` line too.
 """
 from __future__ import annotations
 
@@ -62,6 +63,9 @@ def install() -> str:
         try:
             for line in trace_lines(self.requests, dict(out.num_scheduled_tokens)):
                 logger.info(line)
+            # the lab's preemption line; the field exists where SchedulerOutput has it
+            for rid in sorted(getattr(out, "preempted_req_ids", None) or ()):
+                logger.info("preempted request=%s (recomputed when resumed)", rid)
         except Exception:  # a trace must never take the engine down
             pass
         return out
