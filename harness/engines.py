@@ -12,6 +12,7 @@ tokenizer used for planning, and reads back the *effective* configuration after 
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 import os
 import shlex
@@ -46,6 +47,20 @@ class EngineAdapter:
     # --isolation restore: the means (harness/restore.py) by which a server of this engine
     # is returned to its just-booted state; None: it cannot be
     restore_means: str | None = None
+    # start servers in sleep mode (--enable-sleep-mode): restore points only (for_isolation)
+    sleep_mode = False
+
+    def for_isolation(self, isolation: str) -> "EngineAdapter":
+        """This adapter for a point of ``isolation``: sleep mode for a ``restore`` point
+        only. A server in sleep mode is not a plain fresh server (on vLLM 0.26.0 the
+        allocator changed what a broken cell read, and one verdict: reports/h200/
+        find-state.md), so fresh points, auto's confirmations included, stay plain."""
+        want = isolation == "restore" and self.can_restore()
+        if want == self.sleep_mode:
+            return self
+        other = copy.copy(self)
+        other.sleep_mode = want
+        return other
 
     @classmethod
     def can_restore(cls) -> bool:
@@ -244,10 +259,9 @@ class VllmAdapter(EngineAdapter):
         self._launch = launch
         self.served_model_name = served_model_name
         self.draft_model = draft_model
+        self.extra_args = tuple(extra_args)
         # --isolation restore: the KV memory allocated where /sleep?level=1 discards it
-        self.extra_args = tuple(extra_args) + (("--enable-sleep-mode",) if sleep_mode
-                                               and "--enable-sleep-mode" not in extra_args
-                                               else ())
+        self.sleep_mode = sleep_mode
         # --cache-dir: every server of the run shares (and keeps) its compile caches
         self.cache_dir = Path(cache_dir).expanduser().resolve() if cache_dir else None
         # vLLM serves /reset_prefix_cache, /sleep, /wake_up and /is_sleeping only with its
@@ -267,7 +281,10 @@ class VllmAdapter(EngineAdapter):
             return self._launch.build_command(
                 cfg, port=int(port), model=cfg.model, gpu=slot.gpu,
                 served_model_name=self.served_model_name,
-                draft_model=self.draft_model, extra_args=self.extra_args,
+                draft_model=self.draft_model,
+                extra_args=self.extra_args + (("--enable-sleep-mode",) if self.sleep_mode and
+                                              "--enable-sleep-mode" not in self.extra_args
+                                              else ()),
                 plugin_path=self.plugin_path, base_env=self.base_env, runner=cfg.runner,
                 **({"cache_dir": self.cache_dir} if self.cache_dir else {}))
         except self._launch.LaunchError as e:
@@ -397,9 +414,11 @@ def make_adapter(engine: str, server_cmd: str | None = None, *, draft_model: str
         raise UsageError("--engine-arg is for --engine vllm or lab (--engine cmd: put the "
                          "argument in --server-cmd)")
     cls = adapter_class(engine)
-    restore = isolation == "restore" or (isolation == "auto" and cls.can_restore())
     if isolation == "restore" and not cls.can_restore():
         raise UsageError(cls.restore_refusal())
+    # sleep mode for restore points only: auto's restore pass gets it per point
+    # (EngineAdapter.for_isolation), its fresh confirmations stay plain servers
+    restore = isolation == "restore"
     if engine == "lab":
         return LabAdapter(served_model_name, sleep_mode=restore, extra_args=extra_args)
     if engine == "vllm":

@@ -51,9 +51,16 @@ class RestoreFailed(RuntimeError):
     """A restore step failed or did not prove what it must; the message names it."""
 
 
+# v1/worker/gpu_worker.py Worker.sleep: what the sleep freed, weights offloaded and KV
+# discarded together (a fallback where the allocator's own line is not in the log)
+_FREED = re.compile(r"Sleep mode freed (?P<freed>[\d.]+) GiB memory")
+
+
 def discarded_gib(log_text: str) -> list[float]:
-    """GiB discarded by each sleep the log shows, in order."""
-    return [float(m["gone"]) for m in _DISCARDED.finditer(log_text)]
+    """GiB discarded by each sleep the log shows, in order (the allocator's line; else the
+    worker's 'Sleep mode freed' line)."""
+    found = [float(m["gone"]) for m in _DISCARDED.finditer(log_text)]
+    return found or [float(m["freed"]) for m in _FREED.finditer(log_text)]
 
 
 async def restore_server(client: EngineClient, log_path: Path) -> dict[str, Any]:

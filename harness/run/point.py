@@ -135,17 +135,20 @@ class PointRunner:
     # -- servers -----------------------------------------------------------------------
     async def boot(self, point: Point, slot: Slot) -> tuple[Server, EngineClient, dict]:
         case = f"-{point.case}" if point.case else ""
+        # a restore point's server starts in sleep mode, a fresh one plain (for_isolation)
+        adapter = self.adapter.for_isolation(point.isolation or self.opts.isolation)
         return await self.boot_config(point.cfg, slot,
-                                      f"{point.cfg_id}{case}-r{point.residue:03d}")
+                                      f"{point.cfg_id}{case}-r{point.residue:03d}", adapter)
 
-    async def boot_config(self, cfg: ServingConfig, slot: Slot,
-                          log_name: str) -> tuple[Server, EngineClient, dict]:
+    async def boot_config(self, cfg: ServingConfig, slot: Slot, log_name: str,
+                          adapter: EngineAdapter | None = None
+                          ) -> tuple[Server, EngineClient, dict]:
         """Start a server for ``cfg`` on ``slot`` and wait until it is ready; a port taken
         by another program between our pick and its bind is retried on a new port."""
         last: BootFailure | None = None
         for _ in range(MAX_PORT_RETRIES):
             port = self.ports.acquire()
-            argv, env = self.adapter.command(cfg, port, slot)
+            argv, env = (adapter or self.adapter).command(cfg, port, slot)
             if slot.gpu is not None:
                 env = {"CUDA_VISIBLE_DEVICES": slot.gpu, **env}
             log_path = self.logs_dir / f"{log_name}-{slot.id}-{port}.log"

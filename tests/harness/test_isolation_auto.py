@@ -68,6 +68,9 @@ def test_auto_on_the_lab_full_mtp_unpatched(tmp_path):
     proofs = [r["restore"] for r in recs if r["isolation"] == "restore"]
     assert {p["means"] for p in proofs} <= {"sleep-level-1+wake+reset", "boot"}
     assert all(p["discarded_gib"] > 0 for p in proofs if p["means"] != "boot")
+    # restore servers ran in sleep mode, the fresh confirmations on plain servers
+    assert {r["config"]["enable_sleep_mode"] for r in recs if r["isolation"] == "restore"} == {True}
+    assert {r["config"]["enable_sleep_mode"] for r in recs if r["isolation"] == "fresh"} == {False}
     # the report: agreement line, fresh verdicts in the table, a Timing section
     both = 2 * (6 + 2)    # phases x fresh points, each also measured on restore
     assert (f"Restore vs fresh (`--isolation auto`): {both} cells measured on both, {both} "

@@ -90,11 +90,16 @@ def test_a_server_without_sleep_mode_fails_the_restore(tmp_path):
 def test_vllm_adapter_turns_sleep_mode_and_dev_mode_on(tmp_path):
     assert vllm_serves_sleep() is True           # the venv's vLLM 0.27.1, read from source
     cfg = resolve("ngram", "huge", engine="vllm", model="/m", patches="none")
-    for iso, sleep in (("restore", True), ("auto", True), ("reset", False), ("fresh", False)):
+    for iso, sleep in (("restore", True), ("auto", False), ("reset", False), ("fresh", False)):
         adapter = make_adapter("vllm", isolation=iso, work_dir=tmp_path)
         argv, env = adapter.command(cfg, 8000, Slot("gpu0", "0"))
         assert ("--enable-sleep-mode" in argv) is sleep, iso
         assert (env.get("VLLM_SERVER_DEV_MODE") == "1") is (iso != "fresh"), iso
+        # a point's server: sleep mode for a restore point only (auto's restore pass),
+        # plain for a fresh one (auto's confirmations): a sleep-mode server is not plain
+        for point_iso, want in (("restore", True), ("fresh", False), ("reset", False)):
+            argv, _ = adapter.for_isolation(point_iso).command(cfg, 8000, Slot("gpu0", "0"))
+            assert ("--enable-sleep-mode" in argv) is want, (iso, point_iso)
     log = ("(APIServer pid=1) INFO 12-01 10:00:00 [api_utils.py:273] non-default args: "
            "{'model': '/m', 'enable_sleep_mode': True, 'max_model_len': 245760}\n")
     assert parse_effective_config(log)["enable_sleep_mode"] is True
@@ -108,4 +113,7 @@ def test_a_vllm_without_sleep_mode_is_refused(monkeypatch, tmp_path):
         make_adapter("vllm", isolation="restore", work_dir=tmp_path)
     # auto falls back to reset there, and starts no server in sleep mode
     adapter = make_adapter("vllm", isolation="auto", work_dir=tmp_path)
-    assert isinstance(adapter, VllmAdapter) and "--enable-sleep-mode" not in adapter.extra_args
+    cfg = resolve("ngram", "huge", engine="vllm", model="/m", patches="none")
+    assert isinstance(adapter, VllmAdapter)
+    argv, _ = adapter.for_isolation("restore").command(cfg, 8000, Slot("gpu0", "0"))
+    assert "--enable-sleep-mode" not in argv
