@@ -9,7 +9,10 @@
 - ``margin``: top-1 minus top-2 logprob at that token, from the reference's logprobs
   (``margin_from: reference``), else the answer's own (``margin_from: answer``);
 - ``call``: ``decisive`` (margin >= ``NEAR_TIE_MARGIN``), ``near-tie`` (below it), or
-  ``unknown`` (no logprobs: nothing says how close the choice was);
+  ``unknown``: no logprobs, or only the answer's own. A margin says something about noise
+  only when it is a clean reference's at that token: a corrupted answer's own top-1 lead
+  is what the corruption left, so it is recorded but calls nothing (the report looks for a
+  clean answer's logprobs at the same prompt, ``report/explain.py``);
 - ``in_top_k``: vLLM's ``check_logprobs_close`` rule at the first differing token: each
   side's token is among the other's top-k alternatives (None when either side has no
   logprobs). vLLM's own tests accept such a pair as numerical noise.
@@ -89,8 +92,9 @@ def first_divergence(answer: str, reference: str | None, *, answer_tokens: list 
         "got": answer[char:char + CONTEXT_CHARS], "token": None, "expected_token": None,
         "got_token": None, "margin": None, "margin_from": None, "call": "unknown",
         "in_top_k": None}
-    if not answer_tokens:
+    if not answer_tokens and not reference_tokens:
         return out
+    answer_tokens = answer_tokens or []   # an empty answer: it left at token 0
     if reference_tokens:
         tok = _first_token_difference(answer_tokens, reference_tokens)
     else:
@@ -108,7 +112,7 @@ def first_divergence(answer: str, reference: str | None, *, answer_tokens: list 
         margin = _margin(got)
         out["margin_from"] = "answer" if margin is not None else None
     out["margin"] = margin
-    if margin is not None:
+    if margin is not None and out["margin_from"] == "reference":
         out["call"] = "decisive" if margin >= NEAR_TIE_MARGIN else "near-tie"
     if got and ref:
         a, b = _in_top(got[0], ref), _in_top(ref[0], got)

@@ -4,19 +4,28 @@ what that reference can see, and the final prefill chunk behind the Bug B rule.
 Records of schema 3 carry ``first_divergence``; for older ones (the committed H200
 archives) it is computed here from the reference text, recovered as the answer of any
 record whose sha1 is the reference's sha1 (every residue of a run asks for the same
-passage, so a clean residue's answer is the reference text). Such records have no
-logprobs, so their call is ``unknown``.
+passage, so a clean residue's answer is the reference text).
+
+A margin calls a bad answer ``decisive`` or ``near-tie`` only when it is a clean
+reference's at the first differing token (``harness.divergence``). The passage has no
+logprobs, so where a record's margin is not the reference's, the clean logprobs are
+looked for here: an answer that equals the reference text, to the same prompt (model,
+case, document, templated length), with logprobs: the cold answer of the same server, a
+clean configuration's, or an explain run's clean rerun. Without one the call is
+``unknown``, whatever the corrupted answer's own logprobs say.
 """
 from __future__ import annotations
 
 from collections import Counter
+from typing import Iterable
 
 from ..divergence import first_divergence
 from ..ghmarkdown import code, escape_text
+from ..recordkeys import document_of
 from .model import ConfigData
 
-__all__ = ["REFERENCE_SIGHT", "reference_texts", "divergence_of", "divergence_phrase",
-           "call_counts", "reference_lines", "final_chunk_line"]
+__all__ = ["REFERENCE_SIGHT", "ReferenceTexts", "reference_texts", "divergence_of",
+           "divergence_phrase", "call_counts", "reference_lines", "final_chunk_line"]
 
 # reference -> (what it can see, what it cannot): docs/flags.md and docs/reports.md repeat it
 REFERENCE_SIGHT = {
@@ -39,22 +48,61 @@ REFERENCE_SIGHT = {
 }
 
 
-def reference_texts(records: list[dict]) -> dict[str, str]:
-    """sha1 -> answer text, for every answer in ``records``."""
-    return {r["sha1"]: r.get("answer") or "" for r in records if r.get("sha1")}
+class ReferenceTexts(dict):
+    """sha1 -> answer text, plus ``clean``: prompt -> records whose answer has that sha1
+    and carries logprobs (where a clean reference's margin comes from)."""
+
+    def __init__(self, *args, **kw) -> None:
+        super().__init__(*args, **kw)
+        self.clean: dict[tuple, list[dict]] = {}
+
+    def clean_tokens(self, r: dict) -> list | None:
+        """The logprobs of a clean answer to ``r``'s prompt equal to its reference text
+        (the same configuration's first), None when there is none."""
+        found = self.clean.get(_prompt_key(r, r.get("reference_sha1"))) or []
+        same = [c for c in found if c.get("config_id") == r.get("config_id")]
+        return (same or found)[0]["token_logprobs"] if found else None
+
+
+def _prompt_key(r: dict, sha: str | None) -> tuple:
+    return (r.get("model"), r.get("case_id"), document_of(r), r.get("target_len"), sha)
+
+
+def reference_texts(records: list[dict], extra: Iterable[dict] = ()) -> ReferenceTexts:
+    """sha1 -> answer text, for every answer in ``records``; ``extra`` (an explain run's
+    reruns) adds clean logprobs only."""
+    out = ReferenceTexts({r["sha1"]: r.get("answer") or "" for r in records if r.get("sha1")})
+    for r in [*records, *extra]:
+        if r.get("verdict") == "ok" and r.get("token_logprobs") and r.get("sha1"):
+            out.clean.setdefault(_prompt_key(r, r["sha1"]), []).append(r)
+    return out
 
 
 def divergence_of(r: dict, texts: dict[str, str]) -> dict | None:
-    """The record's first_divergence, computed from the recovered reference text when the
-    record predates the field (None when there is no reference text to compare with)."""
-    if r.get("first_divergence"):
-        return r["first_divergence"]
-    if r.get("verdict") not in ("broken", "diverged") or not r.get("reference_sha1"):
-        return None
-    ref = texts.get(r["reference_sha1"])
-    if ref is None:
-        return None
-    return first_divergence(r.get("answer") or "", ref, answer_tokens=r.get("token_logprobs"))
+    """The record's first_divergence (computed from the recovered reference text when the
+    record predates the field; None when there is no reference text to compare with),
+    its margin and call taken from a clean answer's logprobs where the record's are not
+    the reference's, else its call ``unknown``."""
+    fd = r.get("first_divergence")
+    ref = texts.get(r.get("reference_sha1") or "")
+    if not fd:
+        if r.get("verdict") not in ("broken", "diverged") or ref is None:
+            return None
+        fd = first_divergence(r.get("answer") or "", ref, answer_tokens=r.get("token_logprobs"))
+    if not fd or fd.get("margin_from") == "reference":
+        return fd
+    clean = texts.clean_tokens(r) if isinstance(texts, ReferenceTexts) and ref is not None else None
+    if clean:
+        got = first_divergence(r.get("answer") or "", ref, answer_tokens=r.get("token_logprobs"),
+                               reference_tokens=clean)
+        if got and got.get("margin_from") == "reference":
+            return dict(got, margin_from="clean answer")
+    why = "no clean logprobs" if _has_logprobs(r, texts) else "no logprobs"
+    return dict(fd, call="unknown", unknown_why=why)
+
+
+def _has_logprobs(r: dict, texts) -> bool:
+    return bool(r.get("token_logprobs")) or bool(getattr(texts, "clean", None))
 
 
 def divergence_phrase(fd: dict | None) -> str:
@@ -67,8 +115,13 @@ def divergence_phrase(fd: dict | None) -> str:
     if fd.get("token") is not None:
         parts.append(f"token {fd['token']}")
     margin = fd.get("margin")
-    parts.append(f"margin {margin:.2f} ({fd.get('call')})" if margin is not None
-                 else f"margin unknown ({fd.get('call') or 'unknown'})")
+    if margin is not None and fd.get("margin_from") == "answer":
+        parts.append(f"margin unknown (no clean logprobs; the answer's own lead {margin:.2f} "
+                     "calls nothing)")
+    elif margin is not None:
+        parts.append(f"margin {margin:.2f} ({fd.get('call')})")
+    else:
+        parts.append(f"margin unknown ({fd.get('call') or 'unknown'})")
     if fd.get("in_top_k") is not None:
         parts.append("in top-k" if fd["in_top_k"] else "not in top-k")
     return ", ".join(parts)
@@ -79,8 +132,12 @@ def call_counts(records: list[dict], texts: dict[str, str]) -> Counter:
     c: Counter = Counter()
     for r in records:
         if r.get("verdict") in ("broken", "diverged"):
-            fd = divergence_of(r, texts)
-            c[(fd or {}).get("call") or "unknown"] += 1
+            fd = divergence_of(r, texts) or {}
+            call = fd.get("call") or "unknown"
+            c[call] += 1
+            if call == "unknown":
+                c[fd.get("unknown_why") or ("no clean logprobs" if _has_logprobs(r, texts)
+                                            else "no logprobs")] += 1
     return c
 
 
@@ -102,9 +159,15 @@ def reference_lines(records: list[dict], texts: dict[str, str]) -> list[str]:
                    "`consensus` (the other residues) to judge the cold phase.")
     calls = call_counts(records, texts)
     if calls:
+        why = "no logprobs in the records"
+        if calls.get("no clean logprobs"):
+            why = (f"{calls['no clean logprobs']} with no clean answer's logprobs at that "
+                   "prompt, whose own logprobs call nothing")
+            if calls.get("no logprobs"):
+                why += f"; {calls['no logprobs']} with no logprobs"
         out.append(f"- **Bad answers:** {calls.get('decisive', 0)} decisive, "
                    f"{calls.get('near-tie', 0)} near-tie, {calls.get('unknown', 0)} of "
-                   "unknown margin (no logprobs in the records); a near-tie is a top-1 "
+                   f"unknown margin ({why}); a near-tie is a top-1 "
                    "lead under 0.5 nats at the first differing token, which numerical noise "
                    "can flip (docs/records.md).")
     return out

@@ -73,7 +73,8 @@ def render_markdown(records: list[dict], manifests: list[dict] | None = None, *,
     for case, cds in groups:
         for cd in cds:
             out.append(f"- {code(cd.label)}{case_suffix(case)}: {summary_counts(cd)}.")
-    texts = reference_texts(records)
+    # an explain run's clean reruns give clean logprobs at the parent's prompts
+    texts = reference_texts(records, [r for _, rs in explained or [] for r in rs])
     out += reference_lines(recs, texts)
     out.append("")
     agree = agreement_line(recs, labels=len(configs) > 1)

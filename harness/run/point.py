@@ -349,6 +349,11 @@ class PointRunner:
                 cold) -> dict[str, Any]:
         base = self.records.base(point, slot.id, self.node, phase, info, templated)
         expected, ref_tokens = self._reference(point, phase, cold)
+        if (ref_tokens is None and cold is not None and cold.get("verdict") == "ok"
+                and expected is not None and (cold.get("answer") or "") == expected):
+            # the passage has no logprobs; this server's clean cold answer to the same
+            # prompt has: the only margin that says something about noise (divergence.py)
+            ref_tokens = cold.get("token_logprobs")
         j = judge(res.answer, source=point.plan.document, expected=expected,
                   finish_reason=res.finish_reason)
         verdict, reason = j.verdict, j.reason

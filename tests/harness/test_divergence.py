@@ -43,8 +43,18 @@ def test_near_tie_is_what_vllms_rule_accepts():
     assert abs(d["margin"] - NEAR_TIE_MARGIN / 5) < 1e-9
 
 
-def test_answer_margin_when_the_reference_is_a_passage():
+def test_the_answers_own_margin_calls_nothing():
+    # issue 23 item 7: a corrupted answer's own top-1 lead says nothing about noise; it
+    # is recorded (margin_from: answer), the call is unknown, small or large
     got = ["The", " dog", " sat"]
-    d = first_divergence("".join(got), "The cat sat", answer_tokens=toks(got, margin=0.2))
-    assert d["token"] == 1 and d["margin_from"] == "answer" and d["call"] == "near-tie"
-    assert d["in_top_k"] is None
+    for margin in (0.2, 4.0):
+        d = first_divergence("".join(got), "The cat sat", answer_tokens=toks(got, margin=margin))
+        assert d["token"] == 1 and d["margin_from"] == "answer" and d["margin"] == margin
+        assert d["call"] == "unknown" and d["in_top_k"] is None
+
+
+def test_an_empty_answer_takes_the_clean_references_margin_at_token_0():
+    ref = ["The", " cat", " sat"]
+    d = first_divergence("", "".join(ref), answer_tokens=[],
+                         reference_tokens=toks(ref, margin=3.0))
+    assert d["token"] == 0 and d["margin_from"] == "reference" and d["call"] == "decisive"
