@@ -39,3 +39,27 @@ def test_the_report_explains_the_final_chunk_and_the_margin():
     assert "**Final chunk:** residue 4: cached 1152 of 1156, computed tail 4 = k + 1" in md
     assert "margin unknown (unknown)" in md
     assert "0 decisive, 0 near-tie, 2 of unknown margin" in md
+
+
+K1_K5 = RESULTS / "20261201-115154-d292.jsonl.gz"   # ngram k = 1, 5 unpatched, with logprobs
+
+
+def test_no_near_tie_is_called_from_a_corrupted_answers_own_logprobs():
+    # issue 23 item 7: k = 5 residue 6 cold ' key.' (5 of 276 chars) read "margin 0.25
+    # (near-tie)" from its own logprobs; the clean answers to the same prompt (other
+    # phases, passes and configurations of the run) put the reference token 13 nats ahead
+    recs = read_jsonl(K1_K5)
+    texts = reference_texts(recs)
+    bad = [r for r in recs if r["verdict"] in ("broken", "diverged")]
+    assert bad
+    for r in bad:
+        fd = divergence_of(r, texts)
+        assert fd["call"] != "near-tie" or fd["margin_from"] in ("reference", "clean answer")
+        if fd["call"] in ("near-tie", "decisive"):
+            assert fd["margin_from"] in ("reference", "clean answer"), fd
+    key = next(r for r in bad if r["answer"] == " key." and r["residue"] == 6)
+    assert key["first_divergence"]["call"] == "near-tie"   # as recorded
+    fd = divergence_of(key, texts)
+    assert fd["margin_from"] == "clean answer" and fd["call"] == "decisive" and fd["margin"] > 10
+    md = render_markdown(recs)
+    assert "10 decisive, 0 near-tie, 0 of unknown margin" in md
