@@ -6,13 +6,14 @@
 # (--max-model-len from CTX=huge; --max-num-seqs 64 because vLLM refuses a budget below
 # max_num_seqs, 1024 by default on an H200). Three harness processes at once, through
 # `sweep` (docs/shapes.md):
-#   a_budget   fresh servers, residues 3,4,5 mod 512 (--modulus auto): does a cold prompt of
-#              L = 2*512 + 4 = 1,028 tokens break, as the lab does and the rule predicts?
+#   a_budget   fresh servers, unpatched, residues 3,4,5 mod 512 (--modulus auto): does a cold
+#              prompt of L = 2*512 + 4 = 1,028 tokens break, as the lab does and the rule
+#              predicts? (a_budget_patched: residue 4 with the fix)
 #   b_load     --load 4 (four background conversations decoding beside each measured
 #              request), reset servers, residues 4, 100, 484: lone, 4 breaks (rule) and
 #              484 (L = 996) is clean; under load MTP's prefill runs in 512 - 4*4 = 496-token
 #              chunks, so 996 = 2*496 + 4 ends in a 4-token chunk beside 4 decode steps;
-#   c_preempt  --load 4 with a 28-block KV pool and max_model_len 4096: the measured
+#   c_preempt  --load 4 with a 24-block KV pool and max_model_len 4096: the measured
 #              request is preempted and recomputed; records count the preemptions (0: the
 #              pool was not small enough, and the report says it saw none).
 # Proof that the shapes were scheduled: RESIDUE_LAB_SCHED_TRACE=1 makes the patch plugin
@@ -40,16 +41,16 @@ if [ "$ENGINE" = vllm ]; then
   M=$R/engine/tinymodel/weights/hybrid
   ENG=(--engine vllm --model "$M" --launcher prefork --cache-dir "$CACHE"
        --engine-arg=--gpu-memory-utilization=0.05 --engine-arg=--max-num-seqs=64)
-  # 28 blocks of 256 tokens (the hybrid's promoted attention block): the four background
+  # 24 blocks of 256 tokens (the hybrid's promoted attention block): the four background
   # prompts and the measured one are admitted, the first background block growth preempts
   # the newest running request (the measured one); max_model_len 4096 still fits the pool
-  PREEMPT=(--max-model-len 4096 --engine-arg=--num-gpu-blocks-override=28)
-  SLOTS_A=0,0,0,0,0,0,0,0,0,0,0,0; SLOTS_B=0,0,0,0; SLOTS_C=0
+  PREEMPT=(--max-model-len 4096 --engine-arg=--num-gpu-blocks-override=24)
+  SLOTS_A=0,0,0,0,0,0; SLOTS_P=0,0; SLOTS_B=0,0,0,0; SLOTS_C=0   # 13 servers at once
 else   # the lab engine stands in: the same sweeps, its own model, a small KV pool by bytes
   export PYTHONPATH=$R PYTHONUNBUFFERED=1
   ENG=(--engine lab)
   PREEMPT=(--max-model-len 3072 --kv-cache-memory-bytes 62000000)   # ~3,560 tokens
-  SLOTS_A=; SLOTS_B=; SLOTS_C=
+  SLOTS_A=; SLOTS_P=; SLOTS_B=; SLOTS_C=
 fi
 H=$(( LIMIT - 50 - $(el) ))
 COMMON=("${ENG[@]}" --geometry hybrid --ctx huge --context 1024 --modulus auto
@@ -64,25 +65,26 @@ run() {  # NAME SLOTS ARGS...: one harness process in the background
     --out "$W/$n" --reports-dir "$W/$n" > "$W/$n.stdout.txt" 2> "$W/$n.stderr.txt" &
   PIDS+=($!); NAMES+=("$n")
 }
-run a_budget "$SLOTS_A" --spec ngram,mtp --patches none,all --isolation fresh --residues 3,4,5
+run a_budget "$SLOTS_A" --spec ngram,mtp --patches none --isolation fresh --residues 3,4,5
+run a_budget_patched "$SLOTS_P" --spec ngram,mtp --patches all --isolation fresh --residues 4
 run b_load "$SLOTS_B" --spec ngram,mtp --patches none,all --isolation reset --residues 4,100,484 \
   --load 4
 run c_preempt "$SLOTS_C" --spec mtp --patches none --isolation reset --residues 4,484 --load 4 \
   "${PREEMPT[@]}"
 for i in "${!PIDS[@]}"; do wait "${PIDS[$i]}"; echo "${NAMES[$i]} rc=$? $(el)s" >> "$W/timings.txt"; done
-echo "server processes after the sweeps: $(pgrep -c -f 'vllm.entrypoints|engine.prefork|engine.lab')" >> "$W/timings.txt"
+[ "$ENGINE" = vllm ] && echo "vllm processes after the sweeps: $(pgrep -c -f 'vllm.entrypoints|engine.prefork')" >> "$W/timings.txt"
 # what the server logs say was scheduled (the trace lines), per sweep
-for n in a_budget b_load c_preempt; do
+for n in a_budget a_budget_patched b_load c_preempt; do
   echo "== $n: final prefill chunks logged: $(cat "$W/$n"/*.logs/*.log 2>/dev/null | grep -c 'final prefill chunk:'), preemptions logged: $(cat "$W/$n"/*.logs/*.log 2>/dev/null | grep -c 'preempted request=')" >> "$W/timings.txt"
 done
 [ -n "$MON" ] && kill "$MON" 2>/dev/null
 echo "end $(el)s" >> "$W/timings.txt"
-for n in a_budget b_load c_preempt; do   # the reports, readable without unpacking
+for n in a_budget a_budget_patched b_load c_preempt; do   # the reports, readable without unpacking
   f=$(ls "$W/$n"/*.md 2>/dev/null | head -1); [ -n "$f" ] && cp "$f" "$OUT/$n.md"
 done
 dev_pack shapes
 ls -la "$OUT"; cat "$W/timings.txt"
-for n in a_budget b_load c_preempt; do
+for n in a_budget a_budget_patched b_load c_preempt; do
   echo "== $n"; grep -E "Bug B rule|clean|broken|diverged" "$W/$n.stdout.txt" | head -8
   tail -c 600 "$W/$n.stderr.txt"
 done
