@@ -72,11 +72,13 @@ def _range(vals: list[float]) -> str:
 
 
 def cost_table(costs: dict[tuple, list[tuple[float, float]]], machine: str) -> str:
-    base = costs.get(("fresh", "plain"))
+    base_key = ("fresh", "plain") if costs.get(("fresh", "plain")) else ("fresh", "forked")
+    base = costs.get(base_key)
     base_point = statistics.median(p for _, p in base) if base else None
     base_over = statistics.median(o for o, _ in base) if base else None
+    base_name = "fresh plain" if base_key[1] == "plain" else "fresh prefork (no plain run)"
     lines = [f"Per-point cost by isolation on {machine} (median, min–max; ratio: median over "
-             "fresh plain's).", "",
+             f"{base_name}'s).", "",
              "| isolation | points | isolation overhead per point | ratio | point (overhead + "
              "requests) | ratio |", "|---|---|---|---|---|---|"]
     for key in ROWS + tuple(k for k in costs if k not in ROWS):

@@ -96,7 +96,8 @@ class Probe:
         await self.others()
         await c.reset_prefix_cache()
         await self.ask("others+reset", rule)
-        await self.ask("restore", rule, **await self.timed("restore", restore_server(c, self.log_path)))
+        proof = await self.timed("restore", restore_server(c, self.log_path))
+        await self.ask("restore", rule, **proof)
         for n in (1, 2):
             await self.others()
             await self.ask(f"others+restore#{n}", rule,

@@ -32,8 +32,9 @@ def restore_summary(records: Iterable[dict]) -> str:
                      f"(median {statistics.median(secs):.3g} s per point, "
                      f"{min(secs):.3g}–{max(secs):.3g} s)")
     if failed:
+        first = escape_text(str(failed[0].get("error")), limit=160)
         parts.append(f"{len(failed)} restore{'s' if len(failed) != 1 else ''} failed (those "
-                     f"points are invalid; first: {escape_text(str(failed[0].get('error')), limit=160)})")
+                     f"points are invalid; first: {first})")
     if booted:
         parts.append(f"{booted} on a just-booted server")
     return f"{escape_text(', '.join(means))}: " + "; ".join(parts)
