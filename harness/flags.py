@@ -20,7 +20,7 @@ from engine.presets import (CTXS, CUDAGRAPH_MODES, GEOMETRIES, PATCHES, RUNNERS,
 from .backends.registry import backend_names
 from .engines import ADAPTERS
 from .errors import UsageError
-from .vocabulary import ISOLATIONS, PHASES
+from .vocabulary import ISOLATIONS, LOAD_MODES, PHASES
 
 __all__ = ["Flag", "FLAGS", "GROUPS", "UNSET", "sweep_parser", "matrix_axes",
            "rerun_command", "Rerun", "positive_int", "positive_float", "Parser",
@@ -302,7 +302,7 @@ FLAGS: tuple[Flag, ...] = (
          rerun=lambda r: ["--load", str(r.opts.load)] if r.opts.load else []),
     Flag("--load-mode", MEASURE, "--load: steady (background decodes run on) | cancel (each "
          "is cut after a few tokens and sent again: aborts and new prefills beside the "
-         "measured request)", {"default": "steady", "choices": ("steady", "cancel")},
+         "measured request)", {"default": "steady", "choices": LOAD_MODES},
          rerun=lambda r: (["--load-mode", r.opts.load_mode]
                           if r.opts.load and r.opts.load_mode != "steady" else [])),
     Flag("--isolation", RUN, "fresh (new server per point, default) | restore (one server per "

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Iterable
 
 __all__ = ["ISOLATIONS", "RECORD_ISOLATIONS", "REUSE_ISOLATIONS", "PHASES", "VERDICTS", "REFERENCES", "UNJUDGED", "SEVERITY", "BUG_VERDICTS", "CLEAN", "FULL_GRAPH_MODES",
-           "PREFILL_FIX", "phase_key", "worst"]
+           "PREFILL_FIX", "LOAD_MODES", "phase_key", "worst"]
 
 # restore: one server per configuration, returned to its just-booted state between points
 # (sleep level 1 + wake + reset, harness/restore.py). auto: restore servers (reset where the
@@ -38,6 +38,8 @@ REFERENCES = ("passage", "cold", "first", "consensus", "golden:RUN")
 # cudagraph modes that capture a FULL graph for the speculative verify step (Bug B).
 FULL_GRAPH_MODES = frozenset({"FULL", "FULL_AND_PIECEWISE", "FULL_DECODE_ONLY"})
 PREFILL_FIX = "prefill-discriminator"
+# --load-mode: background conversations decode on (steady) or are cut and resent (cancel)
+LOAD_MODES = ("steady", "cancel")
 
 assert set(SEVERITY) == set(VERDICTS)
 

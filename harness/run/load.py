@@ -30,11 +30,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from ..client import ClientError, EngineClient
 from ..prompts import INSTRUCTION, document_lines
+from ..vocabulary import LOAD_MODES
 
 __all__ = ["LOAD_MODES", "BG_SEED_BASE", "BackgroundLoad", "LoadError", "background_messages",
            "server_gauges", "beside_from_log", "preempted_in_log", "load_facts"]
 
-LOAD_MODES = ("steady", "cancel")
 BG_SEED_BASE = 900_000        # background documents: seeds no measured document uses
 BG_DOC_LINES = 24             # a background prompt of a few hundred tokens
 BG_MAX_TOKENS = 16384         # long decodes (ignore_eos), cut when the measured one returns
