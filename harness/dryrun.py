@@ -47,7 +47,11 @@ def dry_run(opts: SweepOptions, adapter) -> int:
         print(f"\n[{config_id(cfg)}] {cfg.label()}", file=out)
         print(f"  residues: {fmt_ranges(residues)} (mod {mod}){'  -- ' + note if note else ''}",
               file=out)
-        print(f"  rule predicts: {_rule_line(cfg, mod)}", file=out)
+        lengths: dict[int, set[int]] = {}
+        for p in (plan.points if plan else []):
+            if p.cfg_id == config_id(cfg):
+                lengths.setdefault(p.residue, set()).add(p.plan.target_len)
+        print(f"  rule predicts: {_rule_line(cfg, mod, opts.load, lengths)}", file=out)
         print(f"  server: {adapter.shell_line(cfg, opts.slots[0])}", file=out)
         if plan and opts.cases:
             for line in _case_lines(plan, config_id(cfg), opts):
@@ -79,11 +83,14 @@ def _case_lines(plan, cid: str, opts: SweepOptions) -> list[str]:
     return out
 
 
-def _rule_line(cfg, modulus: int) -> str:
+def _rule_line(cfg, modulus: int, load: int = 0,
+               lengths: dict[int, set[int]] | None = None) -> str:
     """What the one Bug B rule (``harness.bugb``) says about ``cfg`` before it runs; on
     vLLM with the installed release and the runner it would run on (forced, or that
-    release's default for this model and method)."""
-    pred = bugb.predict(_with_installed_vllm(cfg.as_dict()), modulus)
+    release's default for this model and method); under ``--load`` with the planned
+    lengths (the budget left beside the background decodes)."""
+    pred = bugb.predict(_with_installed_vllm(cfg.as_dict()), modulus, load=load,
+                        lengths=lengths if load else None)
     if pred.residues:
         return f"{pred.residues} ({_plain(pred.why)})"
     return f"nothing ({_plain(pred.why)})"

@@ -211,3 +211,14 @@ def test_load_flags_are_checked():
     out = subprocess.run([sys.executable, "-m", "harness", "--load", "-1", "--dry-run"],
                          cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and "--load" in out.stderr
+
+
+def test_the_dry_run_names_the_batched_residue_under_load():
+    out = subprocess.run([sys.executable, "-m", "harness", *LOAD_ARGS, "--load", "4",
+                          "--dry-run"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-1500:]
+    line = next(ln for ln in out.stdout.splitlines() if "rule predicts" in ln)
+    assert line.startswith("  rule predicts: [388]") and "chunk budget 496" in line
+    alone = subprocess.run([sys.executable, "-m", "harness", *LOAD_ARGS, "--dry-run"],
+                           cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert "rule predicts: [4]" in alone.stdout
