@@ -295,6 +295,13 @@ class PointRunner:
                            templated, tokenize_error, cold)
         if load is not None:
             rec["load"] = load
+            # beside other requests the lone arithmetic does not hold: only the server's
+            # own line says which final chunk ran
+            chunk = (load.get("beside") or {}).get("final_chunk")
+            if chunk is None:
+                rec.pop("final_chunk", None)
+            else:
+                rec["final_chunk"] = chunk
         return rec, None
 
     async def _measured(self, point: Point, client: EngineClient, model: str,
