@@ -13,9 +13,10 @@
 #              request), reset servers, residues 4, 100, 484: lone, 4 breaks (rule) and
 #              484 (L = 996) is clean; under load MTP's prefill runs in 512 - 4*4 = 496-token
 #              chunks, so 996 = 2*496 + 4 ends in a 4-token chunk beside 4 decode steps;
-#   c_preempt  --load 4 with a 24-block KV pool and max_model_len 4096: the measured
-#              request is preempted and recomputed; records count the preemptions (0: the
-#              pool was not small enough, and the report says it saw none).
+#   c_preempt_N  --load 4 with an N-block KV pool (N = 24, 36, 54: one server each) and
+#              max_model_len 4096: the measured request is preempted and recomputed where
+#              the pool is just big enough to admit it; records count the preemptions
+#              (the measured request's own from the trace) and the report says where none.
 # Proof that the shapes were scheduled: RESIDUE_LAB_SCHED_TRACE=1 makes the patch plugin
 # log every final prefill chunk with its batch (engine/vllm/patches/sched_trace.py); each
 # record's final_chunk (from prompt/cached tokens and the budget) and load.beside (from that
@@ -41,15 +42,17 @@ if [ "$ENGINE" = vllm ]; then
   M=$R/engine/tinymodel/weights/hybrid
   ENG=(--engine vllm --model "$M" --launcher prefork --cache-dir "$CACHE"
        --engine-arg=--gpu-memory-utilization=0.05 --engine-arg=--max-num-seqs=64)
-  # 24 blocks of 256 tokens (the hybrid's promoted attention block): the four background
-  # prompts and the measured one are admitted, the first background block growth preempts
-  # the newest running request (the measured one); max_model_len 4096 still fits the pool
-  PREEMPT=(--max-model-len 4096 --engine-arg=--num-gpu-blocks-override=24)
-  SLOTS_A=0,0,0,0,0,0; SLOTS_P=0,0; SLOTS_B=0,0,0,0; SLOTS_C=0   # 13 servers at once
+  # Pools of 24, 36 and 54 blocks (256-token attention blocks, the hybrid's promoted
+  # block; the GDN groups take blocks too, 1 or 1 + k per request: not known for 0.26.0):
+  # the one just above what the four background prompts and the measured one need when
+  # admitted is exhausted by the first background block growth, which preempts the newest
+  # running request, the measured one. max_model_len 4096 fits each pool.
+  PREEMPT=(--max-model-len 4096 --timeout 60); POOLS=(24 36 54)
+  SLOTS_A=0,0,0,0,0,0; SLOTS_P=0,0; SLOTS_B=0,0,0,0; SLOTS_C=0   # 15 servers at once
 else   # the lab engine stands in: the same sweeps, its own model, a small KV pool by bytes
   export PYTHONPATH=$R PYTHONUNBUFFERED=1
   ENG=(--engine lab)
-  PREEMPT=(--max-model-len 3072 --kv-cache-memory-bytes 62000000)   # ~3,560 tokens
+  PREEMPT=(--max-model-len 3072 --kv-cache-memory-bytes 62000000 --timeout 60); POOLS=(lab)
   SLOTS_A=; SLOTS_P=; SLOTS_B=; SLOTS_C=
 fi
 H=$(( LIMIT - 50 - $(el) ))
@@ -69,22 +72,25 @@ run a_budget "$SLOTS_A" --spec ngram,mtp --patches none --isolation fresh --resi
 run a_budget_patched "$SLOTS_P" --spec ngram,mtp --patches all --isolation fresh --residues 4
 run b_load "$SLOTS_B" --spec ngram,mtp --patches none,all --isolation reset --residues 4,100,484 \
   --load 4
-run c_preempt "$SLOTS_C" --spec mtp --patches none --isolation reset --residues 4,484 --load 4 \
-  "${PREEMPT[@]}"
+for b in "${POOLS[@]}"; do   # ~3,560 tokens on the lab (by bytes)
+  pool=(); [ "$b" != lab ] && pool=(--engine-arg=--num-gpu-blocks-override="$b")
+  run "c_preempt_$b" "$SLOTS_C" --spec mtp --patches none --isolation reset --residues 4,484 \
+    --load 4 "${PREEMPT[@]}" "${pool[@]}"
+done
 for i in "${!PIDS[@]}"; do wait "${PIDS[$i]}"; echo "${NAMES[$i]} rc=$? $(el)s" >> "$W/timings.txt"; done
 [ "$ENGINE" = vllm ] && echo "vllm processes after the sweeps: $(pgrep -c -f 'vllm.entrypoints|engine.prefork')" >> "$W/timings.txt"
 # what the server logs say was scheduled (the trace lines), per sweep
-for n in a_budget a_budget_patched b_load c_preempt; do
+for n in "${NAMES[@]}"; do
   echo "== $n: final prefill chunks logged: $(cat "$W/$n"/*.logs/*.log 2>/dev/null | grep -c 'final prefill chunk:'), preemptions logged: $(cat "$W/$n"/*.logs/*.log 2>/dev/null | grep -c 'preempted request=')" >> "$W/timings.txt"
 done
 [ -n "$MON" ] && kill "$MON" 2>/dev/null
 echo "end $(el)s" >> "$W/timings.txt"
-for n in a_budget a_budget_patched b_load c_preempt; do   # the reports, readable without unpacking
+for n in "${NAMES[@]}"; do   # the reports, readable without unpacking
   f=$(ls "$W/$n"/*.md 2>/dev/null | head -1); [ -n "$f" ] && cp "$f" "$OUT/$n.md"
 done
 dev_pack shapes
 ls -la "$OUT"; cat "$W/timings.txt"
-for n in a_budget a_budget_patched b_load c_preempt; do
+for n in "${NAMES[@]}"; do
   echo "== $n"; grep -E "Bug B rule|clean|broken|diverged" "$W/$n.stdout.txt" | head -8
   tail -c 600 "$W/$n.stderr.txt"
 done
