@@ -99,8 +99,10 @@ class Terminal(Callbacks):
         if self.bar is not None:
             self.bar.close()
 
-    def report(self, markdown: str) -> None:
-        print(markdown_to_plain(markdown))   # the terminal reads plain text; the file is markdown
+    def finished(self, result) -> None:
+        """The short plain report (``report/terminal.py``); the file has the markdown."""
+        from . import report
+        print(report.render_terminal(result.records, [result.manifest]))
 
 
 def _counts(counter) -> str:
@@ -155,8 +157,10 @@ def run_report(argv: Sequence[str]) -> int:
         raise UsageError(str(e)) from None
     explained = [(m, read_jsonl(p)) for m, p in linked_runs(paths, "explains")]
     if not ns.output:
-        md = report.render_markdown(records, manifests, full=ns.full, explained=explained)
-        print(markdown_to_plain(md) if sys.stdout.isatty() else md)
+        if sys.stdout.isatty():   # the short plain report; piped, the whole markdown
+            print(report.render_terminal(records, manifests) + "(the whole report: -o FILE)")
+        else:
+            print(report.render_markdown(records, manifests, full=ns.full, explained=explained))
         return EXIT_OK
     try:
         path = report.write_report(records, manifests, ns.output, full=ns.full,

@@ -194,6 +194,9 @@ def select_residues(spec: str, cfg: ServingConfig, modulus: int, *,
         if bad:
             raise UsageError(f"--residues: {bad[0]} is outside 0..{modulus - 1} (modulus {modulus})")
         chosen = sorted(set(chosen))
+        if not chosen:
+            raise UsageError(f"--residues: {spec!r} names no residue; allowed: all, risky, "
+                             "tails[:N], sample:N, a list (3,4,5) or a range (0-15)")
     if len(chosen) == modulus:
         return chosen, None
     missing = [r for r in predicted if r not in chosen]

@@ -85,6 +85,7 @@ class EngineAdapter:
         for cfg in configs:
             if cfg.runner != "auto" and cfg.runner not in self.runners:
                 raise UsageError(self.runner_refusal(cfg.runner))
+            _check_model_path(cfg.model)
             self.command(cfg, _PORT_SENTINEL, slot)
 
     def runner_refusal(self, runner: str) -> str:
@@ -182,6 +183,19 @@ class LabAdapter(EngineAdapter):
 
     def model_dir(self, cfg: ServingConfig) -> Path:
         return Path(cfg.model) if cfg.model else LAB_MODEL_DIR
+
+    def check(self, configs, slot: Slot) -> None:
+        """The lab server's own validation of each configuration's command line, made
+        now (a --block-size the match unit is not a multiple of boots 128 servers that all
+        fail otherwise)."""
+        super().check(configs, slot)
+        from engine.lab.cli import check_args
+        for cfg in configs:
+            argv, _ = self.command(cfg, 8000, slot)
+            problem = check_args(argv[3:])   # after `python -m engine.lab`
+            if problem:
+                raise UsageError(f"{cfg.label()}: the lab engine refuses this configuration: "
+                                 f"{problem}")
 
     def tokenizer_dir(self, cfg: ServingConfig) -> Path | None:
         d = self.model_dir(cfg)
@@ -383,6 +397,18 @@ def vllm_serves_sleep() -> bool | None:
         except OSError:
             continue
     return False
+
+
+def _check_model_path(model: str | None) -> None:
+    """A --model written as a local path (absolute, ./, ../, ~) must be a folder; anything
+    else may be a Hugging Face id (owner/name) that the server downloads."""
+    if not model or not model.startswith(("/", "./", "../", "~")):
+        return
+    path = Path(model).expanduser()
+    if not path.is_dir():
+        what = "is a file, not a model folder" if path.exists() else "does not exist"
+        raise UsageError(f"--model: {model} {what} (a local model is a folder; a Hugging "
+                         "Face id is written owner/name)")
 
 
 def _plugin_installed() -> bool:

@@ -24,7 +24,8 @@ from .vocabulary import ISOLATIONS, LOAD_MODES, PHASES
 
 __all__ = ["Flag", "FLAGS", "GROUPS", "UNSET", "sweep_parser", "matrix_axes",
            "rerun_command", "Rerun", "positive_int", "positive_float", "Parser",
-           "explicit_flags", "dest_of", "check_launch_flags", "add_flags"]
+           "explicit_flags", "dest_of", "check_launch_flags", "add_flags",
+           "check_flag_use"]
 
 UNSET = object()   # a matrix axis left to the preset (nothing passed to resolve)
 
@@ -447,6 +448,35 @@ def check_launch_flags(ns: argparse.Namespace) -> None:
         raise UsageError("--auto-sample is for --isolation auto")
     if ns.load_mode != "steady" and not ns.load:
         raise UsageError("--load-mode is for --load N (N background conversations)")
+
+
+def _written(argv: Sequence[str], name: str) -> bool:
+    return any(a == name or a.startswith(name + "=") for a in argv)
+
+
+def check_flag_use(ns: argparse.Namespace, argv: Sequence[str]) -> None:
+    """Flags that do not apply to what else was asked, or contradict each other: a
+    ``UsageError`` naming them, never silence (issue 27). ``argv`` tells a flag written
+    from its default. Also ``check_launch_flags``."""
+    check_launch_flags(ns)
+    if _written(argv, "--prefix-cache") and _written(argv, "--no-prefix-cache"):
+        raise UsageError("--prefix-cache and --no-prefix-cache contradict each other; give one")
+    asked = [x.strip() for x in str(ns.phases).split(",")]
+    hit_phases = [p for p in PHASES if p != "cold" and p in asked]
+    if _written(argv, "--no-prefix-cache") and hit_phases:
+        raise UsageError(f"--no-prefix-cache: the {' and '.join(hit_phases)} phase cannot hit "
+                         "without the prefix cache (it would be one more cold request); "
+                         "give --phases cold")
+    if ns.prompts:
+        for name in ("--context", "--answer-lines"):
+            if _written(argv, name):
+                raise UsageError(f"{name} is not used with --prompts: a case is its own "
+                                 "prompt, padded to each residue (docs/prompts.md)")
+    if ns.allow_fewer and not ns.baseline:
+        raise UsageError("--allow-fewer is for --baseline (it accepts less coverage than "
+                         "the baseline's)")
+    if ns.gpus and ns.engine == "lab":
+        raise UsageError("--gpus: the lab engine runs on the CPU; give --slots N")
 
 
 def rerun_command(opts: Any, cfg: ServingConfig, residue: int, modulus: int,

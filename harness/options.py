@@ -21,7 +21,7 @@ from .configs import (SweepOptions, expand_matrix, modulus_for, parse_phases, pa
                       parse_reference, parse_slots, select_residues)
 from .engines import adapter_class
 from .errors import UsageError
-from .flags import check_launch_flags, matrix_axes, sweep_parser
+from .flags import check_flag_use, matrix_axes, sweep_parser
 from .resume import resumed_namespace
 from .store import ResultStore, StoreError
 
@@ -77,7 +77,7 @@ def _check_pairs(ns: argparse.Namespace) -> None:
         raise UsageError("--ray-address is only for --backend ray")
     if ns.slots and ns.gpus:
         raise UsageError("--slots and --gpus are exclusive: --gpus gives one slot per GPU")
-    check_launch_flags(ns)   # --cache-dir, --launcher, --auto-sample
+    check_flag_use(ns, argv)   # --cache-dir, --launcher, flags that do not apply
     if len(ns.seed) > 1 and ns.prompts:
         raise UsageError("--seed lists are documents and --prompts cases have none: give one --seed")
     if getattr(ns, "bisect", False) and ns.baseline:

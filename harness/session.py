@@ -79,6 +79,11 @@ class Callbacks:
     def report(self, markdown: str) -> None:
         """The finished run's report (before the output writers run)."""
 
+    def finished(self, result: "RunResult") -> None:
+        """The finished run, for a caller that shows its own view of the report (the
+        terminal's short one); by default ``report`` with the markdown."""
+        self.report(result.report_markdown)
+
 
 @dataclass
 class RunResult:
@@ -317,7 +322,7 @@ class Sweep:
         from .writers import WRITERS, Output
         opts, records = self.options, result.records
         result.report_markdown = self.render(records, result.manifest)
-        cb.report(result.report_markdown)
+        cb.finished(result)
         counts = " ".join(f"{k}={v}" for k, v in sorted(
             Counter(r["verdict"] for r in records).items())) or "-"
         ran = (f"; {on_disk} were on disk before --resume, {len(records) - on_disk} ran now"

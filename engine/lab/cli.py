@@ -63,8 +63,31 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(
+class Refused(ValueError):
+    """A flag value the server would refuse at boot (``check_args``)."""
+
+
+class _QuietParser(argparse.ArgumentParser):
+    def error(self, message: str):
+        raise Refused(message)
+
+
+def check_args(argv: list[str]) -> str | None:
+    """What a server started with ``argv`` would refuse at boot (a flag value it cannot
+    run with, e.g. a match unit that is not a multiple of the block), said without starting
+    it, or None. A KV pool too small for ``--max-model-len`` is not refused here: that is
+    the boot failure a sweep records, as vLLM's."""
+    try:
+        config_from_args(argv, parser_cls=_QuietParser)
+    except Refused as e:
+        return str(e)
+    except CapacityError:
+        pass
+    return None
+
+
+def build_parser(parser_cls: type[argparse.ArgumentParser] = _Parser) -> argparse.ArgumentParser:
+    p = parser_cls(
         prog="python -m engine.lab",
         description="residue-lab CPU lab engine: an OpenAI-compatible server that replicates "
                     "vLLM's scheduler, paged KV cache, prefix cache, spec decode and cudagraph "
@@ -119,8 +142,9 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def config_from_args(argv: list[str] | None = None) -> LabConfig:
-    p = build_parser()
+def config_from_args(argv: list[str] | None = None, *,
+                     parser_cls: type[argparse.ArgumentParser] = _Parser) -> LabConfig:
+    p = build_parser(parser_cls)
     ns = p.parse_args(argv)
     spec = ns.speculative_config
     if spec is not None:

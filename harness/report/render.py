@@ -16,7 +16,8 @@ from .model import group_configs, varying_fields
 from .sections import (render_config_summary, render_ladder, render_provenance,
                        render_results_table, render_thread_view, short_labels, summary_counts)
 
-__all__ = ["render_markdown", "write_report", "load_inputs"]
+__all__ = ["render_markdown", "write_report", "load_inputs", "title_markdown",
+           "headline_markdown"]
 
 
 def render_markdown(records: list[dict], manifests: list[dict] | None = None, *,
@@ -39,34 +40,12 @@ def render_markdown(records: list[dict], manifests: list[dict] | None = None, *,
     short, corner = short_labels(configs)
     planned = sorted({int(x) for m in manifests for x in (m.get("residues") or [])})
 
-    total_cells = len(recs)
-    bad_cells = sum(1 for r in recs if r.get("verdict") != "ok")
-    points = sum(len(c.residues) for _, cs in groups for c in cs)
-    bad_points = sum(1 for _, cs in groups for c in cs for s in c.statuses().values()
-                     if s != "ok")
-    if title is None:
-        if len(configs) == 1:
-            title_md = "Residue sweep: " + code(configs[0].label)
-        elif len(configs) <= 4 and corner != "configuration":
-            title_md = (f"Residue sweep: {corner}, "
-                        + " vs ".join(short[c.config_id] for c in configs))
-        else:
-            title_md = f"Residue sweep: {len(configs)} configurations"
-        if by_case:
-            title_md += f", {len(groups)} prompt case{'s' if len(groups) != 1 else ''}"
-    else:
-        title_md = escape_text(title)
+    title_md = escape_text(title) if title is not None else title_markdown(recs)
     out = [f"# {title_md}", ""]
     for notice in (live_notice(recs), engine_notice(recs)):
         if notice:
             out += [notice, ""]
-    headline = (f"{len(configs)} configuration{'s' if len(configs) != 1 else ''}, "
-                f"{points} data point{'s' if points != 1 else ''}, "
-                f"{total_cells} phase cell{'s' if total_cells != 1 else ''}: ")
-    headline += (bold(f"{bad_points} point{'s' if bad_points != 1 else ''} not ok "
-                      f"({bad_cells} cell{'s' if bad_cells != 1 else ''})")
-                 if bad_points else "all ok")
-    out += [headline + ".", ""]
+    out += [headline_markdown(recs) + ".", ""]
     stopped_line = interrupted_line(manifests, recs)
     if stopped_line:
         out += [stopped_line, ""]
@@ -109,6 +88,36 @@ def render_markdown(records: list[dict], manifests: list[dict] | None = None, *,
     out.append(render_provenance(configs, recs, manifests, superseded))
     out.append("")
     return "\n".join(out)
+
+
+def title_markdown(recs: list[dict]) -> str:
+    """The report's title (markdown, no ``#``) for the latest records ``recs``."""
+    configs, groups = group_configs(recs), case_groups(recs)
+    short, corner = short_labels(configs)
+    if len(configs) == 1:
+        title = "Residue sweep: " + code(configs[0].label)
+    elif len(configs) <= 4 and corner != "configuration":
+        title = f"Residue sweep: {corner}, " + " vs ".join(short[c.config_id] for c in configs)
+    else:
+        title = f"Residue sweep: {len(configs)} configurations"
+    if groups[0][0] is not None or len(groups) > 1:
+        title += f", {len(groups)} prompt case{'s' if len(groups) != 1 else ''}"
+    return title
+
+
+def headline_markdown(recs: list[dict]) -> str:
+    """``N configurations, P data points, C phase cells: all ok`` (or what is not)."""
+    configs, groups = group_configs(recs), case_groups(recs)
+    bad_cells = sum(1 for r in recs if r.get("verdict") != "ok")
+    points = sum(len(c.residues) for _, cs in groups for c in cs)
+    bad_points = sum(1 for _, cs in groups for c in cs for s in c.statuses().values()
+                     if s != "ok")
+    headline = (f"{len(configs)} configuration{'s' if len(configs) != 1 else ''}, "
+                f"{points} data point{'s' if points != 1 else ''}, "
+                f"{len(recs)} phase cell{'s' if len(recs) != 1 else ''}: ")
+    return headline + (bold(f"{bad_points} point{'s' if bad_points != 1 else ''} not ok "
+                            f"({bad_cells} cell{'s' if bad_cells != 1 else ''})")
+                       if bad_points else "all ok")
 
 
 def _body(configs, planned, full, short, corner, texts, summary) -> list[str]:

@@ -16,7 +16,7 @@ from .cells import Footnotes, cell_markdown
 from .model import (SHORT_NAMES, VOLATILE, ConfigData, config_fields, describe_dim, fmt_value,
                     miss_sentence, varying_fields)
 
-__all__ = ["short_labels", "render_results_table", "render_thread_view", "summary_counts",
+__all__ = ["short_labels", "render_results_table", "results_rows", "render_thread_view", "summary_counts",
            "render_config_summary", "render_reruns", "render_ladder", "render_provenance",
            "FOLD_ABOVE"]
 
@@ -88,6 +88,13 @@ def short_labels(configs: list[ConfigData]) -> tuple[dict[str, str], str]:
 
 def render_results_table(configs: list[ConfigData], notes: Footnotes, *, full: bool,
                          short: dict[str, str], corner: str) -> str:
+    return table(*results_rows(configs, notes, full=full, short=short, corner=corner))
+
+
+def results_rows(configs: list[ConfigData], notes: Footnotes, *, full: bool,
+                 short: dict[str, str], corner: str) -> tuple[list[str], list[list[str]]]:
+    """The results table as (header, rows) of markdown cells: the markdown report makes a
+    pipe table of them, the terminal an aligned plain one (``report/terminal.py``)."""
     phases = sorted({p for c in configs for p in c.phases}, key=phase_key)
     residues = sorted({r for c in configs for r in c.residues})
     if len(configs) == 1:
@@ -106,7 +113,7 @@ def render_results_table(configs: list[ConfigData], notes: Footnotes, *, full: b
                  for _, r in recs if r is not None)
         cells = [cell_markdown(r, notes.mark(cd, r)) for cd, r in recs]
         rows.append((res, cells, ok))
-    return table(header, _fold_rows(rows, full))
+    return header, _fold_rows(rows, full)
 
 
 def render_thread_view(configs: list[ConfigData], phase: str, short: dict[str, str],

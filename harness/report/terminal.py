@@ -1,0 +1,100 @@
+"""The report as the terminal shows it: short, and aligned as plain text.
+
+The markdown report (a file, a GitHub comment, the step summary) is the whole story; the
+terminal gets what a person reads at the end of a sweep: the title, the lab notice, the
+headline, one line per configuration (its counts and what the Bug B rule says), the
+results table, the non-ok cells one line each, and where the rest is. Tables are built
+from the report's own rows (``sections.results_rows``): each cell is turned into plain
+text first and only then padded, with the width a terminal gives each character (a wide
+CJK character takes two columns, a combining mark none), so every column lines up.
+"""
+from __future__ import annotations
+
+import unicodedata
+from ..plaintext import align_table, display_width, inline_to_plain
+from ..ranges import fmt_ranges
+from ..run.records import latest_records, phase_key
+from .auto import agreement_line
+from .bugb_analysis import agreement, predict_bug_b
+from .cases import case_groups, case_suffix
+from .cells import EXCERPT_CHARS, Footnotes, failure_gist
+from .engine_notice import engine_notice, live_notice
+from .interrupted import interrupted_line
+from .model import group_configs, sha12
+from .render import headline_markdown, title_markdown
+from .sections import results_rows, short_labels, summary_counts
+
+__all__ = ["render_terminal", "MAX_CELL_LINES"]
+
+MAX_CELL_LINES = 20   # non-ok cells listed on the terminal; the rest are in the report
+
+
+def render_terminal(records: list[dict], manifests: list[dict] | None = None) -> str:
+    """The short plain-text report of ``records`` (and their manifests)."""
+    manifests = [m for m in (manifests or []) if m]
+    if not records:
+        return "No records: nothing was measured."
+    recs, _ = latest_records(records)
+    title = inline_to_plain(title_markdown(recs))
+    out = [title, "=" * min(display_width(title), 100), ""]
+    for notice in (live_notice(recs), engine_notice(recs)):
+        if notice:
+            out += [inline_to_plain(notice), ""]
+    out.append(inline_to_plain(headline_markdown(recs)) + ".")
+    for line in (interrupted_line(manifests, recs), agreement_line(recs)):
+        if line:
+            out.append(inline_to_plain(line))
+    out.append("")
+    for case, cds in case_groups(recs):
+        out += _group(case, cds)
+    return "\n".join(out).rstrip() + "\n"
+
+
+def _group(case: str | None, cds: list) -> list[str]:
+    """One configuration group (a --prompts case, or the whole run): the lines per
+    configuration, the table, the non-ok cells."""
+    out = []
+    if case is not None:
+        out += [f"Case {case}", ""]
+    for cd in cds:
+        pred = predict_bug_b(cd)
+        out.append(inline_to_plain(f"{cd.label}{case_suffix(case)}: {summary_counts(cd)}. "
+                                   f"Bug B rule: {pred.why}; {agreement(cd, pred)}."))
+    short, corner = short_labels(cds)
+    notes = Footnotes()
+    header, rows = results_rows(cds, notes, full=False, short=short, corner=corner)
+    out += ["", align_table(header, rows), ""]
+    if notes.items:
+        out.append("Not ok:")
+        for item in notes.items[:MAX_CELL_LINES]:
+            out.append("  " + _cell_line(item, short if len(cds) > 1 else None))
+        if len(notes.items) > MAX_CELL_LINES:
+            out.append(f"  ... and {len(notes.items) - MAX_CELL_LINES} more (the report "
+                       "file lists them all)")
+        out.append("")
+    return out
+
+
+def _visible(text: str) -> str:
+    """Untrusted text (a server's log line) with its control characters shown, not run
+    by the terminal."""
+    return "".join(repr(ch)[1:-1] if unicodedata.category(ch) == "Cc" else ch for ch in text)
+
+
+def _cell_line(item: dict, short: dict[str, str] | None) -> str:
+    """One non-ok cell (or identical cells): where, what, why, and the answer's start."""
+    r = item["r"]
+    where = (inline_to_plain(short[item["cd"].config_id]) + " " if short else "")
+    where += (f"residue {fmt_ranges(item['residues'])} "
+              f"{', '.join(sorted(item['phases'], key=phase_key))}")
+    answer = r.get("answer") or ""
+    said = ("content: null" if r.get("content_was_null") and not answer
+            else repr(answer[:EXCERPT_CHARS] + ("…" if len(answer) > EXCERPT_CHARS else "")))
+    parts = [f"{item['mark']} {where}: {r.get('verdict')}", _visible(failure_gist(r))]
+    if r.get("sha1"):
+        parts.append(f"sha1 {sha12(r)}")
+    if r.get("cached_tokens") is not None:
+        parts.append(f"cached {r['cached_tokens']} / tail {r.get('computed_tail')}")
+    if r.get("verdict") not in ("boot-fail", "infra", "invalid"):
+        parts.append(f"answer {said}")
+    return "; ".join(p for p in parts if p)
