@@ -34,7 +34,7 @@ DEFAULT_OUT, DEFAULT_REPORTS = "results", "reports"
 def build_options(ns: argparse.Namespace, argv: Sequence[str]) -> SweepOptions:
     """Every flag validated into ``SweepOptions``; the backend checks what it needs."""
     live = attached.attach(ns, argv) if ns.url else None   # --url: a running server (harness/live.py)
-    _check_pairs(ns)
+    _check_pairs(ns, argv)
     seeds = tuple(ns.seed)
     configs = [live.cfg] if live else expand_matrix(
         engine=ns.engine, model=ns.model, prefix_cache=ns.prefix_cache, axes=matrix_axes(ns))
@@ -69,7 +69,7 @@ def build_options(ns: argparse.Namespace, argv: Sequence[str]) -> SweepOptions:
     return opts
 
 
-def _check_pairs(ns: argparse.Namespace) -> None:
+def _check_pairs(ns: argparse.Namespace, argv: Sequence[str]) -> None:
     """The flags that only make sense with (or without) another one."""
     if ns.engine != "cmd" and ns.server_cmd:
         raise UsageError("--server-cmd is only for --engine cmd")
