@@ -92,8 +92,9 @@ class _Server:
                 return
             if pid == 0:
                 return
-            if pid in self.children:
-                self.children[pid] = os.waitstatus_to_exitcode(status)
+            # every child, known yet or not: one that exits before spawn() records it
+            # (SIGCHLD arrives between fork and that line) keeps its exit code
+            self.children[pid] = os.waitstatus_to_exitcode(status)
 
     def shutdown(self, *_: object) -> None:
         for pid, rc in list(self.children.items()):
@@ -158,7 +159,7 @@ class _Server:
         if pid == 0:
             self.become_child(logfd, entry, argv, env, req.get("cwd"))
         os.close(logfd)
-        self.children[pid] = None
+        self.children.setdefault(pid, None)
         self.tell_watchdog(pid)
         return {"pid": pid, "forked_at": forked_at, "env_differs": self.env_diff(env)}
 
@@ -390,5 +391,10 @@ def main(argv: list[str] | None = None) -> int:
                  "optional_skipped_cuda": skipped, "pdeathsig": pdeath,
                  "threads": [t.name for t in threading.enumerate()],
                  "python": sys.version.split()[0]})
+    # Reap each child the moment it exits (after the imports: their probes wait for their
+    # own children). Unreaped, an exited server stays a zombie until the next request, and
+    # the harness, which waits for the process to go, waited its whole grace twice: 10 s
+    # of teardown per point (issue 27 item 9).
+    signal.signal(signal.SIGCHLD, lambda *_: server.reap())
     server.serve()
     return 0
