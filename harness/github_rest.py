@@ -5,8 +5,12 @@
 
 One report is one comment, found again by a hidden marker on its first line
 (``<!-- residue-lab:M -->``) and updated in place on the next push: the issue's comments
-are listed (every page), a comment carrying the marker is PATCHed, otherwise one is
-POSTed. A report longer than GitHub's 65,536-character comment body is split into parts
+are listed (every page), a comment carrying the marker *and written by the token's own
+user* is PATCHed, otherwise one is POSTed (anyone can type a marker: another author's
+comment is never edited or deleted). The user is ``GET /user``'s login; a GitHub Actions
+token cannot read it (403) and posts as ``github-actions[bot]``; where neither says, every
+report is a new comment. Pages are followed through ``Link: rel="next"`` only on the API's
+own scheme, host and port: the token is never sent elsewhere. A report longer than GitHub's 65,536-character comment body is split into parts
 (``<!-- residue-lab:M part 2/3 -->``) at section, table and code-block boundaries, never
 inside a table row, a continued table repeating its header, and the non-ok cells first:
 part 1 carries the report's title and headline, then the non-ok cells under the heading
@@ -47,6 +51,7 @@ COMMENT_LIMIT = 65_536           # GitHub's maximum comment body, in characters
 HEADER_ROOM = 300                # the marker line and part heading, reserved in each part
 DEFAULT_MARKER = "sweep-report"
 DEFAULT_API_URL = "https://api.github.com"
+ACTIONS_LOGIN = "github-actions[bot]"   # who a workflow's GITHUB_TOKEN writes as
 PER_PAGE = 100                   # the most GitHub returns per page of comments
 BAD_CELLS_HEADING = "## Non-ok cells"
 
@@ -354,7 +359,8 @@ class GitHubComments:
         return resp
 
     def list_comments(self) -> list[dict]:
-        """Every comment of the issue, following the ``Link: rel="next"`` pages."""
+        """Every comment of the issue, following the ``Link: rel="next"`` pages on the
+        API's own origin only (the client sends the token with every request)."""
         out: list[dict] = []
         url: str | None = self.target.comments_path
         params: dict | None = {"per_page": PER_PAGE}
@@ -362,19 +368,48 @@ class GitHubComments:
             resp = self._send("GET", url, params=params)
             out.extend(resp.json())
             url = resp.links.get("next", {}).get("url")
+            if url and not self._same_origin(url):
+                raise GitHubError(f"{self.target.what}: the comment list's next page is on "
+                                  f"another host ({httpx.URL(url).host}); not followed, the "
+                                  "token is sent only to the API", EXIT_REJECTED)
             params = None  # the next link carries the query
         return out
+
+    def _same_origin(self, url: str) -> bool:
+        u, base = httpx.URL(url), self._client.base_url
+        if u.is_relative_url:
+            return True
+        return (u.scheme, u.host, u.port) == (base.scheme, base.host, base.port)
+
+    def login(self) -> str | None:
+        """The token's user (``GET /user``); an Actions token cannot read it (403) and
+        writes as github-actions[bot]; None when nothing says (no comment is ours)."""
+        try:
+            resp = self._client.get("/user")
+        except httpx.HTTPError as e:
+            raise GitHubError(f"could not reach GitHub (GET /user): {e}", EXIT_NETWORK) from None
+        if resp.status_code == 401:
+            raise _error_for(resp, self.target)
+        if resp.status_code == 200 and isinstance(resp.json(), dict):
+            return resp.json().get("login") or None
+        return ACTIONS_LOGIN if os.environ.get("GITHUB_ACTIONS") == "true" else None
 
     def execute(self, req: Request) -> dict | None:
         resp = self._send(req.method, req.path, json=req.payload())
         return resp.json() if resp.content else None
 
 
-def find_parts(comments: Iterable[dict], marker: str) -> dict[int, list[dict]]:
+def find_parts(comments: Iterable[dict], marker: str,
+               author: str | None = "") -> dict[int, list[dict]]:
     """Comments whose first line is this marker, by part number (an unsplit report is
-    part 1), oldest first."""
+    part 1), oldest first; with ``author``, only that user's (None: nobody's, the user is
+    unknown; "": anybody's)."""
     parts: dict[int, list[dict]] = {}
+    if author is None:
+        return parts
     for c in comments:
+        if author and (c.get("user") or {}).get("login") != author:
+            continue
         m = _MARKER_LINE.match(c.get("body") or "")
         if m and m.group("m") == marker:
             parts.setdefault(int(m.group("i") or 1), []).append(c)
@@ -428,7 +463,11 @@ def post_report(report: str, target: Target, *, token: str | None, marker: str =
                           "${{ github.token }}`), or use --dry-run", EXIT_USAGE)
     api = GitHubComments(target, token, api_url=api_url, transport=transport)
     try:
-        reqs = plan_requests(target, bodies, find_parts(api.list_comments(), marker))
+        me = api.login()
+        if me is None:
+            print("github_rest: the token's user is unknown (GET /user refused, not in "
+                  "GitHub Actions): posting a new comment, editing none", file=out)
+        reqs = plan_requests(target, bodies, find_parts(api.list_comments(), marker, me))
         for r in reqs:
             answer = api.execute(r)
             where = (answer or {}).get("html_url") or f"{base}{r.path}"

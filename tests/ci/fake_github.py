@@ -14,8 +14,11 @@ _ONE = re.compile(r"^/repos/(?P<repo>[^/]+/[^/]+)/issues/comments/(?P<id>\d+)$")
 
 
 class FakeGitHub:
-    def __init__(self, repo="octo/lab", issues=(7,), token="tok", page_size=30):
+    def __init__(self, repo="octo/lab", issues=(7,), token="tok", page_size=30,
+                 login: str | None = "github-actions[bot]", next_host: str | None = None):
         self.repo, self.issues, self.token, self.page_size = repo, set(issues), token, page_size
+        self.login = login           # GET /user's login; None: 403, as for an Actions token
+        self.next_host = next_host   # a Link: next to another host (a hostile or broken proxy)
         self.comments: dict[int, dict] = {}      # id -> comment (with "issue")
         self.requests: list[tuple[str, str]] = []
         self.fail_with: tuple[int, dict, dict] | None = None   # status, body, headers
@@ -45,6 +48,10 @@ class FakeGitHub:
         if req.headers.get("authorization") != f"Bearer {self.token}":
             return httpx.Response(401, json={"message": "Bad credentials"})
         path = req.url.path
+        if path == "/user" and req.method == "GET":
+            if self.login is None:
+                return httpx.Response(403, json={"message": "Resource not accessible by integration"})
+            return httpx.Response(200, json={"login": self.login})
         m = _LIST.match(path)
         if m and m["repo"] == self.repo and int(m["n"]) in self.issues:
             return self._list(req, int(m["n"])) if req.method == "GET" else self._create(req, int(m["n"]))
@@ -75,7 +82,7 @@ class FakeGitHub:
         chunk = items[(page - 1) * per_page: page * per_page]
         headers = {}
         if page * per_page < len(items):
-            nxt = f"{API}{req.url.path}?per_page={per_page}&page={page + 1}"
+            nxt = f"{self.next_host or API}{req.url.path}?per_page={per_page}&page={page + 1}"
             headers["link"] = f'<{nxt}>; rel="next"'
         out = [{k: v for k, v in c.items() if k != "issue"} for c in chunk]
         return httpx.Response(200, json=out, headers=headers)
@@ -84,7 +91,7 @@ class FakeGitHub:
         body = self._body(req)
         if isinstance(body, httpx.Response):
             return body
-        c = self.add(issue, body, login="github-actions[bot]")
+        c = self.add(issue, body, login=self.login or "github-actions[bot]")
         return httpx.Response(201, json={k: v for k, v in c.items() if k != "issue"})
 
     def _update(self, req, cid) -> httpx.Response:

@@ -26,7 +26,8 @@ def test_first_post_creates_one_comment_with_the_marker_and_the_report():
     _post(gh, REPORT)
     [c] = gh.on(7)
     assert c["body"] == "<!-- residue-lab:sweep-report -->\n" + REPORT
-    assert [m for m, _ in gh.requests] == ["GET", "POST"]
+    assert [m for m, _ in gh.requests] == ["GET", "GET", "POST"]   # /user, the list, the post
+    assert gh.requests[0][1] == f"{API}/user"
 
 
 def test_a_second_push_updates_the_same_comment_found_on_a_later_page():
@@ -46,8 +47,8 @@ def test_a_second_push_updates_the_same_comment_found_on_a_later_page():
     assert [c["id"] for c in ours] == [first_id]
     assert ours[0]["body"].endswith(updated)
     methods = [m for m, _ in gh.requests]
-    assert methods == ["GET"] * 4 + ["PATCH"]
-    assert "page=4" in gh.requests[3][1]
+    assert methods == ["GET"] * 5 + ["PATCH"]     # /user, then 4 pages
+    assert "page=4" in gh.requests[4][1]
     assert gh.requests[-1][1] == f"{API}/repos/octo/lab/issues/comments/{first_id}"
 
 
@@ -65,6 +66,43 @@ def test_a_quoted_marker_is_not_ours():
     gh.add(7, "> <!-- residue-lab:sweep-report -->\n> quoted by a reviewer")
     _post(gh, REPORT)
     assert len(gh.on(7)) == 2 and gh.on(7)[0]["body"].startswith("> ")
+
+
+def test_a_marker_comment_by_another_author_is_never_edited_or_deleted():
+    # issue 23 risk: anyone can type the marker; only the token's own comments are ours
+    gh = FakeGitHub(login="residue-bot")
+    spoof = gh.add(7, "<!-- residue-lab:sweep-report -->\nnot the bot's", login="mallory")
+    part2 = gh.add(7, "<!-- residue-lab:sweep-report part 2/2 -->\nnot the bot's", login="mallory")
+    _post(gh, REPORT)
+    assert gh.comments[spoof["id"]]["body"].endswith("not the bot's")
+    assert part2["id"] in gh.comments
+    ours = [c for c in gh.on(7) if c["user"]["login"] == "residue-bot"]
+    assert len(ours) == 1 and ours[0]["body"].endswith(REPORT)
+    _post(gh, REPORT.replace("127 clean", "128 clean"))   # the bot's own comment: PATCHed
+    assert [c["id"] for c in gh.on(7) if c["user"]["login"] == "residue-bot"] == [ours[0]["id"]]
+    assert [m for m, _ in gh.requests][-1] == "PATCH"
+
+
+def test_an_actions_token_writes_as_github_actions(monkeypatch):
+    gh = FakeGitHub(login=None)                  # GET /user: 403, as for GITHUB_TOKEN
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
+    _post(gh, REPORT)
+    _post(gh, REPORT)
+    assert len(gh.on(7)) == 1 and [m for m, _ in gh.requests][-1] == "PATCH"
+    monkeypatch.delenv("GITHUB_ACTIONS")
+    _post(gh, REPORT)                            # nobody says who we are: edit nothing
+    assert len(gh.on(7)) == 2 and [m for m, _ in gh.requests][-1] == "POST"
+
+
+def test_a_next_page_on_another_host_is_not_followed_with_the_token():
+    gh = FakeGitHub(page_size=2, next_host="https://collector.example")
+    for i in range(5):
+        gh.add(7, f"comment {i}")
+    with pytest.raises(gr.GitHubError) as e:
+        _post(gh, REPORT)
+    assert e.value.exit_code == gr.EXIT_REJECTED and "collector.example" in str(e.value)
+    assert not [u for _, u in gh.requests if "collector.example" in u]
+    assert [m for m, _ in gh.requests] == ["GET", "GET"]   # /user, page 1; nothing posted
 
 
 def test_dry_run_prints_the_requests_and_sends_nothing(capsys):
