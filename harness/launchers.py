@@ -67,6 +67,7 @@ class PreforkServerProcess(ServerProcess):
                             fallback_reason=reason, child_env=spec.child_env(env))
         self.how = child.how
         self.fallback_reason = child.fallback_reason
+        self.env_differs = tuple(getattr(child, "env_differs", ()))
         self.started_epoch = child.started_at
         return _ChildProc(child)
 

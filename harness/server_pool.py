@@ -153,6 +153,8 @@ class ServerProcess:
     ready_epoch: float | None = None     # time.time() at the first /health 200
     how: str = "plain"                   # how it was started (harness/launchers.py)
     fallback_reason: str | None = None   # why a pre-imported launcher was not used
+    # forked: variables a library may read at import whose value differs from the parent's
+    env_differs: tuple[str, ...] = ()
     # psutil.Process objects, not pids: psutil refuses to signal a reused pid.
     _procs: dict[int, psutil.Process] = field(default_factory=dict)
 

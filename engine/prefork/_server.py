@@ -64,6 +64,7 @@ class _Server:
         self.watchdog_fd: int | None = None
         self.watchdog_pid: int | None = None
         self.import_env = dict(os.environ)
+        self.read_at_import: set[str] = set()    # variables the imports read (_EnvReads)
         self.pid = os.getpid()
 
     def send(self, obj: dict) -> None:
@@ -141,6 +142,11 @@ class _Server:
         return sorted(k for k in keys if k.startswith(_IMPORT_TIME_PREFIXES)
                       and env.get(k) != self.import_env.get(k))
 
+    def read_differs(self, env: dict[str, str]) -> list[str]:
+        """Variables a preloaded module read at import whose value this child's env
+        changes: forked, the child would run with the parent's reading of them."""
+        return sorted(k for k in self.read_at_import if env.get(k) != self.import_env.get(k))
+
     def spawn(self, req: dict) -> dict:
         if _cuda_initialized():
             raise _Refused("CUDA is initialised in the fork server; a forked child "
@@ -148,6 +154,11 @@ class _Server:
         entry, argv = str(req["entry"]), [str(a) for a in req.get("argv", [])]
         _check_entry(entry)
         env = {str(k): str(v) for k, v in req["env"].items()}
+        read = self.read_differs(env)
+        if read:
+            raise _Refused(f"a preloaded module read {', '.join(read[:6])}"
+                           f"{' ...' if len(read) > 6 else ''} at import and this server's "
+                           "value differs: a forked child would keep the parent's")
         try:
             logfd = os.open(req["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         except OSError as exc:
@@ -201,6 +212,29 @@ class _Server:
                     except Exception:
                         pass
                 os._exit(code)
+
+
+class _EnvReads:
+    """While the imports run, records every variable read through ``os.environ`` (a
+    ``get``, ``in`` or ``os.getenv`` all end in ``__getitem__``), missing ones included:
+    a module that read one at import keeps the parent's reading in each forked child.
+    Reads from C (``getenv(3)``) are not seen; ``env_differs`` names those by prefix."""
+
+    def __init__(self, keys: set[str]) -> None:
+        self.keys = keys
+
+    def __enter__(self) -> "_EnvReads":
+        cls, keys = type(os.environ), self.keys
+        self._orig = orig = cls.__getitem__
+
+        def getitem(env, key):
+            keys.add(key)
+            return orig(env, key)
+        cls.__getitem__ = getitem
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        type(os.environ).__getitem__ = self._orig
 
 
 class _Refused(Exception):
@@ -370,7 +404,8 @@ def main(argv: list[str] | None = None) -> int:
     # reason names it (issue 17: on the H200 the whole list did, and nobody knew which).
     for module in preload:
         try:
-            importlib.import_module(module)
+            with _EnvReads(server.read_at_import):
+                importlib.import_module(module)
         except BaseException as exc:  # noqa: BLE001 - any failure makes the server unusable
             server.send({"event": "unusable", "reason": f"import {module} failed: "
                          f"{type(exc).__name__}: {exc}"})
@@ -379,7 +414,8 @@ def main(argv: list[str] | None = None) -> int:
             server.send({"event": "unusable", "reason": "importing the preload list "
                          f"initialised CUDA (first seen after importing {module})"})
             server.shutdown()
-    failed, skipped = _import_optional(optional)
+    with _EnvReads(server.read_at_import):
+        failed, skipped = _import_optional(optional)
     if _cuda_initialized():     # a probe said clean and the parent's import still did it
         server.send({"event": "unusable", "reason": "importing the optional list initialised "
                      "CUDA although its probe did not"})
@@ -389,6 +425,7 @@ def main(argv: list[str] | None = None) -> int:
     server.send({"event": "ready", "pid": server.pid, "import_s": round(time.monotonic() - t0, 3),
                  "preloaded": preload, "optional_failed": failed,
                  "optional_skipped_cuda": skipped, "pdeathsig": pdeath,
+                 "env_read_at_import": sorted(server.read_at_import),
                  "threads": [t.name for t in threading.enumerate()],
                  "python": sys.version.split()[0]})
     # Reap each child the moment it exits (after the imports: their probes wait for their

@@ -187,6 +187,8 @@ class PointRunner:
                                  "boot_s": round(server.boot_s or 0.0, 4)}
         if getattr(server, "fallback_reason", None):
             notes["fallback_reason"] = server.fallback_reason
+        if getattr(server, "env_differs", ()):   # forked with these differing from the parent
+            notes["env_differs"] = list(server.env_differs)
         try:
             notes.update(self.adapter.boot_notes(
                 _read(log_path), started_epoch=getattr(server, "started_epoch", None),

@@ -231,3 +231,25 @@ def test_the_harness_launcher_names_what_it_left_to_each_server(tmp_path):
             launcher.summary()
     finally:
         launcher.close()
+
+
+def test_a_variable_read_at_import_that_differs_falls_back_to_plain(tmp_path):
+    # issue 23 risk: the fork server named env_differs and forked anyway, so a child ran
+    # with the parent's import-time reading; now it refuses and the child starts plain
+    env = {**lab_env(), "RESIDUE_FAKE_KNOB": "parent"}
+    with ForkServer(["tests.boot.fake_env_reader"], log_path=tmp_path / "fs.log", env=env,
+                    cwd=ROOT) as fs:
+        out = tmp_path / "out.json"
+        same = start_child([sys.executable, "-m", "tests.boot.main_entry", str(out)],
+                           env=dict(env, MAIN_MARK="m", EXTRA_DIR=str(tmp_path)),
+                           log_path=tmp_path / "a.log", server=fs,
+                           entry="-m tests.boot.main_entry", child_argv=[str(out)], cwd=ROOT)
+        assert same.how == "forked" and same.wait(30) == 3
+        other = start_child([sys.executable, "-m", "tests.boot.main_entry", str(out)],
+                            env=dict(env, RESIDUE_FAKE_KNOB="child", MAIN_MARK="m",
+                                     EXTRA_DIR=str(tmp_path)),
+                            log_path=tmp_path / "b.log", server=fs,
+                            entry="-m tests.boot.main_entry", child_argv=[str(out)], cwd=ROOT)
+        assert other.how == "plain", other
+        assert "read RESIDUE_FAKE_KNOB at import" in other.fallback_reason
+        assert other.wait(30) == 3
