@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests._vllm import missing
+
 from engine.presets import resolve
 from engine.vllm.patches.releases import dispatch_rule
 from harness.bugb import predict
@@ -117,7 +119,7 @@ def test_the_dry_run_rule_line_names_the_installed_release_and_runner(tmp_path):
     try:
         release = version("vllm")
     except PackageNotFoundError:
-        pytest.skip("vLLM is not installed")
+        missing("vLLM is not installed")
     proc = subprocess.run([sys.executable, "-m", "harness", "--engine", "vllm", "--model",
                            str(tmp_path), "--spec", "ngram", "--geometry", "hybrid",
                            "--cudagraph", "FULL_AND_PIECEWISE", "--patches", "none",

@@ -10,6 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests._vllm import missing, require_module, require_vllm
+
 from engine.tinymodel.dflash_train import acceptance, make_blocks
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -78,8 +80,8 @@ def test_cli_user_error_is_one_line_and_exit_2(capsys, tmp_path):
 # ----------------------------------------------------------------------------- torch
 @pytest.fixture(scope="module")
 def dm():
-    pytest.importorskip("torch")
-    pytest.importorskip("safetensors")
+    require_module("torch")
+    require_module("safetensors")
     from engine.tinymodel import dflash_model
     return dflash_model
 
@@ -104,7 +106,7 @@ def test_config_is_a_dflash_draft_for_the_hybrid(dm):
 
 
 def test_vllm_reads_the_config_as_dflash(dm, tmp_path):
-    pytest.importorskip("vllm")
+    require_vllm(module_level=False)
     from transformers import AutoConfig
     from vllm.model_executor.models.qwen3_dflash import dflash_has_any_non_causal
     from vllm.model_executor.models.registry import _SPECULATIVE_DECODING_MODELS
@@ -135,7 +137,8 @@ def test_saved_tensors_are_what_the_vllm_loader_consumes(dm, tmp_path):
         from vllm.model_executor.models.qwen3_dflash import DFlashQwen3Model
         mapper = DFlashQwen3Model.hf_to_vllm_mapper
     except ImportError:
-        pytest.skip("vllm not importable: names checked against the hard-coded layout only")
+        missing("vllm's qwen3_dflash is not importable: names checked against the "
+                "hard-coded layout only")
     rows: dict[str, dict] = {}
     for name, shape in saved.items():
         [(mapped, t)] = list(mapper.apply([(name, torch.empty(shape))]))
@@ -195,7 +198,7 @@ def test_save_load_round_trip(dm, tmp_path):
 
 
 def test_training_runs_a_few_steps_on_cpu(dm, tmp_path):
-    pytest.importorskip("transformers")
+    require_module("transformers")
     from engine.tinymodel.dflash_train import train_dflash
     out = tmp_path / "drafter"
     info = train_dflash(str(HYBRID), str(TOK_DIR), str(out), time_cap=600, max_steps=2,

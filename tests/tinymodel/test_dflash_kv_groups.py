@@ -36,6 +36,8 @@ from pathlib import Path
 
 import pytest
 
+from tests._vllm import require_module, require_vllm
+
 from engine.tinymodel import dflash_kv_groups as kvg
 from engine.tinymodel.dflash_train import add_parser
 
@@ -50,8 +52,8 @@ REQUESTED_BLOCK = 128  # the lab's --block-size (the H200 log's non-default args
 # ----------------------------------------------------------------------------- vLLM side
 @pytest.fixture(scope="module")
 def vllm_kv():
-    torch = pytest.importorskip("torch")
-    pytest.importorskip("vllm")
+    torch = require_module("torch")
+    require_vllm(module_level=False)
     from vllm.config import SchedulerConfig
     from vllm.model_executor.layers.mamba.mamba_utils import (
         MambaStateDtypeCalculator,
@@ -216,7 +218,7 @@ QUICK = ["--max-steps", "1", "--time-cap", "5", "--workers", "1", "--stage", "0"
 
 
 def test_train_dflash_refuses_a_drafter_vllm_would_split(capsys, tmp_path):
-    pytest.importorskip("torch")
+    require_module("torch")
     from engine.tinymodel.__main__ import main
     assert main(["train-dflash", "--out", str(tmp_path / "o"), "--layers", "4", *QUICK]) == 2
     err = capsys.readouterr().err.strip().splitlines()

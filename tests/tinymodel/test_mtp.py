@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from tests._vllm import require_module, require_vllm
+
 from engine.tinymodel.mtp import MTP_FILE, check_layout, expected_shapes
 from engine.tinymodel.mtp_train import simulate_rounds
 
@@ -27,9 +29,8 @@ def test_fifteen_tensors_shaped_like_the_targets_attention_layer():
 
 
 def _vllm_mtp_source() -> ast.Module:
+    require_vllm(module_level=False)
     spec = importlib.util.find_spec("vllm")
-    if spec is None or spec.origin is None:
-        pytest.skip("vLLM is not installed")
     path = Path(spec.origin).parent / "model_executor" / "models" / "qwen3_5_mtp.py"
     return ast.parse(path.read_text())
 
@@ -83,7 +84,7 @@ def test_rounds_walk_counts_like_vllms_counters():
     assert simulate_rounds(first_only, L, end, k) == (5, 5)  # the 5th accepts <|im_end|>
 
 
-torch = pytest.importorskip("torch")
+torch = require_module("torch", module_level=True)
 
 
 def _small_head():
@@ -139,7 +140,7 @@ def test_parallel_draft_steps_equal_the_sequential_proposer(t):
 def test_committed_head_acceptance_on_harness_plans_cpu():
     """Teacher-forced estimate for k = 3 on two harness plans (document seed 0, context
     1,200): the target reproduces the answers, and the head's drafts give >= 2 tok/step."""
-    pytest.importorskip("transformers")
+    require_module("transformers")
     from engine.tinymodel.mtp_train import check
     res = check(str(COMMITTED), k=3, residues=[4, 60])
     assert res["target_exact"] == 2

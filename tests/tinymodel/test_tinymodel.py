@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from tests._vllm import missing, require_module
+
 from engine.tinymodel import data as D
 from engine.tinymodel.models import DENSE, HYBRID_TEXT, VOCAB, serving_config, \
     serving_weight_name, training_weight_name
@@ -118,10 +120,10 @@ def test_weight_renaming():
 
 # ----------------------------------------------------------------------- torch + transformers
 def _need_torch():
-    pytest.importorskip("torch")
-    tf = pytest.importorskip("transformers")
+    require_module("torch")
+    tf = require_module("transformers")
     if not hasattr(tf, "Qwen3_5ForCausalLM"):
-        pytest.skip("transformers without Qwen3.5")
+        missing(f"transformers {tf.__version__} has no Qwen3.5")
 
 
 # Parameter-name pieces vLLM 0.26.0's Qwen3_5 loader maps (qwen3_5.py hf_to_vllm_mapper:

@@ -10,10 +10,12 @@ from types import SimpleNamespace
 
 import pytest
 
+from tests._vllm import require_vllm
+
 from engine.vllm.patches import sched_trace
 from harness.run.load import beside_from_log, preempted_in_log
 
-vllm = pytest.importorskip("vllm")
+vllm = require_vllm()
 
 
 def test_a_final_chunk_beside_decode_rows_reads_back_as_the_labs_line(tmp_path):
