@@ -44,6 +44,7 @@ else   # the lab stand-in: the vLLM 0.26.0 hybrid's align mode, CPU slots
 fi
 COMMON=("${BASE[@]}" --ctx huge --context 1200 --residues all --no-progress)
 H=$(( LIMIT - 60 - $(el) ))   # every harness stops by then: 60 s for comparisons + packing
+[ "$H" -gt 120 ] || { echo "gpu_restore.sh: LIMIT_S $LIMIT leaves ${H}s for the stages; give 300 or more" >&2; exit 2; }
 PIDS=(); NAMES=()
 where() {  # N slots -> --gpus 0,0,... (vllm) or --slots N (lab)
   if [ "$ENGINE" = vllm ]; then printf -- "--gpus %s" "$(yes 0 | head -n "$1" | paste -sd,)"
@@ -86,12 +87,13 @@ if has a; then
     > "$W/probe.stdout.txt" 2> "$W/probe.stderr.txt"
   echo "a rc=$? $(el)s" >> "$W/timings.txt"
 fi
-if has p; then   # sleep-mode fresh servers on the slot the probe leaves
-  LEFT=$(( H - $(el) ))
+LEFT=$(( H - $(el) ))   # (timeout 0 would mean no limit: p needs a real budget)
+if has p && [ "$LEFT" -gt 60 ]; then   # sleep-mode fresh servers on the slot the probe leaves
   run p 2 "$LEFT" --spec ngram --draft-tokens 2,4 --cudagraph FULL_AND_PIECEWISE \
     --patches none --seed 0 --residues 2-6 --isolation fresh --engine-arg=--enable-sleep-mode \
     --launcher plain
 fi
+has p && [ "$LEFT" -le 60 ] && echo "p not run: ${LEFT}s left" >> "$W/timings.txt"
 for i in "${!PIDS[@]}"; do wait "${PIDS[$i]}"; echo "${NAMES[$i]} rc=$? $(el)s" >> "$W/timings.txt"; done
 [ "$ENGINE" = vllm ] && echo "vllm processes after the stages: $(pgrep -c -f 'vllm.entrypoints|engine.prefork')" >> "$W/timings.txt"
 # -- what it shows: cell-by-cell agreement, and the per-point cost ---------------------------

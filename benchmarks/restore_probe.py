@@ -131,7 +131,8 @@ async def _main(ns: argparse.Namespace, sweep_argv: list[str]) -> int:
     out.mkdir(parents=True, exist_ok=True)
     (out / "probe.jsonl").unlink(missing_ok=True)
     adapter = make_adapter(opts.engine, draft_model=opts.draft_model,
-                           extra_args=opts.engine_args, work_dir=out, isolation="restore")
+                           extra_args=opts.engine_args, work_dir=out, isolation="restore",
+                           cache_dir=opts.cache_dir)
     tok = ChatTokenizer.from_dir(adapter.tokenizer_dir(cfg))
     modulus = int(cfg.prefix_match_unit or cfg.block_size)
     cal = calibrate(tok.count_many, opts.context, modulus, answer_lines=opts.answer_lines,

@@ -53,6 +53,10 @@ def dry_run(opts: SweepOptions, adapter) -> int:
                 lengths.setdefault(p.residue, set()).add(p.plan.target_len)
         print(f"  rule predicts: {_rule_line(cfg, mod, opts.load, lengths)}", file=out)
         print(f"  server: {adapter.shell_line(cfg, opts.slots[0])}", file=out)
+        restoring = adapter.for_isolation("restore") if opts.isolation == "auto" else adapter
+        if restoring is not adapter:   # auto's restore pass starts its servers in sleep mode
+            print(f"  server (restore pass): {restoring.shell_line(cfg, opts.slots[0])}",
+                  file=out)
         if plan and opts.cases:
             for line in _case_lines(plan, config_id(cfg), opts):
                 print("  " + line, file=out)
