@@ -26,6 +26,7 @@
 LIMIT=${1:-540}; STAGES=${2:-a,b,c1,p}; ENGINE=${ENGINE:-vllm}
 R=$PWD; S=$R
 source "$R/engine/tinymodel/scripts/device_lib.sh"
+[ $(( LIMIT - 60 )) -gt 120 ] || { echo "gpu_restore.sh: LIMIT_S $LIMIT leaves $(( LIMIT - 60 ))s for the stages; give 300 or more" >&2; exit 2; }
 : "${OUT:=/tmp/out}"; W=/tmp/work/restore; rm -rf "$W"; mkdir -p "$W" "$OUT"
 CACHE=/tmp/residue-lab-boot-cache; mkdir -p "$CACHE"   # kept: warm from earlier calls
 M=$R/engine/tinymodel/weights/hybrid; D=$R/engine/tinymodel/weights/dflash
@@ -44,7 +45,6 @@ else   # the lab stand-in: the vLLM 0.26.0 hybrid's align mode, CPU slots
 fi
 COMMON=("${BASE[@]}" --ctx huge --context 1200 --residues all --no-progress)
 H=$(( LIMIT - 60 - $(el) ))   # every harness stops by then: 60 s for comparisons + packing
-[ "$H" -gt 120 ] || { echo "gpu_restore.sh: LIMIT_S $LIMIT leaves ${H}s for the stages; give 300 or more" >&2; exit 2; }
 PIDS=(); NAMES=()
 where() {  # N slots -> --gpus 0,0,... (vllm) or --slots N (lab)
   if [ "$ENGINE" = vllm ]; then printf -- "--gpus %s" "$(yes 0 | head -n "$1" | paste -sd,)"
