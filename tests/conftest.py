@@ -1,8 +1,17 @@
-"""Shared fixtures: real server processes on 127.0.0.1, and a check that none survive."""
+"""Shared fixtures: the `sweep` CLI run as a user runs it (``cli``), real server processes
+on 127.0.0.1, a check that none survive, and the suite's markers (``pyproject.toml``).
+
+Markers: ``e2e`` (through the real ``sweep`` entry point in a subprocess, with real server
+processes: every test that takes the ``cli`` fixture, and ``tests/e2e``), ``slow`` (over
+about 15 s on a 2-core box: left out of the quick subset, ``pytest -m "not slow"``), and
+``gpu_free`` (runs on a CPU-only machine: every test, unless it is marked ``gpu``).
+"""
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -61,3 +70,97 @@ def wait_for(cond, timeout: float, what: str):
             return got
         time.sleep(0.01)
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+# -- the `sweep` CLI, run as a user runs it ------------------------------------------------
+def run_cli(*args, cwd: Path = ROOT, env: dict | None = None,
+            timeout: float = 300) -> subprocess.CompletedProcess:
+    """``python -m harness ARGS`` (the ``sweep`` console script's module) in a subprocess:
+    this checkout's code first on ``PYTHONPATH``, output captured as text, bounded by
+    ``timeout``. ``env`` replaces the environment (``PYTHONPATH`` is still set)."""
+    full_env = dict(os.environ if env is None else env)
+    full_env["PYTHONPATH"] = str(ROOT)
+    return subprocess.run([sys.executable, "-m", "harness", *map(str, args)], cwd=cwd,
+                          capture_output=True, text=True, timeout=timeout, env=full_env)
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    """Every record of a results file."""
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+class Cli:
+    """One test's runner of the ``sweep`` CLI: its outputs go under the test's tmp dir
+    (``results/`` and ``reports/`` unless told otherwise) and a per-test copy of the model
+    directory marks its servers, so ``no_leftovers`` can find any that survive."""
+
+    def __init__(self, tmp_path: Path):
+        self.tmp = tmp_path
+
+    def __call__(self, *args, cwd: Path = ROOT, env: dict | None = None,
+                 timeout: float = 300) -> subprocess.CompletedProcess:
+        """The CLI with exactly ``args`` (sub-verbs, usage errors, --help)."""
+        return run_cli(*args, cwd=cwd, env=env, timeout=timeout)
+
+    def lab_model(self) -> Path:
+        """A per-test copy of the lab's model directory (made once)."""
+        from harness.engines import LAB_MODEL_DIR
+        model = self.tmp / "model"
+        if not model.exists():
+            shutil.copytree(LAB_MODEL_DIR, model)
+        return model
+
+    def sweep(self, *args, out: str = "results", reports: str | None = "reports",
+              lab_model: bool = False, rc: int | None = None, timeout: float = 300,
+              env: dict | None = None) -> subprocess.CompletedProcess:
+        """A sweep writing under the tmp dir, without the progress bar; ``lab_model``:
+        ``--model`` is this test's copy of the lab model; ``rc``: the exit code it must
+        end with (the stderr tail is the failure message)."""
+        argv = [*(["--model", self.lab_model()] if lab_model else []),
+                "--out", self.tmp / out,
+                *(["--reports-dir", self.tmp / reports] if reports else []),
+                "--no-progress", *args]
+        proc = run_cli(*argv, env=env, timeout=timeout)
+        if rc is not None:
+            assert proc.returncode == rc, (proc.returncode, proc.stderr[-3000:])
+        return proc
+
+    def results_file(self, out: str = "results") -> Path:
+        """The one results file in ``out`` (a failure when there are none or several)."""
+        files = sorted((self.tmp / out).glob("*.jsonl"))
+        assert len(files) == 1, files
+        return files[0]
+
+    def records(self, out: str = "results") -> list[dict]:
+        """Every record of the one results file in ``out``."""
+        return read_jsonl(self.results_file(out))
+
+    def manifest(self, out: str = "results") -> dict:
+        """The manifest beside the one results file in ``out``."""
+        path = self.results_file(out)
+        return json.loads(path.with_name(path.name[:-len(".jsonl")] + ".manifest.json")
+                          .read_text())
+
+    def report(self, reports: str = "reports") -> str:
+        """The newest report in ``reports``."""
+        files = sorted((self.tmp / reports).glob("*.md"), key=lambda p: p.stat().st_mtime)
+        assert files, f"no report in {self.tmp / reports}"
+        return files[-1].read_text()
+
+
+@pytest.fixture
+def cli(tmp_path: Path) -> Cli:
+    """The ``sweep`` CLI for this test (``Cli``); taking it marks the test ``e2e``."""
+    return Cli(tmp_path)
+
+
+# -- markers -------------------------------------------------------------------------------
+def pytest_collection_modifyitems(config, items):
+    """``e2e`` on every test that runs the CLI through ``cli`` or lives in tests/e2e;
+    ``gpu_free`` on every test not marked ``gpu``."""
+    e2e_dir = ROOT / "tests" / "e2e"
+    for item in items:
+        if "cli" in getattr(item, "fixturenames", ()) or e2e_dir in Path(item.path).parents:
+            item.add_marker(pytest.mark.e2e)
+        if item.get_closest_marker("gpu") is None:
+            item.add_marker(pytest.mark.gpu_free)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -16,13 +15,6 @@ import pytest
 from tests.conftest import FIXTURES, ROOT
 
 REPORTS_FIXTURE = ROOT / "tests" / "reports" / "fixtures" / "cmd" / "fake-break4.jsonl"
-
-
-def run(*args, cwd: Path = ROOT, env: dict | None = None, timeout: float = 120):
-    full_env = dict(os.environ if env is None else env)
-    full_env["PYTHONPATH"] = str(ROOT)
-    return subprocess.run([sys.executable, "-m", "harness", *map(str, args)], cwd=cwd,
-                          capture_output=True, text=True, timeout=timeout, env=full_env)
 
 
 def one_line_exit_2(proc, *needles: str) -> str:
@@ -54,67 +46,67 @@ def marked_server(tmp_path):
     ('{"bad": 1}\n', "line 1: not a phase record: missing 'run_id'"),
     ("[1, 2]\n", "line 1: a JSON list, not a record object"),
 ])
-def test_report_of_a_file_that_is_not_records(tmp_path, content, needle):
+def test_report_of_a_file_that_is_not_records(tmp_path, content, needle, cli):
     if content is None:
         path = Path("/etc/passwd")
     else:
         path = tmp_path / "r.jsonl"
         path.write_text(content)
-    one_line_exit_2(run("report", path), needle)
+    one_line_exit_2(cli("report", path), needle)
 
 
-def test_a_bad_line_in_the_middle_is_named_by_number(tmp_path):
+def test_a_bad_line_in_the_middle_is_named_by_number(tmp_path, cli):
     good = REPORTS_FIXTURE.read_text().splitlines()
     rec = json.loads(good[0])
     bad = dict(rec, verdict="fine")
     path = tmp_path / "mixed.jsonl"
     path.write_text("\n".join([good[0], good[1], json.dumps(bad), good[2]]) + "\n")
-    one_line_exit_2(run("report", path), f"{path} line 3: verdict 'fine' is not one of")
+    one_line_exit_2(cli("report", path), f"{path} line 3: verdict 'fine' is not one of")
 
 
-def test_a_torn_last_line_is_what_a_killed_sweep_leaves_and_reads(tmp_path):
+def test_a_torn_last_line_is_what_a_killed_sweep_leaves_and_reads(tmp_path, cli):
     text = REPORTS_FIXTURE.read_text()
     path = tmp_path / "torn.jsonl"
     path.write_text(text + text.splitlines()[0][:40])   # no newline: cut mid-write
-    proc = run("report", path)
+    proc = cli("report", path)
     assert proc.returncode == 0, proc.stderr
 
 
-def test_compare_with_garbage(tmp_path):
-    one_line_exit_2(run("compare", "garbage", REPORTS_FIXTURE), "garbage: not a results file")
+def test_compare_with_garbage(tmp_path, cli):
+    one_line_exit_2(cli("compare", "garbage", REPORTS_FIXTURE), "garbage: not a results file")
     junk = tmp_path / "garbage.jsonl"
     junk.write_text("hello\n")
-    one_line_exit_2(run("compare", junk, REPORTS_FIXTURE), "line 1: not a results file")
-    one_line_exit_2(run("compare", REPORTS_FIXTURE, junk), "line 1: not a results file")
+    one_line_exit_2(cli("compare", junk, REPORTS_FIXTURE), "line 1: not a results file")
+    one_line_exit_2(cli("compare", REPORTS_FIXTURE, junk), "line 1: not a results file")
 
 
-def test_baseline_that_is_not_records_fails_before_any_server(tmp_path, marked_server):
+def test_baseline_that_is_not_records_fails_before_any_server(tmp_path, marked_server, cli):
     marker, flags = marked_server
     junk = tmp_path / "base.jsonl"
     junk.write_text('{"bad": 1}\n')
-    one_line_exit_2(run(*flags, "--out", tmp_path / "o", "--baseline", junk), "--baseline:")
+    one_line_exit_2(cli(*flags, "--out", tmp_path / "o", "--baseline", junk), "--baseline:")
     assert not marker.exists()
 
 
 # -- output folders --------------------------------------------------------------------
-def test_output_folders_are_checked_before_any_server(tmp_path, marked_server):
+def test_output_folders_are_checked_before_any_server(tmp_path, marked_server, cli):
     marker, flags = marked_server
     a_file = tmp_path / "a-file"
     a_file.write_text("x")
-    one_line_exit_2(run(*flags, "--out", "/proc/forbidden/x"), "--out: cannot create /proc/forbidden/x")
-    one_line_exit_2(run(*flags, "--out", a_file), f"--out: {a_file} exists and is not a folder")
-    one_line_exit_2(run(*flags, "--out", tmp_path / "o", "--reports-dir", a_file / "r"),
+    one_line_exit_2(cli(*flags, "--out", "/proc/forbidden/x"), "--out: cannot create /proc/forbidden/x")
+    one_line_exit_2(cli(*flags, "--out", a_file), f"--out: {a_file} exists and is not a folder")
+    one_line_exit_2(cli(*flags, "--out", tmp_path / "o", "--reports-dir", a_file / "r"),
                     "--reports-dir: cannot create")
-    one_line_exit_2(run(*flags, "--out", tmp_path / "o", "--junit", tmp_path), "--junit:")
+    one_line_exit_2(cli(*flags, "--out", tmp_path / "o", "--junit", tmp_path), "--junit:")
     assert not marker.exists()
     assert not (tmp_path / "o").exists()
 
 
-def test_report_output_file_in_a_folder_that_cannot_be(tmp_path):
+def test_report_output_file_in_a_folder_that_cannot_be(tmp_path, cli):
     a_file = tmp_path / "a-file"
     a_file.write_text("x")
-    one_line_exit_2(run("report", REPORTS_FIXTURE, "-o", a_file / "r.md"), "-o:", "is not a folder")
-    one_line_exit_2(run("report", REPORTS_FIXTURE, "-o", tmp_path), "-o:", "is a folder")
+    one_line_exit_2(cli("report", REPORTS_FIXTURE, "-o", a_file / "r.md"), "-o:", "is not a folder")
+    one_line_exit_2(cli("report", REPORTS_FIXTURE, "-o", tmp_path), "-o:", "is a folder")
 
 
 # -- a way to post ---------------------------------------------------------------------
@@ -132,16 +124,16 @@ def _env_without_gh(tmp_path) -> dict:
     return env
 
 
-def test_gh_issue_without_gh_or_token_fails_before_the_sweep(tmp_path, marked_server):
+def test_gh_issue_without_gh_or_token_fails_before_the_sweep(tmp_path, marked_server, cli):
     marker, flags = marked_server
     env = _env_without_gh(tmp_path)
-    one_line_exit_2(run(*flags, "--out", tmp_path / "o", "--gh-issue", "5", env=env),
+    one_line_exit_2(cli(*flags, "--out", tmp_path / "o", "--gh-issue", "5", env=env),
                     "--gh-issue: no way to post", "GITHUB_TOKEN")
-    one_line_exit_2(run("report", REPORTS_FIXTURE, "-o", tmp_path / "r.md", "--gh-issue", "5",
+    one_line_exit_2(cli("report", REPORTS_FIXTURE, "-o", tmp_path / "r.md", "--gh-issue", "5",
                         env=env), "--gh-issue: no way to post")
     env["GITHUB_TOKEN"] = "t"
     env.pop("GITHUB_REPOSITORY", None)
-    one_line_exit_2(run(*flags, "--out", tmp_path / "o", "--gh-issue", "5", cwd=tmp_path,
+    one_line_exit_2(cli(*flags, "--out", tmp_path / "o", "--gh-issue", "5", cwd=tmp_path,
                         env=env), "no repository is known", "--gh-repo")
     assert not marker.exists()
 
@@ -152,29 +144,29 @@ def _manifest(out: Path, run_id: str, command: str) -> None:
     (out / f"{run_id}.manifest.json").write_text(json.dumps({"run_id": run_id, "command": command}))
 
 
-def test_resume_refuses_a_flag_that_changes_the_plan(tmp_path, marked_server):
+def test_resume_refuses_a_flag_that_changes_the_plan(tmp_path, marked_server, cli):
     marker, flags = marked_server
     out = tmp_path / "o"
     _manifest(out, "r1", "sweep --spec mtp --residues 0 --out " + str(out))
-    one_line_exit_2(run("--resume", "r1", "--out", out, "--residues", "0-3"),
+    one_line_exit_2(cli("--resume", "r1", "--out", out, "--residues", "0-3"),
                     "--residues 0-3 differs from the run's --residues 0")
-    one_line_exit_2(run("--resume", "r1", "--out", out, "--spec", "dflash2"),
+    one_line_exit_2(cli("--resume", "r1", "--out", out, "--spec", "dflash2"),
                     "--spec dflash2 differs from the run's --spec mtp")
-    one_line_exit_2(run("--resume", "r1", "--out", out, "--no-prefix-cache"),
+    one_line_exit_2(cli("--resume", "r1", "--out", out, "--no-prefix-cache"),
                     "--no-prefix-cache differs from the run's the preset's default")
-    one_line_exit_2(run("--resume", "nope", "--out", out), "--resume: no manifest for run nope")
+    one_line_exit_2(cli("--resume", "nope", "--out", out), "--resume: no manifest for run nope")
     (out / "broken.manifest.json").write_text("{not json")
-    one_line_exit_2(run("--resume", "broken", "--out", out), "--resume:", "not a run manifest")
+    one_line_exit_2(cli("--resume", "broken", "--out", out), "--resume:", "not a run manifest")
     (out / "nocmd.manifest.json").write_text("{}")
-    one_line_exit_2(run("--resume", "nocmd", "--out", out), "command line cannot be read")
+    one_line_exit_2(cli("--resume", "nocmd", "--out", out), "command line cannot be read")
 
 
-def test_resume_takes_the_flags_that_may_change(tmp_path):
+def test_resume_takes_the_flags_that_may_change(tmp_path, cli):
     """--slots, --timeout, --no-progress, --reports-dir apply; the plan is the manifest's
     (residue 0 only, although nothing on the resume line says so)."""
     out = tmp_path / "o"
     _manifest(out, "r2", f"sweep --residues 0 --spec mtp --out {out} --slots 2")
-    proc = run("--resume", "r2", "--out", out, "--slots", "1", "--timeout", "30",
+    proc = cli("--resume", "r2", "--out", out, "--slots", "1", "--timeout", "30",
                "--no-progress", "--reports-dir", tmp_path / "rep", "--spec", "mtp")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "1 slot(s)" in proc.stderr
@@ -184,22 +176,22 @@ def test_resume_takes_the_flags_that_may_change(tmp_path):
 
 
 # -- flags' own messages -----------------------------------------------------------------
-def test_reversed_range_says_so():
-    one_line_exit_2(run("--residues", "5-3", "--dry-run"), "the range is reversed")
+def test_reversed_range_says_so(cli):
+    one_line_exit_2(cli("--residues", "5-3", "--dry-run"), "the range is reversed")
 
 
-def test_help_text_of_max_tokens_and_timeout_default():
-    proc = run("--help")
+def test_help_text_of_max_tokens_and_timeout_default(cli):
+    proc = cli("--help")
     assert proc.returncode == 0
     text = " ".join(proc.stdout.split())
     assert "--max-tokens MAX_TOKENS most tokens a measured answer may generate (default 256)" in text
     assert "--timeout TIMEOUT per request, seconds (default 120)" in text
 
 
-def test_version_prints_the_version_and_the_source_digest():
+def test_version_prints_the_version_and_the_source_digest(cli):
     from harness import __version__
     from harness.provenance import source_digest
-    proc = run("--version")
+    proc = cli("--version")
     assert proc.returncode == 0, proc.stderr
     line = proc.stdout.strip()
     assert line.startswith(f"sweep (residue-lab) {__version__}: {__version__}+")

@@ -4,8 +4,6 @@ reference table), and every path the README links to exists."""
 import json
 import re
 import struct
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -60,10 +58,11 @@ def test_the_mtp_refusal_names_ngram_as_the_readme_says(tmp_path):
     assert "use --spec ngram" in mtp_head_problem(tmp_path)
 
 
-def test_every_sweep_flag_is_in_the_flag_reference():
+def test_every_sweep_flag_is_in_the_flag_reference(cli):
     """Every option `sweep --help` lists is in docs/flags.md."""
-    out = subprocess.run([sys.executable, "-m", "harness", "--help"], capture_output=True,
-                         text=True, cwd=ROOT, timeout=60, check=True).stdout
+    proc = cli("--help", timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
     names = set(re.findall(r"(?<![\w-])(--[a-z][\w-]*)", out)) - {"--help"}
     assert len(names) > 30
     missing = sorted(n for n in names if not re.search(re.escape(n) + r"(?![\w-])", FLAGS_MD))

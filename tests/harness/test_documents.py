@@ -4,19 +4,14 @@ pre-imported launcher on the lab: forked servers, records that say so, nothing l
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
-import sys
 from collections import Counter
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
 from harness.compare import compare_records
-from harness.engines import LAB_MODEL_DIR
 from harness.run.plan import golden_answer, load_golden
-from tests.conftest import ROOT
+from tests.conftest import ROOT, read_jsonl
 
 pytestmark = pytest.mark.usefixtures("no_leftovers")
 
@@ -24,26 +19,15 @@ LAB = ("--spec", "mtp", "--ctx", "huge", "--cudagraph", "FULL", "--patches", "no
        "--context", "1200")
 
 
-def sweep(tmp_path: Path, *args: str, timeout: float = 300):
-    model = tmp_path / "model"
-    if not model.exists():
-        shutil.copytree(LAB_MODEL_DIR, model)
-    out = tmp_path / "results"
-    proc = subprocess.run([sys.executable, "-m", "harness", "--model", str(model),
-                           "--out", str(out), "--reports-dir", str(tmp_path / "reports"),
-                           "--no-progress", *args],
-                          cwd=ROOT, capture_output=True, text=True, timeout=timeout)
-    return proc, out
+def sweep(cli, *args: str, timeout: float = 300):
+    """A lab sweep through ``cli``; its process and its results folder."""
+    return cli.sweep(*args, lab_model=True, timeout=timeout), cli.tmp / "results"
 
 
-def read(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def test_three_documents_one_record_each_and_bad_documents_counted(tmp_path):
-    proc, out = sweep(tmp_path, *LAB, "--residues", "3-5", "--seed", "0,1,2", "--slots", "2")
+def test_three_documents_one_record_each_and_bad_documents_counted(tmp_path, cli):
+    proc, out = sweep(cli, *LAB, "--residues", "3-5", "--seed", "0,1,2", "--slots", "2")
     assert proc.returncode == 1, proc.stderr[-2000:]
-    recs = read(next(out.glob("*.jsonl")))
+    recs = read_jsonl(next(out.glob("*.jsonl")))
     keys = Counter((r["residue"], r["phase"], r["document_seed"]) for r in recs)
     assert set(keys) == {(res, ph, d) for res in (3, 4, 5) for ph in ("cold", "self-hit")
                          for d in (0, 1, 2)}
@@ -59,19 +43,19 @@ def test_three_documents_one_record_each_and_bad_documents_counted(tmp_path):
     assert manifest["documents"] == [0, 1, 2]
 
 
-def test_resume_keys_by_document(tmp_path):
-    proc, out = sweep(tmp_path, *LAB, "--residues", "3-4", "--seed", "0,1", "--slots", "1")
+def test_resume_keys_by_document(tmp_path, cli):
+    proc, out = sweep(cli, *LAB, "--residues", "3-4", "--seed", "0,1", "--slots", "1")
     path = next(out.glob("*.jsonl"))
     run_id = path.name.removesuffix(".jsonl")
-    recs = read(path)
+    recs = read_jsonl(path)
     # cut off residue 4 of document 1 half-way (its self-hit phase is lost)
     keep = [r for r in recs if not (r["residue"] == 4 and r["document_seed"] == 1
                                     and r["phase"] == "self-hit")]
     path.write_text("".join(json.dumps(r) + "\n" for r in keep))
-    proc, _ = sweep(tmp_path, "--resume", run_id)
+    proc, _ = sweep(cli, "--resume", run_id)
     assert "2 points already complete" not in proc.stderr   # 3 of 4 points are complete
     assert "3 points already complete, 1 to run" in proc.stderr, proc.stderr[-2000:]
-    after = read(path)
+    after = read_jsonl(path)
     assert Counter((r["residue"], r["phase"], r["document_seed"]) for r in after) == Counter(
         (r["residue"], r["phase"], r["document_seed"]) for r in recs)
 
@@ -116,17 +100,17 @@ def test_compare_keys_by_document():
 
 @pytest.mark.parametrize("value,why", [("0,x", "is not an integer"), ("1,1", "named twice"),
                                        ("-1", "at least 0")])
-def test_bad_seed_lists_are_usage_errors(tmp_path, value, why):
-    proc, _ = sweep(tmp_path, "--seed", value, "--dry-run")
+def test_bad_seed_lists_are_usage_errors(tmp_path, value, why, cli):
+    proc, _ = sweep(cli, "--seed", value, "--dry-run")
     assert proc.returncode == 2 and why in proc.stderr and "Traceback" not in proc.stderr
 
 
-def test_prefork_launcher_forks_lab_servers_and_leaves_nothing(tmp_path):
-    proc, out = sweep(tmp_path, *LAB, "--residues", "3-5", "--launcher", "prefork",
+def test_prefork_launcher_forks_lab_servers_and_leaves_nothing(tmp_path, cli):
+    proc, out = sweep(cli, *LAB, "--residues", "3-5", "--launcher", "prefork",
                       "--slots", "2")
     assert proc.returncode == 1, proc.stderr[-2000:]
     assert "launcher prefork: fork server up" in proc.stderr
-    recs = read(next(out.glob("*.jsonl")))
+    recs = read_jsonl(next(out.glob("*.jsonl")))
     assert {r["server_boot"]["launcher"] for r in recs} == {"forked"}
     bad = {(r["residue"], r["phase"]) for r in recs if r["verdict"] != "ok"}
     assert bad == {(4, "self-hit")}          # the same verdicts as a plain boot
@@ -136,8 +120,8 @@ def test_prefork_launcher_forks_lab_servers_and_leaves_nothing(tmp_path):
     assert manifest["timing"]["boot_split"]["launchers"] == {"forked": 3}
 
 
-def test_cache_dir_is_for_vllm(tmp_path):
-    proc, _ = sweep(tmp_path, "--cache-dir", str(tmp_path / "c"), "--dry-run")
+def test_cache_dir_is_for_vllm(tmp_path, cli):
+    proc, _ = sweep(cli, "--cache-dir", str(tmp_path / "c"), "--dry-run")
     assert proc.returncode == 2 and "--cache-dir is for --engine vllm" in proc.stderr
 
 
@@ -161,9 +145,8 @@ def test_consensus_is_taken_per_document():
     assert {r["verdict"] for r in out} == {"ok"}
 
 
-def test_a_seed_list_with_a_prompt_set_is_a_usage_error():
-    proc = subprocess.run([sys.executable, "-m", "harness", "--prompts",
-                           str(ROOT / "examples/prompts/code.jsonl"), "--seed", "0,1",
-                           "--dry-run"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+def test_a_seed_list_with_a_prompt_set_is_a_usage_error(cli):
+    proc = cli("--prompts", ROOT / "examples/prompts/code.jsonl", "--seed", "0,1", "--dry-run",
+               timeout=120)
     assert proc.returncode == 2 and "--seed lists are documents" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1

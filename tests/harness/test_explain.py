@@ -6,14 +6,10 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-from harness.engines import LAB_MODEL_DIR
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.usefixtures("no_leftovers")
@@ -22,27 +18,18 @@ FULL_UNPATCHED = ("--spec", "mtp", "--ctx", "huge", "--cudagraph", "FULL_AND_PIE
                   "--patches", "none")
 
 
-def harness(tmp_path: Path, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
-    argv = [sys.executable, "-m", "harness", *args]
-    return subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
-
-
 @pytest.fixture
-def lab(tmp_path: Path):
-    model = tmp_path / "model"
-    shutil.copytree(LAB_MODEL_DIR, model)
-    out = tmp_path / "results"
+def lab(cli):
+    out = cli.tmp / "results"
 
     def sweep(*args: str) -> tuple[subprocess.CompletedProcess, str]:
-        proc = harness(tmp_path, *FULL_UNPATCHED, "--model", str(model), "--out", str(out),
-                       "--reports-dir", str(tmp_path / "reports"), "--no-progress",
-                       "--slots", "2", *args)
+        proc = cli.sweep(*FULL_UNPATCHED, "--slots", "2", *args, lab_model=True, timeout=240)
         run_id = re.search(r"run (\d{8}-\d{6}-[0-9a-f]{4})", proc.stderr)
         assert run_id, proc.stderr[-2000:]
         return proc, run_id.group(1)
 
     def explain(run_id: str, *args: str) -> subprocess.CompletedProcess:
-        return harness(tmp_path, "explain", run_id, "--out", str(out), "--slots", "2", *args)
+        return cli("explain", run_id, "--out", out, "--slots", "2", *args, timeout=240)
 
     return sweep, explain, out
 
@@ -74,7 +61,7 @@ def ladder_rows(stdout: str) -> dict[str, str]:
     return rows
 
 
-def test_residue_4_of_the_unpatched_full_run(lab, tmp_path):
+def test_residue_4_of_the_unpatched_full_run(lab, tmp_path, cli):
     sweep, explain, out = lab
     # --context 3000: the prompt (3076 tokens) is not ≡ 4 mod the hybrid's 2048-token page,
     # so dropping the match unit moves the cut (at 4096 it would not: see the next test)
@@ -107,7 +94,7 @@ def test_residue_4_of_the_unpatched_full_run(lab, tmp_path):
     assert {r["config_id"] for r in child_recs} == set(ran.values())
     assert {r["residue"] for r in child_recs} == {4}
 
-    report = harness(tmp_path, "report", run_id, "--out", str(out))
+    report = cli("report", run_id, "--out", str(out))
     assert report.returncode == 0, report.stderr
     section = report.stdout.split("## Explained", 1)[1]
     assert "### Residue 4 of" in section and child["run_id"] in section
@@ -158,14 +145,14 @@ def test_nothing_to_explain_and_bad_requests(lab):
     assert ex.returncode == 2 and ex.stderr.count("\n") == 1
 
 
-def test_a_committed_vllm_run_gets_its_rungs_and_the_other_runner(tmp_path):
+def test_a_committed_vllm_run_gets_its_rungs_and_the_other_runner(tmp_path, cli):
     """vLLM 0.26.0 on the H200 (reports/h200): residue 4 broken under FULL_AND_PIECEWISE
     with the plugin off; the server ran on V1, so the ladder adds V2 and nothing else
     changes in that rung's command but VLLM_USE_V2_MODEL_RUNNER."""
     run = ROOT / "reports" / "h200" / "results" / "20261130-030446-b166.jsonl.gz"
     if not run.is_file():
         pytest.skip("no committed H200 run")
-    proc = harness(tmp_path, "explain", str(run), "--dry-run", "--out", str(tmp_path))
+    proc = cli("explain", str(run), "--dry-run", "--out", str(tmp_path))
     assert proc.returncode == 0, proc.stderr[-2000:]
     lines = {ln.split(":", 1)[0].strip(): ln.split(":", 1)[1] for ln in proc.stdout.splitlines()
              if ln.startswith("  ")}

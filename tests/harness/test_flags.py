@@ -4,14 +4,11 @@ is what the dry run prints."""
 from __future__ import annotations
 
 import shlex
-import subprocess
-import sys
 
 from harness import bugb
 from harness.cli import build_options
 from harness.configs import config_id, modulus_for
 from harness.flags import FLAGS, rerun_command, sweep_parser
-from tests.conftest import ROOT
 
 README_MATRIX = ["--spec", "mtp", "--ctx", "huge", "--residues", "all", "--cudagraph",
                  "FULL_AND_PIECEWISE,PIECEWISE", "--patches", "none,all"]
@@ -48,9 +45,8 @@ def test_the_rule_predicts_residue_4_for_the_full_unpatched_configuration_only()
                          ("PIECEWISE", "none"): [], ("PIECEWISE", "all"): []}
 
 
-def test_the_dry_run_prints_that_rule():
-    out = subprocess.run([sys.executable, "-m", "harness", *README_MATRIX, "--dry-run"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+def test_the_dry_run_prints_that_rule(cli):
+    out = cli(*README_MATRIX, "--dry-run", timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     rules = [ln.strip() for ln in out.stdout.splitlines() if ln.strip().startswith("rule predicts")]
     assert len(rules) == 4

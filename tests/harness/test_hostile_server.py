@@ -1,16 +1,24 @@
-"""A hostile server (tests/servers/misbehaving_engine.py, not the lab) through the real
-CLI: every misbehaviour ends in its exact verdict, nothing raises out of the harness,
-every record is written, no server is left behind."""
+"""A hostile server (tests/servers/misbehaving_engine.py, not the lab): every misbehaviour
+ends in its exact verdict, nothing raises out of the harness, every record is written, no
+server is left behind. What needs a process (a hang, an exit, a failed boot) runs through
+the real CLI against the real server; every misbehaving answer runs in-process, the same
+reply function behind an ``httpx.MockTransport`` driving ``PointRunner``."""
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tests.conftest import ROOT
+from tests.harness.test_point_runner import make_point, run_point
+
+sys.path.insert(0, str(ROOT / "tests" / "servers"))
+import misbehaving_engine  # noqa: E402  (a script folder, not a package)
 
 pytestmark = pytest.mark.usefixtures("no_leftovers")
 HOSTILE = ROOT / "tests" / "servers" / "misbehaving_engine.py"
@@ -21,18 +29,17 @@ def hostile_cmd(tok_dir: Path, *extra: str) -> str:
                      str(tok_dir), *extra])
 
 
-def run(tmp_path: Path, tok_dir: Path, *args: str, server: tuple[str, ...] = (),
-        out: str = "results") -> tuple[subprocess.CompletedProcess, list[dict]]:
-    argv = [sys.executable, "-m", "harness", "--engine", "cmd", "--model", str(tok_dir),
-            "--server-cmd", hostile_cmd(tok_dir, *server), "--context", "800",
-            "--out", str(tmp_path / out), "--reports-dir", str(tmp_path / "reports"),
-            "--no-progress", "--timeout", "4", *args]
-    proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=240)
+def hostile_sweep(cli, tok_dir: Path, *args: str, server: tuple[str, ...] = (),
+                  out: str = "results") -> tuple[subprocess.CompletedProcess, list[dict]]:
+    """A sweep of the hostile server (``server``: its misbehaviour flags) through ``cli``:
+    no traceback, exactly one results file, its records."""
+    proc = cli.sweep("--engine", "cmd", "--model", tok_dir,
+                     "--server-cmd", hostile_cmd(tok_dir, *server), "--context", "800",
+                     "--timeout", "4", *args, out=out, timeout=240)
     assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
-    files = list((tmp_path / out).glob("*.jsonl"))
+    files = list((cli.tmp / out).glob("*.jsonl"))
     assert len(files) == 1, (files, proc.stderr[-2000:])
-    recs = [json.loads(x) for x in files[0].read_text().splitlines() if x.strip()]
-    return proc, recs
+    return proc, cli.records(out)
 
 
 def by_phase(recs: list[dict]) -> dict[str, dict]:
@@ -66,24 +73,78 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("how", sorted(CASES))
-def test_each_misbehaviour_has_its_exact_verdict(tmp_path, tok_dir, how):
+# Misbehaviours only a real process shows (a hang, an exit, a failed boot, a dead engine
+# behind a live /health), and three answers also sent over a real socket as a check that
+# the in-process path below sees what a real server sends.
+THROUGH_A_PROCESS = ("none", "malformed-json", "http500", "stall", "die",
+                     "dead-engine-health", "kv-boot")
+# Every misbehaviour that is an answer: the server's own reply function behind an
+# httpx.MockTransport, through PointRunner in this process.
+IN_PROCESS = tuple(h for h in sorted(CASES) if h not in ("stall", "die", "dead-engine-health",
+                                                         "kv-boot"))
+
+
+def check_cells(how: str, cells: dict[str, dict]) -> None:
+    """The verdicts, reason and facts ``CASES`` expects of one misbehaviour."""
     cold, hit, phrase = CASES[how]
-    # residue 5: a lie of n - 1 cached tokens leaves a tail of 1 where 5 was meant
-    residue = "5" if how == "lying-cached" else "1"
-    proc, recs = run(tmp_path, tok_dir, "--residues", residue, server=("--misbehave", how))
-    cells = by_phase(recs)
-    assert set(cells) == {"cold", "self-hit"}, recs
+    assert set(cells) == {"cold", "self-hit"}, cells
     assert (cells["cold"]["verdict"], cells["self-hit"]["verdict"]) == (cold, hit), \
-        [(r["verdict"], r["reason"]) for r in recs]
+        [(r["verdict"], r["reason"]) for r in cells.values()]
     assert phrase in cells["self-hit"]["reason"]
-    assert proc.returncode == (0 if how == "none" else 1), proc.stderr[-2000:]
-    for r in recs:
+    for r in cells.values():
         if r["verdict"] in ("broken", "diverged"):
             assert r["first_divergence"]["char"] is not None
-    if how == "kv-boot":
-        report = next((tmp_path / "reports").glob("*.md")).read_text()
-        assert "KV cache is needed" in report
     if how == "lying-cached":
         sh = cells["self-hit"]
         assert (sh["computed_tail"], sh["intended_tail"]) == (1, 5) and sh["tail_note"]
+
+
+def residue_for(how: str) -> str:
+    # residue 5: a lie of n - 1 cached tokens leaves a tail of 1 where 5 was meant
+    return "5" if how == "lying-cached" else "1"
+
+
+@pytest.mark.parametrize("how", THROUGH_A_PROCESS)
+def test_each_process_misbehaviour_has_its_exact_verdict(tmp_path, tok_dir, how, cli):
+    proc, recs = hostile_sweep(cli, tok_dir, "--residues", residue_for(how),
+                               server=("--misbehave", how))
+    check_cells(how, by_phase(recs))
+    assert proc.returncode == (0 if how == "none" else 1), proc.stderr[-2000:]
+    if how == "kv-boot":
+        assert "KV cache is needed" in cli.report()
+
+
+def hostile_handler(tok_dir: Path, how: str):
+    """An ``httpx.MockTransport`` handler: the hostile server's routes and replies
+    (``misbehaving_engine.chat_reply``) with no process and no port."""
+    args = argparse.Namespace(unit=128, misbehave=how, at_residue=-1, only_hit=False,
+                              margin=4.0)
+    state = misbehaving_engine.fake_engine.State(argparse.Namespace(model=str(tok_dir)))
+    json_type = {"content-type": misbehaving_engine.JSON}
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        path = request.url.path
+        if request.method == "GET" and path == "/health":
+            return httpx.Response(200, content=b"", headers={"content-type": "text/plain"})
+        if request.method == "GET" and path == "/v1/models":
+            return httpx.Response(200, json={"object": "list", "data": [{"id": "hostile"}]})
+        body = json.loads(request.content or b"{}")
+        if request.method == "POST" and path == "/tokenize":
+            return httpx.Response(200, json={"count": state.tok.count(body["messages"])})
+        if request.method == "POST" and path == "/v1/chat/completions":
+            action, code, reply, ctype = misbehaving_engine.chat_reply(state, args, body)
+            assert action == "send", action
+            return httpx.Response(code, content=misbehaving_engine.encode(reply),
+                                  headers={"content-type": ctype})
+        return httpx.Response(404, content=misbehaving_engine.encode(
+            {"error": {"message": "not found"}}), headers=json_type)
+
+    return handler
+
+
+@pytest.mark.parametrize("how", IN_PROCESS)
+def test_each_answer_misbehaviour_has_its_exact_verdict_in_process(tmp_path, tok_dir, how):
+    opts, adapter, point = make_point(tmp_path, tok_dir, "--residues", residue_for(how),
+                                      "--timeout", "4")
+    recs, _ = run_point(tmp_path, opts, adapter, point, hostile_handler(tok_dir, how))
+    check_cells(how, recs)

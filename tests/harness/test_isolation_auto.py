@@ -4,44 +4,25 @@ a restored and on a fresh server: the lab has sleep mode, so auto's reuse pass i
 request shows, which a reset sweep hides: issue 17), through the real CLI."""
 from __future__ import annotations
 
-import json
-import shutil
-import subprocess
-import sys
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
-from harness.engines import LAB_MODEL_DIR
-from tests.conftest import ROOT, fake_cmd
+from tests.conftest import fake_cmd
 
 pytestmark = pytest.mark.usefixtures("no_leftovers")
 
 
-def sweep(tmp_path: Path, *args: str, timeout: float = 300):
-    out = tmp_path / "results"
-    proc = subprocess.run([sys.executable, "-m", "harness", "--out", str(out),
-                           "--reports-dir", str(tmp_path / "reports"), "--no-progress", *args],
-                          cwd=ROOT, capture_output=True, text=True, timeout=timeout)
-    files = list(out.glob("*.jsonl"))
-    assert len(files) == 1, proc.stderr[-3000:]
-    recs = [json.loads(line) for line in files[0].read_text().splitlines() if line.strip()]
-    manifest = json.loads(next(out.glob("*.manifest.json")).read_text())
-    report = next((tmp_path / "reports").glob("*.md")).read_text()
-    return proc, recs, manifest, report
+def sweep(cli, *args: str, timeout: float = 300):
+    """A sweep through ``cli``: its process, records, manifest and report."""
+    proc = cli.sweep(*args, timeout=timeout)
+    assert len(list((cli.tmp / "results").glob("*.jsonl"))) == 1, proc.stderr[-3000:]
+    return proc, cli.records(), cli.manifest(), cli.report()
 
 
-def lab_model(tmp_path: Path) -> Path:
-    model = tmp_path / "model"   # a per-test copy: its path marks this test's servers
-    shutil.copytree(LAB_MODEL_DIR, model)
-    return model
-
-
-def test_auto_on_the_lab_full_mtp_unpatched(tmp_path):
-    model = lab_model(tmp_path)
+def test_auto_on_the_lab_full_mtp_unpatched(tmp_path, cli):
     proc, recs, manifest, report = sweep(
-        tmp_path, "--model", str(model), "--spec", "mtp", "--ctx", "huge", "--cudagraph",
+        cli, "--model", cli.lab_model(), "--spec", "mtp", "--ctx", "huge", "--cudagraph",
         "FULL", "--patches", "none", "--residues", "0-19", "--isolation", "auto",
         "--auto-sample", "2", "--context", "1200", "--slots", "2")
     assert proc.returncode == 1, proc.stderr[-2000:]
@@ -86,11 +67,11 @@ def test_auto_on_the_lab_full_mtp_unpatched(tmp_path):
                                 "by_config": {recs[0]["config_id"]: {"restore": 23, "fresh": 8}}}
 
 
-def test_auto_catches_what_only_a_fresh_server_shows(tmp_path, tok_dir):
+def test_auto_catches_what_only_a_fresh_server_shows(tmp_path, tok_dir, cli):
     # The fake engine breaks residue 9 only on a server's first request: the reset sweep
     # (one server, residue 9 is not its first) is clean there, the fresh sample is not.
     proc, recs, manifest, report = sweep(
-        tmp_path, "--engine", "cmd", "--model", str(tok_dir), "--server-cmd",
+        cli, "--engine", "cmd", "--model", str(tok_dir), "--server-cmd",
         fake_cmd(tok_dir, "--break-first-cold-residue", "9"), "--context", "800",
         "--residues", "8-10", "--isolation", "auto", "--auto-sample", "3", "--slots", "1",
         "--seed", "0,1")
@@ -106,11 +87,11 @@ def test_auto_catches_what_only_a_fresh_server_shows(tmp_path, tok_dir):
     assert "⚠ reset ok, fresh broken" in report
 
 
-def test_a_reset_break_gets_its_fresh_confirmation_at_run_time(tmp_path, tok_dir):
+def test_a_reset_break_gets_its_fresh_confirmation_at_run_time(tmp_path, tok_dir, cli):
     # Residue 7 breaks on a hit (reset and fresh alike) and is in no planned fresh set:
     # its fresh twin is added when the reset point finishes.
     proc, recs, manifest, report = sweep(
-        tmp_path, "--engine", "cmd", "--model", str(tok_dir), "--server-cmd",
+        cli, "--engine", "cmd", "--model", str(tok_dir), "--server-cmd",
         fake_cmd(tok_dir, "--break-residue", "7"), "--context", "800",
         "--residues", "6-8", "--isolation", "auto", "--auto-sample", "0", "--slots", "2",
         "--spec", "none")
@@ -123,9 +104,8 @@ def test_a_reset_break_gets_its_fresh_confirmation_at_run_time(tmp_path, tok_dir
     assert manifest["plan"]["by_config"][recs[0]["config_id"]] == {"reset": 3, "fresh": 1}
 
 
-def test_auto_is_refused_where_it_cannot_run(tmp_path, tok_dir):
-    proc = subprocess.run([sys.executable, "-m", "harness", "--auto-sample", "2",
-                           "--dry-run"], cwd=ROOT, capture_output=True, text=True)
+def test_auto_is_refused_where_it_cannot_run(tmp_path, tok_dir, cli):
+    proc = cli("--auto-sample", "2", "--dry-run")
     assert proc.returncode == 2 and "--auto-sample is for --isolation auto" in proc.stderr
     assert "Traceback" not in proc.stderr
 

@@ -25,15 +25,9 @@ from tests.reports.test_gate import _fake_gh
 REPORTS_FIXTURE = ROOT / "tests" / "reports" / "fixtures" / "lab" / "fvp.jsonl.gz"
 
 
-def run(*args, cwd: Path = ROOT, env: dict | None = None, timeout: float = 180):
-    full_env = dict(os.environ if env is None else env)
-    full_env["PYTHONPATH"] = str(ROOT)
-    return subprocess.run([sys.executable, "-m", "harness", *map(str, args)], cwd=cwd,
-                          capture_output=True, text=True, timeout=timeout, env=full_env)
-
-
-def lab_sweep(tmp_path: Path, *args, env: dict | None = None):
-    return run("--residues", "0", "--no-progress", "--slots", "1", *args, cwd=tmp_path, env=env)
+def lab_sweep(cli, *args, env: dict | None = None):
+    """A one-residue lab sweep run from the test's tmp dir (relative --out lands there)."""
+    return cli("--residues", "0", "--no-progress", "--slots", "1", *args, cwd=cli.tmp, env=env)
 
 
 def _no_token_env(**extra) -> dict:
@@ -43,8 +37,8 @@ def _no_token_env(**extra) -> dict:
     return env
 
 
-def test_out_puts_the_report_beside_the_results_and_the_terminal_reads_plain(tmp_path):
-    proc = lab_sweep(tmp_path, "--out", "mine")
+def test_out_puts_the_report_beside_the_results_and_the_terminal_reads_plain(tmp_path, cli):
+    proc = lab_sweep(cli, "--out", "mine")
     assert proc.returncode == 0, proc.stderr[-2000:]
     (records,) = (tmp_path / "mine").glob("*.jsonl")
     report = records.with_suffix(".md")
@@ -57,14 +51,14 @@ def test_out_puts_the_report_beside_the_results_and_the_terminal_reads_plain(tmp
     assert "not vLLM. Agreement with the Bug B rule is expected here by construction" in proc.stdout
 
 
-def test_reports_dir_still_wins(tmp_path):
-    proc = lab_sweep(tmp_path, "--out", "mine", "--reports-dir", "elsewhere")
+def test_reports_dir_still_wins(tmp_path, cli):
+    proc = lab_sweep(cli, "--out", "mine", "--reports-dir", "elsewhere")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert list((tmp_path / "elsewhere").glob("*.md")) and not list((tmp_path / "mine").glob("*.md"))
 
 
-def test_preset_warning_on_the_terminal_before_the_sweep(tmp_path):
-    proc = lab_sweep(tmp_path, "--cudagraph", "FULL_AND_PIECEWISE", "--out", "o")
+def test_preset_warning_on_the_terminal_before_the_sweep(tmp_path, cli):
+    proc = lab_sweep(cli, "--cudagraph", "FULL_AND_PIECEWISE", "--out", "o")
     err = proc.stderr.splitlines()
     warn = [i for i, ln in enumerate(err) if ln.startswith("sweep: warning:")]
     start = next(i for i, ln in enumerate(err) if ln.startswith("run "))
@@ -74,12 +68,12 @@ def test_preset_warning_on_the_terminal_before_the_sweep(tmp_path):
     assert "**Preset warning:**" in report.read_text()
 
 
-def test_step_summary_carries_the_lab_notice_and_a_failed_one_exits_4(tmp_path):
+def test_step_summary_carries_the_lab_notice_and_a_failed_one_exits_4(tmp_path, cli):
     summary = tmp_path / "summary.md"
-    proc = lab_sweep(tmp_path, "--out", "o", env=_no_token_env(GITHUB_STEP_SUMMARY=str(summary)))
+    proc = lab_sweep(cli, "--out", "o", env=_no_token_env(GITHUB_STEP_SUMMARY=str(summary)))
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert LAB_NOTICE in summary.read_text()
-    proc = lab_sweep(tmp_path, "--out", "o2",
+    proc = lab_sweep(cli, "--out", "o2",
                      env=_no_token_env(GITHUB_STEP_SUMMARY="/proc/forbidden/summary.md"))
     assert proc.returncode == 4, proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr
@@ -88,10 +82,10 @@ def test_step_summary_carries_the_lab_notice_and_a_failed_one_exits_4(tmp_path):
     assert f"report: o2/{report.name}" in proc.stderr
 
 
-def test_gh_that_fails_after_the_sweep_exits_4_with_the_report_path(tmp_path):
+def test_gh_that_fails_after_the_sweep_exits_4_with_the_report_path(tmp_path, cli):
     bindir, log = _fake_gh(tmp_path, rc=1)
     env = _no_token_env(PATH=f"{bindir}{os.pathsep}{os.environ['PATH']}")
-    proc = lab_sweep(tmp_path, "--out", "o", "--gh-issue", "9", env=env)
+    proc = lab_sweep(cli, "--out", "o", "--gh-issue", "9", env=env)
     assert proc.returncode == 4, proc.stderr[-2000:]
     (report,) = (tmp_path / "o").glob("*.md")
     assert json.loads(log.read_text())[:3] == ["issue", "comment", "9"]
@@ -145,40 +139,40 @@ def _rest_env(tmp_path, api: str, **extra) -> dict:
     return env
 
 
-def test_sweep_posts_through_the_rest_api_without_gh(tmp_path, github):
+def test_sweep_posts_through_the_rest_api_without_gh(tmp_path, github, cli):
     fake, api = github
     env = _rest_env(tmp_path, api, GITHUB_TOKEN="tok")
-    proc = lab_sweep(tmp_path, "--out", "o", "--gh-issue", "7", "--gh-repo", "octo/lab", env=env)
+    proc = lab_sweep(cli, "--out", "o", "--gh-issue", "7", "--gh-repo", "octo/lab", env=env)
     assert proc.returncode == 0, proc.stderr[-2000:]
     (comment,) = fake.on(7)
     assert LAB_NOTICE in comment["body"]
     assert "report posted to issue octo/lab#7 (REST API)" in proc.stderr
     # sweep report: the same comment is updated, not a second one added
     (records,) = (tmp_path / "o").glob("*.jsonl")
-    proc = run("report", records, "-o", tmp_path / "again.md", "--gh-issue", "7",
+    proc = cli("report", records, "-o", tmp_path / "again.md", "--gh-issue", "7",
                env=dict(env, GITHUB_REPOSITORY="octo/lab"))
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert len(fake.on(7)) == 1 and [m for m, _ in fake.requests].count("PATCH") == 1
 
 
-def test_rest_refusal_after_the_sweep_exits_4(tmp_path, github):
+def test_rest_refusal_after_the_sweep_exits_4(tmp_path, github, cli):
     fake, api = github
     env = _rest_env(tmp_path, api, GITHUB_TOKEN="wrong")
-    proc = lab_sweep(tmp_path, "--out", "o", "--gh-issue", "7", "--gh-repo", "octo/lab", env=env)
+    proc = lab_sweep(cli, "--out", "o", "--gh-issue", "7", "--gh-repo", "octo/lab", env=env)
     assert proc.returncode == 4, proc.stderr[-2000:]
     assert "HTTP 401" in proc.stderr and "Traceback" not in proc.stderr
     assert fake.on(7) == []
     (records,) = (tmp_path / "o").glob("*.jsonl")
-    proc = run("report", records, "-o", tmp_path / "r.md", "--gh-issue", "8",
+    proc = cli("report", records, "-o", tmp_path / "r.md", "--gh-issue", "8",
                "--gh-repo", "octo/lab", env=dict(env, GITHUB_TOKEN="tok"))
     assert proc.returncode == 4 and "was not found" in proc.stderr
     assert f"(the report is in {tmp_path / 'r.md'})" in proc.stderr
 
 
-def test_dry_run_prints_the_request_and_needs_no_token(tmp_path, github):
+def test_dry_run_prints_the_request_and_needs_no_token(tmp_path, github, cli):
     fake, api = github
     env = _rest_env(tmp_path, api)
-    proc = run("report", REPORTS_FIXTURE, "-o", tmp_path / "r.md", "--gh-issue", "7",
+    proc = cli("report", REPORTS_FIXTURE, "-o", tmp_path / "r.md", "--gh-issue", "7",
                "--gh-repo", "octo/lab", "--gh-dry-run", env=env)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert f"POST {api}/repos/octo/lab/issues/7/comments" in proc.stdout
@@ -186,7 +180,7 @@ def test_dry_run_prints_the_request_and_needs_no_token(tmp_path, github):
     assert LAB_NOTICE in body and fake.requests == []
 
 
-def test_sweep_report_on_a_terminal_is_plain_text(tmp_path):
+def test_sweep_report_on_a_terminal_is_plain_text(tmp_path, cli):
     """stdout a tty: plain text; redirected: the markdown (so `> r.md` still works)."""
     master, slave = pty.openpty()
     env = dict(os.environ, PYTHONPATH=str(ROOT), COLUMNS="200")
@@ -208,14 +202,14 @@ def test_sweep_report_on_a_terminal_is_plain_text(tmp_path):
     assert proc.returncode == 0
     assert "FULL_AND_PIECEWISE vs PIECEWISE" in shown and "\\_" not in shown and "**" not in shown
     assert "answer ''" in shown and "*(empty)*" not in shown   # the short terminal report
-    piped = run("report", REPORTS_FIXTURE)
+    piped = cli("report", REPORTS_FIXTURE)
     assert "FULL\\_AND\\_PIECEWISE" in piped.stdout and LAB_NOTICE in piped.stdout
 
 
-def test_gh_issue_without_o_posts_from_a_named_temp_file(tmp_path, github):
+def test_gh_issue_without_o_posts_from_a_named_temp_file(tmp_path, github, cli):
     fake, api = github
     env = _rest_env(tmp_path, api)
-    proc = run("report", REPORTS_FIXTURE, "--gh-issue", "7", "--gh-repo", "octo/lab",
+    proc = cli("report", REPORTS_FIXTURE, "--gh-issue", "7", "--gh-repo", "octo/lab",
                "--gh-dry-run", env=env)
     assert proc.returncode == 0, proc.stderr[-2000:]
     [path] = [line.split("report: ", 1)[1] for line in proc.stderr.splitlines()

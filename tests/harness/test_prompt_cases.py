@@ -3,8 +3,6 @@ of a case on the real lab tokenizer and chat template (no server)."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -141,12 +139,6 @@ def test_the_shipped_examples_load_and_plan_on_the_lab():
             plan_case_residues(cal, [0, 127], 128, count)
 
 
-def sweep_usage(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "harness", "--out", str(tmp_path / "r"),
-                           "--no-progress", *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=120)
-
-
 @pytest.mark.parametrize("args, message", [
     (("--prompts", "{bad}"), "{bad}:1: not JSON"),
     (("--prompts", "{noexp}"), "{noexp}:1: case 'q' has no \"expected\", so --reference "
@@ -156,13 +148,13 @@ def sweep_usage(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
      "--case: 'nope' is not a case of {noexp} (ids: q)"),
     (("--case", "q"), "--case is only for --prompts FILE"),
 ])
-def test_bad_prompt_files_exit_2_with_one_line_before_any_server(tmp_path, args, message):
+def test_bad_prompt_files_exit_2_with_one_line_before_any_server(tmp_path, args, message, cli):
     files = {"bad": write(tmp_path, "{oops"),
              "short": str(tmp_path / "short.jsonl"), "noexp": str(tmp_path / "noexp.jsonl")}
     Path(files["short"]).write_text(case_line(id="tiny", expected="hello") + "\n")
     Path(files["noexp"]).write_text(case_line(id="q") + "\n")
     argv = [a.format(**files) for a in args]
-    proc = sweep_usage(tmp_path, *argv)
+    proc = cli.sweep(*argv, out="r", reports=None, timeout=120)
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and message.format(**files) in lines[0], proc.stderr
@@ -208,10 +200,9 @@ def test_the_readme_shows_the_done_when_command_and_its_reruns_name_the_case():
         assert one.plan.messages == point.plan.messages
 
 
-def test_the_dry_run_lists_each_case_and_counts_case_points():
-    out = subprocess.run([sys.executable, "-m", "harness", "--prompts", str(EXAMPLES / "code.jsonl"),
-                          "--residues", "0-3", "--dry-run"], cwd=ROOT, capture_output=True,
-                         text=True, timeout=120)
+def test_the_dry_run_lists_each_case_and_counts_case_points(cli):
+    out = cli("--prompts", EXAMPLES / "code.jsonl", "--residues", "0-3", "--dry-run",
+              timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     lines = [ln.strip() for ln in out.stdout.splitlines() if ln.strip().startswith("case ")]
     assert len(lines) == 2

@@ -6,13 +6,11 @@ import json
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from harness.compare import compare_records
-from harness.engines import LAB_MODEL_DIR
-from tests.conftest import ROOT
+from tests.conftest import ROOT, read_jsonl
 from tests.reports.gfm import gfm_html, gfm_tables
 
 pytestmark = pytest.mark.usefixtures("no_leftovers")
@@ -22,34 +20,28 @@ CODE = ROOT / "examples" / "prompts" / "code.jsonl"
 BROKEN = ("--cudagraph", "FULL_AND_PIECEWISE", "--patches", "none")
 
 
-def sweep(tmp_path: Path, *args: str, out: str = "results", rc: int | None = 0,
+def sweep(cli, *args: str, out: str = "results", rc: int | None = 0,
           timeout: float = 600, local_tokenizer: bool = True
           ) -> tuple[subprocess.CompletedProcess, list[dict], dict]:
-    model = tmp_path / "model"  # a per-test copy: its path marks this test's servers
-    if not model.exists():
-        shutil.copytree(LAB_MODEL_DIR, model)
-    outdir = tmp_path / out
+    """A lab sweep on 2 slots through ``cli`` (``--model`` this test's copy of the lab
+    model unless ``local_tokenizer`` is False): its process, and the records and manifest
+    of the results file it added to ``out`` (none: ``[]``, ``{}``)."""
+    outdir = cli.tmp / out
     before = set(outdir.glob("*.jsonl")) if outdir.exists() else set()
-    model_arg = ["--model", str(model)] if local_tokenizer else []
-    proc = subprocess.run([sys.executable, "-m", "harness", *model_arg,
-                           "--out", str(outdir), "--reports-dir", str(tmp_path / "reports"),
-                           "--no-progress", "--slots", "2", *args],
-                          cwd=ROOT, capture_output=True, text=True, timeout=timeout)
-    if rc is not None:
-        assert proc.returncode == rc, proc.stderr[-3000:]
+    proc = cli.sweep("--slots", "2", *args, out=out, lab_model=local_tokenizer, rc=rc,
+                     timeout=timeout)
     new = sorted(set(outdir.glob("*.jsonl")) - before) if outdir.exists() else []
     if not new:
         return proc, [], {}
-    recs = [json.loads(line) for line in new[-1].read_text().splitlines() if line.strip()]
     mpath = new[-1].with_name(new[-1].name.replace(".jsonl", ".manifest.json"))
-    return proc, recs, (json.loads(mpath.read_text()) if mpath.exists() else {})
+    return proc, read_jsonl(new[-1]), (json.loads(mpath.read_text()) if mpath.exists() else {})
 
 
-def test_system_prompt_three_turns_padded_middle_message_sweeps_all_128_residues_exactly(tmp_path):
+def test_system_prompt_three_turns_padded_middle_message_sweeps_all_128_residues_exactly(tmp_path, cli):
     case = json.loads(CHAT.read_text().splitlines()[0])
     roles = [m["role"] for m in case["messages"]]
     assert roles[0] == "system" and roles.count("user") == 3 and case["pad"] == "user:1"
-    proc, recs, manifest = sweep(tmp_path, "--prompts", str(CHAT), "--case", case["id"],
+    proc, recs, manifest = sweep(cli, "--prompts", str(CHAT), "--case", case["id"],
                                  "--residues", "all")
     facts = manifest["prompts"]["cases"][case["id"]]
     assert facts["pad"] == "messages[3] (user)"   # the middle user turn, not the last
@@ -69,10 +61,10 @@ def test_system_prompt_three_turns_padded_middle_message_sweeps_all_128_residues
     assert f"### Case `{case['id']}`" in report and "128 clean" in report
 
 
-def test_both_example_sets_break_exactly_at_the_rule_residue_on_the_unpatched_lab(tmp_path):
+def test_both_example_sets_break_exactly_at_the_rule_residue_on_the_unpatched_lab(tmp_path, cli):
     cases = {}
     for path in (CHAT, CODE):
-        proc, recs, _ = sweep(tmp_path, "--prompts", str(path), "--residues", "3-5", *BROKEN,
+        proc, recs, _ = sweep(cli, "--prompts", str(path), "--residues", "3-5", *BROKEN,
                               rc=1)
         ids = [json.loads(line)["id"] for line in path.read_text().splitlines()]
         assert sorted({r["case_id"] for r in recs}) == sorted(ids)
@@ -96,8 +88,8 @@ def test_both_example_sets_break_exactly_at_the_rule_residue_on_the_unpatched_la
         assert t["rows"][1][2].startswith("empty, stop")
 
 
-def test_resume_reruns_only_the_missing_case_points(tmp_path):
-    _, recs, manifest = sweep(tmp_path, "--prompts", str(CODE), "--residues", "7,8",
+def test_resume_reruns_only_the_missing_case_points(tmp_path, cli):
+    _, recs, manifest = sweep(cli, "--prompts", str(CODE), "--residues", "7,8",
                               "--no-prefix-cache", "--phases", "cold")
     assert len(recs) == 4
     path = tmp_path / "results" / f"{manifest['run_id']}.jsonl"
@@ -105,7 +97,7 @@ def test_resume_reruns_only_the_missing_case_points(tmp_path):
     dropped = json.loads(lines[-1])
     path.write_text("\n".join(lines[:-1]) + "\n")   # as if cut off before the last point
     kept = {(r["case_id"], r["residue"]): r["started_at"] for r in map(json.loads, lines[:-1])}
-    proc, _, _ = sweep(tmp_path, "--resume", manifest["run_id"])
+    proc, _, _ = sweep(cli, "--resume", manifest["run_id"])
     assert "3 points already complete, 1 to run" in proc.stderr
     after = [json.loads(line) for line in path.read_text().splitlines()]
     assert len(after) == 4
@@ -116,31 +108,31 @@ def test_resume_reruns_only_the_missing_case_points(tmp_path):
 
 
 
-def test_resume_refuses_a_prompt_file_that_changed(tmp_path):
+def test_resume_refuses_a_prompt_file_that_changed(tmp_path, cli):
     cases = tmp_path / "cases.jsonl"
     shutil.copy(CODE, cases)
-    _, recs, manifest = sweep(tmp_path, "--prompts", str(cases), "--residues", "7",
+    _, recs, manifest = sweep(cli, "--prompts", str(cases), "--residues", "7",
                               "--no-prefix-cache", "--phases", "cold")
     path = tmp_path / "results" / f"{manifest['run_id']}.jsonl"
     before = path.read_text()
     rows = [json.loads(line) for line in CODE.read_text().splitlines()]
     rows[1]["messages"][-1]["content"] += "\nOne more line."
     cases.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    proc, _, _ = sweep(tmp_path, "--resume", manifest["run_id"], rc=2)
+    proc, _, _ = sweep(cli, "--resume", manifest["run_id"], rc=2)
     line, = proc.stderr.strip().splitlines()
     assert "case 'code-rust-review'" in line and "changed since the run started" in line
     assert path.read_text() == before   # nothing on disk was touched
 
 
-def test_cases_without_expected_judged_by_cold_and_by_a_golden_run_keyed_by_case(tmp_path):
+def test_cases_without_expected_judged_by_cold_and_by_a_golden_run_keyed_by_case(tmp_path, cli):
     bare = tmp_path / "bare.jsonl"
     rows = [json.loads(line) for line in CODE.read_text().splitlines()]
     bare.write_text("".join(json.dumps({k: v for k, v in r.items() if k != "expected"}) + "\n"
                             for r in rows))
-    _, golden, gm = sweep(tmp_path, "--prompts", str(CODE), "--residues", "2", out="g")
+    _, golden, gm = sweep(cli, "--prompts", str(CODE), "--residues", "2", out="g")
     # cold: the hit is judged against the cold answer
     # (exit 1: the cold phase itself is unjudged under this reference, never ok)
-    _, recs, _ = sweep(tmp_path, "--prompts", str(bare), "--residues", "2", "--reference",
+    _, recs, _ = sweep(cli, "--prompts", str(bare), "--residues", "2", "--reference",
                        "cold", out="g", rc=1)
     cold = {r["case_id"]: r["sha1"] for r in recs if r["phase"] == "cold"}
     assert {r["verdict"] for r in recs if r["phase"] == "cold"} == {"unjudged"}
@@ -148,21 +140,21 @@ def test_cases_without_expected_judged_by_cold_and_by_a_golden_run_keyed_by_case
         if r["phase"] == "self-hit":
             assert r["verdict"] == "ok" and r["reference_sha1"] == cold[r["case_id"]]
     # golden: every answer against the golden run's answer to the same prompt
-    _, recs, _ = sweep(tmp_path, "--prompts", str(bare), "--residues", "2", "--reference",
+    _, recs, _ = sweep(cli, "--prompts", str(bare), "--residues", "2", "--reference",
                        f"golden:{gm['run_id']}", out="g")
     want = {(r["prompt_sha1"], r["phase"]): r["sha1"] for r in golden}
     assert len(recs) == 4
     for r in recs:
         assert r["verdict"] == "ok" and r["reference_sha1"] == want[(r["prompt_sha1"], r["phase"])]
     # a prompt the golden run never answered has no reference: exit 2 before any point runs
-    proc, recs, _ = sweep(tmp_path, "--prompts", str(bare), "--residues", "3", "--reference",
+    proc, recs, _ = sweep(cli, "--prompts", str(bare), "--residues", "3", "--reference",
                           f"golden:{gm['run_id']}", out="g", rc=2)
     assert recs == [] and "no ok answer for case 'code-python-retry' residue 3" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
 
 
-def test_compare_and_junit_name_the_case(tmp_path):
-    _, recs, _ = sweep(tmp_path, "--prompts", str(CHAT), "--residues", "4", "--junit",
+def test_compare_and_junit_name_the_case(tmp_path, cli):
+    _, recs, _ = sweep(cli, "--prompts", str(CHAT), "--residues", "4", "--junit",
                        str(tmp_path / "j.xml"))
     worse = [dict(r, verdict="broken") if r["case_id"] == "chat-incident"
              and r["phase"] == "self-hit" else r for r in recs]
@@ -176,7 +168,7 @@ def test_compare_and_junit_name_the_case(tmp_path):
     assert "case chat-release-notes residue 4 cold" in xml
 
 
-def test_the_lab_echoes_a_question_it_cannot_answer_and_cold_judges_the_hit(tmp_path):
+def test_the_lab_echoes_a_question_it_cannot_answer_and_cold_judges_the_hit(tmp_path, cli):
     """docs/prompts.md: without a 'first N lines' instruction the lab echoes the last user
     message; it never answers the question (an `expected` real answer would be diverged)."""
     question = "Which of our regions had the most failed deploys last week, and why?"
@@ -184,7 +176,7 @@ def test_the_lab_echoes_a_question_it_cannot_answer_and_cold_judges_the_hit(tmp_
     path.write_text(json.dumps({"id": "question", "pad": "system", "messages": [
         {"role": "system", "content": "You are an operations assistant. " * 30},
         {"role": "user", "content": question}]}) + "\n")
-    _, recs, _ = sweep(tmp_path, "--prompts", str(path), "--residues", "9", "--reference", "cold",
+    _, recs, _ = sweep(cli, "--prompts", str(path), "--residues", "9", "--reference", "cold",
                        rc=1)  # the cold phase is unjudged under --reference cold: not ok
     assert [r["answer"] for r in recs] == [question, question]
     assert recs[0]["phase"] == "cold" and recs[0]["verdict"] == "unjudged"
@@ -192,16 +184,14 @@ def test_the_lab_echoes_a_question_it_cannot_answer_and_cold_judges_the_hit(tmp_
     assert hit["verdict"] == "ok" and hit["reference_sha1"] == recs[0]["sha1"]
 
 
-def test_without_a_local_tokenizer_cases_are_planned_on_a_probe_servers_tokenize(tmp_path):
+def test_without_a_local_tokenizer_cases_are_planned_on_a_probe_servers_tokenize(tmp_path, cli):
     """--engine cmd with no tokenizer.json: every case prompt is counted by a probe
     server's /tokenize; a case its template refuses is exit 2 naming the case, before any
     data point runs, and the probe is stopped."""
-    model = tmp_path / "model"
-    shutil.copytree(LAB_MODEL_DIR, model)
-    server = (f"{sys.executable} -m engine.lab --host 127.0.0.1 --port {{port}} --model {model} "
+    server = (f"{sys.executable} -m engine.lab --host 127.0.0.1 --port {{port}} --model {cli.lab_model()} "
               "--enable-prefix-caching --prefix-match-unit 128 --block-size 128 "
               "--enable-prompt-tokens-details")
-    _, recs, manifest = sweep(tmp_path, "--engine", "cmd", "--server-cmd", server,
+    _, recs, manifest = sweep(cli, "--engine", "cmd", "--server-cmd", server,
                               "--prompts", str(CODE), "--residues", "6",
                               local_tokenizer=False)
     assert len(recs) == 4 and all(r["verdict"] == "ok" for r in recs)
@@ -213,7 +203,7 @@ def test_without_a_local_tokenizer_cases_are_planned_on_a_probe_servers_tokenize
         {"role": "system", "content": "Look. " * 200},
         {"role": "user", "content": [{"type": "text", "text": "What is this?"},
                                      {"type": "image_url", "image_url": {"url": "x"}}]}]}) + "\n")
-    proc, recs, _ = sweep(tmp_path, "--engine", "cmd", "--server-cmd", server, "--prompts",
+    proc, recs, _ = sweep(cli, "--engine", "cmd", "--server-cmd", server, "--prompts",
                           str(bad), "--residues", "6", out="bad", rc=2,
                           local_tokenizer=False)
     assert recs == []
@@ -221,12 +211,12 @@ def test_without_a_local_tokenizer_cases_are_planned_on_a_probe_servers_tokenize
     assert "case 'pic' (line 1): the server's /tokenize refused the messages" in line, line
 
 
-def test_a_case_without_expected_on_a_server_that_does_not_boot_is_boot_fail(tmp_path):
+def test_a_case_without_expected_on_a_server_that_does_not_boot_is_boot_fail(tmp_path, cli):
     bare = tmp_path / "bare.jsonl"
     row = json.loads(CODE.read_text().splitlines()[0])
     row.pop("expected")
     bare.write_text(json.dumps(row) + "\n")
-    _, recs, _ = sweep(tmp_path, "--prompts", str(bare), "--residues", "1", "--reference",
+    _, recs, _ = sweep(cli, "--prompts", str(bare), "--residues", "1", "--reference",
                        "cold", "--kv-cache-memory-bytes", "4096", rc=1)
     assert [(r["case_id"], r["verdict"]) for r in recs] == [(row["id"], "boot-fail")] * 2
     assert recs[0]["expected_chars"] == 0 and "KV cache" in recs[0]["reason"]

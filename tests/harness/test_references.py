@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from harness.run.matrix_reference import rejudge
-from tests.harness.test_hostile_server import run
+from tests.harness.test_hostile_server import hostile_sweep
 
 pytestmark = pytest.mark.usefixtures("no_leftovers")
 
@@ -15,8 +15,8 @@ def cells(recs):
     return {(r["residue"], r["phase"]): r for r in recs}
 
 
-def test_reference_cold_judges_no_cold_cell_ok(tmp_path, tok_dir):
-    proc, recs = run(tmp_path, tok_dir, "--residues", "0-3", "--reference", "cold")
+def test_reference_cold_judges_no_cold_cell_ok(tmp_path, tok_dir, cli):
+    proc, recs = hostile_sweep(cli, tok_dir, "--residues", "0-3", "--reference", "cold")
     cold = [r for r in recs if r["phase"] == "cold"]
     assert len(cold) == 4 and {r["verdict"] for r in cold} == {"unjudged"}
     assert {r["verdict"] for r in recs if r["phase"] == "self-hit"} == {"ok"}
@@ -27,8 +27,8 @@ def test_reference_cold_judges_no_cold_cell_ok(tmp_path, tok_dir):
 
 @pytest.mark.parametrize("how,verdict", [("cut2", "broken"), ("fragment13", "broken"),
                                          ("one-word", "diverged")])
-def test_a_hit_against_the_cold_answer(tmp_path, tok_dir, how, verdict):
-    _, recs = run(tmp_path, tok_dir, "--residues", "2", "--reference", "cold", "--logprobs", "3",
+def test_a_hit_against_the_cold_answer(tmp_path, tok_dir, how, verdict, cli):
+    _, recs = hostile_sweep(cli, tok_dir, "--residues", "2", "--reference", "cold", "--logprobs", "3",
                   server=("--misbehave", how, "--only-hit"))
     c = cells(recs)
     assert c[(2, "cold")]["verdict"] == "unjudged"
@@ -45,42 +45,38 @@ def test_a_hit_against_the_cold_answer(tmp_path, tok_dir, how, verdict):
         assert fd["margin"] == 4.0 and fd["call"] == "decisive" and fd["in_top_k"] is False
 
 
-def test_golden_run_catches_a_corruption_identical_cold_and_hit(tmp_path, tok_dir):
-    run(tmp_path, tok_dir, "--residues", "0-3", "--reference", "cold", out="golden")
+def test_golden_run_catches_a_corruption_identical_cold_and_hit(tmp_path, tok_dir, cli):
+    hostile_sweep(cli, tok_dir, "--residues", "0-3", "--reference", "cold", out="golden")
     gold = next((tmp_path / "golden").glob("*.jsonl"))
-    proc, recs = run(tmp_path, tok_dir, "--residues", "0-3", "--reference", f"golden:{gold}",
+    proc, recs = hostile_sweep(cli, tok_dir, "--residues", "0-3", "--reference", f"golden:{gold}",
                      server=("--misbehave", "one-word", "--at-residue", "2"))
     bad = {k for k, r in cells(recs).items() if r["verdict"] != "ok"}
     assert bad == {(2, "cold"), (2, "self-hit")}
     assert {cells(recs)[k]["verdict"] for k in bad} == {"diverged"}
     assert proc.returncode == 1
     # ... which --reference cold cannot see: the hit matches the corrupted cold answer
-    _, blind = run(tmp_path, tok_dir, "--residues", "2", "--reference", "cold", out="blind",
+    _, blind = hostile_sweep(cli, tok_dir, "--residues", "2", "--reference", "cold", out="blind",
                    server=("--misbehave", "one-word", "--at-residue", "2"))
     assert [r["verdict"] for r in blind] == ["unjudged", "ok"]
 
 
-def test_a_golden_run_with_bad_cells_is_a_usage_error(tmp_path, tok_dir):
-    run(tmp_path, tok_dir, "--residues", "1", out="golden", server=("--misbehave", "empty"))
+def test_a_golden_run_with_bad_cells_is_a_usage_error(tmp_path, tok_dir, cli):
+    hostile_sweep(cli, tok_dir, "--residues", "1", out="golden", server=("--misbehave", "empty"))
     gold = next((tmp_path / "golden").glob("*.jsonl"))
-    import subprocess, sys
-    from tests.conftest import ROOT
-    proc = subprocess.run([sys.executable, "-m", "harness", "--engine", "cmd", "--model",
-                           str(tok_dir), "--server-cmd", "true {port}", "--reference",
-                           f"golden:{gold}", "--out", str(tmp_path / "r")], cwd=ROOT,
-                          capture_output=True, text=True, timeout=60)
+    proc = cli("--engine", "cmd", "--model", tok_dir, "--server-cmd", "true {port}",
+               "--reference", f"golden:{gold}", "--out", tmp_path / "r", timeout=60)
     assert proc.returncode == 2 and "bad cell" in proc.stderr and "Traceback" not in proc.stderr
 
 
-def test_without_prompt_tokens_details_every_self_hit_is_invalid(tmp_path, tok_dir):
-    _, recs = run(tmp_path, tok_dir, "--residues", "0-3", server=("--misbehave", "no-cached"))
+def test_without_prompt_tokens_details_every_self_hit_is_invalid(tmp_path, tok_dir, cli):
+    _, recs = hostile_sweep(cli, tok_dir, "--residues", "0-3", server=("--misbehave", "no-cached"))
     hits = [r for r in recs if r["phase"] == "self-hit"]
     assert len(hits) == 4 and {r["verdict"] for r in hits} == {"invalid"}
     assert all("hit not proven: the server reports no cached tokens" in r["reason"] for r in hits)
 
 
-def test_reference_consensus_finds_the_odd_residue(tmp_path, tok_dir):
-    proc, recs = run(tmp_path, tok_dir, "--residues", "0-4", "--reference", "consensus",
+def test_reference_consensus_finds_the_odd_residue(tmp_path, tok_dir, cli):
+    proc, recs = hostile_sweep(cli, tok_dir, "--residues", "0-4", "--reference", "consensus",
                      server=("--misbehave", "one-word", "--at-residue", "3"))
     bad = {k: r["verdict"] for k, r in cells(recs).items() if r["verdict"] != "ok"}
     assert bad == {(3, "cold"): "diverged", (3, "self-hit"): "diverged"}
@@ -109,8 +105,8 @@ def test_reference_first_judges_every_configuration_against_the_first():
     assert out[("B", 0, "warm")]["verdict"] == "crash"      # failures keep their verdict
 
 
-def test_under_reference_cold_the_rule_is_still_checked(tmp_path, tok_dir):
-    _, recs = run(tmp_path, tok_dir, "--residues", "0-5", "--reference", "cold",
+def test_under_reference_cold_the_rule_is_still_checked(tmp_path, tok_dir, cli):
+    _, recs = hostile_sweep(cli, tok_dir, "--residues", "0-5", "--reference", "cold",
                   server=("--misbehave", "cut2", "--only-hit", "--at-residue", "4"))
     report = next((tmp_path / "reports").glob("*.md")).read_text()
     assert "nothing measured" not in report

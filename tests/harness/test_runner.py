@@ -7,9 +7,6 @@ from __future__ import annotations
 import glob
 import gzip
 import shlex
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -50,14 +47,12 @@ def test_runner_is_a_matrix_axis_that_reaches_the_launch_env(tmp_path):
     assert "--runner" not in rerun_command(opts, opts.configs[2], 4, 128)
 
 
-def test_the_lab_has_one_runner():
+def test_the_lab_has_one_runner(cli):
     for runner in ("v1", "v2"):
-        proc = subprocess.run([sys.executable, "-m", "harness", "--runner", runner, "--dry-run"],
-                              cwd=ROOT, capture_output=True, text=True, timeout=60)
+        proc = cli("--runner", runner, "--dry-run", timeout=60)
         assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
         assert "the lab engine has one model runner" in proc.stderr
-    ok = subprocess.run([sys.executable, "-m", "harness", "--runner", "auto", "--dry-run"],
-                        cwd=ROOT, capture_output=True, text=True, timeout=60)
+    ok = cli("--runner", "auto", "--dry-run", timeout=60)
     assert ok.returncode == 0, ok.stderr
     assert axis_changes(resolve("mtp", "huge")) == axis_changes(resolve("mtp", "huge"), runners=())
 
@@ -114,17 +109,15 @@ def test_explain_tries_the_other_runner_on_vllm():
     assert {"runner → v1", "runner → v2"} <= set(labels)
 
 
-def test_the_dry_run_rule_line_names_the_installed_release_and_runner(tmp_path):
+def test_the_dry_run_rule_line_names_the_installed_release_and_runner(tmp_path, cli):
     from importlib.metadata import PackageNotFoundError, version
     try:
         release = version("vllm")
     except PackageNotFoundError:
         missing("vLLM is not installed")
-    proc = subprocess.run([sys.executable, "-m", "harness", "--engine", "vllm", "--model",
-                           str(tmp_path), "--spec", "ngram", "--geometry", "hybrid",
-                           "--cudagraph", "FULL_AND_PIECEWISE", "--patches", "none",
-                           "--runner", "v1,v2", "--dry-run"], cwd=ROOT, capture_output=True,
-                          text=True, timeout=120)
+    proc = cli("--engine", "vllm", "--model", tmp_path, "--spec", "ngram", "--geometry",
+               "hybrid", "--cudagraph", "FULL_AND_PIECEWISE", "--patches", "none",
+               "--runner", "v1,v2", "--dry-run", timeout=120)
     assert proc.returncode == 0, proc.stderr
     lines = [ln for ln in proc.stdout.splitlines() if "rule predicts" in ln]
     assert len(lines) == 2

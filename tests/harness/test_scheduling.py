@@ -1,5 +1,4 @@
 """What runs next: work stealing, and configuration affinity for reused servers."""
-import json
 from collections import Counter
 from dataclasses import dataclass
 
@@ -153,14 +152,13 @@ def test_a_slot_whose_configuration_failed_to_boot_boots_no_other_for_nothing():
 # -- end to end: the lab engine, reused servers ------------------------------------------
 @pytest.mark.usefixtures("no_leftovers")
 @pytest.mark.parametrize("slots", ["4", "6"])
-def test_a_reset_matrix_records_every_point_exactly_once(tmp_path, slots):
+def test_a_reset_matrix_records_every_point_exactly_once(cli, slots):
     # 4 configurations x 16 residues; 6 slots have two help in the first wave
-    proc, recs = run_sweep(tmp_path, "--cudagraph", "FULL_AND_PIECEWISE,PIECEWISE",
+    proc, recs = run_sweep(cli, "--cudagraph", "FULL_AND_PIECEWISE,PIECEWISE",
                            "--patches", "none,all", "--isolation", "reset",
-                           "--residues", "0-15", "--context", "1200", "--slots", slots)
+                           "--residues", "0-15", "--context", "1200", slots=slots)
     assert proc.returncode == 1, proc.stderr[-2000:]   # residue 4 breaks without the fix
     cells = Counter((r["config_id"], r["residue"], r["phase"]) for r in recs)
     assert len(recs) == 128 and len(cells) == 128 and set(cells.values()) == {1}
     assert {r["residue"] for r in recs} == set(range(16))
-    manifest = json.loads(next((tmp_path / "results").glob("*.manifest.json")).read_text())
-    assert manifest["timing"]["points"] == 64
+    assert cli.manifest()["timing"]["points"] == 64

@@ -3,7 +3,6 @@ server processes on 127.0.0.1, faults chosen by the test, nothing left behind.""
 from __future__ import annotations
 
 import json
-import os
 import shlex
 import signal
 import subprocess
@@ -18,32 +17,22 @@ from tests.conftest import ROOT, fake_cmd
 pytestmark = pytest.mark.usefixtures("no_leftovers")
 
 
-def sweep(tmp_path: Path, tok_dir: Path, *args: str, server: tuple[str, ...] = (),
-          timeout: float = 180, check_rc: int | None = None):
-    argv = [sys.executable, "-m", "harness", "--engine", "cmd", "--model", str(tok_dir),
-            "--server-cmd", fake_cmd(tok_dir, *server), "--context", "800",
-            "--out", str(tmp_path / "results"), "--reports-dir", str(tmp_path / "reports"),
-            "--no-progress", *args]
-    proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
-    if check_rc is not None:
-        assert proc.returncode == check_rc, proc.stderr[-3000:]
-    return proc
-
-
-def records(tmp_path: Path) -> list[dict]:
-    files = list((tmp_path / "results").glob("*.jsonl"))
-    assert len(files) == 1, files
-    return [json.loads(line) for line in files[0].read_text().splitlines() if line.strip()]
+def fake_sweep(cli, tok_dir: Path, *args: str, server: tuple[str, ...] = (),
+               timeout: float = 180, check_rc: int | None = None, out: str = "results"):
+    """A sweep of the fake engine (``server``: its fault flags) through ``cli``."""
+    return cli.sweep("--engine", "cmd", "--model", tok_dir,
+                     "--server-cmd", fake_cmd(tok_dir, *server), "--context", "800", *args,
+                     out=out, rc=check_rc, timeout=timeout)
 
 
 def cells(recs):
     return {(r["residue"], r["phase"]): r for r in recs}
 
 
-def test_breaks_exactly_at_the_chosen_residue(tmp_path, tok_dir):
-    proc = sweep(tmp_path, tok_dir, "--residues", "4-9", "--slots", "2",
+def test_breaks_exactly_at_the_chosen_residue(tmp_path, tok_dir, cli):
+    proc = fake_sweep(cli, tok_dir, "--residues", "4-9", "--slots", "2",
                  server=("--break-residue", "7"), check_rc=1)
-    c = cells(records(tmp_path))
+    c = cells(cli.records())
     assert len(c) == 12
     bad = {k for k, r in c.items() if r["verdict"] != "ok"}
     assert bad == {(7, "self-hit")}
@@ -61,27 +50,27 @@ def test_breaks_exactly_at_the_chosen_residue(tmp_path, tok_dir):
     assert "6 of 128 residues" in json.dumps(manifest["sampled"])
 
 
-def test_all_clean_exits_zero(tmp_path, tok_dir):
-    sweep(tmp_path, tok_dir, "--residues", "0,1", "--phases", "cold,warm,self-hit",
+def test_all_clean_exits_zero(tmp_path, tok_dir, cli):
+    fake_sweep(cli, tok_dir, "--residues", "0,1", "--phases", "cold,warm,self-hit",
           check_rc=0)
-    c = cells(records(tmp_path))
+    c = cells(cli.records())
     assert {r["verdict"] for r in c.values()} == {"ok"}
     assert c[(0, "warm")]["cached_tokens"] > 0
 
 
-def test_boot_failure_is_recorded_with_the_log_lines(tmp_path, tok_dir):
+def test_boot_failure_is_recorded_with_the_log_lines(tmp_path, tok_dir, cli):
     msg = ("To serve at least one request with the model's max seq len (245760), 5.16 GiB KV "
            "cache is needed, which is larger than the available KV cache memory (4.90 GiB)")
-    sweep(tmp_path, tok_dir, "--residues", "3", server=("--boot-fail", shlex.quote(msg)), check_rc=1)
-    recs = records(tmp_path)
+    fake_sweep(cli, tok_dir, "--residues", "3", server=("--boot-fail", shlex.quote(msg)), check_rc=1)
+    recs = cli.records()
     assert [r["verdict"] for r in recs] == ["boot-fail", "boot-fail"]
     assert "KV cache is needed" in recs[0]["reason"]
     assert any("5.16 GiB" in ln for ln in recs[0]["log_excerpt"])
 
 
-def test_crash_mid_request_and_the_sweep_goes_on(tmp_path, tok_dir):
-    sweep(tmp_path, tok_dir, "--residues", "4-6", server=("--crash-residue", "5"), check_rc=1)
-    c = cells(records(tmp_path))
+def test_crash_mid_request_and_the_sweep_goes_on(tmp_path, tok_dir, cli):
+    fake_sweep(cli, tok_dir, "--residues", "4-6", server=("--crash-residue", "5"), check_rc=1)
+    c = cells(cli.records())
     assert c[(5, "cold")]["verdict"] == "crash"
     assert "dead" in c[(5, "cold")]["reason"]
     assert any("FATAL" in ln for ln in c[(5, "cold")]["log_excerpt"])
@@ -90,38 +79,38 @@ def test_crash_mid_request_and_the_sweep_goes_on(tmp_path, tok_dir):
     assert all(c[(r, p)]["verdict"] == "ok" for r in (4, 6) for p in ("cold", "self-hit"))
 
 
-def test_timeout_kills_the_stuck_server(tmp_path, tok_dir):
-    sweep(tmp_path, tok_dir, "--residues", "8,9", "--timeout", "2",
+def test_timeout_kills_the_stuck_server(tmp_path, tok_dir, cli):
+    fake_sweep(cli, tok_dir, "--residues", "8,9", "--timeout", "2",
           server=("--hang-residue", "9"), check_rc=1)
-    c = cells(records(tmp_path))
+    c = cells(cli.records())
     assert c[(9, "cold")]["verdict"] == "timeout"
     assert c[(9, "self-hit")]["verdict"] == "timeout"
     assert c[(8, "self-hit")]["verdict"] == "ok"
 
 
-def test_no_cache_hit_is_invalid_not_ok(tmp_path, tok_dir):
-    sweep(tmp_path, tok_dir, "--residues", "3", server=("--unit", "100000"), check_rc=1)
-    c = cells(records(tmp_path))
+def test_no_cache_hit_is_invalid_not_ok(tmp_path, tok_dir, cli):
+    fake_sweep(cli, tok_dir, "--residues", "3", server=("--unit", "100000"), check_rc=1)
+    c = cells(cli.records())
     assert c[(3, "cold")]["verdict"] == "ok"
     assert c[(3, "self-hit")]["verdict"] == "invalid"
     assert "no prefix-cache hit" in c[(3, "self-hit")]["reason"]
 
 
-def test_server_without_tokenize_uses_the_local_tokenizer(tmp_path, tok_dir):
-    sweep(tmp_path, tok_dir, "--residues", "2", server=("--no-tokenize",), check_rc=0)
-    assert {r["templated_len_source"] for r in records(tmp_path)} == {"local tokenizer"}
+def test_server_without_tokenize_uses_the_local_tokenizer(tmp_path, tok_dir, cli):
+    fake_sweep(cli, tok_dir, "--residues", "2", server=("--no-tokenize",), check_rc=0)
+    assert {r["templated_len_source"] for r in cli.records()} == {"local tokenizer"}
 
 
-def test_reference_cold(tmp_path, tok_dir):
-    sweep(tmp_path, tok_dir, "--residues", "6,7", "--reference", "cold",
+def test_reference_cold(tmp_path, tok_dir, cli):
+    fake_sweep(cli, tok_dir, "--residues", "6,7", "--reference", "cold",
           server=("--break-residue", "6"), check_rc=1)
-    c = cells(records(tmp_path))
+    c = cells(cli.records())
     assert c[(6, "self-hit")]["verdict"] == "broken"
     assert c[(6, "self-hit")]["reference_sha1"] == c[(6, "cold")]["sha1"]
     assert c[(7, "self-hit")]["verdict"] == "ok"
 
 
-def test_ctrl_c_then_resume_loses_and_duplicates_nothing(tmp_path, tok_dir):
+def test_ctrl_c_then_resume_loses_and_duplicates_nothing(tmp_path, tok_dir, cli):
     out = tmp_path / "results"
     argv = [sys.executable, "-m", "harness", "--engine", "cmd", "--model", str(tok_dir),
             "--server-cmd", fake_cmd(tok_dir), "--context", "800", "--residues", "0-11",
@@ -147,10 +136,7 @@ def test_ctrl_c_then_resume_loses_and_duplicates_nothing(tmp_path, tok_dir):
     assert 5 <= len(before) < 24
     manifest = json.loads((out / f"{run_id}.manifest.json").read_text())
     assert manifest["interrupted"] is True
-    resumed = subprocess.run([sys.executable, "-m", "harness", "--resume", run_id, "--out",
-                              str(out), "--reports-dir", str(tmp_path / "reports"),
-                              "--no-progress"], cwd=ROOT, capture_output=True, text=True,
-                             timeout=120)
+    resumed = cli.sweep("--resume", run_id, timeout=120)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     after = [json.loads(l) for l in (out / f"{run_id}.jsonl").read_text().splitlines() if l]
     keys = [(r["residue"], r["phase"]) for r in after]
@@ -179,9 +165,8 @@ def test_ctrl_c_then_resume_loses_and_duplicates_nothing(tmp_path, tok_dir):
     (["--engine", "cmd", "--server-cmd", "serve --port {port} --name 'x"], "--server-cmd"),
     (["--resume", "no-such-run"], "--resume"),
 ])
-def test_bad_flags_are_one_line_exit_2(tmp_path, args, flag):
-    proc = subprocess.run([sys.executable, "-m", "harness", "--out", str(tmp_path), *args],
-                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+def test_bad_flags_are_one_line_exit_2(tmp_path, args, flag, cli):
+    proc = cli("--out", tmp_path, *args, timeout=60)
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr
@@ -189,38 +174,31 @@ def test_bad_flags_are_one_line_exit_2(tmp_path, args, flag):
     assert "Traceback" not in proc.stderr
 
 
-def test_dry_run_starts_nothing(tmp_path, tok_dir):
-    proc = sweep(tmp_path, tok_dir, "--residues", "risky", "--dry-run", check_rc=0)
+def test_dry_run_starts_nothing(tmp_path, tok_dir, cli):
+    proc = fake_sweep(cli, tok_dir, "--residues", "risky", "--dry-run", check_rc=0)
     assert "fake_engine.py --port '{port}'" in proc.stdout or "fake_engine.py --port {port}" in proc.stdout
     assert "nothing started" in proc.stdout
     assert not (tmp_path / "results").exists()
 
 
-def test_without_a_local_tokenizer_a_probe_server_plans(tmp_path, tok_dir):
+def test_without_a_local_tokenizer_a_probe_server_plans(tmp_path, tok_dir, cli):
     # --model names no tokenizer: prompts are planned against the server's /tokenize
-    argv = [sys.executable, "-m", "harness", "--engine", "cmd", "--server-cmd",
-            fake_cmd(tok_dir, "--break-residue", "5"), "--context", "800", "--residues", "4-5",
-            "--out", str(tmp_path / "results"), "--reports-dir", str(tmp_path / "reports"),
-            "--no-progress"]
-    proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    proc = cli.sweep("--engine", "cmd", "--server-cmd", fake_cmd(tok_dir, "--break-residue", "5"),
+                     "--context", "800", "--residues", "4-5", timeout=120)
     assert proc.returncode == 1, proc.stderr[-2000:]
-    c = cells(records(tmp_path))
+    c = cells(cli.records())
     assert c[(5, "self-hit")]["verdict"] == "broken" and c[(4, "self-hit")]["verdict"] == "ok"
     assert list((tmp_path / "results").glob("*.logs/*-probe-*.log"))
 
 
-def test_reference_golden_run(tmp_path, tok_dir):
+def test_reference_golden_run(tmp_path, tok_dir, cli):
     # a trusted run first, then a run judged against its sha1s (same prompts)
-    sweep(tmp_path / "a", tok_dir, "--residues", "3-5", check_rc=0)
+    fake_sweep(cli, tok_dir, "--residues", "3-5", check_rc=0, out="a/results")
     golden = next((tmp_path / "a" / "results").glob("*.jsonl"))
     run_id = golden.name[: -len(".jsonl")]
     out = tmp_path / "a" / "results"
-    proc = subprocess.run([sys.executable, "-m", "harness", "--engine", "cmd", "--model",
-                           str(tok_dir), "--server-cmd", fake_cmd(tok_dir, "--break-residue", "4"),
-                           "--context", "800", "--residues", "3-5", "--reference",
-                           f"golden:{run_id}", "--out", str(out), "--reports-dir",
-                           str(tmp_path / "reports"), "--no-progress"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    proc = fake_sweep(cli, tok_dir, "--residues", "3-5", "--reference", f"golden:{run_id}",
+                      server=("--break-residue", "4"), out="a/results", timeout=120)
     assert proc.returncode == 1, proc.stderr[-2000:]
     gold = {(r["residue"], r["phase"]): r["sha1"] for r in
             (json.loads(l) for l in golden.read_text().splitlines())}
@@ -232,16 +210,16 @@ def test_reference_golden_run(tmp_path, tok_dir):
     assert c[(3, "cold")]["verdict"] == "ok" and c[(3, "cold")]["reference"].startswith("golden:")
 
 
-def test_unknown_golden_run_is_a_usage_error(tmp_path, tok_dir):
-    proc = sweep(tmp_path, tok_dir, "--residues", "3", "--reference", "golden:nope")
+def test_unknown_golden_run_is_a_usage_error(tmp_path, tok_dir, cli):
+    proc = fake_sweep(cli, tok_dir, "--residues", "3", "--reference", "golden:nope")
     last = proc.stderr.strip().splitlines()[-1]
     assert proc.returncode == 2 and last.startswith("sweep: error: --reference") and "nope" in last
 
 
-def test_a_configuration_that_never_boots_is_not_booted_for_every_residue(tmp_path, tok_dir):
-    sweep(tmp_path, tok_dir, "--residues", "0-5", "--slots", "1",
+def test_a_configuration_that_never_boots_is_not_booted_for_every_residue(tmp_path, tok_dir, cli):
+    fake_sweep(cli, tok_dir, "--residues", "0-5", "--slots", "1",
           server=("--boot-fail", "'no GPU memory left'"), check_rc=1)
-    recs = records(tmp_path)
+    recs = cli.records()
     assert len(recs) == 12 and {r["verdict"] for r in recs} == {"boot-fail"}
     assert len(list((tmp_path / "results").glob("*.logs/*.log"))) == 2
     skipped = [r for r in recs if r["reason"].startswith("not started")]

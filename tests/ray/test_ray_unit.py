@@ -96,7 +96,7 @@ def test_without_ray_the_error_is_one_clear_line(tmp_path):
         "sweep: error: --backend ray needs the ray extra: pip install 'residue-lab[ray]'")
 
 
-def test_no_cluster_at_the_address_is_one_line_exit_3(tmp_path, ray_module):
+def test_no_cluster_at_the_address_is_one_line_exit_3(tmp_path, ray_module, cli):
     """ray.init blocks for minutes where no cluster answers: the sweep gives up after
     RESIDUE_LAB_RAY_CONNECT_TIMEOUT with one line, and exits (no thread left hanging)."""
     import socket
@@ -104,11 +104,9 @@ def test_no_cluster_at_the_address_is_one_line_exit_3(tmp_path, ray_module):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "harness", "--backend", "ray",
-                           "--ray-address", f"127.0.0.1:{port}", "--residues", "3",
-                           "--out", str(tmp_path / "r"), "--reports-dir", str(tmp_path / "p"),
-                           "--no-progress"], cwd=ROOT, capture_output=True, text=True,
-                          timeout=120, env={**os.environ, "RESIDUE_LAB_RAY_CONNECT_TIMEOUT": "3"})
+    proc = cli.sweep("--backend", "ray", "--ray-address", f"127.0.0.1:{port}", "--residues", "3",
+                     out="r", reports="p", timeout=120,
+                     env={**os.environ, "RESIDUE_LAB_RAY_CONNECT_TIMEOUT": "3"})
     assert proc.returncode == 3, proc.stderr[-2000:]
     assert time.monotonic() - t0 < 60
     assert "Traceback" not in proc.stderr

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -20,11 +19,6 @@ from .test_gate import _fake_gh
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _sweep(*args, env=None):
-    return subprocess.run([sys.executable, "-m", "harness", *map(str, args)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120, env=env)
-
-
 @pytest.fixture
 def recorded(tmp_path):
     for ext in (".jsonl", ".manifest.json"):
@@ -32,18 +26,18 @@ def recorded(tmp_path):
     return tmp_path / "fake-break4.jsonl"
 
 
-def test_sweep_report_matches_the_library(recorded, tmp_path):
+def test_sweep_report_matches_the_library(recorded, tmp_path, cli):
     expected = render_markdown(load_records([recorded]), [load_manifest_for(recorded)])
-    proc = _sweep("report", recorded)
+    proc = cli("report", recorded)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.rstrip("\n") == expected.rstrip("\n")
     out = tmp_path / "r.md"
-    assert _sweep("report", recorded, "-o", out, "--full").returncode == 0
+    assert cli("report", recorded, "-o", out, "--full").returncode == 0
     assert out.read_text() == render_markdown(load_records([recorded]),
                                               [load_manifest_for(recorded)], full=True)
 
 
-def test_archived_gzip_records_report_the_same(recorded, tmp_path):
+def test_archived_gzip_records_report_the_same(recorded, tmp_path, cli):
     """Archived runs (reports/h200/results/*.jsonl.gz) are read by path and by run id, with
     their manifest, and give the same report as the plain file."""
     import gzip
@@ -53,34 +47,34 @@ def test_archived_gzip_records_report_the_same(recorded, tmp_path):
     gz.write_bytes(gzip.compress(recorded.read_bytes()))
     shutil.copy(recorded.with_name("fake-break4.manifest.json"), arch)
     assert load_manifest_for(gz) == load_manifest_for(recorded) is not None
-    plain = _sweep("report", recorded)
-    by_path = _sweep("report", gz)
-    by_id = _sweep("report", "fake-break4", "--out", arch)
+    plain = cli("report", recorded)
+    by_path = cli("report", gz)
+    by_id = cli("report", "fake-break4", "--out", arch)
     assert plain.returncode == by_path.returncode == by_id.returncode == 0, by_id.stderr
     assert plain.stdout == by_path.stdout == by_id.stdout
 
 
-def test_sweep_compare_json_and_exit_code(recorded, tmp_path):
+def test_sweep_compare_json_and_exit_code(recorded, tmp_path, cli):
     clean = [dict(r, verdict="ok", answer="x", run_id="clean") for r in load_records([recorded])]
     base = synth.write_jsonl(tmp_path / "clean.jsonl", clean)
-    proc = _sweep("compare", base, recorded, "--json")
+    proc = cli("compare", base, recorded, "--json")
     res = json.loads(proc.stdout)
     assert res["regressed"] == 2 and {r["residue"] for r in res["regressions"]} == {4}
     assert proc.returncode == 1
-    proc = _sweep("compare", recorded, base)
+    proc = cli("compare", recorded, base)
     assert proc.returncode == 0 and "fixed: residue 4" in proc.stdout
 
 
-def test_sweep_report_posts_through_gh(recorded, tmp_path):
+def test_sweep_report_posts_through_gh(recorded, tmp_path, cli):
     bindir, log = _fake_gh(tmp_path)
     env = dict(os.environ, PATH=f"{bindir}{os.pathsep}{os.environ['PATH']}")
     out = tmp_path / "r.md"
-    proc = _sweep("report", recorded, "-o", out, "--gh-issue", "4", env=env)
+    proc = cli("report", recorded, "-o", out, "--gh-issue", "4", env=env)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(log.read_text()) == ["issue", "comment", "4", "--body-file", str(out)]
 
 
-def test_hostile_answers_through_a_real_sweep(tmp_path):
+def test_hostile_answers_through_a_real_sweep(tmp_path, cli):
     """A server whose every answer is hostile, swept by the real CLI: the report it writes
     renders (cmark-gfm) with intact tables, no injected tags, no live mentions or
     references; the JUnit XML it writes parses."""
@@ -92,9 +86,8 @@ def test_hostile_answers_through_a_real_sweep(tmp_path):
     tok = FIXTURES.parents[1] / "fixtures" / "tokenizer"
     server = (f"{sys.executable} {Path(__file__).parent / 'hostile_engine.py'} "
               f"--port {{port}} --model {tok}")
-    proc = _sweep("--engine", "cmd", "--model", tok, "--server-cmd", server, "--context", 800,
-                  "--residues", "3,4", "--out", tmp_path / "results", "--reports-dir",
-                  tmp_path / "reports", "--junit", tmp_path / "junit.xml", "--no-progress")
+    proc = cli.sweep("--engine", "cmd", "--model", tok, "--server-cmd", server, "--context", 800,
+                     "--residues", "3,4", "--junit", tmp_path / "junit.xml", timeout=120)
     assert proc.returncode == 1, proc.stderr[-2000:]
     (report,) = (tmp_path / "reports").glob("*.md")
     md = report.read_text()

@@ -27,6 +27,7 @@ KV_MESSAGE = ("ValueError: To serve at least one request with the models's max s
               "cache memory (0.50 GiB). Based on the available memory, the estimated maximum "
               "model length is 26000. Try increasing `gpu_memory_utilization` or decreasing "
               "`max_model_len` when initializing the engine.")
+JSON = "application/json"
 REFUSAL = "I'm sorry, but I can't help with reproducing that document."
 
 
@@ -49,6 +50,63 @@ OTHER = ("null", "wrong-prompt-tokens", "no-cached", "lying-cached", "length", "
 MISBEHAVIOURS = tuple(TEXT) + OTHER
 
 
+def chat_reply(state, args, body: dict) -> tuple[str, int, object, str]:
+    """What the server does with one chat request: ``(action, status, body, content
+    type)``. ``action`` is ``send`` (answer with the rest), or ``stall`` / ``die`` / ``dead``
+    (hang, exit the process, or mark the engine dead and answer 500), which only a real
+    process can carry out. Shared by the HTTP handler and the in-process tests'
+    ``httpx.MockTransport``, so both see the same bytes."""
+    msgs = body["messages"]
+    text = state.tok.render(msgs)
+    n = len(state.tok.encode_text(text))
+    with state.lock:
+        cached = 0
+        for prev, plen in state.seen.items():
+            if text.startswith(prev) or prev.startswith(text):
+                cached = max(cached, min(plen, n - 1) // args.unit * args.unit)
+        state.seen[text] = n
+    answer = fake_engine.copy_answer(msgs[-1]["content"])
+    hit = cached > 0
+    armed = (args.at_residue < 0 or n % args.unit == args.at_residue) and (
+        hit or not args.only_hit)
+    how = args.misbehave if armed else "none"
+    if how in ("stall", "die"):
+        return how, 0, b"", ""
+    if how == "dead-engine-health":
+        return "dead", 500, {"error": {"message": "EngineDeadError: engine core died"}}, JSON
+    if how in ("http500", "http429"):
+        code = 500 if how == "http500" else 429
+        return "send", code, {"error": {"message": f"hostile {code}"}}, JSON
+    if how == "malformed-json":
+        return "send", 200, b'{"choices": [{"message": {"content": "Ne', JSON
+    if how == "truncated-sse":
+        return ("send", 200, b'data: {"choices":[{"delta":{"content":"Ne"}}]}\n\n',
+                "text/event-stream")
+    content = None if how == "null" else TEXT.get(how, TEXT["none"])(answer)
+    finish = "stop"
+    if how == "length":
+        content, finish = answer[: len(answer) // 2], "length"
+    usage = {"prompt_tokens": n + 1 if how == "wrong-prompt-tokens" else n,
+             "completion_tokens": len((content or "").split()),
+             "prompt_tokens_details": {"cached_tokens": cached}}
+    if how == "no-cached":
+        usage.pop("prompt_tokens_details")
+    if how == "lying-cached":
+        usage["prompt_tokens_details"] = {"cached_tokens": n - 1}
+    choice = {"index": 0, "finish_reason": finish,
+              "message": {"role": "assistant", "content": content}}
+    if body.get("logprobs"):
+        choice["logprobs"] = {"content": logprobs(content or "", args.margin,
+                                                  int(body.get("top_logprobs") or 1))}
+    return "send", 200, {"id": "x", "object": "chat.completion", "model": "hostile",
+                         "choices": [choice], "usage": usage}, JSON
+
+
+def encode(body) -> bytes:
+    """A reply body as the server sends it: bytes as they are, anything else as JSON."""
+    return body if isinstance(body, bytes) else json.dumps(body).encode()
+
+
 def make_handler(state, args):
     dead = threading.Event()
 
@@ -58,8 +116,8 @@ def make_handler(state, args):
         def log_message(self, fmt, *a):
             pass
 
-        def _send(self, code: int, body, ctype="application/json"):
-            data = body if isinstance(body, bytes) else json.dumps(body).encode()
+        def _send(self, code: int, body, ctype=JSON):
+            data = encode(body)
             self.send_response(code)
             self.send_header("Content-Type", ctype)
             self.send_header("Content-Length", str(len(data)))
@@ -82,57 +140,15 @@ def make_handler(state, args):
                 return self._send(404, {"error": {"message": "not found"}})
             if dead.is_set():
                 return self._send(500, {"error": {"message": "EngineDeadError: engine core died"}})
-            self.chat(body)
-
-        def chat(self, body):
-            msgs = body["messages"]
-            text = state.tok.render(msgs)
-            n = len(state.tok.encode_text(text))
-            with state.lock:
-                cached = 0
-                for prev, plen in state.seen.items():
-                    if text.startswith(prev) or prev.startswith(text):
-                        cached = max(cached, min(plen, n - 1) // args.unit * args.unit)
-                state.seen[text] = n
-            answer = fake_engine.copy_answer(msgs[-1]["content"])
-            hit = cached > 0
-            armed = (args.at_residue < 0 or n % args.unit == args.at_residue) and (
-                hit or not args.only_hit)
-            how = args.misbehave if armed else "none"
-            if how == "stall":
+            action, code, reply, ctype = chat_reply(state, args, body)
+            if action == "stall":
                 time.sleep(3600)
-            if how == "die":
+            if action == "die":
                 print("FATAL: hostile engine died mid-request", flush=True)
                 os._exit(17)
-            if how == "dead-engine-health":
+            if action == "dead":
                 dead.set()
-                return self._send(500, {"error": {"message": "EngineDeadError: engine core died"}})
-            if how in ("http500", "http429"):
-                code = 500 if how == "http500" else 429
-                return self._send(code, {"error": {"message": f"hostile {code}"}})
-            if how == "malformed-json":
-                return self._send(200, b'{"choices": [{"message": {"content": "Ne')
-            if how == "truncated-sse":
-                return self._send(200, b'data: {"choices":[{"delta":{"content":"Ne"}}]}\n\n',
-                                  "text/event-stream")
-            content = None if how == "null" else TEXT.get(how, TEXT["none"])(answer)
-            finish = "stop"
-            if how == "length":
-                content, finish = answer[: len(answer) // 2], "length"
-            usage = {"prompt_tokens": n + 1 if how == "wrong-prompt-tokens" else n,
-                     "completion_tokens": len((content or "").split()),
-                     "prompt_tokens_details": {"cached_tokens": cached}}
-            if how == "no-cached":
-                usage.pop("prompt_tokens_details")
-            if how == "lying-cached":
-                usage["prompt_tokens_details"] = {"cached_tokens": n - 1}
-            choice = {"index": 0, "finish_reason": finish,
-                      "message": {"role": "assistant", "content": content}}
-            if body.get("logprobs"):
-                choice["logprobs"] = {"content": logprobs(content or "", args.margin,
-                                                          int(body.get("top_logprobs") or 1))}
-            self._send(200, {"id": "x", "object": "chat.completion", "model": "hostile",
-                             "choices": [choice], "usage": usage})
+            self._send(code, reply, ctype)
 
     return H
 

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -94,12 +92,10 @@ def test_mtp_on_a_checkpoint_without_a_head_is_refused(tmp_path):
 
 @pytest.mark.parametrize("spec,needle", [("mtp", "has no MTP head"),
                                          ("dflash2", "pass --draft-model DIR")])
-def test_sweep_says_so_in_one_line_and_exits_2(tmp_path, spec, needle):
+def test_sweep_says_so_in_one_line_and_exits_2(tmp_path, spec, needle, cli):
     model = _headless_copy(tmp_path) if spec == "mtp" else HYBRID
-    out = subprocess.run([sys.executable, "-m", "harness", "--engine", "vllm", "--model",
-                          str(model), "--geometry", "hybrid", "--spec", spec, "--residues", "4",
-                          "--dry-run", "--out", str(tmp_path / "r")],
-                         capture_output=True, text=True, cwd=ROOT, timeout=120)
+    out = cli("--engine", "vllm", "--model", model, "--geometry", "hybrid", "--spec", spec,
+              "--residues", "4", "--dry-run", "--out", tmp_path / "r", timeout=120)
     assert out.returncode == 2, out.stderr
     lines = [line for line in out.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and needle in lines[0] and "Traceback" not in out.stderr
