@@ -2,7 +2,8 @@
 on 127.0.0.1, a check that none survive, and the suite's markers (``pyproject.toml``).
 
 Markers: ``e2e`` (through the real ``sweep`` entry point in a subprocess, with real server
-processes: every test that takes the ``cli`` fixture, and ``tests/e2e``), ``slow`` (over
+processes: every test that takes the ``cli`` fixture or whose module calls ``run_cli``, and
+``tests/e2e``), ``slow`` (over
 about 15 s on a 2-core box: left out of the quick subset, ``pytest -m "not slow"``), and
 ``gpu_free`` (runs on a CPU-only machine: every test, unless it is marked ``gpu``).
 """
@@ -84,6 +85,13 @@ def run_cli(*args, cwd: Path = ROOT, env: dict | None = None,
                           capture_output=True, text=True, timeout=timeout, env=full_env)
 
 
+def env_without(*names: str, prefix: str | None = None) -> dict:
+    """This process's environment less ``names`` (and every name starting with ``prefix``):
+    for a CLI run that must not see the caller's tokens or CI variables."""
+    return {k: v for k, v in os.environ.items()
+            if k not in names and not (prefix and k.startswith(prefix))}
+
+
 def read_jsonl(path: Path) -> list[dict]:
     """Every record of a results file."""
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
@@ -156,11 +164,13 @@ def cli(tmp_path: Path) -> Cli:
 
 # -- markers -------------------------------------------------------------------------------
 def pytest_collection_modifyitems(config, items):
-    """``e2e`` on every test that runs the CLI through ``cli`` or lives in tests/e2e;
-    ``gpu_free`` on every test not marked ``gpu``."""
+    """``e2e`` on every test that runs the CLI (it takes ``cli``, or its module calls
+    ``run_cli``) or lives in tests/e2e; ``gpu_free`` on every test not marked ``gpu``."""
     e2e_dir = ROOT / "tests" / "e2e"
     for item in items:
-        if "cli" in getattr(item, "fixturenames", ()) or e2e_dir in Path(item.path).parents:
+        module = getattr(getattr(item, "module", None), "__dict__", {})
+        if ("cli" in getattr(item, "fixturenames", ()) or module.get("run_cli") is run_cli
+                or e2e_dir in Path(item.path).parents):
             item.add_marker(pytest.mark.e2e)
         if item.get_closest_marker("gpu") is None:
             item.add_marker(pytest.mark.gpu_free)

@@ -8,7 +8,6 @@ after every sweep.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, env_without, run_cli
 from tests.lab.labserver import FULL, HUGE, MTP, free_port, lab_server, stop, wait_healthy
 
 HOSTILE = ROOT / "tests" / "servers" / "misbehaving_engine.py"
@@ -25,11 +24,9 @@ UNPATCHED = [*HUGE, "--speculative-config", MTP, "-cc", FULL, "--patches", "none
 
 
 def sweep(*args: str, env: dict | None = None, timeout: float = 240) -> subprocess.CompletedProcess:
-    full_env = {k: v for k, v in os.environ.items()
-                if k not in ("RESIDUE_LAB_API_KEY", "OPENAI_API_KEY")}
-    full_env.update(env or {}, PYTHONPATH=str(ROOT))
-    return subprocess.run([sys.executable, "-m", "harness", *args, "--no-progress"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=timeout, env=full_env)
+    """The CLI without the caller's API keys (``env`` adds to that), no progress bar."""
+    return run_cli(*args, "--no-progress", timeout=timeout,
+                   env={**env_without("RESIDUE_LAB_API_KEY", "OPENAI_API_KEY"), **(env or {})})
 
 
 def records(out: Path) -> list[dict]:

@@ -7,24 +7,20 @@ from __future__ import annotations
 
 import os
 import stat
-import subprocess
-import sys
 import threading
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, env_without, run_cli
 
 FIXTURE = ROOT / "tests" / "reports" / "fixtures" / "lab" / "fvp.jsonl.gz"
 
 
 def run(*args, cwd: Path = ROOT, env: dict | None = None, timeout: float = 180):
-    full_env = dict(env if env is not None else
-                    {k: v for k, v in os.environ.items() if k != "GITHUB_STEP_SUMMARY"})
-    full_env["PYTHONPATH"] = str(ROOT)
-    return subprocess.run([sys.executable, "-m", "harness", *map(str, args)], cwd=cwd,
-                          capture_output=True, text=True, timeout=timeout, env=full_env)
+    """The CLI; by default without the caller's GITHUB_STEP_SUMMARY (it would be written)."""
+    return run_cli(*args, cwd=cwd, timeout=timeout,
+                   env=env if env is not None else env_without("GITHUB_STEP_SUMMARY"))
 
 
 def _reader(fifo: Path) -> tuple[threading.Thread, list[bytes]]:

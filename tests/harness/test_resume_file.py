@@ -7,21 +7,16 @@ records were on disk and how many ran."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import env_without, run_cli
 
 
 def run(*args, cwd: Path, timeout: float = 180):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GITHUB_")}
-    env["PYTHONPATH"] = str(ROOT)
-    return subprocess.run([sys.executable, "-m", "harness", *map(str, args)], cwd=cwd,
-                          capture_output=True, text=True, timeout=timeout, env=env)
+    """The CLI from ``cwd``, without the caller's GITHUB_* variables."""
+    return run_cli(*args, cwd=cwd, timeout=timeout, env=env_without(prefix="GITHUB_"))
 
 
 def one_line_exit_2(proc, *needles: str) -> str:

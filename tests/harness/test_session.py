@@ -18,7 +18,7 @@ import pytest
 
 from harness import Callbacks, ExitCode, RunResult, Sweep, options_from_argv
 from harness.engines import LAB_MODEL_DIR
-from tests.conftest import ROOT, wait_for
+from tests.conftest import ROOT, run_cli, wait_for
 
 pytestmark = pytest.mark.usefixtures("no_leftovers")
 
@@ -34,8 +34,7 @@ def model(tmp_path: Path) -> Path:
 
 
 def harness(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "harness", *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=timeout)
+    return run_cli(*args, timeout=timeout)
 
 
 def parent_run(tmp_path: Path, model: Path, *args: str) -> str:
