@@ -134,14 +134,6 @@ class ServingConfig:
         """1 + k: the shape of a uniform (spec-verify) decode step."""
         return 1 + (self.draft_tokens if self.method else 0)
 
-    def predicted_bug_b_residues(self, modulus: int) -> list[int]:
-        """Residues the Bug B rule predicts break (before any fix): templated length ≡ k+1
-        (mod hash unit). Only meaningful when prefix caching and spec decoding are on and the
-        cudagraph mode captures FULL graphs for the verify step."""
-        if not (self.method and self.prefix_caching):
-            return []
-        return [self.decode_query_len % modulus]
-
     def to_json(self) -> str:
         return json.dumps(self.as_dict(), sort_keys=True)
 

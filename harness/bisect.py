@@ -23,16 +23,17 @@ import sys
 from collections import Counter
 from typing import Iterable
 
-from .errors import EXIT_CANNOT_RUN, EXIT_USAGE
+from .errors import EXIT_CANNOT_RUN, EXIT_USAGE, BisectExit
 from .recordkeys import document_of
+from .vocabulary import OPEN, UNTESTED
 
 __all__ = ["UNTESTED", "EXIT_GOOD", "EXIT_BAD", "EXIT_SKIP", "EXIT_ABORT_BISECT",
            "bisect_exit_code", "bisect_verdict_line", "map_exit", "internal_error"]
 
-EXIT_GOOD, EXIT_BAD, EXIT_SKIP, EXIT_ABORT_BISECT = 0, 1, 125, 128
-# Verdicts that say the point was not tested (not that the build misbehaved); unjudged
-# too, unless another answer was judged against it (``_untested``).
-UNTESTED = frozenset({"boot-fail", "infra", "invalid", "unjudged"})
+EXIT_GOOD, EXIT_BAD, EXIT_SKIP, EXIT_ABORT_BISECT = (BisectExit.GOOD, BisectExit.BAD,
+                                                   BisectExit.SKIP, BisectExit.ABORT)
+# UNTESTED (harness.vocabulary): verdicts that say the point was not tested (not that the
+# build misbehaved); unjudged too, unless another answer was judged against it (``_untested``).
 
 
 def _prompt_of(r: dict, sha: str | None) -> tuple:
@@ -45,7 +46,7 @@ def _untested(recs: list[dict]) -> list[dict]:
     used = {_prompt_of(r, r.get("reference_sha1")) for r in recs
             if r.get("verdict") not in UNTESTED and r.get("reference_sha1")}
     return [r for r in recs if r.get("verdict") in UNTESTED
-            and not (r.get("verdict") == "unjudged" and _prompt_of(r, r.get("sha1")) in used)]
+            and not (r.get("verdict") in OPEN and _prompt_of(r, r.get("sha1")) in used)]
 
 
 def bisect_exit_code(records: Iterable[dict]) -> int:

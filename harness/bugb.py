@@ -38,7 +38,7 @@ from .vocabulary import FULL_GRAPH_MODES, PREFILL_FIX
 
 __all__ = ["Prediction", "Shape", "predict", "hit_granularity", "prefill_fix_applied",
            "drops_hit_blocks", "DROPS_HIT_BLOCKS", "vllm_dispatch", "final_chunk",
-           "chunk_budget", "shapes_of", "auto_modulus"]
+           "chunk_budget", "shapes_of", "auto_modulus", "hit_unit"]
 
 # Speculative methods whose drafter state makes the engine drop matched blocks on a hit.
 DROPS_HIT_BLOCKS = frozenset({"mtp", "eagle", "eagle3", "dflash", "dflash2"})
@@ -198,7 +198,7 @@ def predict(config: Mapping[str, Any], modulus: int, *, patch_status: Any = None
     if fixed:
         return Prediction([], False, "predicts no break: the prefill-discriminator fix is "
                           f"on ({escape_text(how)})")
-    unit, source = _hit_unit(c, cached_tokens) if caching else (None, "")
+    unit, source = hit_unit(c, cached_tokens) if caching else (None, "")
     rule = vllm_dispatch(c)
     if rule is not None and rule.prefill_check:
         return _checked(rule, c, k, unit, budget, m)
@@ -272,7 +272,7 @@ def auto_modulus(c: Mapping[str, Any], longest: int | None = None) -> tuple[int,
     prompt), and why."""
     k = int(c.get("draft_tokens") or 0) if c.get("method") else 0
     caching = c.get("prefix_caching") is not False
-    unit = (_hit_unit(c, ())[0] if caching else None)
+    unit = (hit_unit(c)[0] if caching else None)
     budget = chunk_budget(c, longest)
     if not unit and not budget:
         return (int(c.get("block_size") or 128),
@@ -311,8 +311,13 @@ def vllm_dispatch(c: Mapping[str, Any]):
         return None
 
 
-def _hit_unit(c: Mapping[str, Any], cached_tokens: Iterable[Any]) -> tuple[int | None, str]:
-    """The unit cache hits come in, and where it was read from."""
+def hit_unit(c: Mapping[str, Any], cached_tokens: Iterable[Any] = (), *,
+             default: int | None = None) -> tuple[int | None, str]:
+    """THE unit prefix-cache hits come in, and where it was read from (the rule, the
+    planner, the records' tail notes and the report all ask here): the match unit, else the
+    hash unit the server reported, else a dense model's block size, else the measured hit
+    granularity (gcd of ``cached_tokens``), else ``default`` (a caller's stand-in, e.g.
+    the block size as configured), else ``(None, "")``."""
     if c.get("prefix_match_unit"):
         return int(c["prefix_match_unit"]), "match unit"
     if c.get("effective_hash_unit"):
@@ -324,4 +329,6 @@ def _hit_unit(c: Mapping[str, Any], cached_tokens: Iterable[Any]) -> tuple[int |
     g, nvals = hit_granularity(cached_tokens)
     if g and nvals >= 2:
         return g, "measured hit granularity (gcd of cached_tokens)"
+    if default:
+        return int(default), "default"
     return None, ""

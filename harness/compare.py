@@ -27,6 +27,7 @@ from typing import Any
 
 from .ghmarkdown import bold, code, escape_text, table
 from .ranges import residues_phrase
+from .isolation import REUSE_ISOLATIONS
 from .run.records import BUG_VERDICTS, auto_pass, document_of, latest_records, phase_key, record_identity, sha12, worst
 
 STATUSES = ("regressed", "fixed", "still_broken", "newly_covered", "no_longer_covered",
@@ -55,7 +56,7 @@ def _by_config(records: list[dict]) -> dict[str, dict]:
             c["runs"].append(r["run_id"])
         key = (int(r["residue"]), document_of(r), r.get("phase") or "?")
         # an auto run's fresh record of a cell is the standard; its reuse record yields
-        if key not in c["cells"] or auto_pass(c["cells"][key]) in ("reset", "restore"):
+        if key not in c["cells"] or auto_pass(c["cells"][key]) in REUSE_ISOLATIONS:
             c["cells"][key] = r
     return out
 

@@ -109,7 +109,7 @@ def modulus_and_why(cfg: ServingConfig, modulus: int | None) -> tuple[int, str]:
     mod, why = bugb.auto_modulus(cfg.as_dict())
     if not cfg.max_num_batched_tokens:
         # as before the rule knew chunk budgets: the match unit, else the block size
-        mod = int(cfg.prefix_match_unit or cfg.block_size)
+        mod = int(bugb.hit_unit(cfg.as_dict(), default=cfg.block_size)[0])
         why = (f"auto: the match unit {mod}" if cfg.prefix_match_unit
                else f"auto: the block size {mod}")
         return mod, why

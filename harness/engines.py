@@ -26,6 +26,7 @@ from engine.presets import ServingConfig
 from .client import EngineClient
 from .errors import UsageError
 from .restore import SLEEP_MEANS
+from .isolation import dev_mode as isolation_dev_mode
 from .slots import Slot
 
 __all__ = ["EngineAdapter", "LabAdapter", "VllmAdapter", "CmdAdapter", "ADAPTERS",
@@ -450,7 +451,7 @@ def make_adapter(engine: str, server_cmd: str | None = None, *, draft_model: str
     if engine == "vllm":
         return VllmAdapter(draft_model=draft_model, extra_args=extra_args,
                            plugin_dir=(work_dir / ".vllm-plugin") if work_dir else None,
-                           dev_mode=isolation in ("reset", "restore", "auto"),
+                           dev_mode=isolation_dev_mode(isolation),
                            sleep_mode=restore,
                            served_model_name=served_model_name, cache_dir=cache_dir)
     if engine == "cmd":

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from enum import IntEnum
 
-__all__ = ["ExitCode", "HarnessError", "UsageError", "CannotRun", "OutputFailed",
+__all__ = ["ExitCode", "BisectExit", "PostExit", "HarnessError", "UsageError", "CannotRun", "OutputFailed",
            "EXIT_USAGE", "EXIT_CANNOT_RUN", "EXIT_OUTPUT"]
 
 
@@ -21,6 +21,26 @@ class ExitCode(IntEnum):
     CANNOT_RUN = 3     # the sweep could not run at all
     OUTPUT = 4         # the sweep ran, an output could not be written or posted
     INTERRUPTED = 130  # SIGINT / SIGTERM: every finished record on disk, --resume goes on
+
+
+class BisectExit(IntEnum):
+    """``sweep --bisect``: the codes ``git bisect run`` reads (``harness.bisect``)."""
+    GOOD = 0
+    BAD = 1            # 1..127 but 125: the commit is bad
+    SKIP = 125         # this commit cannot be tested
+    ABORT = 128        # above 127: abort the bisect (a usage error, not the commit)
+
+
+class PostExit(IntEnum):
+    """``python -m harness.github_rest``: posting a report as a GitHub comment. Numbered
+    apart from ``ExitCode`` (a 3 or a 4 there means the sweep could not run or an output
+    failed) so that a script reading either cannot mistake one for the other."""
+    OK = 0
+    USAGE = 2          # bad arguments, unreadable report, no token
+    AUTH = 10          # the token was refused (401, 403, rate limit)
+    NOT_FOUND = 11     # 404: no such repository or issue, or the token cannot see it
+    REJECTED = 12      # 422 or another HTTP error
+    NETWORK = 13       # GitHub could not be reached
 
 
 EXIT_USAGE = ExitCode.USAGE

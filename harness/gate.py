@@ -23,9 +23,10 @@ from .ghmarkdown import cap
 from .outfile import write_output
 from .compare import compare_records
 from .run.records import auto_pass, document_of, latest_records, phase_key
+from .errors import ExitCode
+from .vocabulary import JUDGED, NOT_FAILED, OPEN
 
-EXIT_OK = 0
-EXIT_FAIL = 1
+EXIT_OK, EXIT_FAIL = ExitCode.OK, ExitCode.NOT_OK
 EXCERPT_CHARS = 200
 # GitHub limits: a step summary is at most 1 MiB, an issue comment 65,536 characters.
 STEP_SUMMARY_LIMIT = 1024 * 1024
@@ -47,7 +48,6 @@ def find_regressions(baseline: list[dict], new: list[dict]) -> list[dict]:
     return compare_records(baseline, new)["regressions"]
 
 
-JUDGED = frozenset({"ok", "diverged", "broken"})
 
 
 def find_coverage_losses(baseline: list[dict], new: list[dict]) -> list[dict]:
@@ -62,7 +62,7 @@ def find_coverage_losses(baseline: list[dict], new: list[dict]) -> list[dict]:
                 old, now = cell["old"], cell["new"]
                 if old is None or old.get("verdict") not in JUDGED:
                     continue
-                if now is not None and now.get("verdict") != "unjudged":
+                if now is not None and now.get("verdict") not in OPEN:
                     continue
                 out.append({"config_id": c["config_id"], "config_label": c["config_label"],
                             "residue": pt["residue"], "phase": phase,
@@ -159,8 +159,8 @@ def write_junit(records: list[dict], path, *, suite_name: str = "residue-sweep",
                                auto_pass(r) or ""))
         label = rs[0].get("config_label") or cid
         several_docs = len({document_of(r) for r in rs}) > 1
-        skips = sum(1 for r in rs if r.get("verdict") == "unjudged")
-        fails = sum(1 for r in rs if r.get("verdict") not in ("ok", "unjudged"))
+        skips = sum(1 for r in rs if r.get("verdict") in OPEN)
+        fails = sum(1 for r in rs if r.get("verdict") not in NOT_FAILED)
         t = sum(float(r.get("latency_s") or 0.0) for r in rs)
         starts = sorted(r.get("started_at") for r in rs if r.get("started_at"))
         attrs = {"name": _xml_safe(label), "tests": str(len(rs)), "failures": str(fails),

@@ -26,13 +26,14 @@ else https://api.github.com. ``--dry-run`` prints the requests it would send, bo
 included, and sends nothing (no token needed): it cannot know whether a comment with the
 marker exists, so it shows the POSTs and says which would be PATCHes.
 
-Exit codes: 0 posted (or printed, with ``--dry-run``); 2 usage: bad arguments, no report
-file, no token; 3 GitHub refused the token (401, 403, rate limit); 4 not found (404: the
-repository or issue does not exist, or the token cannot see it); 5 GitHub rejected the
-request (422 validation, any other HTTP error); 6 GitHub could not be reached.
+Exit codes (``harness.errors.PostExit``): 0 posted (or printed, with ``--dry-run``); 2
+usage: bad arguments, no report file, no token; 10 GitHub refused the token (401, 403,
+rate limit); 11 not found (404: the repository or issue does not exist, or the token
+cannot see it); 12 GitHub rejected the request (422 validation, any other HTTP error);
+13 GitHub could not be reached.
 Every error is one line on stderr.
 
-This module is self-contained (httpx and the standard library only): tests drive it
+This module is self-contained (httpx, the standard library and ``harness.errors``): tests drive it
 through ``httpx.MockTransport`` via the ``transport`` argument.
 """
 from __future__ import annotations
@@ -47,6 +48,8 @@ from typing import Iterable, Sequence, TextIO
 
 import httpx
 
+from .errors import PostExit
+
 COMMENT_LIMIT = 65_536           # GitHub's maximum comment body, in characters
 HEADER_ROOM = 300                # the marker line and part heading, reserved in each part
 DEFAULT_MARKER = "sweep-report"
@@ -55,7 +58,9 @@ ACTIONS_LOGIN = "github-actions[bot]"   # who a workflow's GITHUB_TOKEN writes a
 PER_PAGE = 100                   # the most GitHub returns per page of comments
 BAD_CELLS_HEADING = "## Non-ok cells"
 
-EXIT_OK, EXIT_USAGE, EXIT_AUTH, EXIT_NOT_FOUND, EXIT_REJECTED, EXIT_NETWORK = 0, 2, 3, 4, 5, 6
+EXIT_OK, EXIT_USAGE, EXIT_AUTH, EXIT_NOT_FOUND, EXIT_REJECTED, EXIT_NETWORK = (
+    PostExit.OK, PostExit.USAGE, PostExit.AUTH, PostExit.NOT_FOUND, PostExit.REJECTED,
+    PostExit.NETWORK)
 
 _REPO = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
 _MARKER = re.compile(r"^[A-Za-z0-9_.:/-]{1,100}$")

@@ -1,6 +1,6 @@
 """SIGINT and SIGTERM from the first instruction of ``sweep`` to its last: exit 130.
 
-Standard library only, imported by ``harness.entry`` before anything heavy, so a Ctrl-C
+Standard library only (and ``harness.errors``, itself so), imported by ``harness.entry`` before anything heavy, so a Ctrl-C
 during the imports (pandas, numpy, tokenizers take a second on a small machine) is not a
 ``KeyboardInterrupt`` traceback, and a SIGTERM is not a silent death by signal.
 
@@ -23,9 +23,11 @@ import os
 import signal
 import sys
 
+from .errors import ExitCode
+
 __all__ = ["EXIT_INTERRUPTED", "SIGNALS", "install", "pending", "ignore", "finish"]
 
-EXIT_INTERRUPTED = 130
+EXIT_INTERRUPTED = ExitCode.INTERRUPTED
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _state = {"signal": None, "final": False}
 

@@ -1,36 +1,74 @@
-"""The one vocabulary of records: phases, verdicts, their severity, graph modes.
+"""The one vocabulary of records: phases, verdicts and what each verdict means, graph modes.
 
 Every module that names a phase or a verdict imports it from here (``run.records``
-re-exports it for record code), so adding a verdict is one edit (docs/architecture.md).
+re-exports it for record code). A verdict is one row of ``VERDICT_TABLE``: what it says
+(judged, tested, a bug, a failure, explained, provisional) and how a report cell shows
+it; the groups the gate, bisect, the report, auto, explain and the matrix reference ask
+(``JUDGED``, ``UNTESTED``, ``BUG_VERDICTS``, ...) are read off the table, so adding a
+verdict is one row here (docs/architecture.md). What each isolation does:
+``harness/isolation.py``.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Iterable
 
-__all__ = ["ISOLATIONS", "RECORD_ISOLATIONS", "REUSE_ISOLATIONS", "PHASES", "VERDICTS", "REFERENCES", "UNJUDGED", "SEVERITY", "BUG_VERDICTS", "CLEAN", "FULL_GRAPH_MODES",
-           "PREFILL_FIX", "LOAD_MODES", "phase_key", "worst"]
+__all__ = ["ISOLATIONS", "RECORD_ISOLATIONS", "REUSE_ISOLATIONS", "PHASES", "Verdict", "VERDICT_TABLE", "VERDICTS",
+           "REFERENCES", "UNJUDGED", "SEVERITY", "BUG_VERDICTS", "CLEAN", "JUDGED", "UNTESTED",
+           "EXPLAINED", "OPEN", "NOT_FAILED", "SERVER_LOGGED", "UNANSWERED", "FULL_GRAPH_MODES", "PREFILL_FIX", "LOAD_MODES", "phase_key",
+           "worst", "verdict_info"]
 
-# restore: one server per configuration, returned to its just-booted state between points
-# (sleep level 1 + wake + reset, harness/restore.py). auto: restore servers (reset where the
-# engine cannot restore) for every residue, then fresh servers for what that pass can hide
-# (harness/run/auto.py); each record says which of the two produced it.
-# live: a running server the sweep did not start (sweep --url, harness/live.py): isolation
-# by content only, each point its own document, cold proven by cached_tokens 0.
-ISOLATIONS = ("fresh", "restore", "reset", "shared", "auto", "live")
-# The isolations a record can be produced under (auto is a run's, not a record's).
-RECORD_ISOLATIONS = ("fresh", "restore", "reset", "shared", "live")
-# auto's first pass: one reused server per configuration, cleaned between points
-REUSE_ISOLATIONS = ("restore", "reset")
+# The isolation values and what each does: harness/isolation.py (one entry per value).
+from .isolation import ISOLATIONS, RECORD_ISOLATIONS, REUSE_ISOLATIONS  # noqa: E402
+
 # cold is by definition the first request on a server; the order is the order they run.
 PHASES = ("cold", "warm", "self-hit")
-# unjudged: an answer with nothing to compare it with (the cold phase under --reference
-# cold, a prompt the matrix reference could not answer): not collapsed, and not proven ok.
-VERDICTS = ("ok", "diverged", "broken", "crash", "boot-fail", "timeout", "invalid", "infra",
-            "unjudged")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    name: str
+    judged: bool       # an answer compared with a reference (a --baseline cell that counts)
+    tested: bool       # says something about the build (--bisect: else the point is untested)
+    bug: bool          # a wrong answer (the Bug B family: broken, diverged)
+    failed: bool       # counts against the point (the gate, auto's fresh confirmation)
+    explained: bool    # `sweep explain` reruns a cell with it
+    open: bool         # provisional: a matrix reference (first, consensus) may replace it
+    cell: str          # how a report cell shows it: "answer" (n/N and what went wrong),
+                       # "word" (the verdict alone), "gist" (the boot failure's gist),
+                       # "reason" (the record's reason)
+    logged: bool = False   # the server's log says why (the report quotes its gist)
+
+
+# In VERDICTS order; unjudged: an answer with nothing to compare it with (the cold phase
+# under --reference cold, a prompt the matrix reference could not answer): not
+# collapsed, and not proven ok.
+VERDICT_TABLE: tuple[Verdict, ...] = (
+    #        name        judged tested  bug    failed explained open   cell
+    Verdict("ok",        True,  True,  False, False, False, False, "answer"),
+    Verdict("diverged",  True,  True,  True,  True,  True,  False, "answer"),
+    Verdict("broken",    True,  True,  True,  True,  True,  False, "answer"),
+    Verdict("crash",     False, True,  False, True,  True,  False, "word", logged=True),
+    Verdict("boot-fail", False, False, False, True,  False, False, "gist", logged=True),
+    Verdict("timeout",   False, True,  False, True,  True,  False, "word", logged=True),
+    Verdict("invalid",   False, False, False, True,  False, False, "reason"),
+    Verdict("infra",     False, False, False, True,  False, False, "reason"),
+    Verdict("unjudged",  False, False, False, False, False, True,  "answer"),
+)
+_BY_NAME = {v.name: v for v in VERDICT_TABLE}
+VERDICTS = tuple(_BY_NAME)
 # Worst first: a point's status is the worst verdict of its phases.
 SEVERITY = ("infra", "boot-fail", "crash", "timeout", "broken", "diverged", "invalid", "unjudged",
             "ok")
-BUG_VERDICTS = frozenset({"broken", "diverged"})
+BUG_VERDICTS = frozenset(v.name for v in VERDICT_TABLE if v.bug)
+JUDGED = frozenset(v.name for v in VERDICT_TABLE if v.judged)
+UNTESTED = frozenset(v.name for v in VERDICT_TABLE if not v.tested)
+EXPLAINED = frozenset(v.name for v in VERDICT_TABLE if v.explained)
+OPEN = frozenset(v.name for v in VERDICT_TABLE if v.open)
+NOT_FAILED = frozenset(v.name for v in VERDICT_TABLE if not v.failed)
+SERVER_LOGGED = frozenset(v.name for v in VERDICT_TABLE if v.logged)
+# no answer worth quoting: the cell shows a failure's gist or reason instead
+UNANSWERED = frozenset(v.name for v in VERDICT_TABLE if v.cell in ("gist", "reason"))
 CLEAN = frozenset({"ok"})
 UNJUDGED = "unjudged"
 # --reference words (golden:RUN is the one with an argument)
@@ -42,6 +80,11 @@ PREFILL_FIX = "prefill-discriminator"
 LOAD_MODES = ("steady", "cancel")
 
 assert set(SEVERITY) == set(VERDICTS)
+
+
+def verdict_info(name: str) -> Verdict | None:
+    """The row of a verdict (None for a word no record should carry)."""
+    return _BY_NAME.get(name)
 
 
 def phase_key(phase: str) -> tuple:

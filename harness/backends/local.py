@@ -21,30 +21,27 @@ import time
 from collections import Counter
 from typing import Any, Sequence
 
-from ..client import ClientError, EngineClient, shared_http
+from ..client import EngineClient, shared_http
 from ..configs import SweepOptions, config_id
 from ..run.driver import Driver
 from ..run.plan import Point
 from ..run.point import PointRunner, Server
 from ..run.auto import MATRIX_REFERENCES, fresh_twin, late_confirmations, needs_confirmation
 from ..run.records import timing_record
-from ..restore import RestoreFailed, restore_server
+from ..isolation import POLICIES, policy
 from ..scheduling import PointQueue
 from ..server_pool import BootFailure, Slot
-from ..vocabulary import REUSE_ISOLATIONS
 
 __all__ = ["LocalBackend", "BOOT_FAILURES_ALLOWED", "boot_failures_allowed"]
 
 # Boot failures of one configuration, per isolation (the pass's own under auto), before
-# that pass's remaining points of it are recorded boot-fail without booting. A fresh
-# server per point allows one retry (a boot can fail for a passing reason: an OOM beside
-# other servers on one GPU); a reused server (restore, reset, shared) allows none. A new
-# isolation picks its policy here.
-BOOT_FAILURES_ALLOWED = {"fresh": 2, "restore": 1, "reset": 1, "shared": 1}
+# that pass's remaining points of it are recorded boot-fail without booting: each
+# isolation's policy says how many (harness/isolation.py).
+BOOT_FAILURES_ALLOWED = {n: p.boot_failures_allowed for n, p in POLICIES.items() if not p.passes}
 
 
 def boot_failures_allowed(isolation: str) -> int:
-    return BOOT_FAILURES_ALLOWED.get(isolation, 1)
+    return policy(isolation).boot_failures_allowed
 
 
 class LocalBackend:
@@ -71,7 +68,7 @@ class _LocalRun:
         self.runner = runner
         self._teardowns: set[asyncio.Task] = set()
         self._boot_failures: Counter = Counter()
-        self.auto = self.opts.isolation == "auto"
+        self.auto = bool(policy(self.opts.isolation).passes)
         self.fresh: PointQueue | None = None     # auto: the fresh confirmations
         self._keys: set[tuple] = set()
         self._reset_running = 0
@@ -83,15 +80,19 @@ class _LocalRun:
     def _iso(self, point: Point) -> str:
         return point.isolation or self.opts.isolation
 
+    def _reuses(self, point: Point) -> bool:
+        """The point runs on a kept server (under auto: it is in the reuse pass)."""
+        return policy(self._iso(point)).reuses_server
+
     async def run(self, points: Sequence[Point]) -> None:
         if self.auto:
-            queue = PointQueue([p for p in points if p.isolation in REUSE_ISOLATIONS],
-                               affinity=True)
-            self.fresh = PointQueue([p for p in points if p.isolation not in REUSE_ISOLATIONS],
+            # the reuse pass (one server per configuration and slot) and the confirmations
+            queue = PointQueue([p for p in points if self._reuses(p)], affinity=True)
+            self.fresh = PointQueue([p for p in points if not self._reuses(p)],
                                     affinity=False)
             self._keys = {p.key for p in points}
         else:
-            queue = PointQueue(points, affinity=self.opts.isolation != "fresh")
+            queue = PointQueue(points, affinity=policy(self.opts.isolation).reuses_server)
         workers = [asyncio.create_task(self._worker(slot, queue), name=f"slot-{slot.id}")
                    for slot in self.opts.slots]
         try:
@@ -112,7 +113,7 @@ class _LocalRun:
         while True:
             point = self._next_auto(slot, queue, server_cfg)
             if point is not None:
-                if point.isolation in REUSE_ISOLATIONS:
+                if self._reuses(point):
                     self._reset_running += 1
                 return point
             if not self._reset_running:
@@ -137,7 +138,7 @@ class _LocalRun:
 
     def _finished(self, point: Point, records: list[dict]) -> None:
         """Auto: a reuse point that was not ok gets its fresh twin (unless planned)."""
-        if not self.auto or point.isolation not in REUSE_ISOLATIONS:
+        if not self.auto or not self._reuses(point):
             return
         self._reset_running -= 1
         if self._late:
@@ -171,14 +172,15 @@ class _LocalRun:
         info: dict[str, Any] = {}
         driver = self.driver
         try:
-            while (point := await self._next(
-                    slot, queue, server_cfg if server_iso != "fresh" else None)) is not None:
+            while (point := await self._next(slot, queue, server_cfg if server_iso and policy(
+                    server_iso).reuses_server else None)) is not None:
                 driver.point_started(point, slot.id)
                 t_point = time.monotonic()
                 timing = timing_record()
                 iso = self._iso(point)
+                how = policy(iso)
                 timing["pass"] = iso  # type: ignore[assignment]  (the driver splits by it)
-                reuse = (iso != "fresh" and server is not None and server_iso == iso
+                reuse = (how.reuses_server and server is not None and server_iso == iso
                          and server_cfg == point.cfg_id and server.tree_alive())
                 if not reuse:
                     if server is not None:
@@ -188,8 +190,8 @@ class _LocalRun:
                         server, client, info = await self.runner.boot(point, slot)
                         server_cfg, server_iso, server_timing = point.cfg_id, iso, timing
                         timing["boot"] = server.boot_s or 0.0
-                        if iso == "restore":   # a just-booted server needs no restore
-                            info["restore"] = {"means": "boot", "s": 0.0}
+                        if how.booted is not None:   # e.g. restore: nothing to restore yet
+                            how.booted(info)
                     except BootFailure as e:
                         timing["boot"] = time.monotonic() - t_point
                         timing["point"] = time.monotonic() - t_point
@@ -198,19 +200,15 @@ class _LocalRun:
                         self._after_boot_failure(point, slot, e, queue)
                         self._finished(point, failed)
                         continue
-                elif iso == "reset":
-                    try:
-                        await client.reset_prefix_cache()  # type: ignore[union-attr]
-                        info.pop("reset_error", None)
-                    except ClientError as e:  # the next cold request proves it or not
-                        info["reset_error"] = str(e)
-                elif iso == "restore":
-                    timing["restore"] = await self._restore(server, client, info)
+                elif how.prepare is not None:   # reset: the prefix cache; restore: sleep+wake
+                    spent = await how.prepare(client, server, info)
+                    if spent is not None:
+                        timing[iso] = spent
                 t_req = time.monotonic()
                 records, server_dead = await self.runner.run_phases(
                     point, slot, server, client, info, driver.phase_done)  # type: ignore[arg-type]
                 timing["requests"] = time.monotonic() - t_req
-                if iso == "fresh" or server_dead:
+                if not how.reuses_server or server_dead:
                     # Teardown overlaps the next boot on this slot; its time is filled in
                     # when it finishes.
                     self._background_stop(server, client, timing)
@@ -228,21 +226,6 @@ class _LocalRun:
             if server is not None:
                 await self.runner.stop(server, client, timing=server_timing)
 
-    @staticmethod
-    async def _restore(server, client, info: dict) -> float:
-        """Return the reused server to its just-booted state; what was proven (or which
-        step failed: its records are then ``invalid``) goes into ``info``. Its seconds."""
-        t0 = time.monotonic()
-        try:
-            info["restore"] = await restore_server(client, server.log_path)
-        except (RestoreFailed, ClientError) as e:
-            info["restore"] = {"means": "failed", "error": str(e)}
-            try:   # never leave a paused server behind: the next point tries again
-                await client.wake_up()
-            except ClientError:
-                pass
-        return round(time.monotonic() - t0, 4)
-
     def _after_boot_failure(self, point: Point, slot: Slot, e: BootFailure,
                             queue: PointQueue) -> None:
         """A configuration that keeps failing to boot is not booted again for every
@@ -258,7 +241,7 @@ class _LocalRun:
             return
         if self.auto:
             assert self.fresh is not None
-            rest_points = (self.fresh if iso == "fresh" else queue).drain(point.cfg_id)
+            rest_points = (queue if self._reuses(point) else self.fresh).drain(point.cfg_id)
         else:
             rest_points = queue.drain(point.cfg_id)
         for rest in rest_points:

@@ -5,7 +5,8 @@ import re
 
 from ..ghmarkdown import bold, code, escape_text, table
 from ..ranges import fmt_ranges
-from ..run.records import BUG_VERDICTS, phase_key
+from ..run.records import (BUG_VERDICTS, NOT_FAILED, OPEN, SERVER_LOGGED, phase_key,
+                           verdict_info)
 from .explain import divergence_of, divergence_phrase
 from .model import ConfigData, sha12
 
@@ -51,15 +52,16 @@ def cell_phrase(r: dict | None) -> str:
     v = r.get("verdict") or "invalid"
     n, total = r.get("verbatim_n"), r.get("verbatim_total")
     nN = f"{n}/{total}" if n is not None and total is not None else "?"
+    shown = getattr(verdict_info(v), "cell", "answer")   # vocabulary.VERDICT_TABLE
     if v == "ok":
         return nN
-    if v == "unjudged":
-        return f"{nN}, unjudged"
-    if v in ("crash", "timeout"):
+    if v in OPEN:
+        return f"{nN}, {v}"
+    if shown == "word":
         return v
-    if v == "boot-fail":
+    if shown == "gist":
         return f"{v}: " + escape_text(failure_gist(r), limit=REASON_CHARS)
-    if v in ("invalid", "infra"):
+    if shown == "reason":
         return f"{v}: " + escape_text(reason_short(r), limit=REASON_CHARS)
     answer = r.get("answer") or ""
     if answer == "":
@@ -107,7 +109,7 @@ def cell_markdown(r: dict | None, mark: str = "") -> str:
     if notes:
         text = f"{text}, {notes}" if r.get("verdict") != "ok" else f"ok, {notes}" if r.get(
             "_docs") else f"{text}, {notes}"
-    if r is not None and r.get("verdict") == "unjudged":
+    if r is not None and r.get("verdict") in OPEN:
         return f"*{text}*"   # nothing judged it: not bold (not a failure), not plain (not ok)
     if r is not None and r.get("verdict") != "ok":
         text = bold(text)
@@ -129,7 +131,7 @@ class Footnotes:
         self.texts = texts or {}   # sha1 -> answer: reference texts for first divergences
 
     def mark(self, cd: ConfigData, r: dict | None) -> str:
-        if r is None or r.get("verdict") in ("ok", "unjudged"):
+        if r is None or r.get("verdict") in NOT_FAILED:
             return ""
         key = (cd.config_id, r.get("verdict"), r.get("sha1"), cell_phrase(r),
                failure_gist(r))
@@ -161,7 +163,7 @@ class Footnotes:
             cached = r.get("cached_tokens")
             tail = r.get("computed_tail")
             reason = escape_text(reason_short(r), limit=120)
-            if r.get("log_excerpt") and r.get("verdict") in ("crash", "boot-fail", "timeout"):
+            if r.get("log_excerpt") and r.get("verdict") in SERVER_LOGGED:
                 reason += " — log: " + escape_text(failure_gist(r), limit=160)
             several = len(item["residues"]) > 1 or len(item["phases"]) > 1
             rows.append([m] + ([short.get(cd.config_id, code(cd.label))] if multi else []) + [

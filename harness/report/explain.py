@@ -22,6 +22,7 @@ from typing import Iterable
 from ..divergence import first_divergence
 from ..ghmarkdown import code, escape_text
 from ..recordkeys import document_of
+from ..run.records import BUG_VERDICTS
 from .model import ConfigData
 
 __all__ = ["REFERENCE_SIGHT", "ReferenceTexts", "reference_texts", "divergence_of",
@@ -86,7 +87,7 @@ def divergence_of(r: dict, texts: dict[str, str]) -> dict | None:
     fd = r.get("first_divergence")
     ref = texts.get(r.get("reference_sha1") or "")
     if not fd:
-        if r.get("verdict") not in ("broken", "diverged") or ref is None:
+        if r.get("verdict") not in BUG_VERDICTS or ref is None:
             return None
         fd = first_divergence(r.get("answer") or "", ref, answer_tokens=r.get("token_logprobs"))
     if not fd or fd.get("margin_from") == "reference":
@@ -131,7 +132,7 @@ def call_counts(records: list[dict], texts: dict[str, str]) -> Counter:
     """How many bad answers are decisive breaks, near-ties, or of unknown margin."""
     c: Counter = Counter()
     for r in records:
-        if r.get("verdict") in ("broken", "diverged"):
+        if r.get("verdict") in BUG_VERDICTS:
             fd = divergence_of(r, texts) or {}
             call = fd.get("call") or "unknown"
             c[call] += 1
@@ -176,7 +177,7 @@ def reference_lines(records: list[dict], texts: dict[str, str]) -> list[str]:
 def final_chunk_line(cd: ConfigData, k1: int | None) -> str | None:
     """What final prefill chunk the bad hit cells computed, from ``cached / tail`` and the
     record's tail note, rather than assuming ``tail = k + 1``."""
-    bad = [r for r in cd.records if r.get("verdict") in ("broken", "diverged")
+    bad = [r for r in cd.records if r.get("verdict") in BUG_VERDICTS
            and r.get("phase") != "cold" and r.get("computed_tail") is not None]
     if not bad:
         return None

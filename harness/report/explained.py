@@ -13,18 +13,18 @@ documents or cases gets one ladder per document and case, each read from its own
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from .. import bugb
 from ..ghmarkdown import bold, code, escape_text, table
-from ..run.records import BUG_VERDICTS, document_of, latest_records, phase_key
+from ..run.records import BUG_VERDICTS, EXPLAINED, document_of, latest_records, phase_key
 from .cells import cell_markdown
 
 __all__ = ["UNCHANGED", "EXPLAINED", "Rung", "Ladder", "ladders", "render_ladder",
            "render_explained", "explains_of", "closing_line", "hit_unit", "same_failure"]
 
 UNCHANGED = "none (the cell as run)"
-# The verdicts explain reruns: a judged bad answer, or a server that died or hung on the
-# cell. unjudged (nothing to compare), boot-fail, invalid and infra say nothing about the
-# cell's answer, so there is nothing there to explain.
-EXPLAINED = BUG_VERDICTS | {"crash", "timeout"}
+# EXPLAINED (harness.vocabulary): the verdicts explain reruns: a judged bad answer, or a
+# server that died or hung on the cell. unjudged (nothing to compare), boot-fail, invalid
+# and infra say nothing about the cell's answer, so there is nothing there to explain.
 
 
 def same_failure(parent: str, rerun: str | None) -> bool:
@@ -85,13 +85,9 @@ class Rung:
 
 
 def hit_unit(record: dict) -> int | None:
-    """The unit a record's cache hits came in: what the server reported, else the match
-    unit it was given (None when neither is known)."""
-    cfg = record.get("config") or {}
-    for key in ("effective_hash_unit", "prefix_match_unit"):
-        if cfg.get(key):
-            return int(cfg[key])
-    return None
+    """The unit a record's cache hits came in (``bugb.hit_unit`` of its effective
+    configuration; None when nothing says)."""
+    return bugb.hit_unit(record.get("config") or {})[0]
 
 
 @dataclass

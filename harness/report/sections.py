@@ -6,6 +6,7 @@ import re
 from collections import defaultdict
 
 from ..ghmarkdown import bold, cap, code, escape_text, fence, table
+from ..isolation import POLICIES
 from ..ranges import residues_phrase
 from ..run.records import BUG_VERDICTS, NOT_IDENTITY, SEVERITY, phase_key
 from .auto import config_auto_line
@@ -393,7 +394,7 @@ def render_provenance(configs: list[ConfigData], records: list[dict],
                          escape_text(str(m["exit_code"]))])
     iso = distinct("isolation")
     notes = []
-    weaker = [i for i in iso if i not in ("fresh", "restore")]
+    weaker = [i for i in iso if not (i in POLICIES and POLICIES[i].as_fresh)]
     if weaker:
         notes.append(f"Isolation {join(weaker)}: weaker than one fresh "
                      "server per data point; blocks from earlier requests can leak into later "

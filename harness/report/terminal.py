@@ -13,7 +13,7 @@ from __future__ import annotations
 import unicodedata
 from ..plaintext import align_table, display_width, inline_to_plain
 from ..ranges import fmt_ranges
-from ..run.records import latest_records, phase_key
+from ..run.records import UNANSWERED, latest_records, phase_key
 from .auto import agreement_line
 from .bugb_analysis import agreement, predict_bug_b
 from .cases import case_groups, case_suffix
@@ -95,6 +95,6 @@ def _cell_line(item: dict, short: dict[str, str] | None) -> str:
         parts.append(f"sha1 {sha12(r)}")
     if r.get("cached_tokens") is not None:
         parts.append(f"cached {r['cached_tokens']} / tail {r.get('computed_tail')}")
-    if r.get("verdict") not in ("boot-fail", "infra", "invalid"):
+    if r.get("verdict") not in UNANSWERED:
         parts.append(f"answer {said}")
     return "; ".join(p for p in parts if p)

@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ..ghmarkdown import escape_text, table
+from ..isolation import AUTO_PASSES
 
 __all__ = ["STAGE_NAMES", "booted_servers", "render_timing"]
 
@@ -72,7 +73,7 @@ def _run_rows(m: dict, records: list[dict]) -> list[list[str]]:
             f"{_fmt(t.get('points'))} points, {_median_boot(run_servers, t.get('median_boot_s'))}")
     rows = [[f"{rid}: wall", wall]]
     passes = t.get("passes") or {}
-    for name in ("restore", "reset", "fresh"):
+    for name in AUTO_PASSES:
         p = passes.get(name)
         if p:
             servers = booted_servers(records, m.get("run_id"), name) if run_servers else {}

@@ -34,7 +34,7 @@ from engine.presets import ServingConfig
 from .. import bugb
 from ..engines import auto_reuse_pass
 from ..recordkeys import point_key
-from ..vocabulary import REUSE_ISOLATIONS
+from ..vocabulary import NOT_FAILED, REUSE_ISOLATIONS
 from .matrix_reference import rejudge
 
 __all__ = ["AUTO_MIN_DOCUMENTS", "rule_neighbourhood", "auto_extra_documents", "auto_passes",
@@ -129,7 +129,7 @@ def needs_confirmation(point: Any, records: Iterable[dict]) -> bool:
 
 
 def _suspect(r: dict) -> bool:
-    return r.get("verdict") not in ("ok", "unjudged")
+    return r.get("verdict") not in NOT_FAILED
 
 
 def late_confirmations(reset: Sequence[tuple[Any, list[dict]]], mode: str,

@@ -22,6 +22,7 @@ from typing import Any, Callable
 from ..configs import SweepOptions, config_id
 from ..engines import EngineAdapter
 from ..errors import UsageError
+from ..isolation import AUTO_PASSES
 from ..provenance import harness_version
 from ..store import ResultStore, now_iso
 from .plan import Point, SweepPlan
@@ -273,7 +274,7 @@ def pass_summaries(timings: list[dict], slots: int, wall: float) -> dict[str, An
     pass's points (restore or reset) would have cost (each at the median fresh point, over
     the same slots)."""
     out: dict[str, Any] = {}
-    for name in ("restore", "reset", "fresh"):
+    for name in AUTO_PASSES:
         sub = [t for t in timings if t.get("pass") == name]
         if sub:
             out[name] = timing_summary(sub, slots, wall)

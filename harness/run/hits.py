@@ -12,15 +12,16 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from .. import bugb
 from ..bugb import chunk_budget, drops_hit_blocks, final_chunk
 
 __all__ = ["hit_unit", "intended_tail", "tail_note", "budget_final_chunk"]
 
 
 def hit_unit(cfg: Mapping[str, Any], modulus: int) -> int:
-    """The unit hits come in as configured: the match unit, else the block size, else the
-    sweep's modulus."""
-    return int(cfg.get("prefix_match_unit") or cfg.get("block_size") or modulus)
+    """The unit hits come in (``bugb.hit_unit``), else the block size, else the sweep's
+    modulus."""
+    return int(bugb.hit_unit(cfg, default=cfg.get("block_size") or modulus)[0])
 
 
 def intended_tail(point: Any, phase: str) -> int | None:

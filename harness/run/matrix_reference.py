@@ -23,16 +23,16 @@ from typing import Iterable
 from ..divergence import first_divergence
 from ..recordkeys import cell_key, document_of
 from ..verdict import judge, sha1
+from ..vocabulary import OPEN
 
 __all__ = ["CONSENSUS_MIN", "rejudge", "first_references", "consensus_references"]
 
 CONSENSUS_MIN = 3
-# Provisional verdicts a matrix reference may replace: an answer nothing judged yet.
-_OPEN = frozenset({"unjudged"})
+# OPEN (harness.vocabulary): provisional verdicts a matrix reference may replace.
 
 
 def _answered(r: dict) -> bool:
-    return r.get("verdict") in _OPEN
+    return r.get("verdict") in OPEN
 
 
 def _prompt(r: dict) -> tuple:

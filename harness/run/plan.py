@@ -39,6 +39,8 @@ from ..live import LiveTarget, requests_per_point
 from ..prompts import (ChatTokenizer, PlanError, PromptPlan, approx_line_counts, calibrate,
                        calibrate_case, own_document_plan, plan_case_residues, plan_residue)
 from ..server_pool import BootFailure, PortAllocator, ServerProcess, Slot
+from ..vocabulary import NOT_FAILED
+from .hits import hit_unit
 from ..store import read_jsonl, resolve_results
 from .auto import auto_extra_documents, auto_passes
 from .records import latest_records
@@ -147,7 +149,7 @@ def _case_points(opts: SweepOptions, cfg: ServingConfig, cid: str, modulus: int,
     (a case too long for max_model_len, or too short for a prefix-cache hit, is a
     ``PlanError`` naming it, before any point runs)."""
     out = []
-    unit = int(cfg.prefix_match_unit or cfg.block_size)
+    unit = hit_unit(cfg.as_dict(), modulus=0)
     hit_phases = [p for p in opts.phases if p != "cold"]
     for case in opts.cases:
         ckey = key + ("case", case.id)
@@ -283,7 +285,7 @@ def load_golden(run_ref: str, out_dir: Path) -> dict[tuple, dict]:
     seen: dict[tuple, dict[str, dict]] = {}
     bad: list[str] = []
     for r in latest_records(read_jsonl(resolve_results(run_ref, out_dir)))[0]:
-        if r.get("verdict") not in ("ok", "unjudged"):
+        if r.get("verdict") not in NOT_FAILED:
             bad.append(f"residue {r.get('residue')} {r.get('phase')} {r.get('verdict')}")
             continue
         text = r.get("answer") or ""

@@ -16,10 +16,11 @@ from typing import Any, Iterable, Mapping
 from ..recordkeys import auto_pass, cell_key, document_of, point_key
 from ..store import now_iso
 
-from ..vocabulary import (BUG_VERDICTS, CLEAN, PHASES, SEVERITY, VERDICTS, phase_key, worst)
+from ..vocabulary import (BUG_VERDICTS, CLEAN, EXPLAINED, JUDGED, NOT_FAILED, OPEN, PHASES,
+                          SERVER_LOGGED, SEVERITY, UNANSWERED, UNTESTED, VERDICTS, phase_key, verdict_info, worst)
 
 __all__ = ["SCHEMA_VERSION", "PhaseRecord", "PHASES", "VERDICTS", "SEVERITY", "BUG_VERDICTS",
-           "CLEAN", "CONFIG_FIELDS", "NOT_IDENTITY", "phase_key", "worst", "schema_of",
+           "CLEAN", "EXPLAINED", "JUDGED", "NOT_FAILED", "OPEN", "SERVER_LOGGED", "UNANSWERED", "UNTESTED", "verdict_info", "CONFIG_FIELDS", "NOT_IDENTITY", "phase_key", "worst", "schema_of",
            "latest_records", "cell_key", "point_key", "document_of", "auto_pass", "record_identity", "sha12", "RecordBuilder", "mismatches", "failure_fields", "timing_record"]
 
 # 3: the cold phase under --reference cold is `unjudged` (was `ok`), a collapse is measured

@@ -101,3 +101,61 @@ def test_the_graph_sees_relative_imports():
     # guards the checker itself: a known edge must be found
     assert "harness.run.driver" in graph()["harness.backends.local"]
     assert "harness.bugb" in graph()["harness.configs"]
+
+
+def _string_groups(path: Path):
+    """(line, set of string constants) of every set / tuple / list literal in ``path``."""
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, (ast.Set, ast.Tuple, ast.List)):
+            yield node.lineno, {e.value for e in node.elts
+                                if isinstance(e, ast.Constant) and isinstance(e.value, str)}
+
+
+def test_verdict_and_isolation_groups_are_declared_once():
+    """A group of verdicts (judged, untested, bugs, ...) is a column of
+    ``vocabulary.VERDICT_TABLE``, and what an isolation does is its ``isolation.POLICIES``
+    entry: no other module spells a group of them again."""
+    from harness.vocabulary import ISOLATIONS, VERDICTS
+    homes = {HARNESS / "vocabulary.py", HARNESS / "isolation.py"}
+    found = []
+    for p in HARNESS.rglob("*.py"):
+        if p in homes:
+            continue
+        for line, names in _string_groups(p):
+            if len(names & set(VERDICTS)) >= 2 or len(names & set(ISOLATIONS)) >= 2:
+                found.append(f"{p.relative_to(ROOT)}:{line} {sorted(names)}")
+    assert not found, found
+
+
+def test_the_vocabulary_groups_are_the_tables_columns():
+    """The groups the gate, bisect, explain and the matrix reference ask are read off
+    the table (and an isolation value has exactly one policy)."""
+    from harness import bisect, gate, isolation, vocabulary as v
+    from harness.report import explained
+    from harness.run import matrix_reference
+    assert gate.JUDGED is v.JUDGED and bisect.UNTESTED is v.UNTESTED
+    assert explained.EXPLAINED is v.EXPLAINED and matrix_reference.OPEN is v.OPEN
+    assert v.VERDICTS == tuple(row.name for row in v.VERDICT_TABLE)
+    assert set(v.ISOLATIONS) == set(isolation.POLICIES)
+    for name, pol in isolation.POLICIES.items():
+        assert pol.name == name and set(pol.passes) <= set(v.RECORD_ISOLATIONS)
+
+
+def test_exit_codes_are_declared_in_errors_only():
+    """Exit codes live in ``harness.errors`` (``ExitCode``, ``BisectExit``, ``PostExit``);
+    a module's ``EXIT_*`` names are aliases of them, never new numbers."""
+    found = []
+    for p in HARNESS.rglob("*.py"):
+        if p == HARNESS / "errors.py":
+            continue
+        for node in ast.walk(ast.parse(p.read_text())):
+            if not isinstance(node, ast.Assign):
+                continue
+            names = [t for tgt in node.targets
+                     for t in (tgt.elts if isinstance(tgt, ast.Tuple) else [tgt])]
+            values = node.value.elts if isinstance(node.value, ast.Tuple) else [node.value]
+            for t, val in zip(names, values):
+                if (isinstance(t, ast.Name) and t.id.startswith("EXIT")
+                        and isinstance(val, ast.Constant)):
+                    found.append(f"{p.relative_to(ROOT)}:{node.lineno} {t.id} = {val.value}")
+    assert not found, found

@@ -19,6 +19,6 @@ if [ "${COMMENT_MODE:-true}" = "dry-run" ]; then args+=(--dry-run); fi
 python -m harness.github_rest "${args[@]}" "${REPORT:?}"
 code=$?
 if [ "$code" -ne 0 ]; then
-  echo "::warning::the report was not commented (github_rest exit $code: 2 usage or no token, 3 token refused, 4 not found, 5 rejected, 6 unreachable)"
+  echo "::warning::the report was not commented (github_rest exit $code: 2 usage or no token, 10 token refused, 11 not found, 12 rejected, 13 unreachable)"
 fi
 exit 0

@@ -1,0 +1,122 @@
+"""What each ``--isolation`` value does, declared once: one ``Isolation`` per value.
+
+A backend asks the policy instead of comparing isolation strings: whether a slot keeps
+its server for the next point of the same configuration (``reuses_server``), what a
+reused server gets before that point (``prepare``: a prefix-cache reset, ...), how many
+boot failures of one configuration end the rest of its points in that pass
+(``boot_failures_allowed``), whether a point that is not ok needs a fresh-server
+confirmation under ``auto`` (``confirm_fresh``), and whether the engine must serve its
+development endpoints (``dev_mode``: ``/reset_prefix_cache``, sleep). A run-level value
+(``auto``) names its passes instead. Adding an isolation is one entry in ``POLICIES``
+(and, when it prepares a reused server, its ``prepare`` function here);
+``vocabulary.ISOLATIONS`` and the ``--isolation`` flag's choices come from it.
+
+Standard library only: ``flags`` reads the names through ``vocabulary``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable
+
+__all__ = ["Isolation", "POLICIES", "ISOLATIONS", "RECORD_ISOLATIONS", "REUSE_ISOLATIONS",
+           "policy", "dev_mode", "AUTO_PASSES"]
+
+# (client, server, info) -> seconds to record under ``timing[name]``, or None; ``info``
+# is what the point's records carry about its server (e.g. ``reset_error``).
+Prepare = Callable[[Any, Any, dict], Awaitable["float | None"]]
+
+
+async def _reset_prefix_cache(client: Any, server: Any, info: dict) -> None:
+    """``reset``: the prefix cache emptied; a failure is recorded, not fatal (the next cold
+    request's ``cached_tokens`` proves the reset or not)."""
+    from .client import ClientError
+    try:
+        await client.reset_prefix_cache()
+        info.pop("reset_error", None)
+    except ClientError as e:
+        info["reset_error"] = str(e)
+    return None
+
+
+async def _restore(client: Any, server: Any, info: dict) -> float:
+    """``restore``: the reused server returned to its just-booted state (harness/restore.py:
+    sleep level 1, wake up, reset, each step proven); what was proven, or which step failed
+    (its records are then ``invalid``), goes into ``info["restore"]``. Its seconds."""
+    import time
+    from .client import ClientError
+    from .restore import RestoreFailed, restore_server
+    t0 = time.monotonic()
+    try:
+        info["restore"] = await restore_server(client, server.log_path)
+    except (RestoreFailed, ClientError) as e:
+        info["restore"] = {"means": "failed", "error": str(e)}
+        try:   # never leave a paused server behind: the next point tries again
+            await client.wake_up()
+        except ClientError:
+            pass
+    return round(time.monotonic() - t0, 4)
+
+
+def _just_booted(info: dict) -> None:
+    """``restore``: a just-booted server needs no restore; its records say so."""
+    info["restore"] = {"means": "boot", "s": 0.0}
+
+
+@dataclass(frozen=True)
+class Isolation:
+    name: str
+    help: str
+    reuses_server: bool = False       # a slot keeps its server for the next point
+    prepare: Prepare | None = None    # what a reused server gets before the next point
+    booted: Callable[[dict], None] | None = None   # what a just-booted server's info notes
+    # boot failures of one configuration in this pass before its remaining points are
+    # recorded boot-fail without booting: a fresh server per point allows one retry (a boot
+    # can fail for a passing reason, an OOM beside other servers on one GPU)
+    boot_failures_allowed: int = 1
+    confirm_fresh: bool = False       # auto: a point not ok here gets a fresh twin
+    as_fresh: bool = False            # as good as a fresh server (the report calls others weaker)
+    dev_mode: bool = False            # the engine serves its development endpoints
+    passes: tuple[str, ...] = ()      # a run-level value: the isolations of its passes
+
+
+POLICIES: dict[str, Isolation] = {p.name: p for p in (
+    Isolation("fresh", "a new server per point", boot_failures_allowed=2, as_fresh=True),
+    # the engine must be able to restore (EngineAdapter.can_restore; its servers start in
+    # sleep mode, EngineAdapter.for_isolation)
+    Isolation("restore", "one server per configuration and slot, returned to its just-booted "
+              "state between points (sleep level 1 + wake + reset, harness/restore.py)",
+              reuses_server=True, prepare=_restore, booted=_just_booted, confirm_fresh=True,
+              dev_mode=True, as_fresh=True),
+    Isolation("reset", "one server per configuration and slot, its prefix cache reset "
+              "between points", reuses_server=True, prepare=_reset_prefix_cache,
+              confirm_fresh=True, dev_mode=True),
+    Isolation("shared", "one server per configuration and slot, nothing reset",
+              reuses_server=True),
+    # its first pass is restore where the engine can restore, else reset (run/auto.py)
+    Isolation("auto", "a restore (else reset) pass, then fresh confirmation of what it "
+              "cannot clear (harness/run/auto.py)", passes=("restore", "reset", "fresh")),
+    # sweep --url: a running server the sweep did not start (harness/live.py); isolation
+    # by content only, each point its own document, cold proven by cached_tokens 0
+    Isolation("live", "a running server (sweep --url): nothing started or reset",
+              reuses_server=True),
+)}
+
+ISOLATIONS = tuple(POLICIES)
+# The isolations a record can be produced under (a run-level one is a run's, not a record's)
+RECORD_ISOLATIONS = tuple(n for n, p in POLICIES.items() if not p.passes)
+AUTO_PASSES = POLICIES["auto"].passes   # (the reuse passes, the fresh confirmations)
+# auto's first pass: one reused server per configuration, cleaned between points
+REUSE_ISOLATIONS = tuple(n for n in AUTO_PASSES if POLICIES[n].reuses_server)
+
+
+def policy(name: str) -> Isolation:
+    """The policy of an isolation value (``KeyError`` for a value nothing declared)."""
+    return POLICIES[name]
+
+
+def dev_mode(name: str) -> bool:
+    """Whether servers of a run under ``name`` need the engine's development endpoints."""
+    p = POLICIES.get(name)
+    if p is None:
+        return False
+    return p.dev_mode or any(POLICIES[x].dev_mode for x in p.passes)
