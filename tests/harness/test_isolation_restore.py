@@ -8,8 +8,6 @@ ngram k = 4, FULL_AND_PIECEWISE, no fix; the rule's residue is 5."""
 from __future__ import annotations
 
 import asyncio
-import subprocess
-import sys
 
 import pytest
 
@@ -20,8 +18,7 @@ from harness.engines import VllmAdapter, make_adapter, vllm_serves_sleep
 from harness.errors import UsageError
 from harness.restore import RestoreFailed, restore_server
 from harness.server_pool import Slot
-from tests.conftest import ROOT, fake_cmd
-from tests.harness.test_isolation_auto import lab_model, sweep
+from tests.conftest import fake_cmd
 
 pytestmark = pytest.mark.usefixtures("no_leftovers")
 
@@ -34,10 +31,12 @@ def cells(recs):
     return {(r["residue"], r["phase"]): r for r in recs}
 
 
-def test_restore_equals_fresh_where_reset_differs(tmp_path):
-    model = str(lab_model(tmp_path))
-    runs = {iso: sweep(tmp_path / iso, "--model", model, *BREAKS_COLD, "--isolation", iso)
-            for iso in ("fresh", "reset", "restore")}
+def test_restore_equals_fresh_where_reset_differs(cli):
+    runs = {}
+    for iso in ("fresh", "reset", "restore"):
+        cli.sweep(*BREAKS_COLD, "--isolation", iso, lab_model=True, out=iso,
+                  reports=f"reports-{iso}", rc=1)
+        runs[iso] = (None, cli.records(iso), cli.manifest(iso), cli.report(f"reports-{iso}"))
     fresh, reset, restore = (cells(runs[i][1]) for i in ("fresh", "reset", "restore"))
     assert set(fresh) == set(reset) == set(restore)
     for key, f in fresh.items():
@@ -64,15 +63,12 @@ def test_restore_equals_fresh_where_reset_differs(tmp_path):
     assert manifest["timing"]["restored_points"] == 5 and manifest["timing"]["median_restore_s"] > 0
 
 
-def test_cmd_engine_refuses_restore_naming_fresh(tmp_path, tok_dir):
-    proc = subprocess.run([sys.executable, "-m", "harness", "--engine", "cmd", "--server-cmd",
-                           fake_cmd(tok_dir), "--isolation", "restore", "--out",
-                           str(tmp_path / "out")], cwd=ROOT, capture_output=True, text=True,
-                          timeout=60)
-    assert proc.returncode == 2
+def test_cmd_engine_refuses_restore_naming_fresh(tmp_path, tok_dir, cli):
+    proc = cli.sweep("--engine", "cmd", "--server-cmd", fake_cmd(tok_dir), "--isolation",
+                     "restore", rc=2, timeout=60)
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "--isolation fresh" in lines[0] and "restore" in lines[0]
-    assert not (tmp_path / "out").exists() or not list((tmp_path / "out").glob("*.jsonl"))
+    assert not list((tmp_path / "results").glob("*.jsonl"))
 
 
 def test_a_server_without_sleep_mode_fails_the_restore(tmp_path):
