@@ -77,6 +77,7 @@ class SweepOptions:
     live: Any = field(default=None, compare=False)
     load: int = 0                  # --load N: background conversations beside each request
     load_mode: str = "steady"      # --load-mode steady | cancel (run/load.py)
+    served_config: str | None = None   # --engine cmd: --served-config JSON, as given
 
     @property
     def documents(self) -> tuple[int, ...]:

@@ -9,6 +9,7 @@ import sys
 
 from . import bugb
 from .configs import SweepOptions, config_id, describe, modulus_for, select_residues
+from .cmd_config import DECLARED_NOTE
 from .errors import CannotRun, ExitCode, UsageError
 from .prompts import PlanError, TemplateError
 from .ranges import fmt_ranges
@@ -93,6 +94,9 @@ def _rule_line(cfg, modulus: int, load: int = 0,
     vLLM with the installed release and the runner it would run on (forced, or that
     release's default for this model and method); under ``--load`` with the planned
     lengths (the budget left beside the background decodes)."""
+    if cfg.engine == "cmd" and DECLARED_NOTE not in cfg.notes:
+        return ("cannot be checked before the server runs (--engine cmd: what it runs is "
+                "read from the server after boot, or declared with --served-config)")
     pred = bugb.predict(_with_installed_vllm(cfg.as_dict()), modulus, load=load,
                         lengths=lengths if load else None)
     if pred.residues:

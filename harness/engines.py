@@ -24,6 +24,7 @@ from typing import Any, Callable
 from engine.presets import ServingConfig
 
 from .client import EngineClient
+from .cmd_config import cmd_label, normalise_reported, parse_served_config, read_reported
 from .errors import UsageError
 from .restore import SLEEP_MEANS
 from .isolation import dev_mode as isolation_dev_mode
@@ -238,23 +239,6 @@ class LabAdapter(EngineAdapter):
                            "-m engine.lab", _after_module("engine.lab"))
 
 
-def normalise_reported(rep: dict[str, Any]) -> dict[str, Any]:
-    """Map an engine's self-report onto ServingConfig field names (and keep extras)."""
-    out: dict[str, Any] = {}
-    aliases = {"enable_prefix_caching": "prefix_caching", "hash_unit": "prefix_match_unit",
-               "effective_hash_unit": "effective_hash_unit"}
-    for k, v in rep.items():
-        out[aliases.get(k, k)] = v
-    spec = rep.get("speculative_config")
-    if isinstance(spec, dict):
-        out["method"] = spec.get("method")
-        out["draft_tokens"] = int(spec.get("num_speculative_tokens") or 0)
-    elif "speculative_config" in rep and spec is None:
-        out["method"], out["draft_tokens"] = None, 0
-    out.pop("speculative_config", None)
-    return out
-
-
 class VllmAdapter(EngineAdapter):
     """``python -m vllm.entrypoints.openai.api_server`` from the shared presets, with the
     residue-lab patch plugin discoverable by every vLLM process."""
@@ -356,8 +340,10 @@ class CmdAdapter(EngineAdapter):
 
     name = "cmd"
 
-    def __init__(self, template: str | None, served_model_name: str | None = None):
+    def __init__(self, template: str | None, served_model_name: str | None = None,
+                 served_config: str | None = None):
         self.served_model_name = served_model_name
+        self.served_config = parse_served_config(served_config)
         if not template:
             raise UsageError("--engine cmd needs --server-cmd 'TEMPLATE' with a {port} placeholder")
         if "{port}" not in template:
@@ -372,6 +358,19 @@ class CmdAdapter(EngineAdapter):
         except ValueError as e:
             raise UsageError(f"--server-cmd: cannot split the command line: {e}") from None
         self.template = template
+
+    async def effective(self, client, cfg, log_text):
+        """What the server runs, as ``harness.cmd_config`` reads it: reported, declared,
+        or "as the command ran" with the unknown fields named (never the presets)."""
+        version, models = await asyncio.gather(client.version(), client.models())
+        first = models[0] if models else {}
+        config = read_reported(cfg, version, log_text, self.served_config)
+        if first.get("max_model_len"):
+            config["max_model_len"] = int(first["max_model_len"])
+        status = version.get("patches") or config.pop("patch_status", None)
+        return {"config": config, "engine_version": str(version.get("version", "unknown")),
+                "patch_status": status, "model": first.get("id"),
+                "config_label": cmd_label(cfg, config)}
 
     def command(self, cfg, port, slot):
         line = self.template.format(port=port, gpu=slot.gpu or "", model=cfg.model or "")
@@ -433,6 +432,7 @@ def adapter_class(engine: str) -> type[EngineAdapter]:
 def make_adapter(engine: str, server_cmd: str | None = None, *, draft_model: str | None = None,
                  extra_args: tuple[str, ...] = (), work_dir: Path | None = None,
                  isolation: str = "fresh", served_model_name: str | None = None,
+                 served_config: str | None = None,
                  cache_dir: Path | None = None) -> EngineAdapter:
     adapter_class(engine)  # an unknown engine is a usage error
     if engine != "vllm" and draft_model:
@@ -455,7 +455,7 @@ def make_adapter(engine: str, server_cmd: str | None = None, *, draft_model: str
                            sleep_mode=restore,
                            served_model_name=served_model_name, cache_dir=cache_dir)
     if engine == "cmd":
-        return CmdAdapter(server_cmd, served_model_name)
+        return CmdAdapter(server_cmd, served_model_name, served_config)
     raise AssertionError(f"engine {engine!r} is in ADAPTERS but not built here")
 
 

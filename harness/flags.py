@@ -247,6 +247,10 @@ FLAGS: tuple[Flag, ...] = (
          rerun=_opt("--served-model-name", "served_model_name")),
     Flag("--server-cmd", ENGINE, "--engine cmd: server command with {port}, {gpu}, {model} "
          "placeholders", {"metavar": "TEMPLATE"}, rerun=_opt("--server-cmd", "server_cmd")),
+    Flag("--served-config", ENGINE, "--engine cmd: what the server runs, as JSON (method, "
+         "draft_tokens, cudagraph_mode, patches, prefix_caching, block_size, "
+         "prefix_match_unit, ...); what the server reports wins", {"metavar": "JSON"},
+         rerun=_opt("--served-config", "served_config")),
     Flag("--api-key", ENGINE, "bearer token for the server"),
     Flag("--draft-model", ENGINE, "--engine vllm: drafter checkpoint (dflash2)",
          {"metavar": "DIR"}, rerun=_opt("--draft-model", "draft_model")),
@@ -475,6 +479,9 @@ def check_flag_use(ns: argparse.Namespace, argv: Sequence[str]) -> None:
     if ns.allow_fewer and not ns.baseline:
         raise UsageError("--allow-fewer is for --baseline (it accepts less coverage than "
                          "the baseline's)")
+    if getattr(ns, "served_config", None) and ns.engine != "cmd":
+        raise UsageError("--served-config is for --engine cmd (the lab and vllm engines "
+                         "report what they run)")
     if ns.gpus and ns.engine == "lab":
         raise UsageError("--gpus: the lab engine runs on the CPU; give --slots N")
 

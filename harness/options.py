@@ -20,6 +20,7 @@ from .backends import make_backend
 from .configs import (SweepOptions, expand_matrix, modulus_for, parse_phases, parse_prompts,
                       parse_reference, parse_slots, select_residues)
 from .engines import adapter_class
+from .cmd_config import declare, parse_served_config
 from .errors import UsageError
 from .flags import check_flag_use, matrix_axes, sweep_parser
 from .resume import resumed_namespace
@@ -38,6 +39,8 @@ def build_options(ns: argparse.Namespace, argv: Sequence[str]) -> SweepOptions:
     seeds = tuple(ns.seed)
     configs = [live.cfg] if live else expand_matrix(
         engine=ns.engine, model=ns.model, prefix_cache=ns.prefix_cache, axes=matrix_axes(ns))
+    served = parse_served_config(getattr(ns, "served_config", None))   # --engine cmd
+    configs = [declare(c, served) for c in configs]
     modulus = _modulus(ns.modulus)
     phases = parse_phases(ns.phases)
     reference = parse_reference(ns.reference, phases)
@@ -52,6 +55,7 @@ def build_options(ns: argparse.Namespace, argv: Sequence[str]) -> SweepOptions:
         isolation=ns.isolation, slots=live.slots if live else parse_slots(
             ns.slots, ns.gpus, engine.default_slots()),
         server_cmd=ns.server_cmd, served_model_name=ns.served_model_name,
+        served_config=getattr(ns, "served_config", None),
         max_tokens=ns.max_tokens, timeout=ns.timeout, boot_timeout=boot_timeout,
         out=Path(ns.out or DEFAULT_OUT), reports_dir=_reports_dir(ns), resume=ns.resume,
         dry_run=ns.dry_run, answer_lines=ns.answer_lines, seed=seeds[0],

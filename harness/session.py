@@ -55,6 +55,7 @@ def adapter_for(opts: SweepOptions) -> EngineAdapter:
     return make_adapter(opts.engine, opts.server_cmd, draft_model=opts.draft_model,
                         extra_args=opts.engine_args, work_dir=opts.out,
                         isolation=opts.isolation, served_model_name=opts.served_model_name,
+                        served_config=opts.served_config,
                         cache_dir=opts.cache_dir)
 
 

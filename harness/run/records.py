@@ -13,6 +13,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
+from ..cmd_config import cmd_label
 from ..recordkeys import auto_pass, cell_key, document_of, point_key
 from ..store import now_iso
 
@@ -233,13 +234,17 @@ class RecordBuilder:
              templated: int | None) -> dict[str, Any]:
         requested = point.cfg.as_dict()
         effective = info.get("config") or requested
+        cmd = point.cfg.engine == "cmd"   # presets never reach a cmd server: cmd_config
         return {
             "run_id": self.run_id, "harness_version": self.harness_version,
-            "config_id": point.cfg_id, "config_label": point.cfg.label(),
+            "config_id": point.cfg_id, "config_label": info.get("config_label") or (
+                cmd_label(point.cfg, None) if cmd else point.cfg.label()),
             "config": effective, "requested_config": requested,
-            "config_mismatch": mismatches(requested, effective),
+            "config_mismatch": (list(effective.get("declared_differs") or ()) if cmd
+                                else mismatches(requested, effective)),
             "engine": point.cfg.engine, "engine_version": info.get("engine_version"),
-            "patches": point.cfg.patches, "patch_status": info.get("patch_status"),
+            "patches": effective.get("patches") if cmd else point.cfg.patches,
+            "patch_status": info.get("patch_status"),
             "model": info.get("model") or point.cfg.model, "slot": slot, "node": node,
             "isolation": getattr(point, "isolation", None) or self.isolation,
             "isolation_run": "auto" if getattr(point, "isolation", None) else None,
