@@ -1,14 +1,16 @@
 """``--isolation auto`` end to end: the lab engine (unpatched FULL mtp, residue 4 broken on
 a restored and on a fresh server: the lab has sleep mode, so auto's reuse pass is
-``restore``) and the fake engine (no sleep mode: the reuse pass is ``reset``) (a break only a fresh server's first
-request shows, which a reset sweep hides: issue 17), through the real CLI."""
+``restore``) and the fake engine (no sleep mode: the reuse pass is ``reset``; a break only
+a fresh server's first request shows, which a reset sweep hides: issue 17), through the
+real CLI."""
 from __future__ import annotations
 
+import sys
 from collections import Counter
 
 import pytest
 
-from tests.conftest import fake_cmd
+from tests.conftest import ROOT, fake_cmd
 
 pytestmark = pytest.mark.usefixtures("no_leftovers")
 
@@ -110,13 +112,13 @@ def test_auto_is_refused_where_it_cannot_run(tmp_path, tok_dir, cli):
     assert "Traceback" not in proc.stderr
 
 
-def test_a_failed_fresh_boot_does_not_end_the_reset_sweep(tmp_path, tok_dir):
+def test_a_failed_fresh_boot_does_not_end_the_reset_sweep(tmp_path, tok_dir, cli):
     # Issue 23, item 1: the 3rd server to start (a fresh confirmation: the reset server and
     # the first fresh one boot first) dies at boot like an OOM with several servers on one
     # GPU. The healthy reset server must finish its sweep, and the fresh pass keeps its one
     # retry: only that one point is boot-fail.
     proc, recs, manifest, report = sweep(
-        tmp_path, "--engine", "cmd", "--model", str(tok_dir), "--server-cmd",
+        cli, "--engine", "cmd", "--model", str(tok_dir), "--server-cmd",
         fake_cmd(tok_dir, "--fail-boot", "3", "--boot-count-dir", str(tmp_path / "boots"),
                  "--reply-delay", "0.05"),
         "--context", "800", "--residues", "0-15", "--isolation", "auto", "--auto-sample",
@@ -136,14 +138,15 @@ def test_a_failed_fresh_boot_does_not_end_the_reset_sweep(tmp_path, tok_dir):
 HOSTILE = ROOT / "tests" / "servers" / "misbehaving_engine.py"
 
 
-def test_a_diverged_reset_cell_under_consensus_gets_its_fresh_confirmation(tmp_path, tok_dir):
+def test_a_diverged_reset_cell_under_consensus_gets_its_fresh_confirmation(tmp_path, tok_dir,
+                                                                          cli):
     # Issue 23, item 4: one wrong word at residue 7 on a hit is `diverged`, which only the
     # matrix reference (consensus) says, after the answers are in: the reset pass's
     # diverged point still gets its fresh twin.
     cmd = " ".join([sys.executable, str(HOSTILE), "--port", "{port}", "--model", str(tok_dir),
                     "--misbehave", "one-word", "--at-residue", "7", "--only-hit"])
     proc, recs, manifest, report = sweep(
-        tmp_path, "--engine", "cmd", "--model", str(tok_dir), "--server-cmd", cmd,
+        cli, "--engine", "cmd", "--model", str(tok_dir), "--server-cmd", cmd,
         "--context", "800", "--residues", "4-9", "--isolation", "auto", "--auto-sample", "0",
         "--slots", "2", "--spec", "none", "--reference", "consensus")
     assert proc.returncode == 1, proc.stderr[-2000:]
