@@ -73,6 +73,10 @@ class SweepOptions:
     logprobs: int = 0              # top_logprobs asked per answer token; 0 = not asked
     logprobs_default: int = 0      # the engine's default (a rerun repeats only a change)
     allow_fewer: bool = False      # --baseline: coverage may shrink
+    # boots at once (0: one per slot) and a first boot alone with the cold-compile timeout
+    # (backends/local.BootGate): explain's rungs are as many configurations, each a compile
+    boot_parallel: int = 0
+    boot_warmup: bool = False
     # --url: the running server swept (harness/live.LiveTarget); None: servers are started
     live: Any = field(default=None, compare=False)
     load: int = 0                  # --load N: background conversations beside each request

@@ -89,6 +89,8 @@ class ExplainPlan:
         return [r for t in self.targets for r in t.rungs if r.opts is not None]
 
 
+EXPLAIN_PARALLEL_BOOTS = 4   # rung servers booting at once (a cold GPU: each compiles)
+
 # -- the axes ------------------------------------------------------------------------------
 # (axis, label, changes to the parsed sweep flags); a change that leaves the configuration
 # as it is is not run.
@@ -256,6 +258,10 @@ def ladder_options(xp: ExplainPlan) -> SweepOptions:
     residues = sorted({t.residue for t in xp.targets})
     opts = dataclasses.replace(rungs[0].opts, configs=tuple(configs.values()),
                                residues=",".join(map(str, residues)), argv=xp.argv)
+    # every rung is another configuration, on a GPU each a compile: one boot alone first
+    # (it warms the shared caches), then a few at once (backends/local.BootGate)
+    opts = dataclasses.replace(opts, boot_warmup=True,
+                               boot_parallel=min(len(opts.slots), EXPLAIN_PARALLEL_BOOTS))
     if opts.reference in ("first", "consensus"):
         # first / consensus judge a run's answers against each other after it ends; a rung
         # is one configuration, so it is judged against the answer the parent's matrix

@@ -228,7 +228,12 @@ class ServerProcess:
                 self._remember_children()
                 return self.boot_s
             if time.monotonic() >= deadline:
-                raise BootFailure(f"not healthy after {timeout:g}s", log_excerpt(self.log_path))
+                excerpt = log_excerpt(self.log_path)
+                last = next((ln.strip() for ln in reversed(excerpt) if ln.strip()), "no output")
+                # alive and not ready: the last line says how far it got (a cold compile?),
+                # an error-looking line earlier in the log is not why (a ulimit warning)
+                raise BootFailure(f"not healthy after {timeout:g}s, still running; last log "
+                                  f"line: {last[:200]}", excerpt)
             await asyncio.sleep(delay)
             if time.monotonic() - self.started_at > READY_POLL_FAST_FOR_S:
                 delay = min(delay * 1.5, READY_POLL_MAX_S)

@@ -32,7 +32,8 @@ from ..isolation import POLICIES, policy
 from ..scheduling import PointQueue
 from ..server_pool import BootFailure, Slot
 
-__all__ = ["LocalBackend", "BOOT_FAILURES_ALLOWED", "boot_failures_allowed"]
+__all__ = ["LocalBackend", "BOOT_FAILURES_ALLOWED", "boot_failures_allowed", "BootGate",
+           "COLD_BOOT_FACTOR"]
 
 # Boot failures of one configuration, per isolation (the pass's own under auto), before
 # that pass's remaining points of it are recorded boot-fail without booting: each
@@ -42,6 +43,41 @@ BOOT_FAILURES_ALLOWED = {n: p.boot_failures_allowed for n, p in POLICIES.items()
 
 def boot_failures_allowed(isolation: str) -> int:
     return policy(isolation).boot_failures_allowed
+
+
+# The warm-up boot's timeout, in --boot-timeouts: a first boot on a cold machine compiles
+# what later boots find in the shared caches (vLLM: torch.compile, Inductor, Triton).
+COLD_BOOT_FACTOR = 3.0
+
+
+class BootGate:
+    """How many servers boot at once (``opts.boot_parallel``, 0: no limit) and, with
+    ``opts.boot_warmup``, one boot alone first, on the cold-compile timeout, before any
+    other starts: on a cold GPU machine ten different configurations compiling together
+    were each still compiling when their timeout came (issue 23). The wait at the gate is
+    not boot time: the timeout starts when the boot does."""
+
+    def __init__(self, opts: SweepOptions) -> None:
+        self.sem = asyncio.Semaphore(opts.boot_parallel) if opts.boot_parallel else None
+        self.warmed = asyncio.Event()
+        self.warming = False
+        self.cold_timeout = opts.boot_timeout * COLD_BOOT_FACTOR
+        if not opts.boot_warmup:
+            self.warmed.set()
+
+    async def boot(self, runner: PointRunner, point: Point, slot: Slot):
+        if not self.warmed.is_set():
+            if not self.warming:
+                self.warming = True
+                try:   # a failed warm-up still compiled something: the others go on
+                    return await runner.boot(point, slot, timeout=self.cold_timeout)
+                finally:
+                    self.warmed.set()
+            await self.warmed.wait()
+        if self.sem is None:
+            return await runner.boot(point, slot)
+        async with self.sem:
+            return await runner.boot(point, slot)
 
 
 class LocalBackend:
@@ -68,6 +104,7 @@ class _LocalRun:
         self.runner = runner
         self._teardowns: set[asyncio.Task] = set()
         self._boot_failures: Counter = Counter()
+        self._gate = BootGate(self.opts)
         self.auto = bool(policy(self.opts.isolation).passes)
         self.fresh: PointQueue | None = None     # auto: the fresh confirmations
         self._keys: set[tuple] = set()
@@ -187,7 +224,7 @@ class _LocalRun:
                         self._background_stop(server, client, server_timing)
                         server = client = None
                     try:
-                        server, client, info = await self.runner.boot(point, slot)
+                        server, client, info = await self._gate.boot(self.runner, point, slot)
                         server_cfg, server_iso, server_timing = point.cfg_id, iso, timing
                         timing["boot"] = server.boot_s or 0.0
                         if how.booted is not None:   # e.g. restore: nothing to restore yet

@@ -28,9 +28,17 @@ _GIST = re.compile(r"\b[A-Za-z_.]*(Error|Exception|Interrupt)\b|\bassert(ion)?\b
                    r"needed|larger than the available|out of memory|Killed|Traceback", re.I)
 
 
+# Boot failures whose reason is the whole story: the server was alive and not ready in
+# time, or never started; a log line that names an error is then not why.
+_REASON_IS_WHY = ("not healthy after", "not started:")
+
+
 def failure_gist(r: dict) -> str:
     """One line saying why a crash / boot-fail / timeout happened: the last log line that
-    names an error (``ModuleNotFoundError: No module named 'x'``), else the reason."""
+    names an error (``ModuleNotFoundError: No module named 'x'``), else the reason; the
+    reason itself for a boot that timed out or never started."""
+    if (r.get("reason") or "").startswith(_REASON_IS_WHY):
+        return reason_short(r)
     lines = [str(x).strip() for x in (r.get("log_excerpt") or []) if str(x).strip()]
     named = [ln for ln in lines if _GIST.search(ln) and not ln.startswith("Traceback")]
     if named:

@@ -133,16 +133,18 @@ class PointRunner:
                                      e.log_excerpt)
 
     # -- servers -----------------------------------------------------------------------
-    async def boot(self, point: Point, slot: Slot) -> tuple[Server, EngineClient, dict]:
+    async def boot(self, point: Point, slot: Slot, *, timeout: float | None = None
+                   ) -> tuple[Server, EngineClient, dict]:
         case = f"-{point.case}" if point.case else ""
         # a restore point's server starts in sleep mode, a fresh one plain (for_isolation)
         adapter = self.adapter.for_isolation(point.isolation or self.opts.isolation)
         return await self.boot_config(point.cfg, slot,
-                                      f"{point.cfg_id}{case}-r{point.residue:03d}", adapter)
+                                      f"{point.cfg_id}{case}-r{point.residue:03d}", adapter,
+                                      timeout=timeout)
 
     async def boot_config(self, cfg: ServingConfig, slot: Slot, log_name: str,
-                          adapter: EngineAdapter | None = None
-                          ) -> tuple[Server, EngineClient, dict]:
+                          adapter: EngineAdapter | None = None, *,
+                          timeout: float | None = None) -> tuple[Server, EngineClient, dict]:
         """Start a server for ``cfg`` on ``slot`` and wait until it is ready; a port taken
         by another program between our pick and its bind is retried on a new port."""
         last: BootFailure | None = None
@@ -157,7 +159,7 @@ class PointRunner:
                                   api_key=self.opts.api_key, http=self.http)
             try:
                 server.start()
-                await server.wait_ready(client, self.opts.boot_timeout)
+                await server.wait_ready(client, timeout or self.opts.boot_timeout)
                 info: dict[str, Any] = {"boot_s": round(server.boot_s or 0.0, 4),
                                         "server_boot": self._boot_notes(server, log_path)}
                 # What the server says it runs is read while the first requests go out

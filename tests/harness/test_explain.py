@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, fake_cmd
 
 pytestmark = pytest.mark.usefixtures("no_leftovers")
 
@@ -197,7 +197,7 @@ def test_under_reference_first_the_rungs_are_judged(lab):
     assert "unjudged" not in ladder_rows(ex.stdout)["graph mode → PIECEWISE"]
 
 
-def test_one_ladder_per_document(lab, tmp_path):
+def test_one_ladder_per_document(lab, cli):
     # Residue 4 broken on documents 0 and 1: two cells, each ladder read from its own
     # document's reruns (a rung keyed by configuration and residue mixed the two).
     sweep, explain, out = lab
@@ -216,7 +216,7 @@ def test_one_ladder_per_document(lab, tmp_path):
     n_rungs = len([r for r in child["explains"]["targets"][0]["rungs"] if r.get("config_id")])
     assert sorted({r["document_seed"] for r in recs}) == [0, 1]
     assert len({(r["config_id"], r["document_seed"]) for r in recs}) == 2 * n_rungs
-    report = harness(tmp_path, "report", run_id, "--out", str(out))
+    report = cli("report", run_id, "--out", out)
     section = report.stdout.split("## Explained", 1)[1]
     assert "(document 0)" in section and "(document 1)" in section
 
@@ -243,3 +243,23 @@ def test_a_run_made_with_auto_sample_is_explained(lab):
     assert "nothing started" in ex.stdout
     # auto adds document 1 for the rule's residues: one cell per document
     assert len([ln for ln in ex.stdout.splitlines() if ln.startswith("residue 4 of")]) == 2
+
+
+def test_explain_on_a_cold_machine_finishes(cli, tok_dir):
+    # issue 23 item 10: every rung booting at once on a cold machine (a compile each,
+    # sharing the CPU) timed out; explain boots one rung alone first (it warms the shared
+    # cache, with a cold-compile timeout), then the rest a few at a time
+    out = cli.tmp / "results"
+    cache = cli.tmp / "cache"
+    cmd = fake_cmd(tok_dir, "--break-residue", "4", "--compile-cache", str(cache),
+                   "--cold-boot-s", "2", "--warm-boot-s", "0.2")
+    proc = cli.sweep("--engine", "cmd", "--model", str(tok_dir), "--server-cmd", cmd,
+                     "--context", "800", "--boot-timeout", "4", "--residues", "4", "--slots",
+                     "1", rc=1)
+    run_id = re.search(r"run (\d{8}-\d{6}-[0-9a-f]{4})", proc.stderr).group(1)
+    for f in cache.iterdir():
+        f.unlink()                                 # cold again: a new machine
+    ex = cli("explain", run_id, "--out", out, "--slots", "8")
+    assert ex.returncode == 0, ex.stderr[-3000:]
+    rows = ladder_rows(ex.stdout)
+    assert len(rows) >= 8 and not [k for k, v in rows.items() if "boot-fail" in v], rows

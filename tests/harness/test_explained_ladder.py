@@ -84,3 +84,19 @@ def test_each_document_reads_its_own_reruns():
     assert (lad0.where, lad1.where) == ("document 0", "document 1")
     assert "Not discriminators (the cell stays broken): graph mode." in closing_line(lad0)
     assert "cleans residue 4 self-hit): graph mode." in closing_line(lad1)
+
+
+def test_a_boot_timeout_cell_says_the_reason_not_a_log_warning():
+    # issue 23 item 10: the H200's explain cells showed a ulimit warning (it names
+    # OSError) from the server log instead of why the boot failed
+    from harness.report.cells import cell_phrase
+    r = dict(rec("u", "boot-fail"), reason="not healthy after 320s, still running; last log "
+             "line: Capturing CUDA graphs (mixed prefill-decode, PIECEWISE): 40%",
+             log_excerpt=["WARNING Found ulimit of 1024 ... fd limit errors like `OSError: "
+                          "[Errno 24] Too many open files`", "Capturing CUDA graphs: 40%"])
+    phrase = cell_phrase(r)
+    assert phrase.startswith("boot-fail: not healthy after 320s, still running") and \
+        "ulimit" not in phrase, phrase
+    died = dict(r, reason="server exited with code 1 during boot: ValueError: bad")
+    died["log_excerpt"] = ["WARNING ulimit", "ValueError: bad"]
+    assert cell_phrase(died) == "boot-fail: ValueError: bad"

@@ -15,6 +15,11 @@ in whole units of ``--unit``, capped at n-1), and misbehaves on purpose:
                       D/boot-2, ... atomically) exits 1 before listening, with a CUDA OOM
                       line (several servers on one GPU); the others boot
   --reply-delay S     sleep S seconds before each chat answer (a slow point)
+  --compile-cache D --cold-boot-s C --warm-boot-s W
+                      a cold compile before listening, as vLLM on a cold GPU machine: with
+                      no D/warm marker the boot takes C seconds times the number of cold
+                      boots running at once (they share the CPU), then writes the marker;
+                      with it, W seconds
   --no-tokenize       no /tokenize endpoint (404)
 
 Standard library HTTP server on purpose: it must not share code with the lab engine.
@@ -150,6 +155,27 @@ def make_handler(state: State):
     return H
 
 
+def _compile(cache: str, cold_s: float, warm_s: float) -> None:
+    """A boot that compiles: slow and slower beside other cold compiles, fast once warm."""
+    os.makedirs(cache, exist_ok=True)
+    warm = os.path.join(cache, "warm")
+    if os.path.exists(warm):
+        time.sleep(warm_s)
+        return
+    mine = os.path.join(cache, f"compiling-{os.getpid()}")
+    open(mine, "w").close()
+    print("compiling the model's graphs (cold cache)", flush=True)
+    try:
+        t_end = time.monotonic() + cold_s
+        while time.monotonic() < t_end:   # each second of work stretches by the crowd
+            crowd = len([f for f in os.listdir(cache) if f.startswith("compiling-")])
+            time.sleep(0.05)
+            t_end += 0.05 * (crowd - 1)
+        open(warm, "w").close()
+    finally:
+        os.unlink(mine)
+
+
 def _boot_number(count_dir: str) -> int:
     """This server's 1-based boot number among those counted in ``count_dir``."""
     os.makedirs(count_dir, exist_ok=True)
@@ -177,6 +203,9 @@ def main() -> None:
     p.add_argument("--fail-boot", type=int, default=0)
     p.add_argument("--boot-count-dir")
     p.add_argument("--reply-delay", type=float, default=0.0)
+    p.add_argument("--compile-cache")
+    p.add_argument("--cold-boot-s", type=float, default=0.0)
+    p.add_argument("--warm-boot-s", type=float, default=0.0)
     args = p.parse_args()
     if args.boot_fail:
         print(f"ValueError: {args.boot_fail}", flush=True)
@@ -185,6 +214,8 @@ def main() -> None:
         print("torch.OutOfMemoryError: CUDA out of memory (fake: boot "
               f"{args.fail_boot})", flush=True)
         sys.exit(1)
+    if args.compile_cache:
+        _compile(args.compile_cache, args.cold_boot_s, args.warm_boot_s)
     srv = ThreadingHTTPServer(("127.0.0.1", args.port), make_handler(State(args)))
     srv.daemon_threads = True
     print(f"fake engine listening on {args.port}", flush=True)
