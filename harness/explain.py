@@ -76,6 +76,9 @@ class Target:
         return out
 
 
+EXPLAIN_PARALLEL_BOOTS = 4   # rung servers booting at once (a cold GPU: each compiles)
+
+
 @dataclass
 class ExplainPlan:
     parent_run: str
@@ -84,12 +87,11 @@ class ExplainPlan:
     argv: tuple[str, ...]
     parent_reference: str = "passage"
     parent_documents: tuple[int, ...] = ()
+    parallel_boots: int = EXPLAIN_PARALLEL_BOOTS   # rung servers booting at once
 
     def runnable(self) -> list[RungSpec]:
         return [r for t in self.targets for r in t.rungs if r.opts is not None]
 
-
-EXPLAIN_PARALLEL_BOOTS = 4   # rung servers booting at once (a cold GPU: each compiles)
 
 # -- the axes ------------------------------------------------------------------------------
 # (axis, label, changes to the parsed sweep flags); a change that leaves the configuration
@@ -261,7 +263,7 @@ def ladder_options(xp: ExplainPlan) -> SweepOptions:
     # every rung is another configuration, on a GPU each a compile: one boot alone first
     # (it warms the shared caches), then a few at once (backends/local.BootGate)
     opts = dataclasses.replace(opts, boot_warmup=True,
-                               boot_parallel=min(len(opts.slots), EXPLAIN_PARALLEL_BOOTS))
+                               boot_parallel=min(len(opts.slots), xp.parallel_boots))
     if opts.reference in ("first", "consensus"):
         # first / consensus judge a run's answers against each other after it ends; a rung
         # is one configuration, so it is judged against the answer the parent's matrix

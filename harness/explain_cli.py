@@ -14,7 +14,7 @@ from typing import Sequence
 
 from .engines import adapter_class
 from .errors import ExitCode, UsageError
-from .flags import Parser, add_flags, sweep_parser
+from .flags import Parser, add_flags, positive_int, sweep_parser
 from .run.plan import Point
 from .session import Callbacks, adapter_for
 from .vocabulary import PHASES
@@ -24,7 +24,7 @@ __all__ = ["run_explain"]
 EXIT_OK = ExitCode.OK
 # the sweep flags explain takes too (declared once, in harness.flags); not given: the
 # parent run's value
-SHARED_FLAGS = ("--slots", "--gpus", "--launcher", "--cache-dir")
+SHARED_FLAGS = ("--slots", "--gpus", "--launcher", "--cache-dir", "--boot-timeout")
 
 
 def _say(msg: str) -> None:
@@ -59,6 +59,9 @@ def run_explain(argv: Sequence[str]) -> int:
     p.add_argument("--out", default="results", help="where run ids are looked up and the "
                    "explain run is written (default results/)")
     add_flags(p, SHARED_FLAGS, default=None)
+    p.add_argument("--parallel-boots", type=positive_int("--parallel-boots"), metavar="N",
+                   help="rung servers booting at once after the first, which boots alone on "
+                   "3x --boot-timeout to warm the compile caches (default 4)")
     p.add_argument("--dry-run", action="store_true", help="print each cell's rungs and their "
                    "server commands; start nothing")
     ns = p.parse_args(list(argv))
@@ -71,10 +74,12 @@ def run_explain(argv: Sequence[str]) -> int:
                  "gh_issue": None, "bisect": False}
     if ns.slots or ns.gpus:
         run_flags.update(slots=ns.slots, gpus=ns.gpus)
-    run_flags.update({k: getattr(ns, k) for k in ("launcher", "cache_dir")
+    run_flags.update({k: getattr(ns, k) for k in ("launcher", "cache_dir", "boot_timeout")
                       if getattr(ns, k) is not None})
     xp = explain.prepare(ns.run, ns.out, residue=ns.residue, phase=ns.phase,
                          run_flags=run_flags, runners_for=lambda e: adapter_class(e).runners)
+    if ns.parallel_boots:
+        xp.parallel_boots = ns.parallel_boots
     if not xp.targets:
         _say(f"run {xp.parent_run}: every cell is ok, nothing to explain")
         return EXIT_OK
