@@ -263,3 +263,16 @@ def test_explain_on_a_cold_machine_finishes(cli, tok_dir):
     assert ex.returncode == 0, ex.stderr[-3000:]
     rows = ladder_rows(ex.stdout)
     assert len(rows) >= 8 and not [k for k, v in rows.items() if "boot-fail" in v], rows
+
+
+def test_the_readmes_dflash_auto_run_plans(cli):
+    # issue 23 item 9: explain refused any run made with --auto-sample; the committed
+    # H200 DFlash run is the README's command (--isolation auto --auto-sample 2)
+    run = ROOT / "reports" / "h200" / "results" / "20261201-115154-d70a.jsonl.gz"
+    manifest = json.loads(run.with_name(run.name.replace(".jsonl.gz", ".manifest.json"))
+                          .read_text())
+    assert "--auto-sample" in manifest["command"]
+    proc = cli("explain", run, "--dry-run", "--out", cli.tmp)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "rerun(s) on fresh servers; nothing started (--dry-run)." in proc.stdout
+    assert "--auto-sample" not in proc.stdout   # the rungs are fresh: no auto flag
