@@ -30,7 +30,7 @@ from . import interrupts
 from .bisect import internal_error, map_exit
 from .dryrun import dry_run, preset_warnings
 from .errors import EXIT_CANNOT_RUN, ExitCode, HarnessError, OutputFailed, UsageError
-from .flags import Parser, positive_int, sweep_parser
+from .flags import Parser, add_flags, sweep_parser
 from .options import DEFAULT_OUT, build_options, parse_sweep_argv
 from .plaintext import markdown_to_plain
 from .posting import PostError, check_can_post, post_report
@@ -132,16 +132,9 @@ def run_report(argv: Sequence[str]) -> int:
                "redirected).")
     p.add_argument("results", nargs="+", help="results .jsonl files or run ids")
     p.add_argument("-o", "--output", help="write the markdown to this file")
-    p.add_argument("--full", action="store_true", help="do not fold clean rows")
     p.add_argument("--out", default=DEFAULT_OUT, help="where run ids are looked up")
-    p.add_argument("--gh-issue", type=positive_int("--gh-issue"), metavar="N",
-                   help="post the report as a comment on GitHub issue N (from -o FILE, else "
-                   "from a file in the temp folder, named on stderr; gh when on PATH, else "
-                   "the REST API with GITHUB_TOKEN)")
-    p.add_argument("--gh-repo", metavar="OWNER/NAME", help="--gh-issue through the REST "
-                   "API: the repository (default $GITHUB_REPOSITORY, else the origin remote)")
-    p.add_argument("--gh-dry-run", action="store_true", help="--gh-issue: print the "
-                   "request(s), post nothing")
+    # the sweep's own declarations (harness.flags): the report reads and posts the same way
+    add_flags(p, ("--full", "--gh-issue", "--gh-repo", "--gh-dry-run"))
     ns = p.parse_args(list(argv))
     from . import report
     way = check_can_post(ns.gh_issue, ns.gh_repo, ns.gh_dry_run)

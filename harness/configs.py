@@ -82,6 +82,9 @@ class SweepOptions:
     load: int = 0                  # --load N: background conversations beside each request
     load_mode: str = "steady"      # --load-mode steady | cancel (run/load.py)
     served_config: str | None = None   # --engine cmd: --served-config JSON, as given
+    # the sweep flags as parsed (flags.flags_json): the manifest keeps them, versioned, and
+    # --resume / sweep explain rebuild the options from them
+    flags: dict = field(default_factory=dict, compare=False)
 
     @property
     def documents(self) -> tuple[int, ...]:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import shlex
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +23,7 @@ from engine.presets import ServingConfig
 
 from .configs import SweepOptions, config_id
 from .errors import CannotRun, ExitCode, HarnessError, UsageError
-from .flags import FLAGS, dest_of, sweep_parser
+from .flags import FLAGS, dest_of, namespace_of
 from .options import build_options
 from .report.explained import EXPLAINED, UNCHANGED
 from .run.plan import SweepPlan, plan_with_probes
@@ -199,13 +198,13 @@ def prepare(run_ref: str, out_dir: str, *, residue: int | None, phase: str | Non
     except StoreError as e:
         raise UsageError(str(e)) from None
     manifest = load_manifest_for(path)
-    if not manifest or not manifest.get("command"):
-        raise UsageError(f"{run_ref}: no run manifest with its command line beside {path}")
+    if not manifest or not (manifest.get("options") or manifest.get("command")):
+        raise UsageError(f"{run_ref}: no run manifest with its options or command line "
+                         f"beside {path}")
     if manifest.get("explains"):
         raise UsageError(f"{run_ref} is itself an explain run; explain its parent "
                          f"{manifest['explains'].get('run_id')}")
-    parent_argv = shlex.split(manifest["command"])[1:]
-    parent_ns = sweep_parser().parse_args(parent_argv)
+    parent_ns = namespace_of(manifest, f"explain {run_ref}")   # its options, else its command line
     cells = non_ok_cells(read_jsonl(path), residue, phase)
     if not cells and (residue is not None or phase is not None):
         what = " ".join(x for x in (f"residue {residue}" if residue is not None else "",

@@ -25,7 +25,7 @@ from .vocabulary import ISOLATIONS, LOAD_MODES, PHASES
 __all__ = ["Flag", "FLAGS", "GROUPS", "UNSET", "sweep_parser", "matrix_axes",
            "rerun_command", "Rerun", "positive_int", "positive_float", "Parser",
            "explicit_flags", "dest_of", "check_launch_flags", "add_flags",
-           "check_flag_use"]
+           "check_flag_use", "FLAGS_VERSION", "flags_json", "namespace_of"]
 
 UNSET = object()   # a matrix axis left to the preset (nothing passed to resolve)
 
@@ -407,6 +407,47 @@ def sweep_parser() -> Parser:
             kw["help"] = f.help
         groups[f.group].add_argument(f.name, **kw)
     return p
+
+
+# The version of a manifest's "options" block (flags_json): a reader of a newer one refuses
+# it in one line; an older manifest without the block is read from its command line.
+FLAGS_VERSION = 1
+
+
+def flags_json(ns: argparse.Namespace) -> dict[str, Any]:
+    """The sweep flags of ``ns`` as the manifest keeps them: ``{"version", "flags":
+    {dest: value}}`` (JSON values; the flags' own spellings, before any parsing into
+    options, so a newer harness validates them again)."""
+    values = {}
+    for f in FLAGS:
+        v = getattr(ns, _dest(f), None)
+        values[_dest(f)] = list(v) if isinstance(v, (tuple, list)) else v
+    return {"version": FLAGS_VERSION, "flags": values}
+
+
+def namespace_of(manifest: dict[str, Any], what: str) -> argparse.Namespace:
+    """A run's parsed sweep flags: the manifest's ``options`` block, else (a manifest from
+    before it) its command line parsed again. ``UsageError`` (naming ``what``) when
+    neither can be read."""
+    block = manifest.get("options")
+    if isinstance(block, dict) and isinstance(block.get("flags"), dict):
+        if int(block.get("version") or 0) > FLAGS_VERSION:
+            raise UsageError(f"{what}: the manifest's options are version {block['version']}, "
+                             f"newer than this harness reads ({FLAGS_VERSION}); upgrade it")
+        ns = sweep_parser().parse_args([])
+        for f in FLAGS:
+            dest = _dest(f)
+            if dest in block["flags"]:
+                v = block["flags"][dest]
+                default = getattr(ns, dest, None)
+                setattr(ns, dest, tuple(v) if isinstance(default, tuple) and v is not None
+                        else v)
+        return ns
+    try:
+        return sweep_parser().parse_args(shlex.split(manifest["command"])[1:])
+    except (KeyError, ValueError, UsageError) as e:
+        raise UsageError(f"{what}: the manifest's command line cannot be read again "
+                         f"({e})") from None
 
 
 def add_flags(parser: argparse.ArgumentParser, names: Sequence[str], **overrides: Any) -> None:

@@ -11,6 +11,7 @@ per point.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import shlex
 from pathlib import Path
 from typing import Sequence
@@ -22,7 +23,7 @@ from .configs import (SweepOptions, expand_matrix, modulus_for, parse_phases, pa
 from .engines import adapter_class
 from .cmd_config import declare, parse_served_config
 from .errors import UsageError
-from .flags import check_flag_use, matrix_axes, sweep_parser
+from .flags import check_flag_use, flags_json, matrix_axes, sweep_parser
 from .resume import resumed_namespace
 from .store import ResultStore, StoreError
 
@@ -48,27 +49,22 @@ def build_options(ns: argparse.Namespace, argv: Sequence[str]) -> SweepOptions:
     for cfg in configs:  # residue syntax errors surface now, not mid-sweep
         select_residues(ns.residues, cfg, modulus_for(cfg, modulus), seed=seeds[0])
     engine = live.adapter() if live else adapter_class(ns.engine)
-    boot_timeout = ns.boot_timeout or engine.boot_timeout_s
-    opts = SweepOptions(
-        engine=engine.name, configs=tuple(configs), model=ns.model, residues=ns.residues,
-        modulus=modulus, context=ns.context, phases=phases, reference=reference, live=live,
-        isolation=ns.isolation, slots=live.slots if live else parse_slots(
-            ns.slots, ns.gpus, engine.default_slots()),
-        server_cmd=ns.server_cmd, served_model_name=ns.served_model_name,
-        served_config=getattr(ns, "served_config", None),
-        max_tokens=ns.max_tokens, timeout=ns.timeout, boot_timeout=boot_timeout,
-        out=Path(ns.out or DEFAULT_OUT), reports_dir=_reports_dir(ns), resume=ns.resume,
-        dry_run=ns.dry_run, answer_lines=ns.answer_lines, seed=seeds[0],
-        baseline=ns.baseline, junit=Path(ns.junit) if ns.junit else None, full=ns.full,
-        gh_issue=ns.gh_issue, gh_repo=ns.gh_repo, gh_dry_run=ns.gh_dry_run,
-        api_key=ns.api_key, draft_model=ns.draft_model,
-        engine_args=tuple(ns.engine_arg), backend=ns.backend,
-        ray_address=ns.ray_address, seeds=seeds, auto_sample=ns.auto_sample,
-        cache_dir=Path(ns.cache_dir) if ns.cache_dir else None, launcher=ns.launcher,
+    derived = dict(   # the fields a flag does not give as it is
+        engine=engine.name, configs=tuple(configs), modulus=modulus, phases=phases,
+        reference=reference, live=live, cases=cases, argv=tuple(argv), flags=flags_json(ns),
+        slots=live.slots if live else parse_slots(ns.slots, ns.gpus, engine.default_slots()),
+        boot_timeout=ns.boot_timeout or engine.boot_timeout_s,
+        out=Path(ns.out or DEFAULT_OUT), reports_dir=_reports_dir(ns),
+        seed=seeds[0], seeds=seeds, engine_args=tuple(ns.engine_arg),
+        junit=Path(ns.junit) if ns.junit else None,
+        cache_dir=Path(ns.cache_dir) if ns.cache_dir else None,
         bisect=bool(getattr(ns, "bisect", False)),
-        prompts=ns.prompts, cases=cases, argv=tuple(argv), load=ns.load, load_mode=ns.load_mode,
         logprobs=engine.logprobs_default if ns.logprobs is None else ns.logprobs,
-        logprobs_default=engine.logprobs_default, allow_fewer=ns.allow_fewer)
+        logprobs_default=engine.logprobs_default)
+    # every other field is its flag's value (SweepOptions names it as the flag's dest)
+    given = {f.name: getattr(ns, f.name) for f in dataclasses.fields(SweepOptions)
+             if f.name not in derived and hasattr(ns, f.name)}
+    opts = SweepOptions(**given, **derived)
     make_backend(opts.backend).check(opts)  # e.g. ray without the extra: exit 2, now
     return opts
 
@@ -120,7 +116,7 @@ def parse_sweep_argv(argv: Sequence[str]) -> tuple[SweepOptions, argparse.Namesp
         ns = resumed_namespace(ns.resume, argv, manifest)
         if Path(ns.out or DEFAULT_OUT) != store.out_dir:  # the run was found elsewhere
             ns.out = str(store.out_dir)
-        argv = shlex.split(manifest["command"])[1:]
+        argv = shlex.split(manifest["command"])[1:] if manifest.get("command") else []
     return build_options(ns, argv), ns
 
 

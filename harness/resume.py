@@ -1,4 +1,5 @@
-"""``--resume RUN_ID``: the same run, from its manifest's command line.
+"""``--resume RUN_ID``: the same run, from its manifest's options (versioned JSON,
+``flags.flags_json``; a manifest from before them: its command line).
 
 A resumed run keeps its plan: what it measures and on which configurations comes from the
 manifest. Only the flags in ``MAY_CHANGE`` (where files go, how many slots, the progress
@@ -9,11 +10,10 @@ and the manifest's value, never silently dropped.
 from __future__ import annotations
 
 import argparse
-import shlex
 from typing import Any, Sequence
 
 from .errors import UsageError
-from .flags import dest_of, explicit_flags, sweep_parser
+from .flags import dest_of, explicit_flags, namespace_of
 
 __all__ = ["MAY_CHANGE", "resumed_namespace", "check_resumed_records"]
 
@@ -31,13 +31,7 @@ def _spell(name: str, value: Any) -> str:
 def resumed_namespace(run_id: str, user_argv: Sequence[str], manifest: dict) -> argparse.Namespace:
     """The namespace of the manifest's command line, with the new command line's
     ``MAY_CHANGE`` flags applied; ``UsageError`` for any other flag that differs."""
-    parser = sweep_parser()
-    try:
-        manifest_argv = shlex.split(manifest["command"])[1:]
-        ns = parser.parse_args(manifest_argv)
-    except (KeyError, ValueError, UsageError) as e:
-        raise UsageError(f"--resume {run_id}: the manifest's command line cannot be read "
-                         f"again ({e})") from None
+    ns = namespace_of(manifest, f"--resume {run_id}")   # its options, else its command line
     given = explicit_flags(user_argv)
     given.pop("--resume", None)
     for name, value in given.items():

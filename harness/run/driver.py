@@ -130,6 +130,7 @@ class Driver:
         opts, plan = self.opts, self.plan
         manifest = {
             "run_id": self.run_id, "command": shlex.join(["sweep", *opts.argv]),
+            **({"options": opts.flags} if opts.flags else {}),
             "harness_version": self.runner_spec.version, "engine": opts.engine,
             "host": socket.gethostname(), "started_at": now_iso(), "ended_at": None,
             "configs": [{"config_id": config_id(c), "config_label": c.label(),

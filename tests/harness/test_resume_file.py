@@ -98,6 +98,7 @@ def test_resume_as_the_interrupt_message_spells_it_keeps_the_report_in_reports(f
     out.mkdir()
     manifest = json.loads((src / "o" / f"{run_id}.manifest.json").read_text())
     manifest["command"] = "sweep --residues 0-2 --no-progress"
+    manifest["options"]["flags"].update(out=None, reports_dir=None)   # the default folders
     (out / f"{run_id}.manifest.json").write_text(json.dumps(manifest))
     (out / f"{run_id}.jsonl").write_text("".join(lines[:-2]))
     proc = run("--resume", run_id, "--out", "results", cwd=tmp_path)
