@@ -4,14 +4,15 @@
 #   1. a small real run with the break: the committed tiny hybrid (engine/tinymodel/weights/
 #      hybrid), ngram k = 3, CTX=huge, FULL_AND_PIECEWISE, patches none, residues 3,4,5 on
 #      fresh servers (three at once on GPU 0), forked from a pre-imported parent, compile and
-#      Triton caches under a cache folder that starts empty (a cold machine);
+#      Triton caches in /tmp/residue-lab-boot-cache (gpu_auto.sh's; COLD=1 empties it first:
+#      a cold machine, whose first boots took 195-280 s in earlier calls);
 #   2. `sweep explain` of that run: one rung alone first (warming the shared caches, on 3x
 #      the boot timeout), then PARALLEL_BOOTS at once, on ten slots of GPU 0;
 #   3. `sweep report` of the parent (with its Explained section); everything packed to $OUT.
 # Each harness runs under `timeout --signal=INT` (it stops gracefully and keeps its records).
 # Assumes vLLM 0.26.0 unpacked in /tmp/site (docs/gpu-notes.md) and the source tree as the
 # working directory (the repository root).
-#   bash benchmarks/gpu_explain.sh [LIMIT_S] [PARENT_S]
+#   bash benchmarks/gpu_explain.sh [LIMIT_S] [PARENT_S]      (COLD=1: empty the caches first)
 # CPU stand-in (no GPU, no vLLM: the lab engine, the same commands otherwise):
 #   LAB=1 OUT=/tmp/out bash benchmarks/gpu_explain.sh 280 60
 LIMIT=${1:-290}; PARENT_S=${2:-120}
@@ -19,7 +20,7 @@ PARALLEL_BOOTS=${PARALLEL_BOOTS:-4}
 R=$PWD; S=${S:-$PWD}
 source "$S/engine/tinymodel/scripts/device_lib.sh"
 : "${OUT:=/tmp/out}"; W=/tmp/work/explain; rm -rf "$W"; mkdir -p "$W" "$OUT"
-CACHE=/tmp/residue-lab-explain-cache; rm -rf "$CACHE"
+CACHE=/tmp/residue-lab-boot-cache; [ -n "${COLD:-}" ] && rm -rf "$CACHE"
 cd "$S" || exit 3
 if [ -n "${LAB:-}" ]; then
   ENGINE=(--engine lab --spec ngram --draft-tokens 3 --ctx huge)
