@@ -136,6 +136,10 @@ def _post_rest(report_path: Path, issue: int, way: PostWay, *, dry_run: bool) ->
     except github_rest.GitHubError as e:
         raise PostError(str(e)) from None
     if dry_run:
-        return ["report not posted (--gh-dry-run): the REST requests are above"]
+        said = ["report not posted (--gh-dry-run): the REST requests are above"]
+        if not way.repo:   # the request above names a placeholder, not a repository
+            said.append("--gh-dry-run: no repository is known, so the requests say "
+                        "repos/OWNER/NAME; pass --gh-repo OWNER/NAME or set GITHUB_REPOSITORY")
+        return said
     return [ln for ln in said.getvalue().splitlines() if ln] + \
         [f"report posted to issue {target.repo}#{issue} (REST API)"]

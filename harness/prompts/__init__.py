@@ -1,5 +1,5 @@
 """Prompts: shipped corpus, templated-length measurement, residue targeting."""
-from .case_plan import (CaseCalibration, calibrate_case, plan_case, plan_case_residues,
+from .case_plan import (CaseCalibration, CaseTooLong, calibrate_case, plan_case, plan_case_residues,
                         prompt_sha1)
 from .cases import CaseFileError, PromptCase, load_cases, select_cases
 from .corpus import document_lines
@@ -9,5 +9,5 @@ from .templating import ChatTokenizer, TemplateError
 
 __all__ = ["document_lines", "INSTRUCTION", "Calibration", "PlanError", "PromptPlan",
            "calibrate", "plan", "plan_residue", "own_document_plan", "approx_line_counts", "ChatTokenizer", "TemplateError",
-           "CaseCalibration", "calibrate_case", "plan_case", "plan_case_residues", "prompt_sha1",
+           "CaseCalibration", "CaseTooLong", "calibrate_case", "plan_case", "plan_case_residues", "prompt_sha1",
            "CaseFileError", "PromptCase", "load_cases", "select_cases"]

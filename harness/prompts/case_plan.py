@@ -22,7 +22,7 @@ from .planner import (PAD_CANDIDATES, WARMUP_ASSISTANT, WARMUP_FOLLOWUP, CountMa
                       PlanError, PromptPlan)
 from .templating import TemplateError
 
-__all__ = ["CaseCalibration", "calibrate_case", "plan_case", "plan_case_residues",
+__all__ = ["CaseCalibration", "CaseTooLong", "calibrate_case", "plan_case", "plan_case_residues",
            "prompt_sha1", "case_source"]
 
 
@@ -53,6 +53,14 @@ class CaseCalibration:
     base_len: int            # templated length of the case as given (zero padding)
 
 
+class CaseTooLong(PlanError):
+    """A case longer than the limit before any padding; ``tokens``: its templated length."""
+
+    def __init__(self, tokens: int) -> None:
+        super().__init__(f"{tokens} templated tokens")
+        self.tokens = tokens
+
+
 def _name(case: PromptCase) -> str:
     return f"case {case.id!r} (line {case.line})"
 
@@ -67,11 +75,19 @@ def _count(case: PromptCase, count_many: CountMany, convs: list[list[dict]]) -> 
                         f"{type(e).__name__}: {e}") from None
 
 
-def calibrate_case(case: PromptCase, count_many: CountMany, modulus: int) -> CaseCalibration:
+def calibrate_case(case: PromptCase, count_many: CountMany, modulus: int, *,
+                   limit: int | None = None) -> CaseCalibration:
     """The padding unit for this case's padded message, verified at the ends and in the
-    middle of the padding range (the plan counts every residue's prompt again)."""
+    middle of the padding range (the plan counts every residue's prompt again).
+    ``limit``: the most templated tokens a case may have; the case as written is counted
+    once against it first (a 2 MB case took 86 s of calibration counts before "exceeds
+    max_model_len", issue 27)."""
     if modulus < 1:
         raise PlanError("modulus must be positive")
+    if limit is not None:
+        (n,) = _count(case, count_many, [case.padded(PAD_CANDIDATES[0], 0)])
+        if n > limit:
+            raise CaseTooLong(n)
     steps = sorted({0, 1, 2, 3, 5, 8, 13, min(modulus - 1, 64), modulus - 1})
     tried = []
     for unit in PAD_CANDIDATES:

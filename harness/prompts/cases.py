@@ -29,7 +29,7 @@ from ..errors import UsageError
 __all__ = ["PromptCase", "CaseFileError", "load_cases", "select_cases", "CASE_KEYS"]
 
 CASE_KEYS = ("id", "messages", "expected", "pad")
-_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}")
+_ID = re.compile(r"[^\W_][\w.\-]{0,63}")   # Unicode letters and digits, as the docs say
 _ROLE_SEL = re.compile(r"([A-Za-z_][\w\-]*)(?::(-?\d+))?")
 
 Message = dict[str, Any]
@@ -180,6 +180,8 @@ def load_cases(path: str) -> tuple[PromptCase, ...]:
             raw = fh.read()
     except OSError as e:
         raise CaseFileError(f"--prompts {path}: cannot read: {e.strerror or e}") from None
+    if raw.startswith(b"\xef\xbb\xbf"):   # a UTF-8 BOM (Windows editors write one): not text
+        raw = raw[3:]
     cases: list[PromptCase] = []
     first_line: dict[str, int] = {}
     for n, bline in enumerate(raw.split(b"\n"), 1):

@@ -36,8 +36,8 @@ from ..flags import FLAGS, MEASURE, Rerun, rerun_command
 from ..engines import EngineAdapter
 from ..errors import CannotRun
 from ..live import LiveTarget, requests_per_point
-from ..prompts import (ChatTokenizer, PlanError, PromptPlan, approx_line_counts, calibrate,
-                       calibrate_case, own_document_plan, plan_case_residues, plan_residue)
+from ..prompts import (CaseTooLong, ChatTokenizer, PlanError, PromptPlan, approx_line_counts,
+                       calibrate, calibrate_case, own_document_plan, plan_case_residues, plan_residue)
 from ..server_pool import BootFailure, PortAllocator, ServerProcess, Slot
 from ..vocabulary import NOT_FAILED
 from .hits import hit_unit
@@ -153,10 +153,16 @@ def _case_points(opts: SweepOptions, cfg: ServingConfig, cid: str, modulus: int,
     hit_phases = [p for p in opts.phases if p != "cold"]
     for case in opts.cases:
         ckey = key + ("case", case.id)
-        if ckey not in calibrations:
-            calibrations[ckey] = calibrate_case(case, counter, modulus)
-        cal = calibrations[ckey]
         name = f"{opts.prompts}:{case.line}: case {case.id!r}"
+        if ckey not in calibrations:
+            try:
+                calibrations[ckey] = calibrate_case(case, counter, modulus,
+                                                    limit=cfg.max_model_len - opts.max_tokens)
+            except CaseTooLong as e:
+                raise PlanError(f"{name}: {e.tokens} templated tokens + --max-tokens "
+                                f"{opts.max_tokens} exceeds max_model_len {cfg.max_model_len} "
+                                f"of {cfg.label()}") from None
+        cal = calibrations[ckey]
         longest = cal.base_len + modulus - 1
         if longest + opts.max_tokens > cfg.max_model_len:
             raise PlanError(f"{name}: {longest} templated tokens + --max-tokens "
