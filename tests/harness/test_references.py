@@ -138,11 +138,11 @@ def test_the_rule_line_says_nothing_where_nothing_was_judged(tmp_path):
         assert "**nothing judged**" in ln, ln
 
 
-def test_no_near_tie_from_the_corrupted_answers_own_logprobs(tmp_path, tok_dir):
+def test_no_near_tie_from_the_corrupted_answers_own_logprobs(tmp_path, tok_dir, cli):
     # issue 23 item 7: one wrong word on every request at residue 2 (cold and hit: no
     # clean answer to that prompt anywhere), top-1 ahead by 0.2 nats in the answer's own
     # logprobs. That lead is what the corruption left: the call is unknown, not near-tie.
-    _, recs = run(tmp_path, tok_dir, "--residues", "1-3", "--logprobs", "3",
+    _, recs = hostile_sweep(cli, tok_dir, "--residues", "1-3", "--logprobs", "3",
                   server=("--misbehave", "one-word", "--at-residue", "2", "--margin", "0.2"))
     bad = [r for r in recs if r["verdict"] == "diverged"]
     assert {(r["residue"], r["phase"]) for r in bad} == {(2, "cold"), (2, "self-hit")}
@@ -154,10 +154,10 @@ def test_no_near_tie_from_the_corrupted_answers_own_logprobs(tmp_path, tok_dir):
     assert "margin unknown (no clean logprobs; the answer's own lead 0.20 calls nothing)" in report
 
 
-def test_a_hit_takes_its_margin_from_the_clean_cold_answer(tmp_path, tok_dir):
+def test_a_hit_takes_its_margin_from_the_clean_cold_answer(tok_dir, cli):
     # the cold answer to the same prompt is clean and has logprobs: the hit's margin is
     # that clean reference's at the first differing token
-    _, recs = run(tmp_path, tok_dir, "--residues", "2", "--logprobs", "3",
+    _, recs = hostile_sweep(cli, tok_dir, "--residues", "2", "--logprobs", "3",
                   server=("--misbehave", "one-word", "--only-hit", "--margin", "0.2"))
     hit = next(r for r in recs if r["phase"] == "self-hit")
     fd = hit["first_divergence"]
