@@ -27,7 +27,7 @@ from ..run.driver import Driver
 from ..run.plan import Point
 from ..run.point import PointRunner, Server
 from ..run.auto import MATRIX_REFERENCES, fresh_twin, late_confirmations, needs_confirmation
-from ..run.records import timing_record
+from ..run.records import point_key, timing_record
 from ..isolation import POLICIES, policy
 from ..scheduling import PointQueue
 from ..server_pool import BootFailure, Slot
@@ -128,6 +128,8 @@ class _LocalRun:
             self.fresh = PointQueue([p for p in points if not self._reuses(p)],
                                     affinity=False)
             self._keys = {p.key for p in points}
+            if self._late and self.driver.resumed:
+                self._seed_late_from_disk(points)
         else:
             queue = PointQueue(points, affinity=policy(self.opts.isolation).reuses_server)
         workers = [asyncio.create_task(self._worker(slot, queue), name=f"slot-{slot.id}")
@@ -191,6 +193,20 @@ class _LocalRun:
         self.fresh.add(twin)
         self.driver.point_added(twin)
         return True
+
+    def _seed_late_from_disk(self, todo: Sequence[Point]) -> None:
+        """``--resume`` under first / consensus: the reuse points an earlier process
+        finished are judged with this one's at the end of the pass (an interrupted run's
+        records on disk are still unjudged), and fresh points it ran are not run again."""
+        by_key: dict[tuple, list[dict]] = {}
+        for r in self.driver.store.read():
+            by_key.setdefault(point_key(r), []).append(r)
+            if not policy(r.get("isolation") or "fresh").reuses_server:
+                self._keys.add(point_key(r))
+        left = {p.key for p in todo}
+        for p in self.driver.plan.points:
+            if self._reuses(p) and p.key not in left and p.key in by_key:
+                self._reset_done.append((p, by_key[p.key]))
 
     def _add_late_confirmations(self) -> bool:
         """Once, when the reset pass is over: the fresh twins of the reset points that

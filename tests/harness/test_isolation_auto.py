@@ -5,6 +5,7 @@ a fresh server's first request shows, which a reset sweep hides: issue 17), thro
 real CLI."""
 from __future__ import annotations
 
+import json
 import sys
 from collections import Counter
 
@@ -155,3 +156,16 @@ def test_a_diverged_reset_cell_under_consensus_gets_its_fresh_confirmation(tmp_p
     assert by[("fresh", 7, "self-hit")] == "diverged"
     fresh = {(r["residue"], r["confirms"]) for r in recs if r["isolation"] == "fresh"}
     assert fresh == {(7, "not ok on reset")}
+    # --resume of the same run cut off before its end (its records on disk still unjudged,
+    # the fresh twin not yet run): the reset points of the first process are judged with
+    # the pass, and the twin is added again
+    path = cli.results_file()
+    kept = [dict(r, verdict="unjudged", first_divergence=None) for r in recs
+            if r["isolation"] != "fresh"]
+    path.write_text("".join(json.dumps(r) + "\n" for r in kept))
+    resumed = cli("--resume", manifest["run_id"], "--out", cli.tmp / "results",
+                  "--reports-dir", cli.tmp / "reports", "--no-progress")
+    assert resumed.returncode == 1, resumed.stderr[-2000:]
+    again = {(r["isolation"], r["residue"], r["phase"]): r for r in cli.records()}
+    assert again[("fresh", 7, "self-hit")]["verdict"] == "diverged"
+    assert again[("fresh", 7, "self-hit")]["confirms"] == "not ok on reset"
