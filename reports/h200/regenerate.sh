@@ -9,6 +9,8 @@ cd "$(dirname "$0")"
 SWEEP=${SWEEP:-"python -m harness"}
 R=results
 report() { local out=$1; shift; $SWEEP report "${@/#/$R/}" -o "$out" > /dev/null; echo "$out"; }
+# kept REPORT...: a report archived as it came back, with no records here to render it from
+kept() { local f; for f; do [ -f "$f" ] || { echo "missing: $f" >&2; exit 1; }; echo "$f (kept: no records)"; done; }
 # hybrid, ngram k=3, reset, the 4-configuration matrix, one document seed each
 report reset-seed0.md 20261130-024432-3b01.jsonl.gz 20261130-024433-d002.jsonl.gz 20261130-024432-aa1c.jsonl.gz 20261130-024433-fc2b.jsonl.gz
 report reset-seed1.md 20261130-024956-f6fb.jsonl.gz 20261130-024956-f1a8.jsonl.gz 20261130-024956-d1ce.jsonl.gz 20261130-024956-3d46.jsonl.gz
@@ -47,4 +49,9 @@ report auto-ngram-k2-k4.md 20261201-100602-f154.jsonl.gz
 report dflash-auto.md 20261201-115154-d70a.jsonl.gz
 report auto-ngram-k1-k5.md 20261201-115154-d292.jsonl.gz
 report auto-ngram-patched.md 20261201-115154-d238.jsonl.gz
+# issue 26 (2026-12-01, one H200): chunk budget 512 cold, --load 4, preemption pools. Only the
+# reports came back (the call's $OUT held 9 files, 8 come back: shapes.tgz with the records and
+# logs was lost), so they cannot be re-rendered: shapes/README.md
+kept shapes/a_budget.md shapes/a_budget_patched.md shapes/b_load.md
+kept shapes/c_preempt_24.md shapes/c_preempt_36.md shapes/c_preempt_54.md
 python summarize.py > summary.md && echo summary.md
