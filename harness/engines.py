@@ -16,10 +16,11 @@ import copy
 import json
 import os
 import shlex
+import statistics
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from engine.presets import ServingConfig
 
@@ -132,6 +133,17 @@ class EngineAdapter:
                    ready_epoch: float | None) -> dict[str, Any]:
         """What the server's log says about its boot (split, caches); {} when nothing."""
         return {}
+
+    # the stages of ``boot_notes``' "split" the manifest's boot summary takes medians of
+    boot_stages: tuple[str, ...] = ()
+
+    @staticmethod
+    def first_request_extra_s(latencies: Sequence[float]) -> float | None:
+        """How much longer a server's first request took than the median of its later
+        ones (kernels compiled on first use); None with fewer than two latencies."""
+        if len(latencies) < 2:
+            return None
+        return round(float(latencies[0]) - statistics.median(float(x) for x in latencies[1:]), 3)
 
     def shell_line(self, cfg: ServingConfig, slot: Slot | None = None) -> str:
         """The exact server command for ``cfg``, with ``{port}`` where the port goes."""
@@ -317,6 +329,10 @@ class VllmAdapter(EngineAdapter):
         from engine.vllm import prefork as vp   # imports engine.prefork only, not vLLM
         return PreforkSpec(tuple(vp.VLLM_PRELOAD), tuple(vp.VLLM_PRELOAD_OPTIONAL),
                            vp.VLLM_ENTRY, vp.child_argv, vp.forked_env)
+
+    boot_stages = ("python_start_and_imports_s", "api_server_to_engine_core_s",
+                   "engine_core_to_weights_s", "compile_s", "graph_capture_s", "init_engine_s",
+                   "weights_to_ready_s", "boot_s")
 
     def boot_notes(self, log_text, *, started_epoch, ready_epoch):
         """The boot split of engine/vllm/bootlog and, with --cache-dir, whether this

@@ -412,6 +412,9 @@ def sweep_parser() -> Parser:
 # The version of a manifest's "options" block (flags_json): a reader of a newer one refuses
 # it in one line; an older manifest without the block is read from its command line.
 FLAGS_VERSION = 1
+# never written into the manifest's options (a bearer token); a resumed run takes it from
+# the command line it was started with, as before the options block
+SECRET_DESTS = ("api_key",)
 
 
 def flags_json(ns: argparse.Namespace) -> dict[str, Any]:
@@ -420,6 +423,8 @@ def flags_json(ns: argparse.Namespace) -> dict[str, Any]:
     options, so a newer harness validates them again)."""
     values = {}
     for f in FLAGS:
+        if _dest(f) in SECRET_DESTS:
+            continue
         v = getattr(ns, _dest(f), None)
         values[_dest(f)] = list(v) if isinstance(v, (tuple, list)) else v
     return {"version": FLAGS_VERSION, "flags": values}
@@ -442,6 +447,12 @@ def namespace_of(manifest: dict[str, Any], what: str) -> argparse.Namespace:
                 default = getattr(ns, dest, None)
                 setattr(ns, dest, tuple(v) if isinstance(default, tuple) and v is not None
                         else v)
+        try:
+            typed = sweep_parser().parse_args(shlex.split(manifest.get("command") or "")[1:])
+        except (ValueError, UsageError):
+            typed = None
+        for dest in SECRET_DESTS:
+            setattr(ns, dest, getattr(typed, dest, None))
         return ns
     try:
         return sweep_parser().parse_args(shlex.split(manifest["command"])[1:])

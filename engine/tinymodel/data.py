@@ -1,6 +1,6 @@
 """Training/eval conversations in the harness's exact prompt shape.
 
-One user message built by ``harness.prompts.planner._content`` (instruction line, blank
+One user message built by ``harness.prompts.prompt_content`` (instruction line, blank
 line, document lines, padding run), ChatML-templated, then the assistant answer = the
 first N document lines joined by "\\n", then ``<|im_end|>``. Loss is on the answer
 tokens and ``<|im_end|>`` only.
@@ -11,8 +11,7 @@ import random
 from dataclasses import dataclass
 from typing import Sequence
 
-from harness.prompts.corpus import _lines
-from harness.prompts.planner import PAD_CANDIDATES, _content
+from harness.prompts import PAD_CANDIDATES, corpus_lines, prompt_content
 
 # Document seeds: training draws from TRAIN_SEEDS; fresh-prompt evaluation uses seeds the
 # trainer never sees (the harness's own default seed 0 is in the eval range).
@@ -24,7 +23,7 @@ TOKENS_PER_LINE = 17  # measured mean with the tiny tokenizer (templated, incl. 
 def doc_lines(seed: int, count: int) -> list[str]:
     """Same lines as ``document_lines(count, seed)`` (the corpus is prefix-stable), without
     generating a 1,024-line chunk per call."""
-    return list(_lines(seed, count))
+    return list(corpus_lines(seed, count))
 
 
 @dataclass(frozen=True)
@@ -49,7 +48,7 @@ def make_sample(rng: random.Random, max_lines: int, max_pad: int, *,
     pad = rng.randint(0, max_pad)
     seed = rng.randrange(*seeds)
     lines = doc_lines(seed, d)
-    content = _content(lines, n, unit, pad)
+    content = prompt_content(lines, n, unit, pad)
     return Sample(({"role": "user", "content": content},), "\n".join(lines[:n]), n, d,
                   unit, pad, seed)
 

@@ -52,7 +52,7 @@ class LiveBackend:
         self._target = target = driver.opts.live
         http = target.async_http()
         try:
-            runner = driver.runner_spec.make(driver.store.logs_dir, http)
+            runner = driver.point_runner(http)
             run = _LiveRun(driver, runner, target)
             queue = PointQueue(points, affinity=False)
             workers = [asyncio.create_task(run.worker(slot, queue), name=f"live-{slot.id}")
@@ -74,7 +74,7 @@ class _LiveRun:
         self.target = target
         self.per_point = requests_per_point(driver.opts.phases)
         self.gone: str | None = None   # why no more points are sent
-        self.server = LiveServer(target.url, driver.store.logs_dir / "live-server.log")
+        self.server = LiveServer(target.url, driver.logs_dir / "live-server.log")
         self.info = dict(runner.adapter.info)   # what the server reported, read once
 
     async def worker(self, slot: Slot, queue: PointQueue) -> None:

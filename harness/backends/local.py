@@ -92,7 +92,7 @@ class LocalBackend:
     async def run(self, points: Sequence[Point], driver: Driver) -> None:
         http = shared_http()
         try:
-            await _LocalRun(driver, driver.runner_spec.make(driver.store.logs_dir, http)).run(points)
+            await _LocalRun(driver, driver.point_runner(http)).run(points)
         finally:
             await http.aclose()
 

@@ -56,7 +56,9 @@ def _line(rng: random.Random) -> str:
 
 
 @lru_cache(maxsize=8)
-def _lines(seed: int, count: int) -> tuple[str, ...]:
+def corpus_lines(seed: int, count: int) -> tuple[str, ...]:
+    """Exactly the first ``count`` lines of ``seed``'s document (prefix-stable: more lines
+    never change the earlier ones); ``document_lines`` rounds up and caches by chunk."""
     rng = random.Random(seed)
     seen: set[str] = set()
     out: list[str] = []
@@ -74,4 +76,4 @@ def document_lines(count: int, seed: int = 0) -> list[str]:
     # Generate in chunks so growing a document never changes its earlier lines.
     chunk = 1024
     total = ((count + chunk - 1) // chunk) * chunk
-    return list(_lines(seed, max(total, chunk))[:count])
+    return list(corpus_lines(seed, max(total, chunk))[:count])

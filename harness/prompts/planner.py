@@ -74,11 +74,12 @@ class Calibration:
     lines: list[str] = field(repr=False, default_factory=list)
 
     def content(self, pad_count: int) -> str:
-        return _content(self.lines[: self.doc_lines], self.answer_lines,
+        return prompt_content(self.lines[: self.doc_lines], self.answer_lines,
                         self.pad_unit, pad_count)
 
 
-def _content(lines: Sequence[str], answer_lines: int, pad_unit: str, pad_count: int) -> str:
+def prompt_content(lines: Sequence[str], answer_lines: int, pad_unit: str, pad_count: int) -> str:
+    """The measured user message: the instruction, the document's lines, the padding."""
     return (INSTRUCTION.format(n=answer_lines) + "\n\n" + "\n".join(lines) + "\n"
             + pad_unit * pad_count)
 
@@ -104,7 +105,7 @@ def calibrate(count_many: CountMany, context: int, modulus: int, *, answer_lines
     # batch) give the estimate; one exact count of the whole prompt confirms it, so the
     # 200k-token document is tokenized whole only a couple of times in all.
     base_target = max(context - modulus // 2, 0)
-    head = count_many([_conv(_content(probe[:answer_lines + 1], answer_lines, pad_unit, 0))])[0]
+    head = count_many([_conv(prompt_content(probe[:answer_lines + 1], answer_lines, pad_unit, 0))])[0]
     measure = line_counts or (lambda ls: _per_line(count_many, ls))
     sample = document_lines(64, seed)
     per_line = measure(sample)
@@ -119,14 +120,14 @@ def calibrate(count_many: CountMany, context: int, modulus: int, *, answer_lines
         total += n
         doc_n += 1
     doc_n = max(answer_lines + 1, doc_n)
-    base = count_many([_conv(_content(lines[:doc_n], answer_lines, pad_unit, 0))])[0]
+    base = count_many([_conv(prompt_content(lines[:doc_n], answer_lines, pad_unit, 0))])[0]
     while base > base_target and doc_n > answer_lines + 1:
         drop = 1
         excess = base - base_target
         while drop < doc_n - answer_lines - 1 and sum(per_line[doc_n - drop:doc_n]) < excess:
             drop += 1
         doc_n -= drop
-        base = count_many([_conv(_content(lines[:doc_n], answer_lines, pad_unit, 0))])[0]
+        base = count_many([_conv(prompt_content(lines[:doc_n], answer_lines, pad_unit, 0))])[0]
     cal = Calibration(pad_unit, doc_n, base, answer_lines, seed, lines)
     # Verify arithmetic at both ends of the padding range, in context.
     ends = count_many([_conv(cal.content(1)), _conv(cal.content(modulus - 1))])
@@ -141,8 +142,8 @@ def calibrate(count_many: CountMany, context: int, modulus: int, *, answer_lines
 def _per_line(count_many: CountMany, lines: Sequence[str]) -> list[int]:
     """Tokens each document line adds to a prompt (its own tokens + its newline),
     measured as the difference between prompts with and without it, in one batch."""
-    base = _conv(_content([], 1, " ", 0))
-    counts = count_many([base] + [_conv(_content([ln], 1, " ", 0)) for ln in lines])
+    base = _conv(prompt_content([], 1, " ", 0))
+    counts = count_many([base] + [_conv(prompt_content([ln], 1, " ", 0)) for ln in lines])
     return [c - counts[0] for c in counts[1:]]
 
 
@@ -150,7 +151,7 @@ def _pick_pad_unit(count_many: CountMany, probe: Sequence[str], answer_lines: in
                    modulus: int) -> str:
     steps = sorted({0, 1, 2, 3, 5, 8, 13, min(modulus, 64), modulus})
     for unit in PAD_CANDIDATES:
-        counts = count_many([_conv(_content(probe, answer_lines, unit, m)) for m in steps])
+        counts = count_many([_conv(prompt_content(probe, answer_lines, unit, m)) for m in steps])
         if all(c - counts[0] == m for c, m in zip(counts, steps)):
             return unit
     raise PlanError("no padding unit adds exactly one templated token per repetition "
@@ -200,7 +201,7 @@ def own_document_plan(cal: Calibration, count_many: CountMany, residue: int, mod
     head = f"Document {seed:08x}. "
 
     def content(pad: int) -> str:
-        return head + _content(lines, cal.answer_lines, cal.pad_unit, pad)
+        return head + prompt_content(lines, cal.answer_lines, cal.pad_unit, pad)
 
     base = count_many([_conv(content(0))])[0]
     pad = (residue - base) % modulus
@@ -217,8 +218,8 @@ def approx_line_counts(count_many: CountMany) -> LineCounts:
     out by characters: for a tokenizer reached over HTTP, where one request per line is
     too many. ``calibrate`` only estimates with them; its exact counts decide."""
     def counts(lines: Sequence[str]) -> list[int]:
-        empty, full = count_many([_conv(_content([], 1, " ", 0)),
-                                  _conv(_content(list(lines), 1, " ", 0))])
+        empty, full = count_many([_conv(prompt_content([], 1, " ", 0)),
+                                  _conv(prompt_content(list(lines), 1, " ", 0))])
         total = max(full - empty, 0)
         chars = [len(ln) + 1 for ln in lines]
         scale = total / max(sum(chars), 1)

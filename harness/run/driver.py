@@ -71,6 +71,17 @@ class Driver:
     def run_id(self) -> str:
         return self.store.run_id
 
+    # -- what a backend asks (it never reaches into the store) ---------------------------
+    @property
+    def logs_dir(self) -> Path:
+        """Where this run's server logs go."""
+        return self.store.logs_dir
+
+    def point_runner(self, http: Any) -> Any:
+        """A ``run.point.PointRunner`` for this run, its logs in ``logs_dir``, its requests
+        through ``http`` (an ``httpx.AsyncClient``)."""
+        return self.runner_spec.make(self.store.logs_dir, http)
+
     # -- before the points -------------------------------------------------------------
     def start(self) -> list[Point]:
         """Write the manifest (or, on ``--resume``, drop the records of points cut off
@@ -203,8 +214,7 @@ class Driver:
         boot = dict(boot)
         lat = [r.get("latency_s") for r in records]
         if timing is not None and timing.get("boot") and len(lat) >= 2 and None not in lat:
-            from engine.vllm.bootlog import first_request_extra_s
-            boot["first_request_extra_s"] = first_request_extra_s(lat)
+            boot["first_request_extra_s"] = self.runner_spec.adapter.first_request_extra_s(lat)
         self.counters.boots[boot.get("log") or str(len(self.counters.boots))] = boot
 
     def point_lost(self, point: Point, *, slot: str, node: str, reason: str,
@@ -222,7 +232,8 @@ class Driver:
         timing = timing_summary(self.counters.timings, n_slots, wall)
         if timing and self.opts.isolation == "auto":
             timing["passes"] = pass_summaries(self.counters.timings, n_slots, wall)
-        boots = boot_summary(list(self.counters.boots.values()))
+        boots = boot_summary(list(self.counters.boots.values()),
+                             self.runner_spec.adapter.boot_stages)
         if timing and boots:
             timing["boot_split"] = boots
         if self.runner_spec.launcher is not None:
@@ -287,14 +298,10 @@ def pass_summaries(timings: list[dict], slots: int, wall: float) -> dict[str, An
     return out
 
 
-BOOT_STAGES = ("python_start_and_imports_s", "api_server_to_engine_core_s",
-               "engine_core_to_weights_s", "compile_s", "graph_capture_s", "init_engine_s",
-               "weights_to_ready_s", "boot_s")
-
-
-def boot_summary(boots: list[dict]) -> dict[str, Any]:
-    """Medians of each server's boot split (engine/vllm/bootlog), the first request's extra
-    latency, and how servers started and hit the caches; {} without any split."""
+def boot_summary(boots: list[dict], stages: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Medians of each server's boot split (the adapter's ``boot_notes``, its
+    ``boot_stages``), the first request's extra latency, and how servers started and hit
+    the caches; {} without any boot."""
     if not boots:
         return {}
     out: dict[str, Any] = {"servers": len(boots),
@@ -304,7 +311,7 @@ def boot_summary(boots: list[dict]) -> dict[str, Any]:
         out["fallback_reasons"] = fallbacks
     splits = [b["split"] for b in boots if isinstance(b.get("split"), dict)]
     med: dict[str, float] = {}
-    for stage in BOOT_STAGES:
+    for stage in stages:
         vals = [s[stage] for s in splits if s.get(stage) is not None]
         if vals:
             med[stage] = round(statistics.median(vals), 3)

@@ -159,3 +159,56 @@ def test_exit_codes_are_declared_in_errors_only():
                         and isinstance(val, ast.Constant)):
                     found.append(f"{p.relative_to(ROOT)}:{node.lineno} {t.id} = {val.value}")
     assert not found, found
+
+
+def _imports_named(path: Path) -> list[tuple[str, str]]:
+    """(module, name) of every ``from module import name`` in ``path``, at any depth."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            out += [(node.module, a.name) for a in node.names]
+        elif isinstance(node, ast.Import):
+            out += [(a.name, "") for a in node.names]
+    return out
+
+
+def test_engine_imports_no_private_harness_name():
+    engine = ROOT / "engine"
+    found = [f"{p.relative_to(ROOT)}: {m}.{n}" for p in engine.rglob("*.py")
+             for m, n in _imports_named(p) if m.startswith("harness") and n.startswith("_")]
+    assert not found, found
+
+
+def test_the_run_layer_reads_engine_facts_through_the_adapter():
+    """The Driver and the point runner ask the engine adapter (boot notes, boot stages,
+    first-request latency), never an engine's own parsers."""
+    found = [f"{p.relative_to(ROOT)}: {m}" for p in (HARNESS / "run").rglob("*.py")
+             for m, _ in _imports_named(p) if m.startswith("engine.vllm")]
+    assert not found, found
+
+
+def test_backends_use_the_drivers_api_not_its_store():
+    """A backend reports points to the driver and asks it for what it needs
+    (``logs_dir``, ``point_runner``); it never writes or reads the results store."""
+    found = []
+    for p in (HARNESS / "backends").rglob("*.py"):
+        for node in ast.walk(ast.parse(p.read_text())):
+            if (isinstance(node, ast.Attribute) and node.attr == "store"
+                    and isinstance(node.value, (ast.Name, ast.Attribute))
+                    and "driver" in ast.unparse(node.value)):
+                found.append(f"{p.relative_to(ROOT)}:{node.lineno} {ast.unparse(node)}")
+    assert not found, found
+
+
+def test_one_lifecycle_runs_every_sweep():
+    """``sweep``, ``--resume``, ``--bisect`` and ``explain`` all run ``session.Sweep``: only
+    the session constructs a Driver or starts a backend's points."""
+    found = []
+    for p in HARNESS.rglob("*.py"):
+        if p in (HARNESS / "session.py", HARNESS / "run" / "driver.py"):
+            continue
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, ast.Call) and ast.unparse(node.func) == "Driver":
+                found.append(f"{p.relative_to(ROOT)}:{node.lineno}")
+    assert not found, found
+    assert len((HARNESS / "cli.py").read_text().splitlines()) <= 450

@@ -14,7 +14,7 @@ from engine.tinymodel import data as D
 from engine.tinymodel.models import DENSE, HYBRID_TEXT, VOCAB, serving_config, \
     serving_weight_name, training_weight_name
 from harness.prompts import ChatTokenizer, plan
-from harness.prompts.planner import _content, calibrate
+from harness.prompts.planner import calibrate, prompt_content
 
 TOK_DIR = Path(__file__).resolve().parents[2] / "engine" / "tinymodel" / "tokenizer"
 
@@ -67,7 +67,7 @@ def test_training_samples_have_the_harness_prompt_shape(ct):
     for _ in range(20):
         s = D.make_sample(rng, max_lines=30, max_pad=130)
         lines = D.doc_lines(s.seed, s.doc_lines)
-        assert s.messages[0]["content"] == _content(lines, s.n, s.pad_unit, s.pad_count)
+        assert s.messages[0]["content"] == prompt_content(lines, s.n, s.pad_unit, s.pad_count)
         assert s.answer == "\n".join(lines[:s.n])
         ids, plen = D.encode(ct, [s], eos)[0]
         assert plen == ct.count(s.messages)
