@@ -23,6 +23,13 @@
 # log line) carry it; load.running_before/after and preemptions come from /metrics.
 # Every harness runs under `timeout --signal=INT` (stops gracefully, keeps its records).
 #
+# What comes back: a call returns at most 8 files from $OUT, shared with any script run beside
+# this one, so $OUT gets two (docs/gpu-notes.md, "What comes back"): shapes.tgz (reports,
+# records, manifests, gzipped server logs, timings, monitor, commands; 15 MB parts if larger)
+# and shapes_summary.md (timings, each report's headline, rule and Load lines, and the error
+# lines of servers that failed to boot). The 2026-12-01 run copied the six reports out too
+# (9 files with the other script's): the tgz, with every record and log, did not come back.
+#
 # Usage (repository root of the device's copy, vLLM 0.26.0 in /tmp/site):
 #   bash benchmarks/gpu_shapes.sh [LIMIT_S]          # default 400
 # CPU check of the same sweep commands on the lab engine (no GPU, no vLLM):
@@ -85,10 +92,8 @@ for n in "${NAMES[@]}"; do
 done
 [ -n "$MON" ] && kill "$MON" 2>/dev/null
 echo "end $(el)s" >> "$W/timings.txt"
-for n in "${NAMES[@]}"; do   # the reports, readable without unpacking
-  f=$(ls "$W/$n"/*.md 2>/dev/null | head -1); [ -n "$f" ] && cp "$f" "$OUT/$n.md"
-done
-dev_pack shapes
+dev_summary "$W" "${NAMES[@]}" > "$OUT/shapes_summary.md"   # readable without unpacking the tgz
+dev_pack shapes   # the reports, records, manifests, logs and timings: all inside the tgz
 ls -la "$OUT"; cat "$W/timings.txt"
 for n in "${NAMES[@]}"; do
   echo "== $n"; grep -E "Bug B rule|clean|broken|diverged" "$W/$n.stdout.txt" | head -8

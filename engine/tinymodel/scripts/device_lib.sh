@@ -56,11 +56,54 @@ dev_monitor() {
 }
 
 # dev_pack NAME: /tmp/work/NAME (its server logs gzipped) as $OUT/NAME.tgz, split in
-# 15 MB parts when it is over the size that comes back.
+# 15 MB parts when it is over the size that comes back; then dev_out_check.
 dev_pack() {
   find "/tmp/work/$1" -name '*.log' -exec gzip -9 {} \;
   tar -czf "$OUT/$1.tgz" -C /tmp/work "$1"
   if [ "$(stat -c %s "$OUT/$1.tgz")" -gt 15500000 ]; then
     split -b 15000000 -d "$OUT/$1.tgz" "$OUT/$1.tgz.part" && rm "$OUT/$1.tgz"
   fi
+  dev_out_check
+}
+
+# dev_out_check: a call returns at most DEV_OUT_MAX (8) files from $OUT, counted over every
+# script the call runs (scripts run beside each other share $OUT); past that, files are
+# dropped whole (2026-12-01: 9 files, the records' tgz lost). Says so on stdout, whose tail
+# comes back, and returns 1. Keep each script's $OUT to a tgz and a summary.
+dev_out_check() {
+  local n; n=$(find "$OUT" -type f | wc -l)
+  if [ "$n" -gt "${DEV_OUT_MAX:-8}" ]; then
+    echo "WARNING: \$OUT holds $n files, only ${DEV_OUT_MAX:-8} come back:"; ls -la "$OUT"; return 1
+  fi
+}
+
+# dev_summary DIR NAME...: one markdown file to put in $OUT beside DIR's tgz, so the verdicts
+# come back even if the tgz does not: DIR/timings.txt, then per harness run NAME (its report
+# DIR/NAME/*.md, its stderr DIR/NAME.stderr.txt) the report's headline, Result and rule
+# lines and Load table, and, where a server failed to boot, the error lines of DIR/NAME's
+# server logs (vLLM's last line only says "See root cause above"). Call it before dev_pack
+# (which gzips the logs).
+dev_summary() {
+  local d=$1 n f; shift
+  echo "# summary of $(basename "$d") (the full reports, records and logs are in its tgz)"; echo
+  echo '```'; cat "$d/timings.txt" 2>/dev/null; echo '```'
+  for n; do
+    f=$(ls "$d/$n"/*.md 2>/dev/null | head -1)
+    echo; echo "## $n"; echo
+    if [ -z "$f" ]; then
+      echo "no report; stderr tail:"; echo '```'; tail -c 1500 "$d/$n.stderr.txt" 2>/dev/null; echo '```'
+      continue
+    fi
+    sed -n '1,/^## /p' "$f" | grep -v '^## '
+    grep -E '^- \*\*(Result|Bug B rule)' "$f"
+    sed -n '/^## Load/,/^## [^L]/p' "$f" | grep '^|'
+    if grep -q boot-fail "$f"; then
+      echo; echo "boot-fail: error lines of the server logs (count, line):"; echo '```'
+      cat "$d/$n"/*.logs/*.log 2>/dev/null \
+        | grep -E 'Error|error|raise |Exception|larger than|insufficient|not enough' \
+        | grep -v 'Engine core initialization failed' | sed 's/pid=[0-9]*/pid=N/' \
+        | sort | uniq -c | sort -rn | head -25 | cut -c1-400
+      echo '```'
+    fi
+  done
 }
