@@ -20,6 +20,7 @@ Usage (on the device, vLLM on PYTHONPATH, repo root as cwd):
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import os
 import signal
@@ -163,8 +164,10 @@ def summarize(out: Path) -> str:
     restore method, against the same server's first answer (same bytes or not), and the
     neighbours' verdicts."""
     lines = []
-    for path in sorted(out.glob("probe-*.jsonl")):
-        recs = [json.loads(x) for x in path.open()]
+    for path in sorted(out.glob("probe-*.jsonl*")):
+        opener = gzip.open if path.suffix == ".gz" else open
+        with opener(path, "rt") as fh:
+            recs = [json.loads(x) for x in fh]
         reqs = [r for r in recs if "step" in r]
         cell = reqs[0]["cell"]
         first = {(r["server"].rsplit("-", 1)[1], r["phase"]): r for r in reqs if r["step"] == "first"}

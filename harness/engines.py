@@ -55,9 +55,10 @@ class EngineAdapter:
 
     def for_isolation(self, isolation: str) -> "EngineAdapter":
         """This adapter for a point of ``isolation``: sleep mode for a ``restore`` point
-        only. A server in sleep mode is not a plain fresh server (on vLLM 0.26.0 the
-        allocator changed what a broken cell read, and one verdict: reports/h200/
-        find-state.md), so fresh points, auto's confirmations included, stay plain."""
+        only. Restore returns a server to *its own* just-booted state; what a fresh server
+        answers at a corrupted cell differs from one server process to the next (vLLM
+        0.26.0 on the H200: reports/h200/find-state/README.md), so fresh points, auto's
+        confirmations included, stay plain: the standard."""
         want = isolation == "restore" and self.can_restore()
         if want == self.sleep_mode:
             return self

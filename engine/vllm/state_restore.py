@@ -140,8 +140,11 @@ class StateRestore:
                 raise ValueError(f"unknown state kind {kind!r}; kinds: {', '.join(KINDS)}")
             if kind in _ZEROING:
                 tensors = _ZEROING[kind](self._rl_runner())
-                for t in tensors:
-                    t.zero_()
+                # vLLM allocates these under inference mode: an in-place write outside it
+                # is refused ("Inplace update to inference tensor"), as round 2 hit
+                with torch.inference_mode():
+                    for t in tensors:
+                        t.zero_()
                 done[kind] = len(tensors)
                 continue
             if kind == "kv0":

@@ -54,4 +54,9 @@ report auto-ngram-patched.md 20261201-115154-d238.jsonl.gz
 # logs was lost), so they cannot be re-rendered: shapes/README.md
 kept shapes/a_budget.md shapes/a_budget_patched.md shapes/b_load.md
 kept shapes/c_preempt_24.md shapes/c_preempt_36.md shapes/c_preempt_54.md
+# issue 24's state hunt (two rounds, reports/h200/find-state/README.md): the probe's tables
+for round in round1 round2; do
+  python ../../benchmarks/gpu_find_state.py --summarize "find-state/$round" > "find-state/$round.md"
+  echo "find-state/$round.md"
+done
 python summarize.py > summary.md && echo summary.md
