@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "gpu_boot.py"
 
@@ -45,6 +47,7 @@ def test_user_errors_are_one_line_exit_2(tmp_path):
         assert r.stderr.count("\n") == 1 and r.stderr.startswith("gpu_boot: error:"), r.stderr
 
 
+@pytest.mark.slow
 def test_lab_run_boots_each_variant_and_compares_answers(tmp_path):
     out = tmp_path / "o"
     r = run("--engine", "lab", "--out", str(out), "--rounds", "1", "--variants", "plain,both",

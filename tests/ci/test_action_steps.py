@@ -22,6 +22,9 @@ import pytest
 from .action_runner import ActionRun, clean_env
 from .workflows import ROOT, load_action
 
+# Each test runs the Action's steps, the first one pip-installing the checkout.
+pytestmark = pytest.mark.slow
+
 MARKER = "sweep-lab"
 EXTRA = "--cudagraph FULL_AND_PIECEWISE --patches none --context 1024 --slots 2"
 

@@ -93,6 +93,7 @@ def test_main_job_preset_is_clean(cli):
     assert recs[0]["config_mismatch"] == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("isolation,servers", [("reset", 1), ("shared", 1), ("fresh", 5)])
 def test_isolation_modes_agree_on_the_lab(cli, isolation, servers):
     proc, recs = run_sweep(cli, "--spec", "mtp", "--ctx", "huge", "--residues", "2-6",
@@ -112,6 +113,7 @@ def test_isolation_modes_agree_on_the_lab(cli, isolation, servers):
     assert all(r["isolation"] == isolation for r in recs)
 
 
+@pytest.mark.slow
 def test_reset_isolation_boots_each_configuration_about_once(cli):
     proc = cli.sweep("--slots", "2", "--isolation", "reset", "--residues", "0-7",
                      "--cudagraph", "FULL_AND_PIECEWISE,PIECEWISE", "--patches", "none",

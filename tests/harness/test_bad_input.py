@@ -55,6 +55,7 @@ def test_report_of_a_file_that_is_not_records(tmp_path, content, needle, cli):
     one_line_exit_2(cli("report", path), needle)
 
 
+@pytest.mark.slow
 def test_a_bad_line_in_the_middle_is_named_by_number(tmp_path, cli):
     good = REPORTS_FIXTURE.read_text().splitlines()
     rec = json.loads(good[0])
@@ -64,6 +65,7 @@ def test_a_bad_line_in_the_middle_is_named_by_number(tmp_path, cli):
     one_line_exit_2(cli("report", path), f"{path} line 3: verdict 'fine' is not one of")
 
 
+@pytest.mark.slow
 def test_a_torn_last_line_is_what_a_killed_sweep_leaves_and_reads(tmp_path, cli):
     text = REPORTS_FIXTURE.read_text()
     path = tmp_path / "torn.jsonl"
@@ -72,6 +74,7 @@ def test_a_torn_last_line_is_what_a_killed_sweep_leaves_and_reads(tmp_path, cli)
     assert proc.returncode == 0, proc.stderr
 
 
+@pytest.mark.slow
 def test_compare_with_garbage(tmp_path, cli):
     one_line_exit_2(cli("compare", "garbage", REPORTS_FIXTURE), "garbage: not a results file")
     junk = tmp_path / "garbage.jsonl"
@@ -89,6 +92,7 @@ def test_baseline_that_is_not_records_fails_before_any_server(tmp_path, marked_s
 
 
 # -- output folders --------------------------------------------------------------------
+@pytest.mark.slow
 def test_output_folders_are_checked_before_any_server(tmp_path, marked_server, cli):
     marker, flags = marked_server
     a_file = tmp_path / "a-file"
@@ -102,6 +106,7 @@ def test_output_folders_are_checked_before_any_server(tmp_path, marked_server, c
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.slow
 def test_report_output_file_in_a_folder_that_cannot_be(tmp_path, cli):
     a_file = tmp_path / "a-file"
     a_file.write_text("x")
@@ -124,6 +129,7 @@ def _env_without_gh(tmp_path) -> dict:
     return env
 
 
+@pytest.mark.slow
 def test_gh_issue_without_gh_or_token_fails_before_the_sweep(tmp_path, marked_server, cli):
     marker, flags = marked_server
     env = _env_without_gh(tmp_path)
@@ -144,6 +150,7 @@ def _manifest(out: Path, run_id: str, command: str) -> None:
     (out / f"{run_id}.manifest.json").write_text(json.dumps({"run_id": run_id, "command": command}))
 
 
+@pytest.mark.slow
 def test_resume_refuses_a_flag_that_changes_the_plan(tmp_path, marked_server, cli):
     marker, flags = marked_server
     out = tmp_path / "o"
@@ -161,6 +168,7 @@ def test_resume_refuses_a_flag_that_changes_the_plan(tmp_path, marked_server, cl
     one_line_exit_2(cli("--resume", "nocmd", "--out", out), "command line cannot be read")
 
 
+@pytest.mark.slow
 def test_resume_takes_the_flags_that_may_change(tmp_path, cli):
     """--slots, --timeout, --no-progress, --reports-dir apply; the plan is the manifest's
     (residue 0 only, although nothing on the resume line says so)."""

@@ -81,6 +81,7 @@ def sweep_at(repo: Path, model: Path, tmp_path: Path) -> subprocess.CompletedPro
                           cwd=repo, env=env, capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow
 def test_git_bisect_run_finds_the_first_bad_commit_and_skips_the_unbootable(variants, tmp_path):
     repo, shas, model = variants
     script = tmp_path / "test-build.sh"
@@ -98,6 +99,7 @@ def test_git_bisect_run_finds_the_first_bad_commit_and_skips_the_unbootable(vari
     assert f"git bisect bad {shas[1]}" in log, log
 
 
+@pytest.mark.slow
 def test_each_kind_of_build_gives_its_exit_code(variants, tmp_path):
     repo, shas, model = variants
     for sha, want, word in ((shas[0], 0, "good"), (shas[1], 1, "bad"),
@@ -137,6 +139,7 @@ def bisect_sweep(tmp_path: Path, *args: str, code: str | None = None) -> subproc
 
 @pytest.mark.parametrize("reference", [("--reference", "cold"),
                                        ("--reference", "first", "--block-size", "16,128")])
+@pytest.mark.slow
 def test_a_clean_build_is_good_under_the_references_with_unjudged_cells(tmp_path, reference):
     # issue 23 item 5: the cold cells (cold) and the first configuration's (first) are
     # unjudged by design; the answers judged against them make the point tested
@@ -145,6 +148,7 @@ def test_a_clean_build_is_good_under_the_references_with_unjudged_cells(tmp_path
     assert "bisect: good, exit 0" in proc.stderr and "unjudged=" in proc.stderr
 
 
+@pytest.mark.slow
 def test_nothing_judged_is_still_untestable(tmp_path):
     proc = bisect_sweep(tmp_path, "--reference", "cold", "--phases", "cold")
     assert proc.returncode == 125, proc.stderr[-2000:]

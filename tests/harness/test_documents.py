@@ -24,6 +24,7 @@ def sweep(cli, *args: str, timeout: float = 300):
     return cli.sweep(*args, lab_model=True, timeout=timeout), cli.tmp / "results"
 
 
+@pytest.mark.slow
 def test_three_documents_one_record_each_and_bad_documents_counted(tmp_path, cli):
     proc, out = sweep(cli, *LAB, "--residues", "3-5", "--seed", "0,1,2", "--slots", "2")
     assert proc.returncode == 1, proc.stderr[-2000:]
@@ -43,6 +44,7 @@ def test_three_documents_one_record_each_and_bad_documents_counted(tmp_path, cli
     assert manifest["documents"] == [0, 1, 2]
 
 
+@pytest.mark.slow
 def test_resume_keys_by_document(tmp_path, cli):
     proc, out = sweep(cli, *LAB, "--residues", "3-4", "--seed", "0,1", "--slots", "1")
     path = next(out.glob("*.jsonl"))
@@ -105,6 +107,7 @@ def test_bad_seed_lists_are_usage_errors(tmp_path, value, why, cli):
     assert proc.returncode == 2 and why in proc.stderr and "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_prefork_launcher_forks_lab_servers_and_leaves_nothing(tmp_path, cli):
     proc, out = sweep(cli, *LAB, "--residues", "3-5", "--launcher", "prefork",
                       "--slots", "2")

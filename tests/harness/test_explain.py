@@ -61,6 +61,7 @@ def ladder_rows(stdout: str) -> dict[str, str]:
     return rows
 
 
+@pytest.mark.slow
 def test_residue_4_of_the_unpatched_full_run(lab, tmp_path, cli):
     sweep, explain, out = lab
     # --context 3000: the prompt (3076 tokens) is not ≡ 4 mod the hybrid's 2048-token page,
@@ -101,6 +102,7 @@ def test_residue_4_of_the_unpatched_full_run(lab, tmp_path, cli):
     assert "**Discriminators**" in section
 
 
+@pytest.mark.slow
 def test_a_rung_that_leaves_the_cut_in_place_is_named_neither(lab):
     sweep, explain, _ = lab
     # README's default --context 4096: 4100 tokens ≡ 4 mod 128 and mod 2048, so without a
@@ -116,6 +118,7 @@ def test_a_rung_that_leaves_the_cut_in_place_is_named_neither(lab):
     assert "4-token tail" in line
 
 
+@pytest.mark.slow
 def test_a_cell_that_does_not_reproduce_is_not_explained(lab):
     sweep, explain, out = lab
     proc, run_id = sweep("--residues", "3", "--patches", "all")
@@ -133,6 +136,7 @@ def test_a_cell_that_does_not_reproduce_is_not_explained(lab):
     assert "no axis is named a discriminator" in line and "Discriminators" not in line
 
 
+@pytest.mark.slow
 def test_nothing_to_explain_and_bad_requests(lab):
     sweep, explain, _ = lab
     proc, run_id = sweep("--residues", "3", "--patches", "all")
@@ -167,6 +171,7 @@ def test_a_committed_vllm_run_gets_its_rungs_and_the_other_runner(tmp_path, cli)
 
 
 # -- issue 23: nothing said on no evidence -------------------------------------------------
+@pytest.mark.slow
 def test_under_reference_cold_only_the_real_break_is_explained_and_its_axes_named(lab):
     # The cold cells are unjudged under --reference cold: nothing to explain there (they
     # printed "Reproduced" before), and the break's ladder names its discriminators.
@@ -181,6 +186,7 @@ def test_under_reference_cold_only_the_real_break_is_explained_and_its_axes_name
     assert {"graph mode", "patches", "prefix caching"} <= set(named(line, "**Discriminators**"))
 
 
+@pytest.mark.slow
 def test_under_reference_first_the_rungs_are_judged(lab):
     # Under first, a run's answers are judged only after it ends; a rung is one
     # configuration, so it is judged against the answer the parent's first configuration
@@ -197,6 +203,7 @@ def test_under_reference_first_the_rungs_are_judged(lab):
     assert "unjudged" not in ladder_rows(ex.stdout)["graph mode → PIECEWISE"]
 
 
+@pytest.mark.slow
 def test_one_ladder_per_document(lab, cli):
     # Residue 4 broken on documents 0 and 1: two cells, each ladder read from its own
     # document's reruns (a rung keyed by configuration and residue mixed the two).
@@ -221,6 +228,7 @@ def test_one_ladder_per_document(lab, cli):
     assert "(document 0)" in section and "(document 1)" in section
 
 
+@pytest.mark.slow
 def test_one_cell_per_prompt_case(lab):
     # examples/prompts/chat.jsonl: two cases, residue 4 broken in both
     sweep, explain, _ = lab
@@ -234,6 +242,7 @@ def test_one_cell_per_prompt_case(lab):
     assert ", case chat-release-notes " in heads[0] and ", case chat-incident " in heads[1]
 
 
+@pytest.mark.slow
 def test_a_run_made_with_auto_sample_is_explained(lab):
     sweep, explain, _ = lab
     proc, run_id = sweep("--residues", "4", "--isolation", "auto", "--auto-sample", "2")
@@ -245,6 +254,7 @@ def test_a_run_made_with_auto_sample_is_explained(lab):
     assert len([ln for ln in ex.stdout.splitlines() if ln.startswith("residue 4 of")]) == 2
 
 
+@pytest.mark.slow
 def test_explain_on_a_cold_machine_finishes(cli, tok_dir):
     # issue 23 item 10: every rung booting at once on a cold machine (a compile each,
     # sharing the CPU) timed out; explain boots one rung alone first (it warms the shared
@@ -265,6 +275,7 @@ def test_explain_on_a_cold_machine_finishes(cli, tok_dir):
     assert len(rows) >= 8 and not [k for k, v in rows.items() if "boot-fail" in v], rows
 
 
+@pytest.mark.slow
 def test_the_readmes_dflash_auto_run_plans(cli):
     # issue 23 item 9: explain refused any run made with --auto-sample; the committed
     # H200 DFlash run is the README's command (--isolation auto --auto-sample 2)

@@ -58,6 +58,7 @@ def test_one_line_exit_2_before_any_server(tmp_path, args, needles):
     assert not list((tmp_path / "o").glob("*.logs")), "a server was started"
 
 
+@pytest.mark.slow
 def test_without_the_prefix_cache_a_cold_sweep_still_runs(tmp_path):
     proc = run("--residues", "4", "--no-progress", "--out", tmp_path / "o",
                "--no-prefix-cache", "--phases", "cold", cwd=tmp_path)

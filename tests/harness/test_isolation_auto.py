@@ -23,6 +23,7 @@ def sweep(cli, *args: str, timeout: float = 300):
     return proc, cli.records(), cli.manifest(), cli.report()
 
 
+@pytest.mark.slow
 def test_auto_on_the_lab_full_mtp_unpatched(tmp_path, cli):
     proc, recs, manifest, report = sweep(
         cli, "--model", cli.lab_model(), "--spec", "mtp", "--ctx", "huge", "--cudagraph",
@@ -70,6 +71,7 @@ def test_auto_on_the_lab_full_mtp_unpatched(tmp_path, cli):
                                 "by_config": {recs[0]["config_id"]: {"restore": 23, "fresh": 8}}}
 
 
+@pytest.mark.slow
 def test_auto_catches_what_only_a_fresh_server_shows(tmp_path, tok_dir, cli):
     # The fake engine breaks residue 9 only on a server's first request: the reset sweep
     # (one server, residue 9 is not its first) is clean there, the fresh sample is not.
@@ -90,6 +92,7 @@ def test_auto_catches_what_only_a_fresh_server_shows(tmp_path, tok_dir, cli):
     assert "⚠ reset ok, fresh broken" in report
 
 
+@pytest.mark.slow
 def test_a_reset_break_gets_its_fresh_confirmation_at_run_time(tmp_path, tok_dir, cli):
     # Residue 7 breaks on a hit (reset and fresh alike) and is in no planned fresh set:
     # its fresh twin is added when the reset point finishes.

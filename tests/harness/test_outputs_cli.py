@@ -68,6 +68,7 @@ def test_preset_warning_on_the_terminal_before_the_sweep(tmp_path, cli):
     assert "**Preset warning:**" in report.read_text()
 
 
+@pytest.mark.slow
 def test_step_summary_carries_the_lab_notice_and_a_failed_one_exits_4(tmp_path, cli):
     summary = tmp_path / "summary.md"
     proc = lab_sweep(cli, "--out", "o", env=_no_token_env(GITHUB_STEP_SUMMARY=str(summary)))
@@ -139,6 +140,7 @@ def _rest_env(tmp_path, api: str, **extra) -> dict:
     return env
 
 
+@pytest.mark.slow
 def test_sweep_posts_through_the_rest_api_without_gh(tmp_path, github, cli):
     fake, api = github
     env = _rest_env(tmp_path, api, GITHUB_TOKEN="tok")
@@ -155,6 +157,7 @@ def test_sweep_posts_through_the_rest_api_without_gh(tmp_path, github, cli):
     assert len(fake.on(7)) == 1 and [m for m, _ in fake.requests].count("PATCH") == 1
 
 
+@pytest.mark.slow
 def test_rest_refusal_after_the_sweep_exits_4(tmp_path, github, cli):
     fake, api = github
     env = _rest_env(tmp_path, api, GITHUB_TOKEN="wrong")
@@ -180,6 +183,7 @@ def test_dry_run_prints_the_request_and_needs_no_token(tmp_path, github, cli):
     assert LAB_NOTICE in body and fake.requests == []
 
 
+@pytest.mark.slow
 def test_sweep_report_on_a_terminal_is_plain_text(tmp_path, cli):
     """stdout a tty: plain text; redirected: the markdown (so `> r.md` still works)."""
     master, slave = pty.openpty()
@@ -206,6 +210,7 @@ def test_sweep_report_on_a_terminal_is_plain_text(tmp_path, cli):
     assert "FULL\\_AND\\_PIECEWISE" in piped.stdout and LAB_NOTICE in piped.stdout
 
 
+@pytest.mark.slow
 def test_gh_issue_without_o_posts_from_a_named_temp_file(tmp_path, github, cli):
     fake, api = github
     env = _rest_env(tmp_path, api)

@@ -37,6 +37,7 @@ def sweep(cli, *args: str, out: str = "results", rc: int | None = 0,
     return proc, read_jsonl(new[-1]), (json.loads(mpath.read_text()) if mpath.exists() else {})
 
 
+@pytest.mark.slow
 def test_system_prompt_three_turns_padded_middle_message_sweeps_all_128_residues_exactly(tmp_path, cli):
     case = json.loads(CHAT.read_text().splitlines()[0])
     roles = [m["role"] for m in case["messages"]]
@@ -61,6 +62,7 @@ def test_system_prompt_three_turns_padded_middle_message_sweeps_all_128_residues
     assert f"### Case `{case['id']}`" in report and "128 clean" in report
 
 
+@pytest.mark.slow
 def test_both_example_sets_break_exactly_at_the_rule_residue_on_the_unpatched_lab(tmp_path, cli):
     cases = {}
     for path in (CHAT, CODE):
@@ -88,6 +90,7 @@ def test_both_example_sets_break_exactly_at_the_rule_residue_on_the_unpatched_la
         assert t["rows"][1][2].startswith("empty, stop")
 
 
+@pytest.mark.slow
 def test_resume_reruns_only_the_missing_case_points(tmp_path, cli):
     _, recs, manifest = sweep(cli, "--prompts", str(CODE), "--residues", "7,8",
                               "--no-prefix-cache", "--phases", "cold")
@@ -108,6 +111,7 @@ def test_resume_reruns_only_the_missing_case_points(tmp_path, cli):
 
 
 
+@pytest.mark.slow
 def test_resume_refuses_a_prompt_file_that_changed(tmp_path, cli):
     cases = tmp_path / "cases.jsonl"
     shutil.copy(CODE, cases)
@@ -124,6 +128,7 @@ def test_resume_refuses_a_prompt_file_that_changed(tmp_path, cli):
     assert path.read_text() == before   # nothing on disk was touched
 
 
+@pytest.mark.slow
 def test_cases_without_expected_judged_by_cold_and_by_a_golden_run_keyed_by_case(tmp_path, cli):
     bare = tmp_path / "bare.jsonl"
     rows = [json.loads(line) for line in CODE.read_text().splitlines()]
@@ -184,6 +189,7 @@ def test_the_lab_echoes_a_question_it_cannot_answer_and_cold_judges_the_hit(tmp_
     assert hit["verdict"] == "ok" and hit["reference_sha1"] == recs[0]["sha1"]
 
 
+@pytest.mark.slow
 def test_without_a_local_tokenizer_cases_are_planned_on_a_probe_servers_tokenize(tmp_path, cli):
     """--engine cmd with no tokenizer.json: every case prompt is counted by a probe
     server's /tokenize; a case its template refuses is exit 2 naming the case, before any

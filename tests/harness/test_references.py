@@ -45,6 +45,7 @@ def test_a_hit_against_the_cold_answer(tmp_path, tok_dir, how, verdict, cli):
         assert fd["margin"] == 4.0 and fd["call"] == "decisive" and fd["in_top_k"] is False
 
 
+@pytest.mark.slow
 def test_golden_run_catches_a_corruption_identical_cold_and_hit(tmp_path, tok_dir, cli):
     hostile_sweep(cli, tok_dir, "--residues", "0-3", "--reference", "cold", out="golden")
     gold = next((tmp_path / "golden").glob("*.jsonl"))

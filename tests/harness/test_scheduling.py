@@ -150,6 +150,7 @@ def test_a_slot_whose_configuration_failed_to_boot_boots_no_other_for_nothing():
 
 
 # -- end to end: the lab engine, reused servers ------------------------------------------
+@pytest.mark.slow
 @pytest.mark.usefixtures("no_leftovers")
 @pytest.mark.parametrize("slots", ["4", "6"])
 def test_a_reset_matrix_records_every_point_exactly_once(cli, slots):

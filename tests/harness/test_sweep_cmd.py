@@ -29,6 +29,7 @@ def cells(recs):
     return {(r["residue"], r["phase"]): r for r in recs}
 
 
+@pytest.mark.slow
 def test_breaks_exactly_at_the_chosen_residue(tmp_path, tok_dir, cli):
     proc = fake_sweep(cli, tok_dir, "--residues", "4-9", "--slots", "2",
                  server=("--break-residue", "7"), check_rc=1)
@@ -110,6 +111,7 @@ def test_reference_cold(tmp_path, tok_dir, cli):
     assert c[(7, "self-hit")]["verdict"] == "ok"
 
 
+@pytest.mark.slow
 def test_ctrl_c_then_resume_loses_and_duplicates_nothing(tmp_path, tok_dir, cli):
     out = tmp_path / "results"
     argv = [sys.executable, "-m", "harness", "--engine", "cmd", "--model", str(tok_dir),
@@ -181,6 +183,7 @@ def test_dry_run_starts_nothing(tmp_path, tok_dir, cli):
     assert not (tmp_path / "results").exists()
 
 
+@pytest.mark.slow
 def test_without_a_local_tokenizer_a_probe_server_plans(tmp_path, tok_dir, cli):
     # --model names no tokenizer: prompts are planned against the server's /tokenize
     proc = cli.sweep("--engine", "cmd", "--server-cmd", fake_cmd(tok_dir, "--break-residue", "5"),
@@ -191,6 +194,7 @@ def test_without_a_local_tokenizer_a_probe_server_plans(tmp_path, tok_dir, cli):
     assert list((tmp_path / "results").glob("*.logs/*-probe-*.log"))
 
 
+@pytest.mark.slow
 def test_reference_golden_run(tmp_path, tok_dir, cli):
     # a trusted run first, then a run judged against its sha1s (same prompts)
     fake_sweep(cli, tok_dir, "--residues", "3-5", check_rc=0, out="a/results")

@@ -33,12 +33,15 @@ import time
 from pathlib import Path
 
 import psutil
+import pytest
 
 from engine.lab.hold import HOLD_DIR_ENV
 from tests.conftest import FAKE_ENGINE, FIXTURES, ROOT, processes_mentioning
 from tests.ray.cluster import LocalRayCluster
 from tests.ray.conftest import ray_or_skip
 
+# A two-node Ray cluster on this machine: about a minute idle, more under load.
+pytestmark = pytest.mark.slow
 LAB_MODEL = ROOT / "engine" / "lab" / "model"
 # Unpatched, FULL graphs: the lab's Bug B breaks residue 4 on the self-hit (k=3).
 SWEEP = ["--residues", "0-15", "--patches", "none", "--cudagraph", "FULL_AND_PIECEWISE",

@@ -8,6 +8,7 @@ import sys
 import time
 
 import psutil
+import pytest
 
 from harness.backends import ray as rb
 from harness.configs import parse_slots
@@ -96,6 +97,7 @@ def test_without_ray_the_error_is_one_clear_line(tmp_path):
         "sweep: error: --backend ray needs the ray extra: pip install 'residue-lab[ray]'")
 
 
+@pytest.mark.slow
 def test_no_cluster_at_the_address_is_one_line_exit_3(tmp_path, ray_module, cli):
     """ray.init blocks for minutes where no cluster answers: the sweep gives up after
     RESIDUE_LAB_RAY_CONNECT_TIMEOUT with one line, and exits (no thread left hanging)."""

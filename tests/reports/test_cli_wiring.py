@@ -26,6 +26,7 @@ def recorded(tmp_path):
     return tmp_path / "fake-break4.jsonl"
 
 
+@pytest.mark.slow
 def test_sweep_report_matches_the_library(recorded, tmp_path, cli):
     expected = render_markdown(load_records([recorded]), [load_manifest_for(recorded)])
     proc = cli("report", recorded)
@@ -37,6 +38,7 @@ def test_sweep_report_matches_the_library(recorded, tmp_path, cli):
                                               [load_manifest_for(recorded)], full=True)
 
 
+@pytest.mark.slow
 def test_archived_gzip_records_report_the_same(recorded, tmp_path, cli):
     """Archived runs (reports/h200/results/*.jsonl.gz) are read by path and by run id, with
     their manifest, and give the same report as the plain file."""
@@ -54,6 +56,7 @@ def test_archived_gzip_records_report_the_same(recorded, tmp_path, cli):
     assert plain.stdout == by_path.stdout == by_id.stdout
 
 
+@pytest.mark.slow
 def test_sweep_compare_json_and_exit_code(recorded, tmp_path, cli):
     clean = [dict(r, verdict="ok", answer="x", run_id="clean") for r in load_records([recorded])]
     base = synth.write_jsonl(tmp_path / "clean.jsonl", clean)
@@ -65,6 +68,7 @@ def test_sweep_compare_json_and_exit_code(recorded, tmp_path, cli):
     assert proc.returncode == 0 and "fixed: residue 4" in proc.stdout
 
 
+@pytest.mark.slow
 def test_sweep_report_posts_through_gh(recorded, tmp_path, cli):
     bindir, log = _fake_gh(tmp_path)
     env = dict(os.environ, PATH=f"{bindir}{os.pathsep}{os.environ['PATH']}")
@@ -74,6 +78,7 @@ def test_sweep_report_posts_through_gh(recorded, tmp_path, cli):
     assert json.loads(log.read_text()) == ["issue", "comment", "4", "--body-file", str(out)]
 
 
+@pytest.mark.slow
 def test_hostile_answers_through_a_real_sweep(tmp_path, cli):
     """A server whose every answer is hostile, swept by the real CLI: the report it writes
     renders (cmark-gfm) with intact tables, no injected tags, no live mentions or

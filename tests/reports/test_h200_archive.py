@@ -106,6 +106,7 @@ def test_issue26_claims_hold_in_the_reports():
         assert f"--num-gpu-blocks-override={pool}" in c
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,files", _report_lines(), ids=lambda v: v if isinstance(v, str) else "")
 def test_committed_report_is_what_the_records_render(name, files):
     paths = [RESULTS / f for f in files]

@@ -7,6 +7,8 @@ import json
 import statistics
 from pathlib import Path
 
+import pytest
+
 from harness.report.auto import agreement_of
 from harness.store import read_jsonl
 
@@ -61,6 +63,7 @@ def test_ngram_k1_k5_reset_missed_k5_document0_and_nothing_else_broke():
     assert not a.only_reset
 
 
+@pytest.mark.slow
 def test_patched_ngram_k1_to_k5_all_ok_where_measured():
     recs, man = load(PATCHED)
     assert {r["config"]["draft_tokens"] for r in recs} == {1, 2, 3, 4, 5}

@@ -197,6 +197,7 @@ def test_save_load_round_trip(dm, tmp_path):
         assert n1 == n2 and torch.equal(p1.to(torch.bfloat16).float(), p2)
 
 
+@pytest.mark.slow
 def test_training_runs_a_few_steps_on_cpu(dm, tmp_path):
     require_module("transformers")
     from engine.tinymodel.dflash_train import train_dflash

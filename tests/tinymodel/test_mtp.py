@@ -137,6 +137,7 @@ def test_parallel_draft_steps_equal_the_sequential_proposer(t):
         past_k, past_v, prev = torch.cat([past_k, k], 2), torch.cat([past_v, v], 2), ref
 
 
+@pytest.mark.slow
 def test_committed_head_acceptance_on_harness_plans_cpu():
     """Teacher-forced estimate for k = 3 on two harness plans (document seed 0, context
     1,200): the target reproduces the answers, and the head's drafts give >= 2 tok/step."""

@@ -54,6 +54,7 @@ def test_planner_uses_tilde_and_hits_every_residue(ct):
     assert [p.target_len % 128 for p in plans] == [0, 3, 4, 5, 60, 127]
 
 
+@pytest.mark.slow
 def test_committed_tokenizer_is_reproducible(tmp_path):
     from engine.tinymodel.tokenizer import build_tokenizer, save_tokenizer
     save_tokenizer(build_tokenizer(), tmp_path)
@@ -135,6 +136,7 @@ ATTN_PARAMS = {"q_proj.weight", "k_proj.weight", "v_proj.weight", "o_proj.weight
                "q_norm.weight", "k_norm.weight"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("variant", ["hybrid", "dense"])
 def test_saved_layout_names_and_reload(variant, tmp_path):
     _need_torch()
@@ -185,6 +187,7 @@ def test_answer_stats_on_a_tiny_batch():
     assert ((worst > 0).float() == em).all()
 
 
+@pytest.mark.slow
 def test_training_goes_on_from_a_served_checkpoint(tmp_path):
     """--init: the served bf16 weights are the starting point, training starts at the
     requested curriculum stage, and a checkpoint of the other variant is refused."""
@@ -230,6 +233,7 @@ def test_committed_hybrid_layout_and_record():
     assert check["harness_ctx1200_seed0"]["worst_margin_min"] > 5
 
 
+@pytest.mark.slow
 def test_committed_hybrid_copies_harness_plans_on_cpu():
     """Re-run part of that check here, on CPU with transformers: the harness's own plans
     (context 1,200, seed 0) at residues 3, 4, 5 (k, k+1, k+2 for ngram k=3) are reproduced

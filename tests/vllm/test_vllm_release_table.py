@@ -63,6 +63,7 @@ def test_installed_release_plugin_agrees_with_the_source_gates():
 
 
 # ---------------------------------------------------------------- other releases, by source
+@pytest.mark.slow
 @pytest.mark.parametrize("version", REMOTE)
 def test_release_source_matches_its_row(version):
     try:
@@ -96,6 +97,7 @@ def small_wheel(tmp_path):
     return path
 
 
+@pytest.mark.slow
 def test_a_local_wheel_reads_like_the_tree(small_wheel):
     tree = open_source(str(small_wheel))
     assert tree.version == "0.27.1"
