@@ -199,7 +199,7 @@ class _LocalRun:
         finished are judged with this one's at the end of the pass (an interrupted run's
         records on disk are still unjudged), and fresh points it ran are not run again."""
         by_key: dict[tuple, list[dict]] = {}
-        for r in self.driver.store.read():
+        for r in self.driver.records_so_far():
             by_key.setdefault(point_key(r), []).append(r)
             if not policy(r.get("isolation") or "fresh").reuses_server:
                 self._keys.add(point_key(r))

@@ -77,6 +77,10 @@ class Driver:
         """Where this run's server logs go."""
         return self.store.logs_dir
 
+    def records_so_far(self) -> list[dict]:
+        """Every record of this run on disk now (a resumed run's earlier ones included)."""
+        return self.store.read()
+
     def point_runner(self, http: Any) -> Any:
         """A ``run.point.PointRunner`` for this run, its logs in ``logs_dir``, its requests
         through ``http`` (an ``httpx.AsyncClient``)."""
