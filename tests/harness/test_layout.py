@@ -1,9 +1,10 @@
-"""The layering of ``harness/`` (docs/architecture.md), checked over the AST imports:
-no import cycle, ``run/*`` never imports ``backends/*``, the report never imports the run
-layer's runtime, and no source file over 600 lines."""
+"""The rules of docs/architecture.md, checked over the source's AST: each rule that page
+states names its test here, and each test here is a rule stated there
+(``test_the_architecture_page_states_what_this_file_checks``)."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -212,3 +213,94 @@ def test_one_lifecycle_runs_every_sweep():
                 found.append(f"{p.relative_to(ROOT)}:{node.lineno}")
     assert not found, found
     assert len((HARNESS / "cli.py").read_text().splitlines()) <= 450
+
+
+ARCH = ROOT / "docs" / "architecture.md"
+
+
+def _section(title: str) -> str:
+    text = ARCH.read_text()
+    start = text.index(f"## {title}")
+    end = text.find("\n## ", start + 3)
+    return text[start:end if end != -1 else None]
+
+
+def test_the_architecture_page_states_what_this_file_checks():
+    """Every rule bullet names its check, every named check exists, and every check of this
+    file is named by a rule (the page states only what is checked, and checks what it
+    states)."""
+    rules = _section("The rules (each is checked)")
+    bullets = [b for b in re.split(r"\n- ", rules)[1:]]
+    named: set[str] = set()
+    for b in bullets:
+        checks = re.findall(r"`(test_\w+)`", b.split("(checked:", 1)[-1])
+        assert "(checked:" in b and checks, f"a rule without its check: {b[:80]!r}"
+        named |= set(checks)
+    tests = {n for n in globals() if n.startswith("test_")}
+    assert named <= tests, f"named but not written: {sorted(named - tests)}"
+    unstated = tests - named - {"test_the_architecture_page_states_what_this_file_checks"}
+    assert not unstated, f"checked but not stated on the page: {sorted(unstated)}"
+
+
+def _defined(module: Path) -> set[str]:
+    """Top-level names ``module`` defines or imports."""
+    out: set[str] = set()
+    for node in ast.parse(module.read_text()).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            out.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            for t in (node.targets if isinstance(node, ast.Assign) else [node.target]):
+                out |= {n.id for n in ast.walk(t) if isinstance(n, ast.Name)}
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            out |= {(a.asname or a.name).split(".")[0] for a in node.names}
+    return out
+
+
+def _module_file(dotted: list[str]) -> Path | None:
+    for base in (HARNESS, ROOT):
+        p = base.joinpath(*dotted)
+        if p.with_suffix(".py").is_file():
+            return p.with_suffix(".py")
+        if (p / "__init__.py").is_file():
+            return p / "__init__.py"
+    return None
+
+
+def _resolves(ref: str) -> bool | None:
+    """True / False for a backticked ``path.py`` or ``module.NAME`` reference; None when
+    the text is not one (a flag, a call, a field)."""
+    if re.fullmatch(r"[\w/]+\.(py|md|sh)", ref):
+        return (HARNESS / ref).exists() or (ROOT / ref).exists()
+    if not re.fullmatch(r"[\w/]+(\.\w+)+", ref):
+        return None
+    head, *names = ref.split(".")
+    parts = head.split("/")
+    for i in range(len(names) - 1, -1, -1):   # the longest module prefix, then its name
+        module = _module_file(parts + names[:i])
+        if module is not None:
+            return names[i] in _defined(module)
+    return None
+
+
+def test_where_a_change_goes_names_real_places():
+    table = _section("Where a change goes")
+    refs = re.findall(r"`([^`]+)`", table)
+    bad = [r for r in refs if _resolves(r) is False]
+    assert not bad, f"the table names what does not exist: {bad}"
+
+
+def test_a_new_verdict_isolation_or_writer_is_one_entry():
+    """The three rows the issue names: each says one entry in one registry, and adding an
+    entry there is all the code needs (the rest reads the registry)."""
+    table = _section("Where a change goes")
+    row = {ln.split("|")[1].strip(): ln for ln in table.splitlines() if ln.startswith("| ")}
+    assert "one row of `vocabulary.VERDICT_TABLE`" in row["a new verdict or a change of what a verdict means"]
+    assert "one `Isolation(...)` entry in `isolation.POLICIES`" in row["a new isolation mode"]
+    assert "one entry in `writers.WRITERS`" in row["a new output format"]
+    from harness import isolation, vocabulary, writers
+    from harness.flags import FLAGS
+    (iso_flag,) = [f for f in FLAGS if f.name == "--isolation"]
+    assert tuple(iso_flag.kw["choices"]) == isolation.ISOLATIONS == vocabulary.ISOLATIONS
+    assert vocabulary.VERDICTS == tuple(v.name for v in vocabulary.VERDICT_TABLE)
+    session = (HARNESS / "session.py").read_text()
+    assert "WRITERS.values()" in session   # every registered writer runs, none by name
