@@ -18,7 +18,9 @@ for the verify step, no prefill-discriminator fix, and a hit tail or a budget ta
 ``k + 1``. vLLM >= 0.31's V2 runner also sends a *1-token* final chunk over existing context
 to the decode graph on purpose (``prefill_runs_as_decode``, the release table's
 ``decode_graph_eligible``): those tails are named as residues to measure (``watch``), not as
-predicted breaks.
+predicted breaks. So are, on vLLM, the batched tails under ``--load``: a ``1 + k``-token
+chunk beside decode rows breaks the lab by mechanism, but on real vLLM 0.26.0 the one such
+cell was clean (``releases.load_measured``, reports/h200/shapes/).
 
 MTP, EAGLE and DFlash drop matched blocks on a hit (the self-hit ``cached_tokens`` is
 below ``len - 1``, the computed tail is longer than the last unit): the rule is about the
@@ -163,6 +165,35 @@ def predict(config: Mapping[str, Any], modulus: int, *, patch_status: Any = None
             patches: str | None = None, cached_tokens: Iterable[Any] = (),
             longest: int | None = None, load: int = 0,
             lengths: Mapping[int, Iterable[int]] | None = None) -> Prediction:
+    """The rule (see :func:`_predict`); under ``--load`` on vLLM the batched residues are
+    named to measure, not predicted (:func:`_batched_on_vllm`)."""
+    pred = _predict(config, modulus, patch_status=patch_status, patches=patches,
+                    cached_tokens=cached_tokens, longest=longest, load=load, lengths=lengths)
+    if load and config.get("engine") == "vllm" and pred.armed and pred.residues:
+        return _batched_on_vllm(config, pred, int(load))
+    return pred
+
+
+def _batched_on_vllm(c: Mapping[str, Any], pred: Prediction, load: int) -> Prediction:
+    """A ``1 + k``-token final chunk beside ``load`` decode rows is shape-uniform, and the lab
+    breaks there by mechanism; on real vLLM no release has been seen to break there (the
+    release table's ``load_measured``: on 0.26.0 the one such cell was clean), and ngram's
+    decode rows carry 0..k drafts, so the chunk the budget leaves is not fixed."""
+    from engine.vllm.patches.releases import load_measured   # imports no vLLM
+    shape = pred.why.removeprefix("predicts ")
+    ngram = ("; ngram's decode rows carry 0 to k drafts, so the budget they leave, and the "
+             "final chunk, vary" if c.get("method") == "ngram" else "")
+    why = (f"does not predict a break under `--load {load}` on vLLM; "
+           f"{residues_phrase(pred.residues)} measured, not predicted: a batched `1 + k`-token "
+           f"final chunk is not known to break real vLLM ({escape_text(load_measured(c.get('vllm_version')))}"
+           f"{ngram}); the batched shape: {shape}")
+    return Prediction([], False, why, pred.unit, watch=list(pred.residues), budget=pred.budget)
+
+
+def _predict(config: Mapping[str, Any], modulus: int, *, patch_status: Any = None,
+             patches: str | None = None, cached_tokens: Iterable[Any] = (),
+             longest: int | None = None, load: int = 0,
+             lengths: Mapping[int, Iterable[int]] | None = None) -> Prediction:
     """The rule for one configuration (a ``ServingConfig.as_dict()`` or a record's
     effective ``config``) swept modulo ``modulus``. ``patch_status`` and ``cached_tokens``
     are what the servers reported, when there are records (none in a dry run);

@@ -65,6 +65,9 @@ def agreement(cd: ConfigData, pred: Prediction) -> str:
     if not predicted:
         if not broken:
             return "**the sweep agrees** (no break)"
+        if pred.watch and broken <= set(pred.watch):
+            return (f"broken at {residues_phrase(broken)}, which the rule names to measure, "
+                    "not to predict")
         return (f"**the sweep disagrees**: broken at {residues_phrase(broken)} although the "
                 "rule predicts none (another bug, or a fix that did not apply)")
     sampled = predicted & covered

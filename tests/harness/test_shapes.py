@@ -224,3 +224,61 @@ def test_the_dry_run_names_the_batched_residue_under_load():
     alone = subprocess.run([sys.executable, "-m", "harness", *LOAD_ARGS, "--dry-run"],
                            cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert "rule predicts: [4]" in alone.stdout
+
+
+# -- load on real vLLM: named to measure (reports/h200/shapes/) -----------------------------
+def _vllm(spec="mtp", version="0.26.0"):
+    c = cfg(spec, engine="vllm", geometry="hybrid", prefix_caching=False,
+            max_num_batched_tokens=512).as_dict()
+    return {**c, "vllm_version": version, "model_runner": "v1"}
+
+
+LENGTHS = {4: [1028], 100: [1124], 484: [996]}   # the H200's b_load lengths
+
+
+def test_on_vllm_a_batched_chunk_is_measured_not_predicted():
+    """vLLM 0.26.0 on the H200: MTP's L = 996 ended in a 4-token chunk beside 4 decode rows
+    (20 tokens) and was clean unpatched, so under --load the rule names 484 to measure; the
+    lone rule (residue 4, measured broken) and the lab's batched prediction stay."""
+    lone = predict(_vllm(), 512, longest=1124)
+    assert lone.residues == [4] and lone.armed
+    p = predict(_vllm(), 512, longest=1124, load=4, lengths=LENGTHS)
+    assert p.residues == [] and not p.armed and p.watch == [484] and p.budget == 496
+    assert p.why.startswith("does not predict a break under `--load 4` on vLLM")
+    assert "residue 484 measured, not predicted" in p.why
+    assert "4-token chunk beside 4 decode rows (20 tokens" in p.why and "clean unpatched" in p.why
+    lab = predict(cfg(prefix_caching=False, max_num_batched_tokens=512).as_dict(), 512,
+                  longest=1124, load=4, lengths=LENGTHS)
+    assert lab.residues == [484] and lab.armed
+    ngram = predict(_vllm("ngram", "0.27.1"), 512, longest=1124, load=4, lengths=LENGTHS)
+    assert ngram.watch == [484] and "not measured on vLLM 0.27.1" in ngram.why
+    assert "ngram's decode rows carry 0 to k drafts" in ngram.why
+    fixed = predict({**_vllm(), "patches": "all"}, 512, longest=1124, load=4, lengths=LENGTHS)
+    assert fixed.watch == [] and "prefill-discriminator fix is on" in fixed.why
+
+
+def test_a_break_at_a_watched_residue_is_not_a_disagreement():
+    from harness.report.bugb_analysis import agreement
+    from harness.report.model import ConfigData
+
+    def cd(verdict484):
+        recs = [{"residue": r, "phase": "cold", "verdict": v, "modulus": 512}
+                for r, v in ((4, "ok"), (100, "ok"), (484, verdict484))]
+        return ConfigData("x", "x", _vllm(), {}, recs)
+    p = predict(_vllm(), 512, longest=1124, load=4, lengths=LENGTHS)
+    assert agreement(cd("ok"), p) == "**the sweep agrees** (no break)"
+    assert agreement(cd("broken"), p) == ("broken at residue 484, which the rule names to "
+                                          "measure, not to predict")
+
+
+def test_the_dry_run_on_vllm_under_load_names_the_residue_to_measure():
+    args = ["--engine", "vllm", "--model", str(ROOT / "engine/tinymodel/weights/hybrid"),
+            "--geometry", "hybrid", *LOAD_ARGS[:-6], "--residues", "4,100,484",
+            "--modulus", "auto", "--phases", "cold", "--context", "1024", "--load", "4",
+            "--dry-run"]
+    out = subprocess.run([sys.executable, "-m", "harness", *args], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-1500:]
+    line = next(ln for ln in out.stdout.splitlines() if "rule predicts" in ln)
+    assert line.startswith("  rule predicts: nothing (does not predict a break under --load 4")
+    assert "residue 484 measured, not predicted" in line and "clean unpatched" in line

@@ -133,6 +133,32 @@ def dispatch_rule(version: str, runner: str, method: str, *,
     return DispatchRule(resolved, mech is not None, mech, rel.version, exact)
 
 
+#: What a batched final prefill chunk (``--load``: a ``1 + k``-token chunk beside ``1 + k``-token
+#: decode rows, shape-uniform) did on real vLLM, per release measured
+#: (``reports/h200/shapes/``). vLLM 0.26.0's V1 source dispatches such a batch to the FULL
+#: verify graph like a lone chunk (``_is_uniform_decode`` is shape-only; 20 tokens pad to a
+#: captured 24-token, 6-request FULL key), but the GDN metadata builder refreshes the graph's
+#: persistent state buffers only when no row is a prefill, so the replay reads what an
+#: earlier all-decode step left: what that does to the answer depends on the server's
+#: history (docs/shapes.md). So the rule names those residues to measure, never predicts them.
+LOAD_MEASURED: dict[str, str] = {
+    "0.26.0": "on the H200, MTP k = 3 at L = 996 ended in a 4-token chunk beside 4 decode "
+              "rows (20 tokens, FULL by shape) and was clean unpatched (one cell, a reset "
+              "server); no ngram cell scheduled that shape",
+}
+
+
+def load_measured(version: str | None) -> str:
+    """What real vLLM ``version`` did with a batched ``1 + k``-token final chunk, in words
+    (the rule's reason for naming batched residues to measure, not predicting them)."""
+    seen = LOAD_MEASURED.get(str(version or "").split("+")[0])
+    if seen:
+        return f"vLLM {version}: {seen}"
+    where = f"vLLM {version}" if version else "this vLLM"
+    known = "; ".join(f"{v}: {t}" for v, t in LOAD_MEASURED.items())
+    return f"not measured on {where}; measured on {known}"
+
+
 def runner_env(runner: str) -> dict[str, str]:
     """The environment a server needs for ``--runner`` (``auto``: nothing, vLLM decides)."""
     if runner not in RUNNERS:
@@ -141,4 +167,5 @@ def runner_env(runner: str) -> dict[str, str]:
 
 
 __all__ = ["RUNNER_ENV", "RUNNERS", "METHODS", "Release", "RELEASES", "DispatchRule",
-           "release_facts", "default_runner", "dispatch_rule", "runner_env"]
+           "release_facts", "default_runner", "dispatch_rule", "runner_env", "LOAD_MEASURED",
+           "load_measured"]
