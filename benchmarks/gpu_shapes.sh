@@ -4,8 +4,8 @@
 # (engine/tinymodel/weights/hybrid, with its MTP head), ngram k = 3 and MTP k = 3,
 # FULL_AND_PIECEWISE unpatched and patched, prefix caching off, chunk budget 512
 # (--max-model-len from CTX=huge; --max-num-seqs 64 because vLLM refuses a budget below
-# max_num_seqs, 1024 by default on an H200). Three harness processes at once, through
-# `sweep` (docs/shapes.md):
+# max_num_seqs, 1024 by default on an H200; 8 for the preemption pools, see below). Three
+# harness processes at once, through `sweep` (docs/shapes.md):
 #   a_budget   fresh servers, unpatched, residues 3,4,5 mod 512 (--modulus auto): does a cold
 #              prompt of L = 2*512 + 4 = 1,028 tokens break, as the lab does and the rule
 #              predicts? (a_budget_patched: residue 4 with the fix)
@@ -48,17 +48,23 @@ if [ "$ENGINE" = vllm ]; then
   dev_monitor "$W/monitor.txt"
   M=$R/engine/tinymodel/weights/hybrid
   ENG=(--engine vllm --model "$M" --launcher prefork --cache-dir "$CACHE"
-       --engine-arg=--gpu-memory-utilization=0.05 --engine-arg=--max-num-seqs=64)
+       --engine-arg=--gpu-memory-utilization=0.05)
+  SEQS=(--engine-arg=--max-num-seqs=64)
   # Pools of 24, 36 and 54 blocks (256-token attention blocks, the hybrid's promoted
   # block; the GDN groups take blocks too, 1 or 1 + k per request: not known for 0.26.0):
   # the one just above what the four background prompts and the measured one need when
   # admitted is exhausted by the first background block growth, which preempts the newest
   # running request, the measured one. max_model_len 4096 fits each pool.
-  PREEMPT=(--max-model-len 4096 --timeout 60); POOLS=(24 36 54)
+  # --max-num-seqs 8, not 64: on 2026-12-01 all three pools failed to boot with 64 (logs
+  # lost). vLLM 0.26.0 refuses FULL decode graphs on a mamba/GDN model when max_num_seqs
+  # exceeds the pool's blocks (config/compilation.py: "max_num_seqs (...) exceeds available
+  # Mamba cache blocks"), the likely cause (read in the source, not confirmed); 8 >= 5
+  # requests (4 background + the measured one) and <= 24 blocks.
+  PREEMPT=(--max-model-len 4096 --timeout 60 --engine-arg=--max-num-seqs=8); POOLS=(24 36 54)
   SLOTS_A=0,0,0,0,0,0; SLOTS_P=0,0; SLOTS_B=0,0,0,0; SLOTS_C=0   # 15 servers at once
 else   # the lab engine stands in: the same sweeps, its own model, a small KV pool by bytes
   export PYTHONPATH=$R PYTHONUNBUFFERED=1
-  ENG=(--engine lab)
+  ENG=(--engine lab); SEQS=()
   PREEMPT=(--max-model-len 3072 --kv-cache-memory-bytes 62000000 --timeout 60); POOLS=(lab)
   SLOTS_A=; SLOTS_P=; SLOTS_B=; SLOTS_C=
 fi
@@ -75,9 +81,9 @@ run() {  # NAME SLOTS ARGS...: one harness process in the background
     --out "$W/$n" --reports-dir "$W/$n" > "$W/$n.stdout.txt" 2> "$W/$n.stderr.txt" &
   PIDS+=($!); NAMES+=("$n")
 }
-run a_budget "$SLOTS_A" --spec ngram,mtp --patches none --isolation fresh --residues 3,4,5
-run a_budget_patched "$SLOTS_P" --spec ngram,mtp --patches all --isolation fresh --residues 4
-run b_load "$SLOTS_B" --spec ngram,mtp --patches none,all --isolation reset --residues 4,100,484 \
+run a_budget "$SLOTS_A" "${SEQS[@]}" --spec ngram,mtp --patches none --isolation fresh --residues 3,4,5
+run a_budget_patched "$SLOTS_P" "${SEQS[@]}" --spec ngram,mtp --patches all --isolation fresh --residues 4
+run b_load "$SLOTS_B" "${SEQS[@]}" --spec ngram,mtp --patches none,all --isolation reset --residues 4,100,484 \
   --load 4
 for b in "${POOLS[@]}"; do   # ~3,560 tokens on the lab (by bytes)
   pool=(); [ "$b" != lab ] && pool=(--engine-arg=--num-gpu-blocks-override="$b")
