@@ -11,6 +11,10 @@ R=results
 report() { local out=$1; shift; $SWEEP report "${@/#/$R/}" -o "$out" > /dev/null; echo "$out"; }
 # kept REPORT...: a report archived as it came back, with no records here to render it from
 kept() { local f; for f; do [ -f "$f" ] || { echo "missing: $f" >&2; exit 1; }; echo "$f (kept: no records)"; done; }
+# a page a benchmark script prints from archived records (tests/reports/test_h200_archive.py
+# reruns each and compares); rc 1 is compare_isolation's "cells differ", a finding, not a
+# failure; anything above stops the script
+page() { local out=$1 rc=0; shift; PYTHONPATH=${PYTHONPATH:-../..} "$@" > "$out" || rc=$?; [ "$rc" -le 1 ] || exit "$rc"; echo "$out"; }
 # hybrid, ngram k=3, reset, the 4-configuration matrix, one document seed each
 report reset-seed0.md 20261130-024432-3b01.jsonl.gz 20261130-024433-d002.jsonl.gz 20261130-024432-aa1c.jsonl.gz 20261130-024433-fc2b.jsonl.gz
 report reset-seed1.md 20261130-024956-f6fb.jsonl.gz 20261130-024956-f1a8.jsonl.gz 20261130-024956-d1ce.jsonl.gz 20261130-024956-3d46.jsonl.gz
@@ -59,4 +63,16 @@ for round in round1 round2; do
   python ../../benchmarks/gpu_find_state.py --summarize "find-state/$round" > "find-state/$round.md"
   echo "find-state/$round.md"
 done
+# issue 24, --isolation restore (benchmarks/gpu_restore.sh 540 a,b,c1,p, then sweep --resume of
+# b and c1 in a second call): the README matrix (ngram k=3) and ngram k=2,4 unpatched under
+# --isolation auto (restore + plain fresh confirmations), sleep-mode fresh servers (p)
+report restore-matrix-k3.md 20261201-225427-1d66.jsonl.gz
+report restore-ngram-k2-k4.md 20261201-225427-54f0.jsonl.gz
+report restore-sleep-mode-fresh.md 20261201-225927-b4db.jsonl.gz
+# every cell measured both ways: restore vs fresh within b and c1; p's sleep-mode fresh
+# servers vs c1's plain fresh servers; the per-point cost table
+page restore/compare-b.txt python ../../benchmarks/compare_isolation.py $R/20261201-225427-1d66.jsonl.gz
+page restore/compare-c1.txt python ../../benchmarks/compare_isolation.py $R/20261201-225427-54f0.jsonl.gz
+page restore/compare-p.txt python ../../benchmarks/compare_isolation.py $R/20261201-225927-b4db.jsonl.gz --left fresh --vs $R/20261201-225427-54f0.jsonl.gz --right fresh
+page restore/cost.md python ../../benchmarks/isolation_cost.py $R/20261201-225427-1d66.jsonl.gz $R/20261201-225427-54f0.jsonl.gz $R/20261201-225927-b4db.jsonl.gz --machine "one H200 (vLLM 0.26.0, tiny hybrid, up to 13 servers side by side on GPU 0)"
 python summarize.py > summary.md && echo summary.md

@@ -4,8 +4,11 @@ and the project README make are what the records say."""
 from __future__ import annotations
 
 import gzip
+import os
 import re
 import shlex
+import subprocess
+import sys
 from collections import defaultdict
 from pathlib import Path
 
@@ -47,10 +50,34 @@ def _kept() -> list[str]:
     return out
 
 
+def _page_lines() -> list[tuple[str, list[str]]]:
+    """(output file, command) of every `page` line of regenerate.sh: a page a benchmark
+    script prints from archived records ($R is the results folder)."""
+    out = []
+    for line in (H200 / "regenerate.sh").read_text().splitlines():
+        words = shlex.split(line.replace("$R/", "results/"), comments=True)
+        if words[:1] == ["page"]:
+            out.append((words[1], words[2:]))
+    return out
+
+
 def test_regenerate_script_covers_every_report():
-    made = {name for name, _ in _report_lines()}
+    made = {name for name, _ in _report_lines()} | {
+        name for name, _ in _page_lines() if "/" not in name}
     committed = {p.name for p in H200.glob("*.md")} - {"README.md", "summary.md"}
     assert made == committed and len(made) >= 10
+
+
+@pytest.mark.parametrize("name,cmd", _page_lines(), ids=lambda v: v if isinstance(v, str) else "")
+def test_committed_page_is_what_its_script_prints(name, cmd):
+    """find-state.md, the restore comparisons and the cost table: rerun from the records."""
+    assert cmd[0] == "python" and cmd[1].startswith("../../benchmarks/")
+    env = {**os.environ, "PYTHONPATH": str(H200.parents[1])}
+    proc = subprocess.run([sys.executable, *cmd[1:]], cwd=H200, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode in (0, 1), proc.stderr    # 1: compare_isolation found differences
+    assert (H200 / name).read_text() == proc.stdout, \
+        f"reports/h200/{name} is stale: run bash reports/h200/regenerate.sh"
 
 
 def test_kept_reports_are_declared_and_have_no_records_here():
