@@ -316,6 +316,8 @@ def render_ladder(configs: list[ConfigData], short: dict[str, str], corner: str)
         if pred.residues is None:
             predicted = (f"no residue mod {c.modulus} (hits in {pred.unit}-token units)"
                          if pred.unit else f"no residue mod {c.modulus} (hit unit unknown)")
+        elif not pred.residues and pred.watch:   # named to measure, not predicted
+            predicted = "measure " + residues_phrase(pred.watch)
         elif not pred.residues:
             predicted = "clean"
         else:

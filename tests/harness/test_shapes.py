@@ -282,3 +282,26 @@ def test_the_dry_run_on_vllm_under_load_names_the_residue_to_measure():
     line = next(ln for ln in out.stdout.splitlines() if "rule predicts" in ln)
     assert line.startswith("  rule predicts: nothing (does not predict a break under --load 4")
     assert "residue 484 measured, not predicted" in line and "clean unpatched" in line
+
+
+def test_the_report_of_a_vllm_load_sweep_says_measure_not_predicted():
+    """sweep report's rule line and ladder for vLLM records under --load (the H200's b_load
+    shape, synthetic records: its own were lost): residue 484 is named to measure."""
+    from harness.report import render_markdown
+    from tests.reports import synth
+
+    recs = []
+    for patches in ("none", "all"):
+        c = {**synth.make_config(patches=patches, prefix_caching=False, geometry="hybrid"),
+             "engine": "vllm", "vllm_version": "0.26.0", "model_runner": "v1",
+             "max_num_batched_tokens": 512}
+        for residue, length in ((4, 1028), (100, 1124), (484, 996)):
+            r = synth.record(c, residue, "cold", modulus=512, isolation="reset")
+            r.update(target_len=length, templated_len=length, prompt_tokens=length,
+                     computed_tail=length, load={"n": 4, "mode": "steady"})
+            recs.append(r)
+    md = render_markdown(recs)
+    assert "does not predict a break under `--load 4` on vLLM" in md
+    assert "clean unpatched (one cell, a reset server)" in md
+    assert re.search(r"^\| none +\| 3/512 +\| clean +\| measure residue 484 +\|$", md, re.M)
+    assert "broken at residue 484" not in md
