@@ -40,8 +40,17 @@ async def _reset_prefix_cache(client: Any, server: Any, info: dict) -> None:
 
 async def _restore(client: Any, server: Any, info: dict) -> float:
     """``restore``: the reused server returned to its just-booted state (harness/restore.py:
-    sleep level 1, wake up, reset, each step proven); what was proven, or which step failed
-    (its records are then ``invalid``), goes into ``info["restore"]``. Its seconds."""
+    sleep level 1, wake up, reset, each step proven); what was proven goes into
+    ``info["restore"]``. Its seconds.
+
+    A step that fails leaves a server nobody can trust: on vLLM 0.26.0 (the H200, 13 servers
+    on one GPU) the worker's sleep asserted "Memory usage increased after sleeping" (it
+    compares the device's free memory, which other servers changed meanwhile) after the
+    engine had paused its scheduler and cumem had discarded the memory; a wake-up then finds
+    the executor not asleep and maps nothing back, and the point's request waited in the
+    paused engine until the 120 s timeout. So the failure is recorded (``means: failed``)
+    and ``info["unusable"]`` tells the backend to record the point ``invalid`` without
+    sending it and to stop the server (the next point boots a new one)."""
     import time
     from .client import ClientError
     from .restore import RestoreFailed, restore_server
@@ -50,10 +59,7 @@ async def _restore(client: Any, server: Any, info: dict) -> float:
         info["restore"] = await restore_server(client, server.log_path)
     except (RestoreFailed, ClientError) as e:
         info["restore"] = {"means": "failed", "error": str(e)}
-        try:   # never leave a paused server behind: the next point tries again
-            await client.wake_up()
-        except ClientError:
-            pass
+        info["unusable"] = (f"restore failed, no request sent (the server is replaced): {e}")
     return round(time.monotonic() - t0, 4)
 
 

@@ -138,6 +138,11 @@ def build_parser(parser_cls: type[argparse.ArgumentParser] = _Parser) -> argpars
     a("--enable-sleep-mode", action="store_true",
       help="allocate the KV memory where POST /sleep?level=1 discards it (vLLM's flag; "
            "without it /sleep pauses and resets the prefix cache but discards nothing)")
+    a("--fail-sleep-at", type=_pos_int, default=None, metavar="N",
+      help="fault (for tests): the Nth sleep at level >= 1 fails as vLLM 0.26.0's did on a GPU "
+           "shared with other servers (the worker's 'Memory usage increased after sleeping.': "
+           "it compares the device's free memory before and after). The scheduler stays "
+           "paused, the memory is discarded, the executor is not marked asleep, HTTP 500")
     a("--version", action="version", version=VERSION)
     return p
 
@@ -175,7 +180,7 @@ def config_from_args(argv: list[str] | None = None, *,
         enable_prompt_tokens_details=ns.enable_prompt_tokens_details,
         api_key=ns.api_key or os.environ.get("VLLM_API_KEY") or None, seed=ns.seed,
         patches=ns.patches, geometry=ns.geometry, mamba_cache_mode=ns.mamba_cache_mode,
-        enable_sleep_mode=ns.enable_sleep_mode)
+        enable_sleep_mode=ns.enable_sleep_mode, fail_sleep_at=ns.fail_sleep_at)
     if not (0 < cfg.port < 65536):
         p.error(f"--port must be 1..65535, got {cfg.port}")
     try:

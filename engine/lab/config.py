@@ -161,6 +161,7 @@ class LabConfig:
     mamba_cache_mode: str = "all"
     # vLLM's --enable-sleep-mode: the KV memory is allocated where /sleep can discard it
     enable_sleep_mode: bool = False
+    fail_sleep_at: int | None = None          # a fault: the Nth level >= 1 sleep fails (cli)
     # derived (filled by finalize)
     bytes_per_token: int = 0
     num_gpu_blocks: int = 0

@@ -21,7 +21,7 @@ from starlette.routing import Route
 from .app_state import APIError, AppState, error_response
 from .config import VERSION, LabConfig
 from .engine_core import AsyncEngine, EngineDeadError
-from .sleep import SleepError
+from .sleep import SleepError, SleepFailed
 from .serving_chat import chat_completions
 from .tokenizer import LabTokenizer
 
@@ -95,6 +95,8 @@ async def sleep(st: AppState, request: HTTPRequest) -> Response:
         await st.engine.sleep(int(level), mode)
     except ValueError as e:   # SleepError, or a level that is not a number
         raise APIError(400, str(e), param="level") from None
+    except SleepFailed as e:
+        raise APIError(500, str(e), "InternalServerError") from None
     return Response(status_code=200)
 
 

@@ -26,7 +26,7 @@ from ._log import log
 from .block_pool import BlockPool
 from .config import LabConfig
 
-__all__ = ["LEVELS", "MODES", "SleepState", "SleepError"]
+__all__ = ["LEVELS", "MODES", "SleepState", "SleepError", "SleepFailed"]
 
 GiB = 1 << 30
 LEVELS = (0, 1, 2)
@@ -39,6 +39,12 @@ class SleepError(ValueError):
     """A sleep or wake-up request the engine refuses (becomes a 400)."""
 
 
+class SleepFailed(RuntimeError):
+    """The executor's sleep failed after the memory was released (becomes a 500): vLLM
+    0.26.0's worker asserts the device's free memory grew, which another process on the same
+    GPU can break; by then the scheduler is paused and cumem has discarded the memory."""
+
+
 class SleepState:
     """The executor's side of sleep mode: which tags are asleep, and the memory it drops."""
 
@@ -48,6 +54,7 @@ class SleepState:
         self.sleeping_tags: set[str] = set()
         self.level: int | None = None     # the level of the current sleep (None: awake)
         self.paused = False               # the scheduler's pause (level 0 and above)
+        self.sleeps = 0                   # level >= 1 sleeps so far (cfg.fail_sleep_at)
 
     @property
     def is_sleeping(self) -> bool:
@@ -77,6 +84,10 @@ class SleepState:
         log("INFO", "cumem.py:270", f"CuMemAllocator: sleep freed {total / GiB:.2f} GiB "
             f"memory in total, of which 0.00 GiB is backed up in CPU and the rest "
             f"{total / GiB:.2f} GiB is discarded directly.")
+        self.sleeps += 1
+        if self.sleeps == self.cfg.fail_sleep_at:   # paused, discarded, not marked asleep
+            log("ERROR", "core.py:1548", "AssertionError: Memory usage increased after sleeping.")
+            raise SleepFailed("Call to sleep method failed: Memory usage increased after sleeping.")
         self.sleeping_tags = set(TAGS)
         log("INFO", "abstract.py:327",
             f"It took {time.perf_counter() - t0:.6f} seconds to fall asleep.")

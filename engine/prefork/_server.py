@@ -228,7 +228,9 @@ class _EnvReads:
         self._orig = orig = cls.__getitem__
 
         def getitem(env, key):
-            keys.add(key)
+            # os.environb is the same class with bytes keys: record the name as str (a
+            # bytes key sorted beside str ones crashed the ready message on the H200)
+            keys.add(os.fsdecode(key) if isinstance(key, bytes) else key)
             return orig(env, key)
         cls.__getitem__ = getitem
         return self

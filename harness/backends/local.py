@@ -258,8 +258,12 @@ class _LocalRun:
                     if spent is not None:
                         timing[iso] = spent
                 t_req = time.monotonic()
-                records, server_dead = await self.runner.run_phases(
-                    point, slot, server, client, info, driver.phase_done)  # type: ignore[arg-type]
+                if info.get("unusable"):   # e.g. a failed restore (isolation._restore)
+                    records, server_dead = self.runner.unserved(
+                        point, slot, server, info, driver.phase_done), True
+                else:
+                    records, server_dead = await self.runner.run_phases(
+                        point, slot, server, client, info, driver.phase_done)  # type: ignore[arg-type]
                 timing["requests"] = time.monotonic() - t_req
                 if not how.reuses_server or server_dead:
                     # Teardown overlaps the next boot on this slot; its time is filled in

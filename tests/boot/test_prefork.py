@@ -253,3 +253,12 @@ def test_a_variable_read_at_import_that_differs_falls_back_to_plain(tmp_path):
         assert other.how == "plain", other
         assert "read RESIDUE_FAKE_KNOB at import" in other.fallback_reason
         assert other.wait(30) == 3
+        # a read through os.environb is recorded by its name too (it crashed the server)
+        third = start_child([sys.executable, "-m", "tests.boot.main_entry", str(out)],
+                            env=dict(env, RESIDUE_FAKE_BYTES_KNOB="child", MAIN_MARK="m",
+                                     EXTRA_DIR=str(tmp_path)),
+                            log_path=tmp_path / "c.log", server=fs,
+                            entry="-m tests.boot.main_entry", child_argv=[str(out)], cwd=ROOT)
+        assert third.how == "plain", third
+        assert "read RESIDUE_FAKE_BYTES_KNOB at import" in third.fallback_reason
+        assert third.wait(30) == 3

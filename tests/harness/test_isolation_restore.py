@@ -63,6 +63,32 @@ def test_restore_equals_fresh_where_reset_differs(cli):
     assert manifest["timing"]["restored_points"] == 5 and manifest["timing"]["median_restore_s"] > 0
 
 
+def test_a_failed_restore_is_invalid_unsent_and_its_server_replaced(cli):
+    """The H200's four 'timeout' restore points (reports/h200/README.md, issue 24): vLLM's
+    sleep failed ('Memory usage increased after sleeping', 500) after pausing the scheduler,
+    and the harness sent the point's request to that paused server anyway, 120 s each. The lab
+    fails its 2nd sleep the same way (--fail-sleep-at 2): the point is recorded invalid
+    naming the failed step, no request is sent, and the next point gets a new server."""
+    proc = cli.sweep(*BREAKS_COLD, "--engine-arg=--fail-sleep-at=2", "--isolation", "restore",
+                     lab_model=True, rc=1, timeout=120)
+    recs = cli.records()
+    failed = [r for r in recs if r["restore"]["means"] == "failed"]
+    assert failed and {r["verdict"] for r in failed} == {"invalid"}, proc.stderr[-2000:]
+    for r in failed:
+        assert r["reason"].startswith("restore failed, no request sent (the server is replaced)")
+        assert "Memory usage increased after sleeping" in r["reason"]
+        assert r["answer"] == "" and r["latency_s"] is None
+        assert any("Memory usage increased after sleeping" in ln for ln in r["log_excerpt"])
+    # 6 points on one slot: boot, restored, failed -> a new server: boot, restored, failed
+    # (each server fails its 2nd sleep); before, the first server served all six
+    means = [r["restore"]["means"] for r in recs if r["phase"] == "cold"]
+    assert sorted(means) == sorted(["boot", "sleep-level-1+wake+reset", "failed"] * 2), means
+    # every point that was served is judged as before: residue 5 breaks cold, the rest ok
+    served = {(r["residue"], r["phase"]): r["verdict"] for r in recs if r not in failed}
+    assert served.get((5, "cold"), "broken") == "broken"
+    assert all(v == "ok" for (res, _), v in served.items() if res != 5)
+
+
 def test_cmd_engine_refuses_restore_naming_fresh(tmp_path, tok_dir, cli):
     proc = cli.sweep("--engine", "cmd", "--server-cmd", fake_cmd(tok_dir), "--isolation",
                      "restore", rc=2, timeout=60)
