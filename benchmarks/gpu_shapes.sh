@@ -4,7 +4,7 @@
 # (engine/tinymodel/weights/hybrid, with its MTP head), ngram k = 3 and MTP k = 3,
 # FULL_AND_PIECEWISE unpatched and patched, prefix caching off, chunk budget 512
 # (--max-model-len from CTX=huge; --max-num-seqs 64 because vLLM refuses a budget below
-# max_num_seqs, 1024 by default on an H200; 8 for the preemption pools, see below). Three
+# max_num_seqs, 1024 by default on an H200; 8 for the preemption pools, see below). Four kinds of
 # harness processes at once, through `sweep` (docs/shapes.md):
 #   a_budget   fresh servers, unpatched, residues 3,4,5 mod 512 (--modulus auto): does a cold
 #              prompt of L = 2*512 + 4 = 1,028 tokens break, as the lab does and the rule
@@ -13,6 +13,8 @@
 #              request), reset servers, residues 4, 100, 484: lone, 4 breaks (rule) and
 #              484 (L = 996) is clean; under load MTP's prefill runs in 512 - 4*4 = 496-token
 #              chunks, so 996 = 2*496 + 4 ends in a 4-token chunk beside 4 decode steps;
+#   b_load_fresh  the same for MTP unpatched on fresh servers, residues 4 and 484 (on
+#              2026-12-01 484 was clean on a reset server: fresh is the thread's standard);
 #   c_preempt_N  --load 4 with an N-block KV pool (N = 24, 36, 54: one server each) and
 #              max_model_len 4096: the measured request is preempted and recomputed where
 #              the pool is just big enough to admit it; records count the preemptions
@@ -61,12 +63,12 @@ if [ "$ENGINE" = vllm ]; then
   # Mamba cache blocks"), the likely cause (read in the source, not confirmed); 8 >= 5
   # requests (4 background + the measured one) and <= 24 blocks.
   PREEMPT=(--max-model-len 4096 --timeout 60 --engine-arg=--max-num-seqs=8); POOLS=(24 36 54)
-  SLOTS_A=0,0,0,0,0,0; SLOTS_P=0,0; SLOTS_B=0,0,0,0; SLOTS_C=0   # 15 servers at once
+  SLOTS_A=0,0,0,0,0,0; SLOTS_P=0,0; SLOTS_B=0,0,0,0; SLOTS_F=0,0; SLOTS_C=0   # 17 servers at once
 else   # the lab engine stands in: the same sweeps, its own model, a small KV pool by bytes
   export PYTHONPATH=$R PYTHONUNBUFFERED=1
   ENG=(--engine lab); SEQS=()
   PREEMPT=(--max-model-len 3072 --kv-cache-memory-bytes 62000000 --timeout 60); POOLS=(lab)
-  SLOTS_A=; SLOTS_P=; SLOTS_B=; SLOTS_C=
+  SLOTS_A=; SLOTS_P=; SLOTS_B=; SLOTS_F=; SLOTS_C=
 fi
 H=$(( LIMIT - 50 - $(el) ))
 COMMON=("${ENG[@]}" --geometry hybrid --ctx huge --context 1024 --modulus auto
@@ -85,6 +87,11 @@ run a_budget "$SLOTS_A" "${SEQS[@]}" --spec ngram,mtp --patches none --isolation
 run a_budget_patched "$SLOTS_P" "${SEQS[@]}" --spec ngram,mtp --patches all --isolation fresh --residues 4
 run b_load "$SLOTS_B" "${SEQS[@]}" --spec ngram,mtp --patches none,all --isolation reset --residues 4,100,484 \
   --load 4
+# b_load_fresh: MTP under --load 4 on FRESH servers, each measured request its server's first:
+# on 2026-12-01 the one batched 4-token chunk (484) was clean on a reset server, which can
+# mask a break (docs/shapes.md); 4 is the control (a 36-token chunk under load)
+run b_load_fresh "$SLOTS_F" "${SEQS[@]}" --spec mtp --patches none --isolation fresh \
+  --residues 4,484 --load 4
 for b in "${POOLS[@]}"; do   # ~3,560 tokens on the lab (by bytes)
   pool=(); [ "$b" != lab ] && pool=(--engine-arg=--num-gpu-blocks-override="$b")
   run "c_preempt_$b" "$SLOTS_C" --spec mtp --patches none --isolation reset --residues 4,484 \

@@ -99,7 +99,8 @@ def test_gpu_shapes_on_the_lab_returns_two_files(tmp_path):
     assert sorted(p.name for p in out.iterdir()) == ["shapes.tgz", "shapes_summary.md"]
     reports = {Path(n).parts[1] for n in tarfile.open(out / "shapes.tgz").getnames()
                if n.endswith(".md")}
-    assert reports == {"a_budget", "a_budget_patched", "b_load", "c_preempt_lab"}
+    assert reports == {"a_budget", "a_budget_patched", "b_load", "b_load_fresh",
+                       "c_preempt_lab"}
     s = (out / "shapes_summary.md").read_text()
     for name in reports:
         assert f"## {name}" in s
