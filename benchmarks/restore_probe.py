@@ -16,6 +16,9 @@ of the same document (``--others``):
   others+sleep-wake  the other prompts, sleep level 1 + wake without an explicit reset
   others+reset again  (does reset land on yet another answer?)
 
+A restore that fails ends the probe (rc 1, one line on stderr; its step is a "not sent" row):
+on vLLM 0.26.0 a failed sleep leaves the server paused with its memory discarded.
+
 Each step is one JSON line in OUT/probe.jsonl (answer sha1 and head, verdict against the
 passage, cached_tokens, latency, the restore proof); OUT/probe.md is the table, with
 ``same as first`` for each answer. Runs on the lab too (``--engine lab``), which is how it
@@ -45,6 +48,11 @@ from harness.server_pool import PortAllocator, ServerProcess, Slot  # noqa: E402
 from harness.verdict import judge, sha1  # noqa: E402
 
 __all__ = ["main"]
+
+
+class ProbeStopped(Exception):
+    """A restore failed: the server cannot be trusted afterwards (on vLLM 0.26.0 a failed
+    sleep leaves the scheduler paused and the memory discarded), so the probe ends there."""
 
 
 class Probe:
@@ -87,6 +95,20 @@ class Probe:
         return {what + "_s": round(time.monotonic() - t, 4),
                 **({"proof": proof} if isinstance(proof, dict) else {})}
 
+    async def restored(self, step: str) -> dict:
+        """One restore (harness/restore.py) before ``step``; a failure is the step's row
+        (nothing sent) and ends the probe."""
+        got = await self.timed("restore", restore_server(self.client, self.log_path))
+        if got.get("restore") == "failed":
+            self.rows.append({"step": step, "residue": self.rule, "verdict": "not sent",
+                              "sha1": "", "answer_head": f"restore failed: {got['error']}",
+                              "cached_tokens": "", "same_as_first": "", "error": got["error"]})
+            with open(self.out / "probe.jsonl", "a") as f:
+                f.write(json.dumps(self.rows[-1]) + "\n")
+            raise ProbeStopped(f"{step}: the restore failed ({got['error']}); a server whose "
+                               "sleep failed is not reused, the probe stops here")
+        return got
+
     async def run(self) -> None:
         c, rule = self.client, self.rule
         await self.ask("first", rule)
@@ -96,12 +118,10 @@ class Probe:
         await self.others()
         await c.reset_prefix_cache()
         await self.ask("others+reset", rule)
-        proof = await self.timed("restore", restore_server(c, self.log_path))
-        await self.ask("restore", rule, **proof)
+        await self.ask("restore", rule, **await self.restored("restore"))
         for n in (1, 2):
             await self.others()
-            await self.ask(f"others+restore#{n}", rule,
-                           **await self.timed("restore", restore_server(c, self.log_path)))
+            await self.ask(f"others+restore#{n}", rule, **await self.restored(f"others+restore#{n}"))
         await self.others()
         t = time.monotonic()
         await c.sleep(level=1)
@@ -147,6 +167,7 @@ async def _main(ns: argparse.Namespace, sweep_argv: list[str]) -> int:
     log_path = Path(ns.server_log_dir or out) / "probe-server.log"
     server = ServerProcess(argv, env, port, log_path, slot)
     (out / "probe-command.txt").write_text(" ".join(map(str, argv)) + "\n" + json.dumps(env) + "\n")
+    stopped = 0
     async with EngineClient(server.base_url, timeout=opts.timeout) as client:
         try:
             server.start()
@@ -155,6 +176,9 @@ async def _main(ns: argparse.Namespace, sweep_argv: list[str]) -> int:
             probe = Probe(client, model, plans, ns.residue, log_path, out, opts.max_tokens)
             try:
                 await probe.run()
+            except ProbeStopped as e:
+                print(f"restore_probe.py: {e}", file=sys.stderr)
+                stopped = 1
             finally:
                 (out / "probe.md").write_text(
                     f"# restore probe: {cfg.label()}, document {opts.documents[0]}, boot "
@@ -162,7 +186,7 @@ async def _main(ns: argparse.Namespace, sweep_argv: list[str]) -> int:
         finally:
             await server.stop()
     print((out / "probe.md").read_text())
-    return 0
+    return stopped
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -104,3 +104,27 @@ def test_restore_probe_on_the_lab(tmp_path):
     for step in ("restore", "others+restore#1", "others+restore#2"):
         assert by[step]["same_as_first"] and by[step]["proof"]["discarded_gib"] > 0
     assert "| others+reset |" in (out / "probe.md").read_text()
+
+
+def test_restore_probe_stops_in_one_line_when_a_restore_fails(tmp_path):
+    """Stage a on the H200 ended in a traceback (ServerGone) after its second restore's sleep
+    failed; now that step is a row ('not sent', the error) and the probe ends, rc 1."""
+    model = tmp_path / "model"
+    shutil.copytree(LAB_MODEL_DIR, model)
+    out = tmp_path / "probe"
+    proc = subprocess.run(
+        [sys.executable, "benchmarks/restore_probe.py", "--out", str(out), "--residue", "5",
+         "--others", "3,4", "--", "--engine", "lab", "--spec", "ngram", "--draft-tokens", "4",
+         "--cudagraph", "FULL_AND_PIECEWISE", "--patches", "none",
+         "--engine-arg=--mamba-cache-mode=align", "--engine-arg=--fail-sleep-at=2",
+         "--context", "1200", "--model", str(model)],
+        cwd=ROOT, capture_output=True, text=True, timeout=180,
+        env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    (line,) = [ln for ln in proc.stderr.splitlines() if ln.startswith("restore_probe.py:")]
+    assert "others+restore#1: the restore failed" in line and "Memory usage increased" in line
+    rows = [json.loads(ln) for ln in (out / "probe.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == ["first", "self-hit", "reset", "others+reset", "restore",
+                                         "others+restore#1"]
+    assert rows[4]["same_as_first"] and rows[5]["verdict"] == "not sent"
+    assert "| others+restore#1 | 5 | not sent |" in (out / "probe.md").read_text()
