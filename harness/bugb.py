@@ -34,7 +34,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
-from .ghmarkdown import code, escape_text
+from .phrase import Code, Phrase, Text
 from .ranges import residues_phrase
 from .vocabulary import FULL_GRAPH_MODES, PREFILL_FIX
 
@@ -50,10 +50,15 @@ DROPS_HIT_BLOCKS = frozenset({"mtp", "eagle", "eagle3", "dflash", "dflash2"})
 class Prediction:
     residues: list[int] | None   # None: the rule cannot name residues at this modulus
     armed: bool                  # a Bug B break is expected at all
-    why: str                     # markdown
+    reason: Phrase               # why (a reader renders it: markdown, plain text)
     unit: int | None = None      # the hit unit the prediction is made with, if known
     watch: list[int] = field(default_factory=list)   # routes to measure, not predicted
     budget: int | None = None    # the chunk budget that cuts a final chunk, when it does
+
+    @property
+    def why(self) -> str:
+        """The reason as markdown (the report's spelling)."""
+        return self.reason.markdown()
 
 
 @dataclass(frozen=True)
@@ -207,63 +212,67 @@ def _predict(config: Mapping[str, Any], modulus: int, *, patch_status: Any = Non
     unknown = [f for f in ("method", "draft_tokens", "cudagraph_mode", "patches")
                if f in (c.get("not_reported") or ())]
     if unknown:   # a live server (sweep --url) that does not say what it runs
-        return Prediction(None, False, "cannot name a residue: the server does not report "
-                          f"its {', '.join(unknown)}")
+        return Prediction(None, False, Phrase.of("cannot name a residue: the server does not "
+                                                 f"report its {', '.join(unknown)}"))
     method = c.get("method", c.get("spec"))
     k = int(c.get("draft_tokens") or 0) if method and method != "none" else 0
     if not k:
-        return Prediction([], False, "predicts no break: no speculative decoding, so no "
-                          "`1 + k` verify shape to mistake a prefill tail for")
+        return Prediction([], False, Phrase.of("predicts no break: no speculative decoding, so "
+                                               "no ", Code("1 + k"), " verify shape to mistake "
+                                               "a prefill tail for"))
     budget = chunk_budget(c, longest)
     if budget and load:
         budget = max(1, budget - int(load) * (k + 1))
     caching = c.get("prefix_caching") is not False
     if not caching and not budget:
-        return Prediction([], False, "predicts no break: prefix caching is off, so no cache "
-                          "hit cuts the prompt tail")
+        return Prediction([], False, Phrase.of("predicts no break: prefix caching is off, so "
+                                               "no cache hit cuts the prompt tail"))
     mode = c.get("cudagraph_mode")
     if mode and mode not in FULL_GRAPH_MODES:
-        return Prediction([], False, f"predicts no break: {code(mode)} captures no FULL "
-                          "graph for the verify step")
+        return Prediction([], False, Phrase.of("predicts no break: ", Code(mode), " captures "
+                                               "no FULL graph for the verify step"))
     fixed, how = prefill_fix_applied(c.get("patches") or patches, patch_status)
     if fixed:
-        return Prediction([], False, "predicts no break: the prefill-discriminator fix is "
-                          f"on ({escape_text(how)})")
+        return Prediction([], False, Phrase.of("predicts no break: the prefill-discriminator "
+                                               "fix is on (", Text(how), ")"))
     unit, source = hit_unit(c, cached_tokens) if caching else (None, "")
     rule = vllm_dispatch(c)
     if rule is not None and rule.prefill_check:
         return _checked(rule, c, k, unit, budget, m)
-    on = f"; {escape_text(rule.line())}" if rule is not None else ""
+    on = Phrase.of("; ", Text(rule.line())) if rule is not None else Phrase.of()
     if caching and unit is None:
-        return Prediction(None, True, f"cannot name a residue: k={k}, but no "
-                          "`--prefix-match-unit`, so hits align to the KV page (on a "
-                          "hybrid model the larger state page, 2048 tokens in the "
-                          f"thread), which a mod-{m} sweep cannot resolve{on}", budget=budget)
+        return Prediction(None, True, Phrase.of(
+            f"cannot name a residue: k={k}, but no ", Code("--prefix-match-unit"), ", so hits "
+            "align to the KV page (on a hybrid model the larger state page, 2048 tokens in the "
+            f"thread), which a mod-{m} sweep cannot resolve", on), budget=budget)
     shapes = shapes_of(c, k, unit, budget)
     named = [(sh, sh.residues(m)) for sh in shapes]
     armed = (k + 1) % unit if unit else k + 1
     if not budget and named[0][1] is None:
-        return Prediction(None, True, f"cannot name a residue: k={k}, {source} {unit} arms "
-                          f"lengths ≡ {armed} (mod {unit}), which a mod-{m} sweep cannot "
-                          f"resolve{on}", unit)
+        return Prediction(None, True, Phrase.of(
+            f"cannot name a residue: k={k}, {source} {unit} arms lengths ≡ {armed} (mod "
+            f"{unit}), which a mod-{m} sweep cannot resolve", on), unit)
     if lengths:
         named = [(sh, rs if rs is not None else _by_length(sh, lengths)) for sh, rs in named]
     lost = [sh for sh, res in named if res is None]
     res = sorted({r for _, rs in named if rs for r in rs})
     if not budget:
-        return Prediction(res, True, f"predicts {residues_phrase(res)} (k + 1 = {k + 1}, mod "
-                          f"{source} {unit}; {code(mode or '?')}, prefill fix off{on})", unit)
+        return Prediction(res, True, Phrase.of(
+            f"predicts {residues_phrase(res)} (k + 1 = {k + 1}, mod {source} {unit}; ",
+            Code(mode or "?"), ", prefill fix off", on, ")"), unit)
     where = "; ".join(_shape_phrase(sh, source, load) for sh in shapes)
-    tail = f"; {code(mode or '?')}, prefill fix off{on}"
+    tail = Phrase.of("; ", Code(mode or "?"), ", prefill fix off", on)
     if lost and not res:
         auto = auto_modulus(c, longest)[0]
-        hint = f" (`--modulus auto` sweeps mod {auto})" if auto != m else ""
-        return Prediction(None, True, f"cannot name a residue: k={k}, {where}, which a "
-                          f"mod-{m} sweep cannot resolve{hint}{tail}", unit, budget=budget)
+        hint = Phrase.of(" (", Code("--modulus auto"), f" sweeps mod {auto})") if auto != m \
+            else Phrase.of()
+        return Prediction(None, True, Phrase.of(
+            f"cannot name a residue: k={k}, {where}, which a mod-{m} sweep cannot resolve",
+            hint, tail), unit, budget=budget)
     miss = ("; the " + " and the ".join(sh.name for sh in lost) + f" cannot be resolved "
             f"mod {m}" if lost else "")
-    return Prediction(res, True, f"predicts {residues_phrase(res)} (k + 1 = {k + 1}: "
-                      f"{where}{miss}{tail})", unit, budget=budget)
+    return Prediction(res, True, Phrase.of(f"predicts {residues_phrase(res)} (k + 1 = {k + 1}: "
+                                           f"{where}{miss}", tail, ")"), unit, budget=budget)
 
 
 def _by_length(sh: Shape, lengths: Mapping[int, Iterable[int]]) -> list[int]:
@@ -284,17 +293,17 @@ def _checked(rule, c: Mapping[str, Any], k: int, unit: int | None, budget: int |
     """vLLM's own dispatch checks for a prefill: no break; on a release whose V2 runner
     sends a 1-token final chunk over existing context to the decode graph on purpose
     (``decode_graph_eligible``), the residues of those tails are named to measure."""
-    why = f"predicts no break: {escape_text(rule.line())}"
+    why = Phrase.of("predicts no break: ", Text(rule.line()))
     if rule.mechanism != "decode_graph_eligible":
         return Prediction([], False, why)
     shapes = shapes_of(c, k, unit, budget, size=1)
     watch = sorted({r for sh in shapes for r in (sh.residues(m) or [])})
     if not watch:
         return Prediction([], False, why)
-    return Prediction([], False, f"{why}; but a 1-token final chunk over existing context "
-                      f"runs as a decode step on purpose (`prefill_runs_as_decode`): "
-                      f"{residues_phrase(watch)} measured, not predicted", watch=watch,
-                      budget=budget)
+    return Prediction([], False, Phrase.of(
+        why, "; but a 1-token final chunk over existing context runs as a decode step on "
+        "purpose (", Code("prefill_runs_as_decode"), f"): {residues_phrase(watch)} measured, "
+        "not predicted"), watch=watch, budget=budget)
 
 
 def auto_modulus(c: Mapping[str, Any], longest: int | None = None) -> tuple[int, str]:

@@ -100,8 +100,8 @@ def _rule_line(cfg, modulus: int, load: int = 0,
     pred = bugb.predict(_with_installed_vllm(cfg.as_dict()), modulus, load=load,
                         lengths=lengths if load else None)
     if pred.residues:
-        return f"{pred.residues} ({_plain(pred.why)})"
-    return f"nothing ({_plain(pred.why)})"
+        return f"{pred.residues} ({pred.reason.plain()})"
+    return f"nothing ({pred.reason.plain()})"
 
 
 def _with_installed_vllm(config: dict) -> dict:

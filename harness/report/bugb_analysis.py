@@ -3,6 +3,7 @@ records, and whether the sweep agrees with it."""
 from __future__ import annotations
 
 from ..bugb import Prediction, hit_granularity, predict
+from ..phrase import Phrase
 from ..ranges import residues_phrase
 from ..run.records import BUG_VERDICTS
 from .model import ConfigData
@@ -32,9 +33,10 @@ def predict_bug_b(cd: ConfigData) -> Prediction:
                    lengths=by_residue if load else None)
     if preempted and pred.armed:
         # a preempted request is recomputed in other batches: the load arithmetic is off
-        return Prediction(None, True, f"cannot name a residue: {preempted} preemption(s) "
-                          "during the measured requests changed their batches (without "
-                          f"them it {pred.why})", pred.unit, budget=pred.budget)
+        return Prediction(None, True, Phrase.of(
+            f"cannot name a residue: {preempted} preemption(s) during the measured requests "
+            "changed their batches (without them it ", pred.reason, ")"), pred.unit,
+            budget=pred.budget)
     return pred
 
 

@@ -304,3 +304,10 @@ def test_a_new_verdict_isolation_or_writer_is_one_entry():
     assert vocabulary.VERDICTS == tuple(v.name for v in vocabulary.VERDICT_TABLE)
     session = (HARNESS / "session.py").read_text()
     assert "WRITERS.values()" in session   # every registered writer runs, none by name
+
+
+def test_the_rule_returns_structure_not_markdown():
+    """``bugb.py`` builds its reasons as ``phrase.Phrase`` parts; only a reader renders
+    them (it imports no markdown helper)."""
+    found = [m for m, _ in _imports_named(HARNESS / "bugb.py") if "ghmarkdown" in m]
+    assert not found, found
