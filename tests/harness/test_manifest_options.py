@@ -6,20 +6,19 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from harness.flags import FLAGS_VERSION
-from tests.conftest import ROOT
+from tests.conftest import run_cli
 
-pytestmark = pytest.mark.usefixtures("no_leftovers")
+# each test boots real lab servers (a sweep, then a resume or an explain)
+pytestmark = [pytest.mark.usefixtures("no_leftovers"), pytest.mark.slow]
 
 
-def sweep(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "harness", *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=240)
+def sweep(*args) -> subprocess.CompletedProcess:
+    return run_cli(*args, timeout=240)   # the one runner of the sweep CLI (conftest)
 
 
 @pytest.fixture

@@ -98,6 +98,7 @@ def test_callbacks_hear_every_point_and_the_report(tmp_path, model):
     assert any(line.startswith(f"run {result.run_id}: 3 data points") for line in heard.lines)
 
 
+@pytest.mark.slow   # a parent sweep, then a ladder of lab servers
 def test_explain_runs_its_rungs_with_the_runs_prefork_launcher(tmp_path, model):
     parent = parent_run(tmp_path, model, "--launcher", "prefork")
     ex = harness("explain", parent, "--out", str(tmp_path / "r"), "--slots", "2")
@@ -132,6 +133,7 @@ def test_explain_takes_the_cache_dir_to_every_rung(tmp_path):
     assert sweep.options.cache_dir == cache
 
 
+@pytest.mark.slow   # a parent sweep, then a ladder of lab servers
 def test_explain_judges_rungs_against_the_parents_first_reference(tmp_path, model):
     """A first / consensus parent: the rungs are judged against the answer the parent's
     matrix reference chose (the lifecycle's golden step), none left unjudged."""
@@ -146,6 +148,7 @@ def test_explain_judges_rungs_against_the_parents_first_reference(tmp_path, mode
     assert all(phase == "self-hit" for _, phase in broken), broken
 
 
+@pytest.mark.slow   # a parent sweep, then a ladder of lab servers
 def test_explain_interrupted_ends_like_a_sweep(tmp_path, model):
     parent = parent_run(tmp_path, model)
     out = tmp_path / "r"
