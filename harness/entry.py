@@ -3,7 +3,8 @@
 ``pyproject.toml`` points ``sweep`` here, not at ``harness.cli``: importing the CLI pulls
 in pandas, numpy and the tokenizers (about a second on a small machine), and a Ctrl-C or
 SIGTERM in that second must already end with exit 130 and one line, not a traceback or a
-death by signal (``harness.interrupts``). ``python -m harness`` comes here too.
+death by signal (``harness.interrupts``): the handlers are set before the import and act
+on a signal as soon as the import is done. ``python -m harness`` comes here too.
 """
 from __future__ import annotations
 
@@ -25,10 +26,18 @@ def _interrupted() -> int:
 
 
 def main() -> None:
-    interrupts.install()
+    # While the CLI imports, a signal is only remembered: raised from the handler, it can
+    # land inside importlib's own module-lock callback, where Python prints it as an
+    # "Exception ignored ... KeyboardInterrupt" traceback instead of letting it through
+    # (seen on a loaded 2-core box). Nothing runs during the imports, so acting on it right
+    # after them loses nothing.
+    interrupts.ignore()
     try:
         from .cli import main as cli_main
-        if interrupts.pending():  # a signal whose exception an import swallowed
+        if interrupts.pending():
+            raise KeyboardInterrupt
+        interrupts.install()
+        if interrupts.pending():  # it came between the check and the install
             raise KeyboardInterrupt
         cli_main()
         code = 0
