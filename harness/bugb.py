@@ -185,13 +185,16 @@ def _batched_on_vllm(c: Mapping[str, Any], pred: Prediction, load: int) -> Predi
     release table's ``load_measured``: on 0.26.0 the one such cell was clean), and ngram's
     decode rows carry 0..k drafts, so the chunk the budget leaves is not fixed."""
     from engine.vllm.patches.releases import load_measured   # imports no vLLM
-    shape = pred.why.removeprefix("predicts ")
+    first, *rest = pred.reason.parts or ("",)
+    shape = Phrase.of(first.removeprefix("predicts ") if isinstance(first, str) else first,
+                      *rest)
     ngram = ("; ngram's decode rows carry 0 to k drafts, so the budget they leave, and the "
              "final chunk, vary" if c.get("method") == "ngram" else "")
-    why = (f"does not predict a break under `--load {load}` on vLLM; "
-           f"{residues_phrase(pred.residues)} measured, not predicted: a batched `1 + k`-token "
-           f"final chunk is not known to break real vLLM ({escape_text(load_measured(c.get('vllm_version')))}"
-           f"{ngram}); the batched shape: {shape}")
+    why = Phrase.of("does not predict a break under ", Code(f"--load {load}"), " on vLLM; "
+                    f"{residues_phrase(pred.residues)} measured, not predicted: a batched ",
+                    Code("1 + k"), "-token final chunk is not known to break real vLLM (",
+                    Text(load_measured(c.get("vllm_version"))), f"{ngram}); the batched "
+                    "shape: ", shape)
     return Prediction([], False, why, pred.unit, watch=list(pred.residues), budget=pred.budget)
 
 

@@ -57,6 +57,7 @@ class Flag:
     axis: str | None = None                      # engine.presets.resolve keyword it expands
     items: Callable[[str, str | None], list] | None = None   # comma list -> axis values
     rerun: Callable[[Rerun], list[str]] | None = None        # its spelling in a rerun
+    resume: bool = False     # --resume may take a new value (where files go, how to run)
 
 
 GROUPS = ("engine and configuration", "what to measure", "how to run", "gating and output")
@@ -340,20 +341,20 @@ FLAGS: tuple[Flag, ...] = (
          {"metavar": "ADDR"}),
     # a rerun is one point: one slot
     Flag("--slots", RUN, "parallel CPU slots (default: cores)", {"type": positive_int("--slots")},
-         rerun=lambda r: ["--slots", "1"]),
-    Flag("--gpus", RUN, "one server per GPU id, e.g. 0,1", {"metavar": "LIST"}),
+         rerun=lambda r: ["--slots", "1"], resume=True),
+    Flag("--gpus", RUN, "one server per GPU id, e.g. 0,1", {"metavar": "LIST"}, resume=True),
     Flag("--timeout", RUN, "per request, seconds (default 120)",
-         {"type": positive_float, "default": 120.0}),
+         {"type": positive_float, "default": 120.0}, resume=True),
     Flag("--boot-timeout", RUN, "server boot, seconds (default: lab 60, cmd 300, vllm 900)",
          {"type": positive_float}),
     Flag("--out", RUN, "results directory (default results/); the reports go there too "
-         "unless --reports-dir says otherwise", {"metavar": "DIR"}),
+         "unless --reports-dir says otherwise", {"metavar": "DIR"}, resume=True),
     Flag("--reports-dir", RUN, "report directory (default: the --out folder when --out is "
-         "given, else reports/)", {"metavar": "DIR"}),
+         "given, else reports/)", {"metavar": "DIR"}, resume=True),
     Flag("--resume", RUN, "continue an interrupted run", {"metavar": "RUN_ID"}),
     Flag("--dry-run", RUN, "print the plan and server commands; start nothing",
          {"action": "store_true"}),
-    Flag("--no-progress", RUN, "no progress bar", {"action": "store_true"}),
+    Flag("--no-progress", RUN, "no progress bar", {"action": "store_true"}, resume=True),
     Flag("--baseline", OUTPUT, "fail only on regressions against it", {"metavar": "RUN_OR_FILE"}),
     Flag("--allow-fewer", OUTPUT, "with --baseline: do not fail when a cell the baseline "
          "judged is missing or unjudged now", {"action": "store_true"}),

@@ -2,10 +2,11 @@
 ``flags.flags_json``; a manifest from before them: its command line).
 
 A resumed run keeps its plan: what it measures and on which configurations comes from the
-manifest. Only the flags in ``MAY_CHANGE`` (where files go, how many slots, the progress
-bar, the request timeout) take the new command line's value; any other flag written on the
-resume command line that differs from the manifest's is a ``UsageError`` naming the flag
-and the manifest's value, never silently dropped.
+manifest. Only the flags in ``MAY_CHANGE`` (each ``Flag(..., resume=True)``: where files
+go, how many slots, the progress bar, the request timeout) take the new command line's
+value; any other flag written on the resume command line that differs from the
+manifest's is a ``UsageError`` naming the flag and the manifest's value, never silently
+dropped.
 """
 from __future__ import annotations
 
@@ -13,11 +14,12 @@ import argparse
 from typing import Any, Sequence
 
 from .errors import UsageError
-from .flags import dest_of, explicit_flags, namespace_of
+from .flags import FLAGS, dest_of, explicit_flags, namespace_of
 
 __all__ = ["MAY_CHANGE", "resumed_namespace", "check_resumed_records"]
 
-MAY_CHANGE = ("--out", "--reports-dir", "--slots", "--gpus", "--no-progress", "--timeout")
+# the flags whose Flag says --resume may change them (harness.flags: declared once)
+MAY_CHANGE = tuple(f.name for f in FLAGS if f.resume)
 
 
 def _spell(name: str, value: Any) -> str:
