@@ -302,6 +302,8 @@ def test_a_new_verdict_isolation_or_writer_is_one_entry():
     (iso_flag,) = [f for f in FLAGS if f.name == "--isolation"]
     assert tuple(iso_flag.kw["choices"]) == isolation.ISOLATIONS == vocabulary.ISOLATIONS
     assert vocabulary.VERDICTS == tuple(v.name for v in vocabulary.VERDICT_TABLE)
+    assert all(w.name == n and callable(w.wanted) and callable(w.write)
+               for n, w in writers.WRITERS.items())
     session = (HARNESS / "session.py").read_text()
     assert "WRITERS.values()" in session   # every registered writer runs, none by name
 
