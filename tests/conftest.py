@@ -3,10 +3,9 @@ on 127.0.0.1, a check that none survive, and the suite's markers (``pyproject.to
 
 Markers: ``e2e`` (through the real ``sweep`` entry point in a subprocess, with real server
 processes: every test that takes the ``cli`` fixture or whose module calls ``run_cli``, and
-``tests/e2e``), ``slow`` (many
-servers, a cluster, a build or a training run: left out of the quick subset,
-``pytest -m "not slow"``), and
-``gpu_free`` (runs on a CPU-only machine: every test, unless it is marked ``gpu``).
+``tests/e2e``), ``slow`` (many servers, a cluster, a build or a training run), and
+``gpu_free`` (runs on a CPU-only machine: every test, unless it is marked ``gpu``). The quick
+subset is ``pytest -n auto -m "not slow and not e2e"`` (docs/testing.md).
 """
 from __future__ import annotations
 
