@@ -22,39 +22,21 @@ A sweep killed outright (SIGKILL, the OOM killer, a CI hard timeout) cannot, so:
 """
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import signal
 from pathlib import Path
-from typing import Callable
 
 import psutil
+
+from engine.prefork import die_with_parent   # the one preexec_fn, shared with the fork server
 
 __all__ = ["PIDS_SUFFIX", "OWNER_ENV", "owner_token", "die_with_parent", "PidFile",
            "end_orphans"]
 
 PIDS_SUFFIX = ".servers.json"
 OWNER_ENV = "RESIDUE_LAB_SWEEP"
-PR_SET_PDEATHSIG = 1
 _TIME_SLACK_S = 0.05   # create_time is rounded to clock ticks
-
-
-def die_with_parent() -> Callable[[], None] | None:
-    """A ``preexec_fn`` that asks the kernel to SIGTERM the child when this process dies;
-    None where there is no ``prctl`` (not Linux). Resolved here, in the parent: the child
-    only makes the call (no library loading between fork and exec)."""
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    parent = os.getpid()
-
-    def preexec() -> None:
-        prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
-        if os.getppid() != parent:   # the sweep died between fork and prctl
-            os.kill(os.getpid(), signal.SIGKILL)
-    return preexec
 
 
 def owner_token() -> str:

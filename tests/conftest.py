@@ -92,6 +92,16 @@ def env_without(*names: str, prefix: str | None = None) -> dict:
             if k not in names and not (prefix and k.startswith(prefix))}
 
 
+
+def one_line_exit_2(proc, *needles: str) -> str:
+    """A user mistake: exit 2, one line on stderr, no traceback, naming each needle."""
+    assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, lines
+    for n in needles:
+        assert n in lines[0], lines[0]
+    return lines[0]
+
 def read_jsonl(path: Path) -> list[dict]:
     """Every record of a results file."""
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

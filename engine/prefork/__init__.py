@@ -11,7 +11,7 @@ is the vLLM entry. Falls back to a plain process where a fork cannot be used.
         child.kill()
 """
 from ._client import ForkedChild, ForkServer, ForkServerUnavailable, PlainChild, start_child
-from ._proctree import alive, kill_session, session_pids
+from ._proctree import alive, die_with_parent, kill_session, session_pids
 
 __all__ = ["ForkServer", "ForkServerUnavailable", "ForkedChild", "PlainChild", "alive",
-           "kill_session", "session_pids", "start_child"]
+           "die_with_parent", "kill_session", "session_pids", "start_child"]

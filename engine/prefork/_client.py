@@ -2,11 +2,9 @@
 process where it cannot be used. Both kinds of child have one interface."""
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import select
-import signal
 import subprocess
 import sys
 import threading
@@ -15,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from ._proctree import alive, kill_session, session_pids
+from ._proctree import alive, die_with_parent, kill_session, session_pids
 
 __all__ = ["ForkServer", "ForkServerUnavailable", "ForkedChild", "PlainChild", "start_child"]
 
@@ -81,7 +79,7 @@ class ForkServer:
             self.proc = subprocess.Popen(self.argv(), stdin=subprocess.PIPE,
                                          stdout=subprocess.PIPE, stderr=log, env=self.env,
                                          cwd=self.cwd, start_new_session=True,
-                                         preexec_fn=_die_with_parent())
+                                         preexec_fn=die_with_parent())
         self._lines = _Lines(self.proc.stdout.fileno())
         line = self._lines.readline(self.start_timeout)
         msg = _decode(line)
@@ -151,23 +149,6 @@ class ForkServer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _die_with_parent():
-    """A ``preexec_fn``: the child is SIGTERMed by the kernel when this process dies
-    (``PR_SET_PDEATHSIG``, Linux; None elsewhere). The fork server sets it again itself;
-    here it also covers the instant between exec and that call, and plain children."""
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    parent = os.getpid()
-
-    def preexec() -> None:
-        prctl(1, int(signal.SIGTERM), 0, 0, 0)    # 1: PR_SET_PDEATHSIG
-        if os.getppid() != parent:
-            os.kill(os.getpid(), signal.SIGKILL)
-    return preexec
 
 
 def _decode(line: bytes | None) -> dict[str, Any] | None:
@@ -260,6 +241,6 @@ def start_child(plain_argv: Sequence[str], *, env: Mapping[str, str],
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(list(plain_argv), stdin=subprocess.DEVNULL, stdout=log,
                                 stderr=subprocess.STDOUT, env=dict(env), cwd=cwd,
-                                start_new_session=True, preexec_fn=_die_with_parent())
+                                start_new_session=True, preexec_fn=die_with_parent())
     return PlainChild(pid=proc.pid, log_path=Path(log_path), started_at=started, proc=proc,
                       fallback_reason=reason)

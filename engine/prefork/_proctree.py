@@ -3,9 +3,11 @@
 A session survives re-parenting to init, which a parent/child walk does not."""
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import time
+from typing import Callable
 
 __all__ = ["alive", "kill_session", "session_pids"]
 
@@ -68,3 +70,24 @@ def kill_session(sid: int, *, grace: float = 10.0, sig: int = signal.SIGTERM) ->
         _signal_all(left, signal.SIGKILL)
         left = _wait_gone(sid, 5.0)
     return left
+
+
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> Callable[[], None] | None:
+    """A ``preexec_fn`` that asks the kernel to SIGTERM the child when this process dies
+    (``PR_SET_PDEATHSIG``, Linux; None where there is no ``prctl``). Resolved here, in the
+    parent: the child only makes the call (no library loading between fork and exec). A
+    child whose parent died between fork and the call kills itself."""
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def preexec() -> None:
+        prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+        if os.getppid() != parent:
+            os.kill(os.getpid(), signal.SIGKILL)
+    return preexec

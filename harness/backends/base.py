@@ -7,14 +7,15 @@ point; ``describe`` is what the manifest's ``backend`` says about where the run 
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol, Sequence, runtime_checkable
+import asyncio
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Protocol, Sequence, runtime_checkable
 
 if TYPE_CHECKING:  # types only: the registry must import without the run layer
     from ..configs import SweepOptions
     from ..run.driver import Driver
     from ..run.plan import Point
 
-__all__ = ["Backend"]
+__all__ = ["Backend", "run_slot_workers"]
 
 
 @runtime_checkable
@@ -29,3 +30,16 @@ class Backend(Protocol):
 
     def describe(self) -> dict[str, Any]:
         """What the manifest records about this backend, once ``run`` has started."""
+
+
+async def run_slot_workers(slots: Sequence[Any], worker: Callable[[Any], Awaitable[None]],
+                           prefix: str) -> None:
+    """One task per slot until all are done; when one fails or the sweep is cancelled, the
+    others are cancelled and awaited, so no worker outlives the backend's ``run``."""
+    tasks = [asyncio.create_task(worker(slot), name=f"{prefix}-{slot.id}") for slot in slots]
+    try:
+        await asyncio.gather(*tasks)
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)

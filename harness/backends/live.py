@@ -9,7 +9,6 @@ answering, is recorded ``infra`` with the reason, never sent.
 """
 from __future__ import annotations
 
-import asyncio
 import socket
 import time
 from typing import Any, Sequence
@@ -24,6 +23,7 @@ from ..run.point import PointRunner
 from ..run.records import timing_record
 from ..scheduling import PointQueue
 from ..slots import Slot
+from .base import run_slot_workers
 
 __all__ = ["LiveBackend"]
 
@@ -55,14 +55,8 @@ class LiveBackend:
             runner = driver.point_runner(http)
             run = _LiveRun(driver, runner, target)
             queue = PointQueue(points, affinity=False)
-            workers = [asyncio.create_task(run.worker(slot, queue), name=f"live-{slot.id}")
-                       for slot in driver.opts.slots]
-            try:
-                await asyncio.gather(*workers)
-            finally:
-                for w in workers:
-                    w.cancel()
-                await asyncio.gather(*workers, return_exceptions=True)
+            await run_slot_workers(driver.opts.slots, lambda slot: run.worker(slot, queue),
+                                   "live")
         finally:
             await http.aclose()
 

@@ -31,6 +31,7 @@ from ..run.records import point_key, timing_record
 from ..isolation import POLICIES, policy
 from ..scheduling import PointQueue
 from ..server_pool import BootFailure, Slot
+from .base import run_slot_workers
 
 __all__ = ["LocalBackend", "BOOT_FAILURES_ALLOWED", "boot_failures_allowed", "BootGate",
            "COLD_BOOT_FACTOR"]
@@ -132,14 +133,9 @@ class _LocalRun:
                 self._seed_late_from_disk(points)
         else:
             queue = PointQueue(points, affinity=policy(self.opts.isolation).reuses_server)
-        workers = [asyncio.create_task(self._worker(slot, queue), name=f"slot-{slot.id}")
-                   for slot in self.opts.slots]
         try:
-            await asyncio.gather(*workers)
+            await run_slot_workers(self.opts.slots, lambda slot: self._worker(slot, queue), "slot")
         finally:
-            for w in workers:
-                w.cancel()
-            await asyncio.gather(*workers, return_exceptions=True)
             if self._teardowns:
                 await asyncio.gather(*self._teardowns, return_exceptions=True)
 

@@ -12,19 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import FIXTURES, ROOT
+from tests.conftest import FIXTURES, ROOT, one_line_exit_2
 
 REPORTS_FIXTURE = ROOT / "tests" / "reports" / "fixtures" / "cmd" / "fake-break4.jsonl"
 
-
-def one_line_exit_2(proc, *needles: str) -> str:
-    assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
-    assert "Traceback" not in proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1, lines
-    for n in needles:
-        assert n in lines[0], lines[0]
-    return lines[0]
 
 
 @pytest.fixture

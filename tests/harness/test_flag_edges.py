@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, one_line_exit_2
 
 
 def run(*args, cwd: Path, timeout: float = 120):
@@ -21,14 +21,6 @@ def run(*args, cwd: Path, timeout: float = 120):
     return subprocess.run([sys.executable, "-m", "harness", *map(str, args)], cwd=cwd,
                           capture_output=True, text=True, timeout=timeout, env=env)
 
-
-def one_line_exit_2(proc, *needles: str) -> str:
-    assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in proc.stderr, lines
-    for n in needles:
-        assert n in lines[0], lines[0]
-    return lines[0]
 
 
 @pytest.mark.parametrize("args, needles", [

@@ -11,21 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import env_without, run_cli
+from tests.conftest import env_without, one_line_exit_2, run_cli
 
 
 def run(*args, cwd: Path, timeout: float = 180):
     """The CLI from ``cwd``, without the caller's GITHUB_* variables."""
     return run_cli(*args, cwd=cwd, timeout=timeout, env=env_without(prefix="GITHUB_"))
 
-
-def one_line_exit_2(proc, *needles: str) -> str:
-    assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in proc.stderr, lines
-    for n in needles:
-        assert n in lines[0], lines[0]
-    return lines[0]
 
 
 @pytest.fixture(scope="module")
