@@ -172,7 +172,10 @@ def non_ok_cells(records: list[dict], residue: int | None,
     merge (explain reruns on fresh servers either way), the worse verdict kept."""
     recs, _ = latest_records(records)
     out: dict[CellKey, dict[str, Any]] = {}
-    for r in sorted(recs, key=lambda r: (r.get("residue"), phase_key(r.get("phase", "")))):
+    # residue, then document, then phase: the ladders come out in one order whatever order
+    # the points finished in (two slots finish documents 0 and 1 either way round)
+    for r in sorted(recs, key=lambda r: (r.get("residue"), document_of(r),
+                                         phase_key(r.get("phase", "")))):
         if r.get("verdict") not in EXPLAINED:
             continue
         if residue is not None and r.get("residue") != residue:
