@@ -85,7 +85,8 @@ def test_cost_per_point_from_records():
     assert "| restore | 1 | 0.1 s (0.1–0.1) | 0.05 | 0.5 s (0.5–0.5) | 0.167 |" in table
 
 
-def test_restore_probe_on_the_lab(tmp_path):
+def _probe(tmp_path, *engine_args: str) -> tuple[subprocess.CompletedProcess, Path]:
+    """benchmarks/restore_probe.py on the lab (ngram k=4, unpatched FULL, residue 5)."""
     model = tmp_path / "model"   # a per-test copy: its path marks this test's server
     shutil.copytree(LAB_MODEL_DIR, model)
     out = tmp_path / "probe"
@@ -93,9 +94,15 @@ def test_restore_probe_on_the_lab(tmp_path):
         [sys.executable, "benchmarks/restore_probe.py", "--out", str(out), "--residue", "5",
          "--others", "3,4", "--", "--engine", "lab", "--spec", "ngram", "--draft-tokens", "4",
          "--cudagraph", "FULL_AND_PIECEWISE", "--patches", "none",
-         "--engine-arg=--mamba-cache-mode=align", "--context", "1200", "--model", str(model)],
+         "--engine-arg=--mamba-cache-mode=align", *engine_args,
+         "--context", "1200", "--model", str(model)],
         cwd=ROOT, capture_output=True, text=True, timeout=180,
         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    return proc, out
+
+
+def test_restore_probe_on_the_lab(tmp_path):
+    proc, out = _probe(tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = [json.loads(line) for line in (out / "probe.jsonl").read_text().splitlines()]
     by = {r["step"]: r for r in rows}
@@ -109,17 +116,7 @@ def test_restore_probe_on_the_lab(tmp_path):
 def test_restore_probe_stops_in_one_line_when_a_restore_fails(tmp_path):
     """Stage a on the H200 ended in a traceback (ServerGone) after its second restore's sleep
     failed; now that step is a row ('not sent', the error) and the probe ends, rc 1."""
-    model = tmp_path / "model"
-    shutil.copytree(LAB_MODEL_DIR, model)
-    out = tmp_path / "probe"
-    proc = subprocess.run(
-        [sys.executable, "benchmarks/restore_probe.py", "--out", str(out), "--residue", "5",
-         "--others", "3,4", "--", "--engine", "lab", "--spec", "ngram", "--draft-tokens", "4",
-         "--cudagraph", "FULL_AND_PIECEWISE", "--patches", "none",
-         "--engine-arg=--mamba-cache-mode=align", "--engine-arg=--fail-sleep-at=2",
-         "--context", "1200", "--model", str(model)],
-        cwd=ROOT, capture_output=True, text=True, timeout=180,
-        env={**os.environ, "PYTHONPATH": str(ROOT)})
+    proc, out = _probe(tmp_path, "--engine-arg=--fail-sleep-at=2")
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     (line,) = [ln for ln in proc.stderr.splitlines() if ln.startswith("restore_probe.py:")]
     assert "others+restore#1: the restore failed" in line and "Memory usage increased" in line
