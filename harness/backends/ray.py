@@ -45,6 +45,7 @@ from ..errors import CannotRun, UsageError
 from ..run.driver import Driver
 from ..run.plan import Point
 from ..run.point import RunnerSpec
+from ..run.records import by_node
 from ..slots import Slot
 
 __all__ = ["RayBackend", "check_available", "runtime_env", "task_resources", "node_label",
@@ -199,8 +200,7 @@ def node_label(hostname: str, ip: str, node_id: str) -> str:
 
 
 def records_by_node(records: list[dict]) -> dict[str, dict[str, int]]:
-    """Verdict counts per node (see ``harness.backends.nodes`` for the report section)."""
-    from ..report.nodes import by_node
+    """Verdict counts per node (``run.records.by_node``; the report's section reads it too)."""
     return {node: dict(c) for node, c in by_node(records).items()}
 
 

@@ -6,19 +6,10 @@ the report shows one row per node so the two cannot be confused.
 """
 from __future__ import annotations
 
-from collections import Counter
-
 from ..ghmarkdown import bold, code, escape_text, table
+from ..run.records import by_node
 
 __all__ = ["by_node", "render_nodes"]
-
-
-def by_node(records: list[dict]) -> dict[str, Counter]:
-    """Verdict counts per node: ``{"gpu-07/10.0.0.17/3590ecc1": Counter(ok=30, broken=2)}``."""
-    out: dict[str, Counter] = {}
-    for r in records:
-        out.setdefault(str(r.get("node") or "?"), Counter())[str(r.get("verdict") or "invalid")] += 1
-    return dict(sorted(out.items()))
 
 
 def render_nodes(records: list[dict]) -> str:

@@ -10,6 +10,7 @@ and bump ``SCHEMA_VERSION`` only when the meaning of an existing field changes.
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
@@ -22,7 +23,7 @@ from ..vocabulary import (BUG_VERDICTS, CLEAN, EXPLAINED, JUDGED, NOT_FAILED, OP
 
 __all__ = ["SCHEMA_VERSION", "PhaseRecord", "PHASES", "VERDICTS", "SEVERITY", "BUG_VERDICTS",
            "CLEAN", "EXPLAINED", "JUDGED", "NOT_FAILED", "OPEN", "SERVER_LOGGED", "UNANSWERED", "UNTESTED", "verdict_info", "CONFIG_FIELDS", "NOT_IDENTITY", "phase_key", "worst", "schema_of",
-           "latest_records", "cell_key", "point_key", "document_of", "auto_pass", "record_identity", "sha12", "RecordBuilder", "mismatches", "failure_fields", "timing_record"]
+           "latest_records", "cell_key", "point_key", "document_of", "auto_pass", "record_identity", "sha12", "RecordBuilder", "mismatches", "failure_fields", "timing_record", "by_node"]
 
 # 3: the cold phase under --reference cold is `unjudged` (was `ok`), a collapse is measured
 #    against the reference's length, an unproven hit is `invalid`; new fields
@@ -285,3 +286,13 @@ class RecordBuilder:
             rec.update(extra or {})
             out.append(rec)
         return out
+
+
+def by_node(records: list[dict]) -> dict[str, Counter]:
+    """Verdict counts per node (every record has ``node``): ``{"gpu-07/10.0.0.17/3590ecc1":
+    Counter(ok=30, broken=2)}``. The report's "By node" section and the Ray backend's
+    summary both read it, so it lives with the records, below both."""
+    out: dict[str, Counter] = {}
+    for r in records:
+        out.setdefault(str(r.get("node") or "?"), Counter())[str(r.get("verdict") or "invalid")] += 1
+    return dict(sorted(out.items()))
