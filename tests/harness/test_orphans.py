@@ -14,8 +14,11 @@ import sys
 from pathlib import Path
 
 import psutil
+import pytest
 
 from tests.conftest import ROOT, fake_cmd, processes_mentioning, wait_for
+
+pytestmark = pytest.mark.e2e   # real sweeps killed and resumed, with real servers
 
 BOUND_S = 60
 

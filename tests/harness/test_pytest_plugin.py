@@ -43,6 +43,7 @@ def entry_point_dist(tmp_path: Path) -> Path:
     return dist.parent
 
 
+@pytest.mark.e2e   # the real sweep in a subprocess, with real lab servers
 def test_the_example_fails_on_unpatched_full_graphs_only(tmp_path):
     out, junit, cache = tmp_path / "out", tmp_path / "junit.xml", tmp_path / "cache"
     r = pytest_run("-n", "2", "-p", "harness.pytest_plugin", "--out", str(out),
@@ -70,6 +71,7 @@ def test_the_example_fails_on_unpatched_full_graphs_only(tmp_path):
     assert r.returncode == 1 and "1 failed, 4 deselected" in r.stdout, r.stdout[-2000:]
 
 
+@pytest.mark.e2e   # the real sweep in a subprocess, with real lab servers
 def test_k_selects_one_configuration_and_the_entry_point_loads_the_plugin(tmp_path):
     site = entry_point_dist(tmp_path)
     r = pytest_run("-k", "PIECEWISE-all and not FULL", "--out", str(tmp_path / "out"),

@@ -120,6 +120,7 @@ def _records(tmp_path: Path, run_id: str) -> list[dict]:
 
 
 @pytest.mark.usefixtures("no_leftovers")
+@pytest.mark.e2e   # the real sweep in a subprocess, with real lab servers
 def test_chunk_budget_sweep_breaks_cold_at_k_plus_1_auto_confirms_explain_names_it(tmp_path):
     proc, run_id = _sweep(tmp_path, "--spec", "mtp", "--ctx", "huge", "--cudagraph",
                           "FULL_AND_PIECEWISE", "--patches", "none", "--no-prefix-cache",
@@ -156,6 +157,7 @@ def _verdicts(recs: list[dict]) -> dict[int, str]:
 
 
 @pytest.mark.usefixtures("no_leftovers")
+@pytest.mark.e2e   # the real sweep in a subprocess, with real lab servers
 def test_a_load_sweep_breaks_where_the_lone_sweep_is_clean_and_resumes_the_same(tmp_path):
     # lone: the final chunk of L = 4,100 is 4100 mod 512 = 4 (broken); L = 3,972 ends in 388
     lone, lone_id = _sweep(tmp_path, *LOAD_ARGS)
@@ -195,6 +197,7 @@ def test_a_load_sweep_breaks_where_the_lone_sweep_is_clean_and_resumes_the_same(
 
 
 @pytest.mark.usefixtures("no_leftovers")
+@pytest.mark.e2e   # the real sweep in a subprocess, with real lab servers
 def test_the_fix_holds_under_load_and_cancel_mode_restarts_backgrounds(tmp_path):
     args = [a if a != "none" else "all" for a in LOAD_ARGS]
     proc, run_id = _sweep(tmp_path, *args, "--load", "2", "--load-mode", "cancel")
