@@ -155,26 +155,24 @@ def patch_sets(flag: str, value: str | None) -> list[str]:
     return out
 
 
-def _logprobs_count(v: str) -> int:
-    """0..20: OpenAI's (and vLLM's default --max-logprobs) limit on top_logprobs."""
-    try:
-        n = int(v)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{v!r} is not an integer") from None
-    if not 0 <= n <= 20:
-        raise argparse.ArgumentTypeError(f"{n} is outside 0..20")
-    return n
+def _int_in(lo: int, hi: int, why: str):
+    """An argparse type: an integer in ``lo..hi`` (``why`` says where the bound comes from)."""
+    def parse(v: str) -> int:
+        try:
+            n = int(v)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{v!r} is not an integer") from None
+        if not lo <= n <= hi:
+            raise argparse.ArgumentTypeError(f"{n} is outside {lo}..{hi}")
+        return n
+    parse.__doc__ = why
+    return parse
 
 
-def _load_count(v: str) -> int:
-    """0..64 background conversations (more is a load test, not a shape)."""
-    try:
-        n = int(v)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{v!r} is not an integer") from None
-    if not 0 <= n <= 64:
-        raise argparse.ArgumentTypeError(f"{n} is outside 0..64")
-    return n
+# OpenAI's (and vLLM's default --max-logprobs) limit on top_logprobs
+_logprobs_count = _int_in(0, 20, "0..20: OpenAI's and vLLM's default limit on top_logprobs")
+# more background conversations than this is a load test, not a shape
+_load_count = _int_in(0, 64, "0..64 background conversations")
 
 
 def _or_none(parse):

@@ -240,25 +240,21 @@ def test_a_variable_read_at_import_that_differs_falls_back_to_plain(tmp_path):
     with ForkServer(["tests.boot.fake_env_reader"], log_path=tmp_path / "fs.log", env=env,
                     cwd=ROOT) as fs:
         out = tmp_path / "out.json"
-        same = start_child([sys.executable, "-m", "tests.boot.main_entry", str(out)],
-                           env=dict(env, MAIN_MARK="m", EXTRA_DIR=str(tmp_path)),
-                           log_path=tmp_path / "a.log", server=fs,
-                           entry="-m tests.boot.main_entry", child_argv=[str(out)], cwd=ROOT)
+
+        def child(log: str, **extra: str):
+            return start_child([sys.executable, "-m", "tests.boot.main_entry", str(out)],
+                               env=dict(env, MAIN_MARK="m", EXTRA_DIR=str(tmp_path), **extra),
+                               log_path=tmp_path / log, server=fs,
+                               entry="-m tests.boot.main_entry", child_argv=[str(out)], cwd=ROOT)
+
+        same = child("a.log")
         assert same.how == "forked" and same.wait(30) == 3
-        other = start_child([sys.executable, "-m", "tests.boot.main_entry", str(out)],
-                            env=dict(env, RESIDUE_FAKE_KNOB="child", MAIN_MARK="m",
-                                     EXTRA_DIR=str(tmp_path)),
-                            log_path=tmp_path / "b.log", server=fs,
-                            entry="-m tests.boot.main_entry", child_argv=[str(out)], cwd=ROOT)
+        other = child("b.log", RESIDUE_FAKE_KNOB="child")
         assert other.how == "plain", other
         assert "read RESIDUE_FAKE_KNOB at import" in other.fallback_reason
         assert other.wait(30) == 3
         # a read through os.environb is recorded by its name too (it crashed the server)
-        third = start_child([sys.executable, "-m", "tests.boot.main_entry", str(out)],
-                            env=dict(env, RESIDUE_FAKE_BYTES_KNOB="child", MAIN_MARK="m",
-                                     EXTRA_DIR=str(tmp_path)),
-                            log_path=tmp_path / "c.log", server=fs,
-                            entry="-m tests.boot.main_entry", child_argv=[str(out)], cwd=ROOT)
+        third = child("c.log", RESIDUE_FAKE_BYTES_KNOB="child")
         assert third.how == "plain", third
         assert "read RESIDUE_FAKE_BYTES_KNOB at import" in third.fallback_reason
         assert third.wait(30) == 3
