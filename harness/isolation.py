@@ -47,10 +47,10 @@ async def _restore(client: Any, server: Any, info: dict) -> float:
     on one GPU) the worker's sleep asserted "Memory usage increased after sleeping" (it
     compares the device's free memory, which other servers changed meanwhile) after the
     engine had paused its scheduler and cumem had discarded the memory; a wake-up then finds
-    the executor not asleep and maps nothing back, and the point's request waited in the
-    paused engine until the 120 s timeout. So the failure is recorded (``means: failed``)
-    and ``info["unusable"]`` tells the backend to record the point ``invalid`` without
-    sending it and to stop the server (the next point boots a new one)."""
+    the executor not asleep and maps nothing back, and a request sent there waited in the
+    paused engine until the 120 s timeout. So no request goes there: ``info["unusable"]``
+    tells the backend to stop that server and run the point on a just-booted one (which is
+    what a restore stands in for), and that point's record names the failed restore."""
     import time
     from .client import ClientError
     from .restore import RestoreFailed, restore_server
@@ -59,13 +59,16 @@ async def _restore(client: Any, server: Any, info: dict) -> float:
         info["restore"] = await restore_server(client, server.log_path)
     except (RestoreFailed, ClientError) as e:
         info["restore"] = {"means": "failed", "error": str(e)}
-        info["unusable"] = (f"restore failed, no request sent (the server is replaced): {e}")
+        info["unusable"] = f"restore failed on the reused server (replaced): {e}"
     return round(time.monotonic() - t0, 4)
 
 
-def _just_booted(info: dict) -> None:
-    """``restore``: a just-booted server needs no restore; its records say so."""
+def _just_booted(info: dict, replaced: str | None = None) -> None:
+    """``restore``: a just-booted server needs no restore; its records say so, and why
+    the server is new when it replaced one whose restore failed."""
     info["restore"] = {"means": "boot", "s": 0.0}
+    if replaced:
+        info["restore"]["replaced"] = replaced
 
 
 @dataclass(frozen=True)
@@ -74,7 +77,7 @@ class Isolation:
     help: str
     reuses_server: bool = False       # a slot keeps its server for the next point
     prepare: Prepare | None = None    # what a reused server gets before the next point
-    booted: Callable[[dict], None] | None = None   # what a just-booted server's info notes
+    booted: Callable[[dict, str | None], None] | None = None   # a just-booted server's note
     # boot failures of one configuration in this pass before its remaining points are
     # recorded boot-fail without booting: a fresh server per point allows one retry (a boot
     # can fail for a passing reason, an OOM beside other servers on one GPU)

@@ -231,6 +231,15 @@ class _LocalRun:
                 timing["pass"] = iso  # type: ignore[assignment]  (the driver splits by it)
                 reuse = (how.reuses_server and server is not None and server_iso == iso
                          and server_cfg == point.cfg_id and server.tree_alive())
+                replaced: str | None = None
+                if reuse and how.prepare is not None:   # reset: the prefix cache; restore
+                    spent = await how.prepare(client, server, info)
+                    if spent is not None:
+                        timing[iso] = spent
+                    # a server that could not be prepared (a failed restore) is replaced:
+                    # the point, not sent yet, runs on a just-booted server instead
+                    replaced = info.pop("unusable", None)
+                    reuse = replaced is None
                 if not reuse:
                     if server is not None:
                         self._background_stop(server, client, server_timing)
@@ -240,7 +249,7 @@ class _LocalRun:
                         server_cfg, server_iso, server_timing = point.cfg_id, iso, timing
                         timing["boot"] = server.boot_s or 0.0
                         if how.booted is not None:   # e.g. restore: nothing to restore yet
-                            how.booted(info)
+                            how.booted(info, replaced)
                     except BootFailure as e:
                         timing["boot"] = time.monotonic() - t_point
                         timing["point"] = time.monotonic() - t_point
@@ -249,17 +258,9 @@ class _LocalRun:
                         self._after_boot_failure(point, slot, e, queue)
                         self._finished(point, failed)
                         continue
-                elif how.prepare is not None:   # reset: the prefix cache; restore: sleep+wake
-                    spent = await how.prepare(client, server, info)
-                    if spent is not None:
-                        timing[iso] = spent
                 t_req = time.monotonic()
-                if info.get("unusable"):   # e.g. a failed restore (isolation._restore)
-                    records, server_dead = self.runner.unserved(
-                        point, slot, server, info, driver.phase_done), True
-                else:
-                    records, server_dead = await self.runner.run_phases(
-                        point, slot, server, client, info, driver.phase_done)  # type: ignore[arg-type]
+                records, server_dead = await self.runner.run_phases(
+                    point, slot, server, client, info, driver.phase_done)  # type: ignore[arg-type]
                 timing["requests"] = time.monotonic() - t_req
                 if not how.reuses_server or server_dead:
                     # Teardown overlaps the next boot on this slot; its time is filled in

@@ -24,6 +24,7 @@ def restore_summary(records: Iterable[dict]) -> str:
     done = [p for p in by_point.values() if p.get("means") not in ("boot", "failed")]
     failed = [p for p in by_point.values() if p.get("means") == "failed"]
     booted = sum(1 for p in by_point.values() if p.get("means") == "boot")
+    replaced = [p for p in by_point.values() if p.get("replaced")]
     means = sorted({str(p.get("means")) for p in done}) or ["none"]
     parts = []
     if done:
@@ -35,6 +36,10 @@ def restore_summary(records: Iterable[dict]) -> str:
         first = escape_text(str(failed[0].get("error")), limit=160)
         parts.append(f"{len(failed)} restore{'s' if len(failed) != 1 else ''} failed (those "
                      f"points are invalid; first: {first})")
+    if replaced:
+        first = escape_text(str(replaced[0]["replaced"]), limit=160)
+        parts.append(f"{len(replaced)} restore{'s' if len(replaced) != 1 else ''} failed (the "
+                     f"server was replaced, the point ran on the new one; first: {first})")
     if booted:
         parts.append(f"{booted} on a just-booted server")
     return f"{escape_text(', '.join(means))}: " + "; ".join(parts)

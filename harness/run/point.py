@@ -232,19 +232,6 @@ class PointRunner:
             self.ports.release(port)
 
     # -- the phases of one point -------------------------------------------------------
-    def unserved(self, point: Point, slot: Slot, server: Server, info: dict,
-                 emit: Emit | None = None) -> list[dict]:
-        """A reused server that could not be prepared for this point (``info["unusable"]``,
-        e.g. a failed restore): every phase ``invalid``, naming why and quoting the server's
-        log, no request sent; the caller stops the server."""
-        why = info.pop("unusable")
-        excerpt = log_excerpt(server.log_path)
-        records = [self._failure(point, slot, phase, "invalid", why, excerpt, info, None)
-                   for phase in self.opts.phases]
-        for rec in records:
-            (emit or (lambda r: None))(rec)
-        return records
-
     async def run_phases(self, point: Point, slot: Slot, server: Server,
                          client: EngineClient, info: dict,
                          emit: Emit | None = None) -> tuple[list[dict], bool]:
