@@ -4,8 +4,13 @@ plain fresh server against a sleep-mode fresh server.)
 For every cell (configuration, case, residue, phase, document) measured both ways: the
 same verdict, and where that verdict is ``ok`` byte-identical answers. A corrupted answer's
 sha1 is never compared: it is made of stale memory and differs between server instances
-(DESIGN.md, "What a reset server is"). A cell where either side did not produce a judged
-answer (boot-fail, crash, timeout, infra, unjudged) is *not comparable* and listed apart.
+(DESIGN.md, "What a reset server is"). For the same reason its *form* is not either: a
+wrong answer on both sides whose verdicts are two wrong-answer verdicts (``broken`` on one,
+``diverged`` on the other) is counted apart as "wrong both ways, in another form", never as
+agreement nor as a difference; on the H200 two fresh servers of one kind differ in exactly
+this way at a broken cell (reports/h200/find-state/). ``--strict`` counts those as
+differences. A cell where either side did not produce a judged answer (boot-fail, crash,
+timeout, infra, unjudged) is *not comparable* and listed apart.
 
     # within runs: every restore (or reset) record against the fresh record of its cell
     python benchmarks/compare_isolation.py RESULTS.jsonl[.gz] ...
@@ -15,7 +20,8 @@ answer (boot-fail, crash, timeout, infra, unjudged) is *not comparable* and list
 
 Prints one summary line, then one line per cell that differs or could not be compared;
 ``--json FILE`` writes the same as data. Exit 0: every comparable cell agrees (and at
-least one was compared); 1: a cell differs, or none could be compared; 2: a usage error.
+least one was compared); 1: a cell differs (under ``--strict`` also a wrong answer of
+another form), or none could be compared; 2: a usage error.
 """
 from __future__ import annotations
 
@@ -30,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from harness.recordkeys import document_of  # noqa: E402
 from harness.store import StoreError, load_records  # noqa: E402
+from harness.vocabulary import BUG_VERDICTS  # noqa: E402
 
 __all__ = ["cell_of", "compare", "main"]
 
@@ -52,7 +59,7 @@ def _pick(records: Iterable[dict], isolation: str | None) -> dict[tuple, dict]:
 
 def compare(left: dict[tuple, dict], right: dict[tuple, dict]) -> dict:
     """Agreement of the cells both sides measured."""
-    same, differ, incomparable = [], [], []
+    same, differ, incomparable, form = [], [], [], []
     for key in sorted(set(left) & set(right), key=str):
         a, b = left[key], right[key]
         va, vb = a.get("verdict"), b.get("verdict")
@@ -60,6 +67,8 @@ def compare(left: dict[tuple, dict], right: dict[tuple, dict]) -> dict:
                "left_isolation": a.get("isolation"), "right_isolation": b.get("isolation")}
         if va not in JUDGED or vb not in JUDGED:
             incomparable.append(row)
+        elif va != vb and va in BUG_VERDICTS and vb in BUG_VERDICTS:
+            form.append({**row, "why": "wrong both ways, in another form"})
         elif va != vb:
             differ.append({**row, "why": "verdicts differ"})
         elif va == "ok" and a.get("answer") != b.get("answer"):
@@ -68,8 +77,9 @@ def compare(left: dict[tuple, dict], right: dict[tuple, dict]) -> dict:
         else:
             same.append(row)
     verdicts = Counter(r["left"] for r in same)
-    return {"compared": len(same) + len(differ), "agree": len(same),
-            "agree_verdicts": dict(verdicts), "differ": differ, "not_comparable": incomparable,
+    return {"compared": len(same) + len(differ) + len(form), "agree": len(same),
+            "agree_verdicts": dict(verdicts), "differ": differ, "wrong_other_form": form,
+            "not_comparable": incomparable,
             "left_only": len(set(left) - set(right)), "right_only": len(set(right) - set(left))}
 
 
@@ -93,7 +103,8 @@ def _within(records: list[dict]) -> dict:
 def summary_line(name: str, res: dict) -> str:
     v = ", ".join(f"{n} {k}" for k, n in sorted(res["agree_verdicts"].items()))
     return (f"{name}: {res['compared']} cells measured both ways, {res['agree']} agree "
-            f"({v or 'none'}), {len(res['differ'])} differ, {len(res['not_comparable'])} not "
+            f"({v or 'none'}), {len(res['wrong_other_form'])} wrong both ways in another form "
+            f"(broken vs diverged), {len(res['differ'])} differ, {len(res['not_comparable'])} not "
             f"comparable; {res['left_only']} left only, {res['right_only']} right only")
 
 
@@ -104,6 +115,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--left", default=None, help="only left records of this isolation")
     p.add_argument("--right", default=None, help="only right records of this isolation")
     p.add_argument("--json", default=None, help="write the comparison here")
+    p.add_argument("--strict", action="store_true",
+                   help="a wrong answer of another form on each side counts as a difference")
     ns = p.parse_args(argv)
     try:
         left_recs = load_records(ns.files)
@@ -124,12 +137,16 @@ def main(argv: list[str] | None = None) -> int:
         for d in res["differ"]:
             print(f"  DIFFERS: {d['cell']}: {d['why']} ({d['left_isolation']} {d['left']}, "
                   f"{d['right_isolation']} {d['right']})")
+        for d in res["wrong_other_form"]:
+            print(f"  WRONG BOTH WAYS: {d['cell']} ({d['left_isolation']} {d['left']}, "
+                  f"{d['right_isolation']} {d['right']})")
         for d in res["not_comparable"]:
             print(f"  not comparable: {d['cell']} ({d['left']}, {d['right']})")
     if ns.json:
         Path(ns.json).write_text(json.dumps(results, indent=1))
     compared = sum(r["compared"] for r in results.values())
-    differs = sum(len(r["differ"]) for r in results.values())
+    differs = sum(len(r["differ"]) + (len(r["wrong_other_form"]) if ns.strict else 0)
+                  for r in results.values())
     if not compared:
         print("no cell was measured both ways", file=sys.stderr)
         return 1

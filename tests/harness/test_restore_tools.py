@@ -47,7 +47,8 @@ def test_compare_same_verdict_and_ok_bytes_never_a_broken_answers_bytes(tmp_path
     assert compare_isolation.main([str(f), "--json", str(tmp_path / "c.json")]) == 1
     out = capsys.readouterr().out
     assert out.startswith("restore vs fresh: 4 cells measured both ways, 2 agree "
-                          "(1 broken, 1 ok), 2 differ, 1 not comparable; 1 left only")
+                          "(1 broken, 1 ok), 0 wrong both ways in another form (broken vs "
+                          "diverged), 2 differ, 1 not comparable; 1 left only")
     assert "DIFFERS: cfg residue 3 cold document 0: ok answers differ" in out
     assert "DIFFERS: cfg residue 4 cold document 0: verdicts differ" in out
     assert "not comparable: cfg residue 5" in out
@@ -55,6 +56,24 @@ def test_compare_same_verdict_and_ok_bytes_never_a_broken_answers_bytes(tmp_path
     assert len(data["restore vs fresh"]["differ"]) == 2
     good = write(tmp_path / "good.jsonl", recs[:4])
     assert compare_isolation.main([str(good)]) == 0
+
+
+def test_a_wrong_answer_of_another_form_is_neither_agreement_nor_difference(tmp_path, capsys):
+    """broken on one side, diverged on the other: both wrong, the form made of stale memory
+    (two fresh servers on the H200 differ this way). Listed apart; --strict counts it."""
+    recs = [rec(1, "restore", "ok", "a"), rec(1, "fresh", "ok", "a"),
+            rec(2, "restore", "diverged", "x"), rec(2, "fresh", "broken", "")]
+    f = write(tmp_path / "run.jsonl", recs)
+    assert compare_isolation.main([str(f)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("restore vs fresh: 2 cells measured both ways, 1 agree (1 ok), "
+                          "1 wrong both ways in another form (broken vs diverged), 0 differ")
+    assert "WRONG BOTH WAYS: cfg residue 2 cold document 0 (restore diverged, fresh broken)" in out
+    assert compare_isolation.main([str(f), "--strict"]) == 1
+    ok_vs_wrong = write(tmp_path / "flip.jsonl", [rec(3, "restore", "ok", "a"),
+                                                  rec(3, "fresh", "diverged", "b")])
+    assert compare_isolation.main([str(ok_vs_wrong)]) == 1
+    assert "verdicts differ" in capsys.readouterr().out
 
 
 def test_compare_across_runs_and_nothing_to_compare(tmp_path, capsys):
