@@ -12,17 +12,19 @@ from __future__ import annotations
 import dataclasses
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from ..cmd_config import cmd_label
 from ..recordkeys import auto_pass, cell_key, document_of, point_key
-from ..store import now_iso
+from ..store import load_records, now_iso
 
 from ..vocabulary import (BUG_VERDICTS, CLEAN, EXPLAINED, JUDGED, NOT_FAILED, OPEN, PHASES,
                           SERVER_LOGGED, SEVERITY, UNANSWERED, UNTESTED, VERDICTS, phase_key, verdict_info, worst)
 
 __all__ = ["SCHEMA_VERSION", "PhaseRecord", "PHASES", "VERDICTS", "SEVERITY", "BUG_VERDICTS",
            "CLEAN", "EXPLAINED", "JUDGED", "NOT_FAILED", "OPEN", "SERVER_LOGGED", "UNANSWERED", "UNTESTED", "verdict_info", "CONFIG_FIELDS", "NOT_IDENTITY", "phase_key", "worst", "schema_of",
+           "typed", "read_phase_records", "load_phase_records",
            "latest_records", "cell_key", "point_key", "document_of", "auto_pass", "record_identity", "sha12", "RecordBuilder", "mismatches", "failure_fields", "timing_record", "by_node"]
 
 # 3: the cold phase under --reference cold is `unjudged` (was `ok`), a collapse is measured
@@ -135,8 +137,13 @@ class PhaseRecord:
     final_chunk: int | None = None
     modulus_why: str | None = None
     load: dict | None = None
-    # written only when set (docs/records.md): the server's /tokenize failed, Ray facts
+    # written only when set (docs/records.md): the server's /tokenize failed, Ray facts;
+    # and every key of a record read from a file that this model does not name
     extra: dict = field(default_factory=dict)
+    # a record read by ``from_dict``: its keys in the file's order, and the values it was
+    # given for the fields it lacked, so ``as_dict`` writes back exactly what was read
+    _keys: tuple = field(default=(), init=False, repr=False, compare=False)
+    _filled: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.verdict not in VERDICTS:
@@ -144,25 +151,80 @@ class PhaseRecord:
         if self.phase not in PHASES:
             raise ValueError(f"unknown phase {self.phase!r}; allowed: {', '.join(PHASES)}")
 
-    def to_dict(self) -> dict[str, Any]:
-        # a record read from an older schema round-trips unchanged: the schema-3 fields it
-        # never had are not added
+    def as_dict(self) -> dict[str, Any]:
+        """The record as written to a results file. A record read by ``from_dict`` comes
+        back as it was read (its keys, in its order; the fields it lacked stay absent
+        unless set since); a new one in the model's order, without the fields written
+        only when set."""
+        if not self._keys:
+            return self._new_dict()
+        known = {f.name for f in _data_fields()}
+        out = {k: getattr(self, k) if k in known else self.extra[k]
+               for k in self._keys if k in known or k in self.extra}
+        for f in _data_fields():
+            if f.name not in out and getattr(self, f.name) != self._filled.get(f.name):
+                out[f.name] = getattr(self, f.name)
+        out.update((k, v) for k, v in self.extra.items() if k not in out)
+        return out
+
+    def _new_dict(self) -> dict[str, Any]:
+        # an older schema's record built in memory stays as that schema wrote it: the
+        # schema-3 fields it never had are not added
         old = self.schema_version < 3
-        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-               if f.name != "extra"
-               and not (f.name in WRITTEN_WHEN_SET and getattr(self, f.name) is None)
+        out = {f.name: getattr(self, f.name) for f in _data_fields()
+               if not (f.name in WRITTEN_WHEN_SET and getattr(self, f.name) is None)
                and not (old and f.name in SCHEMA3_FIELDS and getattr(self, f.name) is None)}
         out.update(self.extra)
         return out
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "PhaseRecord":
-        """A record as read from a results file, of any schema version."""
-        names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
-        known = {k: v for k, v in d.items() if k in names}
-        known.setdefault("schema_version", schema_of(d))
-        extra = {k: v for k, v in d.items() if k not in names}
-        return cls(**known, extra=extra)
+        """A record as read from a results file, of any schema version: a field it lacks
+        gets its default (None where the model has none; ``schema_version`` 1, what a
+        record without it is), a key the model does not name goes to ``extra``."""
+        fields = _data_fields()
+        filled = {f.name: _absent(f, d) for f in fields if f.name not in d}
+        known = {f.name: d.get(f.name, filled.get(f.name)) for f in fields}
+        rec = cls(**known, extra={k: v for k, v in d.items() if k not in known})
+        rec._keys, rec._filled = tuple(d), filled
+        return rec
+
+
+def _data_fields() -> tuple[dataclasses.Field, ...]:
+    """The fields of ``PhaseRecord`` that are keys of a record (not ``extra``, not the
+    private memory of what was read)."""
+    return tuple(f for f in dataclasses.fields(PhaseRecord)
+                 if f.name != "extra" and not f.name.startswith("_"))
+
+
+def _absent(f: dataclasses.Field, d: Mapping[str, Any]) -> Any:
+    """What a record read without field ``f`` holds in it."""
+    if f.name == "schema_version":
+        return schema_of(d)
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return None
+
+
+def typed(records: Iterable[Mapping[str, Any] | "PhaseRecord"]) -> list[PhaseRecord]:
+    """Records as ``PhaseRecord``s (a record already typed is kept as it is)."""
+    return [r if isinstance(r, PhaseRecord) else PhaseRecord.from_dict(r) for r in records]
+
+
+def read_phase_records(path: str | Path) -> list[PhaseRecord]:
+    """The typed records of one results file (``.jsonl`` / ``.jsonl.gz``), checked line by
+    line (``record_check``: a line that is not a record raises ``RecordFileError``)."""
+    from ..record_check import read_record_file
+    return typed(read_record_file(path))
+
+
+def load_phase_records(refs: Iterable[str | Path], out_dir: str | Path = "results"
+                       ) -> list[PhaseRecord]:
+    """``store.load_records`` typed: the records of several results files / run ids, the
+    last of each (run, cell) kept."""
+    return typed(load_records(refs, out_dir))
 
 
 def schema_of(record: Mapping[str, Any]) -> int:
@@ -268,7 +330,7 @@ class RecordBuilder:
               extra: dict[str, Any] | None = None) -> dict[str, Any]:
         """A whole record, checked against the model (a verdict or phase outside the
         vocabulary is a harness bug and raises here)."""
-        return PhaseRecord(**base, **measured, extra=dict(extra or {})).to_dict()
+        return PhaseRecord(**base, **measured, extra=dict(extra or {})).as_dict()
 
     def failure(self, point: Any, slot: str, node: str, phase: str, verdict: str,
                 reason: str, excerpt: list, info: Mapping[str, Any] | None = None,

@@ -117,7 +117,7 @@ def run_point(tmp_path: Path, opts, adapter, point: Point, handler, launcher=Non
     result = asyncio.run(go())
     assert launcher.servers and all(s.stopped for s in launcher.servers)
     for rec in result.records:  # every record is a valid PhaseRecord of this schema
-        assert PhaseRecord.from_dict(rec).to_dict() == rec
+        assert PhaseRecord.from_dict(rec).as_dict() == rec
         assert rec["schema_version"] == SCHEMA_VERSION
     return {r["phase"]: r for r in result.records}, result.timing
 

@@ -1,14 +1,16 @@
 """Every committed record (test fixtures, the H200 archives and phase 2) loads into the
-typed model of harness/run/records.py and round-trips unchanged: old records are
-schema version 1, and nothing about them changes when read."""
+typed model of harness/run/records.py and round-trips unchanged, key order included: old
+records are schema version 1, and nothing about them changes when read."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
-from harness.run.records import SCHEMA_VERSION, PhaseRecord, schema_of
-from harness.store import read_jsonl
+from harness.run.records import (SCHEMA_VERSION, PhaseRecord, load_phase_records,
+                                 read_phase_records, schema_of)
+from harness.store import load_records, read_jsonl
 
 ROOT = Path(__file__).resolve().parents[2]
 PATTERNS = ("tests/**/fixtures/**/*.jsonl*", "reports/h200/results/*.jsonl.gz",
@@ -24,9 +26,52 @@ def test_there_are_committed_records():
 def test_committed_records_load_and_round_trip(path):
     records = read_jsonl(path)
     assert records
-    for r in records:
-        rec = PhaseRecord.from_dict(r)
+    typed = read_phase_records(path)
+    assert len(typed) == len(records)
+    for r, rec in zip(records, typed):
+        assert rec == PhaseRecord.from_dict(r)
         assert rec.schema_version == schema_of(r) < SCHEMA_VERSION + 1
-        out = rec.to_dict()
-        out.pop("schema_version")
-        assert out == {k: v for k, v in r.items() if k != "schema_version"}
+        out = rec.as_dict()
+        assert out == r and list(out) == list(r)   # nothing lost, nothing added, same order
+        assert json.dumps(out) == json.dumps(r)
+
+
+def test_the_typed_store_reader_keeps_the_latest_record_of_each_cell():
+    refs = [p for p in FILES if "reports/h200/results" in str(p)][:3]
+    dicts, typed = load_records(refs), load_phase_records(refs)
+    assert [t.as_dict() for t in typed] == dicts
+    assert {t.verdict for t in typed} <= {r["verdict"] for r in dicts}
+
+
+def _v1() -> dict:
+    return {"run_id": "r", "config_id": "c", "config": {}, "residue": 4, "phase": "cold",
+            "verdict": "broken", "ray_node_id": "abc", "answer": ""}
+
+
+def test_an_old_record_reads_with_defaults_and_keeps_unknown_keys():
+    rec = PhaseRecord.from_dict(_v1())
+    assert rec.schema_version == 1                      # written before the field
+    assert rec.harness_version is None and rec.expected_chars == 0   # lacked: defaults
+    assert rec.extra == {"ray_node_id": "abc"}          # unknown: kept, not dropped
+    assert rec.as_dict() == _v1() and list(rec.as_dict()) == list(_v1())
+
+
+def test_a_field_set_after_reading_is_written_after_the_keys_read():
+    rec = PhaseRecord.from_dict(_v1())
+    rec.verdict, rec.reason = "ok", "judged again"
+    out = rec.as_dict()
+    assert out["verdict"] == "ok" and list(out)[-1] == "reason"
+    assert "schema_version" not in out and "harness_version" not in out
+
+
+def test_a_new_record_is_written_in_the_models_order_without_unset_optional_fields():
+    rec = PhaseRecord.from_dict({**_v1(), "schema_version": SCHEMA_VERSION})
+    fresh = PhaseRecord(**{k: getattr(rec, k) for k in (
+        "run_id", "harness_version", "config_id", "config_label", "config",
+        "requested_config", "config_mismatch", "engine", "engine_version", "patches",
+        "patch_status", "model", "slot", "node", "isolation", "residue", "modulus",
+        "target_len", "templated_len", "templated_len_source", "phase", "reference",
+        "boot_s", "started_at", "rerun")})
+    out = fresh.as_dict()
+    assert list(out)[:3] == ["run_id", "harness_version", "config_id"]
+    assert "case_id" not in out and "load" not in out and out["first_divergence"] is None
