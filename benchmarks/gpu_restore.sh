@@ -10,7 +10,10 @@
 #   b   the README matrix (ngram k=3, FULL_AND_PIECEWISE,PIECEWISE x patches none,all) on
 #       documents 0,1 with --isolation auto: restore servers for all 128 residues, plain
 #       fresh servers for every non-ok cell, the rule's k..k+2 and 1 sampled residue per
-#       configuration and document (8 slots);
+#       configuration and document (B_SLOTS slots, default 8). Alone on a cold machine
+#       (issue 24's "one 10-minute call"): B_SLOTS=12 BOOT_TIMEOUT=420 ... 585 b: the four
+#       restore servers and eight fresh ones compile together (~250 s when 13 did), then
+#       the restore passes and the remaining fresh confirmations run on warm caches;
 #   c1  auto (restore + plain fresh) for ngram k=2,4 FULL_AND_PIECEWISE unpatched, documents
 #       0,1 (the cells a reset sweep masked on the H200) (3 slots);
 #   p   after a: sleep-mode *fresh* servers (--isolation fresh --engine-arg=--enable-sleep-mode,
@@ -35,7 +38,7 @@ if [ "$ENGINE" = vllm ]; then
   # vLLM's _C from bundle half b2 when /tmp/site does not have it yet (docs/gpu-notes.md)
   [ -f /tmp/site/vllm/_C_stable_libtorch.abi3.so ] || dev_unpack_b "$W/timings.txt"
   dev_vllm_env; dev_env_txt "$W/env.txt"; dev_monitor "$W/monitor.txt"
-  BASE=(--engine vllm --model "$M" --geometry hybrid --cache-dir "$CACHE" --boot-timeout 300
+  BASE=(--engine vllm --model "$M" --geometry hybrid --cache-dir "$CACHE" --boot-timeout "${BOOT_TIMEOUT:-300}"
         --engine-arg=--gpu-memory-utilization=0.07 --launcher prefork)
   PROBE_GPU=(--gpu 0)
 else   # the lab stand-in: the vLLM 0.26.0 hybrid's align mode, CPU slots
@@ -59,7 +62,7 @@ run() {  # NAME SLOTS TIMEOUT ARGS...: one harness process in the background
   PIDS+=($!); NAMES+=("$n")
 }
 DFLASH=(--spec dflash2 --draft-tokens 7); [ "$ENGINE" = vllm ] && DFLASH+=(--draft-model "$D")
-has b && run b 8 "$H" --spec ngram --draft-tokens 3 --cudagraph FULL_AND_PIECEWISE,PIECEWISE \
+has b && run b "${B_SLOTS:-8}" "$H" --spec ngram --draft-tokens 3 --cudagraph FULL_AND_PIECEWISE,PIECEWISE \
   --patches none,all --seed 0,1 --isolation auto --auto-sample 1
 has c1 && run c1 3 "$H" --spec ngram --draft-tokens 2,4 --cudagraph FULL_AND_PIECEWISE \
   --patches none --seed 0,1 --isolation auto --auto-sample 1
