@@ -4,7 +4,7 @@
 #   1. a small real run with the break: the committed tiny hybrid (engine/tinymodel/weights/
 #      hybrid), ngram k = 3, CTX=huge, FULL_AND_PIECEWISE, patches none, residues 3,4,5 on
 #      fresh servers (three at once on GPU 0), forked from a pre-imported parent, compile and
-#      Triton caches in /tmp/residue-lab-boot-cache (gpu_auto.sh's; COLD=1 empties it first:
+#      Triton caches in /tmp/residue-lab-boot-cache (gpu_auto.sh's; COLD=1 uses an empty one:
 #      a cold machine, whose first boots took 195-280 s in earlier calls);
 #   2. `sweep explain` of that run: one rung alone first (warming the shared caches, on 3x
 #      the boot timeout), then PARALLEL_BOOTS at once, on ten slots of GPU 0;
@@ -20,7 +20,9 @@ PARALLEL_BOOTS=${PARALLEL_BOOTS:-4}
 R=$PWD; S=${S:-$PWD}
 source "$S/engine/tinymodel/scripts/device_lib.sh"
 : "${OUT:=/tmp/out}"; W=/tmp/work/explain; rm -rf "$W"; mkdir -p "$W" "$OUT"
-CACHE=/tmp/residue-lab-boot-cache; [ -n "${COLD:-}" ] && rm -rf "$CACHE"
+# COLD=1: caches of its own, emptied first (the shared ones may be warm from an earlier
+# call, and other scripts beside this one keep using them)
+CACHE=/tmp/residue-lab-boot-cache${COLD:+-explain-cold}; [ -n "${COLD:-}" ] && rm -rf "$CACHE"
 cd "$S" || exit 3
 if [ -n "${LAB:-}" ]; then
   ENGINE=(--engine lab --spec ngram --draft-tokens 3 --ctx huge)
