@@ -288,7 +288,7 @@ class ExplainSweep(Sweep):
         self.xp = xp
 
     async def plan(self, store: ResultStore) -> SweepPlan:
-        return await _plan(self.xp, self.options, self.adapter, store)
+        return await _plan(self.xp, self.options, self.adapter, store, self.servers.launcher())
 
     def golden(self) -> dict[tuple, Any] | None:
         if self.xp.parent_reference in ("first", "consensus"):
@@ -309,9 +309,11 @@ class ExplainSweep(Sweep):
         return ExitCode.OK
 
 
-async def _plan(xp: ExplainPlan, opts: SweepOptions, adapter, store: ResultStore) -> SweepPlan:
+async def _plan(xp: ExplainPlan, opts: SweepOptions, adapter, store: ResultStore,
+                launcher) -> SweepPlan:
     """One plan per explained cell (its residue, document and case, its rungs'
-    configurations), merged; a point two cells share runs once."""
+    configurations), merged; a point two cells share runs once. Probe servers start
+    through ``launcher`` (the sweep's ``ServerGroup``)."""
     points, seen, pad, t0 = [], set(), {}, time.monotonic()
     for t in xp.targets:
         cfgs: dict[str, ServingConfig] = {}
@@ -321,7 +323,7 @@ async def _plan(xp: ExplainPlan, opts: SweepOptions, adapter, store: ResultStore
         cases = tuple(c for c in opts.cases if c.id == t.case_id)
         sub = dataclasses.replace(opts, configs=tuple(cfgs.values()), residues=str(t.residue),
                                   seeds=(t.document,), seed=t.document, cases=cases)
-        p = await plan_with_probes(sub, adapter, logs_dir=store.logs_dir)
+        p = await plan_with_probes(sub, adapter, logs_dir=store.logs_dir, launcher=launcher)
         pad.update(p.pad_unit)
         for pt in p.points:
             if pt.key not in seen:

@@ -6,8 +6,8 @@ A sweep killed outright (SIGKILL, the OOM killer, a CI hard timeout) cannot, so:
 - each server process gets ``PR_SET_PDEATHSIG`` = SIGTERM in the child before ``exec``
   (:func:`die_with_parent`, Linux): the kernel signals it when the sweep dies, and a
   vLLM server's own SIGTERM handler then stops its engine processes;
-- each run keeps a pid file, ``<out>/<run-id>.servers.json`` (:class:`PidFile`, kept
-  by ``server_pool.server_pids``): the
+- each run keeps a pid file, ``<out>/<run-id>.servers.json`` (:class:`PidFile`, an
+  observer of that run's own servers, ``server_pool.server_pids``): the
   sweep's pid and start time and, for every live server, its pid and start time (psutil's
   ``create_time``). It is rewritten on each start and stop and removed at a clean end;
 - a new sweep or ``--resume`` in the same ``--out`` reads the pid files whose sweep is gone
@@ -66,8 +66,8 @@ class PidFile:
         self.sweep = _identity(os.getpid())
 
     def hook(self, event: str, server) -> None:
-        """``server_pool.LIFECYCLE_HOOKS`` entry: "started" adds a server, "stopped"
-        drops it."""
+        """An observer of the run's ``server_pool.ServerGroup``: "started" adds a server,
+        "stopped" drops it."""
         pid = getattr(getattr(server, "proc", None), "pid", None)
         if pid is None:
             return

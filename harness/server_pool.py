@@ -6,6 +6,14 @@ captured to a log file next to the results, is ready when ``/health`` answers 20
 its process is still alive (a server that exits during boot is a boot failure at once,
 with the log lines that say why), and is stopped by SIGTERM → wait → SIGKILL of its whole
 process tree, after which nothing of it may survive.
+
+The servers of one run form a ``ServerGroup``: the run (a ``session.Sweep``, a Ray
+worker's point) owns it, hands its ``launcher`` down to whatever starts servers (the
+planning probes, the point runner) and tells it who observes them (the run's pid file,
+a Ray worker's watchdog). There is no module-level list of hooks: two runs in one process
+never hear of, list or stop each other's servers. What this module keeps for the whole
+process is only the last resort of a signal or an internal error: every live server,
+killed by ``kill_all_servers``.
 """
 from __future__ import annotations
 
@@ -21,7 +29,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterable, Iterator
 
 import psutil
 
@@ -29,7 +37,7 @@ from .client import EngineClient
 from .orphans import OWNER_ENV, PidFile, die_with_parent, owner_token
 from .slots import Slot  # noqa: F401  (re-exported: where a server runs)
 
-__all__ = ["LIFECYCLE_HOOKS", "READY_POLL_S", "READY_POLL_FAST_FOR_S", "READY_POLL_MAX_S",
+__all__ = ["Observer", "ServerGroup", "READY_POLL_S", "READY_POLL_FAST_FOR_S", "READY_POLL_MAX_S",
            "TERM_GRACE_S", "BootFailure", "Slot", "PortAllocator", "live_servers", "kill_all_servers",
            "log_excerpt", "ServerProcess", "server_pids"]
 
@@ -79,21 +87,69 @@ class PortAllocator:
             self._taken.discard(port)
 
 
-# Every server this process started and has not finished stopping; Ctrl-C and exit paths
-# kill them all.
+# Every server this process started and has not finished stopping, whatever run it is
+# of: the last resort of a signal handler or an internal error (``kill_all_servers``).
 _LIVE: set["ServerProcess"] = set()
 _LIVE_LOCK = threading.Lock()
 
-
-# Called with (event, server) on "started" (right after spawn) and "stopped" (after a
-# completed teardown): e.g. the Ray backend's watchdog, which must know every server a
-# worker spawned to kill it if that worker dies.
-LIFECYCLE_HOOKS: list[Callable[[str, "ServerProcess"], None]] = []
+# Called with (event, server): "started" right after the spawn, "stopped" after a
+# completed teardown or a kill.
+Observer = Callable[[str, "ServerProcess"], None]
 
 
-def _notify(event: str, server: "ServerProcess") -> None:
-    for hook in list(LIFECYCLE_HOOKS):
-        hook(event, server)
+class ServerGroup:
+    """The servers of one run: who observes each start and stop, and which still run.
+
+    A server joins the group it was started through (``launcher``); its starts and stops
+    go to this group's observers only, and ``kill_all`` stops this group's servers only."""
+
+    def __init__(self, observers: Iterable[Observer] = ()) -> None:
+        self._observers: list[Observer] = list(observers)
+        self._live: set["ServerProcess"] = set()
+        self._lock = threading.Lock()
+
+    def observe(self, observer: Observer) -> None:
+        with self._lock:
+            self._observers.append(observer)
+
+    def unobserve(self, observer: Observer) -> None:
+        with self._lock:
+            self._observers.remove(observer)
+
+    def launcher(self, make: Callable[..., "ServerProcess"] | None = None
+                 ) -> Callable[..., "ServerProcess"]:
+        """``make`` (``ServerProcess`` by default, or a run's ``PreforkLauncher``) with each
+        server it makes joining this group; the same ``(argv, env, port, log_path, slot)``
+        signature."""
+        make = make or ServerProcess
+
+        def launch(argv: list, env: dict, port: int, log_path: Path, slot: Slot):
+            server = make(argv, env, port, log_path, slot)
+            if isinstance(server, ServerProcess):   # a test's fake server tells no one
+                server.group = self
+            return server
+        return launch
+
+    def notify(self, event: str, server: "ServerProcess") -> None:
+        with self._lock:
+            if event == "started":
+                self._live.add(server)
+            else:
+                self._live.discard(server)
+            observers = list(self._observers)
+        for observer in observers:
+            observer(event, server)
+
+    def live(self) -> list["ServerProcess"]:
+        with self._lock:
+            return list(self._live)
+
+    def kill_all(self) -> int:
+        """Kill every live server of this group at once (the run ends or is cancelled)."""
+        servers = self.live()
+        for srv in servers:
+            srv.kill_tree_now()
+        return len(servers)
 
 
 def live_servers() -> list["ServerProcess"]:
@@ -102,7 +158,8 @@ def live_servers() -> list["ServerProcess"]:
 
 
 def kill_all_servers() -> int:
-    """Synchronous last resort (signal handlers, atexit): kill every live server tree."""
+    """Synchronous last resort (signal handlers, atexit, an internal error): kill every
+    live server tree of this process, whatever run started it."""
     n = 0
     for srv in live_servers():
         srv.kill_tree_now()
@@ -111,16 +168,16 @@ def kill_all_servers() -> int:
 
 
 @contextmanager
-def server_pids(out_dir: Path, run_id: str) -> Iterator[PidFile]:
-    """The run's pid file (``harness.orphans``), kept by the lifecycle hooks while the run
-    lives; removed at the end when no server of this process is left running."""
+def server_pids(out_dir: Path, run_id: str, servers: ServerGroup) -> Iterator[PidFile]:
+    """The run's pid file (``harness.orphans``), observing the run's ``servers`` while the
+    run lives; removed at the end when none of them is left running."""
     pids = PidFile(out_dir, run_id)
-    LIFECYCLE_HOOKS.append(pids.hook)
+    servers.observe(pids.hook)
     try:
         yield pids
     finally:
-        LIFECYCLE_HOOKS.remove(pids.hook)
-        if not live_servers():
+        servers.unobserve(pids.hook)
+        if not servers.live():
             pids.remove()
 
 
@@ -157,6 +214,8 @@ class ServerProcess:
     env_differs: tuple[str, ...] = ()
     # psutil.Process objects, not pids: psutil refuses to signal a reused pid.
     _procs: dict[int, psutil.Process] = field(default_factory=dict)
+    # the run it belongs to (ServerGroup.launcher): told of its start and stop
+    group: ServerGroup | None = field(default=None, repr=False)
 
     @property
     def base_url(self) -> str:
@@ -171,7 +230,11 @@ class ServerProcess:
         self._procs[self.proc.pid] = psutil.Process(self.proc.pid)
         with _LIVE_LOCK:
             _LIVE.add(self)
-        _notify("started", self)
+        self._notify("started")
+
+    def _notify(self, event: str) -> None:
+        if self.group is not None:
+            self.group.notify(event, self)
 
     def spawn_process(self, env: dict[str, str]):
         """Start the server in its own session, SIGTERMed by the kernel if the sweep dies
@@ -265,7 +328,7 @@ class ServerProcess:
         survivors = [p for p in _existing(self._procs) if _status(p) != psutil.STATUS_ZOMBIE]
         with _LIVE_LOCK:
             _LIVE.discard(self)
-        _notify("stopped", self)
+        self._notify("stopped")
         if survivors:
             raise RuntimeError(f"server processes survived teardown: {[p.pid for p in survivors]}")
 
@@ -278,7 +341,7 @@ class ServerProcess:
             _send(p, signal.SIGKILL)
         with _LIVE_LOCK:
             _LIVE.discard(self)
-        _notify("stopped", self)
+        self._notify("stopped")
 
 
 def _listening(port: int) -> bool:

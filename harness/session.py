@@ -41,7 +41,7 @@ from .run.plan import Point, SweepPlan, check_golden_covers, load_golden, plan_w
 from .run.records import latest_records
 from .orphans import end_orphans
 from .resume import check_resumed_records
-from .server_pool import kill_all_servers, server_pids
+from .server_pool import Observer, ServerGroup, server_pids
 from .store import ResultStore, StoreError, load_records, new_run_id
 
 __all__ = ["Sweep", "RunResult", "Callbacks", "adapter_for"]
@@ -147,14 +147,19 @@ class Sweep:
 
     ``adapter`` and ``backend`` default to the ones ``options`` names. ``signals``: take
     SIGINT / SIGTERM while the points run (on the main thread only) and end the run as
-    interrupted (exit 130, every finished record kept, ``--resume`` continues it)."""
+    interrupted (exit 130, every finished record kept, ``--resume`` continues it).
+    ``observers``: called with ("started" | "stopped", server) for each server this sweep
+    starts or stops (the run's pid file is one more); ``servers`` is the sweep's own group,
+    so two sweeps in one process never see, list or stop each other's servers."""
 
     def __init__(self, options: SweepOptions, adapter: EngineAdapter | None = None,
-                 backend: Backend | None = None, *, signals: bool = True) -> None:
+                 backend: Backend | None = None, *, signals: bool = True,
+                 observers: tuple[Observer, ...] = ()) -> None:
         self.options = options
         self.adapter = adapter if adapter is not None else adapter_for(options)
         self.backend = backend if backend is not None else make_backend(options.backend)
         self.signals = signals
+        self.servers = ServerGroup(observers)
         self._checked = False
 
     # -- before any server -------------------------------------------------------------
@@ -179,7 +184,8 @@ class Sweep:
     # -- the steps a kind of run may change (explain.ExplainSweep) -----------------------
     async def plan(self, store: ResultStore) -> SweepPlan:
         """The data points, with probe servers where the prompt length needs them."""
-        return await plan_with_probes(self.options, self.adapter, logs_dir=store.logs_dir)
+        return await plan_with_probes(self.options, self.adapter, logs_dir=store.logs_dir,
+                                      launcher=self.servers.launcher())
 
     def golden(self) -> dict[tuple, Any] | None:
         """The reference answers of ``--reference golden:RUN`` (None without one)."""
@@ -219,13 +225,14 @@ class Sweep:
         for line in end_orphans(self.options.out):  # servers of an earlier run whose sweep was killed
             cb.say(line)
         run_id = self.options.resume or new_run_id()
-        with _LoopSignals(self.signals) as sigs, server_pids(self.options.out, run_id):
+        with _LoopSignals(self.signals) as sigs, \
+                server_pids(self.options.out, run_id, self.servers):
             try:
                 return await self._planned(run_id, sigs, cb)
             except asyncio.CancelledError:
                 if not sigs.interrupted:
                     raise
-                kill_all_servers()  # a probe server of the planning step
+                self.servers.kill_all()  # a probe server of the planning step
                 cb.say(f"\ninterrupted before any data point ran (run {run_id}); no server "
                        "left running, nothing measured")
                 return RunResult(run_id, ExitCode.INTERRUPTED, interrupted=True)
@@ -266,7 +273,7 @@ class Sweep:
                      sigs: _LoopSignals, cb: Callbacks) -> RunResult:
         opts = self.options
         driver = Driver(opts, self.adapter, store, plan, golden=golden, launcher=launcher,
-                        links=self.links())
+                        links=self.links(), servers=self.servers)
         points = driver.start()
         self._say_start(driver, plan, len(points), cb)
         driver.on_point_done = lambda p, recs: cb.point_done(p, recs, driver.counters.verdicts)
@@ -281,7 +288,7 @@ class Sweep:
             if not sigs.interrupted:
                 raise
         finally:
-            kill_all_servers()
+            self.servers.kill_all()
             store.close()
             cb.stopped()
         wall = time.monotonic() - t0

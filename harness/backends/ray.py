@@ -46,6 +46,7 @@ from ..run.driver import Driver
 from ..run.plan import Point
 from ..run.point import RunnerSpec
 from ..run.records import by_node
+from ..server_pool import ServerGroup
 from ..slots import Slot
 
 __all__ = ["RayBackend", "check_available", "runtime_env", "task_resources", "node_label",
@@ -242,10 +243,10 @@ def _run_point_task(shared: tuple, point: Point, attempt: int, tracker) -> dict[
         except Exception as e:
             print(f"residue-lab: could not report the start of residue {point.residue} "
                   f"to the driver: {_one_line(e)}", file=sys.stderr)
-    Watchdog.install()
+    servers = Watchdog.install()
     logs_dir = Path(tempfile.mkdtemp(prefix="residue-lab-ray-"))
     try:
-        result = asyncio.run(_run_point(spec, logs_dir, label, point, slot))
+        result = asyncio.run(_run_point(spec, logs_dir, label, point, slot, servers))
         logs = {p.name: _tail(p) for p in sorted(logs_dir.iterdir()) if p.is_file()}
     finally:
         for p in logs_dir.glob("*"):
@@ -261,10 +262,12 @@ def _run_point_task(shared: tuple, point: Point, attempt: int, tracker) -> dict[
             "node_id": node_id, "slot": slot.id, "logs": logs}
 
 
-async def _run_point(spec: RunnerSpec, logs_dir: Path, label: str, point: Point, slot: Slot):
+async def _run_point(spec: RunnerSpec, logs_dir: Path, label: str, point: Point, slot: Slot,
+                     servers: ServerGroup):
     http = shared_http()
     try:
-        return await spec.make(logs_dir, http, node=label).run_fresh(point, slot)
+        return await spec.make(logs_dir, http, node=label,
+                               launcher=servers.launcher()).run_fresh(point, slot)
     finally:
         await http.aclose()
 
@@ -302,23 +305,24 @@ class Watchdog:
     """One ``_reaper.py`` per Ray worker process; every server this worker starts is
     registered with it the moment it is spawned.
 
-    Registration is a ``server_pool.LIFECYCLE_HOOKS`` hook (called right after every
-    spawn and after every completed stop), so no per-point code is duplicated or wrapped."""
+    ``install`` returns the point's ``ServerGroup`` with the watchdog as its observer
+    (told right after every spawn and after every completed stop); the point's runner
+    starts its servers through that group, so no per-point code is duplicated or wrapped."""
 
     _lock = threading.Lock()
     _proc: subprocess.Popen | None = None
 
     @classmethod
-    def install(cls) -> None:
-        from .. import server_pool
+    def install(cls) -> ServerGroup:
+        """The reaper of this worker process (started once), and a group of servers it
+        watches."""
         with cls._lock:
             if cls._proc is None or cls._proc.poll() is not None:
                 cls._proc = subprocess.Popen(
                     [sys.executable, str(Path(__file__).with_name("_reaper.py"))],
                     stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                     stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True)
-            if cls._on_server not in server_pool.LIFECYCLE_HOOKS:
-                server_pool.LIFECYCLE_HOOKS.append(cls._on_server)
+        return ServerGroup([cls._on_server])
 
     @classmethod
     def _on_server(cls, event: str, server) -> None:

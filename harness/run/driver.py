@@ -24,6 +24,7 @@ from ..engines import EngineAdapter
 from ..errors import UsageError
 from ..isolation import AUTO_PASSES
 from ..provenance import harness_version
+from ..server_pool import ServerGroup
 from ..store import ResultStore, now_iso
 from .plan import Point, SweepPlan
 from .point import RunnerSpec
@@ -50,11 +51,12 @@ class Driver:
                  plan: SweepPlan, *, golden: dict[tuple, str] | None = None,
                  on_point_done: Callable[[Point, list[dict]], None] | None = None,
                  version: str | None = None, launcher: Any = None,
-                 links: dict[str, Any] | None = None):
+                 links: dict[str, Any] | None = None, servers: ServerGroup | None = None):
         self.opts = opts
         self.links = dict(links or {})   # e.g. {"explains": {...}}: this run's parent run
         self.store = store
         self.plan = plan
+        self.servers = servers if servers is not None else ServerGroup()   # the run's own
         self.on_point_done = on_point_done
         self.on_point_added: Callable[[Point], None] | None = None
         self.runner_spec = RunnerSpec(opts, adapter, store.run_id,
@@ -83,8 +85,10 @@ class Driver:
 
     def point_runner(self, http: Any) -> Any:
         """A ``run.point.PointRunner`` for this run, its logs in ``logs_dir``, its requests
-        through ``http`` (an ``httpx.AsyncClient``)."""
-        return self.runner_spec.make(self.store.logs_dir, http)
+        through ``http`` (an ``httpx.AsyncClient``), its servers in the run's
+        ``servers`` group."""
+        return self.runner_spec.make(self.store.logs_dir, http, launcher=self.servers.launcher(
+            self.runner_spec.launcher))
 
     # -- before the points -------------------------------------------------------------
     def start(self) -> list[Point]:

@@ -221,15 +221,17 @@ class RemoteCounter:
 
 @contextlib.asynccontextmanager
 async def probe_server(opts: SweepOptions, adapter: EngineAdapter, cfg: ServingConfig,
-                       slot: Slot, log_path: Path,
-                       ports: PortAllocator) -> AsyncIterator[tuple[str, str]]:
-    """A server of ``cfg`` for planning, through the adapter: yields (base URL, model
-    name to ask for) and stops it on exit. A probe that does not boot is ``CannotRun``."""
+                       slot: Slot, log_path: Path, ports: PortAllocator,
+                       launcher: Callable[..., ServerProcess] = ServerProcess,
+                       ) -> AsyncIterator[tuple[str, str]]:
+    """A server of ``cfg`` for planning, through the adapter, started by ``launcher`` (the
+    run's ``ServerGroup``): yields (base URL, model name to ask for) and stops it on exit.
+    A probe that does not boot is ``CannotRun``."""
     port = ports.acquire()
     argv, env = adapter.command(cfg, port, slot)
     if slot.gpu is not None:
         env = {"CUDA_VISIBLE_DEVICES": slot.gpu, **env}
-    server = ServerProcess(argv, env, port, log_path, slot)
+    server = launcher(argv, env, port, log_path, slot)
     client = EngineClient(server.base_url, timeout=opts.timeout, api_key=opts.api_key)
     try:
         try:
@@ -248,11 +250,12 @@ async def probe_server(opts: SweepOptions, adapter: EngineAdapter, cfg: ServingC
         ports.release(port)
 
 
-async def plan_with_probes(opts: SweepOptions, adapter: EngineAdapter, *,
-                           logs_dir: Path) -> SweepPlan:
+async def plan_with_probes(opts: SweepOptions, adapter: EngineAdapter, *, logs_dir: Path,
+                           launcher: Callable[..., ServerProcess] = ServerProcess
+                           ) -> SweepPlan:
     """Plan every point; configurations without a local tokenizer are planned against a
-    probe server of that configuration (booted, asked, stopped); ``--url`` is planned
-    against the running server (run/live_plan.py)."""
+    probe server of that configuration (booted by ``launcher``, asked, stopped); ``--url``
+    is planned against the running server (run/live_plan.py)."""
     if opts.live is not None:
         return await asyncio.to_thread(plan_live, opts)
     need = [c for c in opts.configs if adapter.tokenizer_dir(c) is None]
@@ -265,7 +268,8 @@ async def plan_with_probes(opts: SweepOptions, adapter: EngineAdapter, *,
             for cfg in need:
                 url, model = await stack.enter_async_context(probe_server(
                     opts, adapter, cfg, opts.slots[0],
-                    logs_dir / f"{config_id(cfg)}-probe-{opts.slots[0].id}.log", ports))
+                    logs_dir / f"{config_id(cfg)}-probe-{opts.slots[0].id}.log", ports,
+                    launcher))
                 counters[config_id(cfg)] = RemoteCounter(url, model, opts.api_key)
             return await asyncio.to_thread(plan_points, opts, adapter,
                                            lambda cfg: counters[config_id(cfg)])

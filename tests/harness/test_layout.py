@@ -215,6 +215,46 @@ def test_one_lifecycle_runs_every_sweep():
     assert len((HARNESS / "cli.py").read_text().splitlines()) <= 450
 
 
+_MUTATORS = {"append", "extend", "insert", "remove", "pop", "clear", "add", "discard",
+             "update", "setdefault", "__setitem__"}
+
+
+def _harness_module_names(path: Path, tree: ast.AST) -> set[str]:
+    """The local names ``path`` binds to a harness module (``from .. import server_pool``,
+    ``import harness.orphans as orphans``), at any depth of the file."""
+    modules = {m.rsplit(".", 1)[-1] for m in imports_of(path)}
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            out |= {a.asname or a.name for a in node.names if a.name in modules}
+        elif isinstance(node, ast.Import):
+            out |= {a.asname for a in node.names if a.asname and a.name.startswith("harness")}
+    return out
+
+
+def test_no_module_changes_another_modules_globals():
+    """What a run needs to hear about (its servers' starts and stops) is given to the run
+    (``server_pool.ServerGroup``), never put into another module's global: no
+    ``module.NAME.append(...)`` or ``module.NAME = ...`` of a harness module."""
+    found = []
+    for p in HARNESS.rglob("*.py"):
+        tree = ast.parse(p.read_text())
+        names = _harness_module_names(p, tree)
+        for node in ast.walk(tree):
+            target = None
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and node.func.attr in _MUTATORS):
+                target = node.func.value
+            elif isinstance(node, (ast.Assign, ast.AugAssign)):
+                target = next(iter(getattr(node, "targets", None) or [node.target]))
+            while isinstance(target, ast.Subscript):
+                target = target.value
+            if (isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name)
+                    and target.value.id in names):
+                found.append(f"{p.relative_to(ROOT)}:{node.lineno} {ast.unparse(target)}")
+    assert not found, found
+
+
 ARCH = ROOT / "docs" / "architecture.md"
 
 

@@ -169,3 +169,51 @@ def test_explain_interrupted_ends_like_a_sweep(tmp_path, model):
     manifest, records = child_of(out, parent)
     assert manifest["interrupted"] is True and manifest["exit_code"] == 130
     assert records and all(r["verdict"] for r in records)
+
+
+def test_two_sweeps_in_one_process_see_only_their_own_servers(tmp_path, model, monkeypatch):
+    """Two ``Sweep``s running at once in one process (a test suite running two through the
+    Python API): each run's pid file lists only its own servers (a server log under its
+    own ``--out``), and the one that ends first stops only its own servers, so both get
+    the same verdicts as one sweep alone would."""
+    import asyncio
+
+    from harness import orphans
+    written: dict[str, list[dict]] = {}
+    real_write = orphans.PidFile._write
+
+    def spy(self) -> None:   # every state of every pid file, as it was written
+        real_write(self)
+        written.setdefault(self.run_id, []).append(
+            {"logs": [s["log"] for s in self.servers.values()]})
+    monkeypatch.setattr(orphans.PidFile, "_write", spy)
+
+    heard: dict[str, list[tuple[str, Path]]] = {"a": [], "b": []}
+
+    def sweep(name: str, residues: str) -> Sweep:
+        return Sweep(options_from_argv([*FULL_UNPATCHED, "--model", str(model), "--patches",
+                                        "all", "--residues", residues, "--slots", "1",
+                                        "--out", str(tmp_path / name)]), signals=False,
+                     observers=(lambda event, srv: heard[name].append((event, srv.log_path)),))
+
+    async def both():
+        return await asyncio.gather(sweep("a", "2-3").run_async(), sweep("b", "2-4").run_async())
+
+    a, b = asyncio.run(both())
+    for result, name in ((a, "a"), (b, "b")):
+        states = written[result.run_id]
+        assert states and any(s["logs"] for s in states)   # the observer saw its servers
+        out = (tmp_path / name).resolve()
+        others = sorted({log for s in states for log in s["logs"]
+                         if out not in Path(log).resolve().parents})
+        assert others == [], f"run {name}'s pid file listed another run's servers: {others}"
+        assert not list(out.glob("*.servers.json"))   # removed at the clean end
+        # the caller's observer: each of its servers (one per point) started and stopped
+        started = [log for event, log in heard[name] if event == "started"]
+        assert len(started) == len(result.records) // 2
+        assert sorted(started) == sorted(log for event, log in heard[name] if event == "stopped")
+        assert all(out in Path(log).resolve().parents for log in started)
+    # the first to end stopped none of the other's servers (a killed one: crash records)
+    assert [(r["residue"], r["verdict"]) for r in a.not_ok + b.not_ok] == []
+    assert a.exit_code == b.exit_code == ExitCode.OK
+    assert len(a.records) == 4 and len(b.records) == 6

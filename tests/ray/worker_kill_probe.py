@@ -2,8 +2,8 @@
 True)`` ends a worker too) leaves no server behind.
 
 Run by test_ray_cluster against its cluster: ``python worker_kill_probe.py ADDRESS TAG``.
-A task starts a server the way the backend's task does (``Watchdog.install()`` then
-``server_pool.ServerProcess.start()``) and blocks; this driver SIGKILLs the task's worker
+A task starts a server the way the backend's task does (through the ``ServerGroup``
+that ``Watchdog.install()`` returns) and blocks; this driver SIGKILLs the task's worker
 and prints JSON: the error Ray reported, and the server processes still alive after 10 s.
 """
 from __future__ import annotations
@@ -20,12 +20,12 @@ def _serve(tag: str) -> None:
     from pathlib import Path
 
     from harness.backends.ray import Watchdog
-    from harness.server_pool import ServerProcess, Slot
+    from harness.server_pool import Slot
 
-    Watchdog.install()
+    launch = Watchdog.install().launcher()
     log = Path(tag + ".log")  # the tag is a path in the test's tmp dir
-    server = ServerProcess([sys.executable, "-c", "import time; time.sleep(600)", tag], {}, 0,
-                           log, Slot("probe"))
+    server = launch([sys.executable, "-c", "import time; time.sleep(600)", tag], {}, 0,
+                    log, Slot("probe"))
     server.start()
     time.sleep(600)
 
