@@ -33,7 +33,7 @@ from .slots import Slot
 
 __all__ = ["EngineAdapter", "LabAdapter", "VllmAdapter", "CmdAdapter", "ADAPTERS",
            "adapter_class", "make_adapter", "LAB_MODEL_DIR", "PreforkSpec", "normalise_reported",
-           "vllm_serves_sleep", "auto_reuse_pass"]
+           "vllm_serves_sleep", "auto_reuse_pass", "engines_where"]
 
 LAB_MODEL_DIR = Path(__file__).resolve().parent.parent / "engine" / "lab" / "model"
 
@@ -52,6 +52,12 @@ class EngineAdapter:
     restore_means: str | None = None
     # start servers in sleep mode (--enable-sleep-mode): restore points only (for_isolation)
     sleep_mode = False
+    takes_draft_model = False    # --draft-model: a drafter checkpoint for its servers
+    takes_engine_args = True     # --engine-arg: extra arguments on its server command
+    compile_caches = False       # --cache-dir: its servers compile into caches worth sharing
+    # What `sweep --help` says of this engine under a flag, in words (flags.py builds each
+    # engine-dependent help text from the adapters: these words and the facts above)
+    help_notes: dict[str, str] = {}
 
     def for_isolation(self, isolation: str) -> "EngineAdapter":
         """This adapter for a point of ``isolation``: sleep mode for a ``restore`` point
@@ -126,7 +132,8 @@ class EngineAdapter:
     def refine(self, info: dict[str, Any], version: dict[str, Any], log_text: str) -> None:
         """Engine-specific reading of what the server reported (in place)."""
 
-    def prefork(self) -> "PreforkSpec | None":
+    @classmethod
+    def prefork(cls) -> "PreforkSpec | None":
         """How ``--launcher prefork`` forks this engine's servers (None: it cannot)."""
         return None
 
@@ -182,6 +189,11 @@ class LabAdapter(EngineAdapter):
     logprobs_default = 5    # tests/lab/test_logprobs.py: byte-identical answers with/without
     default_served_name = "lab-copy"
     restore_means = SLEEP_MEANS   # the lab has vLLM's sleep mode (engine/lab/sleep.py)
+    help_notes = {"--engine": "CPU", "--model": "the shipped copy model by default",
+                  "--geometry": "the copy model's",
+                  # _is_uniform_decode is V1's; the prefill check V2 has is a --patches fix
+                  "--runner": "one runner, V1's shape-only dispatch, fixed by --patches",
+                  "--engine-arg": "--engine-arg=--mamba-cache-mode=align"}
 
     def __init__(self, served_model_name: str | None = None, sleep_mode: bool = False,
                  extra_args: tuple[str, ...] = ()) -> None:
@@ -247,7 +259,8 @@ class LabAdapter(EngineAdapter):
         info["config"].update(normalise_reported(version.get("effective_config") or {}))
         info["patch_status"] = version.get("patches")
 
-    def prefork(self):
+    @classmethod
+    def prefork(cls):
         return PreforkSpec(("engine.lab.cli", "engine.lab.serve", "engine.lab.server"), (),
                            "-m engine.lab", _after_module("engine.lab"))
 
@@ -262,6 +275,12 @@ class VllmAdapter(EngineAdapter):
     restore_means = SLEEP_MEANS   # where the installed vLLM serves sleep mode (can_restore)
     runners = ("v1", "v2")       # VLLM_USE_V2_MODEL_RUNNER (engine.vllm.patches.releases)
     logprobs_default = 5    # V1 Sampler: logprobs are a side computation, greedy is argmax
+    takes_draft_model = True
+    compile_caches = True        # torch.compile, Inductor and Triton (engine/vllm/caches)
+    help_notes = {"--model": "required, a local model directory or HF id",
+                  "--geometry": "hybrid adds --mamba-cache-mode align and the triton GDN "
+                                "prefill backend",   # engine/vllm/launch.build_command
+                  "--engine-arg": "--engine-arg=--language-model-only"}
 
     def __init__(self, *, draft_model: str | None = None, extra_args: tuple[str, ...] = (),
                  plugin_dir: Path | None = None, dev_mode: bool = False,
@@ -326,7 +345,8 @@ class VllmAdapter(EngineAdapter):
         if status:
             info["patch_status"] = status(log_text)
 
-    def prefork(self):
+    @classmethod
+    def prefork(cls):
         from engine.vllm import prefork as vp   # imports engine.prefork only, not vLLM
         return PreforkSpec(tuple(vp.VLLM_PRELOAD), tuple(vp.VLLM_PRELOAD_OPTIONAL),
                            vp.VLLM_ENTRY, vp.child_argv, vp.forked_env)
@@ -356,6 +376,7 @@ class CmdAdapter(EngineAdapter):
     the effective configuration is only what the server's endpoints report."""
 
     name = "cmd"
+    takes_engine_args = False    # the whole command is the user's --server-cmd
 
     def __init__(self, template: str | None, served_model_name: str | None = None,
                  served_config: str | None = None):
@@ -438,6 +459,15 @@ ADAPTERS: dict[str, type[EngineAdapter]] = {"lab": LabAdapter, "vllm": VllmAdapt
                                              "cmd": CmdAdapter}
 
 
+def engines_where(fact: Callable[[type[EngineAdapter]], Any]) -> str:
+    """The engines whose adapter has ``fact``, as a sentence (and ``--help``) says them:
+    "lab or vllm"."""
+    names = [n for n, cls in ADAPTERS.items() if fact(cls)]
+    if len(names) < 2:
+        return names[0] if names else "none"
+    return ", ".join(names[:-1]) + " or " + names[-1]
+
+
 def adapter_class(engine: str) -> type[EngineAdapter]:
     try:
         return ADAPTERS[engine]
@@ -451,13 +481,14 @@ def make_adapter(engine: str, server_cmd: str | None = None, *, draft_model: str
                  isolation: str = "fresh", served_model_name: str | None = None,
                  served_config: str | None = None,
                  cache_dir: Path | None = None) -> EngineAdapter:
-    adapter_class(engine)  # an unknown engine is a usage error
-    if engine != "vllm" and draft_model:
-        raise UsageError("--draft-model is for --engine vllm")
-    if engine == "cmd" and extra_args:
-        raise UsageError("--engine-arg is for --engine vllm or lab (--engine cmd: put the "
-                         "argument in --server-cmd)")
-    cls = adapter_class(engine)
+    cls = adapter_class(engine)  # an unknown engine is a usage error
+    if draft_model and not cls.takes_draft_model:
+        raise UsageError("--draft-model is for --engine "
+                         + engines_where(lambda c: c.takes_draft_model))
+    if extra_args and not cls.takes_engine_args:
+        raise UsageError("--engine-arg is for --engine "
+                         f"{engines_where(lambda c: c.takes_engine_args)} "
+                         f"(--engine {engine}: put the argument in --server-cmd)")
     if isolation == "restore" and not cls.can_restore():
         raise UsageError(cls.restore_refusal())
     # sleep mode for restore points only: auto's restore pass gets it per point

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import shlex
+import textwrap
 from dataclasses import dataclass, field
 from typing import Any, Callable, NamedTuple, Sequence
 
@@ -18,6 +19,7 @@ from engine.presets import (CTXS, CUDAGRAPH_MODES, GEOMETRIES, PATCHES, RUNNERS,
                             PresetError, ServingConfig, normalise_patches)
 
 from .backends.registry import backend_names
+from .engine_help import can_fork, engine_help, for_engines, notes, per_engine, runner_help
 from .engines import ADAPTERS
 from .errors import UsageError
 from .vocabulary import ISOLATIONS, LOAD_MODES, PHASES
@@ -28,6 +30,13 @@ __all__ = ["Flag", "FLAGS", "GROUPS", "UNSET", "sweep_parser", "matrix_axes",
            "check_flag_use", "FLAGS_VERSION", "flags_json", "namespace_of"]
 
 UNSET = object()   # a matrix axis left to the preset (nothing passed to resolve)
+
+
+class _Wrap(argparse.RawDescriptionHelpFormatter):
+    """Help texts wrap between words only: a flag they name is never cut at a hyphen."""
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
 
 
 class Parser(argparse.ArgumentParser):
@@ -52,12 +61,16 @@ class Rerun(NamedTuple):
 class Flag:
     name: str                                    # "--block-size"
     group: str                                   # one of GROUPS
-    help: str
+    help: str | Callable[[], str] | None         # a callable: built from the engine adapters
     kw: dict = field(default_factory=dict)       # argparse keywords (type, default, ...)
     axis: str | None = None                      # engine.presets.resolve keyword it expands
     items: Callable[[str, str | None], list] | None = None   # comma list -> axis values
     rerun: Callable[[Rerun], list[str]] | None = None        # its spelling in a rerun
     resume: bool = False     # --resume may take a new value (where files go, how to run)
+
+    def help_text(self) -> str | None:
+        """What --help says (an engine's facts asked of its adapter when it is built)."""
+        return self.help() if callable(self.help) else self.help
 
 
 GROUPS = ("engine and configuration", "what to measure", "how to run", "gating and output")
@@ -190,10 +203,13 @@ def _always(name: str, get: Callable[[Rerun], Any]) -> Callable[[Rerun], list[st
     return lambda r: [name, str(get(r))]
 
 
+DEFAULT_ENGINE = "lab"
+
+
 # -- the flags, in the order of the matrix product and of a rerun command ---------------
 FLAGS: tuple[Flag, ...] = (
-    Flag("--engine", ENGINE, "lab (CPU, default) | vllm | cmd",
-         {"default": "lab", "choices": tuple(ADAPTERS)}, rerun=_always("--engine", lambda r: r.cfg.engine)),
+    Flag("--engine", ENGINE, lambda: engine_help(DEFAULT_ENGINE), {"default": DEFAULT_ENGINE,
+         "choices": tuple(ADAPTERS)}, rerun=_always("--engine", lambda r: r.cfg.engine)),
     Flag("--spec", ENGINE, f"speculative preset: {', '.join(SPECS)} (matrix)", {"default": "mtp"},
          axis="spec", items=choices_of(SPECS), rerun=_always("--spec", lambda r: r.cfg.spec)),
     Flag("--ctx", ENGINE, f"context preset: {', '.join(CTXS)} (matrix)", {"default": "huge"},
@@ -202,9 +218,8 @@ FLAGS: tuple[Flag, ...] = (
          f"cudagraph mode(s): {', '.join(CUDAGRAPH_MODES)} (default from preset)",
          {"metavar": "MODE"}, axis="cudagraph_mode", items=_or_none(choices_of(CUDAGRAPH_MODES)),
          rerun=_always("--cudagraph", lambda r: r.cfg.cudagraph_mode)),
-    Flag("--geometry", ENGINE, "model geometry: hybrid | dense (matrix); lab: the copy "
-         "model's; vllm: hybrid adds --mamba-cache-mode align and the triton GDN prefill "
-         "backend", axis="geometry", items=_or_none(choices_of(GEOMETRIES)),
+    Flag("--geometry", ENGINE, lambda: f"model geometry: hybrid | dense (matrix); "
+         f"{notes('--geometry')}", axis="geometry", items=_or_none(choices_of(GEOMETRIES)),
          rerun=lambda r: ["--geometry", r.cfg.geometry] if r.cfg.geometry else []),
     Flag("--draft-tokens", ENGINE, "draft tokens k (matrix; default from --spec)",
          {"metavar": "K"}, axis="draft_tokens", items=ints(),
@@ -235,12 +250,10 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--patches", ENGINE, f"fix set(s): all | none | names joined by '+' from "
          f"{', '.join(PATCHES)} (matrix)", {"default": "all"}, axis="patches", items=patch_sets,
          rerun=_always("--patches", lambda r: r.cfg.patches.replace(",", "+"))),
-    Flag("--runner", ENGINE, "vLLM model runner(s): v1 | v2 | auto (the release's default; "
-         "the record's effective configuration names the one that ran) (matrix); the lab "
-         "has one runner (V1's shape-only dispatch, fixed by --patches) and takes auto only",
-         {"metavar": "RUNNER"}, axis="runner", items=_or_none(choices_of(RUNNERS)),
+    Flag("--runner", ENGINE, runner_help, {"metavar": "RUNNER"}, axis="runner",
+         items=_or_none(choices_of(RUNNERS)),
          rerun=lambda r: ["--runner", r.cfg.runner] if r.cfg.runner != "auto" else []),
-    Flag("--model", ENGINE, "model directory (lab: the shipped copy model by default)",
+    Flag("--model", ENGINE, lambda: f"model directory ({notes('--model')})",
          rerun=_opt("--model", "model")),
     Flag("--served-model-name", ENGINE, "model name for requests (default: /v1/models)",
          rerun=_opt("--served-model-name", "served_model_name")),
@@ -251,10 +264,10 @@ FLAGS: tuple[Flag, ...] = (
          "prefix_match_unit, ...); what the server reports wins", {"metavar": "JSON"},
          rerun=_opt("--served-config", "served_config")),
     Flag("--api-key", ENGINE, "bearer token for the server"),
-    Flag("--draft-model", ENGINE, "--engine vllm: drafter checkpoint (dflash2)",
-         {"metavar": "DIR"}, rerun=_opt("--draft-model", "draft_model")),
-    Flag("--engine-arg", ENGINE, "--engine vllm or lab: extra server argument, repeatable "
-         "(e.g. --engine-arg=--language-model-only; lab: --engine-arg=--mamba-cache-mode=align)",
+    Flag("--draft-model", ENGINE, lambda: f"{for_engines('takes_draft_model')}: drafter "
+         "checkpoint (dflash2)", {"metavar": "DIR"}, rerun=_opt("--draft-model", "draft_model")),
+    Flag("--engine-arg", ENGINE, lambda: f"{for_engines('takes_engine_args')}: extra server "
+         f"argument, repeatable (e.g. {notes('--engine-arg')})",
          {"action": "append", "default": [], "metavar": "ARG"},
          rerun=lambda r: [f"--engine-arg={a}" for a in r.opts.engine_args]),
     Flag("--residues", MEASURE, "all | risky | tails[:N] (final chunks of 1, k, k+1, k+2 "
@@ -274,8 +287,9 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--reference", MEASURE, "passage | cold | first | consensus | golden:RUN "
          "(docs/reports.md: what each can see)", {"default": "passage"},
          rerun=_always("--reference", lambda r: r.opts.reference)),
-    Flag("--logprobs", MEASURE, "top-N logprobs per answer token, 0 = off (default: lab 5, "
-         "vllm 5, cmd 0; docs/records.md says why they do not change the answer)",
+    Flag("--logprobs", MEASURE, lambda: "top-N logprobs per answer token, 0 = off (default: "
+         f"{per_engine(lambda c: c.logprobs_default)}; docs/records.md says why they do not "
+         "change the answer)",
          {"type": _logprobs_count, "metavar": "N"},
          rerun=lambda r: ["--logprobs", str(r.opts.logprobs)]
          if r.opts.logprobs != r.opts.logprobs_default else []),
@@ -318,11 +332,12 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--auto-sample", RUN, "--isolation auto: ok residues per configuration and document "
          "confirmed on a fresh server, seeded (default 4)",
          {"type": int, "default": 4, "metavar": "N"}),
-    Flag("--cache-dir", RUN, "--engine vllm: one folder for the compile, Inductor and Triton "
-         "caches of every server, kept between runs; each record notes hit or miss",
-         {"metavar": "DIR"}),
-    Flag("--launcher", RUN, "how servers start: plain (a new process, default) | prefork "
-         "(--engine vllm: forked from a parent that imported vLLM once; falls back to plain)",
+    Flag("--cache-dir", RUN, lambda: f"{for_engines('compile_caches')}: one folder for the "
+         "compile, Inductor and Triton caches of every server, kept between runs; each record "
+         "notes hit or miss", {"metavar": "DIR"}),
+    Flag("--launcher", RUN, lambda: "how servers start: plain (a new process, default) | "
+         f"prefork ({for_engines(can_fork)}: forked from a parent that imported the engine "
+         "once; falls back to plain)",
          {"default": "plain", "choices": ("plain", "prefork")}),
     Flag("--url", RUN, "sweep this running OpenAI-compatible server (http://HOST:PORT): "
          "start nothing, stop nothing; each point its own document, cold proven by "
@@ -338,12 +353,14 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--ray-address", RUN, "--backend ray: auto | ray://host:port (default: auto)",
          {"metavar": "ADDR"}),
     # a rerun is one point: one slot
-    Flag("--slots", RUN, "parallel CPU slots (default: cores)", {"type": positive_int("--slots")},
+    Flag("--slots", RUN, lambda: "parallel slots (default: one per CPU core; "
+         f"{for_engines('needs_gpu')}: 1, or --gpus)", {"type": positive_int("--slots")},
          rerun=lambda r: ["--slots", "1"], resume=True),
     Flag("--gpus", RUN, "one server per GPU id, e.g. 0,1", {"metavar": "LIST"}, resume=True),
     Flag("--timeout", RUN, "per request, seconds (default 120)",
          {"type": positive_float, "default": 120.0}, resume=True),
-    Flag("--boot-timeout", RUN, "server boot, seconds (default: lab 60, cmd 300, vllm 900)",
+    Flag("--boot-timeout", RUN, lambda: "server boot, seconds (default: "
+         f"{per_engine(lambda c: f'{c.boot_timeout_s:g}')})",
          {"type": positive_float}),
     Flag("--out", RUN, "results directory (default results/); the reports go there too "
          "unless --reports-dir says otherwise", {"metavar": "DIR"}, resume=True),
@@ -392,7 +409,7 @@ def sweep_parser() -> Parser:
     p = Parser(prog="sweep", description="Residue sweep of an LLM serving engine: one fresh "
                "server per data point, every residue of the chat-templated prompt length, "
                "cold and on a prefix-cache hit, every answer checked verbatim by sha1.",
-               formatter_class=argparse.RawDescriptionHelpFormatter,
+               formatter_class=_Wrap,
                epilog="Comma-separated values of a configuration flag expand into a matrix, "
                "e.g. --cudagraph FULL_AND_PIECEWISE,PIECEWISE --patches none,all.\n"
                "Sub-verbs: sweep report ..., sweep compare ..., sweep presets, "
@@ -403,7 +420,7 @@ def sweep_parser() -> Parser:
     for f in FLAGS:
         kw = dict(f.kw)
         if f.help is not None:
-            kw["help"] = f.help
+            kw["help"] = f.help_text()
         groups[f.group].add_argument(f.name, **kw)
     return p
 
@@ -466,7 +483,7 @@ def add_flags(parser: argparse.ArgumentParser, names: Sequence[str], **overrides
     by_name = {f.name: f for f in FLAGS}
     for name in names:
         f = by_name[name]
-        parser.add_argument(f.name, **{**f.kw, "help": f.help, **overrides})
+        parser.add_argument(f.name, **{**f.kw, "help": f.help_text(), **overrides})
 
 
 def _dest(flag: Flag) -> str:
@@ -482,11 +499,14 @@ def matrix_axes(ns: argparse.Namespace) -> dict[str, list[Any]]:
 def check_launch_flags(ns: argparse.Namespace) -> None:
     """How servers start and what auto confirms: the flags that only make sense with
     another one (``UsageError`` naming the pair)."""
-    if ns.cache_dir and ns.engine != "vllm":
-        raise UsageError("--cache-dir is for --engine vllm (the lab and cmd engines compile nothing)")
-    if ns.launcher == "prefork" and ns.engine == "cmd":
-        raise UsageError("--launcher prefork: --engine cmd runs any command, which cannot be "
-                         "forked from a pre-imported parent; use --launcher plain")
+    engine = ADAPTERS.get(ns.engine)
+    if ns.cache_dir and engine and not engine.compile_caches:
+        raise UsageError(f"--cache-dir is for {for_engines('compile_caches')} (the {ns.engine} "
+                         "engine compiles nothing)")
+    if ns.launcher == "prefork" and engine and not can_fork(engine):
+        raise UsageError(f"--launcher prefork: --engine {ns.engine} cannot be forked from a "
+                         f"pre-imported parent ({for_engines(can_fork)} can); use --launcher "
+                         "plain")
     if ns.launcher != "plain" and ns.backend != "local":
         raise UsageError(f"--launcher {ns.launcher} is for the local backend")
     if not getattr(ns, "url", None):

@@ -34,7 +34,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from engine.presets import ServingConfig
 
-from .engines import EngineAdapter, normalise_reported
+from .engines import ADAPTERS, EngineAdapter, normalise_reported
 from .errors import CannotRun, UsageError
 from .flags import ENGINE, FLAGS, explicit_flags
 from .slots import Slot
@@ -347,13 +347,14 @@ class LiveAdapter(EngineAdapter):
     the effective configuration is what the server reported before the sweep."""
 
     name = "live"
-    logprobs_default = 0   # set per server by live_options (the lab and vLLM: 5)
+    logprobs_default = 0   # set per server: that of the engine it reports, if one of ours
 
     def __init__(self, target: LiveTarget, cfg: LiveConfig, facts: dict[str, Any]):
         self.target = target
         self.served_model_name = facts.get("model")
         # as --engine lab / vllm ask (their answers do not change); an unknown server: not
-        self.logprobs_default = 5 if cfg.engine in ("lab", "vllm") else 0
+        known = ADAPTERS.get(cfg.engine)
+        self.logprobs_default = known.logprobs_default if known else 0
         self.info = {"config": cfg.as_dict(), "engine_version": facts["engine_version"],
                      "patch_status": facts.get("patch_status"), "model": facts.get("model"),
                      "boot_s": None, "server_boot": None}

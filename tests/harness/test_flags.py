@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import shlex
 
+import pytest
+
 from harness import bugb
 from harness.cli import build_options
 from harness.configs import config_id, modulus_for
@@ -52,3 +54,54 @@ def test_the_dry_run_prints_that_rule(cli):
     assert len(rules) == 4
     assert rules[0].startswith("rule predicts: [4]")
     assert all(r.startswith("rule predicts: nothing") for r in rules[1:])
+
+
+def _help(capsys) -> str:
+    """``sweep --help`` through the CLI's main, its whitespace collapsed."""
+    from harness.cli import main
+    with pytest.raises(SystemExit) as done:
+        main(["--help"])
+    assert done.value.code == 0
+    return " ".join(capsys.readouterr().out.split())
+
+
+def test_no_written_help_text_names_an_engine_but_the_cmd_flags():
+    """A help text that says something of lab or vLLM is built from the adapters (the
+    test below); only --engine cmd's own flags say so in words."""
+    import re
+    written = {f.name for f in FLAGS if isinstance(f.help, str)
+               and re.search(r"\b(lab|vllm|vLLM|cmd)\b", f.help)}
+    assert written == {"--server-cmd", "--served-config"}
+
+
+def test_the_help_says_each_engines_facts_from_its_adapter(capsys, monkeypatch):
+    """--help's engine facts are the adapters' (the ones the sweep runs on): change a fact
+    in an adapter and the help, and what the sweep does, follow."""
+    from harness.engines import CmdAdapter, LabAdapter, VllmAdapter
+    from harness.errors import UsageError
+    before = _help(capsys)
+    assert "(default: lab 60, vllm 900, cmd 300)" in before
+    assert "(default: lab 5, vllm 5, cmd 0;" in before
+    assert "--launcher" in before and "prefork (--engine lab or vllm:" in before
+    assert "--cache-dir DIR --engine vllm:" in before and "--draft-model DIR --engine vllm:" in before
+    monkeypatch.setattr(LabAdapter, "boot_timeout_s", 42.0)
+    monkeypatch.setattr(VllmAdapter, "logprobs_default", 7)
+    monkeypatch.setattr(LabAdapter, "prefork", classmethod(lambda cls: None))
+    monkeypatch.setattr(CmdAdapter, "compile_caches", True)
+    monkeypatch.setattr(CmdAdapter, "takes_draft_model", True)
+    monkeypatch.setattr(LabAdapter, "runners", ("v9",))
+    monkeypatch.setattr(VllmAdapter, "help_notes", {**VllmAdapter.help_notes,
+                                                    "--geometry": "hybrid means X"})
+    after = _help(capsys)
+    assert "(default: lab 42, vllm 900, cmd 300)" in after
+    assert "(default: lab 5, vllm 7, cmd 0;" in after
+    assert "prefork (--engine vllm:" in after
+    assert "--cache-dir DIR --engine vllm or cmd:" in after
+    assert "--draft-model DIR --engine vllm or cmd:" in after
+    assert "lab: v9, vllm: v1 | v2;" in after
+    assert "vllm: hybrid means X" in after and "triton GDN" not in after
+    # the same facts are what the sweep runs on
+    assert options(["--engine", "lab"]).boot_timeout == 42.0
+    assert options(["--engine", "vllm", "--model", "m"]).logprobs == 7
+    with pytest.raises(UsageError, match="--launcher prefork: --engine lab cannot be forked"):
+        options(["--launcher", "prefork"])
