@@ -26,14 +26,14 @@ from ..bugb import Prediction
 from ..ranges import fmt_ranges, residues_phrase
 from .bugb_analysis import agreement, config_hit_granularity, predict_bug_b
 from .cells import cell_markdown, cell_phrase, failure_gist
-from .model import (ConfigData, describe_dim, fmt_percent, group_configs, miss_probability,
+from .model import (Cell, ConfigData, describe_dim, fmt_percent, group_configs, miss_probability,
                     miss_sentence, sha12, varying_fields)
 from .nodes import by_node, render_nodes
 from .render import load_inputs, render_markdown, write_report
 from .sections import short_labels
 from .terminal import render_terminal
 
-__all__ = ["render_markdown", "write_report", "load_inputs", "ConfigData", "group_configs",
+__all__ = ["render_markdown", "write_report", "load_inputs", "Cell", "ConfigData", "group_configs",
            "Prediction", "predict_bug_b", "agreement", "config_hit_granularity",
            "cell_phrase", "cell_markdown", "failure_gist", "fmt_ranges", "residues_phrase",
            "fmt_percent", "miss_probability", "miss_sentence", "sha12", "describe_dim",

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from ..ghmarkdown import code, escape_text
 from ..recordkeys import point_key
-from ..run.records import cell_key
+from ..run.records import PhaseRecord, cell_key, typed
 from ..vocabulary import REUSE_ISOLATIONS
 
 __all__ = ["Agreement", "agreement_line", "agreement_of", "config_auto_line", "fresh_reasons"]
@@ -22,8 +22,8 @@ class Agreement:
     both: int = 0               # cells measured on a reused and a fresh server
     both_ok: int = 0
     both_bad: int = 0
-    only_fresh: list[dict] = field(default_factory=list)   # fresh not ok, reset ok
-    only_reset: list[dict] = field(default_factory=list)   # reset not ok, fresh ok
+    only_fresh: list[PhaseRecord] = field(default_factory=list)   # fresh not ok, reset ok
+    only_reset: list[PhaseRecord] = field(default_factory=list)   # reset not ok, fresh ok
     unjudged: int = 0           # cells on both passes that could not be compared
 
     @property
@@ -31,14 +31,15 @@ class Agreement:
         return self.both_ok + self.both_bad
 
 
-def agreement_of(records: Iterable[dict]) -> Agreement | None:
-    """The agreement of an auto run's records; None when no record came from one."""
-    pairs: dict[tuple, dict[str, dict]] = {}
-    for r in records:
-        if r.get("isolation_run") != "auto":
+def agreement_of(records: Iterable[PhaseRecord | dict]) -> Agreement | None:
+    """The agreement of an auto run's records (as read or typed); None when no record came
+    from one."""
+    pairs: dict[tuple, dict[str, PhaseRecord]] = {}
+    for r in typed(records):
+        if r.isolation_run != "auto":
             continue
         key = cell_key(r)[:5]   # the cell without its pass: the two passes pair up
-        pairs.setdefault(key, {})[r.get("isolation")] = r
+        pairs.setdefault(key, {})[r.isolation] = r
     if not pairs:
         return None
     a = Agreement(reuse=_reuse_pass(pairs.values()))
@@ -47,11 +48,11 @@ def agreement_of(records: Iterable[dict]) -> Agreement | None:
         reset = next((pairs[key][p] for p in REUSE_ISOLATIONS if p in pairs[key]), None)
         if reset is None or fresh is None:
             continue
-        if "unjudged" in (reset.get("verdict"), fresh.get("verdict")):
+        if "unjudged" in (reset.verdict, fresh.verdict):
             a.unjudged += 1   # nothing to compare (an unjudged answer is neither ok nor bad)
             continue
         a.both += 1
-        r_ok, f_ok = reset.get("verdict") == "ok", fresh.get("verdict") == "ok"
+        r_ok, f_ok = reset.verdict == "ok", fresh.verdict == "ok"
         if r_ok and f_ok:
             a.both_ok += 1
         elif not r_ok and not f_ok:
@@ -63,25 +64,25 @@ def agreement_of(records: Iterable[dict]) -> Agreement | None:
     return a
 
 
-def _reuse_pass(passes: Iterable[dict[str, dict]]) -> str:
+def _reuse_pass(passes: Iterable[dict[str, PhaseRecord]]) -> str:
     """``restore``, ``reset``, or both joined, as the records' reuse passes were."""
     seen = {p for by_pass in passes for p in by_pass if p in REUSE_ISOLATIONS}
     return " and ".join(p for p in REUSE_ISOLATIONS if p in seen) or "reset"
 
 
-def _cells(recs: list[dict], labels: bool) -> str:
+def _cells(recs: list[PhaseRecord], labels: bool) -> str:
     out = []
     for r in recs:
-        where = f"residue {r.get('residue')} {escape_text(str(r.get('phase')))}"
-        if r.get("document_seed") is not None:
-            where += f" (document {r.get('document_seed')}, {escape_text(str(r.get('verdict')))})"
+        where = f"residue {r.residue} {escape_text(str(r.phase))}"
+        if r.document_seed is not None:
+            where += f" (document {r.document_seed}, {escape_text(str(r.verdict))})"
         if labels:
-            where = f"{code(r.get('config_label') or '?')} {where}"
+            where = f"{code(r.config_label or '?')} {where}"
         out.append(where)
     return "; ".join(out) if out else "none"
 
 
-def agreement_line(records: list[dict], *, labels: bool = True) -> str:
+def agreement_line(records: list[PhaseRecord], *, labels: bool = True) -> str:
     """One line: agreement counts, then every cell only a fresh server caught (and any
     only a reset server caught); "" for records of no auto run."""
     a = agreement_of(records)
@@ -97,18 +98,17 @@ def agreement_line(records: list[dict], *, labels: bool = True) -> str:
             f"{_cells(a.only_reset, labels)}.")
 
 
-def fresh_reasons(records: Iterable[dict]) -> str:
+def fresh_reasons(records: Iterable[PhaseRecord]) -> str:
     """Why the fresh points ran: ``6 rule neighbourhood, 4 sample, 1 not ok on reset``."""
     seen: dict[tuple, str] = {}
     for r in records:
-        if r.get("isolation_run") == "auto" and r.get("isolation") == "fresh":
-            seen[(r.get("config_id"), r.get("residue"), r.get("document_seed"))] = (
-                r.get("confirms") or "?")
+        if r.isolation_run == "auto" and r.isolation == "fresh":
+            seen[(r.config_id, r.residue, r.document_seed)] = r.confirms or "?"
     c = Counter(seen.values())
     return ", ".join(f"{n} {escape_text(why)}" for why, n in c.most_common())
 
 
-def config_auto_line(records: list[dict], interrupted: list[dict]) -> str:
+def config_auto_line(records: list[PhaseRecord], interrupted: list[dict]) -> str:
     """A configuration's ``Isolation auto`` line: why its fresh points ran and how they
     agreed with the reset ones, or that no fresh server ran and why (``interrupted``: the
     manifests of its runs that did not finish); "" outside an auto run."""
@@ -123,7 +123,7 @@ def config_auto_line(records: list[dict], interrupted: list[dict]) -> str:
         why = (f"before {stopped} interrupted; " + (missing or "any fresh points planned "
                "for it did not run (the plan per configuration is not recorded)")
                if stopped else "and the run finished, so none was planned")
-        reuse = _reuse_pass([{r.get("isolation"): r} for r in records])
+        reuse = _reuse_pass([{r.isolation: r} for r in records])
         return (f"no fresh server ran for this configuration {why}; every cell shows its "
                 f"{reuse} verdict only.")
     line = f"fresh servers for {reasons} (points); {agree}"
@@ -134,19 +134,19 @@ def config_auto_line(records: list[dict], interrupted: list[dict]) -> str:
     return line
 
 
-def _fresh_not_run(records: list[dict], interrupted: list[dict]) -> str:
+def _fresh_not_run(records: list[PhaseRecord], interrupted: list[dict]) -> str:
     """``12 of 14 planned fresh points did not run`` from the interrupted runs' plans, ""
     when a plan is missing."""
     from .interrupted import planned_points
 
-    cids = {r.get("config_id") for r in records}
+    cids = {r.config_id for r in records}
     if len(cids) != 1 or not interrupted:
         return ""
     cid = next(iter(cids))
     planned = [planned_points(m, cid, "fresh") for m in interrupted]
     if any(n is None for n in planned):
         return ""
-    ran = len({point_key(r) for r in records if r.get("isolation") == "fresh"
-               and r.get("run_id") in {m.get("run_id") for m in interrupted}})
+    ran = len({point_key(r) for r in records if r.isolation == "fresh"
+               and r.run_id in {m.get("run_id") for m in interrupted}})
     total = sum(planned)
     return f"{max(total - ran, 0)} of {total} planned fresh points did not run"

@@ -13,22 +13,22 @@ __all__ = ["predict_bug_b", "config_hit_granularity", "agreement"]
 
 def config_hit_granularity(cd: ConfigData) -> tuple[int | None, int]:
     """gcd of the positive ``cached_tokens`` of a configuration's records (see bugb)."""
-    return hit_granularity(r.get("cached_tokens") for r in cd.records)
+    return hit_granularity(r.cached_tokens for r in cd.records)
 
 
 def predict_bug_b(cd: ConfigData) -> Prediction:
     """The rule for this configuration at its modulus, with what its servers reported
     (patch status, cache-hit sizes)."""
-    lengths = [int(r["target_len"]) for r in cd.records if r.get("target_len")]
+    lengths = [int(r.target_len) for r in cd.records if r.target_len]
     by_residue: dict[int, set[int]] = {}
     for r in cd.records:
-        if r.get("target_len") and r.get("residue") is not None:
-            by_residue.setdefault(int(r["residue"]), set()).add(int(r["target_len"]))
-    load = max((int((r.get("load") or {}).get("n") or 0) for r in cd.records), default=0)
-    preempted = sum(int((r.get("load") or {}).get("preemptions") or 0) for r in cd.records)
+        if r.target_len and r.residue is not None:
+            by_residue.setdefault(int(r.residue), set()).add(int(r.target_len))
+    load = max((int((r.load or {}).get("n") or 0) for r in cd.records), default=0)
+    preempted = sum(int((r.load or {}).get("preemptions") or 0) for r in cd.records)
     pred = predict(cd.config, cd.modulus, patch_status=cd.first("patch_status"),
                    patches=cd.first("patches"),
-                   cached_tokens=(r.get("cached_tokens") for r in cd.records),
+                   cached_tokens=(r.cached_tokens for r in cd.records),
                    longest=max(lengths) if lengths else None, load=load,
                    lengths=by_residue if load else None)
     if preempted and pred.armed:
@@ -49,8 +49,8 @@ def agreement(cd: ConfigData, pred: Prediction) -> str:
     statuses = cd.statuses()
     judged: dict[int, set[str]] = {}
     for r in cd.records:
-        if r.get("verdict") == "ok" or r.get("verdict") in BUG_VERDICTS:
-            judged.setdefault(int(r.get("residue") or 0), set()).add(r["verdict"])
+        if r.verdict == "ok" or r.verdict in BUG_VERDICTS:
+            judged.setdefault(int(r.residue or 0), set()).add(r.verdict)
     covered = set(judged)
     unmeasured = set(statuses) - covered
     broken = {res for res, vs in judged.items() if vs & BUG_VERDICTS}

@@ -6,17 +6,18 @@ from __future__ import annotations
 from typing import Iterable
 
 from ..ghmarkdown import code, escape_text
+from ..run.records import PhaseRecord
 from .model import ConfigData, group_configs
 
 __all__ = ["case_groups", "case_note", "case_suffix"]
 
 
-def case_groups(records: Iterable[dict]) -> list[tuple[str | None, list[ConfigData]]]:
+def case_groups(records: Iterable[PhaseRecord]) -> list[tuple[str | None, list[ConfigData]]]:
     """[(case id or None, its configurations)], cases in the order they first appear;
     records of a document-prompt run are the one group ``None``."""
-    by: dict[str | None, list[dict]] = {}
+    by: dict[str | None, list[PhaseRecord]] = {}
     for r in records:
-        by.setdefault(r.get("case_id"), []).append(r)
+        by.setdefault(r.case_id, []).append(r)
     return [(case, group_configs(recs)) for case, recs in by.items()]
 
 

@@ -9,6 +9,8 @@ comment and the GitHub step summary (both the report itself) carry it too.
 """
 from __future__ import annotations
 
+from ..run.records import PhaseRecord
+
 __all__ = ["LAB_NOTICE", "engine_notice", "live_notice"]
 
 LAB_NOTICE = ("**Engine: the CPU lab engine** (`engine/lab`), a replica of vLLM's "
@@ -17,12 +19,12 @@ LAB_NOTICE = ("**Engine: the CPU lab engine** (`engine/lab`), a replica of vLLM'
               "expected here by construction; only a sweep of a real engine tests the rule.")
 
 
-def _engine_of(record: dict) -> str | None:
-    cfg = record.get("config") if isinstance(record.get("config"), dict) else {}
-    return record.get("engine") or cfg.get("engine")
+def _engine_of(record: PhaseRecord) -> str | None:
+    cfg = record.config if isinstance(record.config, dict) else {}
+    return record.engine or cfg.get("engine")
 
 
-def engine_notice(records: list[dict]) -> str | None:
+def engine_notice(records: list[PhaseRecord]) -> str | None:
     """The notice when any record came from the lab engine, else None."""
     engines = {_engine_of(r) for r in records}
     if "lab" not in engines:
@@ -33,10 +35,10 @@ def engine_notice(records: list[dict]) -> str | None:
     return LAB_NOTICE
 
 
-def live_notice(records: list[dict]) -> str | None:
+def live_notice(records: list[PhaseRecord]) -> str | None:
     """The notice of a ``sweep --url`` run (records with isolation ``live``), else None."""
-    urls = sorted({str((r.get("config") or {}).get("url") or "?") for r in records
-                   if r.get("isolation") == "live"})
+    urls = sorted({str((r.config or {}).get("url") or "?") for r in records
+                   if r.isolation == "live"})
     if not urls:
         return None
     return ("**Swept a live server** (" + ", ".join(f"`{u}`" for u in urls) + "), as it "

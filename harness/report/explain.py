@@ -22,7 +22,7 @@ from typing import Iterable
 from ..divergence import first_divergence
 from ..ghmarkdown import code, escape_text
 from ..recordkeys import document_of
-from ..run.records import BUG_VERDICTS
+from ..run.records import BUG_VERDICTS, PhaseRecord, as_record, typed
 from .model import ConfigData
 
 __all__ = ["REFERENCE_SIGHT", "ReferenceTexts", "reference_texts", "divergence_of",
@@ -55,46 +55,49 @@ class ReferenceTexts(dict):
 
     def __init__(self, *args, **kw) -> None:
         super().__init__(*args, **kw)
-        self.clean: dict[tuple, list[dict]] = {}
+        self.clean: dict[tuple, list[PhaseRecord]] = {}
 
-    def clean_tokens(self, r: dict) -> list | None:
+    def clean_tokens(self, r: PhaseRecord) -> list | None:
         """The logprobs of a clean answer to ``r``'s prompt equal to its reference text
         (the same configuration's first), None when there is none."""
-        found = self.clean.get(_prompt_key(r, r.get("reference_sha1"))) or []
-        same = [c for c in found if c.get("config_id") == r.get("config_id")]
-        return (same or found)[0]["token_logprobs"] if found else None
+        found = self.clean.get(_prompt_key(r, r.reference_sha1)) or []
+        same = [c for c in found if c.config_id == r.config_id]
+        return (same or found)[0].token_logprobs if found else None
 
 
-def _prompt_key(r: dict, sha: str | None) -> tuple:
-    return (r.get("model"), r.get("case_id"), document_of(r), r.get("target_len"), sha)
+def _prompt_key(r: PhaseRecord, sha: str | None) -> tuple:
+    return (r.model, r.case_id, document_of(r), r.target_len, sha)
 
 
-def reference_texts(records: list[dict], extra: Iterable[dict] = ()) -> ReferenceTexts:
-    """sha1 -> answer text, for every answer in ``records``; ``extra`` (an explain run's
-    reruns) adds clean logprobs only."""
-    out = ReferenceTexts({r["sha1"]: r.get("answer") or "" for r in records if r.get("sha1")})
-    for r in [*records, *extra]:
-        if r.get("verdict") == "ok" and r.get("token_logprobs") and r.get("sha1"):
-            out.clean.setdefault(_prompt_key(r, r["sha1"]), []).append(r)
+def reference_texts(records: Iterable[PhaseRecord | dict], extra: Iterable[PhaseRecord | dict] = ()
+                    ) -> ReferenceTexts:
+    """sha1 -> answer text, for every answer in ``records`` (as read or typed); ``extra``
+    (an explain run's reruns) adds clean logprobs only."""
+    records = typed(records)
+    out = ReferenceTexts({r.sha1: r.answer or "" for r in records if r.sha1})
+    for r in [*records, *typed(extra)]:
+        if r.verdict == "ok" and r.token_logprobs and r.sha1:
+            out.clean.setdefault(_prompt_key(r, r.sha1), []).append(r)
     return out
 
 
-def divergence_of(r: dict, texts: dict[str, str]) -> dict | None:
+def divergence_of(r: PhaseRecord | dict, texts: dict[str, str]) -> dict | None:
     """The record's first_divergence (computed from the recovered reference text when the
     record predates the field; None when there is no reference text to compare with),
     its margin and call taken from a clean answer's logprobs where the record's are not
     the reference's, else its call ``unknown``."""
-    fd = r.get("first_divergence")
-    ref = texts.get(r.get("reference_sha1") or "")
+    r = as_record(r)
+    fd = r.first_divergence
+    ref = texts.get(r.reference_sha1 or "")
     if not fd:
-        if r.get("verdict") not in BUG_VERDICTS or ref is None:
+        if r.verdict not in BUG_VERDICTS or ref is None:
             return None
-        fd = first_divergence(r.get("answer") or "", ref, answer_tokens=r.get("token_logprobs"))
+        fd = first_divergence(r.answer or "", ref, answer_tokens=r.token_logprobs)
     if not fd or fd.get("margin_from") == "reference":
         return fd
     clean = texts.clean_tokens(r) if isinstance(texts, ReferenceTexts) and ref is not None else None
     if clean:
-        got = first_divergence(r.get("answer") or "", ref, answer_tokens=r.get("token_logprobs"),
+        got = first_divergence(r.answer or "", ref, answer_tokens=r.token_logprobs,
                                reference_tokens=clean)
         if got and got.get("margin_from") == "reference":
             return dict(got, margin_from="clean answer")
@@ -102,8 +105,8 @@ def divergence_of(r: dict, texts: dict[str, str]) -> dict | None:
     return dict(fd, call="unknown", unknown_why=why)
 
 
-def _has_logprobs(r: dict, texts) -> bool:
-    return bool(r.get("token_logprobs")) or bool(getattr(texts, "clean", None))
+def _has_logprobs(r: PhaseRecord, texts) -> bool:
+    return bool(r.token_logprobs) or bool(getattr(texts, "clean", None))
 
 
 def divergence_phrase(fd: dict | None) -> str:
@@ -128,11 +131,11 @@ def divergence_phrase(fd: dict | None) -> str:
     return ", ".join(parts)
 
 
-def call_counts(records: list[dict], texts: dict[str, str]) -> Counter:
+def call_counts(records: list[PhaseRecord], texts: dict[str, str]) -> Counter:
     """How many bad answers are decisive breaks, near-ties, or of unknown margin."""
     c: Counter = Counter()
     for r in records:
-        if r.get("verdict") in BUG_VERDICTS:
+        if r.verdict in BUG_VERDICTS:
             fd = divergence_of(r, texts) or {}
             call = fd.get("call") or "unknown"
             c[call] += 1
@@ -142,17 +145,17 @@ def call_counts(records: list[dict], texts: dict[str, str]) -> Counter:
     return c
 
 
-def reference_lines(records: list[dict], texts: dict[str, str]) -> list[str]:
+def reference_lines(records: list[PhaseRecord], texts: dict[str, str]) -> list[str]:
     """The report's reference paragraph: what was used, what it can and cannot see, and
     the count of decisive breaks apart from near-ties."""
-    refs = sorted({str(r.get("reference") or "passage") for r in records})
+    refs = sorted({str(r.reference or "passage") for r in records})
     out = []
     for ref in refs:
         key = "golden" if ref.startswith("golden:") else ref
         can, cannot = REFERENCE_SIGHT.get(key, ("?", "?"))
         out.append(f"- **Reference {code(ref)}:** sees {can}; cannot see {cannot}.")
     if "cold" in refs:
-        n = sum(1 for r in records if r.get("verdict") == "unjudged" and r.get("phase") == "cold")
+        n = sum(1 for r in records if r.verdict == "unjudged" and r.phase == "cold")
         out.append(f"- **{n} cold cell(s) unjudged:** under `--reference cold` a corruption "
                    "identical in every phase is invisible (the hit matches the corrupted cold "
                    "answer). Use `--reference passage` (the document itself), "
@@ -177,15 +180,14 @@ def reference_lines(records: list[dict], texts: dict[str, str]) -> list[str]:
 def final_chunk_line(cd: ConfigData, k1: int | None) -> str | None:
     """What final prefill chunk the bad hit cells computed, from ``cached / tail`` and the
     record's tail note, rather than assuming ``tail = k + 1``."""
-    bad = [r for r in cd.records if r.get("verdict") in BUG_VERDICTS
-           and r.get("phase") != "cold" and r.get("computed_tail") is not None]
+    bad = [r for r in cd.records if r.verdict in BUG_VERDICTS
+           and r.phase != "cold" and r.computed_tail is not None]
     if not bad:
         return None
     seen: dict[tuple, list[int]] = {}
     for r in bad:
-        key = (r.get("cached_tokens"), r.get("computed_tail"), r.get("prompt_tokens"),
-               r.get("tail_note"))
-        seen.setdefault(key, []).append(int(r.get("residue") or 0))
+        key = (r.cached_tokens, r.computed_tail, r.prompt_tokens, r.tail_note)
+        seen.setdefault(key, []).append(int(r.residue or 0))
     parts = []
     for (cached, tail, length, note), residues in sorted(seen.items(), key=lambda kv: kv[1]):
         s = (f"residue {', '.join(map(str, sorted(set(residues))))}: cached {cached} of "

@@ -15,8 +15,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from .. import bugb
 from ..ghmarkdown import bold, code, escape_text, table
-from ..run.records import BUG_VERDICTS, EXPLAINED, document_of, latest_records, phase_key
+from ..run.records import (BUG_VERDICTS, EXPLAINED, PhaseRecord, document_of, latest_records,
+                           phase_key, typed)
 from .cells import cell_markdown
+from .model import Cell
 
 __all__ = ["UNCHANGED", "EXPLAINED", "Rung", "Ladder", "ladders", "render_ladder",
            "render_explained", "explains_of", "closing_line", "hit_unit", "same_failure"]
@@ -42,7 +44,7 @@ def same_failure(parent: str, rerun: str | None) -> bool:
 class Rung:
     label: str                         # "graph mode → PIECEWISE"
     axis: str                          # "graph mode"
-    records: dict[str, dict]           # phase -> record of this rung's rerun
+    records: dict[str, PhaseRecord]    # phase -> record of this rung's rerun
     note: str = ""                     # why the rung did not run (not applicable)
 
     def outcome(self, phases: list[str], unchanged: "Rung | None" = None) -> str:
@@ -53,7 +55,7 @@ class Rung:
         computed tail as the unchanged rerun, so it never asked the question it names."""
         if self.note:
             return "not-run"
-        verdicts = [self.records[p]["verdict"] if p in self.records else None for p in phases]
+        verdicts = [self.records[p].verdict if p in self.records else None for p in phases]
         if any(v is None for v in verdicts):
             return "inconclusive"
         if all(v == "ok" for v in verdicts):
@@ -67,11 +69,13 @@ class Rung:
         if not hits:
             return False
         for p in hits:
-            a, b = self.records.get(p) or {}, unchanged.records.get(p) or {}
+            a, b = self.records.get(p), unchanged.records.get(p)
+            if a is None or b is None:   # a phase not rerun has no hit unit
+                return False
             ua, ub = hit_unit(a), hit_unit(b)
             if ua is None or ub is None or ua == ub:
                 return False
-            if a.get("computed_tail") is None or a.get("computed_tail") != b.get("computed_tail"):
+            if a.computed_tail is None or a.computed_tail != b.computed_tail:
                 return False
         return True
 
@@ -79,15 +83,15 @@ class Rung:
         p = next(p for p in phases if p != "cold")
         a, b = self.records[p], unchanged.records[p]
         return (f"{self.label}: the hit unit went {hit_unit(b)} → {hit_unit(a)}, yet the "
-                f"{a.get('templated_len')}-token prompt still leaves a {a.get('computed_tail')}"
+                f"{a.templated_len}-token prompt still leaves a {a.computed_tail}"
                 f"-token tail, so this rung cannot separate {self.axis}; explain a run whose "
-                f"lengths are not ≡ {a.get('computed_tail')} mod {hit_unit(a)} (another --context)")
+                f"lengths are not ≡ {a.computed_tail} mod {hit_unit(a)} (another --context)")
 
 
-def hit_unit(record: dict) -> int | None:
+def hit_unit(record: PhaseRecord) -> int | None:
     """The unit a record's cache hits came in (``bugb.hit_unit`` of its effective
     configuration; None when nothing says)."""
-    return bugb.hit_unit(record.get("config") or {})[0]
+    return bugb.hit_unit(record.config or {})[0]
 
 
 @dataclass
@@ -105,14 +109,14 @@ class Ladder:
         """Every explained phase fails the same way again on the unchanged configuration
         (a boot-fail, an invalid or an unjudged rerun reproduces nothing)."""
         recs = self.unchanged.records
-        return all(same_failure(v, (recs.get(p) or {}).get("verdict"))
+        return all(same_failure(v, recs[p].verdict if p in recs else None)
                    for p, v in self.phases.items())
 
     @property
     def came_back_ok(self) -> bool:
         """Every explained phase came back ok: not reproduced (else: inconclusive)."""
         recs = self.unchanged.records
-        return all((recs.get(p) or {}).get("verdict") == "ok" for p in self.phases)
+        return all(p in recs and recs[p].verdict == "ok" for p in self.phases)
 
     def by_axis(self, outcome: str) -> list[str]:
         """Axes whose every run rung has ``outcome``, named by axis; an axis whose rungs
@@ -138,17 +142,18 @@ def explains_of(manifest: dict | None) -> dict | None:
     return block if isinstance(block, dict) and block.get("run_id") else None
 
 
-def ladders(manifest: dict, records: list[dict]) -> list[Ladder]:
-    """The ladders of one explain run, in the order its cells were named. A target names
-    its document and case (explain runs since issue 23); an older one matches any."""
+def ladders(manifest: dict, records: list[PhaseRecord] | list[dict]) -> list[Ladder]:
+    """The ladders of one explain run (its records as read or typed), in the order its
+    cells were named. A target names its document and case (explain runs since issue
+    23); an older one matches any."""
     block = explains_of(manifest)
     if block is None:
         return []
-    recs, _ = latest_records(records)
-    by_point: dict[tuple, dict[str, dict]] = {}
+    recs, _ = latest_records(typed(records))
+    by_point: dict[tuple, dict[str, PhaseRecord]] = {}
     for r in recs:
-        key = (r.get("config_id"), r.get("case_id"), r.get("residue"), document_of(r))
-        by_point.setdefault(key, {})[r["phase"]] = r
+        key = (r.config_id, r.case_id, r.residue, document_of(r))
+        by_point.setdefault(key, {})[r.phase] = r
     targets = list(block.get("targets") or [])
     several_docs = len({t.get("document") for t in targets}) > 1 or len(
         block.get("documents") or ()) > 1
@@ -158,7 +163,7 @@ def ladders(manifest: dict, records: list[dict]) -> list[Ladder]:
 
         def rung(spec: dict) -> Rung:
             cid = spec.get("config_id")
-            got: dict[str, dict] = {}
+            got: dict[str, PhaseRecord] = {}
             if cid:
                 for (c, case, res, doc), phases in by_point.items():
                     if (c == cid and res == residue and case == t.get("case_id")
@@ -183,7 +188,7 @@ def _row(rung: Rung, phases: list[str], bold_label: bool) -> list[str]:
     label = escape_text(rung.label)
     if rung.note:
         return [label] + ["not run: " + escape_text(rung.note)] + [""] * (len(phases) - 1)
-    cells = [cell_markdown(rung.records.get(p)) for p in phases]
+    cells = [cell_markdown(Cell.of(rung.records.get(p))) for p in phases]
     return [bold(label) if bold_label else label] + cells
 
 
@@ -211,7 +216,7 @@ def closing_line(ladder: Ladder) -> str:
         tail = " Not run: " + "; ".join(f"{escape_text(r.label)} ({escape_text(r.note)})"
                                         for r in skipped) + "."
     if not ladder.reproduced:
-        got = ", ".join(f"{escape_text(p)} {escape_text(ladder.unchanged.records[p]['verdict'])}"
+        got = ", ".join(f"{escape_text(p)} {escape_text(ladder.unchanged.records[p].verdict)}"
                         if p in ladder.unchanged.records else f"{escape_text(p)} not run"
                         for p in sorted(ladder.phases, key=phase_key))
         if ladder.came_back_ok:

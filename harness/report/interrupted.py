@@ -16,6 +16,7 @@ from collections.abc import Iterable
 
 from ..ghmarkdown import bold, code
 from ..recordkeys import point_key
+from ..run.records import PhaseRecord
 
 __all__ = ["finished_points", "interrupted_line", "interrupted_manifests", "is_interrupted",
            "planned_points"]
@@ -33,13 +34,13 @@ def interrupted_manifests(manifests: Iterable[dict], run_ids: Iterable[str] | No
             and (want is None or m.get("run_id") in want)]
 
 
-def finished_points(m: dict, records: Iterable[dict]) -> int:
+def finished_points(m: dict, records: Iterable[PhaseRecord]) -> int:
     """Points of run ``m`` that finished: the manifest's count (``timing.points``, written
     as the run stops), else the distinct points of its records on disk."""
     n = (m.get("timing") or {}).get("points")
     if isinstance(n, int):
         return n
-    return len({point_key(r) for r in records if r.get("run_id") == m.get("run_id")})
+    return len({point_key(r) for r in records if r.run_id == m.get("run_id")})
 
 
 def planned_points(m: dict, config_id: str | None = None, isolation: str | None = None
@@ -55,7 +56,7 @@ def planned_points(m: dict, config_id: str | None = None, isolation: str | None 
     return sum(n for iso, n in by.items() if isolation is None or iso == isolation)
 
 
-def _runs_phrase(ms: list[dict], records: list[dict]) -> str:
+def _runs_phrase(ms: list[dict], records: list[PhaseRecord]) -> str:
     """``run `A` (541 of 556 points finished)`` / ``runs `A` (…), `B` (…)``."""
     parts = []
     for m in ms:
@@ -65,16 +66,16 @@ def _runs_phrase(ms: list[dict], records: list[dict]) -> str:
     return ("run " if len(parts) == 1 else "runs ") + ", ".join(parts)
 
 
-def interrupted_line(manifests: list[dict], records: list[dict]) -> str:
+def interrupted_line(manifests: list[dict], records: list[PhaseRecord]) -> str:
     """The opening summary's line for runs that did not finish; "" when every run did."""
     ms = interrupted_manifests(manifests)
     if not ms:
         return ""
-    auto = any(r.get("isolation_run") == "auto" for r in records)
+    auto = any(r.isolation_run == "auto" for r in records)
     # an auto run counts a point per residue, document and pass: more than the headline's
     # data points, which fold documents and passes into one cell
     what = "a point is one residue, document and pass; " if auto else ""
-    reuse = ("restore" if any(r.get("isolation") == "restore" for r in records)
+    reuse = ("restore" if any(r.isolation == "restore" for r in records)
              else "reset")
     tail = (f"a cell without a fresh confirmation shows its {reuse} verdict only."
             if auto else "points not on disk were not measured.")

@@ -40,20 +40,19 @@ def load_cell(load: dict | None) -> str:
 def render_load(configs) -> str:
     rows = []
     for cd in configs:
-        for r in sorted(cd.records, key=lambda r: (r.get("residue") or 0,
-                                                   phase_key(r.get("phase") or ""))):
-            if not r.get("load"):
+        for r in sorted(cd.records, key=lambda r: (r.residue or 0, phase_key(r.phase or ""))):
+            if not r.load:
                 continue
             rows.append([code(cd.label) if len(configs) > 1 else "",
-                         str(r.get("residue")), escape_text(r.get("phase") or ""),
-                         str(r.get("target_len")), escape_text(r.get("verdict") or ""),
-                         load_cell(r["load"])])
+                         str(r.residue), escape_text(r.phase or ""),
+                         str(r.target_len), escape_text(r.verdict or ""),
+                         load_cell(r.load)])
     if not rows:
         return ""
     header = ["configuration", "residue", "phase", "length", "verdict", "load"]
     if len(configs) <= 1:
         header, rows = header[1:], [row[1:] for row in rows]
-    proven = sum(1 for cd in configs for r in cd.records if (r.get("load") or {}).get("proven"))
+    proven = sum(1 for cd in configs for r in cd.records if (r.load or {}).get("proven"))
     return ("## Load\n\nEach measured request ran beside background conversations "
             "(`--load`); the load column says what ran beside it, from the server's own "
             f"log or /metrics ({proven} of {len(rows)} cells proven beside decode steps).\n\n"

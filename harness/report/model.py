@@ -1,14 +1,17 @@
-"""The report's view of records: configurations and their cells, and how a
-configuration's dimensions are spelled (``block=128``, ``unit=none``)."""
+"""The report's view of records: configurations (``ConfigData``, over typed
+``PhaseRecord``s) and their cells (``Cell``: the record that speaks for a table cell and
+what its other documents and passes add), and how a configuration's dimensions are
+spelled (``block=128``, ``unit=none``)."""
 from __future__ import annotations
 
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping, NamedTuple
 
-from ..run.records import CONFIG_FIELDS, NOT_IDENTITY, SEVERITY, document_of, phase_key, sha12, worst
+from ..run.records import (CONFIG_FIELDS, NOT_IDENTITY, SEVERITY, PhaseRecord, as_record,
+                           document_of, phase_key, sha12, typed, worst)
 
-__all__ = ["ConfigData", "group_configs", "combine_cell", "sha12", "fmt_percent", "miss_probability",
+__all__ = ["ConfigData", "Cell", "Disagreement", "group_configs", "combine_cell", "sha12", "fmt_percent", "miss_probability",
            "miss_sentence", "fmt_value", "describe_dim", "config_fields", "varying_fields",
            "DEFAULT_MODULUS", "VOLATILE", "SHORT_NAMES"]
 
@@ -94,26 +97,62 @@ def varying_fields(configs: list[dict]) -> list[str]:
     return out
 
 
+class Disagreement(NamedTuple):
+    """A document of an auto cell whose reused-server and fresh-server verdicts differ
+    (one ok, the other judged not ok)."""
+    document: int
+    reuse_verdict: str
+    fresh_verdict: str
+    reuse_pass: str            # the reused server's pass: ``restore`` or ``reset``
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One cell of the results table (``report/cells.py`` says it in words): the record
+    that speaks for it and what its other records add. A cell of one record is that
+    record alone."""
+
+    record: PhaseRecord
+    documents: tuple[int, int] | None = None   # (not ok, of) over several documents
+    fresh: int = 0                 # documents judged on a fresh server (--isolation auto)
+    disagree: tuple[Disagreement, ...] = ()
+
+    @classmethod
+    def of(cls, record: PhaseRecord | Mapping[str, Any] | None) -> "Cell | None":
+        """The cell of one record (None: not run)."""
+        return None if record is None else cls(as_record(record))
+
+    @property
+    def verdict(self) -> str:
+        return self.record.verdict
+
+
 @dataclass
 class ConfigData:
+    """One configuration of the report and its records (typed: a dict given here is read
+    with ``PhaseRecord.from_dict``)."""
+
     config_id: str
     label: str
     config: dict
     requested: dict
-    records: list[dict] = field(default_factory=list)
+    records: list[PhaseRecord] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.records = typed(self.records)
 
     @property
     def modulus(self) -> int:
-        mods = [r.get("modulus") for r in self.records if r.get("modulus")]
+        mods = [r.modulus for r in self.records if r.modulus]
         return int(Counter(mods).most_common(1)[0][0]) if mods else DEFAULT_MODULUS
 
     @property
     def residues(self) -> list[int]:
-        return sorted({int(r["residue"]) for r in self.records if r.get("residue") is not None})
+        return sorted({int(r.residue) for r in self.records if r.residue is not None})
 
     @property
     def phases(self) -> list[str]:
-        return sorted({r.get("phase") or "?" for r in self.records}, key=phase_key)
+        return sorted({r.phase or "?" for r in self.records}, key=phase_key)
 
     @property
     def identity(self) -> dict:
@@ -125,15 +164,15 @@ class ConfigData:
             keys = [k for k in CONFIG_FIELDS if k in self.config]
         return {k: self.config.get(k, self.requested.get(k)) for k in keys}
 
-    def cell(self, residue: int, phase: str) -> dict | None:
+    def cell(self, residue: int, phase: str) -> Cell | None:
         return self._index().get((residue, phase))
 
-    def _index(self) -> dict:
+    def _index(self) -> dict[tuple[int, str], Cell]:
         idx = getattr(self, "_idx", None)
         if idx is None:
-            groups: dict[tuple, list[dict]] = defaultdict(list)
+            groups: dict[tuple, list[PhaseRecord]] = defaultdict(list)
             for r in self.records:
-                groups[(int(r["residue"]), r.get("phase") or "?")].append(r)
+                groups[(int(r.residue), r.phase or "?")].append(r)
             idx = {k: combine_cell(v) for k, v in groups.items()}
             self._idx = idx
         return idx
@@ -146,78 +185,73 @@ class ConfigData:
         st = getattr(self, "_statuses", None)
         if st is None:
             by: dict[int, list[str]] = defaultdict(list)
-            for (res, _), r in self._index().items():
-                by[res].append(r.get("verdict") or "invalid")
+            for (res, _), c in self._index().items():
+                by[res].append(c.verdict or "invalid")
             st = self._statuses = {res: worst(v) for res, v in sorted(by.items())}
         return st
 
     def first(self, key: str, default: Any = None) -> Any:
+        """The first set value of field ``key`` over the records."""
         for r in self.records:
-            if r.get(key) not in (None, "", [], {}):
-                return r[key]
+            if getattr(r, key) not in (None, "", [], {}):
+                return getattr(r, key)
         return default
 
     def distinct(self, key: str) -> list:
         out = []
         for r in self.records:
-            v = r.get(key)
+            v = getattr(r, key)
             if v not in (None, "") and v not in out:
                 out.append(v)
         return out
 
 
-def _severity(r: dict) -> int:
-    v = r.get("verdict") or "invalid"
+def _severity(r: PhaseRecord) -> int:
+    v = r.verdict or "invalid"
     return SEVERITY.index(v) if v in SEVERITY else 0
 
 
-def combine_cell(records: list[dict]) -> dict:
+def combine_cell(records: list[PhaseRecord]) -> Cell:
     """One table cell from its records: one per document (``--seed`` lists) and, in an
     auto run, per pass. A document's verdict is its fresh record's where there is one (the
-    standard), else its reset record's; the cell is the worst document, annotated with
-    ``_docs`` (bad, total) over several documents, ``_fresh`` (documents judged on a
-    fresh server) and ``_disagree`` ([(document, reuse verdict, fresh verdict, reuse pass)]
-    where one is ok and the other is judged not ok; an unjudged side compares with nothing;
-    the reuse pass is ``restore`` or ``reset``). A cell of one record is that record, unchanged."""
+    standard), else its reused server's; the cell is the worst document, with
+    ``documents`` (not ok, of) over several documents, ``fresh`` (documents judged on a
+    fresh server) and ``disagree`` (documents where the reused and the fresh server's
+    verdicts differ, one ok and the other judged not ok; an unjudged side compares with
+    nothing)."""
+    records = typed(records)
     if len(records) == 1:
-        return records[0]
-    by_doc: dict[Any, dict[str, dict]] = defaultdict(dict)
+        return Cell(records[0])
+    by_doc: dict[Any, dict[str, PhaseRecord]] = defaultdict(dict)
     for r in records:
-        by_doc[document_of(r)][r.get("isolation") or "?"] = r
+        by_doc[document_of(r)][r.isolation or "?"] = r
     effective, disagree, fresh = [], [], 0
     for doc, passes in sorted(by_doc.items(), key=lambda kv: str(kv[0])):
         eff = passes.get("fresh") or next(iter(passes.values()))
-        fresh += "fresh" in passes and passes["fresh"].get("isolation_run") == "auto"
+        fresh += "fresh" in passes and passes["fresh"].isolation_run == "auto"
         effective.append(eff)
         name = "restore" if "restore" in passes else "reset"
-        reset, fr = passes.get(name), passes.get("fresh")
+        reuse, fr = passes.get(name), passes.get("fresh")
         # an unjudged answer is neither ok nor bad: nothing to disagree with (as in the
         # agreement line, report/auto.py)
-        if (reset and fr and "unjudged" not in (reset.get("verdict"), fr.get("verdict"))
-                and (reset.get("verdict") == "ok") != (fr.get("verdict") == "ok")):
-            disagree.append((doc, reset.get("verdict"), fr.get("verdict"), name))
-    cell = dict(min(effective, key=_severity))
-    if len(effective) > 1:
-        cell["_docs"] = (sum(1 for r in effective if r.get("verdict") != "ok"), len(effective))
-    if fresh:
-        cell["_fresh"] = fresh
-    if disagree:
-        cell["_disagree"] = disagree
-    return cell
+        if (reuse and fr and "unjudged" not in (reuse.verdict, fr.verdict)
+                and (reuse.verdict == "ok") != (fr.verdict == "ok")):
+            disagree.append(Disagreement(doc, reuse.verdict, fr.verdict, name))
+    docs = ((sum(1 for r in effective if r.verdict != "ok"), len(effective))
+            if len(effective) > 1 else None)
+    return Cell(min(effective, key=_severity), docs, fresh, tuple(disagree))
 
 
-def group_configs(records: Iterable[dict]) -> list[ConfigData]:
+def group_configs(records: Iterable[PhaseRecord | Mapping[str, Any]]) -> list[ConfigData]:
     """Records grouped by configuration, in the order configurations first appear."""
     out: dict[str, ConfigData] = {}
-    for r in records:
-        cid = r.get("config_id") or r.get("config_label") or "?"
+    for r in typed(records):
+        cid = r.config_id or r.config_label or "?"
         cd = out.get(cid)
         if cd is None:
             cd = out[cid] = ConfigData(
-                config_id=cid, label=r.get("config_label") or cid,
-                config=dict(r.get("config") or {}),
-                requested=dict(r.get("requested_config") or {}))
+                config_id=cid, label=r.config_label or cid,
+                config=dict(r.config or {}),
+                requested=dict(r.requested_config or {}))
         cd.records.append(r)
     return list(out.values())
-
-

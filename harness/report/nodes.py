@@ -7,26 +7,27 @@ the report shows one row per node so the two cannot be confused.
 from __future__ import annotations
 
 from ..ghmarkdown import bold, code, escape_text, table
-from ..run.records import by_node
+from ..run.records import PhaseRecord, by_node, typed
 
 __all__ = ["by_node", "render_nodes"]
 
 
-def render_nodes(records: list[dict]) -> str:
+def render_nodes(records: list[PhaseRecord] | list[dict]) -> str:
     """A ``## By node`` section, or "" when every record ran on one node (nothing to say).
 
     Columns: node, data points, phase cells, cells not ok (by verdict), points retried
-    after their node or worker was lost (``attempt`` 2)."""
+    after their node or worker was lost (``attempt`` 2, a key of the record's ``extra``)."""
+    records = typed(records)
     nodes = by_node(records)
     if len(nodes) < 2:
         return ""
     points: dict[str, set] = {}
     retried: dict[str, set] = {}
     for r in records:
-        node = str(r.get("node") or "?")
-        key = (r.get("run_id"), r.get("config_id"), r.get("case_id"), r.get("residue"))
+        node = str(r.node or "?")
+        key = (r.run_id, r.config_id, r.case_id, r.residue)
         points.setdefault(node, set()).add(key)
-        if (r.get("attempt") or 1) > 1:
+        if (r.extra.get("attempt") or 1) > 1:
             retried.setdefault(node, set()).add(key)
     rows = []
     for node, counts in nodes.items():

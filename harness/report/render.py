@@ -5,7 +5,7 @@ import pathlib
 from typing import Any, Iterable
 
 from ..ghmarkdown import bold, code, escape_text
-from ..run.records import latest_records, phase_key
+from ..run.records import PhaseRecord, latest_records, phase_key, typed
 from .auto import agreement_line
 from .cases import case_groups, case_note, case_suffix
 from .cells import Footnotes
@@ -20,19 +20,21 @@ __all__ = ["render_markdown", "write_report", "load_inputs", "title_markdown",
            "headline_markdown"]
 
 
-def render_markdown(records: list[dict], manifests: list[dict] | None = None, *,
+def render_markdown(records: list[dict] | list[PhaseRecord],
+                    manifests: list[dict] | None = None, *,
                     full: bool = False, title: str | None = None,
                     explained: list[tuple[dict, list[dict]]] | None = None) -> str:
     """The whole report as GitHub-flavoured markdown.
 
     ``records``: phase records of one or more runs (docs/records.md). ``manifests``: their
-    run manifests (optional: they add the command line, the dates, planned-but-missing
+    run manifests, as read or typed (optional: they add the command line, the dates, planned-but-missing
     residues and the interrupted flag). ``full``: one row per residue, no folding, and every
     rerun command line. ``explained``: (manifest, records) of the explain runs linked to
     these runs (``sweep explain``): their ladders make the "Explained" section."""
     manifests = [m for m in (manifests or []) if m]
     if not records:
         return (f"# {title or 'Residue sweep report'}\n\nNo records: nothing was measured.\n")
+    records = typed(records)
     recs, superseded = latest_records(records)
     configs = group_configs(recs)       # each configuration over every case (title, provenance)
     groups = case_groups(recs)          # --prompts: per case; otherwise the one group None
@@ -90,7 +92,7 @@ def render_markdown(records: list[dict], manifests: list[dict] | None = None, *,
     return "\n".join(out)
 
 
-def title_markdown(recs: list[dict]) -> str:
+def title_markdown(recs: list[PhaseRecord]) -> str:
     """The report's title (markdown, no ``#``) for the latest records ``recs``."""
     configs, groups = group_configs(recs), case_groups(recs)
     short, corner = short_labels(configs)
@@ -105,10 +107,10 @@ def title_markdown(recs: list[dict]) -> str:
     return title
 
 
-def headline_markdown(recs: list[dict]) -> str:
+def headline_markdown(recs: list[PhaseRecord]) -> str:
     """``N configurations, P data points, C phase cells: all ok`` (or what is not)."""
     configs, groups = group_configs(recs), case_groups(recs)
-    bad_cells = sum(1 for r in recs if r.get("verdict") != "ok")
+    bad_cells = sum(1 for r in recs if r.verdict != "ok")
     points = sum(len(c.residues) for _, cs in groups for c in cs)
     bad_points = sum(1 for _, cs in groups for c in cs for s in c.statuses().values()
                      if s != "ok")

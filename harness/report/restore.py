@@ -8,17 +8,18 @@ from collections.abc import Iterable
 
 from ..ghmarkdown import escape_text
 from ..recordkeys import point_key
+from ..run.records import PhaseRecord
 
 __all__ = ["restore_summary"]
 
 
-def restore_summary(records: Iterable[dict]) -> str:
+def restore_summary(records: Iterable[PhaseRecord]) -> str:
     """``sleep-level-1+wake+reset: 127 points restored, each proven (median 0.02 s per
     point, 0.01–0.05 s); 1 on a just-booted server``; "" when no record was restored."""
     by_point: dict[tuple, dict] = {}
     for r in records:
-        if r.get("isolation") == "restore" and isinstance(r.get("restore"), dict):
-            by_point.setdefault(point_key(r), r["restore"])
+        if r.isolation == "restore" and isinstance(r.restore, dict):
+            by_point.setdefault(point_key(r), r.restore)
     if not by_point:
         return ""
     done = [p for p in by_point.values() if p.get("means") not in ("boot", "failed")]

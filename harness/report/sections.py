@@ -8,7 +8,7 @@ from collections import defaultdict
 from ..ghmarkdown import bold, cap, code, escape_text, fence, table
 from ..isolation import POLICIES
 from ..ranges import residues_phrase
-from ..run.records import BUG_VERDICTS, NOT_IDENTITY, SEVERITY, phase_key
+from ..run.records import BUG_VERDICTS, NOT_IDENTITY, SEVERITY, PhaseRecord, phase_key
 from .auto import config_auto_line
 from .explain import final_chunk_line
 from .restore import restore_summary
@@ -110,8 +110,7 @@ def results_rows(configs: list[ConfigData], notes: Footnotes, *, full: bool,
     for res in residues:
         recs = [(cd, cd.cell(res, p)) for cd, p in cols]
         # a cell that was not run is not a bad cell (another configuration swept less)
-        ok = all(r.get("verdict") == "ok" and not r.get("_disagree")
-                 for _, r in recs if r is not None)
+        ok = all(c.verdict == "ok" and not c.disagree for _, c in recs if c is not None)
         cells = [cell_markdown(r, notes.mark(cd, r)) for cd, r in recs]
         rows.append((res, cells, ok))
     return header, _fold_rows(rows, full)
@@ -123,7 +122,7 @@ def render_thread_view(configs: list[ConfigData], phase: str, short: dict[str, s
     measured phase (mjungnickel18's FULL_AND_PIECEWISE / PIECEWISE table)."""
     residues = sorted({r for c in configs for r in c.residues})
     bad_res = {res for c in configs for res in c.residues
-               if (c.cell(res, phase) or {}).get("verdict") not in (None, "ok")}
+               if c.cell(res, phase) is not None and c.cell(res, phase).verdict != "ok"}
     header = [f"{corner} {escape_text(phase)}"] + [
         _row_label(r, r in bad_res) for r in residues]
     rows = [[short[c.config_id]] + [cell_markdown(c.cell(r, phase)) for r in residues]
@@ -145,7 +144,7 @@ def summary_counts(cd: ConfigData) -> str:
 
 
 def _broken_phases(cd: ConfigData) -> str:
-    phases = sorted({r.get("phase") for r in cd.records if r.get("verdict") in BUG_VERDICTS},
+    phases = sorted({r.phase for r in cd.records if r.verdict in BUG_VERDICTS},
                     key=phase_key)
     return ", ".join(escape_text(p) for p in phases)
 
@@ -174,7 +173,7 @@ def render_config_summary(cd: ConfigData, manifest_residues: list[int] | None,
         result += f" (broken on: {bp})"
     lines.append(f"- **Result:** {result}.")
     lines.append(f"- **Bug B rule:** {pred.why}; {agreement(cd, pred)}.")
-    runs = {r.get("run_id") for r in cd.records}
+    runs = {r.run_id for r in cd.records}
     stopped = [m for m in interrupted or [] if m.get("run_id") in runs]
     auto_line = config_auto_line(cd.records, stopped)
     if auto_line:
@@ -214,7 +213,7 @@ def render_config_summary(cd: ConfigData, manifest_residues: list[int] | None,
     if extra:
         line += f"; the server reported {code(extra)}"
     lines.append(line)
-    mism = sorted({f for r in cd.records for f in (r.get("config_mismatch") or [])})
+    mism = sorted({f for r in cd.records for f in (r.config_mismatch or [])})
     if mism:
         detail = []
         for f in mism:
@@ -248,9 +247,9 @@ def render_reruns(cd: ConfigData, full: bool) -> str:
     """The command lines that rerun this configuration's cells: every non-ok point's, and
     one clean point's as the pattern for the rest (all of them with ``full``)."""
     by_res: dict[int, str] = {}
-    for r in sorted(cd.records, key=lambda r: (r.get("residue"), phase_key(r.get("phase") or ""))):
-        if r.get("rerun"):
-            by_res.setdefault(int(r["residue"]), r["rerun"])
+    for r in sorted(cd.records, key=lambda r: (r.residue, phase_key(r.phase or ""))):
+        if r.rerun:
+            by_res.setdefault(int(r.residue), r.rerun)
     if not by_res:
         return "Rerun: no `rerun` command recorded."
     statuses = cd.statuses()
@@ -331,12 +330,12 @@ def render_ladder(configs: list[ConfigData], short: dict[str, str], corner: str)
     return (f"## Ladder: {dims}\n\nEverything else equal: {corner}.\n\n" + table(header, rows))
 
 
-def render_provenance(configs: list[ConfigData], records: list[dict],
+def render_provenance(configs: list[ConfigData], records: list[PhaseRecord],
                       manifests: list[dict], superseded: int) -> str:
     def distinct(key: str) -> list:
         out = []
         for r in records:
-            v = r.get(key)
+            v = getattr(r, key)
             if v not in (None, "") and v not in out:
                 out.append(v)
         return out
@@ -349,7 +348,7 @@ def render_provenance(configs: list[ConfigData], records: list[dict],
     runs = distinct("run_id")
     engines = []
     for r in records:
-        e = f"{r.get('engine') or '?'} {r.get('engine_version') or ''}".strip()
+        e = f"{r.engine or '?'} {r.engine_version or ''}".strip()
         if e not in engines:
             engines.append(e)
     starts = sorted(x for x in distinct("started_at"))

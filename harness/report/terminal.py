@@ -13,11 +13,11 @@ from __future__ import annotations
 import unicodedata
 from ..plaintext import align_table, display_width, inline_to_plain
 from ..ranges import fmt_ranges
-from ..run.records import UNANSWERED, latest_records, phase_key
+from ..run.records import UNANSWERED, PhaseRecord, latest_records, phase_key, typed
 from .auto import agreement_line
 from .bugb_analysis import agreement, predict_bug_b
 from .cases import case_groups, case_suffix
-from .cells import EXCERPT_CHARS, Footnotes, failure_gist
+from .cells import EXCERPT_CHARS, Footnote, Footnotes, failure_gist
 from .engine_notice import engine_notice, live_notice
 from .interrupted import interrupted_line
 from .model import group_configs, sha12
@@ -29,12 +29,13 @@ __all__ = ["render_terminal", "MAX_CELL_LINES"]
 MAX_CELL_LINES = 20   # non-ok cells listed on the terminal; the rest are in the report
 
 
-def render_terminal(records: list[dict], manifests: list[dict] | None = None) -> str:
+def render_terminal(records: list[dict] | list[PhaseRecord],
+                    manifests: list[dict] | None = None) -> str:
     """The short plain-text report of ``records`` (and their manifests)."""
     manifests = [m for m in (manifests or []) if m]
     if not records:
         return "No records: nothing was measured."
-    recs, _ = latest_records(records)
+    recs, _ = latest_records(typed(records))
     title = inline_to_plain(title_markdown(recs))
     out = [title, "=" * min(display_width(title), 100), ""]
     for notice in (live_notice(recs), engine_notice(recs)):
@@ -81,20 +82,20 @@ def _visible(text: str) -> str:
     return "".join(repr(ch)[1:-1] if unicodedata.category(ch) == "Cc" else ch for ch in text)
 
 
-def _cell_line(item: dict, short: dict[str, str] | None) -> str:
+def _cell_line(item: Footnote, short: dict[str, str] | None) -> str:
     """One non-ok cell (or identical cells): where, what, why, and the answer's start."""
-    r = item["r"]
-    where = (inline_to_plain(short[item["cd"].config_id]) + " " if short else "")
-    where += (f"residue {fmt_ranges(item['residues'])} "
-              f"{', '.join(sorted(item['phases'], key=phase_key))}")
-    answer = r.get("answer") or ""
-    said = ("content: null" if r.get("content_was_null") and not answer
+    r = item.record
+    where = (inline_to_plain(short[item.cd.config_id]) + " " if short else "")
+    where += (f"residue {fmt_ranges(item.residues)} "
+              f"{', '.join(sorted(item.phases, key=phase_key))}")
+    answer = r.answer or ""
+    said = ("content: null" if r.content_was_null and not answer
             else repr(answer[:EXCERPT_CHARS] + ("…" if len(answer) > EXCERPT_CHARS else "")))
-    parts = [f"{item['mark']} {where}: {r.get('verdict')}", _visible(failure_gist(r))]
-    if r.get("sha1"):
+    parts = [f"{item.mark} {where}: {r.verdict}", _visible(failure_gist(r))]
+    if r.sha1:
         parts.append(f"sha1 {sha12(r)}")
-    if r.get("cached_tokens") is not None:
-        parts.append(f"cached {r['cached_tokens']} / tail {r.get('computed_tail')}")
-    if r.get("verdict") not in UNANSWERED:
+    if r.cached_tokens is not None:
+        parts.append(f"cached {r.cached_tokens} / tail {r.computed_tail}")
+    if r.verdict not in UNANSWERED:
         parts.append(f"answer {said}")
     return "; ".join(p for p in parts if p)

@@ -18,6 +18,7 @@ from typing import Any
 
 from ..ghmarkdown import escape_text, table
 from ..isolation import AUTO_PASSES
+from ..run.records import PhaseRecord
 
 __all__ = ["STAGE_NAMES", "booted_servers", "render_timing"]
 
@@ -39,17 +40,17 @@ def _fmt(v: Any) -> str:
     return "–" if v is None else f"{v:g}" if isinstance(v, (int, float)) else escape_text(str(v))
 
 
-def booted_servers(records: Iterable[dict], run_id: str | None,
+def booted_servers(records: Iterable[PhaseRecord], run_id: str | None,
                    isolation: str | None = None) -> dict[str, float]:
     """Server log → boot seconds of every server of ``run_id`` that booted (of one auto
     pass with ``isolation``), from the records' ``server_boot``."""
     out: dict[str, float] = {}
     for r in records:
-        boot = r.get("server_boot")
-        if (r.get("run_id") != run_id or not isinstance(boot, dict) or not boot.get("log")
-                or (isolation is not None and r.get("isolation") != isolation)):
+        boot = r.server_boot
+        if (r.run_id != run_id or not isinstance(boot, dict) or not boot.get("log")
+                or (isolation is not None and r.isolation != isolation)):
             continue
-        secs = boot.get("boot_s", r.get("boot_s"))
+        secs = boot.get("boot_s", r.boot_s)
         if isinstance(secs, (int, float)):
             out.setdefault(boot["log"], float(secs))
     return out
@@ -65,7 +66,7 @@ def _median_boot(servers: dict[str, float], per_point: Any) -> str:
     return f"median boot {_fmt(per_point)} s per point (0 on a reused server)"
 
 
-def _run_rows(m: dict, records: list[dict]) -> list[list[str]]:
+def _run_rows(m: dict, records: list[PhaseRecord]) -> list[list[str]]:
     t = m.get("timing") or {}
     rid = escape_text(m.get("run_id") or "?")
     run_servers = booted_servers(records, m.get("run_id"))
@@ -110,7 +111,7 @@ def _boot_rows(m: dict) -> list[list[str]]:
     return rows
 
 
-def render_timing(manifests: list[dict], records: list[dict] | None = None) -> str:
+def render_timing(manifests: list[dict], records: list[PhaseRecord] | None = None) -> str:
     """``records``: the report's records, for the servers each run booted."""
     shown = [m for m in manifests if (m.get("timing") or {}).get("boot_split")
              or (m.get("timing") or {}).get("passes")]

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from ..cmd_config import cmd_label
-from ..recordkeys import auto_pass, cell_key, document_of, point_key
+from ..recordkeys import auto_pass, cell_key, document_of, point_key, value_of
 from ..store import load_records, now_iso
 
 from ..vocabulary import (BUG_VERDICTS, CLEAN, EXPLAINED, JUDGED, NOT_FAILED, OPEN, PHASES,
@@ -24,7 +24,7 @@ from ..vocabulary import (BUG_VERDICTS, CLEAN, EXPLAINED, JUDGED, NOT_FAILED, OP
 
 __all__ = ["SCHEMA_VERSION", "PhaseRecord", "PHASES", "VERDICTS", "SEVERITY", "BUG_VERDICTS",
            "CLEAN", "EXPLAINED", "JUDGED", "NOT_FAILED", "OPEN", "SERVER_LOGGED", "UNANSWERED", "UNTESTED", "verdict_info", "CONFIG_FIELDS", "NOT_IDENTITY", "phase_key", "worst", "schema_of",
-           "typed", "read_phase_records", "load_phase_records",
+           "as_record", "typed", "read_phase_records", "load_phase_records",
            "latest_records", "cell_key", "point_key", "document_of", "auto_pass", "record_identity", "sha12", "RecordBuilder", "mismatches", "failure_fields", "timing_record", "by_node"]
 
 # 3: the cold phase under --reference cold is `unjudged` (was `ok`), a collapse is measured
@@ -208,9 +208,14 @@ def _absent(f: dataclasses.Field, d: Mapping[str, Any]) -> Any:
     return None
 
 
-def typed(records: Iterable[Mapping[str, Any] | "PhaseRecord"]) -> list[PhaseRecord]:
+def as_record(r: Mapping[str, Any] | PhaseRecord) -> PhaseRecord:
+    """A record as ``PhaseRecord`` (one already typed is returned as it is)."""
+    return r if isinstance(r, PhaseRecord) else PhaseRecord.from_dict(r)
+
+
+def typed(records: Iterable[Mapping[str, Any] | PhaseRecord]) -> list[PhaseRecord]:
     """Records as ``PhaseRecord``s (a record already typed is kept as it is)."""
-    return [r if isinstance(r, PhaseRecord) else PhaseRecord.from_dict(r) for r in records]
+    return [as_record(r) for r in records]
 
 
 def read_phase_records(path: str | Path) -> list[PhaseRecord]:
@@ -252,17 +257,17 @@ def timing_record(*, boot: float = 0.0, requests: float = 0.0, teardown: float =
     return t
 
 
-def latest_records(records: Iterable[dict]) -> tuple[list[dict], int]:
+def latest_records(records: Iterable[Any]) -> tuple[list[Any], int]:
     """One record per cell (``cell_key``: configuration, case, residue, phase, document,
     auto pass): the latest by ``started_at`` (so a report over several runs shows the
-    newest measurement). Returns (records, superseded)."""
+    newest measurement). Returns (records, superseded); dicts or ``PhaseRecord``s alike."""
     best: dict[tuple, dict] = {}
     n = 0
     for r in records:
         n += 1
         key = cell_key(r)
         old = best.get(key)
-        if old is None or (r.get("started_at") or "") >= (old.get("started_at") or ""):
+        if old is None or (value_of(r, "started_at") or "") >= (value_of(old, "started_at") or ""):
             best[key] = r
     return list(best.values()), n - len(best)
 
@@ -277,9 +282,10 @@ def record_identity(r: dict) -> dict:
     return {k: config.get(k, requested.get(k)) for k in keys}
 
 
-def sha12(record: Mapping[str, Any]) -> str:
-    """The first 12 hex of a record's answer sha1 (``–`` when it has none)."""
-    return (record.get("sha1") or "")[:12] or "–"
+def sha12(record: Any) -> str:
+    """The first 12 hex of a record's answer sha1 (``–`` when it has none); a dict or a
+    ``PhaseRecord``."""
+    return (value_of(record, "sha1") or "")[:12] or "–"
 
 
 @dataclass(frozen=True)
@@ -350,11 +356,13 @@ class RecordBuilder:
         return out
 
 
-def by_node(records: list[dict]) -> dict[str, Counter]:
+def by_node(records: Iterable[Any]) -> dict[str, Counter]:
     """Verdict counts per node (every record has ``node``): ``{"gpu-07/10.0.0.17/3590ecc1":
     Counter(ok=30, broken=2)}``. The report's "By node" section and the Ray backend's
-    summary both read it, so it lives with the records, below both."""
+    summary both read it, so it lives with the records, below both. Dicts (the backend's)
+    or ``PhaseRecord``s (the report's)."""
     out: dict[str, Counter] = {}
     for r in records:
-        out.setdefault(str(r.get("node") or "?"), Counter())[str(r.get("verdict") or "invalid")] += 1
+        out.setdefault(str(value_of(r, "node") or "?"), Counter())[
+            str(value_of(r, "verdict") or "invalid")] += 1
     return dict(sorted(out.items()))

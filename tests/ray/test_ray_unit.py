@@ -195,7 +195,8 @@ def test_infra_errors_are_told_from_harness_errors(ray_module):
 
 def test_by_node_section_only_when_several_nodes():
     from harness.report.nodes import render_nodes
-    one = [{"node": "vm", "verdict": "ok", "residue": 1, "config_id": "c", "run_id": "r"}]
+    one = [{"node": "vm", "verdict": "ok", "residue": 1, "config_id": "c", "run_id": "r",
+            "phase": "cold"}]   # a record has a phase (the report reads records typed)
     assert render_nodes(one) == ""
     recs = [{"node": "vm/10.0.0.2/aaaaaaaa", "verdict": "ok", "residue": r, "config_id": "c",
              "run_id": "r", "phase": ph} for r in (1, 2) for ph in ("cold", "self-hit")]

@@ -44,7 +44,7 @@ def test_k4_document0_broken_only_on_a_fresh_server():
     assert man["documents"] == [0, 1]
     a = agreement_of(recs)
     assert (a.both, a.agree) == (32, 30)
-    assert {(r["config"]["draft_tokens"], r["document_seed"], r["residue"], r["phase"])
+    assert {(r.config["draft_tokens"], r.document_seed, r.residue, r.phase)
             for r in a.only_fresh} == {(4, 0, 5, "cold"), (4, 0, 5, "self-hit")}
     assert not a.only_reset
     assert (4, "reset", 1, 5, "cold") in bad(recs) and (2, "reset", 0, 3, "cold") in bad(recs)

@@ -49,7 +49,7 @@ def test_dflash_breaks_k_plus_1_only_unpatched_full_with_the_dropped_block():
     assert statistics.median(tps) >= 2.0 and round(statistics.median(tps), 2) == 7.86
     a = agreement_of(recs)
     assert (a.both, a.agree) == (34, 33) and not a.only_reset
-    assert {(r["document_seed"], r["residue"], r["phase"]) for r in a.only_fresh} == {
+    assert {(r.document_seed, r.residue, r.phase) for r in a.only_fresh} == {
         (0, 8, "cold")}
 
 
@@ -58,7 +58,7 @@ def test_ngram_k1_k5_reset_missed_k5_document0_and_nothing_else_broke():
     assert man["documents"] == [0, 1]
     assert {(k, res) for k, _, _, res, _, _ in bad(recs)} == {(1, 2), (5, 6)}
     a = agreement_of(recs)
-    assert {(r["config"]["draft_tokens"], r["document_seed"], r["residue"], r["phase"])
+    assert {(r.config["draft_tokens"], r.document_seed, r.residue, r.phase)
             for r in a.only_fresh} == {(5, 0, 6, "cold"), (5, 0, 6, "self-hit")}
     assert not a.only_reset
 
