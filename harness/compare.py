@@ -28,7 +28,8 @@ from typing import Any
 from .ghmarkdown import bold, code, escape_text, table
 from .ranges import residues_phrase
 from .isolation import REUSE_ISOLATIONS
-from .run.records import BUG_VERDICTS, auto_pass, document_of, latest_records, phase_key, record_identity, sha12, worst
+from .run.records import (BUG_VERDICTS, PhaseRecord, auto_pass, document_of, latest_records,
+                          phase_key, record_identity, sha12, typed, worst)
 
 STATUSES = ("regressed", "fixed", "still_broken", "newly_covered", "no_longer_covered",
             "unchanged_ok")
@@ -38,23 +39,23 @@ STATUS_WORDS = {s: s.replace("_", " ") for s in STATUSES}
 PATCH_FIELDS = frozenset({"patches"})
 
 
-def _by_config(records: list[dict]) -> dict[str, dict]:
+def _by_config(records: list[PhaseRecord]) -> dict[str, dict]:
     """Cells per configuration; a --prompts run's configuration is split per case (its
     key, label and identity name the case, so each case pairs with the same case)."""
     recs, _ = latest_records(records)
     out: dict[str, dict] = {}
     for r in recs:
-        cid = r.get("config_id") or r.get("config_label") or "?"
-        label = r.get("config_label") or cid
+        cid = r.config_id or r.config_label or "?"
+        label = r.config_label or cid
         ident = record_identity(r)
-        if r.get("case_id"):
-            cid, label = f"{cid}#{r['case_id']}", f"{label} · case {r['case_id']}"
-            ident = {**ident, "case": r["case_id"]}
+        if r.case_id:
+            cid, label = f"{cid}#{r.case_id}", f"{label} · case {r.case_id}"
+            ident = {**ident, "case": r.case_id}
         c = out.setdefault(cid, {"config_id": cid, "config_label": label,
                                  "config": ident, "runs": [], "cells": {}})
-        if r.get("run_id") and r["run_id"] not in c["runs"]:
-            c["runs"].append(r["run_id"])
-        key = (int(r["residue"]), document_of(r), r.get("phase") or "?")
+        if r.run_id and r.run_id not in c["runs"]:
+            c["runs"].append(r.run_id)
+        key = (int(r.residue), document_of(r), r.phase or "?")
         # an auto run's fresh record of a cell is the standard; its reuse record yields
         if key not in c["cells"] or auto_pass(c["cells"][key]) in REUSE_ISOLATIONS:
             c["cells"][key] = r
@@ -100,16 +101,17 @@ def _match(old: dict[str, dict], new: dict[str, dict]
     return pairs
 
 
-def _cell_summary(r: dict) -> dict[str, Any]:
-    return {"verdict": r.get("verdict"), "sha1": (r.get("sha1") or "")[:12],
-            "verbatim": f"{r.get('verbatim_n')}/{r.get('verbatim_total')}",
-            "reason": r.get("reason"), "run_id": r.get("run_id"), "rerun": r.get("rerun")}
+def _cell_summary(r: PhaseRecord) -> dict[str, Any]:
+    return {"verdict": r.verdict, "sha1": (r.sha1 or "")[:12],
+            "verbatim": f"{r.verbatim_n}/{r.verbatim_total}",
+            "reason": r.reason, "run_id": r.run_id, "rerun": r.rerun}
 
 
-def _point(residue: int, old_cells: dict, new_cells: dict) -> dict[str, Any]:
+def _point(residue: int, old_cells: dict[str, PhaseRecord], new_cells: dict[str, PhaseRecord]
+           ) -> dict[str, Any]:
     phases = sorted(set(old_cells) | set(new_cells), key=phase_key)
-    old_v = {p: old_cells[p].get("verdict") for p in old_cells}
-    new_v = {p: new_cells[p].get("verdict") for p in new_cells}
+    old_v = {p: old_cells[p].verdict for p in old_cells}
+    new_v = {p: new_cells[p].verdict for p in new_cells}
     regressed_phases = [p for p in phases
                         if old_v.get(p) == "ok" and p in new_v and new_v[p] != "ok"]
     old_status = worst(old_v.values()) if old_v else None
@@ -135,8 +137,11 @@ def _point(residue: int, old_cells: dict, new_cells: dict) -> dict[str, Any]:
     }
 
 
-def compare_records(old: list[dict], new: list[dict]) -> dict:
-    """Per configuration and residue, what changed from ``old`` to ``new`` (JSON-able)."""
+def compare_records(old: list[dict] | list[PhaseRecord], new: list[dict] | list[PhaseRecord]
+                    ) -> dict:
+    """Per configuration and residue, what changed from ``old`` to ``new`` (records as
+    read or typed; the result is JSON-able)."""
+    old, new = typed(old), typed(new)
     o, n = _by_config(old), _by_config(new)
     configs = []
     totals = {s: 0 for s in STATUSES}
@@ -163,9 +168,9 @@ def compare_records(old: list[dict], new: list[dict]) -> dict:
                 regressions.append({
                     "config_id": (nc or oc)["config_id"],
                     "config_label": (nc or oc)["config_label"], "residue": res, "phase": ph,
-                    "old_verdict": op[ph].get("verdict"), "new_verdict": r.get("verdict"),
-                    "sha1": (r.get("sha1") or "")[:12], "reason": r.get("reason"),
-                    "rerun": r.get("rerun"), "run_id": r.get("run_id"),
+                    "old_verdict": op[ph].verdict, "new_verdict": r.verdict,
+                    "sha1": (r.sha1 or "")[:12], "reason": r.reason,
+                    "rerun": r.rerun, "run_id": r.run_id,
                     **({"document": doc} if several else {})})
         counts = {s: sum(1 for p in points if p["status"] == s) for s in STATUSES}
         configs.append({
@@ -176,8 +181,8 @@ def compare_records(old: list[dict], new: list[dict]) -> dict:
             "old_runs": (oc or {}).get("runs", []), "new_runs": (nc or {}).get("runs", []),
             "counts": counts, "points": points,
         })
-    old_runs = sorted({r.get("run_id") for r in old if r.get("run_id")})
-    new_runs = sorted({r.get("run_id") for r in new if r.get("run_id")})
+    old_runs = sorted({r.run_id for r in old if r.run_id})
+    new_runs = sorted({r.run_id for r in new if r.run_id})
     return {"old_runs": old_runs, "new_runs": new_runs, "summary": totals,
             "regressions": regressions, "regressed": len(regressions),
             "configs": configs, "ok": not regressions}
@@ -247,11 +252,11 @@ def render_compare_markdown(result: dict, *, show_unchanged: bool = False) -> st
         if rows:
             header = ["residue", "change"] + [f"{escape_text(ph)} (old → new)" for ph in phases]
             out += [table(header, rows), ""]
-        reruns = [r for r in result["regressions"] if r["config_id"] == c["config_id"]]
+        reruns = [reg for reg in result["regressions"] if reg["config_id"] == c["config_id"]]
         seen = []
-        for r in reruns:
-            if r.get("rerun") and r["rerun"] not in seen:
-                seen.append(r["rerun"])
+        for reg in reruns:
+            if reg.get("rerun") and reg["rerun"] not in seen:
+                seen.append(reg["rerun"])
         if seen:
             from .ghmarkdown import fence
             out += ["Rerun the regressions:", "", fence("\n".join(seen), "sh"), ""]

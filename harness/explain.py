@@ -27,7 +27,7 @@ from .flags import FLAGS, dest_of, namespace_of
 from .options import build_options
 from .report.explained import EXPLAINED, UNCHANGED
 from .run.plan import SweepPlan, plan_with_probes
-from .run.records import document_of, latest_records, phase_key, worst
+from .run.records import PhaseRecord, document_of, latest_records, phase_key, typed, worst
 from .session import Sweep
 from .store import ResultStore, StoreError, load_manifest_for, read_jsonl, resolve_results
 
@@ -163,29 +163,28 @@ def _rung_opts(ns, residue: int, changes: dict[str, Any],
 CellKey = tuple[str, str | None, int, int]   # (config_id, case, residue, document)
 
 
-def non_ok_cells(records: list[dict], residue: int | None,
+def non_ok_cells(records: list[dict] | list[PhaseRecord], residue: int | None,
                  phase: str | None) -> dict[CellKey, dict[str, Any]]:
     """The cells explain reruns, keyed (config_id, case, residue, document):
-    {"phases": {phase: verdict}, "record": one record}. Only a judged bad answer, a crash
+    {"phases": {phase: verdict}, "record": one ``PhaseRecord``}. Only a judged bad answer, a crash
     or a timeout (``EXPLAINED``) is explained: an unjudged, boot-fail or invalid cell has
     nothing in its answer to explain. An auto run's reset and fresh records of one cell
     merge (explain reruns on fresh servers either way), the worse verdict kept."""
-    recs, _ = latest_records(records)
+    recs, _ = latest_records(typed(records))
     out: dict[CellKey, dict[str, Any]] = {}
     # residue, then document, then phase: the ladders come out in one order whatever order
     # the points finished in (two slots finish documents 0 and 1 either way round)
-    for r in sorted(recs, key=lambda r: (r.get("residue"), document_of(r),
-                                         phase_key(r.get("phase", "")))):
-        if r.get("verdict") not in EXPLAINED:
+    for r in sorted(recs, key=lambda r: (r.residue, document_of(r), phase_key(r.phase))):
+        if r.verdict not in EXPLAINED:
             continue
-        if residue is not None and r.get("residue") != residue:
+        if residue is not None and r.residue != residue:
             continue
-        if phase is not None and r.get("phase") != phase:
+        if phase is not None and r.phase != phase:
             continue
-        key = (r["config_id"], r.get("case_id"), int(r["residue"]), document_of(r))
+        key = (r.config_id, r.case_id, int(r.residue), document_of(r))
         cell = out.setdefault(key, {"phases": {}, "record": r})
-        cell["phases"][r["phase"]] = worst([r["verdict"], *([cell["phases"][r["phase"]]]
-                                                          if r["phase"] in cell["phases"] else [])])
+        seen = cell["phases"]
+        seen[r.phase] = worst([r.verdict, *([seen[r.phase]] if r.phase in seen else [])])
     return out
 
 
@@ -217,20 +216,20 @@ def prepare(run_ref: str, out_dir: str, *, residue: int | None, phase: str | Non
     targets = []
     for (cid, case, res, doc), cell in cells.items():
         rec = cell["record"]
-        requested = dict(rec.get("requested_config") or rec.get("config") or {})
+        requested = dict(rec.requested_config or rec.config or {})
         ns = _pinned(parent_ns, requested)
         if requested.get("max_num_batched_tokens") and ns.modulus == "auto":
             # every rung measures the same prompt: a budget rung would otherwise change
             # what auto resolves the modulus to, and so the length behind the residue
-            ns.modulus = str(rec.get("modulus"))
+            ns.modulus = str(rec.modulus)
         base = _rung_opts(ns, res, {}, run_flags)
         if config_id(base.configs[0]) != cid:
             raise CannotRun(f"run {manifest['run_id']}: the command line no longer builds "
-                            f"configuration {cid} ({rec.get('config_label')}); was it made by "
+                            f"configuration {cid} ({rec.config_label}); was it made by "
                             "another harness version?")
-        t = Target(cid, rec.get("config_label") or base.configs[0].label(), res,
+        t = Target(cid, rec.config_label or base.configs[0].label(), res,
                    cell["phases"], [RungSpec(UNCHANGED, UNCHANGED, base)], doc, case)
-        effective = rec.get("config") or {}
+        effective = rec.config or {}
         for axis, label, changes in axis_changes(
                 base.configs[0], runners=runners_for(base.engine),
                 ran_on=effective.get("model_runner")):
@@ -332,23 +331,22 @@ async def _plan(xp: ExplainPlan, opts: SweepOptions, adapter, store: ResultStore
     return SweepPlan(points, {}, time.monotonic() - t0, pad)
 
 
-def parent_golden(records: list[dict]) -> dict[tuple, dict]:
+def parent_golden(records: list[dict] | list[PhaseRecord]) -> dict[tuple, dict]:
     """``run.plan.load_golden``'s mapping from a first / consensus run's own records: per
     prompt, the reference answer its matrix reference judged the prompt's answers against
     (text and token logprobs of an answer with that sha1); a prompt judged against more
     than one answer, or none, is left out."""
-    recs, _ = latest_records(records)
-    by_sha = {r["sha1"]: r for r in recs if r.get("sha1")}
+    recs, _ = latest_records(typed(records))
+    by_sha = {r.sha1: r for r in recs if r.sha1}
     refs: dict[tuple, set[str]] = {}
     for r in recs:
-        if r.get("reference_sha1") in by_sha:
-            key = (("prompt", r["prompt_sha1"]) if r.get("prompt_sha1")
-                   else (r["residue"], r["target_len"], r.get("document_seed")))
-            refs.setdefault(key, set()).add(r["reference_sha1"])
+        if r.reference_sha1 in by_sha:
+            key = (("prompt", r.prompt_sha1) if r.prompt_sha1
+                   else (r.residue, r.target_len, r.document_seed))
+            refs.setdefault(key, set()).add(r.reference_sha1)
     out = {}
     for key, shas in refs.items():
         if len(shas) == 1:
             ref = by_sha[next(iter(shas))]
-            out[key] = {"text": ref.get("answer") or "", "sha1": ref["sha1"],
-                        "tokens": ref.get("token_logprobs")}
+            out[key] = {"text": ref.answer or "", "sha1": ref.sha1, "tokens": ref.token_logprobs}
     return out

@@ -22,7 +22,7 @@ import xml.etree.ElementTree as ET
 from .ghmarkdown import cap
 from .outfile import write_output
 from .compare import compare_records
-from .run.records import auto_pass, document_of, latest_records, phase_key
+from .run.records import PhaseRecord, as_record, auto_pass, document_of, latest_records, phase_key, typed
 from .errors import ExitCode
 from .vocabulary import JUDGED, NOT_FAILED, OPEN
 
@@ -79,7 +79,8 @@ def coverage_line(loss: dict) -> str:
             f"{loss['old_verdict']} in the baseline, {now} now")
 
 
-def gate_exit_code(records: list[dict], baseline: list[dict] | None = None, *,
+def gate_exit_code(records: list[dict] | list[PhaseRecord],
+                   baseline: list[dict] | list[PhaseRecord] | None = None, *,
                    allow_empty: bool = False, allow_fewer: bool = False) -> int:
     """0 when the sweep passes, 1 when it fails (see the module docstring)."""
     if not records:
@@ -90,8 +91,8 @@ def gate_exit_code(records: list[dict], baseline: list[dict] | None = None, *,
         if not allow_fewer and find_coverage_losses(baseline, records):
             return EXIT_FAIL
         return EXIT_OK
-    recs, _ = latest_records(records)
-    return EXIT_FAIL if any(r.get("verdict") != "ok" for r in recs) else EXIT_OK
+    recs, _ = latest_records(typed(records))
+    return EXIT_FAIL if any(r.verdict != "ok" for r in recs) else EXIT_OK
 
 
 # ----------------------------------------------------------------------------------------
@@ -115,13 +116,13 @@ def _one_line(text: str) -> str:
     return " ".join(str(text).split())
 
 
-def testcase_name(r: dict, documents: bool = False) -> str:
+def testcase_name(r: PhaseRecord | dict, documents: bool = False) -> str:
     """One name per cell: with the case (--prompts), the document when a run measured
     several (``--seed`` lists) and the auto pass, so no two testcases share a name
     (single-document names stay as they were)."""
-    case = f" case {r['case_id']}" if r.get("case_id") else ""
-    name = f"{r.get('config_label') or r.get('config_id')}{case} residue {r.get('residue')} " \
-           f"{r.get('phase')}"
+    r = as_record(r)
+    case = f" case {r.case_id}" if r.case_id else ""
+    name = f"{r.config_label or r.config_id}{case} residue {r.residue} {r.phase}"
     if documents:
         name += f" document {document_of(r)}"
     if auto_pass(r):
@@ -129,15 +130,30 @@ def testcase_name(r: dict, documents: bool = False) -> str:
     return name
 
 
-def failure_message(r: dict) -> str:
+def failure_message(r: PhaseRecord | dict) -> str:
     """``broken: sha1 da39a3ee5e6b: "" (empty answer, finish_reason=stop)``."""
-    ans = r.get("answer") or ""
+    r = as_record(r)
+    ans = r.answer or ""
     excerpt = cap(ans, EXCERPT_CHARS) if ans else ""
-    sha = (r.get("sha1") or "")[:12] or "-"
-    return _one_line(f"{r.get('verdict')}: sha1 {sha}: {excerpt!r} ({r.get('reason') or ''})")
+    sha = (r.sha1 or "")[:12] or "-"
+    return _one_line(f"{r.verdict}: sha1 {sha}: {excerpt!r} ({r.reason or ''})")
 
 
-def write_junit(records: list[dict], path, *, suite_name: str = "residue-sweep",
+def _failure_text(r: PhaseRecord) -> str:
+    """A failing testcase's text: what the record says about the cell, its log lines and
+    the command that reruns it."""
+    lines = [f"verdict: {r.verdict}", f"reason: {r.reason}", f"sha1: {r.sha1}",
+             f"verbatim: {r.verbatim_n}/{r.verbatim_total}",
+             f"finish_reason: {r.finish_reason}", f"tok/step: {r.tok_per_step}",
+             f"cached_tokens: {r.cached_tokens} (computed tail {r.computed_tail})",
+             f"answer: {cap(r.answer or '', EXCERPT_CHARS)!r}"]
+    lines += [f"log: {line}" for line in r.log_excerpt or []]
+    if r.rerun:
+        lines.append(f"rerun: {r.rerun}")
+    return _xml_safe("\n".join(lines))
+
+
+def write_junit(records: list[dict] | list[PhaseRecord], path, *, suite_name: str = "residue-sweep",
                 coverage_losses: list[dict] | None = None) -> pathlib.Path:
     """JUnit XML: one ``<testsuite>`` per configuration, one ``<testcase>`` per data point ×
     phase (name: configuration label, residue, phase). A non-ok cell gets a ``<failure>``
@@ -146,64 +162,51 @@ def write_junit(records: list[dict], path, *, suite_name: str = "residue-sweep",
     cell is ``<skipped>`` (nothing judged it: neither a pass nor a failure). Each of
     ``coverage_losses`` (``find_coverage_losses``) is a failing testcase of type
     ``coverage`` in a ``coverage`` suite."""
-    recs, _ = latest_records(records)
-    by_cfg: dict[str, list[dict]] = {}
+    recs, _ = latest_records(typed(records))
+    by_cfg: dict[str, list[PhaseRecord]] = {}
     for r in recs:
-        by_cfg.setdefault(r.get("config_id") or r.get("config_label") or "?", []).append(r)
+        by_cfg.setdefault(r.config_id or r.config_label or "?", []).append(r)
     root = ET.Element("testsuites", name=suite_name)
     t_total = f_total = s_total = 0
     time_total = 0.0
     for cid, rs in by_cfg.items():
-        rs.sort(key=lambda r: (r.get("case_id") or "", int(r.get("residue") or 0),
-                               phase_key(r.get("phase") or ""), document_of(r),
-                               auto_pass(r) or ""))
-        label = rs[0].get("config_label") or cid
+        rs.sort(key=lambda r: (r.case_id or "", int(r.residue or 0), phase_key(r.phase or ""),
+                               document_of(r), auto_pass(r) or ""))
+        label = rs[0].config_label or cid
         several_docs = len({document_of(r) for r in rs}) > 1
-        skips = sum(1 for r in rs if r.get("verdict") in OPEN)
-        fails = sum(1 for r in rs if r.get("verdict") not in NOT_FAILED)
-        t = sum(float(r.get("latency_s") or 0.0) for r in rs)
-        starts = sorted(r.get("started_at") for r in rs if r.get("started_at"))
+        skips = sum(1 for r in rs if r.verdict in OPEN)
+        fails = sum(1 for r in rs if r.verdict not in NOT_FAILED)
+        t = sum(float(r.latency_s or 0.0) for r in rs)
+        starts = sorted(r.started_at for r in rs if r.started_at)
         attrs = {"name": _xml_safe(label), "tests": str(len(rs)), "failures": str(fails),
                  "errors": "0", "skipped": str(skips), "time": f"{t:.3f}"}
         if starts:
             attrs["timestamp"] = _xml_safe(starts[0][:19])
-        node = rs[0].get("node")
+        node = rs[0].node
         if node:
             attrs["hostname"] = _xml_safe(node)
         suite = ET.SubElement(root, "testsuite", attrs)
         props = ET.SubElement(suite, "properties")
         for key in ("config_id", "run_id", "engine", "engine_version", "patches", "model",
                     "slot", "isolation", "harness_version"):
-            if rs[0].get(key) is not None:
-                ET.SubElement(props, "property", name=key, value=_xml_safe(rs[0][key]))
+            if getattr(rs[0], key) is not None:
+                ET.SubElement(props, "property", name=key, value=_xml_safe(getattr(rs[0], key)))
         for r in rs:
             case = ET.SubElement(suite, "testcase", {
                 "name": _xml_safe(testcase_name(r, several_docs)),
                 "classname": _xml_safe(f"residue_sweep.{cid}"),
-                "time": f"{float(r.get('latency_s') or 0.0):.3f}"})
-            if r.get("verdict") == "unjudged":
+                "time": f"{float(r.latency_s or 0.0):.3f}"})
+            if r.verdict == "unjudged":
                 ET.SubElement(case, "skipped", {"message": _xml_safe(_one_line(
-                    f"unjudged: {r.get('reason') or 'no reference'}"))})
-            elif r.get("verdict") != "ok":
+                    f"unjudged: {r.reason or 'no reference'}"))})
+            elif r.verdict != "ok":
                 fail = ET.SubElement(case, "failure", {
                     "message": _xml_safe(failure_message(r)),
-                    "type": _xml_safe(r.get("verdict") or "invalid")})
-                lines = [f"verdict: {r.get('verdict')}", f"reason: {r.get('reason')}",
-                         f"sha1: {r.get('sha1')}",
-                         f"verbatim: {r.get('verbatim_n')}/{r.get('verbatim_total')}",
-                         f"finish_reason: {r.get('finish_reason')}",
-                         f"tok/step: {r.get('tok_per_step')}",
-                         f"cached_tokens: {r.get('cached_tokens')} "
-                         f"(computed tail {r.get('computed_tail')})",
-                         f"answer: {cap(r.get('answer') or '', EXCERPT_CHARS)!r}"]
-                for line in r.get("log_excerpt") or []:
-                    lines.append(f"log: {line}")
-                if r.get("rerun"):
-                    lines.append(f"rerun: {r['rerun']}")
-                fail.text = _xml_safe("\n".join(lines))
-            if r.get("rerun"):
+                    "type": _xml_safe(r.verdict or "invalid")})
+                fail.text = _failure_text(r)
+            if r.rerun:
                 out = ET.SubElement(case, "system-out")
-                out.text = _xml_safe(f"rerun: {r['rerun']}")
+                out.text = _xml_safe(f"rerun: {r.rerun}")
         t_total += len(rs)
         f_total += fails
         s_total += skips

@@ -4,8 +4,9 @@ A record is written as one JSON object per phase; ``PhaseRecord`` is that object
 ``SCHEMA_VERSION`` is written into every new record; a record without one is a version-1
 record (everything written before the field existed) and reads the same way, so old
 results files and the committed archives load and render unchanged. Adding a field: add
-it to ``PhaseRecord`` (with a default, so old records still load), to docs/records.md,
-and bump ``SCHEMA_VERSION`` only when the meaning of an existing field changes.
+it to ``PhaseRecord`` (with a default, so old records still load), its meaning to
+``run/record_doc.FIELD_DOCS`` (docs/records.md's table is generated from both), and bump
+``SCHEMA_VERSION`` only when the meaning of an existing field changes.
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from ..vocabulary import (BUG_VERDICTS, CLEAN, EXPLAINED, JUDGED, NOT_FAILED, OP
 
 __all__ = ["SCHEMA_VERSION", "PhaseRecord", "PHASES", "VERDICTS", "SEVERITY", "BUG_VERDICTS",
            "CLEAN", "EXPLAINED", "JUDGED", "NOT_FAILED", "OPEN", "SERVER_LOGGED", "UNANSWERED", "UNTESTED", "verdict_info", "CONFIG_FIELDS", "NOT_IDENTITY", "phase_key", "worst", "schema_of",
-           "as_record", "typed", "read_phase_records", "load_phase_records",
+           "data_fields", "as_record", "typed", "read_phase_records", "load_phase_records",
            "latest_records", "cell_key", "point_key", "document_of", "auto_pass", "record_identity", "sha12", "RecordBuilder", "mismatches", "failure_fields", "timing_record", "by_node"]
 
 # 3: the cold phase under --reference cold is `unjudged` (was `ok`), a collapse is measured
@@ -73,7 +74,7 @@ class PhaseRecord:
     config_label: str
     config: dict
     requested_config: dict
-    config_mismatch: list
+    config_mismatch: list[str]
     engine: str
     engine_version: str | None
     patches: str | None
@@ -99,17 +100,19 @@ class PhaseRecord:
     content_was_null: bool = False
     sha1: str | None = None
     reference_sha1: str | None = None
-    expected_chars: int = 0
-    verbatim_n: int = 0
-    verbatim_total: int = 0
-    repeats: int = 0
+    # every record written has these; one read without them (another tool's, a sparse
+    # one) was not measured there: None, not a count of 0
+    expected_chars: int | None = None
+    verbatim_n: int | None = None
+    verbatim_total: int | None = None
+    repeats: int | None = None
     finish_reason: str | None = None
     completion_tokens: int | None = None
     tok_per_step: float | None = None
     latency_s: float | None = None
     verdict: str = "invalid"
-    reason: str = ""
-    log_excerpt: list = field(default_factory=list)
+    reason: str | None = None
+    log_excerpt: list[str] = field(default_factory=list)
     schema_version: int = SCHEMA_VERSION
     # the document the prompt was cut from (--seed lists); None in records written before
     document_seed: int | None = None
@@ -158,10 +161,10 @@ class PhaseRecord:
         only when set."""
         if not self._keys:
             return self._new_dict()
-        known = {f.name for f in _data_fields()}
+        known = {f.name for f in data_fields()}
         out = {k: getattr(self, k) if k in known else self.extra[k]
                for k in self._keys if k in known or k in self.extra}
-        for f in _data_fields():
+        for f in data_fields():
             if f.name not in out and getattr(self, f.name) != self._filled.get(f.name):
                 out[f.name] = getattr(self, f.name)
         out.update((k, v) for k, v in self.extra.items() if k not in out)
@@ -171,7 +174,7 @@ class PhaseRecord:
         # an older schema's record built in memory stays as that schema wrote it: the
         # schema-3 fields it never had are not added
         old = self.schema_version < 3
-        out = {f.name: getattr(self, f.name) for f in _data_fields()
+        out = {f.name: getattr(self, f.name) for f in data_fields()
                if not (f.name in WRITTEN_WHEN_SET and getattr(self, f.name) is None)
                and not (old and f.name in SCHEMA3_FIELDS and getattr(self, f.name) is None)}
         out.update(self.extra)
@@ -182,7 +185,7 @@ class PhaseRecord:
         """A record as read from a results file, of any schema version: a field it lacks
         gets its default (None where the model has none; ``schema_version`` 1, what a
         record without it is), a key the model does not name goes to ``extra``."""
-        fields = _data_fields()
+        fields = data_fields()
         filled = {f.name: _absent(f, d) for f in fields if f.name not in d}
         known = {f.name: d.get(f.name, filled.get(f.name)) for f in fields}
         rec = cls(**known, extra={k: v for k, v in d.items() if k not in known})
@@ -190,7 +193,7 @@ class PhaseRecord:
         return rec
 
 
-def _data_fields() -> tuple[dataclasses.Field, ...]:
+def data_fields() -> tuple[dataclasses.Field, ...]:
     """The fields of ``PhaseRecord`` that are keys of a record (not ``extra``, not the
     private memory of what was read)."""
     return tuple(f for f in dataclasses.fields(PhaseRecord)
@@ -272,11 +275,11 @@ def latest_records(records: Iterable[Any]) -> tuple[list[Any], int]:
     return list(best.values()), n - len(best)
 
 
-def record_identity(r: dict) -> dict:
+def record_identity(r: PhaseRecord) -> dict:
     """The fields that define a record's configuration: those the sweep asked for
     (``requested_config``), else the known ServingConfig fields."""
-    config = r.get("config") or {}
-    requested = r.get("requested_config") or {}
+    config = r.config or {}
+    requested = r.requested_config or {}
     keys = [k for k in requested if k not in NOT_IDENTITY] or [
         k for k in CONFIG_FIELDS if k in config]
     return {k: config.get(k, requested.get(k)) for k in keys}

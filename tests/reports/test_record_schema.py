@@ -51,7 +51,8 @@ def _v1() -> dict:
 def test_an_old_record_reads_with_defaults_and_keeps_unknown_keys():
     rec = PhaseRecord.from_dict(_v1())
     assert rec.schema_version == 1                      # written before the field
-    assert rec.harness_version is None and rec.expected_chars == 0   # lacked: defaults
+    assert rec.harness_version is None and rec.verbatim_n is None   # lacked: defaults
+    assert rec.log_excerpt == [] and rec.content_was_null is False
     assert rec.extra == {"ray_node_id": "abc"}          # unknown: kept, not dropped
     assert rec.as_dict() == _v1() and list(rec.as_dict()) == list(_v1())
 
