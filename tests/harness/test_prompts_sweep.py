@@ -42,8 +42,11 @@ def test_system_prompt_three_turns_padded_middle_message_sweeps_all_128_residues
     case = json.loads(CHAT.read_text().splitlines()[0])
     roles = [m["role"] for m in case["messages"]]
     assert roles[0] == "system" and roles.count("user") == 3 and case["pad"] == "user:1"
+    # The claim is the padding's (every residue's prompt counted by the server and hit
+    # exactly), not isolation's: each point runs on a server returned to its just-booted
+    # state, each restore proven (asserted below), instead of booting 128 (e2e/ does that).
     proc, recs, manifest = sweep(cli, "--prompts", str(CHAT), "--case", case["id"],
-                                 "--residues", "all")
+                                 "--residues", "all", "--isolation", "restore")
     facts = manifest["prompts"]["cases"][case["id"]]
     assert facts["pad"] == "messages[3] (user)"   # the middle user turn, not the last
     assert 0 < 3 < len(roles) - 1
@@ -58,6 +61,10 @@ def test_system_prompt_three_turns_padded_middle_message_sweeps_all_128_residues
     assert all(r["cached_tokens"] == 0 for r in recs if r["phase"] == "cold")
     assert all(r["cached_tokens"] > 0 for r in recs if r["phase"] == "self-hit")
     assert len({r["prompt_sha1"] for r in recs}) == 128
+    restored = [r["restore"] for r in recs if r["phase"] == "cold"]   # two slots: two boots
+    assert [p["means"] for p in restored].count("boot") in (1, 2)
+    assert all(set(p["steps"]) == {"sleep", "is_sleeping", "wake_up", "is_awake", "reset"}
+               for p in restored if p["means"] != "boot")
     report = next((tmp_path / "reports").glob("*.md")).read_text()
     assert f"### Case `{case['id']}`" in report and "128 clean" in report
 
