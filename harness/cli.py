@@ -37,6 +37,7 @@ from .posting import PostError, check_can_post, post_report
 from .preflight import check_output_file
 from .prompts import TemplateError
 from .run.plan import Point
+from .run.records import typed
 from .server_pool import kill_all_servers
 from .session import Callbacks, Sweep
 from .store import (StoreError, linked_runs, load_manifest_for, load_records, read_jsonl,
@@ -148,7 +149,10 @@ def run_report(argv: Sequence[str]) -> int:
         manifests = [m for m in (load_manifest_for(pth) for pth in paths) if m]
     except StoreError as e:
         raise UsageError(str(e)) from None
-    explained = [(m, read_jsonl(p)) for m, p in linked_runs(paths, "explains")]
+    try:   # a record the model refuses (a verdict or phase it does not know) is named
+        explained = [(m, typed(read_jsonl(p))) for m, p in linked_runs(paths, "explains")]
+    except ValueError as e:
+        raise UsageError(f"an explain run of {', '.join(map(str, paths))}: {e}") from None
     if not ns.output:
         if sys.stdout.isatty():   # the short plain report; piped, the whole markdown
             print(report.render_terminal(records, manifests) + "(the whole report: -o FILE)")

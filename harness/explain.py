@@ -207,7 +207,10 @@ def prepare(run_ref: str, out_dir: str, *, residue: int | None, phase: str | Non
         raise UsageError(f"{run_ref} is itself an explain run; explain its parent "
                          f"{manifest['explains'].get('run_id')}")
     parent_ns = namespace_of(manifest, f"explain {run_ref}")   # its options, else its command line
-    cells = non_ok_cells(read_jsonl(path), residue, phase)
+    try:
+        cells = non_ok_cells(read_jsonl(path), residue, phase)
+    except ValueError as e:   # a record the model refuses (an unknown verdict or phase)
+        raise UsageError(f"{path}: {e}") from None
     if not cells and (residue is not None or phase is not None):
         what = " ".join(x for x in (f"residue {residue}" if residue is not None else "",
                                     f"phase {phase}" if phase else "") if x)

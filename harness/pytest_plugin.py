@@ -118,20 +118,21 @@ def sweep_argv(flags: Sequence[str], config: pytest.Config, out: Path) -> list[s
 
 def failure_message(result: Any, argv: Sequence[str]) -> str:
     """The report's non-ok cells, one line each, with where the report is."""
-    bad = sorted(result.not_ok, key=lambda r: (str(r.get("config_label")), r.get("residue") or 0,
-                                                str(r.get("phase"))))
+    from .run.records import typed   # here: the plugin loads with pytest, the harness later
+    bad = sorted(typed(result.not_ok), key=lambda r: (str(r.config_label), r.residue or 0,
+                                                       str(r.phase)))
     head = (f"residue sweep not ok (exit {int(result.exit_code)}): {len(bad)} cell(s) not ok; "
             f"run {result.run_id}, report {result.report_path or result.records_path}")
     lines = [head]
-    for label in dict.fromkeys(str(r.get("config_label")) for r in bad):
+    for label in dict.fromkeys(str(r.config_label) for r in bad):
         lines.append(f"  {label}:")
-        for r in (r for r in bad if str(r.get("config_label")) == label):
+        for r in (r for r in bad if str(r.config_label) == label):
             cached = ""
-            if r.get("cached_tokens") is not None:
-                cached = f" (cached {r['cached_tokens']}, tail {r.get('computed_tail')})"
-            lines.append(f"    residue {r.get('residue')} {r.get('phase')}: {r.get('verdict')}"
-                         f"{cached}: {str(r.get('reason') or '')[:200]}")
-            lines.append(f"      rerun: {r.get('rerun')}")
+            if r.cached_tokens is not None:
+                cached = f" (cached {r.cached_tokens}, tail {r.computed_tail})"
+            lines.append(f"    residue {r.residue} {r.phase}: {r.verdict}"
+                         f"{cached}: {str(r.reason or '')[:200]}")
+            lines.append(f"      rerun: {r.rerun}")
     if not bad:
         lines.append(f"  no cell is not ok; the gate failed: sweep {shlex.join(argv)}")
     return "\n".join(lines)

@@ -18,7 +18,7 @@ from typing import Any
 
 from ..ghmarkdown import escape_text, table
 from ..isolation import AUTO_PASSES
-from ..run.records import PhaseRecord
+from ..run.records import PhaseRecord, RunTiming
 
 __all__ = ["STAGE_NAMES", "booted_servers", "render_timing"]
 
@@ -46,13 +46,12 @@ def booted_servers(records: Iterable[PhaseRecord], run_id: str | None,
     pass with ``isolation``), from the records' ``server_boot``."""
     out: dict[str, float] = {}
     for r in records:
-        boot = r.server_boot
-        if (r.run_id != run_id or not isinstance(boot, dict) or not boot.get("log")
+        boot = r.boot
+        if (r.run_id != run_id or boot is None or not boot.log
                 or (isolation is not None and r.isolation != isolation)):
             continue
-        secs = boot.get("boot_s", r.boot_s)
-        if isinstance(secs, (int, float)):
-            out.setdefault(boot["log"], float(secs))
+        if isinstance(boot.boot_s, (int, float)):
+            out.setdefault(boot.log, float(boot.boot_s))
     return out
 
 
@@ -66,58 +65,56 @@ def _median_boot(servers: dict[str, float], per_point: Any) -> str:
     return f"median boot {_fmt(per_point)} s per point (0 on a reused server)"
 
 
-def _run_rows(m: dict, records: list[PhaseRecord]) -> list[list[str]]:
-    t = m.get("timing") or {}
+def _run_rows(m: dict, t: RunTiming, records: list[PhaseRecord]) -> list[list[str]]:
     rid = escape_text(m.get("run_id") or "?")
     run_servers = booted_servers(records, m.get("run_id"))
-    wall = (f"{_fmt(t.get('wall_s'))} s over {_fmt(t.get('slots'))} slot(s), "
-            f"{_fmt(t.get('points'))} points, {_median_boot(run_servers, t.get('median_boot_s'))}")
+    wall = (f"{_fmt(t.wall_s)} s over {_fmt(t.slots)} slot(s), "
+            f"{_fmt(t.points)} points, {_median_boot(run_servers, t.median_boot_s)}")
     rows = [[f"{rid}: wall", wall]]
-    passes = t.get("passes") or {}
     for name in AUTO_PASSES:
-        p = passes.get(name)
+        p = t.passes.get(name)
         if p:
             servers = booted_servers(records, m.get("run_id"), name) if run_servers else {}
-            n = p.get("points")
-            value = (f"{_fmt(n)} point{'' if n == 1 else 's'}, {_fmt(p.get('sum_boot_s'))} s "
-                     f"booting in all, {_median_boot(servers, p.get('median_boot_s'))}, median "
-                     f"requests {_fmt(p.get('median_requests_s'))} s")
-            if p.get("restored_points"):
-                value += (f", {_fmt(p['restored_points'])} restored, median restore "
-                          f"{_fmt(p.get('median_restore_s'))} s per point")
+            n = p.points
+            value = (f"{_fmt(n)} point{'' if n == 1 else 's'}, {_fmt(p.sum_boot_s)} s "
+                     f"booting in all, {_median_boot(servers, p.median_boot_s)}, median "
+                     f"requests {_fmt(p.median_requests_s)} s")
+            if p.restored_points:
+                value += (f", {_fmt(p.restored_points)} restored, median restore "
+                          f"{_fmt(p.median_restore_s)} s per point")
             rows.append([f"{rid}: {name} pass", value])
-    if passes.get("all_fresh_estimate_s"):
+    if t.all_fresh_estimate_s:
         rows.append([f"{rid}: all-fresh estimate",
-                     f"{_fmt(passes['all_fresh_estimate_s'])} s (every reset point at the "
-                     f"median fresh point); this run took {_fmt(passes.get('ratio_to_all_fresh'))}"
+                     f"{_fmt(t.all_fresh_estimate_s)} s (every reset point at the "
+                     f"median fresh point); this run took {_fmt(t.ratio_to_all_fresh)}"
                      " of it"])
     return rows
 
 
-def _boot_rows(m: dict) -> list[list[str]]:
-    b = (m.get("timing") or {}).get("boot_split") or {}
-    if not b:
+def _boot_rows(m: dict, t: RunTiming) -> list[list[str]]:
+    b = t.boot_split
+    if b is None:
         return []
     rid = escape_text(m.get("run_id") or "?")
-    how = ", ".join(f"{n} {escape_text(k)}" for k, n in sorted((b.get("launchers") or {}).items()))
-    rows = [[f"{rid}: servers", f"{_fmt(b.get('servers'))} ({how})"]]
-    for reason in b.get("fallback_reasons") or ():
+    how = ", ".join(f"{n} {escape_text(k)}" for k, n in sorted((b.launchers or {}).items()))
+    rows = [[f"{rid}: servers", f"{_fmt(b.servers)} ({how})"]]
+    for reason in b.fallback_reasons or ():
         rows.append([f"{rid}: plain fallback", escape_text(reason, limit=200)])
-    if b.get("compile_cache"):
+    if b.compile_cache:
         rows.append([f"{rid}: compile cache", ", ".join(
-            f"{escape_text(k)} {n}" for k, n in sorted(b["compile_cache"].items()))])
-    for stage, v in (b.get("median_s") or {}).items():
+            f"{escape_text(k)} {n}" for k, n in sorted(b.compile_cache.items()))])
+    for stage, v in (b.median_s or {}).items():
         rows.append([f"{rid}: median {escape_text(STAGE_NAMES.get(stage, stage))}", f"{_fmt(v)} s"])
     return rows
 
 
 def render_timing(manifests: list[dict], records: list[PhaseRecord] | None = None) -> str:
     """``records``: the report's records, for the servers each run booted."""
-    shown = [m for m in manifests if (m.get("timing") or {}).get("boot_split")
+    shown = [(m, RunTiming.of(m)) for m in manifests if (m.get("timing") or {}).get("boot_split")
              or (m.get("timing") or {}).get("passes")]
     if not shown:
         return ""
     rows: list[list[str]] = []
-    for m in shown:
-        rows += _run_rows(m, records or []) + _boot_rows(m)
+    for m, t in shown:
+        rows += _run_rows(m, t, records or []) + _boot_rows(m, t)
     return "## Timing\n\n" + table(["", "value"], rows)

@@ -43,7 +43,7 @@ from ..vocabulary import NOT_FAILED
 from .hits import hit_unit
 from ..store import read_jsonl, resolve_results
 from .auto import auto_extra_documents, auto_passes
-from .records import latest_records
+from .records import latest_records, typed
 
 __all__ = ["Point", "SweepPlan", "plan_points", "plan_with_probes", "RemoteCounter",
            "load_golden", "probe_server", "golden_key", "golden_answer",
@@ -294,15 +294,19 @@ def load_golden(run_ref: str, out_dir: Path) -> dict[tuple, dict]:
     from ..verdict import sha1
     seen: dict[tuple, dict[str, dict]] = {}
     bad: list[str] = []
-    for r in latest_records(read_jsonl(resolve_results(run_ref, out_dir)))[0]:
-        if r.get("verdict") not in NOT_FAILED:
-            bad.append(f"residue {r.get('residue')} {r.get('phase')} {r.get('verdict')}")
+    try:
+        recs = typed(read_jsonl(resolve_results(run_ref, out_dir)))
+    except ValueError as e:   # a record the model refuses (an unknown verdict or phase)
+        raise CannotRun(f"golden run {run_ref}: {e}") from None
+    for r in latest_records(recs)[0]:
+        if r.verdict not in NOT_FAILED:
+            bad.append(f"residue {r.residue} {r.phase} {r.verdict}")
             continue
-        text = r.get("answer") or ""
-        key = (("prompt", r["prompt_sha1"]) if r.get("prompt_sha1")
-               else (r["residue"], r["target_len"], r.get("document_seed")))
+        text = r.answer or ""
+        key = (("prompt", r.prompt_sha1) if r.prompt_sha1
+               else (r.residue, r.target_len, r.document_seed))
         seen.setdefault(key, {}).setdefault(
-            sha1(text), {"text": text, "sha1": sha1(text), "tokens": r.get("token_logprobs")})
+            sha1(text), {"text": text, "sha1": sha1(text), "tokens": r.token_logprobs})
     if bad:
         raise CannotRun(f"golden run {run_ref} has {len(bad)} bad cell(s) ({bad[0]}"
                         f"{', ...' if len(bad) > 1 else ''}): a reference must be all ok "

@@ -25,7 +25,7 @@ from ..vocabulary import (BUG_VERDICTS, CLEAN, EXPLAINED, JUDGED, NOT_FAILED, OP
 
 __all__ = ["SCHEMA_VERSION", "PhaseRecord", "PHASES", "VERDICTS", "SEVERITY", "BUG_VERDICTS",
            "CLEAN", "EXPLAINED", "JUDGED", "NOT_FAILED", "OPEN", "SERVER_LOGGED", "UNANSWERED", "UNTESTED", "verdict_info", "CONFIG_FIELDS", "NOT_IDENTITY", "phase_key", "worst", "schema_of",
-           "data_fields", "as_record", "typed", "read_phase_records", "load_phase_records",
+           "data_fields", "ServerBoot", "RunTiming", "PassTiming", "BootSplit", "as_record", "typed", "read_phase_records", "load_phase_records",
            "latest_records", "cell_key", "point_key", "document_of", "auto_pass", "record_identity", "sha12", "RecordBuilder", "mismatches", "failure_fields", "timing_record", "by_node"]
 
 # 3: the cold phase under --reference cold is `unjudged` (was `ok`), a collapse is measured
@@ -154,6 +154,14 @@ class PhaseRecord:
         if self.phase not in PHASES:
             raise ValueError(f"unknown phase {self.phase!r}; allowed: {', '.join(PHASES)}")
 
+    @property
+    def boot(self) -> ServerBoot | None:
+        """``server_boot`` typed (None when the record has none); its ``boot_s`` falls back
+        to the record's."""
+        if not isinstance(self.server_boot, Mapping):
+            return None
+        return _view(ServerBoot, {"boot_s": self.boot_s, **self.server_boot})
+
     def as_dict(self) -> dict[str, Any]:
         """The record as written to a results file. A record read by ``from_dict`` comes
         back as it was read (its keys, in its order; the fields it lacked stay absent
@@ -233,6 +241,89 @@ def load_phase_records(refs: Iterable[str | Path], out_dir: str | Path = "result
     """``store.load_records`` typed: the records of several results files / run ids, the
     last of each (run, cell) kept."""
     return typed(load_records(refs, out_dir))
+
+
+def _view(cls, d: Mapping[str, Any] | None):
+    """A typed view ``cls`` of a mapping as written: the keys it names, the rest in
+    ``extra``; None for no mapping."""
+    if not isinstance(d, Mapping):
+        return None
+    names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
+    return cls(**{k: v for k, v in d.items() if k in names},
+               extra={k: v for k, v in d.items() if k not in names})
+
+
+@dataclass(frozen=True)
+class ServerBoot:
+    """How a record's server booted (its ``server_boot``, docs/records.md), read typed:
+    ``PhaseRecord.boot``. ``boot_s`` is the notes' own, else the record's."""
+
+    log: str | None = None                 # the server's log file: one per server
+    launcher: str | None = None            # plain / forked
+    boot_s: float | None = None
+    fallback_reason: str | None = None     # why not forked
+    split: dict | None = None              # vLLM: seconds per boot stage (engine/vllm/bootlog)
+    compile_cache: str | None = None       # vLLM: hit / miss / mixed
+    cache_dir: str | None = None           # --cache-dir
+    cache_dir_shared: bool | None = None
+    extra: dict = field(default_factory=dict)   # what else the engine's boot notes said
+
+
+@dataclass(frozen=True)
+class PassTiming:
+    """One ``--isolation auto`` pass of a manifest's ``timing.passes``."""
+
+    points: int | None = None
+    sum_boot_s: float | None = None
+    median_boot_s: float | None = None
+    median_requests_s: float | None = None
+    restored_points: int | None = None
+    median_restore_s: float | None = None
+    extra: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class BootSplit:
+    """A manifest's ``timing.boot_split``: how its servers started (``run.driver.boot_summary``)."""
+
+    servers: int | None = None
+    launchers: dict = field(default_factory=dict)        # launcher -> servers
+    fallback_reasons: list = field(default_factory=list)
+    compile_cache: dict = field(default_factory=dict)    # hit / miss / mixed -> servers
+    median_s: dict = field(default_factory=dict)         # boot stage -> median seconds
+    extra: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RunTiming:
+    """Where a run's wall time went: a manifest's ``timing`` (``run.driver.timing_summary``)
+    read typed, with its auto passes and its servers' boot split."""
+
+    wall_s: float | None = None
+    slots: int | None = None
+    points: int | None = None
+    median_boot_s: float | None = None
+    passes: dict = field(default_factory=dict)   # pass name -> PassTiming
+    all_fresh_estimate_s: float | None = None    # auto: every reuse point run fresh
+    ratio_to_all_fresh: float | None = None
+    boot_split: BootSplit | None = None
+    extra: dict = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, manifest: Mapping[str, Any] | None) -> "RunTiming":
+        """The timing of a run manifest (empty for one without: an interrupted run)."""
+        t = dict((manifest or {}).get("timing") or {})
+        passes = dict(t.pop("passes", None) or {})
+        estimate = {k: passes.pop(k) for k in ("all_fresh_estimate_s", "ratio_to_all_fresh")
+                    if k in passes}
+        split = t.pop("boot_split", None)
+        return cls(**{k: v for k, v in t.items() if k in _RUN_TIMING},
+                   passes={k: _view(PassTiming, p) for k, p in passes.items() if p},
+                   boot_split=_view(BootSplit, split) if split else None,
+                   extra={k: v for k, v in t.items() if k not in _RUN_TIMING}, **estimate)
+
+
+_RUN_TIMING = frozenset({"wall_s", "slots", "points", "median_boot_s"})
 
 
 def schema_of(record: Mapping[str, Any]) -> int:
