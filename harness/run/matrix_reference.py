@@ -24,6 +24,7 @@ from ..divergence import first_divergence
 from ..recordkeys import cell_key, document_of
 from ..verdict import judge, sha1
 from ..vocabulary import OPEN
+from .records import PhaseRecord, typed
 
 __all__ = ["CONSENSUS_MIN", "rejudge", "first_references", "consensus_references"]
 
@@ -31,67 +32,70 @@ CONSENSUS_MIN = 3
 # OPEN (harness.vocabulary): provisional verdicts a matrix reference may replace.
 
 
-def _answered(r: dict) -> bool:
-    return r.get("verdict") in OPEN
+def _answered(r: PhaseRecord) -> bool:
+    return r.verdict in OPEN
 
 
-def _prompt(r: dict) -> tuple:
+def _prompt(r: PhaseRecord) -> tuple:
     """One prompt: a --prompts case's by the sha1 of its messages, else (residue,
     templated length, document)."""
-    if r.get("prompt_sha1"):
-        return ("prompt", r["prompt_sha1"])
-    return (r.get("residue"), r.get("target_len"), document_of(r))
+    if r.prompt_sha1:
+        return ("prompt", r.prompt_sha1)
+    return (r.residue, r.target_len, document_of(r))
 
 
-def _question(r: dict) -> tuple:
+def _question(r: PhaseRecord) -> tuple:
     """What one configuration's residues all answer alike: the same case and document."""
-    return (r.get("config_id"), r.get("case_id"), document_of(r))
+    return (r.config_id, r.case_id, document_of(r))
 
 
-def first_references(records: list[dict], config_order: Iterable[str]) -> dict[tuple, dict]:
+def first_references(records: list[PhaseRecord], config_order: Iterable[str]
+                     ) -> dict[tuple, PhaseRecord]:
     """``{_prompt: the first configuration's reference record}``."""
     order = [c for c in config_order]
     first = order[0] if order else None
-    out: dict[tuple, dict] = {}
+    out: dict[tuple, PhaseRecord] = {}
     phase_rank = {"cold": 0, "warm": 1, "self-hit": 2}
-    for r in sorted((r for r in records if r.get("config_id") == first and _answered(r)),
-                    key=lambda r: phase_rank.get(r.get("phase"), 9)):
+    for r in sorted((r for r in records if r.config_id == first and _answered(r)),
+                    key=lambda r: phase_rank.get(r.phase, 9)):
         out.setdefault(_prompt(r), r)
     return out
 
 
-def consensus_references(records: list[dict]) -> dict[str, dict]:
+def consensus_references(records: list[PhaseRecord]) -> dict[tuple, PhaseRecord]:
     """``{(config_id, case, document): a record carrying the majority answer}`` where
     there is one."""
-    by_cfg: dict[tuple, list[dict]] = {}
+    by_cfg: dict[tuple, list[PhaseRecord]] = {}
     for r in records:
         if _answered(r):
             by_cfg.setdefault(_question(r), []).append(r)
-    out: dict[tuple, dict] = {}
+    out: dict[tuple, PhaseRecord] = {}
     for cid, rs in by_cfg.items():
-        counts = Counter(r.get("sha1") for r in rs)
+        counts = Counter(r.sha1 for r in rs)
         digest, n = counts.most_common(1)[0]
         if len(rs) >= CONSENSUS_MIN and 2 * n > len(rs):
-            out[cid] = next(r for r in rs if r.get("sha1") == digest)
+            out[cid] = next(r for r in rs if r.sha1 == digest)
     return out
 
 
-def _judge_against(r: dict, ref: dict, what: str) -> dict:
-    text, expected = r.get("answer") or "", ref.get("answer") or ""
-    j = judge(text, source="", expected=expected, finish_reason=r.get("finish_reason"))
-    out = dict(r, verdict=j.verdict, reference_sha1=sha1(expected),
+def _judge_against(raw: dict, r: PhaseRecord, ref: PhaseRecord, what: str) -> dict:
+    """``raw`` (the record ``r`` as written) judged against ``ref``'s answer."""
+    text, expected = r.answer or "", ref.answer or ""
+    j = judge(text, source="", expected=expected, finish_reason=r.finish_reason)
+    out = dict(raw, verdict=j.verdict, reference_sha1=sha1(expected),
                reference_chars=len(expected),
-               reason=(f"{j.reason} (against {what}: {ref.get('config_label')} residue "
-                       f"{ref.get('residue')} {ref.get('phase')})"))
+               reason=(f"{j.reason} (against {what}: {ref.config_label} residue "
+                       f"{ref.residue} {ref.phase})"))
     out["first_divergence"] = None if j.verdict == "ok" else first_divergence(
-        text, expected, answer_tokens=r.get("token_logprobs"),
-        reference_tokens=ref.get("token_logprobs"))
+        text, expected, answer_tokens=r.token_logprobs, reference_tokens=ref.token_logprobs)
     return out
 
 
-def rejudge(records: list[dict], mode: str, config_order: Iterable[str]) -> list[dict]:
+def rejudge(raw: list[dict], mode: str, config_order: Iterable[str]) -> list[dict]:
     """The records with every open (``unjudged``) verdict judged against the matrix
-    reference ``mode`` (``first`` | ``consensus``); the order of the records is kept."""
+    reference ``mode`` (``first`` | ``consensus``); the order of the records is kept.
+    Read typed; each record comes back as it was written but for what judging it set."""
+    records = typed(raw)
     if mode == "first":
         refs = first_references(records, config_order)
         pick = lambda r: refs.get(_prompt(r))  # noqa: E731
@@ -106,19 +110,19 @@ def rejudge(records: list[dict], mode: str, config_order: Iterable[str]) -> list
     else:
         raise ValueError(f"not a matrix reference: {mode!r}")
     out = []
-    for r in records:
+    for d, r in zip(raw, records):
         if not _answered(r):
-            out.append(r)
+            out.append(d)
             continue
         ref = pick(r)
         if ref is None:
-            out.append(dict(r, reason=f"unjudged: {missing}"))
+            out.append(dict(d, reason=f"unjudged: {missing}"))
         elif ref is r or cell_key(ref) == cell_key(r):
             if mode == "consensus":
-                out.append(_judge_against(r, ref, what))
+                out.append(_judge_against(d, r, ref, what))
             else:
-                out.append(dict(r, reason="unjudged: this answer is the reference "
+                out.append(dict(d, reason="unjudged: this answer is the reference "
                                           "(--reference first) the others are judged against"))
         else:
-            out.append(_judge_against(r, ref, what))
+            out.append(_judge_against(d, r, ref, what))
     return out
