@@ -9,14 +9,25 @@ issue 17). ``PreforkLauncher`` starts that parent once per run, before the first
 ``PreforkServerProcess``: the same readiness check, teardown of the whole session and
 bookkeeping as a plain ``ServerProcess``. Where a fork cannot be used (the parent did not
 start, died, refused: CUDA initialised, an argv it cannot fork) the server starts as a
-plain process and its record says why (``server_boot.fallback_reason``). ``close`` stops
-the parent, which kills whatever it still has (its children also die with it by
-PDEATHSIG): nothing is left behind.
+plain process and its record says why (``server_boot.fallback_reason``).
+
+A parent refuses a child whose value of a variable its imports read differs from its own
+(the child would keep the parent's reading): on the H200 torch/vLLM read
+``CUDA_VISIBLE_DEVICES`` and the patch plugin ``RESIDUE_LAB_PATCHES`` at import. So the
+first parent runs with the first slot's ``CUDA_VISIBLE_DEVICES`` and the first
+configuration's env, and a server whose values of those variables differ gets a parent of
+its own with its values, started the first time one is needed (off the event loop:
+``PreforkServerProcess.prepare``) and reused, at most ``MAX_FORK_SERVERS`` of them.
+``close`` stops every parent, which kills whatever it still has (its children also die
+with it by PDEATHSIG); each carries the sweep's token (``harness.orphans``), so the next
+sweep ends one a killed sweep left: nothing is left behind.
 """
 from __future__ import annotations
 
 import os
 import subprocess
+import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,6 +43,11 @@ __all__ = ["LAUNCHERS", "PreforkLauncher", "PreforkServerProcess", "make_launche
 
 LAUNCHERS = ("plain", "prefork")
 FORK_SERVER_START_TIMEOUT_S = 600.0
+# Each parent holds a copy of the engine's imports (a vLLM one: a few GiB of host memory):
+# a variable read at import that differs per server must not start one parent per server.
+MAX_FORK_SERVERS = 8
+
+EnvKey = tuple[tuple[str, "str | None"], ...]   # (name, value) of each variable read at import
 
 
 class _ChildProc:
@@ -55,16 +71,22 @@ class _ChildProc:
 class PreforkServerProcess(ServerProcess):
     launcher: "PreforkLauncher | None" = field(default=None, repr=False)
 
+    def prepare(self) -> None:
+        """Start the parent this server forks from if it is not running yet (blocking: its
+        imports take as long as a plain start-up; the caller runs this off the loop)."""
+        assert self.launcher is not None
+        self.launcher.server_for(self.launcher.spec.child_env(self.process_env()))
+
     def spawn_process(self, env: dict[str, str]):
         assert self.launcher is not None
-        spec, fs = self.launcher.spec, self.launcher.fork_server
-        child_argv = spec.child_argv(self.argv)
-        reason = self.launcher.unavailable
+        spec = self.launcher.spec
+        child_argv, child_env = spec.child_argv(self.argv), spec.child_env(env)
+        fs, reason = self.launcher.server_for(child_env)
         if reason is None and child_argv is None:
             reason = f"argv is not `python {spec.entry} ...`: cannot fork it"
         child = start_child(self.argv, env=env, log_path=self.log_path, server=fs,
                             entry=spec.entry, child_argv=child_argv,
-                            fallback_reason=reason, child_env=spec.child_env(env))
+                            fallback_reason=reason, child_env=child_env)
         self.how = child.how
         self.fallback_reason = child.fallback_reason
         self.env_differs = tuple(getattr(child, "env_differs", ()))
@@ -73,7 +95,8 @@ class PreforkServerProcess(ServerProcess):
 
 
 class PreforkLauncher:
-    """One pre-imported parent for a run; a callable with ``ServerProcess``'s signature."""
+    """The pre-imported parents of a run, one per set of values of the variables the first
+    one's imports read; a callable with ``ServerProcess``'s signature."""
 
     def __init__(self, spec: PreforkSpec, *, log_path: Path, env: dict[str, str],
                  cwd: str | None = None) -> None:
@@ -81,23 +104,95 @@ class PreforkLauncher:
         self.log_path = Path(log_path)
         self.env = env
         self.cwd = cwd
-        self.fork_server: ForkServer | None = None
+        self.fork_server: ForkServer | None = None   # the first one (started by ``start``)
         self.unavailable: str | None = None     # why every server starts plain
         self.import_s: float | None = None
+        self.read_at_import: tuple[str, ...] = ()   # what the first one's imports read
+        self.fork_servers: dict[EnvKey, ForkServer] = {}
+        self.failed: dict[EnvKey, str] = {}      # a parent that did not start: why
+        self.extra_import_s: dict[EnvKey, float] = {}
+        self._starting: dict[EnvKey, threading.Event] = {}   # set when that start ends
+        self._lock = threading.Lock()
+        self._closed = False
 
     def start(self) -> "PreforkLauncher":
-        """Start the parent and wait for its imports (blocking: call it off the loop)."""
-        import time
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        t0 = time.monotonic()
+        """Start the first parent and wait for its imports (blocking: call it off the loop)."""
         try:
-            self.fork_server = ForkServer(self.spec.preload, self.spec.optional,
-                                          log_path=self.log_path, env=self.env, cwd=self.cwd,
-                                          start_timeout=FORK_SERVER_START_TIMEOUT_S).start()
-            self.import_s = round(time.monotonic() - t0, 3)
+            self.fork_server, self.import_s = self._start_one(self.env, self.log_path)
         except (ForkServerUnavailable, OSError) as e:
             self.fork_server, self.unavailable = None, str(e)
+            return self
+        self.read_at_import = tuple(self.fork_server.info.get("env_read_at_import", ()))
+        self.fork_servers[self.key(self.fork_server.env)] = self.fork_server
         return self
+
+    def _start_one(self, env: dict[str, str], log_path: Path) -> tuple[ForkServer, float]:
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        t0 = time.monotonic()
+        fs = ForkServer(self.spec.preload, self.spec.optional, log_path=log_path, env=env,
+                        cwd=self.cwd, start_timeout=FORK_SERVER_START_TIMEOUT_S).start()
+        return fs, round(time.monotonic() - t0, 3)
+
+    def key(self, env: dict[str, str]) -> EnvKey:
+        """A child's values of the variables read at import: the parent it can fork from."""
+        return tuple((k, env.get(k)) for k in self.read_at_import)
+
+    def server_for(self, child_env: dict[str, str]) -> tuple[ForkServer | None, str | None]:
+        """The parent whose import-time values are ``child_env``'s, started now if there is
+        none yet (blocking; a second caller waits for the same start), or None and why the
+        server starts plain."""
+        if self.unavailable is not None or self.fork_server is None:
+            return None, self.unavailable
+        key = self.key(child_env)
+        with self._lock:
+            starting = self._starting.get(key)
+            mine = starting is None and not self._known(key)
+            if mine:
+                if len(self.fork_servers) + len(self._starting) >= MAX_FORK_SERVERS:
+                    return None, (f"{MAX_FORK_SERVERS} fork servers run (the most a run starts)"
+                                  f" and none has this server's {self._differing(key)}")
+                self._starting[key] = threading.Event()
+        if mine:
+            self._start_for(key)
+        elif starting is not None:
+            starting.wait()
+        with self._lock:
+            return self._found(key)
+
+    def _known(self, key: EnvKey) -> bool:
+        return key in self.fork_servers or key in self.failed or self._closed
+
+    def _found(self, key: EnvKey) -> tuple[ForkServer | None, str | None]:
+        if key in self.fork_servers:
+            return self.fork_servers[key], None
+        return None, self.failed.get(key, "the launcher is closed")
+
+    def _start_for(self, key: EnvKey) -> None:
+        """Start the parent for ``key``: the first one's env with ``key``'s values. Run
+        outside the lock (imports take minutes); ``close`` meanwhile makes it stop again."""
+        env = {k: v for k, v in self.env.items() if k not in self.read_at_import}
+        env.update((k, v) for k, v in key if v is not None)
+        n = len(self.extra_import_s) + len(self.failed) + 1
+        log = self.log_path.with_name(f"{self.log_path.stem}-{n}{self.log_path.suffix}")
+        fs, why = None, None
+        try:
+            fs, import_s = self._start_one(env, log)
+        except (ForkServerUnavailable, OSError) as e:
+            why = f"no fork server for this server's {self._differing(key)}: {e}"
+        with self._lock:
+            closed = self._closed
+            if fs is not None and not closed:
+                self.fork_servers[key], self.extra_import_s[key] = fs, import_s
+            elif why is not None:
+                self.failed[key] = why
+            self._starting.pop(key).set()
+        if fs is not None and closed:
+            fs.close()
+
+    def _differing(self, key: EnvKey) -> str:
+        """``NAME=value`` of the variables in which ``key`` differs from the first parent's."""
+        first = dict(self.key(self.fork_server.env)) if self.fork_server else {}
+        return ", ".join(f"{k}={v}" for k, v in key if first.get(k) != v) or "values"
 
     def __call__(self, argv: list, env: dict, port: int, log_path: Path,
                  slot: Slot) -> PreforkServerProcess:
@@ -110,7 +205,11 @@ class PreforkLauncher:
                 # left to each child: importing them initialised CUDA in the fork server's
                 # probe (engine.prefork), e.g. vLLM's FLA ops on a GPU machine
                 "not_preloaded_cuda": list(info.get("optional_skipped_cuda", ())),
-                "optional_failed": sorted(info.get("optional_failed", {}))}
+                "optional_failed": sorted(info.get("optional_failed", {})),
+                # the parents started for servers whose import-time variables differ
+                "more_fork_servers": [{"for": self._differing(k), "import_s": s}
+                                      for k, s in self.extra_import_s.items()],
+                "fork_server_failures": sorted(self.failed.values())}
 
     def summary(self) -> str:
         """The one line a run prints about its launcher."""
@@ -121,8 +220,13 @@ class PreforkLauncher:
                                        f"unavailable, servers start plain: {self.unavailable}")
 
     def close(self) -> None:
-        fs, self.fork_server = self.fork_server, None
-        if fs is not None:
+        """Stop every parent (each kills what it still has); none starts after, and one
+        still importing is stopped as soon as its start returns (its thread does it; were
+        the sweep gone first, PDEATHSIG ends it)."""
+        with self._lock:
+            self._closed = True
+            servers, self.fork_servers, self.fork_server = list(self.fork_servers.values()), {}, None
+        for fs in servers:
             fs.close()
 
 
@@ -144,12 +248,14 @@ def make_launcher(name: str, adapter: EngineAdapter, *, logs_dir: Path,
 def run_launcher(name: str, adapter: EngineAdapter, *, first_cfg: Any, slot: Slot,
                  logs_dir: Path) -> PreforkLauncher | None:
     """A run's launcher, started (this blocks: the parent's imports take as long as one
-    plain start-up), with the servers' env as the adapter gives it for ``first_cfg``
-    (``CUDA_VISIBLE_DEVICES`` is each server's own); None for ``plain``."""
+    plain start-up), with the env a server of ``first_cfg`` on ``slot`` gets (its
+    ``CUDA_VISIBLE_DEVICES`` included: torch reads it at import, and a parent without it
+    refused every server on the H200); None for ``plain``."""
     env: dict[str, str] = {}
     if name != "plain" and first_cfg is not None:
         _, env = adapter.command(first_cfg, 1, slot)   # env only
-        env = {k: v for k, v in env.items() if k != "CUDA_VISIBLE_DEVICES"}
+        if slot.gpu is not None:     # as harness.run.point gives it to each server
+            env = {"CUDA_VISIBLE_DEVICES": slot.gpu, **env}
     # the sweep's token (harness.orphans): the next sweep ends a fork server it outlived
     launcher = make_launcher(name, adapter, logs_dir=logs_dir,
                              env={**os.environ, **env, OWNER_ENV: owner_token()})

@@ -223,7 +223,7 @@ class ServerProcess:
 
     def start(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, **self.env, OWNER_ENV: owner_token()}   # harness.orphans
+        env = self.process_env()
         self.started_at = time.monotonic()
         self.started_epoch = time.time()
         self.proc = self.spawn_process(env)
@@ -231,6 +231,11 @@ class ServerProcess:
         with _LIVE_LOCK:
             _LIVE.add(self)
         self._notify("started")
+
+    def process_env(self) -> dict[str, str]:
+        """The whole environment the server process gets: this one's, the server's own,
+        and the sweep's token (harness.orphans)."""
+        return {**os.environ, **self.env, OWNER_ENV: owner_token()}
 
     def _notify(self, event: str) -> None:
         if self.group is not None:

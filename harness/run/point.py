@@ -158,6 +158,8 @@ class PointRunner:
             client = EngineClient(server.base_url, timeout=self.opts.timeout,
                                   api_key=self.opts.api_key, http=self.http)
             try:
+                if hasattr(server, "prepare"):   # blocking (a fork server's imports): off the loop
+                    await asyncio.to_thread(server.prepare)
                 server.start()
                 await server.wait_ready(client, timeout or self.opts.boot_timeout)
                 info: dict[str, Any] = {"boot_s": round(server.boot_s or 0.0, 4),
