@@ -16,7 +16,9 @@
 # CPU stand-in (no GPU, no vLLM: the lab engine, the same commands otherwise):
 #   LAB=1 OUT=/tmp/out bash benchmarks/gpu_explain.sh 280 60
 LIMIT=${1:-290}; PARENT_S=${2:-120}
-PARALLEL_BOOTS=${PARALLEL_BOOTS:-4}
+# 2026-12-02 (H200, cold caches): 4 at once after the warm-up left the 10th rung unrun
+# at a 216 s budget; twelve servers booted together there in ~65 s each (warm caches)
+PARALLEL_BOOTS=${PARALLEL_BOOTS:-9}
 R=$PWD; S=${S:-$PWD}
 source "$S/engine/tinymodel/scripts/device_lib.sh"
 : "${OUT:=/tmp/out}"; W=/tmp/work/explain; rm -rf "$W"; mkdir -p "$W" "$OUT"
@@ -36,7 +38,10 @@ else
   ENGINE=(--engine vllm --model "$M" --geometry hybrid --spec ngram --draft-tokens 3 --ctx huge
           --engine-arg=--language-model-only --engine-arg=--gpu-memory-utilization=0.07)
   PARENT_SLOTS=(--gpus 0,0,0); EXPLAIN_SLOTS=(--gpus 0,0,0,0,0,0,0,0,0,0)
-  BOOT=(--boot-timeout 150)
+  # a cold boot (empty compile and Triton caches) took 227-265 s on the H200: with 150 s
+  # every parent server timed out (2026-12-02, call 4)
+  BOOT_S=${BOOT_TIMEOUT:-150}; [ -n "${COLD:-}" ] && BOOT_S=${BOOT_TIMEOUT:-420}
+  BOOT=(--boot-timeout "$BOOT_S")
   LAUNCH=(--launcher prefork --cache-dir "$CACHE")
 fi
 PARENT=(python3 -m harness "${ENGINE[@]}" --cudagraph FULL_AND_PIECEWISE --patches none
@@ -61,7 +66,8 @@ fi
 [ -n "${MON:-}" ] && kill "$MON" 2>/dev/null
 echo "servers left: $(pgrep -c -f 'vllm.entrypoints|engine.prefork|engine.lab' || true)" >> "$W/timings.txt"
 echo "end $(el)s" >> "$W/timings.txt"
-for f in "$W"/results/*.jsonl; do [ -f "$f" ] && gzip -9 "$f"; done
+# the records stay .jsonl (the tgz compresses them): gzipped in place, a later
+# `sweep explain --resume` on this machine found no records file
 dev_pack explain
 ls -la "$OUT"; cat "$W/timings.txt"; tail -3 "$W/monitor.txt" 2>/dev/null
 tail -c 1500 "$W/parent.stderr.txt"; tail -c 2500 "$W/explain.stderr.txt" 2>/dev/null

@@ -29,10 +29,12 @@ from .report.explained import EXPLAINED, UNCHANGED
 from .run.plan import SweepPlan, plan_with_probes
 from .run.records import PhaseRecord, document_of, latest_records, phase_key, typed, worst
 from .session import Sweep
+from .vocabulary import CLEAN
 from .store import ResultStore, StoreError, load_manifest_for, read_jsonl, resolve_results
 
 __all__ = ["ExplainPlan", "Target", "RungSpec", "ExplainSweep", "prepare", "ladder_options",
-           "axis_changes", "non_ok_cells", "parent_golden"]
+           "axis_changes", "non_ok_cells", "parent_golden", "check_resume",
+           "unexplained_cells", "HYBRID_BLOCK_NOTE"]
 
 
 @dataclass
@@ -87,6 +89,9 @@ class ExplainPlan:
     parent_reference: str = "passage"
     parent_documents: tuple[int, ...] = ()
     parallel_boots: int = EXPLAIN_PARALLEL_BOOTS   # rung servers booting at once
+    # the parent's not-ok cells explain does not rerun (boot-fail, invalid, unjudged, ...):
+    # verdict -> cells; with no target, these decide what explain says
+    unexplained: dict[str, int] = field(default_factory=dict)
 
     def runnable(self) -> list[RungSpec]:
         return [r for t in self.targets for r in t.rungs if r.opts is not None]
@@ -95,7 +100,16 @@ class ExplainPlan:
 # -- the axes ------------------------------------------------------------------------------
 # (axis, label, changes to the parsed sweep flags); a change that leaves the configuration
 # as it is is not run.
-Change = tuple[str, str, dict[str, Any]]
+Change = tuple[str, str, "dict[str, Any] | str"]   # a str: why the rung is not run
+# vLLM (v1/core/kv_cache_utils.py, resolve_kv_cache_block_sizes): with several KV groups
+# (the hybrid) the match unit is the hash block, and every group's block size must be
+# divisible by it; the hybrid's attention block is raised to fit the mamba page (block 16
+# became 160 on the H200, vLLM 0.26.0: "Invalid prefix_match_unit=128"), so the rung
+# cannot boot, and the match-unit rung already moves the hit unit.
+HYBRID_BLOCK_NOTE = ("not run: on a hybrid with a prefix-match unit the unit is the hit "
+                     "unit and vLLM requires every KV group's block to be divisible by it "
+                     "(block 16 became a 160-token attention block and did not boot on "
+                     "vLLM 0.26.0); the match-unit rung moves the hit unit instead")
 
 
 def axis_changes(cfg: ServingConfig, *, runners: tuple[str, ...] = (),
@@ -110,7 +124,8 @@ def axis_changes(cfg: ServingConfig, *, runners: tuple[str, ...] = (),
                                                      "prefix_match_unit": None}),
         ("match unit", "match unit → none", {"prefix_match_unit": "none"}),
         ("spec", "spec → none", {"spec": "none", "draft_tokens": None}),
-        ("block size", "block size → 16", {"block_size": "16"}),
+        ("block size", "block size → 16", {"block_size": "16"}
+         if not _vllm_hybrid_with_unit(cfg) else HYBRID_BLOCK_NOTE),
     ]
     if cfg.max_num_batched_tokens:
         # the chunk budget cuts a final chunk of L mod B (docs/shapes.md): without it the
@@ -124,6 +139,11 @@ def axis_changes(cfg: ServingConfig, *, runners: tuple[str, ...] = (),
         if r != ran_on:
             out.append(("runner", f"runner → {r}", {"runner": r}))
     return out
+
+
+def _vllm_hybrid_with_unit(cfg: ServingConfig) -> bool:
+    """vLLM refuses block 16 here (``HYBRID_BLOCK_NOTE``); the lab's hybrid runs it."""
+    return cfg.engine == "vllm" and cfg.geometry == "hybrid" and bool(cfg.prefix_match_unit)
 
 
 def _spelling(name: str, value: Any) -> str | None:
@@ -207,8 +227,10 @@ def prepare(run_ref: str, out_dir: str, *, residue: int | None, phase: str | Non
         raise UsageError(f"{run_ref} is itself an explain run; explain its parent "
                          f"{manifest['explains'].get('run_id')}")
     parent_ns = namespace_of(manifest, f"explain {run_ref}")   # its options, else its command line
+    parent_records = read_jsonl(path)
     try:
-        cells = non_ok_cells(read_jsonl(path), residue, phase)
+        cells = non_ok_cells(parent_records, residue, phase)
+        unexplained = unexplained_cells(parent_records)
     except ValueError as e:   # a record the model refuses (an unknown verdict or phase)
         raise UsageError(f"{path}: {e}") from None
     if not cells and (residue is not None or phase is not None):
@@ -240,10 +262,45 @@ def prepare(run_ref: str, out_dir: str, *, residue: int | None, phase: str | Non
         targets.append(t)
     return ExplainPlan(manifest["run_id"], path, targets, ("explain", str(run_ref)),
                        manifest.get("reference") or parent_ns.reference,
-                       tuple(manifest.get("documents") or ()))
+                       tuple(manifest.get("documents") or ()),
+                       unexplained=unexplained)
+
+
+def check_resume(xp: ExplainPlan, run_id: str, out_dir: str) -> None:
+    """``sweep explain PARENT --resume RUN``: RUN is an explain run of PARENT whose cells
+    and rungs are the ones rebuilt now (the same ``--residue`` / ``--phase``), else a
+    usage error naming what differs."""
+    try:
+        manifest = load_manifest_for(resolve_results(run_id, out_dir)) or {}
+    except StoreError as e:
+        raise UsageError(f"--resume {run_id}: {e}") from None
+    block = manifest.get("explains") or {}
+    if block.get("run_id") != xp.parent_run:
+        raise UsageError(f"--resume {run_id}: not an explain run of {xp.parent_run}"
+                         + (f" (it explains {block['run_id']})" if block.get("run_id") else ""))
+    then = [(t.get("config_id"), t.get("residue"), t.get("document"))
+            for t in block.get("targets", [])]
+    now = [(t.config_id, t.residue, t.document) for t in xp.targets]
+    if then != now:
+        raise UsageError(f"--resume {run_id}: it explained other cells ({len(then)}) than "
+                         f"this command picks ({len(now)}): give the same --residue/--phase")
+
+
+def unexplained_cells(records: list[dict] | list[PhaseRecord]) -> dict[str, int]:
+    """verdict -> how many of the run's latest cells have it, for the not-ok verdicts
+    explain does not rerun (nothing in their answer to explain: boot-fail, invalid, infra,
+    unjudged)."""
+    recs, _ = latest_records(typed(records))
+    out: dict[str, int] = {}
+    for r in recs:
+        if r.verdict not in CLEAN and r.verdict not in EXPLAINED:
+            out[r.verdict] = out.get(r.verdict, 0) + 1
+    return dict(sorted(out.items()))
 
 
 def _rung(ns, res, axis, label, changes, run_flags, base_cid) -> RungSpec:
+    if isinstance(changes, str):
+        return RungSpec(label, axis, None, changes)
     try:
         opts = _rung_opts(ns, res, changes, run_flags)
     except HarnessError as e:   # e.g. k-1 outside the preset's range, a residue past the modulus
@@ -285,9 +342,16 @@ class ExplainSweep(Sweep):
     the report (the ladders) and the exit code (0: the ladder ran; what it shows is the
     answer, a reproduced cell is not a failure of ``explain``)."""
 
-    def __init__(self, xp: ExplainPlan, **kw: Any) -> None:
-        super().__init__(ladder_options(xp), **kw)
+    def __init__(self, xp: ExplainPlan, *, resume: str | None = None, **kw: Any) -> None:
+        opts = ladder_options(xp)
+        if resume:   # the same ladder: the points on disk are not run again
+            opts = dataclasses.replace(opts, resume=resume)
+        super().__init__(opts, **kw)
         self.xp = xp
+
+    def continue_line(self, run_id: str) -> str:
+        return (f"sweep explain {self.xp.parent_run} --resume {run_id} "
+                f"--out {self.options.out}")
 
     async def plan(self, store: ResultStore) -> SweepPlan:
         return await _plan(self.xp, self.options, self.adapter, store, self.servers.launcher())

@@ -62,6 +62,9 @@ def run_explain(argv: Sequence[str]) -> int:
     p.add_argument("--parallel-boots", type=positive_int("--parallel-boots"), metavar="N",
                    help="rung servers booting at once after the first, which boots alone on "
                    "3x --boot-timeout to warm the compile caches (default 4)")
+    p.add_argument("--resume", metavar="RUN_ID", help="continue an interrupted explain run "
+                   "of RUN (the rungs already on disk are not run again; give the same "
+                   "--residue/--phase)")
     p.add_argument("--dry-run", action="store_true", help="print each cell's rungs and their "
                    "server commands; start nothing")
     ns = p.parse_args(list(argv))
@@ -81,12 +84,13 @@ def run_explain(argv: Sequence[str]) -> int:
     if ns.parallel_boots:
         xp.parallel_boots = ns.parallel_boots
     if not xp.targets:
-        _say(f"run {xp.parent_run}: every cell is ok, nothing to explain")
-        return EXIT_OK
+        return _nothing_to_explain(xp)
     if ns.dry_run:
         return _explain_dry_run(xp)
     n = len(xp.runnable())
-    sweep = explain.ExplainSweep(xp)
+    if ns.resume:
+        explain.check_resume(xp, ns.resume, ns.out)
+    sweep = explain.ExplainSweep(xp, resume=ns.resume)
     sweep.check()
     _say(f"explaining {len(xp.targets)} cell(s) of run {xp.parent_run}: {n} rerun(s) on "
          "fresh servers")
@@ -95,6 +99,20 @@ def run_explain(argv: Sequence[str]) -> int:
         _say(f"explain run {result.run_id} (linked to {xp.parent_run}): "
              f"{Path(ns.out) / result.run_id}.jsonl")
     return result.exit_code
+
+
+def _nothing_to_explain(xp) -> int:
+    """No cell to rerun: "every cell is ok" only when that is what the parent measured;
+    a run whose cells failed to boot, were invalid or unjudged measured nothing explain
+    could rerun, and says so (exit 1, as the parent's own gate would)."""
+    if not xp.unexplained:
+        _say(f"run {xp.parent_run}: every cell is ok, nothing to explain")
+        return EXIT_OK
+    what = ", ".join(f"{n} {v}" for v, n in xp.unexplained.items())
+    _say(f"run {xp.parent_run}: nothing explain can rerun: its not-ok cells are {what}; "
+         "explain reruns broken, diverged, crash and timeout cells (a cell with no judged "
+         "answer has nothing in it to explain); rerun the parent first")
+    return int(ExitCode.NOT_OK)
 
 
 def _explain_dry_run(xp) -> int:

@@ -33,6 +33,11 @@ def _spell(name: str, value: Any) -> str:
 def resumed_namespace(run_id: str, user_argv: Sequence[str], manifest: dict) -> argparse.Namespace:
     """The namespace of the manifest's command line, with the new command line's
     ``MAY_CHANGE`` flags applied; ``UsageError`` for any other flag that differs."""
+    if manifest.get("explains"):
+        # an explain run's plan is its parent's cells and their rungs, not its options
+        parent = manifest["explains"].get("run_id")
+        raise UsageError(f"--resume {run_id}: an explain run of {parent}; continue it with "
+                         f"`sweep explain {parent} --resume {run_id}`")
     ns = namespace_of(manifest, f"--resume {run_id}")   # its options, else its command line
     given = explicit_flags(user_argv)
     given.pop("--resume", None)
@@ -80,6 +85,11 @@ def check_resumed_records(opts) -> list[str]:
     from .record_check import RecordFileError, check_for_resume
     from .store import ResultStore
     store = ResultStore(opts.out, opts.resume, create=False)
+    gz = store.records_path.with_name(store.records_path.name + ".gz")
+    if not store.records_path.exists() and gz.exists():
+        # appending to a fresh file would run every finished point again beside the gzip
+        raise UsageError(f"--resume {opts.resume}: its records are compressed ({gz}); "
+                         f"gunzip it first, then resume")
     try:
         return check_for_resume(store.records_path, opts.resume,
                                 {config_id(c) for c in opts.configs})

@@ -304,11 +304,15 @@ class Sweep:
         if sigs.interrupted:
             cb.say(f"\ninterrupted: {driver.counters.points_done} points finished and on disk "
                    f"in {store.records_path}; no server left running. Continue with: "
-                   f"sweep --resume {store.run_id} --out {opts.out}")
+                   f"{self.continue_line(store.run_id)}")
         else:
             self._finish(result, wall, cb, driver.records_on_disk)
         driver.set_exit_code(int(result.exit_code))
         return result
+
+    def continue_line(self, run_id: str) -> str:
+        """The command that continues this run after an interruption."""
+        return f"sweep --resume {run_id} --out {self.options.out}"
 
     def _say_start(self, driver: Driver, plan: SweepPlan, to_run: int, cb: Callbacks) -> None:
         opts, run_id = self.options, driver.run_id

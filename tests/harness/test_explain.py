@@ -289,3 +289,74 @@ def test_the_readmes_dflash_auto_run_plans(cli):
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "rerun(s) on fresh servers; nothing started (--dry-run)." in proc.stdout
     assert "--auto-sample" not in proc.stdout   # the rungs are fresh: no auto flag
+
+
+# -- 2026-12-02, found on the H200: explain on no evidence, and resuming a ladder ----------
+def test_a_parent_with_no_answers_is_not_called_ok(lab):
+    """Every parent server failed to boot (the cold H200 call with a 150 s boot timeout):
+    explain said "every cell is ok, nothing to explain". It names what the cells are and
+    exits 1, as the parent's own gate does."""
+    sweep, explain, out = lab
+    proc, run_id = sweep("--residues", "3", "--patches", "all")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    path = out / f"{run_id}.jsonl"
+    recs = [json.loads(x) for x in path.read_text().splitlines()]
+    for r in recs:   # as the H200's parent: every server timed out booting
+        r.update(verdict="boot-fail", reason="server not ready within 150s", answer="")
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    ex = explain(run_id)
+    assert ex.returncode == 1, ex.stderr[-2000:]
+    assert "every cell is ok" not in ex.stderr and ex.stdout == ""
+    assert "nothing explain can rerun: its not-ok cells are 2 boot-fail" in ex.stderr
+
+
+@pytest.mark.slow
+def test_an_interrupted_ladder_resumes_its_rungs(lab, cli):
+    """The H200's explain run was cut at its budget with 9 of 10 rungs on disk and told the
+    user `sweep --resume RUN`, which rebuilt the run from its options: one configuration,
+    the unchanged rung only. Now the line names `sweep explain PARENT --resume RUN`, which
+    rebuilds the ladder and runs only what is not on disk; `sweep --resume` of an explain
+    run and a gzipped records file are refused in one line."""
+    sweep, explain, out = lab
+    proc, run_id = sweep("--residues", "4")
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    ex = explain(run_id, "--residue", "4", "--phase", "self-hit")
+    assert ex.returncode == 0, ex.stderr[-3000:]
+    child = next(json.loads(p.read_text()) for p in out.glob("*.manifest.json")
+                 if json.loads(p.read_text()).get("explains"))
+    path = out / f"{child['run_id']}.jsonl"
+    full = path.read_text().splitlines()
+    configs = {json.loads(x)["config_id"] for x in full}
+    assert len(configs) >= 5
+    kept = [x for x in full if json.loads(x)["config_id"] in sorted(configs)[:2]]
+    path.write_text("\n".join(kept) + "\n")          # as if cut after two rungs
+    refused = cli("--resume", child["run_id"], "--out", str(out), timeout=60)
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
+    assert f"sweep explain {run_id} --resume {child['run_id']}" in refused.stderr
+    other = explain(run_id, "--resume", child["run_id"], "--residue", "5")
+    assert other.returncode == 2, other.stderr[-1000:]
+    again = explain(run_id, "--resume", child["run_id"], "--residue", "4", "--phase",
+                    "self-hit")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "points already complete" in again.stderr
+    recs = [json.loads(x) for x in path.read_text().splitlines()]
+    assert {r["config_id"] for r in recs} == configs
+    assert len(recs) == len(full)                    # the two kept rungs did not run again
+    assert closing(again.stdout) == closing(ex.stdout)
+    subprocess.run(["gzip", str(path)], check=True)
+    gz = explain(run_id, "--resume", child["run_id"], "--residue", "4", "--phase", "self-hit")
+    assert gz.returncode == 2 and gz.stderr.count("\n") == 1 and "gunzip" in gz.stderr
+
+
+def test_the_block_rung_is_not_run_where_vllm_refuses_it(tmp_path, cli):
+    """vLLM 0.26.0 on the H200 refused the hybrid's block-16 rung (a 160-token attention
+    block is not divisible by --prefix-match-unit 128): on a vLLM hybrid with a match unit
+    the rung says why it is not run; the lab's hybrid (which runs it) keeps it."""
+    from engine.presets import resolve
+    from harness.explain import HYBRID_BLOCK_NOTE, axis_changes
+    vllm = resolve("ngram", "huge", engine="vllm", model="/m", patches="none",
+                   geometry="hybrid")
+    block = {c[0]: c[2] for c in axis_changes(vllm)}["block size"]
+    assert block == HYBRID_BLOCK_NOTE
+    lab = resolve("ngram", "huge", engine="lab", patches="none", geometry="hybrid")
+    assert {c[0]: c[2] for c in axis_changes(lab)}["block size"] == {"block_size": "16"}
