@@ -199,8 +199,11 @@ def linked_runs(results_paths: Iterable[str | Path], link: str) -> list[tuple[di
             except (OSError, ValueError):
                 continue   # a manifest being written or not ours: not a link
             block = m.get(link) if isinstance(m, dict) else None
-            records = m_path.with_name(m_path.name[: -len(MANIFEST_SUFFIX)] + RECORD_SUFFIX)
+            stem = m_path.name[: -len(MANIFEST_SUFFIX)]
+            # an archived run's records are gzipped (reports/h200/results): link those too
+            records = next((f for f in (m_path.with_name(stem + s) for s in
+                                        (RECORD_SUFFIX, ARCHIVED_SUFFIX)) if f.is_file()), None)
             if isinstance(block, dict) and block.get("run_id") == parent.get("run_id") \
-                    and records.is_file():
+                    and records is not None:
                 out.append((m, records))
     return out

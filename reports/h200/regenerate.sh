@@ -75,4 +75,23 @@ page restore/compare-b.txt python ../../benchmarks/compare_isolation.py $R/20261
 page restore/compare-c1.txt python ../../benchmarks/compare_isolation.py $R/20261201-225427-54f0.jsonl.gz
 page restore/compare-p.txt python ../../benchmarks/compare_isolation.py $R/20261201-225927-b4db.jsonl.gz --left fresh --vs $R/20261201-225427-54f0.jsonl.gz --right fresh
 page restore/cost.md python ../../benchmarks/isolation_cost.py $R/20261201-225427-1d66.jsonl.gz $R/20261201-225427-54f0.jsonl.gz $R/20261201-225927-b4db.jsonl.gz --machine "one H200 (vLLM 0.26.0, tiny hybrid, up to 13 servers side by side on GPU 0)"
+# issue 24, day 2 (2026-12-02, one H200): the README matrix again under --isolation auto
+# (restore + plain fresh confirmations), gpu_restore.sh 585 b on a cold machine (interrupted at
+# 527 s, 739 of 1,056 points), then sweep --resume on the warm machine: the final records
+report restore-matrix-k3-day2.md 20261202-011253-0bd8.jsonl.gz
+page restore/compare-day2.txt python ../../benchmarks/compare_isolation.py $R/20261202-011253-0bd8.jsonl.gz
+page restore/cost-day2.md python ../../benchmarks/isolation_cost.py $R/20261202-011253-0bd8.jsonl.gz --machine "one H200 (vLLM 0.26.0, tiny hybrid, up to 12 servers side by side on GPU 0)"
+# issue 23 (2026-12-02): sweep explain of residue 4 (ngram k=3, FULL_AND_PIECEWISE unpatched) on
+# empty compile caches: the parent run's report, whose Explained section reads the explain run
+# (20261202-012927-1061) beside it; interrupted after 9 of its 10 rungs
+report explain-cold.md 20261202-012515-b8f4.jsonl.gz
+# issue 26, day 2 (2026-12-02): gpu_shapes.sh 390, records this time: chunk budget 512 cold,
+# --load 4 (reset and fresh), preemption pools of 24/36/54 blocks with --max-num-seqs 8
+report shapes/day2/a_budget.md 20261202-013317-b8de.jsonl.gz
+report shapes/day2/a_budget_patched.md 20261202-013317-e394.jsonl.gz
+report shapes/day2/b_load.md 20261202-013317-df81.jsonl.gz
+report shapes/day2/b_load_fresh.md 20261202-013317-6ffb.jsonl.gz
+report shapes/day2/c_preempt_24.md 20261202-013317-8bca.jsonl.gz
+report shapes/day2/c_preempt_36.md 20261202-013317-9f32.jsonl.gz
+report shapes/day2/c_preempt_54.md 20261202-013317-021c.jsonl.gz
 python summarize.py > summary.md && echo summary.md

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from harness.report import render_markdown
-from harness.store import load_manifest_for, load_records, read_jsonl
+from harness.store import linked_runs, load_manifest_for, load_records, read_jsonl
 
 H200 = Path(__file__).resolve().parents[2] / "reports" / "h200"
 RESULTS = H200 / "results"
@@ -62,10 +62,26 @@ def _page_lines() -> list[tuple[str, list[str]]]:
 
 
 def test_regenerate_script_covers_every_report():
-    made = {name for name, _ in _report_lines()} | {
+    made = {name for name, _ in _report_lines() if "/" not in name} | {
         name for name, _ in _page_lines() if "/" not in name}
     committed = {p.name for p in H200.glob("*.md")} - {"README.md", "summary.md"}
     assert made == committed and len(made) >= 10
+    # reports in a folder (shapes/day2/): every one rendered by a `report` line, and back
+    day2 = {f"shapes/day2/{p.name}" for p in (SHAPES / "day2").glob("*.md")}
+    assert day2 == {name for name, _ in _report_lines() if name.startswith("shapes/day2/")}
+    assert len(day2) == 7
+
+
+def test_an_archived_explain_run_is_read_into_its_parents_report():
+    """`sweep report` of gzipped records finds the gzipped explain run beside them
+    (store.linked_runs): the committed explain-cold.md has its Explained section."""
+    env = {**os.environ, "PYTHONPATH": str(H200.parents[1])}
+    proc = subprocess.run([sys.executable, "-m", "harness", "report",
+                           "results/20261202-012515-b8f4.jsonl.gz"], cwd=H200, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "Explain run: `20261202-012927-1061`." in proc.stdout
+    assert "| block size → 16 " in (H200 / "explain-cold.md").read_text()
 
 
 @pytest.mark.parametrize("name,cmd", _page_lines(), ids=lambda v: v if isinstance(v, str) else "")
@@ -139,7 +155,8 @@ def test_committed_report_is_what_the_records_render(name, files):
     paths = [RESULTS / f for f in files]
     manifests = [m for m in (load_manifest_for(p) for p in paths) if m]
     assert len(manifests) == len(paths)
-    md = render_markdown(load_records(paths), manifests)
+    explained = [(m, read_jsonl(p)) for m, p in linked_runs(paths, "explains")]  # as the CLI
+    md = render_markdown(load_records(paths), manifests, explained=explained)
     assert (H200 / name).read_text().rstrip("\n") == md.rstrip("\n"), \
         f"reports/h200/{name} is stale: run bash reports/h200/regenerate.sh"
 
