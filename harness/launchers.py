@@ -112,6 +112,7 @@ class PreforkLauncher:
         self.failed: dict[EnvKey, str] = {}      # a parent that did not start: why
         self.extra_import_s: dict[EnvKey, float] = {}
         self._starting: dict[EnvKey, threading.Event] = {}   # set when that start ends
+        self._started = 0                        # parents started after the first
         self._lock = threading.Lock()
         self._closed = False
 
@@ -152,8 +153,10 @@ class PreforkLauncher:
                     return None, (f"{MAX_FORK_SERVERS} fork servers run (the most a run starts)"
                                   f" and none has this server's {self._differing(key)}")
                 self._starting[key] = threading.Event()
+                self._started += 1
+                n = self._started      # its log's number: starts run side by side
         if mine:
-            self._start_for(key)
+            self._start_for(key, n)
         elif starting is not None:
             starting.wait()
         with self._lock:
@@ -167,12 +170,11 @@ class PreforkLauncher:
             return self.fork_servers[key], None
         return None, self.failed.get(key, "the launcher is closed")
 
-    def _start_for(self, key: EnvKey) -> None:
+    def _start_for(self, key: EnvKey, n: int) -> None:
         """Start the parent for ``key``: the first one's env with ``key``'s values. Run
         outside the lock (imports take minutes); ``close`` meanwhile makes it stop again."""
         env = {k: v for k, v in self.env.items() if k not in self.read_at_import}
         env.update((k, v) for k, v in key if v is not None)
-        n = len(self.extra_import_s) + len(self.failed) + 1
         log = self.log_path.with_name(f"{self.log_path.stem}-{n}{self.log_path.suffix}")
         fs, why = None, None
         try:

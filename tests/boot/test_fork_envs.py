@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 from pathlib import Path
 
 import psutil
@@ -17,6 +18,7 @@ from engine.presets import ServingConfig
 from harness import launchers
 from harness.engines import LabAdapter
 from harness.launchers import run_launcher
+from harness.orphans import OWNER_ENV, owner_token
 from harness.slots import Slot
 from tests.boot.test_prefork import ROOT, free_port, healthy, wait_until
 
@@ -137,3 +139,62 @@ def test_past_the_most_parents_a_server_starts_plain_and_says_why(tmp_path, run_
         if server is not None:
             server.kill_tree_now()
         launcher.close()
+
+
+def test_a_sweep_on_two_gpus_and_two_patch_sets_forks_every_server(tmp_path, run_env,
+                                                                    monkeypatch):
+    """Through the sweep lifecycle (``harness.session.Sweep``): every server of the run is
+    forked, the manifest names the parents started for GPU 1 and patches none, and the
+    run leaves no parent behind."""
+    from harness import ExitCode, Sweep, options_from_argv
+    from harness.engines import LAB_MODEL_DIR
+
+    # the sweep makes a LabAdapter itself (harness.engines.make_adapter): it gets
+    # GpuReadingLab's command and prefork
+    lab_command, lab_prefork = LabAdapter.command, LabAdapter.prefork
+
+    def command(self, cfg, port, slot):
+        argv, env = lab_command(self, cfg, port, slot)
+        return argv, {**env, "RESIDUE_LAB_PATCHES": cfg.patches}
+    monkeypatch.setattr(LabAdapter, "command", command)
+    monkeypatch.setattr(LabAdapter, "prefork", classmethod(
+        lambda cls: dataclasses.replace(lab_prefork(), preload=(*lab_prefork().preload, READER))))
+    shutil.copytree(LAB_MODEL_DIR, tmp_path / "model")
+    opts = options_from_argv(["--spec", "mtp", "--ctx", "huge", "--cudagraph", "PIECEWISE",
+                              "--patches", "all,none", "--residues", "2-3", "--launcher",
+                              "prefork", "--model", str(tmp_path / "model"), "--slots", "2",
+                              "--out", str(tmp_path / "r"), "--no-progress"])
+    # the lab refuses --gpus (CPU only): its slots are given GPU ids here, as --gpus 0,1 does
+    opts = dataclasses.replace(opts, slots=tuple(Slot.gpus(["0", "1"])))
+    result = Sweep(opts).run()
+    assert result.exit_code in (ExitCode.OK, ExitCode.NOT_OK), result
+    boots = {r["server_boot"]["log"]: r["server_boot"] for r in result.records}
+    assert len(boots) >= 4        # 2 residues x 2 configurations, a fresh server each
+    assert {(b["launcher"], b.get("fallback_reason")) for b in boots.values()} == \
+        {("forked", None)}
+    backend = result.manifest["backend"]
+    # which (GPU, patches) pairs occur depends on which slot takes which point: slot 1
+    # takes one at once, so a parent for GPU 1 is always among them
+    more = [m["for"] for m in backend["more_fork_servers"]]
+    assert len(set(more)) == len(more) and any(m.startswith("CUDA_VISIBLE_DEVICES=1") for m in more)
+    assert set(more) <= {"CUDA_VISIBLE_DEVICES=1", "RESIDUE_LAB_PATCHES=none",
+                         "CUDA_VISIBLE_DEVICES=1, RESIDUE_LAB_PATCHES=none"}, more
+    pairs = {(r["slot"], r["config"]["patches"]) for r in result.records}
+    assert len(more) == len(pairs) - 1, (more, pairs)
+    assert backend["fork_server_failures"] == []
+    logs = list((tmp_path / "r").rglob("fork-server*.log"))
+    assert len(logs) == 1 + len(more)
+    # nothing left: every process the sweep started carries its token (harness.orphans)
+    token = owner_token()
+    wait_until(lambda: not _carrying(token), 20, "the sweep's processes to go")
+
+
+def _carrying(token: str) -> list[int]:
+    out = []
+    for p in psutil.process_iter():
+        try:
+            if p.environ().get(OWNER_ENV) == token and p.status() != psutil.STATUS_ZOMBIE:
+                out.append(p.pid)
+        except psutil.Error:
+            pass
+    return out
