@@ -19,8 +19,9 @@ for the verify step, no prefill-discriminator fix, and a hit tail or a budget ta
 to the decode graph on purpose (``prefill_runs_as_decode``, the release table's
 ``decode_graph_eligible``): those tails are named as residues to measure (``watch``), not as
 predicted breaks. So are, on vLLM, the batched tails under ``--load``: a ``1 + k``-token
-chunk beside decode rows breaks the lab by mechanism, but on real vLLM 0.26.0 the one such
-cell was clean (``releases.load_measured``, reports/h200/shapes/).
+chunk beside decode rows breaks the lab by mechanism; on real vLLM 0.26.0 it broke on a fresh
+server and was clean on reset servers, so whether it breaks depends on the server's history
+(``releases.load_measured``, reports/h200/shapes/).
 
 MTP, EAGLE and DFlash drop matched blocks on a hit (the self-hit ``cached_tokens`` is
 below ``len - 1``, the computed tail is longer than the last unit): the rule is about the
@@ -181,9 +182,11 @@ def predict(config: Mapping[str, Any], modulus: int, *, patch_status: Any = None
 
 def _batched_on_vllm(c: Mapping[str, Any], pred: Prediction, load: int) -> Prediction:
     """A ``1 + k``-token final chunk beside ``load`` decode rows is shape-uniform, and the lab
-    breaks there by mechanism; on real vLLM no release has been seen to break there (the
-    release table's ``load_measured``: on 0.26.0 the one such cell was clean), and ngram's
-    decode rows carry 0..k drafts, so the chunk the budget leaves is not fixed."""
+    breaks there by mechanism; on real vLLM 0.26.0 the one such cell broke on a fresh server
+    and was clean on reset servers (the release table's ``load_measured``): what the replay
+    reads depends on the server's history, so the residues are measured (auto: on fresh
+    servers), and ngram's decode rows carry 0..k drafts, so the chunk the budget leaves is
+    not fixed."""
     from engine.vllm.patches.releases import load_measured   # imports no vLLM
     first, *rest = pred.reason.parts or ("",)
     shape = Phrase.of(first.removeprefix("predicts ") if isinstance(first, str) else first,
@@ -192,7 +195,8 @@ def _batched_on_vllm(c: Mapping[str, Any], pred: Prediction, load: int) -> Predi
              "final chunk, vary" if c.get("method") == "ngram" else "")
     why = Phrase.of("does not predict a break under ", Code(f"--load {load}"), " on vLLM; "
                     f"{residues_phrase(pred.residues)} measured, not predicted: a batched ",
-                    Code("1 + k"), "-token final chunk is not known to break real vLLM (",
+                    Code("1 + k"), "-token final chunk breaks real vLLM or not by the "
+                    "server's history (",
                     Text(load_measured(c.get("vllm_version"))), f"{ngram}); the batched "
                     "shape: ", shape)
     return Prediction([], False, why, pred.unit, watch=list(pred.residues), budget=pred.budget)

@@ -241,15 +241,17 @@ LENGTHS = {4: [1028], 100: [1124], 484: [996]}   # the H200's b_load lengths
 
 def test_on_vllm_a_batched_chunk_is_measured_not_predicted():
     """vLLM 0.26.0 on the H200: MTP's L = 996 ended in a 4-token chunk beside 4 decode rows
-    (20 tokens) and was clean unpatched, so under --load the rule names 484 to measure; the
-    lone rule (residue 4, measured broken) and the lab's batched prediction stay."""
+    (20 tokens) and broke unpatched on a fresh server but was clean on reset servers, so under
+    --load the rule names 484 to measure (auto confirms it fresh); the lone rule (residue 4,
+    measured broken) and the lab's batched prediction stay."""
     lone = predict(_vllm(), 512, longest=1124)
     assert lone.residues == [4] and lone.armed
     p = predict(_vllm(), 512, longest=1124, load=4, lengths=LENGTHS)
     assert p.residues == [] and not p.armed and p.watch == [484] and p.budget == 496
     assert p.why.startswith("does not predict a break under `--load 4` on vLLM")
     assert "residue 484 measured, not predicted" in p.why
-    assert "4-token chunk beside 4 decode rows (20 tokens" in p.why and "clean unpatched" in p.why
+    assert "4-token chunk beside 4 decode rows (20 tokens" in p.why
+    assert "broken unpatched on a fresh server, clean on reset servers" in p.why
     lab = predict(cfg(prefix_caching=False, max_num_batched_tokens=512).as_dict(), 512,
                   longest=1124, load=4, lengths=LENGTHS)
     assert lab.residues == [484] and lab.armed
@@ -284,7 +286,7 @@ def test_the_dry_run_on_vllm_under_load_names_the_residue_to_measure():
     assert out.returncode == 0, out.stderr[-1500:]
     line = next(ln for ln in out.stdout.splitlines() if "rule predicts" in ln)
     assert line.startswith("  rule predicts: nothing (does not predict a break under --load 4")
-    assert "residue 484 measured, not predicted" in line and "clean unpatched" in line
+    assert "residue 484 measured, not predicted" in line and "broken unpatched on a fresh" in line
 
 
 def test_the_report_of_a_vllm_load_sweep_says_measure_not_predicted():
@@ -305,6 +307,6 @@ def test_the_report_of_a_vllm_load_sweep_says_measure_not_predicted():
             recs.append(r)
     md = render_markdown(recs)
     assert "does not predict a break under `--load 4` on vLLM" in md
-    assert "clean unpatched (one cell, a reset server)" in md
+    assert "broken unpatched on a fresh server, clean on reset servers" in md
     assert re.search(r"^\| none +\| 3/512 +\| clean +\| measure residue 484 +\|$", md, re.M)
     assert "broken at residue 484" not in md

@@ -140,11 +140,14 @@ def dispatch_rule(version: str, runner: str, method: str, *,
 #: captured 24-token, 6-request FULL key), but the GDN metadata builder refreshes the graph's
 #: persistent state buffers only when no row is a prefill, so the replay reads what an
 #: earlier all-decode step left: what that does to the answer depends on the server's
-#: history (docs/shapes.md). So the rule names those residues to measure, never predicts them.
+#: history (docs/shapes.md). Measured: broken on a fresh server, clean on reset servers, so
+#: the rule names those residues to measure (auto confirms them on fresh servers), never
+#: predicts them from the lone-request rule.
 LOAD_MEASURED: dict[str, str] = {
     "0.26.0": "on the H200, MTP k = 3 at L = 996 ended in a 4-token chunk beside 4 decode "
-              "rows (20 tokens, FULL by shape) and was clean unpatched (one cell, a reset "
-              "server); no ngram cell scheduled that shape",
+              "rows (20 tokens, FULL by shape): broken unpatched on a fresh server, clean on "
+              "reset servers (unpatched and patched, one cell each): it depends on the "
+              "server's history; no ngram cell scheduled that shape",
 }
 
 
