@@ -195,8 +195,8 @@ def _batched_on_vllm(c: Mapping[str, Any], pred: Prediction, load: int) -> Predi
              "final chunk, vary" if c.get("method") == "ngram" else "")
     why = Phrase.of("does not predict a break under ", Code(f"--load {load}"), " on vLLM; "
                     f"{residues_phrase(pred.residues)} measured, not predicted: a batched ",
-                    Code("1 + k"), "-token final chunk breaks real vLLM or not by the "
-                    "server's history (",
+                    Code("1 + k"), "-token final chunk breaks real vLLM on some "
+                    "servers, not on others (",
                     Text(load_measured(c.get("vllm_version"))), f"{ngram}); the batched "
                     "shape: ", shape)
     return Prediction([], False, why, pred.unit, watch=list(pred.residues), budget=pred.budget)
