@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -291,10 +292,7 @@ def unexplained_cells(records: list[dict] | list[PhaseRecord]) -> dict[str, int]
     explain does not rerun (nothing in their answer to explain: boot-fail, invalid, infra,
     unjudged)."""
     recs, _ = latest_records(typed(records))
-    out: dict[str, int] = {}
-    for r in recs:
-        if r.verdict not in CLEAN and r.verdict not in EXPLAINED:
-            out[r.verdict] = out.get(r.verdict, 0) + 1
+    out = Counter(r.verdict for r in recs if r.verdict not in CLEAN | EXPLAINED)
     return dict(sorted(out.items()))
 
 
