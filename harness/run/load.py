@@ -10,7 +10,8 @@ their decode steps, each scheduled as ``1 + k`` tokens, and vLLM's scheduler
 measured request's final prefill chunk is batched beside spec-decode steps, where
 ``gpu_model_runner``'s uniform-decode check (``num_tokens == num_reqs * (1 + k)`` over the
 whole batch) decides the plan. ``cancel`` mode cuts each background stream after a few
-tokens and starts it again (an abort and a new prefill beside the measured request).
+tokens and starts it again (an abort and a new prefill beside the measured request); the
+measured request waits until every background has been cut once and streams again.
 
 What ran beside it is read back from the server: ``vllm:num_requests_running`` and
 ``vllm:num_preemptions_total`` from ``/metrics`` before and after the request, and, where
@@ -141,17 +142,27 @@ class BackgroundLoad:
 
     async def _run(self, i: int) -> None:
         messages = background_messages(i, self.seed)
+        cut = 0   # how often this background was cut and sent again
         while True:
             limit = CANCEL_AFTER if self.mode == "cancel" else None
             used = self._lens[i] + 8 if self._lens[i] else BG_PROMPT_ROOM
             room = BG_MAX_TOKENS if not self.max_model_len else max(
                 64, min(BG_MAX_TOKENS, self.max_model_len - used))
+            # cancel mode counts a background as started only once it has been cut and
+            # sent again: the measured request then runs beside aborts and new prefills
+            # on every server, however fast it is (not only where it outlasts a cut)
+            ready = self._started[i].set if self.mode != "cancel" or cut else _nothing
             await self.client.stream_chat(messages, model=self.model,
                                           max_tokens=room, seed=self.seed,
-                                          on_token=self._started[i].set, stop_after=limit)
+                                          on_token=ready, stop_after=limit)
             if self.mode != "cancel":
                 return   # a steady background that finished: it does not restart
+            cut += 1
             self.restarts += 1
+
+
+def _nothing() -> None:
+    """The token callback of a cancel-mode background's first stream."""
 
 
 async def server_gauges(client: EngineClient) -> dict[str, float]:

@@ -205,8 +205,9 @@ def test_the_fix_holds_under_load_and_cancel_mode_restarts_backgrounds(tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert _verdicts(recs) == {4: "ok", 388: "ok"}
     assert all(r["load"]["mode"] == "cancel" and r["load"]["n"] == 2 for r in recs)
-    # each background was cut after a few tokens and sent again while the measured ran
-    assert all(r["load"]["restarts"] > 0 for r in recs), [r["load"] for r in recs]
+    # each of the two backgrounds was cut after a few tokens and sent again before the
+    # measured request was (the harness waits for it)
+    assert all(r["load"]["restarts"] >= 2 for r in recs), [r["load"] for r in recs]
 
 
 def test_load_flags_are_checked():
