@@ -1,7 +1,7 @@
 """The ``sweep`` console script: signal handlers first, then the command line.
 
 ``pyproject.toml`` points ``sweep`` here, not at ``harness.cli``: importing the CLI pulls
-in pandas, numpy and the tokenizers (about a second on a small machine), and a Ctrl-C or
+in httpx, jinja2 and the tokenizers (about half a second on a small machine), and a Ctrl-C or
 SIGTERM in that second must already end with exit 130 and one line, not a traceback or a
 death by signal (``harness.interrupts``): the handlers are set before the import and act
 on a signal as soon as the import is done. ``python -m harness`` comes here too.

@@ -1,7 +1,7 @@
 """SIGINT and SIGTERM from the first instruction of ``sweep`` to its last: exit 130.
 
 Standard library only (and ``harness.errors``, itself so), imported by ``harness.entry`` before anything heavy, so a Ctrl-C
-during the imports (pandas, numpy, tokenizers take a second on a small machine) is not a
+during the imports (httpx, jinja2, the tokenizers: half a second on a small machine) is not a
 ``KeyboardInterrupt`` traceback, and a SIGTERM is not a silent death by signal.
 
 Three stages, one handler each:
