@@ -25,7 +25,6 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import gate
 from .errors import UsageError
 
 __all__ = ["PostError", "PostWay", "choose_way", "check_can_post", "post_report"]
@@ -110,6 +109,7 @@ def post_report(report_path: Path, issue: int, way: PostWay, *,
                 argv += ["--repo", way.repo]
             print(f"gh: dry run, nothing sent: {shlex.join(argv)}")
             return [f"report not posted (--gh-dry-run): the gh command is above"]
+        from . import gate   # here: start-up cost paid by every sweep process, most post nothing
         try:
             gate.post_issue_comment(report_path, issue, repo=way.repo, gh=way.gh)
             return [f"report posted to issue #{issue} (gh)"]

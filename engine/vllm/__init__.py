@@ -11,20 +11,30 @@ Harness surface::
 """
 from __future__ import annotations
 
-from .effective import compare_effective, parse_effective_config, patch_status_from_log
-from .launch import (
-    PATCHES_ENV,
-    PLUGIN_GROUP,
-    PLUGIN_NAME,
-    PLUGIN_TARGET,
-    HybridOptions,
-    LaunchError,
-    LaunchSpec,
-    build_command,
-    build_launch,
-    speculative_config_json,
-    write_plugin_dist_info,
-)
+#: The module ``vllm serve`` runs as the API server (``python -m`` it): the launcher's argv
+#: and the prefork launcher's entry. Here, not in ``launch``, so ``prefork`` reads it
+#: without loading the launch code.
+API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
+
+# Names load on first use (PEP 562): the harness imports ``engine.vllm.prefork`` to word
+# ``sweep --help`` and decide ``--launcher``, and a package ``__init__`` that imported
+# ``effective``/``launch`` (and through them the caches, boot log and patch tables) cost
+# every sweep process ~30 ms at start-up, lab sweeps included.
+_WHERE = {"compare_effective": "effective", "parse_effective_config": "effective",
+          "patch_status_from_log": "effective"}
+_WHERE.update(dict.fromkeys(
+    ("PATCHES_ENV", "PLUGIN_GROUP", "PLUGIN_NAME", "PLUGIN_TARGET", "HybridOptions",
+     "LaunchError", "LaunchSpec", "build_command", "build_launch", "speculative_config_json",
+     "write_plugin_dist_info"), "launch"))
+
+
+def __getattr__(name: str):
+    if name in _WHERE:
+        from importlib import import_module
+        value = getattr(import_module(f".{_WHERE[name]}", __name__), name)
+        globals()[name] = value   # looked up once
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def patch_status() -> dict[str, str]:
@@ -35,7 +45,7 @@ def patch_status() -> dict[str, str]:
 
 
 __all__ = [
-    "PATCHES_ENV", "PLUGIN_GROUP", "PLUGIN_NAME", "PLUGIN_TARGET", "HybridOptions",
+    "API_SERVER_MODULE", "PATCHES_ENV", "PLUGIN_GROUP", "PLUGIN_NAME", "PLUGIN_TARGET", "HybridOptions",
     "LaunchError", "LaunchSpec", "build_command", "build_launch", "compare_effective",
     "parse_effective_config", "patch_status", "patch_status_from_log", "speculative_config_json",
     "write_plugin_dist_info",

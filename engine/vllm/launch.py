@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from engine.presets import ServingConfig, normalise_patches
+from . import API_SERVER_MODULE  # declared in the package: prefork reads it without this module
 from .caches import cache_env
 from .checkpoint import language_model_only_reason, mtp_head_problem
 from .patches.releases import runner_env
@@ -34,7 +35,6 @@ PLUGIN_TARGET = "engine.vllm.patches:register"
 #: Environment switch read by the plugin in every vLLM process: all | none | comma list.
 PATCHES_ENV = "RESIDUE_LAB_PATCHES"
 
-API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 
 # ngram needs lookup bounds; these are the ones measured on the H200 (gpu/README.md).
 NGRAM_LOOKUP = {"prompt_lookup_max": 4, "prompt_lookup_min": 2}

@@ -34,7 +34,7 @@ from typing import Mapping, Sequence
 
 from engine.prefork import ForkServer, start_child
 
-from .launch import API_SERVER_MODULE
+from . import API_SERVER_MODULE
 
 __all__ = ["ENGINE_CORE_METHODS", "VLLM_ENTRY", "VLLM_PRELOAD", "VLLM_PRELOAD_OPTIONAL",
            "child_argv", "forked_env", "start_vllm_server", "vllm_fork_server"]

@@ -15,8 +15,6 @@ import json
 from dataclasses import dataclass
 from typing import Sequence
 
-import jinja2
-
 from .cases import PromptCase
 from .planner import (PAD_CANDIDATES, WARMUP_ASSISTANT, WARMUP_FOLLOWUP, CountMany,
                       PlanError, PromptPlan)
@@ -66,6 +64,7 @@ def _name(case: PromptCase) -> str:
 
 
 def _count(case: PromptCase, count_many: CountMany, convs: list[list[dict]]) -> list[int]:
+    import jinja2   # here: start-up cost paid by every sweep process (loaded by now if rendered)
     try:
         return count_many(convs)
     except PlanError as e:

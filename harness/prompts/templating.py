@@ -10,11 +10,10 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
-import jinja2
-import jinja2.sandbox
-from tokenizers import Tokenizer
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
 
 Message = dict[str, str]
 
@@ -54,9 +53,13 @@ class ChatTokenizer:
             raise TemplateError(f"no chat_template in {cfg_path} or {jinja_file}")
         special = {k: _token_text(cfg.get(k)) for k in
                    ("bos_token", "eos_token", "pad_token", "unk_token")}
+        # here, not at the top: start-up cost paid by every sweep process, most of which
+        # (usage errors, --help, --version) load no tokenizer
+        from tokenizers import Tokenizer
         return cls(Tokenizer.from_file(str(tok_path)), template, special, str(d))
 
     def __post_init__(self) -> None:
+        import jinja2.sandbox   # here: start-up cost paid by every sweep process (jinja2 ~40 ms)
         env = jinja2.sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
         env.globals["raise_exception"] = _raise
         self._template = env.from_string(self.chat_template)

@@ -27,7 +27,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from prometheus_client.parser import text_string_to_metric_families
 
 from ..client import ClientError, EngineClient
 from ..prompts import INSTRUCTION, document_lines
@@ -173,6 +172,8 @@ async def server_gauges(client: EngineClient) -> dict[str, float]:
     except ClientError:
         return {}
     out: dict[str, float] = {}
+    # here, not at the top: start-up cost paid by every sweep process (~11 ms)
+    from prometheus_client.parser import text_string_to_metric_families
     for fam in text_string_to_metric_families(text):
         name = fam.name.removesuffix("_total")
         key = {"vllm:num_requests_running": "running",
