@@ -190,7 +190,11 @@ def pytest_configure(config):
 
 def pytest_collection_modifyitems(config, items):
     """``e2e`` on every test that runs the CLI (it takes ``cli``, or its module calls
-    ``run_cli``) or lives in tests/e2e; ``gpu_free`` on every test not marked ``gpu``."""
+    ``run_cli``) or lives in tests/e2e; ``gpu_free`` on every test not marked ``gpu``.
+    Then the ``slow`` tests first, the other ``e2e`` ones next (each group in file
+    order): pytest-xdist hands tests out in this order, so the long ones start while
+    the short ones can still fill the other workers, instead of one worker running a
+    minute-long cluster test alone at the end."""
     e2e_dir = ROOT / "tests" / "e2e"
     for item in items:
         module = getattr(getattr(item, "module", None), "__dict__", {})
@@ -199,3 +203,5 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.e2e)
         if item.get_closest_marker("gpu") is None:
             item.add_marker(pytest.mark.gpu_free)
+    items.sort(key=lambda i: (i.get_closest_marker("slow") is None,
+                              i.get_closest_marker("e2e") is None))
