@@ -24,6 +24,7 @@ sweep ends one a killed sweep left: nothing is left behind.
 """
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import threading
@@ -71,9 +72,13 @@ class _ChildProc:
 class PreforkServerProcess(ServerProcess):
     launcher: "PreforkLauncher | None" = field(default=None, repr=False)
 
-    def prepare(self) -> None:
+    async def prepare(self) -> None:
+        """``start_parent`` off the loop."""
+        await asyncio.to_thread(self.start_parent)
+
+    def start_parent(self) -> None:
         """Start the parent this server forks from if it is not running yet (blocking: its
-        imports take as long as a plain start-up; the caller runs this off the loop)."""
+        imports take as long as a plain start-up)."""
         assert self.launcher is not None
         self.launcher.server_for(self.launcher.spec.child_env(self.process_env()))
 

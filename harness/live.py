@@ -394,6 +394,9 @@ class LiveServer:
     def base_url(self) -> str:
         return self.url
 
+    async def prepare(self) -> None:
+        """Nothing: already running."""
+
     def start(self) -> None:
         """Already running."""
 

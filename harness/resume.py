@@ -83,9 +83,10 @@ def check_resumed_records(opts) -> list[str]:
     sentence each; ``UsageError`` naming the line otherwise."""
     from .configs import config_id
     from .record_check import RecordFileError, check_for_resume
-    from .store import ResultStore
+    from .store import ARCHIVED_SUFFIX, RECORD_SUFFIX, ResultStore
     store = ResultStore(opts.out, opts.resume, create=False)
-    gz = store.records_path.with_name(store.records_path.name + ".gz")
+    gz = store.records_path.with_name(store.records_path.name.removesuffix(RECORD_SUFFIX)
+                                      + ARCHIVED_SUFFIX)
     if not store.records_path.exists() and gz.exists():
         # appending to a fresh file would run every finished point again beside the gzip
         raise UsageError(f"--resume {opts.resume}: its records are compressed ({gz}); "

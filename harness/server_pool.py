@@ -221,6 +221,10 @@ class ServerProcess:
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
+    async def prepare(self) -> None:
+        """What must be ready before ``start`` (which does not block the loop): nothing
+        for a plain process; a forked one's parent (``launchers.PreforkServerProcess``)."""
+
     def start(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         env = self.process_env()

@@ -150,7 +150,7 @@ class BackgroundLoad:
             # cancel mode counts a background as started only once it has been cut and
             # sent again: the measured request then runs beside aborts and new prefills
             # on every server, however fast it is (not only where it outlasts a cut)
-            ready = self._started[i].set if self.mode != "cancel" or cut else _nothing
+            ready = self._started[i].set if self.mode != "cancel" or cut else None
             await self.client.stream_chat(messages, model=self.model,
                                           max_tokens=room, seed=self.seed,
                                           on_token=ready, stop_after=limit)
@@ -158,10 +158,6 @@ class BackgroundLoad:
                 return   # a steady background that finished: it does not restart
             cut += 1
             self.restarts += 1
-
-
-def _nothing() -> None:
-    """The token callback of a cancel-mode background's first stream."""
 
 
 async def server_gauges(client: EngineClient) -> dict[str, float]:

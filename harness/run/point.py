@@ -51,6 +51,7 @@ class Server(Protocol):
 
     @property
     def base_url(self) -> str: ...
+    async def prepare(self) -> None: ...
     def start(self) -> None: ...
     async def wait_ready(self, client: EngineClient, timeout: float) -> float: ...
     async def stop(self) -> float: ...
@@ -158,8 +159,7 @@ class PointRunner:
             client = EngineClient(server.base_url, timeout=self.opts.timeout,
                                   api_key=self.opts.api_key, http=self.http)
             try:
-                if hasattr(server, "prepare"):   # blocking (a fork server's imports): off the loop
-                    await asyncio.to_thread(server.prepare)
+                await server.prepare()
                 server.start()
                 await server.wait_ready(client, timeout or self.opts.boot_timeout)
                 info: dict[str, Any] = {"boot_s": round(server.boot_s or 0.0, 4),

@@ -55,13 +55,14 @@ def launcher_for(tmp_path: Path, cfg: ServingConfig, slot: Slot):
 
 
 def boot(launcher, tmp_path: Path, cfg: ServingConfig, slot: Slot):
-    """A server as harness.run.point starts one: the slot's GPU in its env, ``prepare``
-    (off the loop there), then ``start``; returns it once /health answers."""
+    """A server as harness.run.point starts one: the slot's GPU in its env, its parent
+    (``prepare`` does it off the loop there), then ``start``; returns it once /health
+    answers."""
     port = free_port()
     argv, env = GpuReadingLab().command(cfg, port, slot)
     env = {"CUDA_VISIBLE_DEVICES": slot.gpu, **env}
     server = launcher(argv, env, port, tmp_path / f"srv-{slot.id}-{port}.log", slot)
-    server.prepare()
+    server.start_parent()
     server.start()
     wait_until(lambda: healthy(port) or server.exited() is not None, 60, f"/health on {port}")
     assert healthy(port), (tmp_path / f"srv-{slot.id}-{port}.log").read_text()[-2000:]

@@ -33,6 +33,9 @@ class FakeServer:
     def base_url(self) -> str:
         return f"http://fake-{self.port}"
 
+    async def prepare(self) -> None:
+        pass
+
     def start(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self.log_path.write_text("fake server log\nValueError: the engine died\n")

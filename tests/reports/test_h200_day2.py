@@ -3,6 +3,7 @@ sections make (issue 24's matrix from a cold machine, issue 23's explain ladder,
 load and preemption cells) are what the archived records say."""
 from __future__ import annotations
 
+import functools
 import gzip
 import json
 from pathlib import Path
@@ -24,8 +25,10 @@ SHAPES = {name: RESULTS / f"20261202-013317-{rid}.jsonl.gz" for name, rid in (
     ("c_preempt_24", "8bca"), ("c_preempt_36", "9f32"), ("c_preempt_54", "021c"))}
 
 
-def _records(path: Path) -> list[dict]:
-    return list(read_jsonl(path))
+@functools.cache
+def _records(path: Path) -> tuple[dict, ...]:
+    """An archive's records, read once per test process (two tests read the matrix)."""
+    return tuple(read_jsonl(path))
 
 
 def test_the_complete_matrix_agrees_byte_for_byte_at_its_broken_cells():
