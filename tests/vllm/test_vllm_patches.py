@@ -411,6 +411,25 @@ def test_env_none_disables_everything(unpatched, monkeypatch):
     assert SlidingWindowManager.__dict__["find_longest_cache_hit"] is before
 
 
+def test_env_unset_patches_nothing(unpatched, monkeypatch):
+    """Issue 33 item 12: the entry point loads in every vLLM process of an environment with
+    residue-lab installed; a server nobody asked to patch (the variable unset, as in a
+    user's own serving stack) runs vLLM as shipped, and its log line says why."""
+    import vllm.v1.worker.gpu.model_runner as mr
+    from vllm.v1.core.single_type_kv_cache_manager import SlidingWindowManager
+
+    monkeypatch.delenv("RESIDUE_LAB_PATCHES", raising=False)
+    before = SlidingWindowManager.__dict__["find_longest_cache_hit"]
+    P.register()
+    assert P.patch_status() == {name: f"off: {P.NOT_ASKED}" for name in P.PATCH_NAMES}
+    assert P.patch_manifest()["selection"] == "unset"
+    assert not hasattr(mr.get_uniform_token_count, PD.PATCH_MARK)
+    assert SlidingWindowManager.__dict__["find_longest_cache_hit"] is before
+    P.restore_patches()
+    monkeypatch.setenv("RESIDUE_LAB_PATCHES", "all")   # asked by name: applied
+    assert set(P.patch_status().values()) == {"applied"}
+
+
 def test_env_selects_one_and_rejects_unknown(unpatched, monkeypatch):
     monkeypatch.setenv("RESIDUE_LAB_PATCHES", "sliding-window-guard")
     assert P.patch_status() == {"prefill-discriminator": "off",
@@ -446,6 +465,7 @@ def test_vllm_loader_finds_and_runs_the_plugin(unpatched, tmp_path, monkeypatch)
     write_plugin_dist_info(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delenv("VLLM_PLUGINS", raising=False)
+    monkeypatch.setenv("RESIDUE_LAB_PATCHES", "all")   # as the harness sets it for its servers
     plugins = load_plugins_by_group(DEFAULT_PLUGINS_GROUP)
     assert plugins.get("residue_lab_patches") is P.register
     plugins["residue_lab_patches"]()

@@ -2,9 +2,13 @@
 
 vLLM calls every ``vllm.general_plugins`` entry point in each process it starts (API
 server, engine core, workers) before building an engine; ours is :func:`register`. It
-reads ``RESIDUE_LAB_PATCHES`` (``all`` | ``none`` | comma list of patch names, default
-``all``), applies each selected patch only if the code it replaces has the shape the patch
-was written for, and logs one line per process::
+reads ``RESIDUE_LAB_PATCHES`` (``all`` | ``none`` | comma list of patch names) and applies
+each selected patch only if the code it replaces has the shape the patch was written for.
+**Unset means none**: the entry point is loaded by every vLLM process of an environment
+where residue-lab is installed, and a user who installs the tool beside their own serving
+stack must not serve a patched vLLM without asking. The harness sets the variable
+explicitly for every vLLM server it starts (``engine.vllm.launch``: ``--patches``, default
+``all``); anyone else asks by name. It logs one line per process::
 
     residue-lab patches: {"prefill-discriminator": "applied", "sliding-window-guard": "applied"}
 
@@ -13,7 +17,8 @@ which ``engine.vllm.effective.parse_effective_config`` reads back into the run's
 
 Status values: ``applied``; ``not-needed: <why>`` (the installed vLLM already carries the
 fix, nothing was touched); ``refused: <why>`` (the code does not have the expected shape,
-nothing was touched); ``off`` (not selected). A patch with several targets is applied
+nothing was touched); ``off`` (not selected; ``off: not asked for ...`` when the variable
+is unset). A patch with several targets is applied
 atomically: if one target refuses, the others are rolled back.
 
 Importing this module does not import vLLM.
@@ -32,6 +37,8 @@ from engine.presets import PATCHES as PATCH_NAMES
 from ._shape import AlreadyFixed, ShapeMismatch
 
 ENV = "RESIDUE_LAB_PATCHES"
+#: why every patch is off in a process nobody asked to patch (the variable unset)
+NOT_ASKED = f"not asked for ({ENV} unset: the plugin acts only where it is set)"
 #: vLLM releases whose code each patch's gates were run against: 0.27.1 installed (the
 #: tests in tests/vllm run the real classes), the others by source from their wheels
 #: (tests/vllm/test_vllm_release_table.py; the table is in releases.py and the docs).
@@ -74,11 +81,12 @@ def _targets(name: str) -> dict[str, tuple[Check, Apply]]:
 
 
 def parse_selection(value: str | None) -> set[str]:
-    """``all`` | ``none`` | comma list -> the selected patch names (ValueError if unknown)."""
-    v = (value if value is not None else "all").strip()
-    if v in ("", "all"):
+    """``all`` | ``none`` | comma list -> the selected patch names (ValueError if unknown);
+    unset (None) or empty selects none: the plugin patches only where it was asked to."""
+    v = (value or "").strip()
+    if v == "all":
         return set(PATCH_NAMES)
-    if v == "none":
+    if v in ("", "none"):
         return set()
     names = {p.strip() for p in v.split(",") if p.strip()}
     bad = sorted(names - set(PATCH_NAMES))
@@ -133,7 +141,8 @@ def _apply_one(name: str, targets: dict[str, tuple[Check, Apply]]) -> PatchState
 def apply_patches(selection: str | None = None) -> dict[str, str]:
     """Apply the selected patches once per process; return ``{name: status}``.
 
-    ``selection`` defaults to ``$RESIDUE_LAB_PATCHES`` (and that to ``all``). Calling it
+    ``selection`` defaults to ``$RESIDUE_LAB_PATCHES``; unset, nothing is applied (every
+    patch ``off: not asked for ...``). Calling it
     again is a no-op that returns the same status, unless :func:`restore_patches` ran.
     """
     global _selection
@@ -149,10 +158,10 @@ def apply_patches(selection: str | None = None) -> dict[str, str]:
             _selection = raw
             _log()
             return _summaries()
-        _selection = raw if raw is not None else "all"
+        _selection = raw if raw is not None else "unset"
         for name in PATCH_NAMES:
             if name not in chosen:
-                _states[name] = PatchState(name, "off")
+                _states[name] = PatchState(name, "off", "" if raw else NOT_ASKED)
                 continue
             _states[name] = _apply_one(name, _targets(name))
         _log()
@@ -221,5 +230,5 @@ def register() -> None:
         logger.exception("residue-lab scheduler trace: not installed")
 
 
-__all__ = ["ENV", "PATCH_NAMES", "CHECKED_AGAINST", "apply_patches", "restore_patches",
+__all__ = ["ENV", "NOT_ASKED", "PATCH_NAMES", "CHECKED_AGAINST", "apply_patches", "restore_patches",
            "patch_status", "patch_manifest", "parse_selection", "register"]

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import os
 import sys
 
 NOT_INSTALLED = "vLLM is not installed"
@@ -55,9 +56,10 @@ def _status(select: str | None, as_json: bool) -> int:
     if spec is None or spec.origin in (None, "namespace"):
         print(NOT_INSTALLED, file=sys.stderr)
         return 2
-    from . import apply_patches, patch_manifest
+    from . import ENV, apply_patches, patch_manifest
 
-    apply_patches(select)
+    # the status tool is asked by name: without --select or the variable, all of them
+    apply_patches(select if select is not None else os.environ.get(ENV) or "all")
     manifest = patch_manifest()
     if as_json:
         print(json.dumps(manifest, indent=2, sort_keys=True))
