@@ -2,7 +2,7 @@
 one, one parametrised test item per configuration (docs/pytest.md).
 
     pytest examples/test_residues.py -n 2                  # the CPU lab engine (default)
-    pytest examples/test_residues.py -n 2 --out results/   # records and reports kept there
+    pytest examples/test_residues.py -n 2 --residue-out results/   # records and reports kept there
     pytest examples/test_residues.py -n 2 --residue-gpus 0,1 \
         --residue-args "--engine vllm --model /models/tiny-hybrid"   # a vLLM build, a GPU per worker
 

@@ -5,11 +5,16 @@
   baseline and still broken does not fail the gate (it is a known bug, and the report says
   so); neither does a newly covered cell (there is nothing to regress from).
 - Without a baseline, any non-ok cell fails.
-- A sweep with no records at all fails either way: a gate that measured nothing must not
-  pass.
+- A sweep with no records at all fails either way, and with a baseline so does a sweep
+  that judged no cell (``judged_any``): a gate that measured nothing must not pass.
 - With a baseline, shrinking coverage fails too (``find_coverage_losses``): a cell the
-  baseline judged (ok, diverged, broken) that is missing now, or ``unjudged`` now, unless
-  ``--allow-fewer`` is given. A gate that measured less must not read as a pass.
+  baseline judged (ok, diverged, broken) that is missing now, or that nothing judged now
+  (invalid, crash, timeout, boot-fail, infra, unjudged), unless ``--allow-fewer`` is given.
+  A known-broken cell that failed to boot says nothing about the bug: a run whose every
+  point failed to boot must not read as a pass.
+- ``gate_block`` is what the gate found, cell by cell (the manifest's ``baseline`` block):
+  the stdout lines, the report's baseline section, the JUnit and the Action's comment all
+  name each regressed or lost cell from it.
 """
 from __future__ import annotations
 
@@ -51,10 +56,13 @@ def find_regressions(baseline: list[dict], new: list[dict]) -> list[dict]:
 
 
 def find_coverage_losses(baseline: list[dict], new: list[dict]) -> list[dict]:
-    """Cells the baseline judged (its verdict ok, diverged or broken) that are missing or
-    ``unjudged`` now: one dict per (config, residue, phase) with ``config_id``,
+    """Cells the baseline judged (its verdict ok, diverged or broken) that are missing now
+    or whose verdict now is not a judgement (invalid, crash, timeout, boot-fail, infra,
+    unjudged): one dict per (config, residue, phase) with ``config_id``,
     ``config_label``, ``residue``, ``phase``, ``old_verdict``, ``new_verdict`` (None when
-    missing) and ``rerun``. Configurations are matched as ``sweep compare`` matches them."""
+    missing) and ``rerun``. A cell ok in the baseline and present now is a regression
+    (``find_regressions``), listed there and not here. Configurations are matched as
+    ``sweep compare`` matches them."""
     out = []
     for c in compare_records(baseline, new)["configs"]:
         for pt in c["points"]:
@@ -62,7 +70,8 @@ def find_coverage_losses(baseline: list[dict], new: list[dict]) -> list[dict]:
                 old, now = cell["old"], cell["new"]
                 if old is None or old.get("verdict") not in JUDGED:
                     continue
-                if now is not None and now.get("verdict") not in OPEN:
+                if now is not None and (now.get("verdict") in JUDGED
+                                        or old.get("verdict") == "ok"):
                     continue
                 out.append({"config_id": c["config_id"], "config_label": c["config_label"],
                             "residue": pt["residue"], "phase": phase,
@@ -73,10 +82,83 @@ def find_coverage_losses(baseline: list[dict], new: list[dict]) -> list[dict]:
 
 
 def coverage_line(loss: dict) -> str:
-    """``<label> residue 4 self-hit: ok in the baseline, missing now``."""
+    """``<label> residue 4 self-hit: broken in the baseline, boot-fail now``."""
     now = loss["new_verdict"] or "missing"
     return (f"{loss['config_label']} residue {loss['residue']} {loss['phase']}: "
             f"{loss['old_verdict']} in the baseline, {now} now")
+
+
+def regression_line(reg: dict) -> str:
+    """``<label> residue 4 self-hit: ok -> broken``."""
+    return (f"{reg['config_label']} residue {reg['residue']} {reg['phase']}: "
+            f"{reg['old_verdict']} -> {reg['new_verdict']}")
+
+
+def _cell(entry: dict) -> dict:
+    keys = ("config_id", "config_label", "residue", "phase", "old_verdict", "new_verdict",
+            "document", "rerun")
+    return {k: entry.get(k) for k in keys if k != "document" or "document" in entry}
+
+
+def gate_block(baseline: list[dict], records: list[dict], *, source: str,
+               allow_fewer: bool = False) -> dict:
+    """What the gate found against ``baseline``, cell by cell (JSON-able; the manifest's
+    ``baseline`` block): ``source`` (the --baseline value), ``runs`` (the baseline's run
+    ids), ``regressions`` and ``losses`` (one entry per cell: configuration, residue,
+    phase, old and new verdict, the rerun line), ``allow_fewer`` and ``passed``."""
+    regs = [_cell(r) for r in find_regressions(baseline, records)]
+    losses = [_cell(loss) for loss in find_coverage_losses(baseline, records)]
+    runs = sorted({str(r.get("run_id")) for r in baseline if r.get("run_id")})
+    judged = judged_any(records)
+    passed = judged and not regs and (allow_fewer or not losses)
+    return {"source": str(source), "runs": runs, "regressions": regs, "losses": losses,
+            "allow_fewer": allow_fewer, "judged_any": judged, "passed": passed}
+
+
+def gate_summary(block: dict) -> str:
+    """The gate's one status line (stderr): its verdict and counts; the cells are in the
+    terminal report (``gate_lines``) and the report file."""
+    regs, losses = block["regressions"], block["losses"]
+    said = f"gate: {len(regs)} regression(s) against {block['source']}"
+    if losses:
+        said += (f", {len(losses)} cell(s) of lost coverage"
+                 f"{' (allowed: --allow-fewer)' if block['allow_fewer'] else ''}")
+    if not block.get("judged_any", True):
+        said += ", no cell judged"
+    return said + f": {'passed' if block['passed'] else 'failed'}"
+
+
+def gate_lines(block: dict, limit: int = 20) -> list[str]:
+    """The gate on stdout (the terminal report's end): its verdict, then each regressed
+    and lost cell with its rerun line (at most ``limit`` of each, then how many more)."""
+    regs, losses = block["regressions"], block["losses"]
+    lines = [f"gate: {len(regs)} regression(s) against {block['source']}"]
+    if not block.get("judged_any", True):
+        lines.append("gate: failed: no cell of this run was judged (every one boot-fail, "
+                     "invalid, crash, timeout, infra or unjudged): a gate that measured "
+                     "nothing does not pass")
+    for reg in regs[:limit]:
+        lines += [f"  regressed: {regression_line(reg)}", f"    rerun: {reg.get('rerun') or '-'}"]
+    if len(regs) > limit:
+        lines.append(f"  ... and {len(regs) - limit} more regression(s): see the report")
+    if losses:
+        allowed = " (allowed: --allow-fewer)" if block["allow_fewer"] else ""
+        lines.append(f"gate: {len(losses)} cell(s) the baseline judged are missing or not "
+                     f"judged now (lost coverage){allowed}:")
+        for loss in losses[:limit]:
+            lines += [f"  coverage: {coverage_line(loss)}",
+                      f"    rerun: {loss.get('rerun') or '-'}"]
+        if len(losses) > limit:
+            lines.append(f"  ... and {len(losses) - limit} more: see the report")
+    return lines
+
+
+def judged_any(records: list[dict] | list[PhaseRecord]) -> bool:
+    """Whether any cell of ``records`` was judged (ok, diverged, broken): a run whose
+    every point failed to boot (or was invalid, ...) measured nothing, against any
+    baseline."""
+    recs, _ = latest_records(typed(records))
+    return any(r.verdict in JUDGED for r in recs)
 
 
 def gate_exit_code(records: list[dict] | list[PhaseRecord],
@@ -86,6 +168,8 @@ def gate_exit_code(records: list[dict] | list[PhaseRecord],
     if not records:
         return EXIT_OK if allow_empty else EXIT_FAIL
     if baseline is not None:
+        if not judged_any(records):
+            return EXIT_FAIL
         if find_regressions(baseline, records):
             return EXIT_FAIL
         if not allow_fewer and find_coverage_losses(baseline, records):
@@ -153,15 +237,35 @@ def _failure_text(r: PhaseRecord) -> str:
     return _xml_safe("\n".join(lines))
 
 
+def _gate_suite(root: ET.Element, kind: str, entries: list[dict]) -> None:
+    """The ``regression`` or ``coverage`` suite: one failing testcase per cell the gate
+    failed on, its message the cell's old -> new verdict, its text the rerun line."""
+    suite = ET.SubElement(root, "testsuite", {
+        "name": kind, "tests": str(len(entries)), "failures": str(len(entries)),
+        "errors": "0", "skipped": "0", "time": "0.000"})
+    line = regression_line if kind == "regression" else coverage_line
+    hint = "" if kind == "regression" else "; pass --allow-fewer to accept less coverage"
+    for entry in entries:
+        case = ET.SubElement(suite, "testcase", {
+            "name": _xml_safe(f"{entry['config_label']} residue {entry['residue']} "
+                              f"{entry['phase']}"),
+            "classname": f"residue_sweep.{kind}", "time": "0.000"})
+        fail = ET.SubElement(case, "failure", {"message": _xml_safe(line(entry)),
+                                               "type": kind})
+        fail.text = _xml_safe(f"{line(entry)}{hint}\nrerun: {entry.get('rerun') or '-'}")
+
+
 def write_junit(records: list[dict] | list[PhaseRecord], path, *, suite_name: str = "residue-sweep",
-                coverage_losses: list[dict] | None = None) -> pathlib.Path:
+                coverage_losses: list[dict] | None = None,
+                regressions: list[dict] | None = None) -> pathlib.Path:
     """JUnit XML: one ``<testsuite>`` per configuration, one ``<testcase>`` per data point ×
     phase (name: configuration label, residue, phase). A non-ok cell gets a ``<failure>``
     whose ``type`` is the verdict and whose message carries verdict, sha1 (12 hex) and the
     answer excerpt; its text adds reason, log lines and the rerun command. An ``unjudged``
     cell is ``<skipped>`` (nothing judged it: neither a pass nor a failure). Each of
-    ``coverage_losses`` (``find_coverage_losses``) is a failing testcase of type
-    ``coverage`` in a ``coverage`` suite."""
+    ``regressions`` (``find_regressions``) is a failing testcase of type ``regression`` in
+    a ``regression`` suite, each of ``coverage_losses`` (``find_coverage_losses``) one of
+    type ``coverage`` in a ``coverage`` suite: the cells the gate failed on, by name."""
     recs, _ = latest_records(typed(records))
     by_cfg: dict[str, list[PhaseRecord]] = {}
     for r in recs:
@@ -211,22 +315,11 @@ def write_junit(records: list[dict] | list[PhaseRecord], path, *, suite_name: st
         f_total += fails
         s_total += skips
         time_total += t
-    if coverage_losses:
-        suite = ET.SubElement(root, "testsuite", {
-            "name": "coverage", "tests": str(len(coverage_losses)),
-            "failures": str(len(coverage_losses)), "errors": "0", "skipped": "0",
-            "time": "0.000"})
-        for loss in coverage_losses:
-            case = ET.SubElement(suite, "testcase", {
-                "name": _xml_safe(f"{loss['config_label']} residue {loss['residue']} "
-                                  f"{loss['phase']}"),
-                "classname": "residue_sweep.coverage", "time": "0.000"})
-            fail = ET.SubElement(case, "failure", {"message": _xml_safe(coverage_line(loss)),
-                                                   "type": "coverage"})
-            fail.text = _xml_safe(f"{coverage_line(loss)}; pass --allow-fewer to accept "
-                                  f"less coverage\nrerun: {loss.get('rerun') or '-'}")
-        t_total += len(coverage_losses)
-        f_total += len(coverage_losses)
+    for kind, entries in (("regression", regressions), ("coverage", coverage_losses)):
+        if entries:
+            _gate_suite(root, kind, entries)
+            t_total += len(entries)
+            f_total += len(entries)
     root.set("tests", str(t_total))
     root.set("skipped", str(s_total))
     root.set("failures", str(f_total))
@@ -294,6 +387,7 @@ def post_issue_comment(markdown_path, issue: int, *, repo: str | None = None,
                         f"{(proc.stderr or proc.stdout).strip()}")
 
 
-__all__ = ["find_regressions", "find_coverage_losses", "coverage_line", "JUDGED",
+__all__ = ["find_regressions", "find_coverage_losses", "coverage_line", "regression_line",
+           "gate_block", "gate_lines", "gate_summary", "judged_any", "JUDGED",
            "gate_exit_code", "write_junit", "append_github_step_summary",
            "post_issue_comment", "GateError", "GhNotFound", "EXIT_OK", "EXIT_FAIL"]

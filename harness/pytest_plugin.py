@@ -18,8 +18,8 @@ and the command that reruns it). ``configurations`` turns comma lists into one
 ``pytest.param`` per configuration (``residue_blocks`` per block of residues), so
 ``-k``, ``--lf`` and JUnit see one item each and pytest-xdist spreads them over workers:
 each worker runs its servers on one slot (``--slots 1``) or, with ``--residue-gpus``, on
-the GPU its worker id picks. Records and reports go to ``--out`` (default: a folder in
-pytest's basetemp); ``--residue-args`` adds flags to every sweep (``--engine vllm
+the GPU its worker id picks. Records and reports go to ``--residue-out`` (default: a
+folder in pytest's basetemp); ``--residue-args`` adds flags to every sweep (``--engine vllm
 --model DIR``: the same tests against a vLLM build).
 """
 from __future__ import annotations
@@ -44,7 +44,9 @@ class ResidueSweepFailed(AssertionError):
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("residue-lab", "residue sweeps (residue-lab)")
-    group.addoption("--out", dest="residue_out", metavar="DIR", default=None,
+    # Every option is --residue-*: a plugin that loads in every pytest run of an
+    # environment must not take a name a project's own conftest may add (--out did).
+    group.addoption("--residue-out", dest="residue_out", metavar="DIR", default=None,
                     help="residue-lab: where every sweep's records and report go "
                     "(default: residue-lab/ in pytest's basetemp)")
     group.addoption("--residue-args", dest="residue_args", metavar="FLAGS", default="",
@@ -117,7 +119,8 @@ def sweep_argv(flags: Sequence[str], config: pytest.Config, out: Path) -> list[s
 
 
 def failure_message(result: Any, argv: Sequence[str]) -> str:
-    """The report's non-ok cells, one line each, with where the report is."""
+    """The report's non-ok cells, one line each, with where the report is; with
+    ``--baseline``, then each regressed and lost cell the gate failed on."""
     from .run.records import typed   # here: the plugin loads with pytest, the harness later
     bad = sorted(typed(result.not_ok), key=lambda r: (str(r.config_label), r.residue or 0,
                                                        str(r.phase)))
@@ -133,7 +136,11 @@ def failure_message(result: Any, argv: Sequence[str]) -> str:
             lines.append(f"    residue {r.residue} {r.phase}: {r.verdict}"
                          f"{cached}: {str(r.reason or '')[:200]}")
             lines.append(f"      rerun: {r.rerun}")
-    if not bad:
+    block = (getattr(result, "manifest", None) or {}).get("baseline")
+    if isinstance(block, dict):   # --baseline: the cells the gate failed on, by name
+        from .gate import gate_lines
+        lines += gate_lines(block)
+    elif not bad:
         lines.append(f"  no cell is not ok; the gate failed: sweep {shlex.join(argv)}")
     return "\n".join(lines)
 

@@ -333,6 +333,12 @@ class Sweep:
         from . import gate
         from .writers import WRITERS, Output
         opts, records = self.options, result.records
+        baseline = load_records([opts.baseline], opts.out) if opts.baseline else None
+        block = None
+        if baseline is not None and not opts.bisect:  # the report's baseline section reads it
+            block = gate.gate_block(baseline, records, source=opts.baseline,
+                                    allow_fewer=opts.allow_fewer)
+            result.manifest["baseline"] = block
         result.report_markdown = self.render(records, result.manifest)
         cb.finished(result)
         counts = " ".join(f"{k}={v}" for k, v in sorted(
@@ -341,10 +347,8 @@ class Sweep:
                if opts.resume else "")
         cb.say(f"\n{len(records)} records ({counts}) in {wall:.1f}s{ran}")
         cb.say(f"results: {result.records_path}")
-        baseline = load_records([opts.baseline], opts.out) if opts.baseline else None
-        losses = gate.find_coverage_losses(baseline, records) if baseline is not None else []
         out = Output(opts, result.run_id, records, result.manifest, result.report_markdown,
-                     coverage_losses=None if opts.allow_fewer else losses)
+                     gate=block)
         for writer in WRITERS.values():
             if writer.wanted(opts):
                 try:
@@ -358,8 +362,8 @@ class Sweep:
             for msg in result.failed_outputs:
                 cb.say(f"sweep: output failed: {msg}")
         code = self.judge(records, baseline, cb)
-        if baseline is not None and not opts.bisect:
-            _say_gate(opts, gate.find_regressions(baseline, records), losses, cb)
+        if block is not None:   # the cells themselves: the terminal report, the report file
+            cb.say(gate.gate_summary(block))
         if result.failed_outputs and not opts.bisect:
             for msg in result.failed_outputs:
                 cb.say(f"sweep: output failed: {msg}")
@@ -369,15 +373,3 @@ class Sweep:
                    f"{result.records_path}; report: {kept}")
             code = ExitCode.OUTPUT
         result.exit_code = code
-
-
-def _say_gate(opts: SweepOptions, regs: list[dict], losses: list[dict], cb: Callbacks) -> None:
-    from . import gate
-    cb.say(f"gate: {len(regs)} regression(s) against {opts.baseline}")
-    if losses:
-        cb.say(f"gate: {len(losses)} cell(s) the baseline judged are missing or unjudged "
-               f"now{' (allowed: --allow-fewer)' if opts.allow_fewer else ''}:")
-        for loss in losses[:20]:
-            cb.say(f"  coverage: {gate.coverage_line(loss)}")
-        if len(losses) > 20:
-            cb.say(f"  ... and {len(losses) - 20} more")

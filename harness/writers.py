@@ -29,7 +29,16 @@ class Output:
     records: list[dict]
     manifest: dict
     report_md: str
-    coverage_losses: list | None = None   # gate.find_coverage_losses against --baseline
+    gate: dict | None = None   # gate.gate_block against --baseline (None without one)
+
+    @property
+    def gate_cells(self) -> dict[str, list]:
+        """The cells the gate failed on, for the JUnit: regressions, and lost coverage
+        unless --allow-fewer accepted it."""
+        if self.gate is None:
+            return {}
+        return {"regressions": self.gate["regressions"],
+                "coverage_losses": [] if self.gate["allow_fewer"] else self.gate["losses"]}
 
     @property
     def report_path(self) -> Path:
@@ -69,8 +78,7 @@ class JunitWriter:
 
     def write(self, out: Output) -> list[str]:
         try:
-            path = gate.write_junit(out.records, out.opts.junit,
-                                    coverage_losses=out.coverage_losses)
+            path = gate.write_junit(out.records, out.opts.junit, **out.gate_cells)
             return [f"junit:   {path}"]
         except OSError as e:
             raise OutputFailed(f"cannot write the JUnit XML {out.opts.junit}: "

@@ -7,6 +7,7 @@ from typing import Any, Iterable
 from ..ghmarkdown import bold, code, escape_text
 from ..run.records import PhaseRecord, latest_records, phase_key, typed
 from .auto import agreement_line
+from .baseline import render_baseline
 from .cases import case_groups, case_note, case_suffix
 from .cells import Footnotes
 from .engine_notice import engine_notice, live_notice
@@ -61,6 +62,9 @@ def render_markdown(records: list[dict] | list[PhaseRecord],
     agree = agreement_line(recs, labels=len(configs) > 1)
     if agree:
         out += [agree, ""]
+    gated = render_baseline(manifests)   # "" unless the run had --baseline
+    if gated:
+        out += [gated, ""]
     summary = {"interrupted": interrupted_manifests(manifests)}
     if by_case:
         out += _by_case_body(groups, manifests, planned, full, texts, summary)

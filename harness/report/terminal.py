@@ -48,7 +48,18 @@ def render_terminal(records: list[dict] | list[PhaseRecord],
     out.append("")
     for case, cds in case_groups(recs):
         out += _group(case, cds)
+    out += _baseline(manifests)
     return "\n".join(out).rstrip() + "\n"
+
+
+def _baseline(manifests: list[dict]) -> list[str]:
+    """What a --baseline gate failed on, cell by cell (the manifest's ``baseline``)."""
+    from ..gate import gate_lines
+    out: list[str] = []
+    for m in manifests:
+        if isinstance(m.get("baseline"), dict):
+            out += ["Baseline", "--------", *gate_lines(m["baseline"]), ""]
+    return out
 
 
 def _group(case: str | None, cds: list) -> list[str]:

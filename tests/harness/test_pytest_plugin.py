@@ -46,7 +46,7 @@ def entry_point_dist(tmp_path: Path) -> Path:
 @pytest.mark.e2e   # the real sweep in a subprocess, with real lab servers
 def test_the_example_fails_on_unpatched_full_graphs_only(tmp_path):
     out, junit, cache = tmp_path / "out", tmp_path / "junit.xml", tmp_path / "cache"
-    r = pytest_run("-n", "2", "-p", "harness.pytest_plugin", "--out", str(out),
+    r = pytest_run("-n", "2", "-p", "harness.pytest_plugin", "--residue-out", str(out),
                    "--junitxml", str(junit), "-o", f"cache_dir={cache}")
     assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-2000:]
     assert "1 failed, 4 passed" in r.stdout, r.stdout[-3000:]
@@ -59,14 +59,14 @@ def test_the_example_fails_on_unpatched_full_graphs_only(tmp_path):
     assert list(failed) == [FAILING]
     message = failed[FAILING].result[0].message
     assert "residue 4 self-hit: broken" in message and "FULL_AND_PIECEWISE" in message
-    # every sweep's records and report landed in --out, one slot per xdist worker
+    # every sweep's records and report landed in --residue-out, one slot per xdist worker
     assert len(list(out.glob("*.jsonl"))) == 5 and len(list(out.glob("*.md"))) == 5
     slots = {line.split('"slot": "')[1].split('"')[0]
              for f in out.glob("*.jsonl") for line in f.read_text().splitlines()}
     assert slots == {"cpu0"}
 
     # --lf: only the item that failed runs again, and fails again
-    r = pytest_run("-p", "harness.pytest_plugin", "--lf", "--out", str(out),
+    r = pytest_run("-p", "harness.pytest_plugin", "--lf", "--residue-out", str(out),
                    "-o", f"cache_dir={cache}")
     assert r.returncode == 1 and "1 failed, 4 deselected" in r.stdout, r.stdout[-2000:]
 
@@ -74,7 +74,7 @@ def test_the_example_fails_on_unpatched_full_graphs_only(tmp_path):
 @pytest.mark.e2e   # the real sweep in a subprocess, with real lab servers
 def test_k_selects_one_configuration_and_the_entry_point_loads_the_plugin(tmp_path):
     site = entry_point_dist(tmp_path)
-    r = pytest_run("-k", "PIECEWISE-all and not FULL", "--out", str(tmp_path / "out"),
+    r = pytest_run("-k", "PIECEWISE-all and not FULL", "--residue-out", str(tmp_path / "out"),
                    "-p", "no:cacheprovider",
                    env={"PYTHONPATH": os.pathsep.join([str(site), str(ROOT)])})
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
@@ -116,10 +116,67 @@ def test_a_usage_error_fails_the_test_with_sweeps_one_line(tmp_path):
         "def test_marked():\n    pass\n\n"
         "def test_fixture(residue_sweep):\n    residue_sweep('--max-requests', '5')\n")
     r = subprocess.run([sys.executable, "-m", "pytest", str(test_file), "-p",
-                        "harness.pytest_plugin", "-p", "no:cacheprovider", "--out",
+                        "harness.pytest_plugin", "-p", "no:cacheprovider", "--residue-out",
                         str(tmp_path / "out")], cwd=tmp_path, capture_output=True, text=True,
                        timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert r.returncode == 1 and "2 failed" in r.stdout, r.stdout[-3000:]
     assert "--spec: 'bogus' is not valid" in r.stdout
     assert "--max-requests is for --url" in r.stdout
     assert "Traceback" not in r.stdout
+
+
+def test_the_plugins_options_never_collide_with_a_projects_own(tmp_path):
+    """Issue 36: the plugin registered a global ``--out``, so a project whose conftest adds
+    ``--out`` crashed at start-up (``conflicting option string``). Loaded through its
+    entry point, as an install makes it load in every pytest run of the environment."""
+    site = entry_point_dist(tmp_path)
+    (tmp_path / "conftest.py").write_text(
+        "def pytest_addoption(parser):\n"
+        "    parser.addoption('--out', default='x')\n"
+        "    parser.addoption('--baseline', default=None)\n"
+        "    parser.addoption('--args', default=None)\n")
+    (tmp_path / "test_own.py").write_text(
+        "def test_own(request):\n    assert request.config.getoption('out') == 'mine'\n")
+    r = subprocess.run([sys.executable, "-m", "pytest", "test_own.py", "--out", "mine",
+                        "-p", "no:cacheprovider", "-q"], cwd=tmp_path, capture_output=True,
+                       text=True, timeout=120,
+                       env={**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(ROOT)])})
+    assert r.returncode == 0 and "1 passed" in r.stdout, r.stdout[-2000:] + r.stderr[-2000:]
+    from harness import pytest_plugin
+
+    class Group:
+        def __init__(self):
+            self.names = []
+
+        def addoption(self, *names, **_):
+            self.names += names
+
+    class Parser:
+        group = Group()
+
+        def getgroup(self, *_):
+            return self.group
+    pytest_plugin.pytest_addoption(Parser())
+    assert Parser.group.names and all(n.startswith("--residue-") for n in Parser.group.names)
+
+
+def test_with_a_baseline_the_failure_names_the_cells_the_gate_failed_on():
+    """Issue 33 item 5 in the plugin: a known-broken cell that failed to boot is lost
+    coverage, and the test's message names it (it said "no cell is not ok")."""
+    from types import SimpleNamespace
+
+    from harness.gate import gate_block
+    from harness.pytest_plugin import failure_message
+    from tests.reports import synth
+    cfg = synth.make_config()
+    base = synth.sweep(cfg, [3, 4], broken=[4])
+    now = [dict(r, verdict="boot-fail", answer="") if r["residue"] == 4 else r
+           for r in synth.sweep(cfg, [3, 4])]
+    block = gate_block(base, now, source="base.jsonl")
+    result = SimpleNamespace(exit_code=1, not_ok=[r for r in now if r["verdict"] != "ok"],
+                             run_id="r", report_path=None, records_path="r.jsonl",
+                             manifest={"baseline": block})
+    msg = failure_message(result, ["--residues", "3,4"])
+    assert "gate: 1 regression(s) against base.jsonl" in msg
+    assert "regressed: " in msg and "residue 4 cold: ok -> boot-fail" in msg
+    assert "coverage: " in msg and "residue 4 self-hit: broken in the baseline, boot-fail now" in msg

@@ -159,10 +159,13 @@ def test_gate_fails_when_coverage_shrinks_unless_allowed(tmp_path):
     assert gate_exit_code(fewer, base, allow_fewer=True) == 0
     losses = find_coverage_losses(base, fewer)
     assert sorted({(x["residue"], x["new_verdict"]) for x in losses}) == [(6, None), (7, None)]
-    # a judged cell that is unjudged now is lost coverage too (ok -> unjudged also regresses)
-    now = [dict(r, verdict="unjudged") if (r["residue"], r["phase"]) == (4, "cold") else r
+    # a judged cell that is unjudged now is lost coverage too; an ok one also regresses,
+    # and is listed once, as the regression
+    now = [dict(r, verdict="unjudged") if (r["residue"], r["phase"]) in ((4, "cold"),
+                                                                         (4, "self-hit")) else r
            for r in synth.sweep(FULL, range(8), broken=[4])]
-    assert [(x["residue"], x["phase"]) for x in find_coverage_losses(base, now)] == [(4, "cold")]
+    assert [(x["residue"], x["phase"]) for x in find_coverage_losses(base, now)] == [(4, "self-hit")]
+    assert [(x["residue"], x["phase"]) for x in find_regressions(base, now)] == [(4, "cold")]
     assert gate_exit_code(now, base) == 1
     path = write_junit(fewer, tmp_path / "j.xml", coverage_losses=losses)
     root = ET.parse(path).getroot()
@@ -177,3 +180,81 @@ def test_unjudged_cells_are_skipped_in_junit(tmp_path):
     assert root.get("skipped") == "3" and root.get("failures") == "0"
     assert len([c for c in root.iter("testcase") if c.find("skipped") is not None]) == 3
     assert gate_exit_code(recs) == 1   # unjudged is not a pass
+
+
+def _all(config, residues, verdict, reason):
+    return [synth.record(config, r, ph, verdict=verdict, answer="", reason=reason)
+            for r in residues for ph in ("cold", "self-hit")]
+
+
+@pytest.mark.parametrize("verdict", ["boot-fail", "invalid", "crash", "timeout", "infra"])
+def test_a_known_broken_cell_that_nothing_judged_now_is_lost_coverage(verdict):
+    """Issue 33 item 5: a baseline whose cells are all known-broken, and a run where
+    nothing was judged (every point failed to boot, ...), passed the gate: only
+    ``unjudged`` counted as lost coverage."""
+    from harness.gate import find_coverage_losses
+    clean = synth.sweep(FULL, [5])
+    base = [dict(r, verdict="broken") for r in synth.sweep(FULL, [4])] + clean  # 4 known-broken
+    now = _all(FULL, [4], verdict, "server never came up") + clean
+    assert gate_exit_code(now, base) == 1
+    losses = find_coverage_losses(base, now)
+    assert {(x["residue"], x["phase"], x["old_verdict"], x["new_verdict"]) for x in losses} == {
+        (4, "cold", "broken", verdict), (4, "self-hit", "broken", verdict)}
+    assert gate_exit_code(now, base, allow_fewer=True) == 0   # accepted on request only
+    # still broken is judged: no loss, the gate passes (a known bug)
+    assert gate_exit_code(base, base) == 0 and not find_coverage_losses(base, base)
+
+
+def test_a_run_whose_every_point_failed_to_boot_fails_the_gate():
+    """Against any baseline, even one that failed to boot too (nothing to regress from,
+    no judged cell to lose), and with --allow-fewer."""
+    from harness.gate import gate_block, gate_lines
+    now = _all(FULL, range(6), "boot-fail", "KV cache too small")
+    for base in (synth.sweep(FULL, range(6), broken=[4]), now):
+        assert gate_exit_code(now, base) == 1
+        assert gate_exit_code(now, base, allow_fewer=True) == 1
+    block = gate_block(now, now, source="b")
+    assert not block["passed"] and not block["regressions"] and not block["losses"]
+    assert "no cell of this run was judged" in "\n".join(gate_lines(block))
+
+
+def test_the_gate_names_each_regressed_and_lost_cell(tmp_path):
+    """Issue 36: the gate said "1 regression(s)" and nothing else. Its block, its lines,
+    the report's baseline section and the JUnit name each cell with old -> new verdict and
+    the rerun line."""
+    from harness.gate import gate_block, gate_lines
+    from harness.report import render_markdown
+    base = synth.sweep(FULL, range(6), broken=[4])
+    now = [dict(r, verdict="boot-fail", answer="") if r["residue"] == 4 else r
+           for r in synth.sweep(FULL, range(6), broken=[3])]
+    block = gate_block(base, now, source="base.jsonl")
+    assert not block["passed"] and block["runs"] == ["20261130-004512-ab12"]
+    assert [(c["residue"], c["phase"], c["old_verdict"], c["new_verdict"])
+            for c in block["regressions"]] == [(3, "self-hit", "ok", "broken"),
+                                               (4, "cold", "ok", "boot-fail")]
+    assert [(c["residue"], c["phase"], c["old_verdict"], c["new_verdict"])
+            for c in block["losses"]] == [(4, "self-hit", "broken", "boot-fail")]
+    label = synth.label(FULL)
+    lines = gate_lines(block)
+    assert lines[0] == "gate: 2 regression(s) against base.jsonl"
+    assert lines[1] == f"  regressed: {label} residue 3 self-hit: ok -> broken"
+    assert lines[2].startswith("    rerun: sweep ") and "--residues 3" in lines[2]
+    assert f"  coverage: {label} residue 4 self-hit: broken in the baseline, boot-fail now" in lines
+    manifest = {"run_id": "now", "baseline": block}
+    report = render_markdown(now, [manifest])
+    section = report.split("## Baseline", 1)[1].split("\n## ", 1)[0]
+    assert "Gate **failed** against `base.jsonl`" in section
+    assert "| 3 " in section and "ok → **broken**" in section
+    assert "broken → **boot-fail**" in section and "--residues 3" in section
+    root = ET.parse(write_junit(now, tmp_path / "j.xml", regressions=block["regressions"],
+                                coverage_losses=block["losses"])).getroot()
+    gated = {c.get("classname"): c for c in root.iter("testcase")
+             if c.get("classname") in ("residue_sweep.regression", "residue_sweep.coverage")}
+    assert len([c for c in root.iter("testcase")
+                if c.get("classname") == "residue_sweep.regression"]) == 2
+    reg = next(c for c in root.iter("testcase") if c.get("name").endswith("3 self-hit")
+               and c.get("classname") == "residue_sweep.regression").find("failure")
+    assert reg.get("type") == "regression"
+    assert reg.get("message") == f"{label} residue 3 self-hit: ok -> broken"
+    assert "rerun: sweep " in reg.text
+    assert gated["residue_sweep.coverage"].find("failure").get("type") == "coverage"
