@@ -41,7 +41,8 @@ from .run.records import typed
 from .server_pool import kill_all_servers
 from .session import Callbacks, Sweep
 from .store import (StoreError, linked_runs, load_manifest_for, load_records, read_jsonl,
-                    resolve_results)
+                    resolve_results, resolve_sources)
+from .vocabulary import PHASES
 
 __all__ = ["EXIT_ABORT", "build_options", "sweep_parser", "run_sweep", "run_report",
            "run_compare", "run_presets", "run_explain", "SUBCOMMANDS", "Terminal", "main"]
@@ -177,25 +178,78 @@ def run_report(argv: Sequence[str]) -> int:
 
 def run_compare(argv: Sequence[str]) -> int:
     p = Parser(prog="sweep compare", description="What changed between two runs, per "
-                "configuration and residue: fixed, regressed, still broken, newly covered.")
-    p.add_argument("old", help="results file or run id (baseline)")
-    p.add_argument("new", help="results file or run id")
-    p.add_argument("--json", action="store_true", help="machine-readable summary on stdout")
+               "configuration and residue: fixed, regressed, still broken, newly covered. "
+               "Three or more runs (or folders of runs): the cells whose verdict changed "
+               "across them, oldest run first. --residue / --phase / --config / --document: "
+               "those cells in every run, one row per run (one cell across builds).")
+    p.add_argument("runs", nargs="+", metavar="RUN",
+                   help="results files, run ids or folders of results (the first is the baseline)")
+    p.add_argument("--json", action="store_true", help="machine-readable result on stdout")
     p.add_argument("--out", default=DEFAULT_OUT, help="where run ids are looked up")
+    cell = p.add_argument_group("one cell across runs (the records of every run named)")
+    cell.add_argument("--residue", type=int, help="the cell's residue")
+    cell.add_argument("--phase", choices=PHASES, help="the cell's phase")
+    cell.add_argument("--config", metavar="TEXT",
+                      help="a configuration id, or text in its label (e.g. 'k=3 FULL_AND')")
+    cell.add_argument("--document", type=int, help="the cell's document (--seed)")
+    p.add_argument("--all", action="store_true",
+                   help="several runs: every cell, not only those that changed or are not ok")
     ns = p.parse_args(list(argv))
+    filters = {k: getattr(ns, k) for k in ("residue", "phase", "config", "document")
+               if getattr(ns, k) is not None}
+    if len(ns.runs) == 2 and not filters and not ns.all:
+        return _compare_two(ns)
+    if len(ns.runs) == 1 and not filters and not Path(ns.runs[0]).is_dir():
+        raise UsageError("sweep compare: give two runs or more (or a folder of runs), or "
+                         "name a cell (--residue, --phase, --config, --document) to follow")
+    return _compare_many(ns, filters)
+
+
+def _compare_two(ns) -> int:
     from . import compare
     try:
-        old = load_records([ns.old], ns.out)
-        new = load_records([ns.new], ns.out)
+        old = load_records(resolve_sources([ns.runs[0]], ns.out), ns.out)
+        new = load_records(resolve_sources([ns.runs[1]], ns.out), ns.out)
     except StoreError as e:
         raise UsageError(str(e)) from None
     result = compare.compare_records(old, new)
     if ns.json:
         print(json.dumps(result, indent=2, sort_keys=True))
     else:
-        md = compare.render_compare_markdown(result)
-        print(markdown_to_plain(md) if sys.stdout.isatty() else md)
+        _print_markdown(compare.render_compare_markdown(result))
     return EXIT_NOT_OK if result.get("regressed") else EXIT_OK
+
+
+def _compare_many(ns, filters: dict) -> int:
+    """Several runs, or one cell across them: a table built on ``harness.results.frame``.
+    Exit 1 when the newest run regressed against the run before it (as a two-run compare)."""
+    from . import compare, results
+    try:
+        records = load_records(resolve_sources(ns.runs, ns.out), ns.out)
+    except StoreError as e:
+        raise UsageError(str(e)) from None
+    df = results.frame(records=records)
+    if filters:
+        hist = compare.cell_history(df, **filters)
+        if ns.json:
+            print(hist.to_json(orient="records", indent=2))
+        else:
+            _print_markdown(compare.render_history_markdown(hist))
+        return EXIT_OK
+    runs = compare.run_order(df)
+    if ns.json:
+        print(compare.trend_frame(df, changed_only=not ns.all).to_json(orient="records", indent=2))
+    else:
+        _print_markdown(compare.render_trend_markdown(df, changed_only=not ns.all))
+    if len(runs) < 2:
+        return EXIT_OK
+    last = compare.compare_records([r for r in records if r.get("run_id") == runs[-2]],
+                                   [r for r in records if r.get("run_id") == runs[-1]])
+    return EXIT_NOT_OK if last.get("regressed") else EXIT_OK
+
+
+def _print_markdown(md: str) -> None:
+    print(markdown_to_plain(md) if sys.stdout.isatty() else md)
 
 
 def run_presets(argv: Sequence[str]) -> int:

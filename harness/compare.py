@@ -28,8 +28,8 @@ from typing import Any
 from .ghmarkdown import bold, code, escape_text, table
 from .ranges import residues_phrase
 from .isolation import REUSE_ISOLATIONS
-from .run.records import (BUG_VERDICTS, PhaseRecord, auto_pass, document_of, latest_records,
-                          phase_key, record_identity, sha12, typed, worst)
+from .run.records import (BUG_VERDICTS, PHASES, PhaseRecord, auto_pass, document_of,
+                          latest_records, phase_key, record_identity, sha12, typed, worst)
 
 STATUSES = ("regressed", "fixed", "still_broken", "newly_covered", "no_longer_covered",
             "unchanged_ok")
@@ -263,4 +263,123 @@ def render_compare_markdown(result: dict, *, show_unchanged: bool = False) -> st
     return "\n".join(out)
 
 
-__all__ = ["compare_records", "render_compare_markdown", "STATUSES", "BUG_VERDICTS", "sha12"]
+# -- several runs: built on harness.results.frame (pandas, loaded when asked) ---------------
+# A cell across runs is keyed by its label (a harness that hashes configurations differently
+# still lines up), case, document, residue and phase.
+TREND_KEY = ["config_label", "case_id", "document", "residue", "phase"]
+HISTORY_COLUMNS = ["run_id", "started_at", "harness_version", "engine_version", "patches",
+                   "isolation", "verdict", "verbatim", "sha1", "cached_tokens", "reason"]
+
+
+def run_order(df) -> list[str]:
+    """The runs of a frame, oldest first (by their first record's ``started_at``)."""
+    first = df.groupby("run_id", sort=False)["started_at"].min()
+    return list(first.sort_values(kind="stable").index)
+
+
+def _word(verdict: str, sha1: Any) -> str:
+    return "ok" if verdict == "ok" else f"{verdict} {str(sha1 or '–')[:12]}".strip()
+
+
+def trend_frame(df, *, changed_only: bool = True):
+    """One row per cell (``TREND_KEY``), one column per run (oldest first): the verdict,
+    with the answer's sha1 where it is not ok. ``changed_only`` keeps the cells whose
+    verdicts differ between the runs that measured them, or are not ok in any."""
+    import pandas as pd
+    if df.empty:
+        return pd.DataFrame(columns=TREND_KEY)
+    d = df.assign(word=[_word(v, s) for v, s in zip(df["verdict"].astype(str), df["sha1"])],
+                  case_id=df["case_id"].fillna(""), phase=df["phase"].astype(str))
+    # an auto run's fresh record of a cell speaks for it, as in a two-run compare
+    d = d.assign(_reuse=d["isolation_run"].eq("auto") & ~d["isolation"].astype(str).eq("fresh"))
+    d = d.sort_values("_reuse", kind="stable").drop_duplicates(TREND_KEY + ["run_id"])
+    wide = d.pivot(index=TREND_KEY, columns="run_id", values="word")
+    wide = wide[[r for r in run_order(df) if r in wide.columns]]
+    if changed_only:
+        verdicts = d.assign(verdict=d["verdict"].astype(str)).pivot(
+            index=TREND_KEY, columns="run_id", values="verdict")
+        measured = [set(row.dropna()) for _, row in verdicts.iterrows()]
+        keep = [len(vs) > 1 or vs - {"ok"} != set() for vs in measured]
+        wide = wide[keep]
+    wide = wide.reset_index()
+    wide["phase"] = pd.Categorical(wide["phase"], categories=list(PHASES), ordered=True)
+    return wide.sort_values(TREND_KEY, kind="stable").reset_index(drop=True)
+
+
+def cell_history(df, *, residue: int | None = None, phase: str | None = None,
+                 config: str | None = None, document: int | None = None):
+    """The records of the cells a filter names, one row per (cell, run), oldest run first:
+    one cell across builds (``HISTORY_COLUMNS`` beside the cell's key). ``config`` is a
+    substring of the configuration label or a configuration id."""
+    sel = df
+    if residue is not None:
+        sel = sel[sel["residue"] == residue]
+    if phase is not None:
+        sel = sel[sel["phase"].astype(str) == phase]
+    if document is not None:
+        sel = sel[sel["document"] == document]
+    if config:
+        sel = sel[sel["config_label"].str.contains(config, regex=False)
+                  | (sel["config_id"] == config)]
+    order = {r: i for i, r in enumerate(run_order(df))}
+    sel = sel.assign(verbatim=[f"{n}/{t}" if n is not None and t is not None else "–"
+                               for n, t in zip(sel["verbatim_n"], sel["verbatim_total"])],
+                     _run=sel["run_id"].map(order), sha1=sel["sha1"].str.slice(0, 12))
+    sel = sel.sort_values(["config_label", "document", "residue", "phase", "_run"],
+                          kind="stable")
+    return sel[TREND_KEY[:1] + TREND_KEY[2:] + HISTORY_COLUMNS].reset_index(drop=True)
+
+
+def _runs_legend(df) -> list[str]:
+    def joined(col):
+        return df.groupby("run_id")[col].agg(lambda v: ", ".join(sorted({str(x) for x in v
+                                                                         if x is not None})))
+    started = df.groupby("run_id")["started_at"].min()
+    harness, engine, patches = joined("harness_version"), joined("engine_version"), \
+        joined("patches")
+    rows = [[code(r), started[r] or "–", code(harness[r] or "–"), engine[r] or "–",
+             patches[r] or "–"] for r in run_order(df)]
+    return [table(["run", "started", "harness", "engine", "patches"], rows), ""]
+
+
+def _cells(values) -> list[str]:
+    import pandas as pd
+    return ["–" if pd.isna(v) else escape_text(str(v)) for v in values]
+
+
+def render_trend_markdown(df, *, changed_only: bool = True) -> str:
+    """Markdown of :func:`trend_frame`: the runs (oldest first) and the cells that changed
+    across them, or every cell."""
+    runs = run_order(df)
+    wide = trend_frame(df, changed_only=changed_only)
+    out = [f"# Sweep trend: {len(runs)} runs", "", *_runs_legend(df)]
+    if wide.empty:
+        return "\n".join(out + ["Every cell the runs share has the same verdict, and it is "
+                                 "ok." if changed_only else "No cells.", ""])
+    what = "cells whose verdict changed or is not ok" if changed_only else "every cell"
+    out += [f"{len(wide)} {what} (a run's column: its verdict, and the answer's sha1 where "
+            "it is not ok; – not measured):", ""]
+    header = ["configuration", "document", "residue", "phase"] + [code(r) for r in runs]
+    rows = [[code(label) + (f" · case {case}" if case else ""), str(doc), str(res), str(ph)]
+            + _cells(words)
+            for label, case, doc, res, ph, *words in wide.itertuples(index=False, name=None)]
+    return "\n".join(out + [table(header, rows), ""])
+
+
+def render_history_markdown(hist) -> str:
+    """Markdown of :func:`cell_history`: per cell, a row per run."""
+    if hist.empty:
+        return "# Cell history\n\nNo record matches the cell asked for.\n"
+    out = ["# Cell history", ""]
+    for (label, doc, res, ph), g in hist.groupby(["config_label", "document", "residue",
+                                                  "phase"], sort=False, observed=True):
+        out += [f"## {code(label)}: residue {res}, {escape_text(str(ph))}"
+                + (f", document {doc}" if hist["document"].nunique() > 1 else ""), ""]
+        rows = [_cells(r) for r in g[HISTORY_COLUMNS].itertuples(index=False, name=None)]
+        out += [table(HISTORY_COLUMNS, rows), ""]
+    return "\n".join(out)
+
+
+__all__ = ["compare_records", "render_compare_markdown", "STATUSES", "BUG_VERDICTS", "sha12",
+           "run_order", "trend_frame", "cell_history", "render_trend_markdown",
+           "render_history_markdown"]

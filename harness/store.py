@@ -18,7 +18,7 @@ from typing import Any, Iterable
 # point_key: the data point a record belongs to (``plan.Point.key`` is the same tuple)
 from .recordkeys import cell_key, point_key
 
-__all__ = ["RECORD_SUFFIX", "ARCHIVED_SUFFIX", "MANIFEST_SUFFIX", "StoreError",
+__all__ = ["resolve_sources", "RECORD_SUFFIX", "ARCHIVED_SUFFIX", "MANIFEST_SUFFIX", "StoreError",
            "new_run_id", "now_iso", "ResultStore", "read_jsonl", "resolve_results",
            "load_records", "load_manifest_for", "linked_runs", "point_key"]
 
@@ -153,6 +153,26 @@ def resolve_results(ref: str | Path, out_dir: str | Path = "results") -> Path:
         if cand.is_file():
             return cand
     raise StoreError(f"{ref}: not a results file and no run {ref!r} in {out_dir}/")
+
+
+def resolve_sources(refs: Iterable[str | Path], out_dir: str | Path = "results"
+                    ) -> list[str | Path]:
+    """Run ids, results files and folders as results references: a folder stands for its
+    results files (``.jsonl`` and ``.jsonl.gz``, by name); a folder without any is a
+    ``StoreError``. Files and run ids are kept as given (``resolve_results`` finds them)."""
+    out: list[str | Path] = []
+    for ref in refs:
+        p = Path(ref)
+        if not p.is_dir():
+            out.append(ref)
+            continue
+        files = sorted(f for f in p.iterdir()
+                       if f.is_file() and f.name.endswith((RECORD_SUFFIX, ARCHIVED_SUFFIX)))
+        if not files:
+            raise StoreError(f"{ref}: a folder with no results files "
+                             f"(*{RECORD_SUFFIX}, *{ARCHIVED_SUFFIX})")
+        out += files
+    return out
 
 
 def load_records(refs: Iterable[str | Path], out_dir: str | Path = "results") -> list[dict]:

@@ -32,6 +32,12 @@ def test_the_cli_loads_none_of_what_only_some_runs_use():
     assert _loaded("import harness.cli") == []
 
 
+def test_the_results_api_loads_pandas_only_to_build_a_frame():
+    """``harness.results`` / ``harness.compare`` are imported by the CLI's sub-verbs: pandas
+    comes with the first frame, not with the import."""
+    assert _loaded("import harness.results, harness.compare") == []
+
+
 def test_a_usage_error_loads_none_of_it_either():
     code = ("from harness.cli import main\ntry:\n    main(['--residues', 'nope'])\n"
             "except SystemExit as e:\n    assert e.code == 2, e.code")
