@@ -183,6 +183,25 @@ def test_with_a_baseline_a_known_broken_cell_does_not_fail_the_gate(installed, t
     assert sum(1 for s in xml for c in s if not c.is_passed) == 1
 
 
+def test_the_baseline_input_takes_a_run_id_under_out_dir(installed, tmp_path):
+    """Issue 36: action.yml documents "or run id under out-dir", but sweep.sh gave sweep a
+    fresh --out, where no earlier run is. A run id now finds its records under out-dir
+    (the same workspace, as a self-hosted runner keeps it), and the comment names what
+    the gate decided; an unknown id is one line before anything runs."""
+    first = _run_action(installed, tmp_path, install="false")
+    run_id = _step(first, "Sweep").outputs["run-id"]
+    run = _run_action(installed, tmp_path, baseline=run_id, install="false")
+    sweep = _step(run, "Sweep")
+    assert sweep.outputs["exit-code"] == "0", sweep.stdout[-3000:] + sweep.stderr[-3000:]
+    assert f"--baseline {_step(first, 'Sweep').outputs['results']}" in sweep.stdout
+    body = _dry_run_bodies(_step(run, "Comment").stdout)[0]
+    assert "## Baseline" in body and "Gate **passed**" in body and run_id in body
+    bad = _run_action(installed, tmp_path, baseline="20990101-000000-dead", install="false")
+    sweep = _step(bad, "Sweep")
+    assert sweep.rc == 2 and "no run 20990101-000000-dead under out-dir" in sweep.stderr
+    assert bad.failed
+
+
 def test_a_push_without_a_pull_request_sweeps_and_comments_nothing(installed, tmp_path):
     run = _run_action(installed, tmp_path, github={"repository": "octo/lab", "token": "",
                                                    "event_name": "push", "event": {}},

@@ -21,7 +21,24 @@ args=(--engine "${INPUT_ENGINE:?}" --spec "${INPUT_SPEC:?}" --ctx "${INPUT_CTX:?
       --residues "${INPUT_RESIDUES:?}" --out "$out/results" --reports-dir "$out/reports"
       --junit "$junit" --no-progress)
 if [ -n "${INPUT_MODEL:-}" ]; then args+=(--model "$INPUT_MODEL"); fi
-if [ -n "${INPUT_BASELINE:-}" ]; then args+=(--baseline "$INPUT_BASELINE"); fi
+if [ -n "${INPUT_BASELINE:-}" ]; then
+  baseline=$INPUT_BASELINE
+  if [ ! -f "$baseline" ]; then
+    # A run id: its records under out-dir (an earlier sweep's own folder, kept by a runner
+    # that keeps its workspace, or a downloaded artifact), the newest if several. This
+    # sweep's --out is a fresh folder, where sweep itself could never find it.
+    case "$baseline" in
+      *[!A-Za-z0-9._-]* | .* ) fail "baseline $baseline: not a results file, and not a run id" ;;
+    esac
+    found=$(find "$out_base" -maxdepth 4 -type f \( -name "$baseline.jsonl" -o -name "$baseline.jsonl.gz" \) \
+              -printf '%T@ %p\n' 2>/dev/null | sort -rn | head -n 1 | cut -d' ' -f2-)
+    if [ -z "$found" ]; then
+      fail "baseline $baseline: not a results file, and no run $baseline under out-dir $out_base"
+    fi
+    baseline=$found
+  fi
+  args+=(--baseline "$baseline")
+fi
 if [ -n "${INPUT_EXTRA_ARGS:-}" ]; then
   # Split like a POSIX shell (quotes honoured) without evaluating anything: shlex, NUL-separated.
   extra_file="$out/extra-args.bin"
