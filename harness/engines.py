@@ -15,6 +15,7 @@ import asyncio
 import copy
 import json
 import os
+import re
 import shlex
 import statistics
 import sys
@@ -33,7 +34,8 @@ from .slots import Slot
 
 __all__ = ["EngineAdapter", "LabAdapter", "VllmAdapter", "CmdAdapter", "ADAPTERS",
            "adapter_class", "make_adapter", "LAB_MODEL_DIR", "PreforkSpec", "normalise_reported",
-           "vllm_serves_sleep", "auto_reuse_pass", "engines_where"]
+           "vllm_serves_sleep", "auto_reuse_pass", "engines_where",
+           "dummy_weights_refusal"]
 
 LAB_MODEL_DIR = Path(__file__).resolve().parent.parent / "engine" / "lab" / "model"
 
@@ -96,7 +98,9 @@ class EngineAdapter:
             if cfg.runner != "auto" and cfg.runner not in self.runners:
                 raise UsageError(self.runner_refusal(cfg.runner))
             _check_model_path(cfg.model)
-            self.command(cfg, _PORT_SENTINEL, slot)
+            argv, _ = self.command(cfg, _PORT_SENTINEL, slot)
+            if (why := dummy_weights_refusal(argv)) is not None:
+                raise UsageError(f"{cfg.label()}: {why}")
 
     def runner_refusal(self, runner: str) -> str:
         return (f"--runner {runner}: --engine {self.name} cannot be forced onto a model "
@@ -435,6 +439,43 @@ def vllm_serves_sleep() -> bool | None:
         except OSError:
             continue
     return False
+
+
+_LOAD_FORMAT = ("--load-format", "--load_format")
+
+
+def dummy_weights_refusal(argv: Sequence[str]) -> str | None:
+    """Why a server command cannot give verdicts, or None: vLLM's ``--load-format dummy``
+    (any spelling that reaches it: ``=`` or a separate value, dash or underscore, inside a
+    ``sh -c`` string, or in the YAML file of ``--config``, which a flag overrides) fills
+    the weights at random, so every answer is noise. ``benchmarks/gpu_cost_curve.sh``
+    measures what such a server costs."""
+    words = [w for a in argv for w in (shlex.split(str(a)) if " " in str(a) else [str(a)])]
+    flag = from_file = None
+    for i, w in enumerate(words):
+        name, eq, value = w.partition("=")
+        if not eq:
+            value = words[i + 1] if i + 1 < len(words) else ""
+        if name in _LOAD_FORMAT:
+            flag = value
+        elif name == "--config" and value:
+            from_file = _yaml_load_format(Path(value)) or from_file
+    found = flag if flag is not None else from_file
+    if found is None or found.strip("'\"").lower() != "dummy":
+        return None
+    return ("--load-format dummy starts vLLM with random weights: every answer is noise and "
+            "no verdict can be read from it (benchmarks/gpu_cost_curve.sh measures such a "
+            "server's cost: cost only, no verdicts)")
+
+
+def _yaml_load_format(path: Path) -> str | None:
+    """``load_format`` / ``load-format`` of a vLLM ``--config`` YAML file, read as text."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return None
+    m = re.search(r"^\s*load[-_]format\s*:\s*(\S+)", text, re.MULTILINE)
+    return m.group(1) if m else None
 
 
 def _check_model_path(model: str | None) -> None:

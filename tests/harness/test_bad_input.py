@@ -195,3 +195,51 @@ def test_version_prints_the_version_and_the_source_digest(cli):
     line = proc.stdout.strip()
     assert line.startswith(f"sweep (residue-lab) {__version__}: {__version__}+")
     assert line.endswith(f"source digest {source_digest()}")
+
+
+# -- dummy weights: cost only, no verdicts (issue 35) ------------------------------------
+SHAPE = ROOT / "benchmarks" / "shapes" / "qwen35-2b-dummy"
+
+
+@pytest.mark.parametrize("spelling", [
+    ["--engine-arg=--load-format=dummy"],
+    ["--engine-arg=--load_format=DUMMY"],
+    ["--engine-arg=--load-format", "--engine-arg=dummy"],
+    ["--engine-arg=--load-format=safetensors", "--engine-arg=--load-format=dummy"],
+    ["--engine-arg=--config", "--engine-arg={yaml}"],
+])
+def test_a_sweep_of_dummy_weights_is_refused_in_one_line(tmp_path, cli, spelling):
+    """vLLM's dummy loader makes every answer noise: no verdict may come of it, in any
+    spelling that reaches vLLM (a --config YAML file included). Before the refusal each of
+    these dry runs exited 0 and printed the server command."""
+    yaml = tmp_path / "serve.yaml"
+    yaml.write_text("max-num-seqs: 8\nload_format: dummy\n")
+    args = [a.replace("{yaml}", str(yaml)) for a in spelling]
+    one_line_exit_2(cli("--engine", "vllm", "--model", str(SHAPE), "--residues", "4",
+                        "--dry-run", *args),
+                    "--load-format dummy starts vLLM with random weights",
+                    "no verdict", "cost only")
+
+
+def test_a_cmd_server_of_dummy_weights_is_refused_before_it_starts(tmp_path, cli):
+    marker = tmp_path / "server-started"
+    cmd = (f"sh -c \"touch {marker}; {sys.executable} -m vllm.entrypoints.openai.api_server "
+           f"--model {{model}} --port {{port}} --load-format dummy\"")
+    one_line_exit_2(cli("--engine", "cmd", "--model", str(SHAPE), "--server-cmd", cmd,
+                        "--residues", "4", "--boot-timeout", "2", "--no-progress"),
+                    "--load-format dummy starts vLLM with random weights")
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("spelling", [
+    ["--engine-arg=--load-format=safetensors"],
+    ["--engine-arg=--load-format=dummy", "--engine-arg=--load-format=auto"],
+    ["--engine-arg=--config", "--engine-arg={yaml}", "--engine-arg=--load-format=auto"],
+])
+def test_a_real_load_format_is_not_refused(tmp_path, spelling):
+    from harness.engines import dummy_weights_refusal
+    yaml = tmp_path / "serve.yaml"
+    yaml.write_text("load-format: dummy\n")
+    argv = [a.split("=", 1)[1].replace("{yaml}", str(yaml)) for a in spelling]
+    assert dummy_weights_refusal(["python", "-m", "vllm", *argv]) is None
+    assert dummy_weights_refusal(["python", "--config", str(yaml)]) is not None
