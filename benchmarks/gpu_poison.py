@@ -117,12 +117,13 @@ class Run:
         return self.deadline - time.monotonic()
 
 
-def probe(run: Run, srv: Server, cell: str, rule: int, sweep_all: bool) -> None:
+def probe(run: Run, srv: Server, cell: str, rule: int, sweep_all: bool,
+          methods=METHODS) -> None:
     run.write({"cell": cell, "server": srv.name, "rpc": "arm", "result": rpc(srv, "residue_lab_arm")})
     run.write({"cell": cell, "server": srv.name, "rpc": "describe-boot",
                "result": rpc(srv, "residue_lab_describe")})
     run.cell_set(srv, cell, "first", rule, neighbours=False)
-    for i, method in enumerate(METHODS):
+    for i, method in enumerate(methods):
         if run.left() < 30:
             return
         info = heal(srv)
@@ -141,19 +142,19 @@ def probe(run: Run, srv: Server, cell: str, rule: int, sweep_all: bool) -> None:
         run.send(srv, cell, "all", 0, r, "self-hit")
 
 
-def poisoned_fresh(run: Run, srv: Server, cell: str, rule: int) -> None:
+def poisoned_fresh(run: Run, srv: Server, cell: str, rule: int, boot_fill: str = FULL) -> None:
     run.write({"cell": cell, "server": srv.name, "rpc": "arm", "result": rpc(srv, "residue_lab_arm")})
     run.write({"cell": cell, "server": srv.name, "rpc": "describe-boot",
                "result": rpc(srv, "residue_lab_describe")})
     run.write({"cell": cell, "server": srv.name, "rpc": "boot-fill",
-               "result": poison(srv, f"{FULL}:A")})
+               "result": poison(srv, f"{boot_fill}:A")})
     run.cell_set(srv, cell, "first", rule)
     for seed in (0, 1):
         if run.left() < 15:
             return
         srv.http.post("/reset_prefix_cache").raise_for_status()
         run.write({"cell": cell, "server": srv.name, "rpc": f"restore-fill-doc{seed}",
-                   "result": poison(srv, f"{FULL}:A")})
+                   "result": poison(srv, f"{boot_fill}:A")})
         run.cell_set(srv, cell, f"restore-doc{seed}", rule, seed=seed, neighbours=False)
 
 
@@ -189,6 +190,10 @@ def main() -> int:
     ap.add_argument("--fresh-cells", default="ngram-k2,ngram-k4,mtp-k3")
     ap.add_argument("--fresh-per-cell", type=int, default=2)
     ap.add_argument("--plain-per-cell", type=int, default=1)
+    ap.add_argument("--methods", default="/".join(METHODS),
+                    help="probe methods, '/'-separated (REGIONS:PATTERN, none, store0, ...)")
+    ap.add_argument("--free-cells", default="",
+                    help="one fresh server per cell whose boot fill adds the allocator's free memory")
     ap.add_argument("--sweep-all", action="store_true", help="probe: all 128 residues poisoned")
     args = ap.parse_args()
     if args.summarize:
@@ -215,16 +220,18 @@ def main() -> int:
         # compile caches are warm now: the poisoned fresh servers boot faster
         later = [start(f"{c}-poison{i}", c, "poison") for c in args.fresh_cells.split(",") if c
                  for i in range(args.fresh_per_cell)]
+        later += [start(f"{c}-free0", c, "poison") for c in args.free_cells.split(",") if c]
         jobs = []
         with ThreadPoolExecutor(16) as pool:
             for s in ready:
                 cell = s.name.rsplit("-", 1)[0]
                 fn = probe if s.name.endswith("probe") else plain_fresh
-                extra = (args.sweep_all,) if fn is probe else ()
+                extra = (args.sweep_all, args.methods.split("/")) if fn is probe else ()
                 jobs.append(pool.submit(fn, run, s, cell, CELLS[cell][1], *extra))
             for s in boot(later, max(30, min(240, run.left() - 40))):
                 cell = s.name.rsplit("-", 1)[0]
-                jobs.append(pool.submit(poisoned_fresh, run, s, cell, CELLS[cell][1]))
+                fill_spec = f"free,{FULL}" if "-free" in s.name else FULL
+                jobs.append(pool.submit(poisoned_fresh, run, s, cell, CELLS[cell][1], fill_spec))
             for j in jobs:
                 try:
                     j.result()

@@ -42,7 +42,7 @@ from engine.vllm.state_restore import StateRestore, _tensors
 
 __all__ = ["PoisonWorker", "REGIONS", "PATTERNS", "pattern_tile", "fill", "parse_regions"]
 
-REGIONS = ("state", "kv", "null", "builders", "bytes", "store0", "state0", "kv0")
+REGIONS = ("state", "kv", "null", "builders", "bytes", "store0", "state0", "kv0", "free")
 # The mode's default: the float regions a stale index can reach, and the bookkeeping.
 DEFAULT_REGIONS = ("state", "kv", "builders")
 PATTERNS = {"A": 0x5EED, "B": 0xB0B5}
@@ -82,7 +82,18 @@ def checksum(t) -> int:
     """Exact integer sum of the tensor's bytes taken as integers of its element size
     (order-independent, so equal on every GPU)."""
     import torch
-    return int(torch.sum(_int_view(t), dtype=torch.int64).item())
+    v = _int_view(t)
+    if v.dim() == 0 or v.numel() <= _TILE_MAX:
+        return int(torch.sum(v, dtype=torch.int64).item())
+    # one slice of dim 0 at a time: the int64 reduction must not take GBs beside a full pool
+    return sum(checksum_part(v[i]) for i in range(v.shape[0]))
+
+
+def checksum_part(v) -> int:
+    import torch
+    if v.dim() and v.numel() > _TILE_MAX:
+        return sum(checksum_part(v[i]) for i in range(v.shape[0]))
+    return int(torch.sum(v, dtype=torch.int64).item())
 
 
 def _tile_dims(shape) -> int:
@@ -205,6 +216,8 @@ class PoisonWorker(StateRestore):
                              "checksum": checksum(live), "expected": checksum(boot), "ok": True})
             acc.setdefault("ok", True)
             return acc
+        if region == "free":
+            return _fill_free()
         if region in ("bytes", "store0"):
             import torch
             seen = set()
@@ -249,3 +262,33 @@ def _fill_bytes(flat) -> dict:
     expected = (0x3C + 0xBC) * (n // 2) + (0x3C if n % 2 else 0)
     got = checksum(flat)
     return {"bytes": n, "checksum": got, "expected": expected, "ok": got == expected}
+
+
+def _fill_free(chunk: int = 1 << 28) -> dict:
+    """The caching allocator's free memory (reserved, not allocated) as bytes of the
+    pattern: what a later ``torch.empty`` outside a CUDA graph hands out. Takes chunks only
+    while the pool's reservation does not grow (no new device memory), then frees them, so
+    they stay cached and poisoned. For the region hunt: an index read from it is garbage."""
+    import torch
+    if not torch.cuda.is_available():
+        return {"ok": False, "error": "no CUDA device"}
+    held, acc = [], {}
+    reserved = torch.cuda.memory_reserved()
+    size = chunk
+    while size >= 1 << 20:
+        try:
+            t = torch.empty(size, dtype=torch.uint8, device="cuda")
+        except torch.cuda.OutOfMemoryError:
+            size //= 2
+            continue
+        if torch.cuda.memory_reserved() > reserved:      # it came from the device: stop growing
+            del t
+            reserved = torch.cuda.memory_reserved()   # (that block stays cached, unpoisoned)
+            size //= 2
+            continue
+        held.append(t)
+        _merge(acc, _fill_bytes(t))
+    del held
+    acc.setdefault("ok", True)
+    acc["reserved"] = reserved
+    return acc
