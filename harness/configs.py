@@ -236,13 +236,34 @@ def _tails(s: str, spec: str, cfg: ServingConfig, modulus: int, predicted: list[
 def parse_slots(slots: int | None, gpus: str | None, default: int) -> tuple[Slot, ...]:
     if gpus:
         ids = split(gpus)
-        if not ids or any(not g.isdigit() for g in ids):
-            raise UsageError(f"--gpus: {gpus!r} is not valid; allowed: a comma list of GPU ids (0,1)")
+        if not ids or any(not all(p.isdigit() for p in g.split("+")) for g in ids):
+            raise UsageError(f"--gpus: {gpus!r} is not valid; allowed: a comma list of GPU "
+                             "ids (0,1), or of groups, one tensor-parallel server each (0+1,2+3)")
+        _check_groups(gpus, [g.split("+") for g in ids])
         return tuple(Slot.gpus(ids))
     n = slots if slots is not None else default
     if n < 1:
         raise UsageError("--slots must be at least 1")
     return tuple(Slot.cpu(n))
+
+
+def _check_groups(spelled: str, groups: list[list[str]]) -> None:
+    """Every server of a sweep spans as many GPUs (one TP size per configuration), a
+    group names a GPU once, and two groups share none unless they are the same group
+    (two servers side by side, as ``--gpus 0,0``)."""
+    if len({len(g) for g in groups}) > 1:
+        raise UsageError(f"--gpus {spelled}: every group must have as many GPUs (one "
+                         "--tensor-parallel-size per sweep), e.g. 0+1,2+3")
+    for g in groups:
+        if len(set(g)) < len(g):
+            raise UsageError(f"--gpus {spelled}: GPU {next(x for x in g if g.count(x) > 1)} "
+                             f"is named twice in the group {'+'.join(g)}")
+    owner: dict[str, tuple] = {}
+    for g in map(tuple, groups):
+        for x in g:
+            if owner.setdefault(x, g) != g:
+                raise UsageError(f"--gpus {spelled}: GPU {x} is in two groups "
+                                 f"({'+'.join(owner[x])} and {'+'.join(g)})")
 
 
 def parse_phases(value: str) -> tuple[str, ...]:

@@ -253,6 +253,8 @@ class LabAdapter(EngineAdapter):
             argv += ["--geometry", cfg.geometry]
         if self.sleep_mode:
             argv.append("--enable-sleep-mode")
+        if slot.tensor_parallel_size > 1:   # recorded by the lab, not sharded (docs/lab-engine.md)
+            argv += ["--tensor-parallel-size", str(slot.tensor_parallel_size)]
         argv += list(self.extra_args)
         # One numpy/BLAS thread per server: slots are the parallelism.
         env = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
@@ -317,9 +319,9 @@ class VllmAdapter(EngineAdapter):
                 cfg, port=int(port), model=cfg.model, gpu=slot.gpu,
                 served_model_name=self.served_model_name,
                 draft_model=self.draft_model,
-                extra_args=self.extra_args + (("--enable-sleep-mode",) if self.sleep_mode and
-                                              "--enable-sleep-mode" not in self.extra_args
-                                              else ()),
+                extra_args=_tp_args(slot) + self.extra_args + (
+                    ("--enable-sleep-mode",) if self.sleep_mode and
+                    "--enable-sleep-mode" not in self.extra_args else ()),
                 plugin_path=self.plugin_path, base_env=self.base_env, runner=cfg.runner,
                 **({"cache_dir": self.cache_dir} if self.cache_dir else {}))
         except self._launch.LaunchError as e:
@@ -391,10 +393,10 @@ class CmdAdapter(EngineAdapter):
         if "{port}" not in template:
             raise UsageError("--server-cmd: the template has no {port} placeholder")
         try:
-            template.format(port=1, gpu="0", model="m")
+            template.format(port=1, gpu="0", model="m", tp=1)
         except (KeyError, IndexError, ValueError) as e:
             raise UsageError(f"--server-cmd: bad placeholder {e}; allowed: {{port}}, {{gpu}}, "
-                             "{model}") from None
+                             "{model}, {tp}") from None
         try:
             shlex.split(template)
         except ValueError as e:
@@ -415,9 +417,16 @@ class CmdAdapter(EngineAdapter):
                 "config_label": cmd_label(cfg, config)}
 
     def command(self, cfg, port, slot):
-        line = self.template.format(port=port, gpu=slot.gpu or "", model=cfg.model or "")
+        line = self.template.format(port=port, gpu=slot.gpu or "", model=cfg.model or "",
+                                    tp=slot.tensor_parallel_size)
         env = {"CUDA_VISIBLE_DEVICES": slot.gpu} if slot.gpu is not None else {}
         return shlex.split(line), env
+
+
+def _tp_args(slot: Slot) -> tuple[str, ...]:
+    """``--tensor-parallel-size N`` for a slot of N GPUs (``--gpus 0+1``); nothing for one."""
+    n = slot.tensor_parallel_size
+    return ("--tensor-parallel-size", str(n)) if n > 1 else ()
 
 
 def vllm_serves_sleep() -> bool | None:

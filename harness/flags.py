@@ -22,6 +22,7 @@ from .backends.registry import backend_names
 from .engine_help import can_fork, engine_help, for_engines, notes, per_engine, runner_help
 from .engines import ADAPTERS
 from .errors import UsageError
+from .slots import one_slot_args
 from .vocabulary import ISOLATIONS, LOAD_MODES, PHASES
 
 __all__ = ["Flag", "FLAGS", "GROUPS", "UNSET", "sweep_parser", "matrix_axes",
@@ -355,8 +356,10 @@ FLAGS: tuple[Flag, ...] = (
     # a rerun is one point: one slot
     Flag("--slots", RUN, lambda: "parallel slots (default: one per CPU core; "
          f"{for_engines('needs_gpu')}: 1, or --gpus)", {"type": positive_int("--slots")},
-         rerun=lambda r: ["--slots", "1"], resume=True),
-    Flag("--gpus", RUN, "one server per GPU id, e.g. 0,1", {"metavar": "LIST"}, resume=True),
+         rerun=lambda r: one_slot_args(r.opts.slots), resume=True),
+    Flag("--gpus", RUN, "one server per GPU id, e.g. 0,1; or per group of GPUs, one "
+         "tensor-parallel server across each (0+1,2+3: --tensor-parallel-size 2)",
+         {"metavar": "LIST"}, resume=True),
     Flag("--timeout", RUN, "per request, seconds (default 120)",
          {"type": positive_float, "default": 120.0}, resume=True),
     Flag("--boot-timeout", RUN, lambda: "server boot, seconds (default: "
@@ -553,8 +556,6 @@ def check_flag_use(ns: argparse.Namespace, argv: Sequence[str]) -> None:
     if getattr(ns, "served_config", None) and ns.engine != "cmd":
         raise UsageError("--served-config is for --engine cmd (the lab and vllm engines "
                          "report what they run)")
-    if ns.gpus and ns.engine == "lab":
-        raise UsageError("--gpus: the lab engine runs on the CPU; give --slots N")
 
 
 def rerun_command(opts: Any, cfg: ServingConfig, residue: int, modulus: int,

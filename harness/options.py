@@ -78,10 +78,25 @@ def _check_pairs(ns: argparse.Namespace, argv: Sequence[str]) -> None:
     if ns.slots and ns.gpus:
         raise UsageError("--slots and --gpus are exclusive: --gpus gives one slot per GPU")
     check_flag_use(ns, argv)   # --cache-dir, --launcher, flags that do not apply
+    _check_tensor_parallel(ns.engine_arg)
     if len(ns.seed) > 1 and ns.prompts:
         raise UsageError("--seed lists are documents and --prompts cases have none: give one --seed")
     if getattr(ns, "bisect", False) and ns.baseline:
         raise UsageError("--bisect and --baseline are exclusive: a bisect judges each build alone")
+
+
+TP_SPELLINGS = ("--tensor-parallel-size", "-tp")
+
+
+def _check_tensor_parallel(engine_args: Sequence[str]) -> None:
+    """A TP size comes from a GPU group, never from --engine-arg: a server across two
+    GPUs needs a slot of two (``--gpus 0+1``), or it boots on one and fails."""
+    for a in engine_args:
+        name = a.split("=", 1)[0]
+        if name in TP_SPELLINGS or (name.startswith("-tp") and name[3:].isdigit()):
+            raise UsageError(f"--engine-arg={a}: the tensor-parallel size comes from the GPU "
+                             "groups: --gpus 0+1,2+3 runs each server across two GPUs with "
+                             "--tensor-parallel-size 2")
 
 
 def _modulus(value: str) -> int | None:

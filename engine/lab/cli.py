@@ -13,6 +13,7 @@ import json
 import os
 import sys
 import time
+from typing import Any
 
 from .config import (CUDAGRAPH_MODES, GEOMETRIES, MAMBA_CACHE_MODES, MODEL_DIR, PATCHES,
                      SPEC_METHODS, VERSION, CapacityError, ConfigError, LabConfig)
@@ -78,7 +79,8 @@ def check_args(argv: list[str]) -> str | None:
     it, or None. A KV pool too small for ``--max-model-len`` is not refused here: that is
     the boot failure a sweep records, as vLLM's."""
     try:
-        config_from_args(argv, parser_cls=_QuietParser)
+        # the devices are the server's environment, not this process's: not checked here
+        config_from_args(argv, parser_cls=_QuietParser, devices=None)
     except Refused as e:
         return str(e)
     except CapacityError:
@@ -143,12 +145,22 @@ def build_parser(parser_cls: type[argparse.ArgumentParser] = _Parser) -> argpars
            "shared with other servers (the worker's 'Memory usage increased after sleeping.': "
            "it compares the device's free memory before and after). The scheduler stays "
            "paused, the memory is discarded, the executor is not marked asleep, HTTP 500")
+    a("--tensor-parallel-size", "-tp", type=_pos_int, default=1,
+      help="vLLM's flag, recorded only: the lab reports it (and CUDA_VISIBLE_DEVICES) in its "
+           "effective config and refuses more than the visible devices, but computes every "
+           "token in one CPU process; nothing is sharded")
     a("--version", action="version", version=VERSION)
     return p
 
 
+_FROM_ENV = object()
+
+
 def config_from_args(argv: list[str] | None = None, *,
-                     parser_cls: type[argparse.ArgumentParser] = _Parser) -> LabConfig:
+                     parser_cls: type[argparse.ArgumentParser] = _Parser,
+                     devices: Any = _FROM_ENV) -> LabConfig:
+    """The server's configuration from its argv; ``devices``: its CUDA_VISIBLE_DEVICES
+    (read from the environment unless given; None: unknown, not checked)."""
     p = build_parser(parser_cls)
     ns = p.parse_args(argv)
     spec = ns.speculative_config
@@ -180,7 +192,14 @@ def config_from_args(argv: list[str] | None = None, *,
         enable_prompt_tokens_details=ns.enable_prompt_tokens_details,
         api_key=ns.api_key or os.environ.get("VLLM_API_KEY") or None, seed=ns.seed,
         patches=ns.patches, geometry=ns.geometry, mamba_cache_mode=ns.mamba_cache_mode,
-        enable_sleep_mode=ns.enable_sleep_mode, fail_sleep_at=ns.fail_sleep_at)
+        enable_sleep_mode=ns.enable_sleep_mode, fail_sleep_at=ns.fail_sleep_at,
+        tensor_parallel_size=ns.tensor_parallel_size,
+        visible_devices=(os.environ.get("CUDA_VISIBLE_DEVICES") if devices is _FROM_ENV
+                         else devices) or None)
+    devices = [d for d in (cfg.visible_devices or "").split(",") if d.strip()]
+    if devices and cfg.tensor_parallel_size > len(devices):
+        p.error(f"--tensor-parallel-size {cfg.tensor_parallel_size}: larger than the "
+                f"{len(devices)} device(s) of CUDA_VISIBLE_DEVICES={cfg.visible_devices}")
     if not (0 < cfg.port < 65536):
         p.error(f"--port must be 1..65535, got {cfg.port}")
     try:

@@ -162,6 +162,11 @@ class LabConfig:
     # vLLM's --enable-sleep-mode: the KV memory is allocated where /sleep can discard it
     enable_sleep_mode: bool = False
     fail_sleep_at: int | None = None          # a fault: the Nth level >= 1 sleep fails (cli)
+    # vLLM's --tensor-parallel-size and the CUDA_VISIBLE_DEVICES the server was given: the
+    # lab RECORDS them (effective config) and checks the group is large enough; it does not
+    # shard anything: one CPU process computes every token either way
+    tensor_parallel_size: int = 1
+    visible_devices: str | None = None
     # derived (filled by finalize)
     bytes_per_token: int = 0
     num_gpu_blocks: int = 0
@@ -280,4 +285,6 @@ class LabConfig:
         d["draft_tokens"] = self.num_spec_tokens
         d["kv_cache_tokens"] = self.kv_cache_tokens
         d["api_key_required"] = bool(self.api_key)
+        if self.tensor_parallel_size == 1:   # a server of one slot reports as it always did
+            del d["tensor_parallel_size"], d["visible_devices"]
         return d

@@ -24,6 +24,7 @@ _CFG_MAX_SEQ = re.compile(r"max_seq_len=(?P<v>\d+)")
 _CFG_PREFIX = re.compile(r"enable_prefix_caching=(?P<v>True|False)")
 _CFG_CHUNKED = re.compile(r"enable_chunked_prefill=(?P<v>True|False)")
 _CFG_SEED = re.compile(r"seed=(?P<v>None|-?\d+)")
+_CFG_TP = re.compile(r"(?:^|, )tensor_parallel_size=(?P<v>\d+)")
 _CFG_SERVED = re.compile(r"served_model_name=(?P<v>[^,]*),")
 # config/speculative.py SpeculativeConfig.__repr__:
 #   f"SpeculativeConfig({method=}, {model=}, {num_spec_tokens=})"
@@ -139,6 +140,8 @@ def parse_effective_config(log_text: str) -> dict[str, Any]:
             out["chunked_prefill"] = m["v"] == "True"
         if m := _CFG_SEED.search(cfg):
             out["seed"] = None if m["v"] == "None" else int(m["v"])
+        if (m := _CFG_TP.search(cfg)) and int(m["v"]) > 1:   # --gpus 0+1: the server's TP
+            out["tensor_parallel_size"] = int(m["v"])
         if m := _CFG_SPEC.search(cfg):
             if m["method"] is None:
                 out["speculative_config"] = None

@@ -183,15 +183,26 @@ def gpu_engine(opts: SweepOptions) -> bool:
 
 
 def task_resources(opts: SweepOptions, cluster_resources: dict[str, float]) -> dict[str, Any]:
-    """Ray options that claim one slot for one data point. ``--gpus 0,0`` (two servers
-    per GPU, locally) becomes half a GPU per point: Ray packs two on each GPU."""
+    """Ray options that claim one slot for one data point: a GPU group's GPUs
+    (``--gpus 0+1,2+3``: two per point, the server runs across both). ``--gpus 0,0`` (two
+    servers per GPU, locally) becomes half a GPU per point: Ray packs two on each GPU."""
     if gpu_engine(opts):
         per_gpu = max(Counter(s.gpu for s in opts.slots if s.gpu is not None).values(),
                       default=1)
-        return {"num_gpus": 1 if per_gpu == 1 else round(1 / per_gpu, 4), "num_cpus": 1}
+        size = max((s.tensor_parallel_size for s in opts.slots), default=1)
+        return {"num_gpus": size if per_gpu == 1 else round(size / per_gpu, 4), "num_cpus": 1}
     if cluster_resources.get(SLOT_RESOURCE, 0) >= 1:
         return {"num_cpus": 0, "resources": {SLOT_RESOURCE: 1}}
     return {"num_cpus": 1}
+
+
+def _per_point(res_name: str, per_point: float) -> str:
+    if res_name != "GPU":
+        return f"one {res_name!r}"
+    if per_point == 1:
+        return "one GPU"
+    return (f"{per_point:g} GPUs (one server across them)" if per_point > 1
+            else f"{per_point:g} of a GPU")
 
 
 def node_label(hostname: str, ip: str, node_id: str) -> str:
@@ -404,7 +415,7 @@ class _RayRun:
             "nodes": len(nodes), "slots": slots, "slot_resource": res_name,
             "ray_version": ray.__version__}
         _say(f"ray: {len(nodes)} node(s), {slots} slot(s) of {res_name!r}; "
-              f"{'one GPU' if res_name == 'GPU' else 'one ' + repr(res_name)} per data point")
+              f"{_per_point(res_name, per_point)} per data point")
         tracker = ray.remote(num_cpus=0, max_restarts=0)(_Tracker)
         try:  # on the driver's node (hard: Ray's soft affinity placed it elsewhere)
             from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy

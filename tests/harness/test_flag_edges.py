@@ -35,12 +35,12 @@ def run(*args, cwd: Path, timeout: float = 120):
     (("--no-prefix-cache", "--phases", "cold,self-hit"),
      ("--no-prefix-cache: the self-hit phase cannot hit", "--phases cold")),
     (("--allow-fewer",), ("--allow-fewer is for --baseline",)),
-    (("--gpus", "0"), ("--gpus: the lab engine runs on the CPU",)),
+    (("--engine-arg=--tensor-parallel-size=2",), ("the tensor-parallel size comes from the GPU groups",)),
     (("--prompts", "cases.jsonl", "--context", "800"), ("--context is not used with --prompts",)),
     (("--prompts", "cases.jsonl", "--answer-lines", "2"),
      ("--answer-lines is not used with --prompts",)),
 ], ids=["block-7", "empty-residues", "missing-model-dry-run", "prefix-cache-both",
-        "self-hit-without-cache", "allow-fewer-alone", "gpus-on-lab", "prompts-context",
+        "self-hit-without-cache", "allow-fewer-alone", "tp-without-a-group", "prompts-context",
         "prompts-answer-lines"])
 def test_one_line_exit_2_before_any_server(tmp_path, args, needles):
     (tmp_path / "cases.jsonl").write_text('{"id": "a", "messages": [{"role": "user", '

@@ -15,7 +15,9 @@ the real CLI, against the lab engine:
    kills it;
 4. a GPU engine (``--engine cmd --gpus``, the fake engine) claims one GPU per point: the
    head declares two GPUs (Ray assigns declared ids whether or not they exist), and each
-   server's CUDA_VISIBLE_DEVICES is the id Ray assigned, which the slot names;
+   server's CUDA_VISIBLE_DEVICES is the id Ray assigned, which the slot names; a GPU
+   group (the lab, ``--gpus 0+1``) claims both per point, and its records show the group
+   and the TP size the lab was given;
 5. nothing left running: no server, no Ray process of this cluster.
 
 One test function on purpose: one cluster per test run (2 cores), and the scenarios
@@ -279,6 +281,22 @@ def test_sweep_on_a_two_node_ray_cluster(tmp_path):
             gpu_id = log.name.split("-")[2].split(".gpu")[1]
             assert f"CUDA_VISIBLE_DEVICES={gpu_id}\n" in log.read_text()
         mark("GPU claim sweep done")
+
+        # -- 4b. a GPU group: one server across the head's two GPUs, TP 2 ---------------
+        group_dir = tmp_path / "group"
+        group = subprocess.run(
+            _argv(group_dir, model, "--gpus", "0+1", "--residues", "3,4", "--backend", "ray",
+                  "--ray-address", cluster.address),
+            cwd=ROOT, capture_output=True, text=True, timeout=120, env=_without(HOLD_DIR_ENV))
+        assert group.returncode == 1, group.stderr[-3000:]   # residue 4 broken, as above
+        assert "1 slot(s) of 'GPU'; 2 GPUs (one server across them) per data point" \
+            in group.stderr
+        trecs = _records(next((group_dir / "results").glob("*.jsonl")))
+        assert _verdicts(trecs) == {k: v for k, v in expected.items() if k[0] in (3, 4)}
+        assert {r["slot"] for r in trecs} == {f"{head_id}.gpu0+1"}
+        assert {(r["config"]["tensor_parallel_size"], r["config"]["visible_devices"])
+                for r in trecs} == {(2, "0,1")}
+        mark("GPU group sweep done")
     finally:
         leftovers = [p.pid for p in processes_mentioning(marker)]
         for p in processes_mentioning(marker):

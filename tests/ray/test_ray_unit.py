@@ -36,6 +36,10 @@ def test_slot_resources():
     assert rb.task_resources(_Opts("lab"), {"CPU": 4, "lab_slot": 4}) == \
         {"num_cpus": 0, "resources": {"lab_slot": 1}}
     assert rb.task_resources(_Opts("cmd"), {"CPU": 4}) == {"num_cpus": 1}
+    # a GPU group: one server across its GPUs claims them all (the lab too: it records them)
+    assert rb.task_resources(_Opts("vllm", "0+1,2+3"), {"GPU": 4}) == {"num_gpus": 2, "num_cpus": 1}
+    assert rb.task_resources(_Opts("lab", "0+1"), {"GPU": 2}) == {"num_gpus": 2, "num_cpus": 1}
+    assert rb.task_resources(_Opts("vllm", "0+1,0+1"), {"GPU": 2}) == {"num_gpus": 1, "num_cpus": 1}
 
 
 def test_node_label_and_grouping():
