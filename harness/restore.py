@@ -35,7 +35,7 @@ from typing import Any
 from .client import ClientError, EngineClient
 
 __all__ = ["SLEEP_MEANS", "RestoreFailed", "restore_server", "discarded_gib",
-           "LOG_WAIT_S"]
+           "sleep_lines", "LOG_WAIT_S"]
 
 SLEEP_MEANS = "sleep-level-1+wake+reset"
 # vLLM logs the allocator line in the worker process: it reaches the log file a moment
@@ -56,10 +56,18 @@ class RestoreFailed(RuntimeError):
 _FREED = re.compile(r"Sleep mode freed (?P<freed>[\d.]+) GiB memory")
 
 
+def sleep_lines(log_text: str) -> list[dict[str, float]]:
+    """Each sleep's allocator line, in order: GiB freed in ``total``, ``backup`` (offloaded
+    to CPU: the weights, moved to the host and back by a sleep cycle) and ``gone``
+    (discarded: the KV cache)."""
+    return [{k: float(m[k]) for k in ("total", "backup", "gone")}
+            for m in _DISCARDED.finditer(log_text)]
+
+
 def discarded_gib(log_text: str) -> list[float]:
     """GiB discarded by each sleep the log shows, in order (the allocator's line; else the
     worker's 'Sleep mode freed' line)."""
-    found = [float(m["gone"]) for m in _DISCARDED.finditer(log_text)]
+    found = [line["gone"] for line in sleep_lines(log_text)]
     return found or [float(m["freed"]) for m in _FREED.finditer(log_text)]
 
 

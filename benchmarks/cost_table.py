@@ -1,0 +1,224 @@
+"""The cost curve's table (``benchmarks/gpu_cost_curve.py``) from its records alone:
+``DIR/records.jsonl`` (+ ``DIR/manifest.json`` where there is one) -> ``DIR/cost_curve.md``.
+
+Medians over the measured rounds (a server's first point after its boot is shown apart),
+ranges and counts; ratios to the first measured server; the GiB each restore moves; what a
+128-residue × 2-phase sweep of one configuration costs by each means. Every table says
+"dummy weights: cost only, no verdicts".
+"""
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+from typing import Any, Iterable
+
+__all__ = ["NOTE", "fill_bytes", "fill_seconds", "load", "table", "write_table"]
+
+NOTE = "dummy weights: cost only, no verdicts"
+RESIDUES, PHASES = 128, 2
+DASH = "–"
+
+
+def load(folder: Path) -> tuple[list[dict], dict]:
+    recs = [json.loads(line) for line in (folder / "records.jsonl").read_text().splitlines()
+            if line.strip()]
+    mpath = folder / "manifest.json"
+    return recs, (json.loads(mpath.read_text()) if mpath.is_file() else {})
+
+
+def fill_bytes(result: Any) -> int | None:
+    """Every ``bytes`` the worker's fill reported, summed over its regions (None: none)."""
+    found = list(_values(result, "bytes"))
+    return sum(int(v) for v in found) if found else None
+
+
+def fill_seconds(result: Any) -> float | None:
+    """The worker's own seconds for the fill: its top-level ``s`` (or ``seconds``), else
+    the sum over its regions."""
+    if isinstance(result, dict):
+        for key in ("s", "seconds"):
+            if isinstance(result.get(key), (int, float)):
+                return float(result[key])
+    found = list(_values(result, "s")) + list(_values(result, "seconds"))
+    return float(sum(found)) if found else None
+
+
+def _values(obj: Any, key: str) -> Iterable[float]:
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            if k == key and isinstance(v, (int, float)) and not isinstance(v, bool):
+                yield v
+            else:
+                yield from _values(v, key)
+    elif isinstance(obj, list):
+        for v in obj:
+            yield from _values(v, key)
+
+
+def _stats(xs: list[float]) -> tuple[float, float, float, int] | None:
+    xs = [x for x in xs if x is not None]
+    return (statistics.median(xs), min(xs), max(xs), len(xs)) if xs else None
+
+
+def _fmt(st, unit: str = "") -> str:
+    if st is None:
+        return DASH
+    med, lo, hi, n = st
+    return f"{_num(med)}{unit} [{_num(lo)}–{_num(hi)}] ({n})"
+
+
+def _num(x: float | None) -> str:
+    if x is None:
+        return DASH
+    if abs(x) >= 100:
+        return f"{x:,.0f}"
+    return f"{x:.3g}" if abs(x) >= 0.01 else f"{x:.2g}"
+
+
+def _ratio(a: float | None, b: float | None) -> str:
+    return DASH if not a or not b else f"{a / b:.2f}×"
+
+
+def _pct(a: float | None, b: float | None) -> str:
+    return DASH if a is None or not b else f"{100 * a / b:.2f}%"
+
+
+def summarize(recs: list[dict]) -> dict[str, dict[str, Any]]:
+    """Per server: its boot record and the numbers the tables show."""
+    out: dict[str, dict[str, Any]] = {}
+    for r in recs:
+        if r.get("server") and r["kind"] == "boot":
+            out[r["server"]] = {"boot": r}
+    for name, row in out.items():
+        mine = [r for r in recs if r.get("server") == name and not r.get("error")]
+        points = [r for r in mine if r["kind"] == "point" and not r.get("first_after_boot")]
+        firsts = [r for r in mine if r["kind"] == "point" and r.get("first_after_boot")]
+        fills = [r for r in mine if r["kind"] == "fill"]
+        sleeps = [r for r in mine if r["kind"] == "sleep"]
+        row.update(
+            point=_stats([r["s"] for r in points]),
+            cold=_stats([r["phases"]["cold"]["s"] for r in points]),
+            hit=_stats([r["phases"]["self-hit"]["s"] for r in points]),
+            first=firsts[0]["s"] if firsts else None,
+            cached=_stats([r["phases"]["self-hit"].get("cached_tokens") for r in points]),
+            fill=_stats([r["s"] for r in fills]),
+            fill_worker=_stats([fill_seconds(r.get("result")) for r in fills]),
+            fill_gib=_stats([(fill_bytes(r.get("result")) or 0) / 2**30 or None for r in fills]),
+            fill_proven=f"{sum(bool(r.get('proven')) for r in fills)}/{len(fills)}" if fills else DASH,
+            sleep=_stats([r["s"] for r in sleeps]),
+            sleep_steps={k: _stats([r["steps"].get(k) for r in sleeps])
+                         for k in ("sleep", "wake_up", "reset")},
+            weights_gib=_stats([(r.get("allocator") or {}).get("backup") for r in sleeps]),
+            kv_gone_gib=_stats([(r.get("allocator") or {}).get("gone") for r in sleeps]),
+            errors=[r for r in recs if r.get("server") == name and r.get("error")],
+            skips=[r for r in recs if r.get("server") == name and r["kind"] == "skip"])
+    return out
+
+
+def _med(st) -> float | None:
+    return st[0] if st else None
+
+
+def table(recs: list[dict], manifest: dict | None = None) -> str:
+    rows = summarize(recs)
+    measured = [n for n, r in rows.items() if r["point"] or r["sleep"] or r["fill"]]
+    base = measured[0] if measured else None
+    b = rows.get(base, {})
+    lines = [f"# Cost curve: {NOTE}", ""]
+    if manifest:
+        lines += [f"Wall {manifest.get('wall_s')} s of a {manifest.get('deadline_s')} s "
+                  f"deadline; stopped: {manifest.get('stop_reason') or 'no (all rounds ran)'}; "
+                  "state fill: " + ("`{method}` {args} of `{cls}`".format(**manifest["fill_call"])
+                                    if manifest.get("fill_call") else
+                                    f"not measured ({manifest.get('fill_missing_why')})"), ""]
+    lines += [f"## Per point ({NOTE}): median [min–max] (n), seconds", "",
+              "| server | params built | weights GiB | KV pool GiB | boot s | first point s | "
+              "point s (cold + self-hit) | cold s | self-hit s | sleep cycle s | state fill s | "
+              "fill / point | sleep / point |", "|" + "---|" * 13]
+    for n, r in rows.items():
+        bt = r["boot"]
+        lines.append(
+            f"| {n} | {bt.get('params', 0) / 1e9:.2f} B | {_num(_med(r['weights_gib']) or bt.get('weights_gib'))} | "
+            f"{_num(bt.get('kv_gib'))} | {_num(bt.get('boot_s'))} ({bt.get('how')}) | "
+            f"{_num(r['first'])} | {_fmt(r['point'])} | {_fmt(r['cold'])} | {_fmt(r['hit'])} | "
+            f"{_fmt(r['sleep'])} | {_fmt(r['fill'])} | {_pct(_med(r['fill']), _med(r['point']))} | "
+            f"{_pct(_med(r['sleep']), _med(r['point']))} |")
+    lines += ["", f"## What each restore moves, and how each cost grows (× {base}; {NOTE})", "",
+              "| server | sleep: weights to host and back GiB | sleep: KV discarded GiB | "
+              "sleep GiB/s | fill GiB | fill proven | fill GiB/s | fill s (worker) | params × | "
+              "KV pool × | point × | sleep × | fill × |", "|" + "---|" * 13]
+    for n, r in rows.items():
+        bt, w, f = r["boot"], _med(r["weights_gib"]), _med(r["fill_gib"])
+        sleep_rate = 2 * w / _med(r["sleep"]) if w and r["sleep"] else None
+        fill_rate = f / _med(r["fill_worker"]) if f and _med(r["fill_worker"]) else None
+        lines.append(
+            f"| {n} | {_num(2 * w) if w else DASH} | {_num(_med(r['kv_gone_gib']))} | "
+            f"{_num(sleep_rate)} | {_num(f)} | {r['fill_proven']} | {_num(fill_rate)} | "
+            f"{_fmt(r['fill_worker'])} | "
+            f"{_ratio(bt.get('params'), b.get('boot', {}).get('params'))} | "
+            f"{_ratio(bt.get('kv_gib'), b.get('boot', {}).get('kv_gib'))} | "
+            f"{_ratio(_med(r['point']), _med(b.get('point')))} | "
+            f"{_ratio(_med(r['sleep']), _med(b.get('sleep')))} | "
+            f"{_ratio(_med(r['fill']), _med(b.get('fill')))} |")
+    lines += ["", f"## One configuration, {RESIDUES} residues × {PHASES} phases, from the medians "
+              f"({NOTE})", "",
+              "| server | restore by state fill: boot + 128 × (point + fill) s | restore by sleep: "
+              "boot + 128 × (point + sleep) s | fresh: 128 × (boot + point) s | fresh ÷ fill |",
+              "|---|---|---|---|---|"]
+    for n, r in rows.items():
+        boot, point = r["boot"].get("boot_s"), _med(r["point"])
+        if boot is None or point is None:
+            continue
+        by_fill = boot + RESIDUES * (point + _med(r["fill"])) if r["fill"] else None
+        by_sleep = boot + RESIDUES * (point + _med(r["sleep"])) if r["sleep"] else None
+        fresh = RESIDUES * (boot + point)
+        lines.append(f"| {n} | {_num(by_fill)} | {_num(by_sleep)} | {_num(fresh)} | "
+                     f"{_ratio(fresh, by_fill)} |")
+    lines += ["", "## Boot", "", "| server | how | boot s | imports s | API server → engine core s"
+              " | compile s | graph capture s | compile cache | KV cache tokens | block | "
+              "error |", "|" + "---|" * 11]
+    for n, r in rows.items():
+        bt = r["boot"]
+        st = bt.get("stages") or {}
+        lines.append(f"| {n} | {bt.get('how')} | {_num(bt.get('boot_s'))} | "
+                     f"{_num(st.get('python_start_and_imports_s'))} | "
+                     f"{_num(st.get('api_server_to_engine_core_s'))} | {_num(st.get('compile_s'))} | "
+                     f"{_num(st.get('graph_capture_s'))} | {bt.get('compile_cache') or DASH} | "
+                     f"{bt.get('kv_cache_tokens') or DASH} | {bt.get('block_size') or DASH} | "
+                     f"{(bt.get('error') or DASH)[:120]} |")
+    lines += ["", *_goal_lines(rows), *_trouble_lines(rows), "", f"_{NOTE}._"]
+    return "\n".join(lines) + "\n"
+
+
+def _goal_lines(rows: dict) -> list[str]:
+    out = ["## The goal: a restore point ≤ 1% of that point's own request time", ""]
+    for n, r in rows.items():
+        point = _med(r["point"])
+        if not point:
+            continue
+        for what, key in (("state fill", "fill"), ("sleep cycle", "sleep")):
+            if r[key]:
+                pct = 100 * _med(r[key]) / point
+                out.append(f"- {n}: {what} {pct:.2f}% of the point ({'met' if pct <= 1 else 'not met'})")
+            else:
+                out.append(f"- {n}: {what} not measured")
+    return out
+
+
+def _trouble_lines(rows: dict) -> list[str]:
+    out = []
+    for n, r in rows.items():
+        if r["skips"]:
+            kinds = sorted({s["what"] for s in r["skips"]})
+            out.append(f"- {n}: skipped for the deadline: {len(r['skips'])} ({', '.join(kinds)})")
+        for e in r["errors"][:3]:
+            out.append(f"- {n}: {e['kind']} round {e.get('round', DASH)}: {str(e['error'])[:200]}")
+    return ["", "## Skipped and failed", "", *out] if out else []
+
+
+def write_table(folder: Path) -> str:
+    recs, manifest = load(Path(folder))
+    text = table(recs, manifest)
+    (Path(folder) / "cost_curve.md").write_text(text)
+    return text

@@ -1,0 +1,34 @@
+#!/bin/bash
+# Issue 35's cost curve in ONE device call (one H200): boot the dummy-weight shapes of
+# benchmarks/shapes at once, then measure, one at a time, each server's point (cold +
+# self-hit), state fill and sleep cycle (benchmarks/gpu_cost_curve.py), and pack what came
+# back into $OUT: cost_curve.md (the table), records.jsonl, manifest.json and
+# cost_curve.tgz (all of it, server logs gzipped, timings, GPU monitor): 4 files.
+# Dummy weights: cost only, no verdicts.
+# Needs vLLM 0.26.0 in /tmp/site (docs/gpu-notes.md, "How to rerun on the device"); half b2
+# of the bundle is unpacked first when _C is missing and .gpu/bundle/b2 was carried.
+# Usage (repository root of the device's copy):
+#   bash benchmarks/gpu_cost_curve.sh [LIMIT_S] [ARGS...]    # ARGS: gpu_cost_curve.py's
+LIMIT=${1:-530}; shift
+R=$PWD; S=$R
+source "$R/engine/tinymodel/scripts/device_lib.sh"
+: "${OUT:=/tmp/out}"; W=/tmp/work/cost_curve; rm -rf "$W"; mkdir -p "$W" "$OUT"
+[ -f /tmp/site/vllm/_C_stable_libtorch.abi3.so ] || dev_unpack_b "$W/timings.txt"
+if [ ! -d /tmp/site/vllm ]; then
+  echo "gpu_cost_curve.sh: /tmp/site holds no vLLM (unpack the bundle first: docs/gpu-notes.md)"
+  exit 3
+fi
+dev_vllm_env
+dev_env_txt "$W/env.txt"
+dev_monitor "$W/monitor.txt"
+START=$(el)
+timeout --signal=INT -k 15 $(( LIMIT - 15 - START )) python3 benchmarks/gpu_cost_curve.py \
+  --out "$W" --deadline-s $(( LIMIT - 40 - START )) "$@" > "$W/stdout.txt" 2> "$W/stderr.txt"
+echo "cost curve rc=$? $(el)s (started at ${START}s)" >> "$W/timings.txt"
+kill "$MON" 2>/dev/null
+# a driver killed before its finally block leaves records but no table: make it now
+[ -f "$W/cost_curve.md" ] || python3 benchmarks/gpu_cost_curve.py --summarize "$W" \
+  > /dev/null 2>> "$W/stderr.txt"
+cp "$W/cost_curve.md" "$W/records.jsonl" "$W/manifest.json" "$OUT/" 2>/dev/null
+dev_pack cost_curve
+cat "$W/timings.txt" "$W/cost_curve.md" 2>/dev/null; tail -c 1500 "$W/stderr.txt"
