@@ -47,6 +47,7 @@ REGIONS = ("state", "kv", "null", "builders", "bytes", "store0", "state0", "kv0"
 DEFAULT_REGIONS = ("state", "kv", "builders")
 PATTERNS = {"A": 0x5EED, "B": 0xB0B5}
 _TILE_MAX = 1 << 22          # elements of one tile; larger tensors repeat it
+_SUM_SLAB = 1 << 25          # elements per int64 reduction (256 MiB of temporaries)
 _AMPLITUDE = 1.0             # values in [-1, 1): finite in every float dtype, never NaN/inf
 
 
@@ -80,20 +81,19 @@ def _int_view(t):
 
 def checksum(t) -> int:
     """Exact integer sum of the tensor's bytes taken as integers of its element size
-    (order-independent, so equal on every GPU)."""
+    (order-independent, so equal on every GPU). Reduced in slabs of dim 0 of at most
+    ``_SUM_SLAB`` elements: the int64 reduction of a whole pool would take GBs beside it
+    (9.8 GiB on the H200), and one slice at a time is thousands of syncs."""
     import torch
     v = _int_view(t)
-    if v.dim() == 0 or v.numel() <= _TILE_MAX:
+    if v.dim() == 0 or v.numel() <= _SUM_SLAB:
         return int(torch.sum(v, dtype=torch.int64).item())
-    # one slice of dim 0 at a time: the int64 reduction must not take GBs beside a full pool
-    return sum(checksum_part(v[i]) for i in range(v.shape[0]))
-
-
-def checksum_part(v) -> int:
-    import torch
-    if v.dim() and v.numel() > _TILE_MAX:
-        return sum(checksum_part(v[i]) for i in range(v.shape[0]))
-    return int(torch.sum(v, dtype=torch.int64).item())
+    per = max(v[0].numel(), 1)
+    if per > _SUM_SLAB:
+        return sum(checksum(v[i]) for i in range(v.shape[0]))
+    step = max(_SUM_SLAB // per, 1)
+    parts = [torch.sum(v[i:i + step], dtype=torch.int64) for i in range(0, v.shape[0], step)]
+    return int(torch.stack(parts).sum().item())
 
 
 def _tile_dims(shape) -> int:

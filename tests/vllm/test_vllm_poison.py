@@ -122,3 +122,16 @@ def test_describe_names_each_layer_and_the_null_block():
 def test_unknown_region_is_refused():
     with pytest.raises(ValueError, match="unknown poison region"):
         P.parse_regions("state,heap")
+
+
+def test_checksum_reduces_large_tensors_in_slabs_exactly(monkeypatch):
+    """A 1-D storage, a strided view and a tensor whose one slice is over the slab: the
+    slab sums equal one whole sum (and no per-element loop: the 1-D case must be fast)."""
+    monkeypatch.setattr(P, "_SUM_SLAB", 1000)
+    flat = torch.randint(0, 255, (50_001,), dtype=torch.uint8)
+    assert P.checksum(flat) == int(flat.to(torch.int64).sum())
+    big = torch.randn(7, 3, 40, 40).to(torch.bfloat16)
+    view = big[:, 1]
+    want = int(view.contiguous().view(torch.int16).to(torch.int64).sum())
+    assert P.checksum(view) == want
+    assert P.checksum(big) == int(big.view(torch.int16).to(torch.int64).sum())
