@@ -198,7 +198,7 @@ def main() -> int:
     args = ap.parse_args()
     if args.summarize:
         from gpu_poison_summary import summarize
-        print(summarize(args.summarize))
+        print(summarize(sorted(args.summarize.glob("*records.jsonl*"))))
         return 0
     if not (args.model and args.out):
         ap.error("--model and --out are required to run the probe")

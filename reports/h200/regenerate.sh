@@ -95,3 +95,5 @@ report shapes/day2/c_preempt_24.md 20261202-013317-8bca.jsonl.gz
 report shapes/day2/c_preempt_36.md 20261202-013317-9f32.jsonl.gz
 report shapes/day2/c_preempt_54.md 20261202-013317-021c.jsonl.gz
 python summarize.py > summary.md && echo summary.md
+# issue 32: the region hunt (benchmarks/gpu_poison.py on the H200, 2026-12-02)
+page poison/hunt.md python ../../benchmarks/gpu_poison_summary.py poison/call1-records.jsonl.gz poison/call2-records.jsonl.gz
