@@ -105,7 +105,8 @@ def summarize(recs: list[dict]) -> dict[str, dict[str, Any]]:
             fill=_stats([r["s"] for r in fills]),
             fill_worker=_stats([fill_seconds(r.get("result")) for r in fills]),
             fill_gib=_stats([(fill_bytes(r.get("result")) or 0) / 2**30 or None for r in fills]),
-            fill_proven=f"{sum(bool(r.get('proven')) for r in fills)}/{len(fills)}" if fills else DASH,
+            fill_proven=(f"{sum(bool(r.get('proven')) for r in fills)}/{len(fills)}"
+                         if fills else DASH),
             sleep=_stats([r["s"] for r in sleeps]),
             sleep_steps={k: _stats([r["steps"].get(k) for r in sleeps])
                          for k in ("sleep", "wake_up", "reset")},
@@ -138,8 +139,9 @@ def table(recs: list[dict], manifest: dict | None = None) -> str:
               "fill / point | sleep / point |", "|" + "---|" * 13]
     for n, r in rows.items():
         bt = r["boot"]
+        weights = _med(r["weights_gib"]) or bt.get("weights_gib")
         lines.append(
-            f"| {n} | {bt.get('params', 0) / 1e9:.2f} B | {_num(_med(r['weights_gib']) or bt.get('weights_gib'))} | "
+            f"| {n} | {bt.get('params', 0) / 1e9:.2f} B | {_num(weights)} | "
             f"{_num(bt.get('kv_gib'))} | {_num(bt.get('boot_s'))} ({bt.get('how')}) | "
             f"{_num(r['first'])} | {_fmt(r['point'])} | {_fmt(r['cold'])} | {_fmt(r['hit'])} | "
             f"{_fmt(r['sleep'])} | {_fmt(r['fill'])} | {_pct(_med(r['fill']), _med(r['point']))} | "
@@ -163,7 +165,8 @@ def table(recs: list[dict], manifest: dict | None = None) -> str:
             f"{_ratio(_med(r['fill']), _med(b.get('fill')))} |")
     lines += ["", f"## One configuration, {RESIDUES} residues × {PHASES} phases, from the medians "
               f"({NOTE})", "",
-              "| server | restore by state fill: boot + 128 × (point + fill) s | restore by sleep: "
+              "| server | restore by state fill: boot + 128 × (point + fill) s | "
+              "restore by sleep: "
               "boot + 128 × (point + sleep) s | fresh: 128 × (boot + point) s | fresh ÷ fill |",
               "|---|---|---|---|---|"]
     for n, r in rows.items():
@@ -175,7 +178,8 @@ def table(recs: list[dict], manifest: dict | None = None) -> str:
         fresh = RESIDUES * (boot + point)
         lines.append(f"| {n} | {_num(by_fill)} | {_num(by_sleep)} | {_num(fresh)} | "
                      f"{_ratio(fresh, by_fill)} |")
-    lines += ["", "## Boot", "", "| server | how | boot s | imports s | API server → engine core s"
+    lines += ["", "## Boot", "", "| server | how | boot s | imports s | "
+              "API server → engine core s"
               " | compile s | graph capture s | compile cache | KV cache tokens | block | "
               "error |", "|" + "---|" * 11]
     for n, r in rows.items():
@@ -183,7 +187,8 @@ def table(recs: list[dict], manifest: dict | None = None) -> str:
         st = bt.get("stages") or {}
         lines.append(f"| {n} | {bt.get('how')} | {_num(bt.get('boot_s'))} | "
                      f"{_num(st.get('python_start_and_imports_s'))} | "
-                     f"{_num(st.get('api_server_to_engine_core_s'))} | {_num(st.get('compile_s'))} | "
+                     f"{_num(st.get('api_server_to_engine_core_s'))} | "
+                     f"{_num(st.get('compile_s'))} | "
                      f"{_num(st.get('graph_capture_s'))} | {bt.get('compile_cache') or DASH} | "
                      f"{bt.get('kv_cache_tokens') or DASH} | {bt.get('block_size') or DASH} | "
                      f"{(bt.get('error') or DASH)[:120]} |")
@@ -200,7 +205,8 @@ def _goal_lines(rows: dict) -> list[str]:
         for what, key in (("state fill", "fill"), ("sleep cycle", "sleep")):
             if r[key]:
                 pct = 100 * _med(r[key]) / point
-                out.append(f"- {n}: {what} {pct:.2f}% of the point ({'met' if pct <= 1 else 'not met'})")
+                verdict = "met" if pct <= 1 else "not met"
+                out.append(f"- {n}: {what} {pct:.2f}% of the point ({verdict})")
             else:
                 out.append(f"- {n}: {what} not measured")
     return out

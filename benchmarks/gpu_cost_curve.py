@@ -355,16 +355,20 @@ class Run:
             self.record("fork_server", None, usable=False, why=str(exc))
 
     def wait_healthy(self) -> None:
+        """Each server until its /health answers 200, it exits, or ``--boot-timeout`` has
+        passed since its own start (then it is stopped: one still booting must not allocate
+        beside the others' sleep cycles), within the deadline."""
         import httpx
 
-        deadline = min(self.opts.boot_timeout, self.left() - RESERVE_S)
-        t_end = time.monotonic() + deadline
         pending = dict(self.servers)
-        while pending and time.monotonic() < t_end and not self.stop_reason:
+        while pending and self.left() > RESERVE_S and not self.stop_reason:
             for name, s in list(pending.items()):
                 rc = s["child"].poll()
-                if rc is not None:
-                    self._boot_record(name, s, error=f"exited {rc} before /health")
+                late = time.time() - s["child"].started_at > self.opts.boot_timeout
+                if rc is not None or late:
+                    self._boot_record(name, s, error=f"exited {rc} before /health" if rc is not None
+                                      else f"no /health within {self.opts.boot_timeout:g} s")
+                    s["survivors"] = s["child"].kill(grace=10)
                     del pending[name]
                     continue
                 try:
@@ -378,7 +382,9 @@ class Run:
                     del pending[name]
             time.sleep(0.5)      # polling the readiness condition itself
         for name, s in pending.items():
-            self._boot_record(name, s, error=f"no /health within {deadline:.0f} s")
+            why = self.stop_reason or "time"
+            self._boot_record(name, s, error=f"not healthy by the deadline ({why})")
+            s["survivors"] = s["child"].kill(grace=10)
 
     def _boot_record(self, name: str, s: dict, error: str | None = None) -> None:
         from engine.vllm.bootlog import parse_boot_log

@@ -230,3 +230,16 @@ def test_past_three_sleep_cycles_the_points_and_fills_come_first(tmp_path):
     r.sink.close()
     skip = [x for x in records(tmp_path) if x["kind"] == "skip"]
     assert len(skip) == 1 and "40 s kept for the remaining points and fills" in skip[0]["why"]
+
+
+def test_a_server_not_healthy_in_time_is_recorded_and_stopped(tmp_path):
+    out = tmp_path / "o"
+    r = run("--engine", "lab", "--out", str(out), "--servers", "2b@4.9", "--points", "1",
+            "--boot-timeout", "0.2", "--cache-dir", "")
+    assert r.returncode == 1, r.stderr[-2000:]
+    recs = records(out)
+    boot = next(x for x in recs if x["kind"] == "boot")
+    assert boot["boot_s"] is None and "no /health within" in boot["error"]
+    assert recs[-1]["kind"] == "teardown" and recs[-1]["survivors"] == {}
+    assert recs[-1]["stop_reason"] == "no server to measure booted"
+    assert "no /health within" in (out / "cost_curve.md").read_text()
