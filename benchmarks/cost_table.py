@@ -148,7 +148,7 @@ def table(recs: list[dict], manifest: dict | None = None) -> str:
             f"{_pct(_med(r['sleep']), _med(r['point']))} |")
     lines += ["", f"## What each restore moves, and how each cost grows (× {base}; {NOTE})", "",
               "| server | sleep: weights to host and back GiB | sleep: KV discarded GiB | "
-              "sleep GiB/s | fill GiB | fill proven | fill GiB/s | fill s (worker) | params × | "
+              "sleep GiB/s | fill GiB written | fill proven | fill GiB/s | fill s (worker) | params × | "
               "KV pool × | point × | sleep × | fill × |", "|" + "---|" * 13]
     for n, r in rows.items():
         bt, w, f = r["boot"], _med(r["weights_gib"]), _med(r["fill_gib"])
@@ -163,7 +163,11 @@ def table(recs: list[dict], manifest: dict | None = None) -> str:
             f"{_ratio(_med(r['point']), _med(b.get('point')))} | "
             f"{_ratio(_med(r['sleep']), _med(b.get('sleep')))} | "
             f"{_ratio(_med(r['fill']), _med(b.get('fill')))} |")
-    lines += ["", f"## One configuration, {RESIDUES} residues × {PHASES} phases, from the medians "
+    lines += ["", "Fill GiB written: the sum of the regions' bytes the poison worker returns "
+              "(each layer's view; on a hybrid, layers of different KV groups share the pool's "
+              "tensors, so it can exceed the pool). Sleep GiB/s: twice the weights over the "
+              "whole cycle (sleep + wake + reset).",
+              "", f"## One configuration, {RESIDUES} residues × {PHASES} phases, from the medians "
               f"({NOTE})", "",
               "| server | restore by state fill: boot + 128 × (point + fill) s | "
               "restore by sleep: "
