@@ -231,8 +231,16 @@ def resolve(spec: str = "mtp", ctx: str = "huge", *, engine: str = "lab",
     if mode not in CUDAGRAPH_MODES:
         raise PresetError(f"unknown cudagraph mode {mode!r}; allowed: {', '.join(CUDAGRAPH_MODES)}")
     if spec == "mtp" and ctx == "huge" and mode in ("FULL", "FULL_AND_PIECEWISE", "FULL_DECODE_ONLY"):
-        notes.append(f"WARNING: {mode} asked for SPEC=mtp CTX=huge; without the "
-                     "prefill-discriminator fix residue k+1 is corrupted on a cache hit")
+        patch_set = normalise_patches(patches)
+        if patch_set == "all" or "prefill-discriminator" in patch_set.split(","):
+            # the fix is on: a note, not a warning that the cell is corrupted
+            notes.append(f"{mode} asked for SPEC=mtp CTX=huge with the prefill-discriminator "
+                         f"fix on (patches={patch_set}): residue k+1={k + 1} is the cell it "
+                         "keeps clean on a cache hit")
+        else:
+            notes.append(f"WARNING: {mode} asked for SPEC=mtp CTX=huge without the "
+                         f"prefill-discriminator fix (patches={patch_set}): residue "
+                         f"k+1={k + 1} is corrupted on a cache hit")
     if preset["block_size"] is not None and int(preset["block_size"]) <= 0:
         raise PresetError("block size must be positive")
     unit = preset["prefix_match_unit"]

@@ -18,7 +18,8 @@ from engine.presets import PresetError, ServingConfig, resolve
 
 from . import bugb
 from .errors import UsageError
-from .flags import UNSET, choices_of, split
+from .flag_values import choices_of, split
+from .flags import UNSET
 from .prompts.cases import PromptCase, load_cases, select_cases
 from .slots import Slot
 from .vocabulary import PHASES
@@ -159,7 +160,8 @@ def select_residues(spec: str, cfg: ServingConfig, modulus: int, *,
     ``all`` | ``risky`` (the rule's k+1 and its neighbours, plus the edges) | ``tails[:N]``
     (the final-chunk tails that matter, ``1, k, k+1, k+2``, the rule's residues, and N
     seeded others, default 4: for a large modulus such as a chunk budget) | ``LIST`` /
-    ``A-B`` | ``sample:N`` (always includes what the rule predicts for the configuration).
+    ``A-B`` (each residue once, no empty item) | ``sample:N`` (always includes the rule's
+    ``k + 1`` and what the rule predicts for the configuration).
     """
     s = spec.strip().lower()
     predicted = predicted_residues(cfg, modulus)
@@ -177,13 +179,20 @@ def select_residues(spec: str, cfg: ServingConfig, modulus: int, *,
             raise UsageError(f"--residues: {spec!r}: sample:N needs an integer N") from None
         if not 1 <= n <= modulus:
             raise UsageError(f"--residues: sample:{n} must be between 1 and {modulus}")
+        # k + 1 always (docs/flags.md), the rule's prediction or not: a configuration the
+        # rule calls safe (PIECEWISE, the fix on) is checked where it would break
+        must = list(dict.fromkeys([*predicted, cfg.decode_query_len % modulus]))
         rng = random.Random(seed)
-        rest = [r for r in range(modulus) if r not in predicted]
+        rest = [r for r in range(modulus) if r not in must]
         rng.shuffle(rest)
-        chosen = sorted(set(predicted[:n]) | set(rest[: max(0, n - len(predicted))]))
+        chosen = sorted(set(must[:n]) | set(rest[: max(0, n - len(must))]))
     else:
         chosen = []
-        for item in split(spec):
+        items = [v.strip() for v in spec.split(",")] if spec.strip() else []
+        if "" in items:   # nothing at all is "names no residue" below
+            raise UsageError(f"--residues: {spec!r} has an empty item (two commas, or one at "
+                             "an end); write a list such as 3,4,5")
+        for item in items:
             try:
                 if "-" in item:
                     a, b = (int(x) for x in item.split("-", 1))
@@ -201,7 +210,11 @@ def select_residues(spec: str, cfg: ServingConfig, modulus: int, *,
         bad = [r for r in chosen if not 0 <= r < modulus]
         if bad:
             raise UsageError(f"--residues: {bad[0]} is outside 0..{modulus - 1} (modulus {modulus})")
-        chosen = sorted(set(chosen))
+        twice = sorted({r for r in chosen if chosen.count(r) > 1})
+        if twice:
+            raise UsageError(f"--residues: {spec!r} names residue {twice[0]} twice; name each "
+                             "residue once")
+        chosen = sorted(chosen)
         if not chosen:
             raise UsageError(f"--residues: {spec!r} names no residue; allowed: all, risky, "
                              "tails[:N], sample:N, a list (3,4,5) or a range (0-15)")

@@ -6,7 +6,8 @@ a flag, what a flag does on one engine) is built here from the adapters of
 ``logprobs_default``, ``needs_gpu``, ``runners``, ``prefork()``, ``takes_draft_model``,
 ``takes_engine_args``, ``compile_caches``) and each adapter's ``help_notes``, its words
 under a flag. A fact changed in an adapter changes the help, and the usage errors that
-name the engines, with it.
+name the engines, with it. The presets' words (``--spec``, ``--ctx``) are read off
+``engine.presets``' tables the same way.
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from typing import Any, Callable
 from .engines import ADAPTERS, EngineAdapter, engines_where
 
 __all__ = ["engines_where", "per_engine", "for_engines", "notes", "engine_help", "runner_help",
-           "can_fork"]
+           "can_fork", "spec_words", "ctx_words"]
 
 Fact = Callable[[type[EngineAdapter]], Any]
 
@@ -40,7 +41,7 @@ def notes(flag: str) -> str:
 
 
 def engine_help(default: str) -> str:
-    """``--engine``: "lab (CPU, default) | vllm | cmd"."""
+    """``--engine``: "lab (the shipped CPU lab engine, default) | vllm (...) | cmd (...)"."""
     def one(name: str, cls: type[EngineAdapter]) -> str:
         words = [w for w in (cls.help_notes.get("--engine"),
                              "default" if name == default else None) if w]
@@ -59,3 +60,20 @@ def runner_help() -> str:
 def can_fork(cls: type[EngineAdapter]) -> bool:
     """``--launcher prefork`` can fork this engine's servers from a pre-imported parent."""
     return cls.prefork() is not None
+
+
+def spec_words() -> str:
+    """``mtp (MTP head, k=3) | ...``: what each --spec value is (engine.presets)."""
+    from engine.presets import SPEC_TABLE
+    return " | ".join(f"{name} ({why.split(',')[0]}{f', k={k}' if method else ''})"
+                      for name, (method, k, why) in SPEC_TABLE.items())
+
+
+def ctx_words() -> str:
+    """``fast (max_model_len 32768, block 16) | ...``: what each --ctx value sets."""
+    from engine.presets import CTX_TABLE
+
+    def one(name: str, t: dict) -> str:
+        unit = f", hash unit {t['prefix_match_unit']}" if t.get("prefix_match_unit") else ""
+        return f"{name} (max_model_len {t['max_model_len']}, block {t['block_size']}{unit})"
+    return " | ".join(one(n, t) for n, t in CTX_TABLE.items())

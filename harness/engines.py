@@ -27,7 +27,7 @@ from engine.presets import ServingConfig
 
 from .client import EngineClient
 from .cmd_config import cmd_label, normalise_reported, parse_served_config, read_reported
-from .errors import UsageError
+from .errors import CannotRun, UsageError
 from .restore import SLEEP_MEANS
 from .isolation import dev_mode as isolation_dev_mode
 from .slots import Slot
@@ -101,6 +101,11 @@ class EngineAdapter:
             argv, _ = self.command(cfg, _PORT_SENTINEL, slot)
             if (why := dummy_weights_refusal(argv)) is not None:
                 raise UsageError(f"{cfg.label()}: {why}")
+
+    def check_can_start(self) -> None:
+        """Whether this machine can start the engine's servers at all: raises
+        ``CannotRun`` (exit 3) before a sweep starts anything. Not part of ``check``:
+        ``--dry-run`` plans a vLLM sweep where vLLM is not installed."""
 
     def runner_refusal(self, runner: str) -> str:
         return (f"--runner {runner}: --engine {self.name} cannot be forced onto a model "
@@ -193,7 +198,7 @@ class LabAdapter(EngineAdapter):
     logprobs_default = 5    # tests/lab/test_logprobs.py: byte-identical answers with/without
     default_served_name = "lab-copy"
     restore_means = SLEEP_MEANS   # the lab has vLLM's sleep mode (engine/lab/sleep.py)
-    help_notes = {"--engine": "CPU", "--model": "the shipped copy model by default",
+    help_notes = {"--engine": "the shipped CPU lab engine", "--model": "the shipped copy model by default",
                   "--geometry": "the copy model's",
                   # _is_uniform_decode is V1's; the prefill check V2 has is a --patches fix
                   "--runner": "one runner, V1's shape-only dispatch, fixed by --patches",
@@ -283,7 +288,8 @@ class VllmAdapter(EngineAdapter):
     logprobs_default = 5    # V1 Sampler: logprobs are a side computation, greedy is argmax
     takes_draft_model = True
     compile_caches = True        # torch.compile, Inductor and Triton (engine/vllm/caches)
-    help_notes = {"--model": "required, a local model directory or HF id",
+    help_notes = {"--engine": "a vLLM install, on GPU; needs --model",
+                  "--model": "required, a local model directory or HF id",
                   "--geometry": "hybrid adds --mamba-cache-mode align and the triton GDN "
                                 "prefill backend",   # engine/vllm/launch.build_command
                   "--engine-arg": "--engine-arg=--language-model-only"}
@@ -330,6 +336,20 @@ class VllmAdapter(EngineAdapter):
     @classmethod
     def can_restore(cls) -> bool:
         return vllm_serves_sleep() is not False
+
+    def check_can_start(self) -> None:
+        """vLLM importable by the Python the servers run (this one): without it every
+        model form failed differently (an HF id at the probe server, a local folder as a
+        report of boot-fail cells, exit 1)."""
+        import importlib.util
+        try:
+            found = importlib.util.find_spec("vllm") is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            raise CannotRun(f"--engine vllm: vLLM is not installed in {sys.executable} "
+                            "(the Python that starts its servers): pip install vllm, or run "
+                            "sweep from the environment that has it")
 
     @classmethod
     def restore_refusal(cls) -> str:
@@ -383,6 +403,7 @@ class CmdAdapter(EngineAdapter):
 
     name = "cmd"
     takes_engine_args = False    # the whole command is the user's --server-cmd
+    help_notes = {"--engine": "any OpenAI-compatible server --server-cmd starts"}
 
     def __init__(self, template: str | None, served_model_name: str | None = None,
                  served_config: str | None = None):

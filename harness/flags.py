@@ -15,13 +15,15 @@ import textwrap
 from dataclasses import dataclass, field
 from typing import Any, Callable, NamedTuple, Sequence
 
-from engine.presets import (CTXS, CUDAGRAPH_MODES, GEOMETRIES, PATCHES, RUNNERS, SPECS,
-                            PresetError, ServingConfig, normalise_patches)
+from engine.presets import CTXS, CUDAGRAPH_MODES, GEOMETRIES, PATCHES, RUNNERS, SPECS, ServingConfig
 
 from .backends.registry import backend_names
-from .engine_help import can_fork, engine_help, for_engines, notes, per_engine, runner_help
+from .engine_help import (can_fork, ctx_words, engine_help, for_engines, notes, per_engine,
+                          runner_help, spec_words)
 from .engines import ADAPTERS
 from .errors import UsageError
+from .flag_values import (choices_of, int_in, ints, or_none, patch_sets, positive_float,
+                          positive_int, seed_list)
 from .slots import one_slot_args
 from .vocabulary import ISOLATIONS, LOAD_MODES, PHASES
 
@@ -41,10 +43,18 @@ class _Wrap(argparse.RawDescriptionHelpFormatter):
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse that reports a usage error in one line (flag + allowed values), exit 2."""
+    """argparse that reports a usage error in one line (flag + allowed values), exit 2.
+    No prefix matching: ``--residue 3`` is not ``--residues 3`` (it ran a real sweep)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **{"allow_abbrev": False, **kwargs})
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        raise UsageError(message)
+        import difflib
+        bad = message.split(":", 1)[1].split() if message.startswith("unrecognized") else []
+        near = difflib.get_close_matches(bad[0].split("=")[0], list(self._option_string_actions),
+                                         n=1, cutoff=0.75) if bad else []
+        raise UsageError(message + (f" (did you mean {near[0]}?)" if near else ""))
 
 
 class Rerun(NamedTuple):
@@ -78,121 +88,11 @@ GROUPS = ("engine and configuration", "what to measure", "how to run", "gating a
 ENGINE, MEASURE, RUN, OUTPUT = GROUPS
 
 
-# -- value parsers ---------------------------------------------------------------------
-def positive_int(flag: str):
-    def conv(v: str) -> int:
-        try:
-            n = int(v)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{v!r} is not an integer") from None
-        if n < 1:
-            raise argparse.ArgumentTypeError(f"{n} must be at least 1")
-        return n
-    return conv
-
-
-def positive_float(v: str) -> float:
-    try:
-        x = float(v)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{v!r} is not a number") from None
-    if x <= 0:
-        raise argparse.ArgumentTypeError(f"{x:g} must be positive")
-    return x
-
-
-def split(value: str | None) -> list[str]:
-    if value is None:
-        return []
-    return [v.strip() for v in str(value).split(",") if v.strip()]
-
-
-def choices_of(allowed: Sequence[str]):
-    def parse(flag: str, value: str | None) -> list[Any]:
-        items = split(value)
-        for item in items:
-            if item not in allowed:
-                raise UsageError(f"{flag}: {item!r} is not valid; allowed: {', '.join(allowed)}")
-        return items
-    return parse
-
-
-def ints(allow_none: bool = False, unset: Any = None):
-    def parse(flag: str, value: str | None) -> list[Any]:
-        out: list[Any] = []
-        for item in split(value):
-            if allow_none and item.lower() in ("none", "off", "0"):
-                out.append("none")
-                continue
-            try:
-                n = int(item.replace("_", ""))
-            except ValueError:
-                allowed = "integers or 'none'" if allow_none else "integers"
-                raise UsageError(f"{flag}: {item!r} is not valid; allowed: {allowed} "
-                                 "(comma-separated for a matrix)") from None
-            if n <= 0:
-                raise UsageError(f"{flag}: {n} must be positive")
-            out.append(n)
-        return out or [unset]
-    return parse
-
-
-def seed_list(value: str) -> tuple[int, ...]:
-    """``--seed 0`` or ``--seed 0,1,2``: one document per seed (documents as an axis)."""
-    out: list[int] = []
-    for item in split(value):
-        try:
-            n = int(item)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{item!r} is not an integer (a seed or a comma "
-                                             "list of seeds: 0,1,2)") from None
-        if n < 0:
-            raise argparse.ArgumentTypeError(f"{n}: a seed is at least 0")
-        if n in out:
-            raise argparse.ArgumentTypeError(f"seed {n} is named twice")
-        out.append(n)
-    if not out:
-        raise argparse.ArgumentTypeError("empty; give a seed or a comma list (0,1,2)")
-    return tuple(out)
-
-
-def patch_sets(flag: str, value: str | None) -> list[str]:
-    """Patch sets are comma-separated (``none,all``); several named fixes in one set are
-    joined with ``+`` (``prefill-discriminator+sliding-window-guard``)."""
-    out = []
-    for item in split(value) or ["all"]:
-        try:
-            out.append(normalise_patches(item.replace("+", ",")))
-        except PresetError:
-            raise UsageError(f"{flag}: {item!r} is not valid; allowed: all, none, or "
-                             f"fixes joined by '+' from: {', '.join(PATCHES)}") from None
-    return out
-
-
-def _int_in(lo: int, hi: int, why: str):
-    """An argparse type: an integer in ``lo..hi`` (``why`` says where the bound comes from)."""
-    def parse(v: str) -> int:
-        try:
-            n = int(v)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{v!r} is not an integer") from None
-        if not lo <= n <= hi:
-            raise argparse.ArgumentTypeError(f"{n} is outside {lo}..{hi}")
-        return n
-    parse.__doc__ = why
-    return parse
-
-
+# -- value parsers: harness/flag_values.py ----------------------------------------------
 # OpenAI's (and vLLM's default --max-logprobs) limit on top_logprobs
-_logprobs_count = _int_in(0, 20, "0..20: OpenAI's and vLLM's default limit on top_logprobs")
+_logprobs_count = int_in(0, 20, "0..20: OpenAI's and vLLM's default limit on top_logprobs")
 # more background conversations than this is a load test, not a shape
-_load_count = _int_in(0, 64, "0..64 background conversations")
-
-
-def _or_none(parse):
-    def wrapped(flag: str, value: str | None) -> list[Any]:
-        return parse(flag, value) or [None]
-    return wrapped
+_load_count = int_in(0, 64, "0..64 background conversations")
 
 
 def _opt(name: str, attr: str) -> Callable[[Rerun], list[str]]:
@@ -211,16 +111,16 @@ DEFAULT_ENGINE = "lab"
 FLAGS: tuple[Flag, ...] = (
     Flag("--engine", ENGINE, lambda: engine_help(DEFAULT_ENGINE), {"default": DEFAULT_ENGINE,
          "choices": tuple(ADAPTERS)}, rerun=_always("--engine", lambda r: r.cfg.engine)),
-    Flag("--spec", ENGINE, f"speculative preset: {', '.join(SPECS)} (matrix)", {"default": "mtp"},
+    Flag("--spec", ENGINE, f"speculative preset (matrix): {spec_words()}", {"default": "mtp"},
          axis="spec", items=choices_of(SPECS), rerun=_always("--spec", lambda r: r.cfg.spec)),
-    Flag("--ctx", ENGINE, f"context preset: {', '.join(CTXS)} (matrix)", {"default": "huge"},
+    Flag("--ctx", ENGINE, f"context preset (matrix): {ctx_words()}", {"default": "huge"},
          axis="ctx", items=choices_of(CTXS), rerun=_always("--ctx", lambda r: r.cfg.ctx)),
     Flag("--cudagraph", ENGINE,
          f"cudagraph mode(s): {', '.join(CUDAGRAPH_MODES)} (default from preset)",
-         {"metavar": "MODE"}, axis="cudagraph_mode", items=_or_none(choices_of(CUDAGRAPH_MODES)),
+         {"metavar": "MODE"}, axis="cudagraph_mode", items=or_none(choices_of(CUDAGRAPH_MODES)),
          rerun=_always("--cudagraph", lambda r: r.cfg.cudagraph_mode)),
     Flag("--geometry", ENGINE, lambda: f"model geometry: hybrid | dense (matrix); "
-         f"{notes('--geometry')}", axis="geometry", items=_or_none(choices_of(GEOMETRIES)),
+         f"{notes('--geometry')}", axis="geometry", items=or_none(choices_of(GEOMETRIES)),
          rerun=lambda r: ["--geometry", r.cfg.geometry] if r.cfg.geometry else []),
     Flag("--draft-tokens", ENGINE, "draft tokens k (matrix; default from --spec)",
          {"metavar": "K"}, axis="draft_tokens", items=ints(),
@@ -252,7 +152,7 @@ FLAGS: tuple[Flag, ...] = (
          f"{', '.join(PATCHES)} (matrix)", {"default": "all"}, axis="patches", items=patch_sets,
          rerun=_always("--patches", lambda r: r.cfg.patches.replace(",", "+"))),
     Flag("--runner", ENGINE, runner_help, {"metavar": "RUNNER"}, axis="runner",
-         items=_or_none(choices_of(RUNNERS)),
+         items=or_none(choices_of(RUNNERS)),
          rerun=lambda r: ["--runner", r.cfg.runner] if r.cfg.runner != "auto" else []),
     Flag("--model", ENGINE, lambda: f"model directory ({notes('--model')})",
          rerun=_opt("--model", "model")),
@@ -271,9 +171,10 @@ FLAGS: tuple[Flag, ...] = (
          f"argument, repeatable (e.g. {notes('--engine-arg')})",
          {"action": "append", "default": [], "metavar": "ARG"},
          rerun=lambda r: [f"--engine-arg={a}" for a in r.opts.engine_args]),
-    Flag("--residues", MEASURE, "all | risky | tails[:N] (final chunks of 1, k, k+1, k+2 "
-         "tokens, the rule's residues and N seeded others) | LIST (3,4,5) | A-B | sample:N "
-         "(default all)",
+    Flag("--residues", MEASURE, "all (every residue, default) | risky (k, k+1, k+2 and "
+         "the ends 0, 1, modulus-1) | tails[:N] (final chunks of 1, k, k+1, k+2 tokens, the "
+         "rule's residues and N seeded others) | LIST (3,4,5, each once) | A-B | sample:N "
+         "(N residues: k+1 and the rule's residues always, the rest seeded)",
          {"default": "all"}, rerun=_always("--residues", lambda r: r.residue)),
     Flag("--modulus", MEASURE, "N or auto (from the effective geometry: the hit unit, "
          "and the chunk budget when --max-num-batched-tokens cuts a final chunk; records "
@@ -283,10 +184,17 @@ FLAGS: tuple[Flag, ...] = (
          "(default 4096; not used with --prompts)",
          {"type": positive_int("--context"), "default": 4096},
          rerun=lambda r: [] if r.opts.prompts else ["--context", str(r.opts.context)]),
-    Flag("--phases", MEASURE, f"{','.join(PHASES)} (default cold,self-hit)",
+    Flag("--phases", MEASURE, "comma list of cold (the prompt's first request: nothing "
+         "cached), warm (a warm-up conversation that continues the measured prompt, then the "
+         "measured prompt: a hit through another request's blocks), self-hit (the same prompt again: the final chunk is the uncached tail) "
+         "(default cold,self-hit)",
          {"default": "cold,self-hit"}, rerun=_always("--phases", lambda r: ",".join(r.opts.phases))),
-    Flag("--reference", MEASURE, "passage | cold | first | consensus | golden:RUN "
-         "(docs/reports.md: what each can see)", {"default": "passage"},
+    Flag("--reference", MEASURE, "what an answer is judged against: passage (the "
+         "document's own lines, default) | cold (the point's cold answer judges its hits; "
+         "the cold phase is the reference) | first (the first configuration's answer to the "
+         "same prompt) | consensus (the answer most residues of the configuration give) | "
+         "golden:RUN (a stored run's answers) (docs/reports.md: what each can see)",
+         {"default": "passage"},
          rerun=_always("--reference", lambda r: r.opts.reference)),
     Flag("--logprobs", MEASURE, lambda: "top-N logprobs per answer token, 0 = off (default: "
          f"{per_engine(lambda c: c.logprobs_default)}; docs/records.md says why they do not "
@@ -326,9 +234,12 @@ FLAGS: tuple[Flag, ...] = (
                           if r.opts.load and r.opts.load_mode != "steady" else [])),
     Flag("--isolation", RUN, "fresh (new server per point, default) | restore (one server per "
          "configuration, returned to its just-booted state between points: sleep level 1 + "
-         "wake + reset) | reset | shared | auto (restore sweep, reset where the engine cannot "
+         "wake + reset) | reset (one server per configuration, its prefix cache reset between "
+         "points: can mask a break, docs/isolation.md) | shared (one server per "
+         "configuration, nothing reset) | auto (restore sweep, reset where the engine cannot "
          "restore, then fresh-server confirmation of every non-ok residue, the rule's k, k+1, "
-         "k+2 on two or more documents and a seeded sample of ok residues)",
+         "k+2 on two or more documents and a seeded sample of ok residues) | live (what --url "
+         "runs: a server the sweep did not start, nothing reset; implied by --url)",
          {"default": "fresh", "choices": ISOLATIONS}),
     Flag("--auto-sample", RUN, "--isolation auto: ok residues per configuration and document "
          "confirmed on a fresh server, seeded (default 4)",
@@ -349,7 +260,8 @@ FLAGS: tuple[Flag, ...] = (
          {"type": positive_int("--max-requests"), "metavar": "N"}),
     Flag("--concurrency", RUN, "--url: data points in flight at once (default 1)",
          {"type": positive_int("--concurrency"), "metavar": "N"}),
-    Flag("--backend", RUN, "where data points run: local slots (default) | ray (a Ray cluster)",
+    Flag("--backend", RUN, "where data points run: local (this machine's slots, default) | ray (a Ray "
+         "cluster) | live (the running server of --url; implied by --url)",
          {"default": "local", "choices": backend_names()}),
     Flag("--ray-address", RUN, "--backend ray: auto | ray://host:port (default: auto)",
          {"metavar": "ADDR"}),

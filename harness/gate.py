@@ -4,7 +4,10 @@
   residue, phase) cell that was ok in the baseline and is not ok now. A cell broken in the
   baseline and still broken does not fail the gate (it is a known bug, and the report says
   so); neither does a newly covered cell (there is nothing to regress from).
-- Without a baseline, any non-ok cell fails.
+- Without a baseline, any non-ok cell fails, but for the cells that are the reference
+  (``run.records.reference_cells``: under ``--reference cold`` the cold answers the hits
+  were judged against, under ``first`` the first configuration's): they are the measure,
+  not judged, and the cells judged against them decide. A run with no judged cell fails.
 - A sweep with no records at all fails either way, and with a baseline so does a sweep
   that judged no cell (``judged_any``): a gate that measured nothing must not pass.
 - With a baseline, shrinking coverage fails too (``find_coverage_losses``): a cell the
@@ -27,7 +30,8 @@ import xml.etree.ElementTree as ET
 from .ghmarkdown import cap
 from .outfile import write_output
 from .compare import compare_records
-from .run.records import PhaseRecord, as_record, auto_pass, document_of, latest_records, phase_key, typed
+from .run.records import (PhaseRecord, as_record, auto_pass, cell_key, document_of,
+                          latest_records, phase_key, reference_cells, typed)
 from .errors import ExitCode
 from .vocabulary import JUDGED, NOT_FAILED, OPEN
 
@@ -176,7 +180,9 @@ def gate_exit_code(records: list[dict] | list[PhaseRecord],
             return EXIT_FAIL
         return EXIT_OK
     recs, _ = latest_records(typed(records))
-    return EXIT_FAIL if any(r.verdict != "ok" for r in recs) else EXIT_OK
+    refs = reference_cells(recs)   # --reference cold / first: the measure, not judged
+    judged = [r for r in recs if cell_key(r) not in refs]
+    return EXIT_FAIL if not judged or any(r.verdict != "ok" for r in judged) else EXIT_OK
 
 
 # ----------------------------------------------------------------------------------------

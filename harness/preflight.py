@@ -1,7 +1,9 @@
 """Checks on where a sweep's outputs go, made before any server starts.
 
-A folder the sweep will write (``--out``, ``--reports-dir``, ``--junit``'s folder) must be
-a folder, or creatable, and writable; a results file given as an input (``--baseline``)
+A folder the sweep will write (``--out``, ``--reports-dir``) must be a folder, or
+creatable, and writable; a file it will write (``--junit``, ``sweep report -o``) must be
+in a folder that exists (a folder the user did not name is never created: ``--junit
+/nonexistent/dir/j.xml`` once made ``/nonexistent``) and is writable; a results file given as an input (``--baseline``)
 must be records (``record_check``). Each failure is one ``UsageError`` naming the flag.
 The check creates nothing that stays: it makes and removes a temporary entry in the
 folder (or in its nearest existing parent), which is the only test of writability that
@@ -50,7 +52,12 @@ def check_output_file(flag: str, path: Path) -> None:
     except OSError as e:
         raise UsageError(f"{flag}: {path} {e.strerror}") from None
     if not is_special(path):
-        check_writable_dir(flag, Path(os.path.realpath(path)).parent)
+        folder = Path(os.path.realpath(path)).parent
+        if not folder.exists():   # a file was named, not its folder: create none
+            raise UsageError(f"{flag}: {folder} does not exist (sweep creates no folder for "
+                             "a file it writes; make it first, or name a file in an existing "
+                             "folder)")
+        check_writable_dir(flag, folder)
 
 
 def check_outputs(opts) -> None:

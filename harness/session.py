@@ -222,6 +222,7 @@ class Sweep:
         if not self._checked:
             for note in self.check():
                 cb.say(note)
+        self.adapter.check_can_start()   # e.g. vLLM not installed: exit 3, nothing started
         for line in end_orphans(self.options.out):  # servers of an earlier run whose sweep was killed
             cb.say(line)
         run_id = self.options.resume or new_run_id()

@@ -118,8 +118,12 @@ def cell_annotations(c: Cell | None) -> str:
 
 
 def cell_markdown(c: Cell | None, mark: str = "") -> str:
-    """A table cell in markdown: what it says, its annotations, bold when not ok."""
+    """A table cell in markdown: what it says, its annotations, bold when not ok; a
+    reference cell (--reference cold / first) says ``reference``: the others were judged
+    against it, nothing judged it."""
     text = cell_phrase(c.record if c is not None else None)
+    if c is not None and c.reference:
+        text = text.replace(f", {c.verdict}", ", reference", 1)
     notes = cell_annotations(c)
     if notes:
         text = f"{text}, {notes}" if c.verdict != "ok" else f"ok, {notes}" if (

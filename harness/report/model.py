@@ -4,12 +4,14 @@ what its other documents and passes add), and how a configuration's dimensions a
 spelled (``block=128``, ``unit=none``)."""
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, NamedTuple
 
 from ..run.records import (CONFIG_FIELDS, NOT_IDENTITY, SEVERITY, PhaseRecord, as_record,
-                           document_of, phase_key, sha12, typed, worst)
+                           cell_key, document_of, phase_key, reference_cells, sha12, typed,
+                           worst)
 
 __all__ = ["ConfigData", "Cell", "Disagreement", "group_configs", "combine_cell", "sha12", "fmt_percent", "miss_probability",
            "miss_sentence", "fmt_value", "describe_dim", "config_fields", "varying_fields",
@@ -116,6 +118,7 @@ class Cell:
     documents: tuple[int, int] | None = None   # (not ok, of) over several documents
     fresh: int = 0                 # documents judged on a fresh server (--isolation auto)
     disagree: tuple[Disagreement, ...] = ()
+    reference: bool = False        # the answer others were judged against (run.records.reference_cells)
 
     @classmethod
     def of(cls, record: PhaseRecord | Mapping[str, Any] | None) -> "Cell | None":
@@ -137,6 +140,9 @@ class ConfigData:
     config: dict
     requested: dict
     records: list[PhaseRecord] = field(default_factory=list)
+    # cell_keys of the reference cells (--reference cold / first), over every
+    # configuration of the group: the measure, not judged (run.records.reference_cells)
+    references: frozenset = frozenset()
 
     def __post_init__(self) -> None:
         self.records = typed(self.records)
@@ -174,6 +180,9 @@ class ConfigData:
             for r in self.records:
                 groups[(int(r.residue), r.phase or "?")].append(r)
             idx = {k: combine_cell(v) for k, v in groups.items()}
+            for k, c in idx.items():
+                if cell_key(c.record) in self.references:
+                    idx[k] = dataclasses.replace(c, reference=True)
             self._idx = idx
         return idx
 
@@ -181,13 +190,17 @@ class ConfigData:
         return self.statuses().get(residue, "ok")
 
     def statuses(self) -> dict[int, str]:
-        """Each residue's status: the worst verdict of its phases."""
+        """Each residue's status: the worst verdict of its phases, the reference cells
+        left out (the cells judged against them decide)."""
         st = getattr(self, "_statuses", None)
         if st is None:
             by: dict[int, list[str]] = defaultdict(list)
             for (res, _), c in self._index().items():
-                by[res].append(c.verdict or "invalid")
-            st = self._statuses = {res: worst(v) for res, v in sorted(by.items())}
+                phases = by[res]   # a point whose every cell is a reference stays unjudged
+                if not c.reference:
+                    phases.append(c.verdict or "invalid")
+            st = self._statuses = {res: worst(v) if v else "unjudged"
+                                   for res, v in sorted(by.items())}
         return st
 
     def first(self, key: str, default: Any = None) -> Any:
@@ -245,13 +258,15 @@ def combine_cell(records: list[PhaseRecord]) -> Cell:
 def group_configs(records: Iterable[PhaseRecord | Mapping[str, Any]]) -> list[ConfigData]:
     """Records grouped by configuration, in the order configurations first appear."""
     out: dict[str, ConfigData] = {}
-    for r in typed(records):
+    recs = typed(records)
+    refs = frozenset(reference_cells(recs))
+    for r in recs:
         cid = r.config_id or r.config_label or "?"
         cd = out.get(cid)
         if cd is None:
             cd = out[cid] = ConfigData(
                 config_id=cid, label=r.config_label or cid,
                 config=dict(r.config or {}),
-                requested=dict(r.requested_config or {}))
+                requested=dict(r.requested_config or {}), references=refs)
         cd.records.append(r)
     return list(out.values())

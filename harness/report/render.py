@@ -5,7 +5,7 @@ import pathlib
 from typing import Any, Iterable
 
 from ..ghmarkdown import bold, code, escape_text
-from ..run.records import PhaseRecord, latest_records, phase_key, typed
+from ..run.records import PhaseRecord, cell_key, latest_records, phase_key, reference_cells, typed
 from .auto import agreement_line
 from .baseline import render_baseline
 from .cases import case_groups, case_note, case_suffix
@@ -114,16 +114,20 @@ def title_markdown(recs: list[PhaseRecord]) -> str:
 def headline_markdown(recs: list[PhaseRecord]) -> str:
     """``N configurations, P data points, C phase cells: all ok`` (or what is not)."""
     configs, groups = group_configs(recs), case_groups(recs)
-    bad_cells = sum(1 for r in recs if r.verdict != "ok")
+    refs = reference_cells(recs)   # --reference cold / first: the measure, not judged
+    bad_cells = sum(1 for r in recs if r.verdict != "ok" and cell_key(r) not in refs)
     points = sum(len(c.residues) for _, cs in groups for c in cs)
     bad_points = sum(1 for _, cs in groups for c in cs for s in c.statuses().values()
                      if s != "ok")
     headline = (f"{len(configs)} configuration{'s' if len(configs) != 1 else ''}, "
                 f"{points} data point{'s' if points != 1 else ''}, "
                 f"{len(recs)} phase cell{'s' if len(recs) != 1 else ''}: ")
-    return headline + (bold(f"{bad_points} point{'s' if bad_points != 1 else ''} not ok "
-                            f"({bad_cells} cell{'s' if bad_cells != 1 else ''})")
-                       if bad_points else "all ok")
+    ref_said = (f", {len(refs)} of them the reference the others were judged against (not "
+                "judged)" if refs else "")
+    return headline[:-2] + ref_said + ": " + (
+        bold(f"{bad_points} point{'s' if bad_points != 1 else ''} not ok "
+             f"({bad_cells} cell{'s' if bad_cells != 1 else ''})")
+        if bad_points else "every judged cell ok" if refs else "all ok")
 
 
 def _body(configs, planned, full, short, corner, texts, summary) -> list[str]:

@@ -8,7 +8,7 @@ from collections import defaultdict
 from ..ghmarkdown import bold, cap, code, escape_text, fence, table
 from ..isolation import POLICIES
 from ..ranges import residues_phrase
-from ..run.records import BUG_VERDICTS, NOT_IDENTITY, SEVERITY, PhaseRecord, phase_key
+from ..run.records import BUG_VERDICTS, NOT_IDENTITY, SEVERITY, PhaseRecord, cell_key, phase_key
 from .auto import config_auto_line
 from .explain import final_chunk_line
 from .restore import restore_summary
@@ -110,7 +110,8 @@ def results_rows(configs: list[ConfigData], notes: Footnotes, *, full: bool,
     for res in residues:
         recs = [(cd, cd.cell(res, p)) for cd, p in cols]
         # a cell that was not run is not a bad cell (another configuration swept less)
-        ok = all(c.verdict == "ok" and not c.disagree for _, c in recs if c is not None)
+        ok = all(c.verdict == "ok" and not c.disagree for _, c in recs
+                 if c is not None and not c.reference)
         cells = [cell_markdown(r, notes.mark(cd, r)) for cd, r in recs]
         rows.append((res, cells, ok))
     return header, _fold_rows(rows, full)
@@ -140,7 +141,22 @@ def summary_counts(cd: ConfigData) -> str:
         if s == "ok" or s not in by:
             continue
         parts.append(f"{len(by[s])} {s}: {residues_phrase(by[s])}")
-    return ", ".join(parts)
+    return ", ".join(parts) + reference_note(cd)
+
+
+def reference_note(cd: ConfigData) -> str:
+    """``; the 3 cold cells are the reference (--reference cold), not judged: ...`` when
+    some of this configuration's cells are what the others were judged against."""
+    refs = [r for r in cd.records if cell_key(r) in cd.references]
+    if not refs:
+        return ""
+    phases = ", ".join(sorted({str(r.phase) for r in refs}, key=phase_key))
+    how = refs[0].reference or "?"
+    n = len(refs)
+    return (f"; {'the ' if n > 1 else ''}{n} {escape_text(phases)} cell{'s' if n != 1 else ''} "
+            f"{'are' if n != 1 else 'is'} the reference (`--reference {escape_text(how)}`), "
+            "not judged: the other cells were judged against "
+            f"{'them' if n != 1 else 'it'}")
 
 
 def _broken_phases(cd: ConfigData) -> str:

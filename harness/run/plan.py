@@ -187,6 +187,26 @@ def _case_points(opts: SweepOptions, cfg: ServingConfig, cid: str, modulus: int,
     return out
 
 
+class ModelRefused(CannotRun):
+    """The server's /tokenize is there and answered 404 about the model it was asked for
+    (vLLM: "The model `x` does not exist."): not a missing endpoint."""
+
+
+def _error_message(resp, model: str) -> str | None:
+    """The message of an OpenAI-style error body (``{"error": {"message": ...}}``) that is
+    about the model asked for (``param`` "model", or the message names it); None for
+    anything else (a bare 404 page, an endpoint that is not there)."""
+    try:
+        body = resp.json()
+    except ValueError:
+        return None
+    err = body.get("error", body) if isinstance(body, dict) else None
+    msg = str(err.get("message") or "") if isinstance(err, dict) else ""
+    about_model = isinstance(err, dict) and (err.get("param") == "model" or
+                                             bool(model) and str(model) in msg)
+    return msg[:300] if msg and about_model else None
+
+
 class RemoteCounter:
     """Templated lengths from a probe server's ``/tokenize`` (for engines without a local
     tokenizer): the planner's ``count_many`` over HTTP."""
@@ -204,6 +224,10 @@ class RemoteCounter:
             resp = self._http.post("/tokenize", json={"model": self.model,
                                                       "messages": list(messages),
                                                       "add_generation_prompt": True})
+            said = _error_message(resp, self.model)
+            if resp.status_code == 404 and said:   # /tokenize is there; it refused the model
+                raise ModelRefused(f"{self.model!r}: the server's /tokenize answered 404 "
+                                   f"{said!r}")
             if resp.status_code in (404, 405, 501):
                 raise CannotRun("the server has no /tokenize and there is no local "
                                 "tokenizer: give --model DIR with tokenizer.json")
@@ -378,6 +402,9 @@ class _BudgetedCounter(RemoteCounter):
                             "prompts); raise it")
         try:
             return super().__call__(conversations)
+        except ModelRefused as e:   # the user's --served-model-name (or the server's own)
+            raise PlanError(f"--url {self.url}: model {e}; check --served-model-name "
+                            "(GET /v1/models lists the names it serves)") from None
         except CannotRun:   # no /tokenize: nothing else can count what this server counts
             raise CannotRun(f"--url {self.url}: the server has no /tokenize, which a live "
                             "sweep needs to hit each residue exactly (vLLM and the lab have "

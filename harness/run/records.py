@@ -26,7 +26,7 @@ from ..vocabulary import (BUG_VERDICTS, CLEAN, EXPLAINED, JUDGED, NOT_FAILED, OP
 __all__ = ["SCHEMA_VERSION", "PhaseRecord", "PHASES", "VERDICTS", "SEVERITY", "BUG_VERDICTS",
            "CLEAN", "EXPLAINED", "JUDGED", "NOT_FAILED", "OPEN", "SERVER_LOGGED", "UNANSWERED", "UNTESTED", "verdict_info", "CONFIG_FIELDS", "NOT_IDENTITY", "phase_key", "worst", "schema_of",
            "data_fields", "ServerBoot", "RunTiming", "PassTiming", "BootSplit", "as_record", "typed", "read_phase_records", "load_phase_records",
-           "latest_records", "cell_key", "point_key", "document_of", "auto_pass", "record_identity", "sha12", "RecordBuilder", "mismatches", "failure_fields", "timing_record", "by_node"]
+           "latest_records", "reference_cells", "cell_key", "point_key", "document_of", "auto_pass", "record_identity", "sha12", "RecordBuilder", "mismatches", "failure_fields", "timing_record", "by_node"]
 
 # 3: the cold phase under --reference cold is `unjudged` (was `ok`), a collapse is measured
 #    against the reference's length, an unproven hit is `invalid`; new fields
@@ -349,6 +349,25 @@ def timing_record(*, boot: float = 0.0, requests: float = 0.0, teardown: float =
     if point is not None:
         t["point"] = point
     return t
+
+
+def reference_cells(records: Iterable[Any]) -> set[tuple]:
+    """The ``cell_key``s of the unjudged answers that are a reference: some judged answer
+    (ok, diverged, broken) of the same prompt (residue, document, case) was judged against
+    them (its ``reference_sha1`` is their sha1). Under ``--reference cold`` those are the
+    cold cells whose hits were judged, under ``first`` the first configuration's cells.
+    Such a cell is the measure, not a measurement: the gate and the report count the
+    cells judged against it, and say which cells were the reference. Dicts or
+    ``PhaseRecord``s alike."""
+    recs = list(records)
+    prompt = lambda r, sha: (value_of(r, "residue"), document_of(r),  # noqa: E731
+                             value_of(r, "case_id"), sha)
+    used = {prompt(r, value_of(r, "reference_sha1")) for r in recs
+            if value_of(r, "verdict") in JUDGED and value_of(r, "reference_sha1")
+            and value_of(r, "reference") in ("cold", "first")}   # judged against a cell
+    return {cell_key(r) for r in recs
+            if value_of(r, "verdict") in OPEN and value_of(r, "sha1")
+            and prompt(r, value_of(r, "sha1")) in used}
 
 
 def latest_records(records: Iterable[Any]) -> tuple[list[Any], int]:

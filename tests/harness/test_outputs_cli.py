@@ -58,7 +58,8 @@ def test_reports_dir_still_wins(tmp_path, cli):
 
 
 def test_preset_warning_on_the_terminal_before_the_sweep(tmp_path, cli):
-    proc = lab_sweep(cli, "--cudagraph", "FULL_AND_PIECEWISE", "--out", "o")
+    proc = lab_sweep(cli, "--cudagraph", "FULL_AND_PIECEWISE", "--patches", "none",
+                     "--out", "o")
     err = proc.stderr.splitlines()
     warn = [i for i, ln in enumerate(err) if ln.startswith("sweep: warning:")]
     start = next(i for i, ln in enumerate(err) if ln.startswith("run "))
