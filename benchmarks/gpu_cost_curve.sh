@@ -9,25 +9,33 @@
 # of the bundle is unpacked first when _C is missing and .gpu/bundle/b2 was carried.
 # Usage (repository root of the device's copy):
 #   bash benchmarks/gpu_cost_curve.sh [LIMIT_S] [ARGS...]    # ARGS: gpu_cost_curve.py's
+# The mechanism on a CPU box, the lab engine standing in for every shape (no fills):
+#   ENGINE=lab OUT=/tmp/cc-out PYTHON=python3 bash benchmarks/gpu_cost_curve.sh 120 --points 3
 LIMIT=${1:-530}; shift
+ENGINE=${ENGINE:-vllm}; PY=${PYTHON:-python3}
 R=$PWD; S=$R
 source "$R/engine/tinymodel/scripts/device_lib.sh"
 : "${OUT:=/tmp/out}"; W=/tmp/work/cost_curve; rm -rf "$W"; mkdir -p "$W" "$OUT"
-[ -f /tmp/site/vllm/_C_stable_libtorch.abi3.so ] || dev_unpack_b "$W/timings.txt"
-if [ ! -d /tmp/site/vllm ]; then
-  echo "gpu_cost_curve.sh: /tmp/site holds no vLLM (unpack the bundle first: docs/gpu-notes.md)"
-  exit 3
+if [ "$ENGINE" = vllm ]; then
+  [ -f /tmp/site/vllm/_C_stable_libtorch.abi3.so ] || dev_unpack_b "$W/timings.txt"
+  if [ ! -d /tmp/site/vllm ]; then
+    echo "gpu_cost_curve.sh: /tmp/site holds no vLLM (unpack the bundle first: docs/gpu-notes.md)"
+    exit 3
+  fi
+  dev_vllm_env
+  dev_env_txt "$W/env.txt"
+  dev_monitor "$W/monitor.txt"
+else
+  export PYTHONPATH=$R PYTHONUNBUFFERED=1
 fi
-dev_vllm_env
-dev_env_txt "$W/env.txt"
-dev_monitor "$W/monitor.txt"
 START=$(el)
-timeout --signal=INT -k 15 $(( LIMIT - 15 - START )) python3 benchmarks/gpu_cost_curve.py \
-  --out "$W" --deadline-s $(( LIMIT - 40 - START )) "$@" > "$W/stdout.txt" 2> "$W/stderr.txt"
+timeout --signal=INT -k 15 $(( LIMIT - 15 - START )) "$PY" benchmarks/gpu_cost_curve.py \
+  --engine "$ENGINE" --out "$W" --deadline-s $(( LIMIT - 40 - START )) "$@" \
+  > "$W/stdout.txt" 2> "$W/stderr.txt"
 echo "cost curve rc=$? $(el)s (started at ${START}s)" >> "$W/timings.txt"
-kill "$MON" 2>/dev/null
+[ -n "$MON" ] && kill "$MON" 2>/dev/null
 # a driver killed before its finally block leaves records but no table: make it now
-[ -f "$W/cost_curve.md" ] || python3 benchmarks/gpu_cost_curve.py --summarize "$W" \
+[ -f "$W/cost_curve.md" ] || "$PY" benchmarks/gpu_cost_curve.py --summarize "$W" \
   > /dev/null 2>> "$W/stderr.txt"
 cp "$W/cost_curve.md" "$W/records.jsonl" "$W/manifest.json" "$OUT/" 2>/dev/null
 dev_pack cost_curve

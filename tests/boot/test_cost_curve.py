@@ -243,3 +243,25 @@ def test_a_server_not_healthy_in_time_is_recorded_and_stopped(tmp_path):
     assert recs[-1]["kind"] == "teardown" and recs[-1]["survivors"] == {}
     assert recs[-1]["stop_reason"] == "no server to measure booted"
     assert "no /health within" in (out / "cost_curve.md").read_text()
+
+
+def test_the_shell_script_on_the_lab_returns_four_files(tmp_path):
+    """gpu_cost_curve.sh with the lab standing in for vLLM: $OUT holds the table, the
+    records, the manifest and the tgz with the server logs, nothing else (at most 8 files
+    come back from a device call)."""
+    import tarfile
+
+    out = tmp_path / "out"
+    res = subprocess.run(["bash", "benchmarks/gpu_cost_curve.sh", "200", "--points", "2",
+                          "--servers", "2b@4.9,27b@20", "--cache-dir", ""], cwd=ROOT,
+                         env={**os.environ, "ENGINE": "lab", "OUT": str(out),
+                              "PYTHON": sys.executable},
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    assert sorted(p.name for p in out.iterdir()) == ["cost_curve.md", "cost_curve.tgz",
+                                                     "manifest.json", "records.jsonl"]
+    names = tarfile.open(out / "cost_curve.tgz").getnames()
+    assert "cost_curve/logs/27b@20.log.gz" in names and "cost_curve/timings.txt" in names
+    assert "| 27b@20 | 24.40 B |" in (out / "cost_curve.md").read_text()
+    assert len([r for r in records(out) if r["kind"] == "point"]) == 6
+    assert "WARNING" not in res.stdout
