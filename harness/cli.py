@@ -104,7 +104,8 @@ class Terminal(Callbacks):
     def finished(self, result) -> None:
         """The short plain report (``report/terminal.py``); the file has the markdown."""
         from . import report
-        print(report.render_terminal(result.records, [result.manifest]))
+        print(report.render_terminal(result.records, [result.manifest],
+                                     width=report.terminal_width()))
 
 
 def _counts(counter) -> str:
@@ -156,7 +157,8 @@ def run_report(argv: Sequence[str]) -> int:
         raise UsageError(f"an explain run of {', '.join(map(str, paths))}: {e}") from None
     if not ns.output:
         if sys.stdout.isatty():   # the short plain report; piped, the whole markdown
-            print(report.render_terminal(records, manifests) + "(the whole report: -o FILE)")
+            print(report.render_terminal(records, manifests, width=report.terminal_width())
+                  + "(the whole report: -o FILE)")
         else:
             print(report.render_markdown(records, manifests, full=ns.full, explained=explained))
         return EXIT_OK

@@ -32,7 +32,8 @@ def _say(msg: str) -> None:
 
 
 class _Terminal(Callbacks):
-    """Each rerun's verdicts on stderr as it finishes; the ladders on stdout (markdown)."""
+    """Each rerun's verdicts on stderr as it finishes; the ladders on stdout as plain text,
+    rendered from the ladders themselves (the report file has the markdown)."""
 
     def say(self, line: str) -> None:
         _say(line)
@@ -41,8 +42,10 @@ class _Terminal(Callbacks):
         _say(f"  {point.cfg.label()} residue {point.residue}: "
              + ", ".join(f"{r['phase']} {r['verdict']}" for r in records))
 
-    def report(self, markdown: str) -> None:
-        print(markdown)
+    def finished(self, result) -> None:
+        from .report.explained import ladders, render_ladder_plain
+        print("\n\n".join(render_ladder_plain(lad)
+                           for lad in ladders(result.manifest, result.records)))
 
 
 def run_explain(argv: Sequence[str]) -> int:

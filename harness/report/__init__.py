@@ -31,10 +31,10 @@ from .model import (Cell, ConfigData, describe_dim, fmt_percent, group_configs, 
 from .nodes import by_node, render_nodes
 from .render import load_inputs, render_markdown, write_report
 from .sections import short_labels
-from .terminal import render_terminal
+from .terminal import render_terminal, terminal_width
 
 __all__ = ["render_markdown", "write_report", "load_inputs", "Cell", "ConfigData", "group_configs",
            "Prediction", "predict_bug_b", "agreement", "config_hit_granularity",
            "cell_phrase", "cell_markdown", "failure_gist", "fmt_ranges", "residues_phrase",
            "fmt_percent", "miss_probability", "miss_sentence", "sha12", "describe_dim",
-           "varying_fields", "short_labels", "by_node", "render_nodes", "render_terminal"]
+           "varying_fields", "short_labels", "by_node", "render_nodes", "render_terminal", "terminal_width"]

@@ -15,12 +15,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from .. import bugb
 from ..ghmarkdown import bold, code, escape_text, table
+from ..plaintext import align_table, display_width, inline_to_plain
 from ..run.records import (BUG_VERDICTS, EXPLAINED, PhaseRecord, document_of, latest_records,
                            phase_key, typed)
 from .cells import cell_markdown
 from .model import Cell
 
 __all__ = ["UNCHANGED", "EXPLAINED", "Rung", "Ladder", "ladders", "render_ladder",
+           "render_ladder_plain",
            "render_explained", "explains_of", "closing_line", "hit_unit", "same_failure"]
 
 UNCHANGED = "none (the cell as run)"
@@ -192,20 +194,42 @@ def _row(rung: Rung, phases: list[str], bold_label: bool) -> list[str]:
     return [bold(label) if bold_label else label] + cells
 
 
-def render_ladder(ladder: Ladder, level: str = "###") -> str:
-    """One explained cell: the table and the closing line."""
+def _ladder_table(ladder: Ladder) -> tuple[list[str], list[list[str]]]:
+    """The ladder's table as (header, rows) of markdown cells: a pipe table in the report,
+    an aligned plain one on the terminal (``render_ladder_plain``)."""
     phases = sorted(ladder.phases, key=phase_key)
-    said = ", ".join(f"{escape_text(p)} {escape_text(v)}" for p, v in
-                     sorted(ladder.phases.items(), key=lambda kv: phase_key(kv[0])))
-    where = f" ({escape_text(ladder.where)})" if ladder.where else ""
-    head = (f"{level} Residue {ladder.residue} of {code(ladder.config_label)}{where}\n\n"
-            f"Run {code(ladder.parent_run)} had {said}; each row reruns residue "
-            f"{ladder.residue} on fresh servers with one axis changed.\n")
     header = ["changed axis"] + [f"residue {ladder.residue} {escape_text(p)}" for p in phases]
     rows = [_row(ladder.unchanged, phases, ladder.reproduced)]
     for r in ladder.rungs:
         rows.append(_row(r, phases, r.outcome(phases, ladder.unchanged) in ("stays", "same-tail")))
-    return head + "\n" + table(header, rows) + "\n\n" + closing_line(ladder)
+    return header, rows
+
+
+def _ladder_intro(ladder: Ladder) -> tuple[str, str]:
+    """(title, the sentence under it), markdown."""
+    said = ", ".join(f"{escape_text(p)} {escape_text(v)}" for p, v in
+                     sorted(ladder.phases.items(), key=lambda kv: phase_key(kv[0])))
+    where = f" ({escape_text(ladder.where)})" if ladder.where else ""
+    return (f"Residue {ladder.residue} of {code(ladder.config_label)}{where}",
+            f"Run {code(ladder.parent_run)} had {said}; each row reruns residue "
+            f"{ladder.residue} on fresh servers with one axis changed.")
+
+
+def render_ladder(ladder: Ladder, level: str = "###") -> str:
+    """One explained cell: the table and the closing line."""
+    title, intro = _ladder_intro(ladder)
+    header, rows = _ladder_table(ladder)
+    return (f"{level} {title}\n\n{intro}\n\n" + table(header, rows) + "\n\n"
+            + closing_line(ladder))
+
+
+def render_ladder_plain(ladder: Ladder) -> str:
+    """One explained cell as the terminal shows it (``sweep explain``'s stdout): the same
+    title, table and closing line, each cell made plain and the table aligned."""
+    title, intro = (inline_to_plain(x) for x in _ladder_intro(ladder))
+    header, rows = _ladder_table(ladder)
+    return "\n".join([title, "-" * min(display_width(title), 100), "", intro, "",
+                      align_table(header, rows), "", inline_to_plain(closing_line(ladder))])
 
 
 def closing_line(ladder: Ladder) -> str:

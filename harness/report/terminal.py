@@ -10,7 +10,11 @@ CJK character takes two columns, a combining mark none), so every column lines u
 """
 from __future__ import annotations
 
+import os
+import shutil
+import sys
 import unicodedata
+
 from ..plaintext import align_table, display_width, inline_to_plain
 from ..ranges import fmt_ranges
 from ..run.records import UNANSWERED, PhaseRecord, latest_records, phase_key, typed
@@ -24,14 +28,25 @@ from .model import group_configs, sha12
 from .render import headline_markdown, title_markdown
 from .sections import results_rows, short_labels, summary_counts
 
-__all__ = ["render_terminal", "MAX_CELL_LINES"]
+__all__ = ["render_terminal", "terminal_width", "MAX_CELL_LINES"]
 
 MAX_CELL_LINES = 20   # non-ok cells listed on the terminal; the rest are in the report
 
 
+def terminal_width() -> int | None:
+    """The columns a table may take: ``COLUMNS`` when set, else the terminal's width when
+    stdout is one; None (no limit) for a pipe or a file, where nobody reads it wrapped."""
+    env = os.environ.get("COLUMNS", "")
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    return shutil.get_terminal_size().columns if sys.stdout.isatty() else None
+
+
 def render_terminal(records: list[dict] | list[PhaseRecord],
-                    manifests: list[dict] | None = None) -> str:
-    """The short plain-text report of ``records`` (and their manifests)."""
+                    manifests: list[dict] | None = None, *, width: int | None = None) -> str:
+    """The short plain-text report of ``records`` (and their manifests). ``width``: the
+    columns a results table may take (``terminal_width()``); a table of several
+    configurations wider than that is split, one table per configuration."""
     manifests = [m for m in (manifests or []) if m]
     if not records:
         return "No records: nothing was measured."
@@ -47,7 +62,7 @@ def render_terminal(records: list[dict] | list[PhaseRecord],
             out.append(inline_to_plain(line))
     out.append("")
     for case, cds in case_groups(recs):
-        out += _group(case, cds)
+        out += _group(case, cds, width)
     out += _baseline(manifests)
     return "\n".join(out).rstrip() + "\n"
 
@@ -62,9 +77,9 @@ def _baseline(manifests: list[dict]) -> list[str]:
     return out
 
 
-def _group(case: str | None, cds: list) -> list[str]:
+def _group(case: str | None, cds: list, width: int | None = None) -> list[str]:
     """One configuration group (a --prompts case, or the whole run): the lines per
-    configuration, the table, the non-ok cells."""
+    configuration, the table (split per configuration past ``width``), the non-ok cells."""
     out = []
     if case is not None:
         out += [f"Case {case}", ""]
@@ -74,8 +89,7 @@ def _group(case: str | None, cds: list) -> list[str]:
                                    f"Bug B rule: {pred.why}; {agreement(cd, pred)}."))
     short, corner = short_labels(cds)
     notes = Footnotes()
-    header, rows = results_rows(cds, notes, full=False, short=short, corner=corner)
-    out += ["", align_table(header, rows), ""]
+    out += ["", *_tables(cds, notes, short, corner, width), ""]
     if notes.items:
         out.append("Not ok:")
         for item in notes.items[:MAX_CELL_LINES]:
@@ -85,6 +99,22 @@ def _group(case: str | None, cds: list) -> list[str]:
                        "file lists them all)")
         out.append("")
     return out
+
+
+def _tables(cds: list, notes: Footnotes, short: dict[str, str], corner: str,
+            width: int | None) -> list[str]:
+    """The results table; past ``width`` columns (the README's bug/fix matrix is 327 wide)
+    one table per configuration, under its short label, so each fits a terminal."""
+    header, rows = results_rows(cds, notes, full=False, short=short, corner=corner)
+    table = align_table(header, rows)
+    if width is None or len(cds) < 2 or max(map(display_width, table.splitlines())) <= width:
+        return [table]
+    out: list[str] = []
+    for cd in cds:
+        header, rows = results_rows([cd], notes, full=False, short={cd.config_id: ""},
+                                    corner="")
+        out += [inline_to_plain(short[cd.config_id]) + ":", align_table(header, rows), ""]
+    return out[:-1]
 
 
 def _visible(text: str) -> str:

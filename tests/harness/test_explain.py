@@ -42,7 +42,7 @@ def closing(stdout: str) -> str:
 
 def closings(stdout: str) -> list[str]:
     return [ln for ln in stdout.splitlines()
-            if ln.startswith(("Reproduced", "**Not reproduced", "**Inconclusive"))]
+            if ln.startswith(("Reproduced", "Not reproduced", "Inconclusive"))]
 
 
 def named(line: str, label: str) -> list[str]:
@@ -53,11 +53,19 @@ def named(line: str, label: str) -> list[str]:
 
 
 def ladder_rows(stdout: str) -> dict[str, str]:
-    rows = {}
+    """The rows of the plain ladder table explain prints: label -> its one phase cell.
+    Plain text (issue 36: explain printed markdown ``**`` to the terminal)."""
+    assert "**" not in stdout and "|" not in stdout, stdout
+    rows, table = {}, False
     for ln in stdout.splitlines():
-        cells = [c.strip() for c in ln.strip().strip("|").split("|")]
-        if ln.startswith("|") and len(cells) == 2 and not set(cells[0]) <= {"-"}:
-            rows[cells[0].strip("*")] = cells[1]
+        if ln.startswith("changed axis"):
+            table = True
+        elif table and not ln.strip():
+            table = False
+        elif table and not set(ln) <= {"-", " "}:
+            cells = re.split(r"\s{2,}", ln.strip())
+            if len(cells) == 2:
+                rows[cells[0]] = cells[1]
     return rows
 
 
@@ -71,14 +79,14 @@ def test_residue_4_of_the_unpatched_full_run(lab, tmp_path, cli):
     ex = explain(run_id)
     assert ex.returncode == 0, ex.stderr[-3000:]
     rows = ladder_rows(ex.stdout)
-    assert "## Residue 4 of `SPEC=mtp CTX=huge k=3 FULL_AND_PIECEWISE" in ex.stdout
-    assert rows["none (the cell as run)"].startswith("**empty")
+    assert "Residue 4 of SPEC=mtp CTX=huge k=3 FULL_AND_PIECEWISE" in ex.stdout
+    assert rows["none (the cell as run)"].startswith("empty")
     for clean in ("graph mode → PIECEWISE", "patches → all", "prefix caching → off",
                   "match unit → none"):
         assert re.fullmatch(r"\d+/\d+", rows[clean]), (clean, rows)
-    assert rows["block size → 16"].startswith("**empty")
+    assert rows["block size → 16"].startswith("empty")
     line = closing(ex.stdout)
-    disc = named(line, "**Discriminators**")
+    disc = named(line, "Discriminators")
     assert {"graph mode", "patches", "prefix caching", "match unit"} <= set(disc)
     assert named(line, "Not discriminators") == ["block size"]
     assert "runner → " not in ex.stdout and "runner (" not in line  # the lab has one runner
@@ -112,7 +120,7 @@ def test_a_rung_that_leaves_the_cut_in_place_is_named_neither(lab):
     ex = explain(run_id, "--residue", "4", "--phase", "self-hit")
     assert ex.returncode == 0, ex.stderr[-3000:]
     line = closing(ex.stdout)
-    assert {"graph mode", "patches", "prefix caching"} <= set(named(line, "**Discriminators**"))
+    assert {"graph mode", "patches", "prefix caching"} <= set(named(line, "Discriminators"))
     assert named(line, "Not discriminators") == ["block size"]
     assert "match unit → none: the hit unit went 128 → 2048" in line
     assert "4-token tail" in line
@@ -132,7 +140,7 @@ def test_a_cell_that_does_not_reproduce_is_not_explained(lab):
     ex = explain(run_id)
     assert ex.returncode == 0, ex.stderr[-3000:]
     line = closing(ex.stdout)
-    assert line.startswith("**Not reproduced: residue 3 self-hit came back self-hit ok")
+    assert line.startswith("Not reproduced: residue 3 self-hit came back self-hit ok")
     assert "no axis is named a discriminator" in line and "Discriminators" not in line
 
 
@@ -183,7 +191,7 @@ def test_under_reference_cold_only_the_real_break_is_explained_and_its_axes_name
     assert "explaining 1 cell(s)" in ex.stderr
     line = closing(ex.stdout)
     assert line.startswith("Reproduced"), line
-    assert {"graph mode", "patches", "prefix caching"} <= set(named(line, "**Discriminators**"))
+    assert {"graph mode", "patches", "prefix caching"} <= set(named(line, "Discriminators"))
 
 
 @pytest.mark.slow
@@ -199,7 +207,7 @@ def test_under_reference_first_the_rungs_are_judged(lab):
     assert ex.returncode == 0, ex.stderr[-3000:]
     line = closing(ex.stdout)
     assert line.startswith("Reproduced"), line
-    assert {"graph mode", "patches", "prefix caching"} <= set(named(line, "**Discriminators**"))
+    assert {"graph mode", "patches", "prefix caching"} <= set(named(line, "Discriminators"))
     assert "unjudged" not in ladder_rows(ex.stdout)["graph mode → PIECEWISE"]
 
 
@@ -213,7 +221,7 @@ def test_one_ladder_per_document(lab, cli):
     ex = explain(run_id)
     assert ex.returncode == 0, ex.stderr[-3000:]
     assert "explaining 2 cell(s)" in ex.stderr
-    heads = [ln for ln in ex.stdout.splitlines() if ln.startswith("## Residue 4")]
+    heads = [ln for ln in ex.stdout.splitlines() if ln.startswith("Residue 4 of")]
     assert [h.endswith(f"(document {d})") for d, h in zip((0, 1), heads)] == [True, True], heads
     assert len(closings(ex.stdout)) == 2
     child = next(json.loads(p.read_text()) for p in out.glob("*.manifest.json")
