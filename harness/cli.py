@@ -60,6 +60,10 @@ def run_sweep(argv: Sequence[str]) -> int:
         _say(note)
     for line in preset_warnings(opts):
         _say(line)
+    if opts.serve:   # the line as read, and what the harness adds to it
+        from .serve_line import added_lines
+        for line in added_lines(opts, sweep.adapter):
+            _say(line)
     if opts.dry_run:
         return dry_run(opts, sweep.adapter)
     if interrupts.pending():  # a signal whose KeyboardInterrupt a library swallowed

@@ -83,6 +83,7 @@ class SweepOptions:
     load: int = 0                  # --load N: background conversations beside each request
     load_mode: str = "steady"      # --load-mode steady | cancel (run/load.py)
     served_config: str | None = None   # --engine cmd: --served-config JSON, as given
+    serve: str | None = None       # --serve LINE: the server line swept as written
     # the sweep flags as parsed (flags.flags_json): the manifest keeps them, versioned, and
     # --resume / sweep explain rebuild the options from them
     flags: dict = field(default_factory=dict, compare=False)

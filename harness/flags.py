@@ -158,8 +158,11 @@ FLAGS: tuple[Flag, ...] = (
          rerun=_opt("--model", "model")),
     Flag("--served-model-name", ENGINE, "model name for requests (default: /v1/models)",
          rerun=_opt("--served-model-name", "served_model_name")),
-    Flag("--server-cmd", ENGINE, "--engine cmd: server command with {port}, {gpu}, {model} "
-         "placeholders", {"metavar": "TEMPLATE"}, rerun=_opt("--server-cmd", "server_cmd")),
+    Flag("--server-cmd", ENGINE, "--engine cmd: server command with {port}, {gpu}, {tp}, "
+         "{model} placeholders", {"metavar": "TEMPLATE"}, rerun=_opt("--server-cmd", "server_cmd")),
+    Flag("--serve", ENGINE, "your server line, swept as written: its flags read by the engine's "
+         "own parser, its configuration the sweep's (docs/serve.md)",
+         {"metavar": "LINE"}, rerun=_opt("--serve", "serve")),
     Flag("--served-config", ENGINE, "--engine cmd: what the server runs, as JSON (method, "
          "draft_tokens, cudagraph_mode, patches, prefix_caching, block_size, "
          "prefix_match_unit, ...); what the server reports wins", {"metavar": "JSON"},
@@ -327,6 +330,9 @@ def sweep_parser() -> Parser:
                formatter_class=_Wrap,
                epilog="Comma-separated values of a configuration flag expand into a matrix, "
                "e.g. --cudagraph FULL_AND_PIECEWISE,PIECEWISE --patches none,all.\n"
+               "vLLM's spellings work too: -cc/--compilation-config JSON (--cudagraph), "
+               "--speculative-config JSON (--spec, --draft-tokens), --enable-prefix-caching, "
+               "--base-url (--url).\n"
                "Sub-verbs: sweep report ..., sweep compare ..., sweep presets, "
                "sweep explain RUN.")
     p.add_argument("--version", action=_Version, help="print the version and the source "

@@ -23,8 +23,9 @@ from .configs import (SweepOptions, expand_matrix, modulus_for, parse_phases, pa
 from .engines import adapter_class
 from .cmd_config import declare, parse_served_config
 from .errors import UsageError
-from .flags import check_flag_use, flags_json, matrix_axes, sweep_parser
+from .flags import check_flag_use, explicit_flags, flags_json, matrix_axes, sweep_parser
 from .resume import resumed_namespace
+from .serve_line import parse_serve_line, vllm_spellings
 from .store import ResultStore, StoreError
 
 __all__ = ["DEFAULT_OUT", "DEFAULT_REPORTS", "build_options", "parse_sweep_argv",
@@ -38,8 +39,13 @@ def build_options(ns: argparse.Namespace, argv: Sequence[str]) -> SweepOptions:
     live = attached.attach(ns, argv) if ns.url else None   # --url: a running server (harness/live.py)
     _check_pairs(ns, argv)
     seeds = tuple(ns.seed)
-    configs = [live.cfg] if live else expand_matrix(
-        engine=ns.engine, model=ns.model, prefix_cache=ns.prefix_cache, axes=matrix_axes(ns))
+    if live:
+        configs = [live.cfg]
+    elif ns.serve:   # --serve LINE: the line's one configuration (harness/serve_line.py)
+        configs = serve_configs(ns, argv)
+    else:
+        configs = expand_matrix(engine=ns.engine, model=ns.model, prefix_cache=ns.prefix_cache,
+                                axes=matrix_axes(ns))
     served = parse_served_config(getattr(ns, "served_config", None))   # --engine cmd
     configs = [declare(c, served) for c in configs]
     modulus = _modulus(ns.modulus)
@@ -99,6 +105,46 @@ def _check_tensor_parallel(engine_args: Sequence[str]) -> None:
                              "--tensor-parallel-size 2")
 
 
+# what a sweep flag written beside --serve must agree with: the line's configuration
+_SERVE_FIELDS = {"--engine": "engine", "--model": "model", "--spec": "spec",
+                 "--draft-tokens": "draft_tokens", "--cudagraph": "cudagraph_mode",
+                 "--prefix-cache": "prefix_caching", "--no-prefix-cache": "prefix_caching",
+                 "--block-size": "block_size", "--prefix-match-unit": "prefix_match_unit",
+                 "--max-model-len": "max_model_len", "--geometry": "geometry",
+                 "--kv-cache-memory-bytes": "kv_cache_memory_bytes",
+                 "--max-num-batched-tokens": "max_num_batched_tokens"}
+
+
+def serve_configs(ns: argparse.Namespace, argv: Sequence[str]) -> list:
+    """--serve LINE: the line's configuration, one per --patches set (vLLM: none unless
+    asked, your vLLM as it is; the lab: the line's --patches). A configuration flag
+    written beside it must say what the line says (a rerun line repeats them); a TP size
+    in the line takes a GPU group of that size (``--gpus 0+1`` unless given)."""
+    if ns.url or ns.engine == "cmd":
+        raise UsageError("--serve starts your server line: not with --url or --engine cmd")
+    line = parse_serve_line(ns.serve)
+    written = explicit_flags(argv)
+    patches = (matrix_axes(ns)["patches"] if "--patches" in written
+               else [line.values.get("patches", "none")])
+    configs = [line.config(p) for p in patches]
+    for flag, value in written.items():
+        have = getattr(configs[0], _SERVE_FIELDS.get(flag, ""), value)
+        if str(value).lower() not in (str(have).lower(), "none" if have is None else "-"):
+            raise UsageError(f"--serve: {flag} {value} contradicts the line ({have}); the "
+                             "configuration is the line's: change it there")
+    if line.engine == "lab" and "--patches" in written and "patches" in line.values \
+            and patches != [line.values["patches"]]:
+        raise UsageError("--serve: --patches contradicts the lab line's own --patches")
+    ns.engine, ns.model = line.engine, line.model
+    tp = line.tensor_parallel_size
+    if tp > 1 and not ns.gpus:
+        ns.gpus = "+".join(str(g) for g in range(tp))
+    elif tp > 1 and any(len(g.split("+")) != tp for g in ns.gpus.split(",")):
+        raise UsageError(f"--serve: the line runs --tensor-parallel-size {tp}: give GPU "
+                         f"groups of {tp} (--gpus {'+'.join(str(g) for g in range(tp))})")
+    return configs
+
+
 def _modulus(value: str) -> int | None:
     if value == "auto":
         return None
@@ -121,7 +167,8 @@ def _reports_dir(ns: argparse.Namespace) -> Path:
 def parse_sweep_argv(argv: Sequence[str]) -> tuple[SweepOptions, argparse.Namespace]:
     """The sweep verb's argv -> (options, the parsed namespace). ``--resume RUN_ID`` is the
     same run: the plan comes from its manifest (``resume.py``), only a few flags may change."""
-    ns = sweep_parser().parse_args(list(argv))
+    argv = vllm_spellings(list(argv))   # -cc, --speculative-config, --base-url, ...
+    ns = sweep_parser().parse_args(argv)
     if ns.resume:
         store = ResultStore(ns.out or DEFAULT_OUT, ns.resume, create=False)
         try:

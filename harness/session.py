@@ -37,6 +37,7 @@ from .posting import check_can_post
 from .preflight import check_outputs
 from .prompts import PlanError
 from .run.driver import Driver
+from .serve_line import parse_serve_line
 from .run.plan import Point, SweepPlan, check_golden_covers, load_golden, plan_with_probes
 from .run.records import latest_records
 from .orphans import end_orphans
@@ -56,7 +57,8 @@ def adapter_for(opts: SweepOptions) -> EngineAdapter:
                         extra_args=opts.engine_args, work_dir=opts.out,
                         isolation=opts.isolation, served_model_name=opts.served_model_name,
                         served_config=opts.served_config,
-                        cache_dir=opts.cache_dir)
+                        cache_dir=opts.cache_dir,
+                        serve=parse_serve_line(opts.serve) if opts.serve else None)
 
 
 class Callbacks:
