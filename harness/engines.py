@@ -30,6 +30,7 @@ from .cmd_config import cmd_label, normalise_reported, parse_served_config, read
 from .errors import CannotRun, UsageError
 from .restore import SLEEP_MEANS
 from .isolation import dev_mode as isolation_dev_mode
+from .serve_line import added_flags
 from .slots import Slot
 
 __all__ = ["EngineAdapter", "LabAdapter", "VllmAdapter", "CmdAdapter", "ADAPTERS",
@@ -62,18 +63,6 @@ class EngineAdapter:
     help_notes: dict[str, str] = {}
     # --serve: the user's server line (harness/serve_line.py); its servers run the line
     serve = None
-
-    def added_flags(self, slot: Slot) -> list[str]:
-        """--serve: what the harness adds to the line (its host and port aside): cached
-        token counts, sleep mode for a restore point, a GPU group's TP size."""
-        s, out = self.serve, []
-        if not s.has("--enable-prompt-tokens-details"):
-            out.append("--enable-prompt-tokens-details")
-        if self.sleep_mode and not s.has("--enable-sleep-mode"):
-            out.append("--enable-sleep-mode")
-        if slot.tensor_parallel_size > 1 and s.tensor_parallel_size == 1:
-            out += ["--tensor-parallel-size", str(slot.tensor_parallel_size)]
-        return out + list(getattr(self, "extra_args", ()))
 
     def for_isolation(self, isolation: str) -> "EngineAdapter":
         """This adapter for a point of ``isolation``: sleep mode for a ``restore`` point
@@ -273,7 +262,7 @@ class LabAdapter(EngineAdapter):
         if self.sleep_mode:
             argv.append("--enable-sleep-mode")
         if self.serve is not None:   # --serve: the user's lab line as written
-            argv = self.serve.server_argv(port) + self.added_flags(slot)
+            argv = self.serve.server_argv(port) + added_flags(self, slot)
         elif slot.tensor_parallel_size > 1:   # recorded by the lab, not sharded (docs/lab-engine.md)
             argv += ["--tensor-parallel-size", str(slot.tensor_parallel_size)]
         argv += list(self.extra_args)
@@ -349,7 +338,7 @@ class VllmAdapter(EngineAdapter):
         except self._launch.LaunchError as e:
             raise UsageError(f"--engine vllm: {e}") from None
         if self.serve is not None:   # --serve: the user's line, the stack's environment
-            argv = self.serve.server_argv(port) + self.added_flags(slot)
+            argv = self.serve.server_argv(port) + added_flags(self, slot)
         return argv, env
 
     @classmethod
@@ -570,18 +559,7 @@ def make_adapter(engine: str, server_cmd: str | None = None, *, draft_model: str
                  extra_args: tuple[str, ...] = (), work_dir: Path | None = None,
                  isolation: str = "fresh", served_model_name: str | None = None,
                  served_config: str | None = None,
-                 cache_dir: Path | None = None, serve=None) -> EngineAdapter:
-    adapter = _make_adapter(engine, server_cmd, draft_model=draft_model, extra_args=extra_args,
-                            work_dir=work_dir, isolation=isolation,
-                            served_model_name=served_model_name or (
-                                serve.served_model_name if serve else None),
-                            served_config=served_config, cache_dir=cache_dir)
-    adapter.serve = serve   # --serve: a ServeLine (harness/serve_line.py)
-    return adapter
-
-
-def _make_adapter(engine: str, server_cmd: str | None, *, draft_model, extra_args, work_dir,
-                  isolation, served_model_name, served_config, cache_dir) -> EngineAdapter:
+                 cache_dir: Path | None = None) -> EngineAdapter:
     cls = adapter_class(engine)  # an unknown engine is a usage error
     if draft_model and not cls.takes_draft_model:
         raise UsageError("--draft-model is for --engine "

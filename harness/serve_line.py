@@ -33,7 +33,8 @@ from engine.presets import PATCHES, SPEC_TABLE, ServingConfig
 from .errors import UsageError
 from .isolation import POLICIES
 
-__all__ = ["ServeLine", "parse_serve_line", "vllm_spellings", "FORMS"]
+__all__ = ["ServeLine", "parse_serve_line", "vllm_spellings", "added_flags", "added_lines",
+           "FORMS"]
 
 FORMS = ("vllm serve MODEL [FLAGS]",
          "python -m vllm.entrypoints.openai.api_server --model MODEL [FLAGS]",
@@ -332,6 +333,19 @@ def vllm_spellings(argv: list[str]) -> list[str]:
     return out
 
 
+def added_flags(adapter: Any, slot: Any) -> list[str]:
+    """What the harness adds to a --serve line (its host and port aside): cached token
+    counts, sleep mode on a restore point, a GPU group's TP size, the --engine-args."""
+    s, out = adapter.serve, []
+    if not s.has("--enable-prompt-tokens-details"):
+        out.append("--enable-prompt-tokens-details")
+    if adapter.sleep_mode and not s.has("--enable-sleep-mode"):
+        out.append("--enable-sleep-mode")
+    if slot.tensor_parallel_size > 1 and s.tensor_parallel_size == 1:
+        out += ["--tensor-parallel-size", str(slot.tensor_parallel_size)]
+    return out + list(getattr(adapter, "extra_args", ()))
+
+
 def added_lines(opts: Any, adapter: Any) -> list[str]:
     """What ``sweep --serve`` says before it starts: which parser read the line, the
     configuration, and every flag and variable the harness adds to the line."""
@@ -344,7 +358,7 @@ def added_lines(opts: Any, adapter: Any) -> list[str]:
     for iso in dict.fromkeys(isolations):
         a = adapter.for_isolation(iso)
         argv, env = a.command(opts.configs[0], 54321, slot)
-        flags = a.added_flags(slot)
+        flags = added_flags(a, slot)
         words = ["--host 127.0.0.1 --port {port} (a port per server"
                  + (f"; the line's {', '.join(line.dropped)} is not used)" if line.dropped
                     else ")")]

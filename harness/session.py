@@ -53,12 +53,14 @@ def adapter_for(opts: SweepOptions) -> EngineAdapter:
     the running server's (harness/live.py)."""
     if opts.live:
         return opts.live.adapter()
-    return make_adapter(opts.engine, opts.server_cmd, draft_model=opts.draft_model,
-                        extra_args=opts.engine_args, work_dir=opts.out,
-                        isolation=opts.isolation, served_model_name=opts.served_model_name,
-                        served_config=opts.served_config,
-                        cache_dir=opts.cache_dir,
-                        serve=parse_serve_line(opts.serve) if opts.serve else None)
+    serve = parse_serve_line(opts.serve) if opts.serve else None   # --serve: the line
+    adapter = make_adapter(opts.engine, opts.server_cmd, draft_model=opts.draft_model,
+                           extra_args=opts.engine_args, work_dir=opts.out,
+                           isolation=opts.isolation, served_model_name=opts.served_model_name
+                           or (serve.served_model_name if serve else None),
+                           served_config=opts.served_config, cache_dir=opts.cache_dir)
+    adapter.serve = serve
+    return adapter
 
 
 class Callbacks:
