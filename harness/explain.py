@@ -228,6 +228,10 @@ def prepare(run_ref: str, out_dir: str, *, residue: int | None, phase: str | Non
         raise UsageError(f"{run_ref} is itself an explain run; explain its parent "
                          f"{manifest['explains'].get('run_id')}")
     parent_ns = namespace_of(manifest, f"explain {run_ref}")   # its options, else its command line
+    if getattr(parent_ns, "serve", None):   # a rung changes a flag; the line has them all
+        raise UsageError(f"sweep explain {run_ref}: the run swept a --serve line, whose "
+                         "configuration only the line changes; rerun the line with one "
+                         "change at a time (docs/serve.md)")
     parent_records = read_jsonl(path)
     try:
         cells = non_ok_cells(parent_records, residue, phase)

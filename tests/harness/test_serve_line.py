@@ -163,6 +163,8 @@ def test_a_lab_line_swept_end_to_end(cli, isolation, added):
     verdicts = {(r["residue"], r["phase"]): r["verdict"] for r in recs}
     assert verdicts == {(3, "cold"): "ok", (3, "self-hit"): "ok", (4, "cold"): "ok",
                         (4, "self-hit"): "broken"}    # the lab's Bug B at k + 1, unpatched
+    if isolation == "fresh":   # explain's ladder changes flags the line holds: refused
+        one_line_exit_2(cli("explain", cli.results_file()), "the run swept a --serve line")
     for r in recs:   # the effective configuration: what the server ran
         assert (r["config"]["block_size"], r["config"]["method"], r["config"]["patches"]) == \
             (128, "mtp", "none")
