@@ -98,3 +98,13 @@ def test_the_preset_table_in_the_docs_is_the_code_s():
     README))))
 def test_every_path_the_readme_names_exists(path):
     assert (ROOT / path).exists(), path
+
+
+def test_the_readme_says_the_python_and_the_venv_before_the_two_commands():
+    """Issue 36: the README said neither the Python it needs nor to make a venv."""
+    import tomllib
+    body = _section(README, "Two commands")
+    before = body.split("```bash", 1)[0]
+    need = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["requires-python"]
+    assert need == ">=3.11" and "Python ≥ 3.11" in before
+    assert "python3 -m venv .venv && . .venv/bin/activate" in before
