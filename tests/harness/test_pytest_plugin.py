@@ -180,3 +180,26 @@ def test_with_a_baseline_the_failure_names_the_cells_the_gate_failed_on():
     assert "gate: 1 regression(s) against base.jsonl" in msg
     assert "regressed: " in msg and "residue 4 cold: ok -> boot-fail" in msg
     assert "coverage: " in msg and "residue 4 self-hit: broken in the baseline, boot-fail now" in msg
+
+
+@pytest.mark.e2e   # two real sweeps of the fake engine, the second through the plugin
+def test_with_a_baseline_a_run_that_never_boots_fails_the_test(tmp_path, tok_dir, cli):
+    """Issue 33 item 5 through the plugin: the baseline's residue 4 self-hit is known
+    broken, and now no server boots. The test fails, naming the lost cell."""
+    from tests.conftest import fake_cmd
+    flags = ["--engine", "cmd", "--model", str(tok_dir), "--context", "800",
+             "--residues", "3,4"]
+    base = cli.sweep(*flags, "--server-cmd", fake_cmd(tok_dir, "--break-residue", "4"),
+                     out="base", rc=1)
+    assert base.returncode == 1
+    test_file = tmp_path / "test_gated.py"
+    argv = [*flags, "--server-cmd", fake_cmd(tok_dir, "--boot-fail", "'no GPU memory'"),
+            "--baseline", str(cli.results_file("base"))]
+    test_file.write_text(f"def test_gated(residue_sweep):\n    residue_sweep(*{argv!r})\n")
+    r = subprocess.run([sys.executable, "-m", "pytest", str(test_file), "-p",
+                        "harness.pytest_plugin", "-p", "no:cacheprovider", "--residue-out",
+                        str(tmp_path / "out")], cwd=tmp_path, capture_output=True, text=True,
+                       timeout=180, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert r.returncode == 1 and "1 failed" in r.stdout, r.stdout[-3000:]
+    assert "residue 4 self-hit: broken in the baseline, boot-fail now" in r.stdout
+    assert "no cell of this run was judged" in r.stdout
