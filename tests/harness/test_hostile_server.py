@@ -6,6 +6,8 @@ reply function behind an ``httpx.MockTransport`` driving ``PointRunner``."""
 from __future__ import annotations
 
 import argparse
+import ast
+import importlib
 import json
 import subprocess
 import sys
@@ -148,3 +150,39 @@ def test_each_answer_misbehaviour_has_its_exact_verdict_in_process(tmp_path, tok
                                       "--timeout", "4")
     recs, _ = run_point(tmp_path, opts, adapter, point, hostile_handler(tok_dir, how))
     check_cells(how, recs)
+
+
+def test_the_in_process_server_answers_the_same_after_the_report_engine_is_imported(
+        tmp_path, tok_dir):
+    """Issue 38: ``[trailing]`` above once answered ``HOSTILE`` + the trailing sentence
+    (153 chars, 0 verbatim) under ``-n auto``: ``test_cli_wiring`` imports
+    ``tests/reports/hostile_engine.py`` for its text, and that import replaced
+    ``fake_engine.copy_answer`` for the whole worker. Imported first here, in this
+    process, it must change nothing."""
+    importlib.import_module("tests.reports.hostile_engine")
+    opts, adapter, point = make_point(tmp_path, tok_dir, "--residues", "1", "--timeout", "4")
+    recs, _ = run_point(tmp_path, opts, adapter, point, hostile_handler(tok_dir, "trailing"))
+    check_cells("trailing", recs)
+
+
+def _module_level_patches(path: Path) -> list[str]:
+    """``module.NAME = ...`` at a file's top level (not under ``if __name__ == ...``)."""
+    tree = ast.parse(path.read_text())
+    imported = {a.asname or a.name for n in tree.body if isinstance(n, ast.Import)
+                for a in n.names}
+    return [f"{path.relative_to(ROOT)}:{n.lineno} {ast.unparse(t)}"
+            for n in tree.body if isinstance(n, (ast.Assign, ast.AugAssign))
+            for t in (getattr(n, "targets", None) or [n.target])
+            if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name)
+            and t.value.id in imported]
+
+
+def test_no_test_server_script_patches_another_module_when_imported():
+    """The general form of the case above: a helper script under ``tests/`` changes another
+    module (the fake engine's answer, say) only when it runs as a script, never at import,
+    where it would change every later test of the same pytest worker."""
+    helpers = [p for p in (ROOT / "tests").rglob("*.py")
+               if not p.name.startswith(("test_", "conftest"))]
+    assert any(p.name == "hostile_engine.py" for p in helpers)
+    found = [hit for p in helpers for hit in _module_level_patches(p)]
+    assert not found, found
