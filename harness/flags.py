@@ -288,7 +288,8 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--dry-run", RUN, "print the plan and server commands; start nothing",
          {"action": "store_true"}),
     Flag("--no-progress", RUN, "no progress bar", {"action": "store_true"}, resume=True),
-    Flag("--baseline", OUTPUT, "fail only on regressions against it", {"metavar": "RUN_OR_FILE"}),
+    Flag("--baseline", OUTPUT, "fail only on regressions (ok there, not ok now) and lost "
+         "coverage (judged there, missing or not judged now) against it, each cell named", {"metavar": "RUN_OR_FILE"}),
     Flag("--allow-fewer", OUTPUT, "with --baseline: do not fail when a cell the baseline "
          "judged is missing or unjudged now", {"action": "store_true"}),
     Flag("--junit", OUTPUT, "write JUnit XML (one testcase per point x phase)", {"metavar": "PATH"}),
