@@ -1,5 +1,12 @@
 """A throwaway Ray cluster on this machine: a head and worker nodes, each its own
-``ray start --block`` process with its own ports, under a temp dir of its own.
+``ray start --block`` process, under a temp dir of its own.
+
+Every port is Ray's own pick: each one is passed as 0, which Ray 2.60's components bind
+themselves (and report to the node through their port files); the head's GCS port is read
+from the address file ``ray start`` writes once the head is up. Ports chosen here and
+released before Ray bound them collided (issue 33 item 10: two ``free_port()`` calls gave
+one node the same number twice, and Ray refused it), and any other process could take one
+in between; a port nobody chose ahead cannot collide.
 
 Nothing here touches another Ray cluster on the machine (no ``ray stop``, which kills
 every Ray process of the user): nodes are stopped through the ``ray start`` processes
@@ -12,7 +19,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -30,10 +36,13 @@ def ray_cli() -> str:
     return str(here) if here.exists() else (shutil.which("ray") or "ray")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+# Ray's components that take a port: 0 = bind any free port and report it (the worker
+# ports: --min/--max-worker-port 0, "any"). The Ray client server is the one component
+# that cannot take 0 (``ray start`` sets 10001 where ray[client] is installed, and refuses
+# a port below 1024): START_HOOK turns it off, and nothing here connects through it.
+OWN_PORTS = ("--node-manager-port", "--object-manager-port", "--dashboard-agent-listen-port",
+             "--dashboard-agent-grpc-port", "--metrics-export-port",
+             "--runtime-env-agent-port")
 
 
 @dataclass
@@ -41,7 +50,6 @@ class Node:
     name: str
     proc: subprocess.Popen
     out: Path
-    node_manager_port: int
     seen: dict[int, psutil.Process] = field(default_factory=dict)
 
     def tree(self) -> list[psutil.Process]:
@@ -65,65 +73,84 @@ class Node:
         return None
 
 
+def no_client_server(ray_params, head: bool) -> None:
+    """``RAY_START_HOOK``: ``ray start`` calls it with its parameters before it starts the
+    node; without a port the head starts no Ray client server (node.py)."""
+    ray_params.ray_client_server_port = None
+
+
+START_HOOK = {"RAY_START_HOOK": f"{__name__}.no_client_server"}
+
+
 class LocalRayCluster:
     def __init__(self, *, slots_per_node: int = 1, resource: str = "lab_slot"):
         # Short: Ray's unix socket paths live under it (108-byte limit).
         self.root = Path(tempfile.mkdtemp(prefix="rl-ray-", dir="/tmp"))
-        self.gcs_port = free_port()
-        self.address = f"127.0.0.1:{self.gcs_port}"
         self.slots = slots_per_node
         self.resource = resource
         self.nodes: list[Node] = []
+        root = str(Path(__file__).resolve().parents[2])   # the hook's module: this file
+        path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
         self.env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0",
-                    "RAY_DISABLE_DOCKER_CPU_WARNING": "1"}
+                    "RAY_DISABLE_DOCKER_CPU_WARNING": "1", "PYTHONPATH": path, **START_HOOK}
 
-    def _node_args(self, gpus: int = 0) -> tuple[list[str], int]:
+    def _node_args(self, gpus: int = 0) -> list[str]:
         """``gpus``: GPUs this node declares. Ray assigns declared GPU ids to tasks and
         sets their CUDA_VISIBLE_DEVICES whether or not the machine has them, which is
         enough to test how a GPU sweep claims them."""
-        nm = free_port()
+        ports = [a for flag in OWN_PORTS for a in (flag, "0")]
         return ["--node-ip-address", "127.0.0.1", "--num-cpus", str(self.slots + gpus),
                 "--num-gpus", str(gpus),
                 "--resources", json.dumps({self.resource: self.slots}),
-                "--object-store-memory", str(80 * 1024 * 1024),
-                "--node-manager-port", str(nm), "--object-manager-port", str(free_port()),
-                "--dashboard-agent-listen-port", str(free_port()),
-                "--dashboard-agent-grpc-port", str(free_port()),
-                "--metrics-export-port", str(free_port()),
-                "--runtime-env-agent-port", str(free_port()),
+                "--object-store-memory", str(80 * 1024 * 1024), *ports,
                 "--min-worker-port", "0", "--max-worker-port", "0",
-                "--disable-usage-stats", "--block"], nm
+                "--disable-usage-stats", "--block"]
 
-    def _start(self, name: str, argv: list[str], nm: int,
-               env: dict[str, str] | None) -> Node:
+    def _start(self, name: str, argv: list[str], env: dict[str, str] | None) -> Node:
         out = self.root / f"{name}.out"
         # The node's environment is its workers' and so its servers' (a per-node test knob)
         proc = subprocess.Popen(argv, stdout=open(out, "w"), stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, env={**self.env, **(env or {})},
                                 start_new_session=True,
                                 preexec_fn=_term_with_parent)
-        node = Node(name, proc, out, nm)
+        node = Node(name, proc, out)
         self.nodes.append(node)
         return node
 
+    def head_argv(self, gpus: int = 0) -> list[str]:
+        """The head, with no dashboard (and no Ray client server: START_HOOK)."""
+        return [ray_cli(), "start", "--head", "--port", "0", "--temp-dir", str(self.root),
+                "--include-dashboard", "false", *self._node_args(gpus)]
+
+    def worker_argv(self, address: str) -> list[str]:
+        return [ray_cli(), "start", "--address", address, *self._node_args()]
+
     def start_head(self, gpus: int = 0, env: dict[str, str] | None = None) -> Node:
-        args, nm = self._node_args(gpus)
-        return self._start("head", [ray_cli(), "start", "--head", "--port", str(self.gcs_port),
-                                    "--temp-dir", str(self.root), "--include-dashboard", "false",
-                                    "--dashboard-port", str(free_port()),
-                                    "--ray-client-server-port", str(free_port()), *args], nm,
-                           env)
+        return self._start("head", self.head_argv(gpus), env)
+
+    @property
+    def address(self) -> str:
+        """The head's GCS address, once the head is up (waits for it): ``ray start`` writes
+        it to ``<temp dir>/ray_current_cluster`` after the node started."""
+        head = self.nodes[0]
+        self.wait_started(head)
+        return self._address_file().read_text().strip()
+
+    def _address_file(self) -> Path:
+        return self.root / "ray_current_cluster"
 
     def add_worker(self, name: str = "worker", env: dict[str, str] | None = None) -> Node:
-        args, nm = self._node_args()
-        return self._start(name, [ray_cli(), "start", "--address", self.address, *args], nm,
-                           env)
+        """A worker node; it joins the head, so this first waits for the head's address."""
+        return self._start(name, self.worker_argv(self.address), env)
 
     def wait_started(self, node: Node, timeout: float = 90.0) -> None:
+        """Until ``ray start`` says the node is up (the head: and its address is written)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             text = node.out.read_text(errors="replace") if node.out.exists() else ""
-            if STARTED in text:
+            written = node is not self.nodes[0] or self._address_file().exists() and \
+                self._address_file().read_text().strip()
+            if STARTED in text and written:
                 node.tree()
                 return
             if node.proc.poll() is not None:

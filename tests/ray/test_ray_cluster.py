@@ -144,16 +144,23 @@ def test_sweep_on_a_two_node_ray_cluster(tmp_path):
     # exists, so the test decides which point of which node is in progress, and for how long.
     holds = {"head": tmp_path / "hold-head", "worker": tmp_path / "hold-worker"}
     try:
-        # Both nodes boot at once (the worker waits for the head's GCS); meanwhile the
-        # local backend runs the same sweep for the reference verdicts.
+        # The head boots, then the worker (it joins at the address the head picked and
+        # reports once up); meanwhile the local backend runs the same sweep for the
+        # reference verdicts.
         head = cluster.start_head(gpus=2,  # declared, not real: see scenario 4
                                   env={HOLD_DIR_ENV: str(holds["head"])})
-        worker = cluster.add_worker(env={HOLD_DIR_ENV: str(holds["worker"])})
         local_dir = tmp_path / "local"
-        local = subprocess.run(_argv(local_dir, model, "--slots", "2"), cwd=ROOT,
-                               capture_output=True, text=True, timeout=120,
-                               env=_without(HOLD_DIR_ENV))
-        assert local.returncode == 1, local.stderr[-3000:]
+        local = subprocess.Popen(_argv(local_dir, model, "--slots", "2"), cwd=ROOT,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                 env=_without(HOLD_DIR_ENV))
+        try:
+            worker = cluster.add_worker(env={HOLD_DIR_ENV: str(holds["worker"])})
+            _, local_err = local.communicate(timeout=120)
+        finally:
+            if local.poll() is None:
+                local.kill()
+                local.wait()
+        assert local.returncode == 1, local_err[-3000:]
         local_files = list((local_dir / "results").glob("*.jsonl"))
         expected = _verdicts(_records(local_files[0]))
         mark("local sweep done")

@@ -213,3 +213,25 @@ def test_by_node_section_only_when_several_nodes():
     row_b = next(ln for ln in md.splitlines() if "bbbbbbbb" in ln)
     assert [c.strip() for c in row_a.strip("|").split("|")][1:] == ["2", "4", "0", "0"]
     assert [c.strip() for c in row_b.strip("|").split("|")][1:] == ["1", "2", "**broken 1**", "1"]
+
+
+def test_the_test_cluster_picks_no_port_of_its_own(tmp_path):
+    """Issue 33 item 10: ``tests/ray/cluster.py`` chose each port by binding port 0 and
+    releasing it, so one node got the same number twice ("Ray component metrics_export
+    is trying to use a port number 38713 that is used by other components") or another
+    process took one first. Every port of both node kinds is now 0 (Ray's components bind
+    and report their own); the worker joins at the address the head wrote."""
+    from tests.ray.cluster import OWN_PORTS, LocalRayCluster
+    cluster = LocalRayCluster()
+    try:
+        for argv in (cluster.head_argv(gpus=2), cluster.worker_argv("127.0.0.1:1")):
+            flags = {a: argv[i + 1] for i, a in enumerate(argv)
+                     if a.startswith("--") and a.endswith("port")}
+            assert set(OWN_PORTS) <= set(flags), argv
+            assert set(flags.values()) == {"0"}, flags
+        head = cluster.head_argv()
+        assert head[head.index("--port") + 1] == "0"
+        assert "--ray-client-server-port" not in head   # not started at all (the hook)
+        assert cluster.env["RAY_START_HOOK"] == "tests.ray.cluster.no_client_server"
+    finally:
+        cluster.root.rmdir()
