@@ -142,10 +142,10 @@ def test_cases_without_expected_judged_by_cold_and_by_a_golden_run_keyed_by_case
     bare.write_text("".join(json.dumps({k: v for k, v in r.items() if k != "expected"}) + "\n"
                             for r in rows))
     _, golden, gm = sweep(cli, "--prompts", str(CODE), "--residues", "2", out="g")
-    # cold: the hit is judged against the cold answer
-    # (exit 1: the cold phase itself is unjudged under this reference, never ok)
+    # cold: the hit is judged against the cold answer (the cold phase itself is unjudged,
+    # never ok: it is the reference, and the judged hits decide the exit code, issue 36)
     _, recs, _ = sweep(cli, "--prompts", str(bare), "--residues", "2", "--reference",
-                       "cold", out="g", rc=1)
+                       "cold", out="g", rc=0)
     cold = {r["case_id"]: r["sha1"] for r in recs if r["phase"] == "cold"}
     assert {r["verdict"] for r in recs if r["phase"] == "cold"} == {"unjudged"}
     for r in recs:
@@ -188,8 +188,10 @@ def test_the_lab_echoes_a_question_it_cannot_answer_and_cold_judges_the_hit(tmp_
     path.write_text(json.dumps({"id": "question", "pad": "system", "messages": [
         {"role": "system", "content": "You are an operations assistant. " * 30},
         {"role": "user", "content": question}]}) + "\n")
+    # the cold phase is unjudged under --reference cold, the reference the hit is judged
+    # against: the judged hit decides the exit code (issue 36: this exited 1)
     _, recs, _ = sweep(cli, "--prompts", str(path), "--residues", "9", "--reference", "cold",
-                       rc=1)  # the cold phase is unjudged under --reference cold: not ok
+                       rc=0)
     assert [r["answer"] for r in recs] == [question, question]
     assert recs[0]["phase"] == "cold" and recs[0]["verdict"] == "unjudged"
     hit = next(r for r in recs if r["phase"] == "self-hit")
