@@ -273,6 +273,7 @@ def write_junit(records: list[dict] | list[PhaseRecord], path, *, suite_name: st
     a ``regression`` suite, each of ``coverage_losses`` (``find_coverage_losses``) one of
     type ``coverage`` in a ``coverage`` suite: the cells the gate failed on, by name."""
     recs, _ = latest_records(typed(records))
+    refs = reference_cells(recs)
     by_cfg: dict[str, list[PhaseRecord]] = {}
     for r in recs:
         by_cfg.setdefault(r.config_id or r.config_label or "?", []).append(r)
@@ -307,8 +308,10 @@ def write_junit(records: list[dict] | list[PhaseRecord], path, *, suite_name: st
                 "classname": _xml_safe(f"residue_sweep.{cid}"),
                 "time": f"{float(r.latency_s or 0.0):.3f}"})
             if r.verdict == "unjudged":
-                ET.SubElement(case, "skipped", {"message": _xml_safe(_one_line(
-                    f"unjudged: {r.reason or 'no reference'}"))})
+                why = (f"reference: the answer other cells were judged against (--reference "
+                       f"{r.reference}), not judged" if cell_key(r) in refs
+                       else f"unjudged: {r.reason or 'no reference'}")
+                ET.SubElement(case, "skipped", {"message": _xml_safe(_one_line(why))})
             elif r.verdict != "ok":
                 fail = ET.SubElement(case, "failure", {
                     "message": _xml_safe(failure_message(r)),

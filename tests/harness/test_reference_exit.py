@@ -5,9 +5,11 @@ configuration's answers) are the measure, not judged: the exit code rests on the
 cells, and the report says which cells were the reference without calling them ok."""
 from __future__ import annotations
 
+import xml.etree.ElementTree as ET
+
 import pytest
 
-from harness.gate import gate_exit_code
+from harness.gate import gate_exit_code, write_junit
 from harness.run.records import reference_cells
 from tests.harness.test_sweep_cmd import cells, fake_sweep
 from tests.reports import synth
@@ -28,11 +30,17 @@ def _cold_reference(residues, broken=()):
     return out
 
 
-def test_the_gate_counts_the_cells_judged_against_the_reference():
+def test_the_gate_counts_the_cells_judged_against_the_reference(tmp_path):
     clean = _cold_reference(range(3))
     assert len(reference_cells(clean)) == 3
     assert gate_exit_code(clean) == 0
     assert gate_exit_code(_cold_reference(range(3), broken=[1])) == 1
+    root = ET.parse(write_junit(clean, tmp_path / "j.xml")).getroot()
+    skipped = [c.find("skipped").get("message") for c in root.iter("testcase")
+               if c.find("skipped") is not None]
+    assert len(skipped) == 3 and all(m.startswith("reference: the answer other cells were "
+                                                  "judged against (--reference cold)")
+                                     for m in skipped)
     # a cold cell no hit was judged against is not a reference: unjudged fails
     alone = [r for r in clean if r["phase"] == "cold"]
     assert not reference_cells(alone) and gate_exit_code(alone) == 1
