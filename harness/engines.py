@@ -482,13 +482,24 @@ def vllm_serves_sleep() -> bool | None:
 _LOAD_FORMAT = ("--load-format", "--load_format")
 
 
+def _words(arg: str) -> list[str]:
+    """An argument as the shell words it may hold (a ``sh -c`` string); one that does not
+    split as shell (an apostrophe in a message: ``the model's``) is one word, as given."""
+    if " " not in arg:
+        return [arg]
+    try:
+        return shlex.split(arg)
+    except ValueError:
+        return [arg]
+
+
 def dummy_weights_refusal(argv: Sequence[str]) -> str | None:
     """Why a server command cannot give verdicts, or None: vLLM's ``--load-format dummy``
     (any spelling that reaches it: ``=`` or a separate value, dash or underscore, inside a
     ``sh -c`` string, or in the YAML file of ``--config``, which a flag overrides) fills
     the weights at random, so every answer is noise. ``benchmarks/gpu_cost_curve.sh``
     measures what such a server costs."""
-    words = [w for a in argv for w in (shlex.split(str(a)) if " " in str(a) else [str(a)])]
+    words = [w for a in argv for w in _words(str(a))]
     flag = from_file = None
     for i, w in enumerate(words):
         name, eq, value = w.partition("=")
