@@ -169,6 +169,9 @@ class _Sweeper:
         argv = sweep_argv(flags, self.request.config, self.out)
         result = _run(argv)
         self.results.append(result)
+        if result.dry_run:   # --dry-run: the plan on the test's output, nothing started
+            print(result.report_markdown)
+            return result
         node = self.request.node
         node.user_properties.append(("residue_run", result.run_id))
         node.user_properties.append(("residue_report", str(result.report_path or "")))

@@ -102,6 +102,7 @@ class RunResult:
     report_path: Path | None = None        # the report file, when it was written
     interrupted: bool = False
     failed_outputs: list[str] = field(default_factory=list)
+    dry_run: bool = False                  # --dry-run: the plan only (report_markdown)
 
     @property
     def not_ok(self) -> list[dict]:
@@ -226,6 +227,8 @@ class Sweep:
         if not self._checked:
             for note in self.check():
                 cb.say(note)
+        if self.options.dry_run:   # the plan and the server commands, nothing started
+            return self._dry_run(cb)
         self.adapter.check_can_start()   # e.g. vLLM not installed: exit 3, nothing started
         for line in end_orphans(self.options.out):  # servers of an earlier run whose sweep was killed
             cb.say(line)
@@ -241,6 +244,19 @@ class Sweep:
                 cb.say(f"\ninterrupted before any data point ran (run {run_id}); no server "
                        "left running, nothing measured")
                 return RunResult(run_id, ExitCode.INTERRUPTED, interrupted=True)
+
+    def _dry_run(self, cb: Callbacks) -> RunResult:
+        """``--dry-run`` from Python (the API, the pytest plugin) as on the command line:
+        no server, no orphan reaping, no records; the plan text is the result's report."""
+        import contextlib
+        import io
+
+        from .dryrun import dry_run
+        text = io.StringIO()
+        with contextlib.redirect_stdout(text):
+            code = dry_run(self.options, self.adapter)
+        cb.report(text.getvalue())
+        return RunResult("", code, report_markdown=text.getvalue(), dry_run=True)
 
     async def _planned(self, run_id: str, sigs: _LoopSignals, cb: Callbacks) -> RunResult:
         opts = self.options

@@ -203,3 +203,20 @@ def test_with_a_baseline_a_run_that_never_boots_fails_the_test(tmp_path, tok_dir
     assert r.returncode == 1 and "1 failed" in r.stdout, r.stdout[-3000:]
     assert "residue 4 self-hit: broken in the baseline, boot-fail now" in r.stdout
     assert "no cell of this run was judged" in r.stdout
+
+
+def test_the_plugin_honours_dry_run(tmp_path):
+    """Issue 33 item 9: a test whose sweep says ``--dry-run`` shows the plan and passes
+    without booting a server or writing a record."""
+    test = tmp_path / "test_dry.py"
+    test.write_text("import pytest\n\n"
+                    "@pytest.mark.residue_sweep('--residues', '3-4', '--dry-run')\n"
+                    "def test_plan():\n    pass\n")
+    out = tmp_path / "out"
+    r = subprocess.run([sys.executable, "-m", "pytest", str(test), "-p", "harness.pytest_plugin",
+                        "-p", "no:cacheprovider", "-s", "--residue-out", str(out)], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    assert "nothing started (--dry-run)" in r.stdout and "1 passed" in r.stdout
+    assert not list(out.glob("*.jsonl")) and not list(out.glob("*.servers.json"))

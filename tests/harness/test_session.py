@@ -87,6 +87,20 @@ def test_the_python_api_runs_a_sweep_in_process_and_says_nothing(tmp_path, model
     assert seen.out == "" and seen.err == ""   # a library says nothing unless asked
 
 
+def test_the_python_api_honours_dry_run(tmp_path, model):
+    """Issue 33 item 9: ``--dry-run`` through the API is the plan and the server commands,
+    as on the command line: no server booted (not even a probe), no records, exit 0."""
+    started: list = []
+    opts = options_from_argv([*FULL_UNPATCHED, "--model", str(model), "--residues", "3-4",
+                              "--dry-run", "--out", str(tmp_path / "r")])
+    heard = Heard()
+    result = Sweep(opts, observers=(lambda event, srv: started.append(srv),)).run(heard)
+    assert started == [] and result.dry_run and result.exit_code == ExitCode.OK
+    assert result.records == [] and not list((tmp_path / "r").glob("*.jsonl"))
+    assert "nothing started (--dry-run)" in result.report_markdown
+    assert "server: " in result.report_markdown and heard.report_md == result.report_markdown
+
+
 def test_callbacks_hear_every_point_and_the_report(tmp_path, model):
     opts = options_from_argv([*FULL_UNPATCHED, "--model", str(model), "--residues", "2-4",
                               "--patches", "all", "--slots", "2", "--out", str(tmp_path / "r")])
