@@ -346,9 +346,8 @@ class VllmAdapter(EngineAdapter):
         return vllm_serves_sleep() is not False
 
     def check_can_start(self) -> None:
-        """vLLM importable by the Python the servers run (this one): without it every
-        model form failed differently (an HF id at the probe server, a local folder as a
-        report of boot-fail cells, exit 1)."""
+        """vLLM importable by the Python the servers run (this one): without it an HF id
+        failed at the probe server, a local folder as boot-fail cells (exit 1)."""
         import importlib.util
         try:
             found = importlib.util.find_spec("vllm") is not None
@@ -483,12 +482,10 @@ _LOAD_FORMAT = ("--load-format", "--load_format")
 
 
 def _words(arg: str) -> list[str]:
-    """An argument as the shell words it may hold (a ``sh -c`` string); one that does not
-    split as shell (an apostrophe in a message: ``the model's``) is one word, as given."""
-    if " " not in arg:
-        return [arg]
+    """An argument's shell words (a ``sh -c`` string); one that does not split as shell
+    (an apostrophe: ``the model's``) is one word."""
     try:
-        return shlex.split(arg)
+        return shlex.split(arg) if " " in arg else [arg]
     except ValueError:
         return [arg]
 
