@@ -8,11 +8,7 @@
 LIMIT=${1:-420}
 R=$PWD; S=$R
 source "$R/engine/tinymodel/scripts/device_lib.sh"
-: "${OUT:=/tmp/out}"; W=/tmp/work/find_state; rm -rf "$W"; mkdir -p "$W" "$OUT"
-[ -f /tmp/site/vllm/_C_stable_libtorch.abi3.so ] || dev_unpack_b "$W/timings.txt"
-dev_vllm_env
-dev_env_txt "$W/env.txt"
-dev_monitor "$W/monitor.txt"
+dev_probe_start find_state
 timeout --signal=INT -k 20 $(( LIMIT - 30 )) python3 benchmarks/gpu_find_state.py \
   --model "$R/engine/tinymodel/weights/hybrid" --out "$W" --boot-timeout 300 \
   > "$W/stdout.txt" 2> "$W/stderr.txt"

@@ -7,11 +7,7 @@
 LIMIT=${1:-540}; shift
 R=$PWD; S=$R
 source "$R/engine/tinymodel/scripts/device_lib.sh"
-: "${OUT:=/tmp/out}"; W=/tmp/work/poison; rm -rf "$W"; mkdir -p "$W" "$OUT"
-[ -f /tmp/site/vllm/_C_stable_libtorch.abi3.so ] || dev_unpack_b "$W/timings.txt"
-dev_vllm_env
-dev_env_txt "$W/env.txt"
-dev_monitor "$W/monitor.txt"
+dev_probe_start poison
 timeout --signal=INT -k 15 $(( LIMIT - 25 )) python3 benchmarks/gpu_poison.py \
   --model "$R/engine/tinymodel/weights/hybrid" --out "$W" --limit $(( LIMIT - 45 )) "$@" \
   > "$W/stdout.txt" 2> "$W/stderr.txt"

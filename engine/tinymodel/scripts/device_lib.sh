@@ -49,6 +49,16 @@ dev_unpack_b() {
     && echo "unpack_b $(el)s" >> "$1"
 }
 
+# dev_probe_start NAME: a probe call's start: W=/tmp/work/NAME emptied, $OUT made, vLLM's
+# _C unpacked from the halves when missing, the environment, its report and the monitor.
+dev_probe_start() {
+  : "${OUT:=/tmp/out}"; W=/tmp/work/$1; rm -rf "$W"; mkdir -p "$W" "$OUT"
+  [ -f /tmp/site/vllm/_C_stable_libtorch.abi3.so ] || dev_unpack_b "$W/timings.txt"
+  dev_vllm_env
+  dev_env_txt "$W/env.txt"
+  dev_monitor "$W/monitor.txt"
+}
+
 # dev_monitor FILE: GPU memory and use and the load average every 10 s (MON is its pid).
 dev_monitor() {
   ( while :; do echo "t=$(el) $(nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv,noheader) load $(cut -d' ' -f1-3 /proc/loadavg)"; sleep 10; done ) > "$1" 2>&1 &
