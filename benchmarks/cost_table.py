@@ -1,5 +1,9 @@
 """The cost curve's table (``benchmarks/gpu_cost_curve.py``) from its records alone:
 ``DIR/records.jsonl`` (+ ``DIR/manifest.json`` where there is one) -> ``DIR/cost_curve.md``.
+As a script it prints the table of an archived run (records gzipped or not) and writes
+nothing, so ``reports/h200/regenerate.sh`` and its test can render the committed page:
+
+    python3 benchmarks/cost_table.py RECORDS.jsonl[.gz] [--manifest MANIFEST.json]
 
 Medians over the measured rounds (a server's first point after its boot is shown apart),
 ranges and counts; ratios to the first measured server; the GiB each restore moves; what a
@@ -8,12 +12,16 @@ ranges and counts; ratios to the first measured server; the GiB each restore mov
 """
 from __future__ import annotations
 
+import argparse
+import gzip
 import json
 import statistics
+import sys
 from pathlib import Path
 from typing import Any, Iterable
 
-__all__ = ["NOTE", "fill_bytes", "fill_seconds", "load", "table", "write_table"]
+__all__ = ["NOTE", "fill_bytes", "fill_seconds", "load", "load_files", "main", "table",
+           "write_table"]
 
 NOTE = "dummy weights: cost only, no verdicts"
 RESIDUES, PHASES = 128, 2
@@ -21,10 +29,16 @@ DASH = "–"
 
 
 def load(folder: Path) -> tuple[list[dict], dict]:
-    recs = [json.loads(line) for line in (folder / "records.jsonl").read_text().splitlines()
-            if line.strip()]
-    mpath = folder / "manifest.json"
-    return recs, (json.loads(mpath.read_text()) if mpath.is_file() else {})
+    return load_files(folder / "records.jsonl", folder / "manifest.json")
+
+
+def load_files(records: Path, manifest: Path | None = None) -> tuple[list[dict], dict]:
+    """Records (``.jsonl`` or, as archived, ``.jsonl.gz``) and the manifest if it exists."""
+    opener = gzip.open if records.suffix == ".gz" else open
+    with opener(records, "rt", encoding="utf-8") as fh:
+        recs = [json.loads(line) for line in fh if line.strip()]
+    found = manifest is not None and manifest.is_file()
+    return recs, (json.loads(manifest.read_text()) if found else {})
 
 
 def fill_bytes(result: Any) -> int | None:
@@ -232,3 +246,30 @@ def write_table(folder: Path) -> str:
     text = table(recs, manifest)
     (Path(folder) / "cost_curve.md").write_text(text)
     return text
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print the table of RECORDS (and MANIFEST); a missing or unreadable file is one line
+    on stderr and exit 2."""
+    ap = argparse.ArgumentParser(prog="benchmarks/cost_table.py",
+                                 description="the cost curve's table from archived records")
+    ap.add_argument("records", type=Path, help="records.jsonl or records.jsonl.gz")
+    ap.add_argument("--manifest", type=Path, help="the run's manifest.json (the table's header)")
+    a = ap.parse_args(argv)
+    for path in (a.records, a.manifest):
+        if path is not None and not path.is_file():
+            print(f"cost_table: error: {path}: no such file", file=sys.stderr)
+            return 2
+    try:
+        recs, manifest = load_files(a.records, a.manifest)
+        text = table(recs, manifest)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        print(f"cost_table: error: {a.records}: not a cost curve's records ({exc})",
+              file=sys.stderr)
+        return 2
+    sys.stdout.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

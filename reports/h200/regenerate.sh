@@ -97,3 +97,6 @@ report shapes/day2/c_preempt_54.md 20261202-013317-021c.jsonl.gz
 python summarize.py > summary.md && echo summary.md
 # issue 32: the region hunt (benchmarks/gpu_poison.py on the H200, 2026-12-02)
 page poison/hunt.md python ../../benchmarks/gpu_poison_summary.py poison/call1-records.jsonl.gz poison/call2-records.jsonl.gz
+# issue 35: the cost curve (benchmarks/gpu_cost_curve.sh 565 on one H200, 2026-12-02; dummy
+# weights: cost only, no verdicts): the table from the archived records (cost/README.md)
+page cost/cost_curve.md python ../../benchmarks/cost_table.py cost/records.jsonl.gz --manifest cost/manifest.json
