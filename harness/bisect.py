@@ -23,7 +23,7 @@ import sys
 from collections import Counter
 from typing import Iterable
 
-from .errors import EXIT_CANNOT_RUN, EXIT_USAGE, BisectExit
+from .errors import EXIT_CANNOT_RUN, EXIT_USAGE, BisectExit, ExitCode
 from .recordkeys import document_of
 from .vocabulary import OPEN, UNTESTED
 
@@ -85,7 +85,7 @@ def internal_error(args: list[str], kill_servers) -> int:
 
 def map_exit(code: int) -> int:
     """A sweep exit code that is not a measurement, in git bisect's terms."""
-    if code == EXIT_USAGE:
+    if code in (EXIT_USAGE, ExitCode.NO_SPACE):   # a full disk fails every commit alike
         return EXIT_ABORT_BISECT
     if code == EXIT_CANNOT_RUN:
         return EXIT_SKIP

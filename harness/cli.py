@@ -9,7 +9,8 @@
 Exit codes: 0 every point ok (or the gate passed), 1 a point is not ok (or a regression
 against --baseline), 2 usage or configuration error, 3 the sweep could not run at all,
 4 the sweep ran but an output (report file, JUnit, step summary, GitHub comment) could not
-be written or posted (stderr names it and the report's path), 130 interrupted (every
+be written or posted (stderr names it and the report's path), 5 the results could not be
+written mid-sweep (a full disk: every record so far whole), 130 interrupted (every
 finished record is on disk; ``--resume RUN_ID`` continues).
 Under ``--bisect`` the codes are git bisect run's (``harness.bisect``): 0 good, 1 bad,
 125 untestable, 128 a usage error (abort the bisect).

@@ -10,6 +10,7 @@ from __future__ import annotations
 from enum import IntEnum
 
 __all__ = ["ExitCode", "BisectExit", "PostExit", "HarnessError", "UsageError", "CannotRun", "OutputFailed",
+           "NoSpace",
            "EXIT_USAGE", "EXIT_CANNOT_RUN", "EXIT_OUTPUT"]
 
 
@@ -20,6 +21,7 @@ class ExitCode(IntEnum):
     USAGE = 2          # a usage or configuration error
     CANNOT_RUN = 3     # the sweep could not run at all
     OUTPUT = 4         # the sweep ran, an output could not be written or posted
+    NO_SPACE = 5       # the disk filled up mid-sweep: every record so far kept, --resume goes on
     INTERRUPTED = 130  # SIGINT / SIGTERM: every finished record on disk, --resume goes on
 
 
@@ -78,3 +80,12 @@ class OutputFailed(HarnessError, RuntimeError):
 
     exit_code = EXIT_OUTPUT
     prefix = "output failed"
+
+
+class NoSpace(HarnessError, OSError):
+    """The results could not be written (the disk is full, a quota, a read-only remount)
+    mid-sweep: every record written before is whole (the store cuts off a half-written
+    line), the servers are stopped, and ``--resume`` continues once there is room: exit 5."""
+
+    exit_code = ExitCode.NO_SPACE
+    prefix = "cannot write the results"

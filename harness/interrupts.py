@@ -1,4 +1,8 @@
-"""SIGINT and SIGTERM from the first instruction of ``sweep`` to its last: exit 130.
+"""SIGINT, SIGTERM and SIGHUP from the first instruction of ``sweep`` to its last: exit 130.
+
+SIGHUP is the terminal closing (an ssh session dropped): it takes the same interrupt path
+(records flushed, servers ended, the pid file removed) instead of the default death by
+signal that left ``<run>.servers.json`` and the servers behind (issue 33 item 12).
 
 Standard library only (and ``harness.errors``, itself so), imported by ``harness.entry`` before anything heavy, so a Ctrl-C
 during the imports (httpx, jinja2, the tokenizers: half a second on a small machine) is not a
@@ -28,7 +32,7 @@ from .errors import ExitCode
 __all__ = ["EXIT_INTERRUPTED", "SIGNALS", "install", "pending", "ignore", "finish"]
 
 EXIT_INTERRUPTED = ExitCode.INTERRUPTED
-SIGNALS = (signal.SIGINT, signal.SIGTERM)
+SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 _state = {"signal": None, "final": False}
 
 

@@ -78,9 +78,10 @@ class Isolation:
     reuses_server: bool = False       # a slot keeps its server for the next point
     prepare: Prepare | None = None    # what a reused server gets before the next point
     booted: Callable[[dict, str | None], None] | None = None   # a just-booted server's note
-    # boot failures of one configuration in this pass before its remaining points are
-    # recorded boot-fail without booting: a fresh server per point allows one retry (a boot
-    # can fail for a passing reason, an OOM beside other servers on one GPU)
+    # points of one configuration in this pass that failed to boot (each after
+    # run.point.BOOT_ATTEMPTS boots) before its remaining points are recorded boot-fail
+    # without booting: a fresh server per point allows a second failed point (a boot can
+    # fail for a passing reason, an OOM beside other servers on one GPU)
     boot_failures_allowed: int = 1
     confirm_fresh: bool = False       # auto: a point not ok here gets a fresh twin
     as_fresh: bool = False            # as good as a fresh server (the report calls others weaker)

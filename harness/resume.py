@@ -39,6 +39,12 @@ def resumed_namespace(run_id: str, user_argv: Sequence[str], manifest: dict) -> 
         raise UsageError(f"--resume {run_id}: an explain run of {parent}; continue it with "
                          f"`sweep explain {parent} --resume {run_id}`")
     ns = namespace_of(manifest, f"--resume {run_id}")   # its options, else its command line
+    if getattr(ns, "url", None):
+        # docs/live.md: the running server has cached the run's documents, so a point run
+        # again would not be cold, and every point would be measured twice
+        raise UsageError(f"--resume {run_id}: a --url run is not resumed (its documents are "
+                         f"in the running server's prefix cache now); sweep {ns.url} again "
+                         "as a new run")
     given = explicit_flags(user_argv)
     given.pop("--resume", None)
     for name, value in given.items():

@@ -55,11 +55,18 @@ _EXPLAIN = re.compile(r"(Error|Exception|Traceback|assert|Assertion|KV cache is 
 
 
 class BootFailure(RuntimeError):
-    def __init__(self, reason: str, log_excerpt: list[str], *, port_conflict: bool = False):
+    """A server that did not come up. ``retryable``: it exited during boot (an OOM beside
+    other booting servers can pass); a boot that timed out or could not be spawned is not
+    tried again. ``attempts``: the boots tried for this point (run/point.py)."""
+
+    def __init__(self, reason: str, log_excerpt: list[str], *, port_conflict: bool = False,
+                 retryable: bool = True, attempts: int = 1):
         super().__init__(reason)
         self.reason = reason
         self.log_excerpt = log_excerpt
         self.port_conflict = port_conflict
+        self.retryable = retryable
+        self.attempts = attempts
 
 
 class PortAllocator:
@@ -256,7 +263,8 @@ class ServerProcess:
                                         start_new_session=True,
                                         preexec_fn=die_with_parent())
             except OSError as e:
-                raise BootFailure(f"cannot start {self.argv[0]!r}: {e}", []) from e
+                raise BootFailure(f"cannot start {self.argv[0]!r}: {e}", [],
+                                  retryable=False) from e
 
     def exited(self) -> int | None:
         return None if self.proc is None else self.proc.poll()
@@ -305,7 +313,7 @@ class ServerProcess:
                 # alive and not ready: the last line says how far it got (a cold compile?),
                 # an error-looking line earlier in the log is not why (a ulimit warning)
                 raise BootFailure(f"not healthy after {timeout:g}s, still running; last log "
-                                  f"line: {last[:200]}", excerpt)
+                                  f"line: {last[:200]}", excerpt, retryable=False)
             await asyncio.sleep(delay)
             if time.monotonic() - self.started_at > READY_POLL_FAST_FOR_S:
                 delay = min(delay * 1.5, READY_POLL_MAX_S)

@@ -20,6 +20,7 @@ says nothing.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import threading
 import time
@@ -43,7 +44,7 @@ from .run.records import latest_records
 from .orphans import end_orphans
 from .resume import check_resumed_records
 from .server_pool import Observer, ServerGroup, server_pids
-from .store import ResultStore, StoreError, load_records, new_run_id
+from .store import ResultStore, StoreError, load_records, new_run_id, run_lock
 
 __all__ = ["Sweep", "RunResult", "Callbacks", "adapter_for"]
 
@@ -166,6 +167,8 @@ class Sweep:
         self.signals = signals
         self.servers = ServerGroup(observers)
         self._checked = False
+        self._held = contextlib.ExitStack()   # the run's lock (store.run_lock) while it runs
+        self._locked = False
 
     # -- before any server -------------------------------------------------------------
     def check(self) -> list[str]:
@@ -181,8 +184,16 @@ class Sweep:
             except StoreError as e:
                 raise UsageError(f"--baseline: {e}") from None
         check_can_post(opts.gh_issue, opts.gh_repo, opts.gh_dry_run)
-        notes = [f"sweep: --resume: {n}" for n in check_resumed_records(opts)] if opts.resume else []
-        self.adapter.check(opts.configs, opts.slots[0])
+        if opts.resume and not opts.dry_run:   # before its file is read, let alone cut
+            self._lock(opts.resume)
+        try:
+            notes = ([f"sweep: --resume: {n}" for n in check_resumed_records(opts)]
+                     if opts.resume else [])
+            self.adapter.check(opts.configs, opts.slots[0])
+        except BaseException:
+            self._held.close()
+            self._locked = False
+            raise
         self._checked = True
         return notes
 
@@ -227,28 +238,39 @@ class Sweep:
         if not self._checked:
             for note in self.check():
                 cb.say(note)
-        if self.options.dry_run:   # the plan and the server commands, nothing started
-            return self._dry_run(cb)
-        self.adapter.check_can_start()   # e.g. vLLM not installed: exit 3, nothing started
-        for line in end_orphans(self.options.out):  # servers of an earlier run whose sweep was killed
-            cb.say(line)
-        run_id = self.options.resume or new_run_id()
-        with _LoopSignals(self.signals) as sigs, \
-                server_pids(self.options.out, run_id, self.servers):
-            try:
-                return await self._planned(run_id, sigs, cb)
-            except asyncio.CancelledError:
-                if not sigs.interrupted:
-                    raise
-                self.servers.kill_all()  # a probe server of the planning step
-                cb.say(f"\ninterrupted before any data point ran (run {run_id}); no server "
-                       "left running, nothing measured")
-                return RunResult(run_id, ExitCode.INTERRUPTED, interrupted=True)
+        try:
+            if self.options.dry_run:   # the plan and the server commands, nothing started
+                return self._dry_run(cb)
+            self.adapter.check_can_start()   # e.g. vLLM not installed: exit 3, nothing started
+            for line in end_orphans(self.options.out):  # servers of an earlier run whose sweep was killed
+                cb.say(line)
+            run_id = self.options.resume or new_run_id()
+            self._lock(run_id)   # a --resume took it in check(), before reading the file
+            with _LoopSignals(self.signals) as sigs, \
+                    server_pids(self.options.out, run_id, self.servers):
+                try:
+                    return await self._planned(run_id, sigs, cb)
+                except asyncio.CancelledError:
+                    if not sigs.interrupted:
+                        raise
+                    self.servers.kill_all()  # a probe server of the planning step
+                    cb.say(f"\ninterrupted before any data point ran (run {run_id}); "
+                           f"{self._servers_left()}, nothing measured")
+                    return RunResult(run_id, ExitCode.INTERRUPTED, interrupted=True)
+        finally:
+            self._held.close()   # the run's lock, taken here or in check()
+            self._locked = False
+
+    def _lock(self, run_id: str) -> None:
+        """Hold ``run_id``'s lock until the run ends (``UsageError`` while another process
+        runs it: ``sweep --resume`` of a run still going)."""
+        if not self._locked:
+            self._held.enter_context(run_lock(self.options.out, run_id))
+            self._locked = True
 
     def _dry_run(self, cb: Callbacks) -> RunResult:
         """``--dry-run`` from Python (the API, the pytest plugin) as on the command line:
         no server, no orphan reaping, no records; the plan text is the result's report."""
-        import contextlib
         import io
 
         from .dryrun import dry_run
@@ -324,12 +346,21 @@ class Sweep:
                            store.records_path, interrupted=sigs.interrupted)
         if sigs.interrupted:
             cb.say(f"\ninterrupted: {driver.counters.points_done} points finished and on disk "
-                   f"in {store.records_path}; no server left running. Continue with: "
-                   f"{self.continue_line(store.run_id)}")
+                   f"in {store.records_path}; {self._servers_left()}. "
+                   + (f"Continue with: {self.continue_line(store.run_id)}" if not opts.live
+                      else "A --url run is not resumed: sweep the server again as a new run"))
         else:
             self._finish(result, wall, cb, driver.records_on_disk)
         driver.set_exit_code(int(result.exit_code))
         return result
+
+    def _servers_left(self) -> str:
+        """What an interrupted run left running: nothing of its own; a ``--url`` server is
+        not the sweep's to stop (docs/live.md)."""
+        if self.options.live:
+            return (f"the server at {self.options.live.url} was not started by this sweep "
+                    "and is left running")
+        return "no server left running"
 
     def continue_line(self, run_id: str) -> str:
         """The command that continues this run after an interruption."""

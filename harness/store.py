@@ -7,24 +7,28 @@ half-way (it is rerun whole, on a fresh server, so no phase is ever recorded twi
 """
 from __future__ import annotations
 
+import fcntl
 import gzip
 import json
 import os
 import secrets
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 # point_key: the data point a record belongs to (``plan.Point.key`` is the same tuple)
+from .errors import NoSpace, UsageError
 from .recordkeys import cell_key, point_key
 
 __all__ = ["resolve_sources", "RECORD_SUFFIX", "ARCHIVED_SUFFIX", "MANIFEST_SUFFIX", "StoreError",
-           "new_run_id", "now_iso", "ResultStore", "read_jsonl", "resolve_results",
+           "new_run_id", "now_iso", "run_lock", "LOCK_SUFFIX", "ResultStore", "read_jsonl", "resolve_results",
            "load_records", "load_manifest_for", "linked_runs", "point_key"]
 
 RECORD_SUFFIX = ".jsonl"
 ARCHIVED_SUFFIX = ".jsonl.gz"  # archived records (e.g. reports/h200/results): read like .jsonl
 MANIFEST_SUFFIX = ".manifest.json"
+LOCK_SUFFIX = ".lock"          # held by the process running the run (run_lock)
 
 
 class StoreError(RuntimeError):
@@ -37,6 +41,45 @@ def new_run_id() -> str:
 
 def now_iso() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+@contextmanager
+def run_lock(out_dir: str | Path, run_id: str) -> Iterator[Path]:
+    """Held while a process runs ``run_id``: ``<out>/<run-id>.lock``, ``flock``ed. A second
+    process (``--resume`` of a run still going) is a ``UsageError`` naming the holder, so
+    two processes never run the same points into one file. The kernel drops the lock when
+    its process dies, however it dies: a killed run's file blocks nothing. Removed while
+    still held, at the end; a process that opened the file just before is told apart by
+    the inode (it locks a file no longer at the path, and tries again)."""
+    path = Path(out_dir) / f"{run_id}{LOCK_SUFFIX}"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 64).decode(errors="replace").strip() or "?"
+            os.close(fd)
+            raise UsageError(f"run {run_id} is still running (pid {holder}, {path}): one "
+                             "process per run; wait for it to end, or stop it, then "
+                             "--resume") from None
+        try:
+            same = os.stat(path).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)
+    try:
+        os.ftruncate(fd, 0)
+        os.write(fd, str(os.getpid()).encode())
+        yield path
+    finally:
+        try:
+            path.unlink()
+        except OSError:
+            pass
+        os.close(fd)
 
 
 class ResultStore:
@@ -56,10 +99,38 @@ class ResultStore:
         (Ctrl-C, SIGKILL, a crash) loses nothing that was appended. No fsync per record:
         that only guards against the machine itself going down, and costs milliseconds
         per phase on a fast sweep."""
+        line = (json.dumps(record, ensure_ascii=False, sort_keys=True) + "\n").encode()
         if self._fh is None:
-            self._fh = open(self.records_path, "a", encoding="utf-8")
-        self._fh.write(json.dumps(record, ensure_ascii=False, sort_keys=True) + "\n")
-        self._fh.flush()
+            self._fh = open(self.records_path, "ab", buffering=0)
+        start = self._fh.seek(0, os.SEEK_END)
+        try:
+            self._write(line)
+        except OSError as e:
+            self._cut_back(start)
+            raise NoSpace(f"{self.records_path}: {e.strerror or e} after "
+                          f"{self._records_before(start)} records (each one whole); make room, "
+                          f"then continue with: sweep --resume {self.run_id} "
+                          f"--out {self.out_dir}") from None
+
+    def _write(self, data: bytes) -> None:
+        """The write seam: all of ``data`` to the records file, or an ``OSError`` (a raw
+        file may take part of a write: the rest is written until done)."""
+        view = memoryview(data)
+        while view:
+            n = self._fh.write(view)
+            view = view[n:]
+
+    def _cut_back(self, size: int) -> None:
+        """A record that could not be written whole is taken off again, so the file ends
+        with the last whole record (and ``--resume`` reruns that point)."""
+        try:
+            os.ftruncate(self._fh.fileno(), size)
+        except OSError:
+            pass   # a torn last line is still cut off by --resume's check (record_check)
+
+    def _records_before(self, size: int) -> int:
+        with open(self.records_path, "rb") as fh:
+            return fh.read(size).count(b"\n")
 
     def close(self) -> None:
         if self._fh is not None:

@@ -284,10 +284,12 @@ class _LocalRun:
                             queue: PointQueue) -> None:
         """A configuration that keeps failing to boot is not booted again for every
         remaining residue (a minute or more each on a GPU): its remaining points are
-        recorded as boot-fail, naming the failure. Failures count per configuration and
+        recorded as boot-fail, naming the failure (each failure is a point whose boot was
+        already tried ``run.point.BOOT_ATTEMPTS`` times). Failures count per configuration and
         isolation (under auto, per pass): a fresh confirmation that fails to boot says
         nothing about the reset server already serving that configuration, so only that
-        pass's queue is drained, after that pass's allowance (``BOOT_FAILURES_ALLOWED``)."""
+        pass's queue is drained, after that pass's allowance (``BOOT_FAILURES_ALLOWED``);
+        a drained reuse point gets its fresh twin, so every residue still gets a verdict."""
         iso = self._iso(point)
         key = (point.cfg_id, iso)
         self._boot_failures[key] += 1
@@ -301,8 +303,12 @@ class _LocalRun:
         for rest in rest_points:
             why = BootFailure(f"not started: this configuration failed to boot "
                               f"{self._boot_failures[key]}x (last: {e.reason})",
-                              e.log_excerpt)
+                              e.log_excerpt, attempts=0)
             self.driver.point_done(rest, self.runner.boot_fail_records(rest, slot, why), None)
+            if self.auto and self._reuses(rest):
+                # a residue outside auto's confirmation set still gets a verdict: the
+                # reuse pass could not serve it, so a fresh server measures it
+                self._add_twin(fresh_twin(rest, f"not ok on {rest.isolation}"))
 
     def _background_stop(self, server, client, timing: dict[str, float] | None = None) -> None:
         task = asyncio.create_task(self.runner.stop(server, client, timing=timing))

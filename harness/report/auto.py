@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from ..ghmarkdown import code, escape_text
 from ..recordkeys import point_key
 from ..run.records import PhaseRecord, cell_key, typed
-from ..vocabulary import REUSE_ISOLATIONS
+from ..vocabulary import REUSE_ISOLATIONS, UNTESTED
 
 __all__ = ["Agreement", "agreement_line", "agreement_of", "config_auto_line", "fresh_reasons"]
 
@@ -24,7 +24,8 @@ class Agreement:
     both_bad: int = 0
     only_fresh: list[PhaseRecord] = field(default_factory=list)   # fresh not ok, reset ok
     only_reset: list[PhaseRecord] = field(default_factory=list)   # reset not ok, fresh ok
-    unjudged: int = 0           # cells on both passes that could not be compared
+    unjudged: int = 0           # cells on both passes that could not be compared (untested
+                                # on one: unjudged, boot-fail, invalid, infra)
 
     @property
     def agree(self) -> int:
@@ -48,8 +49,10 @@ def agreement_of(records: Iterable[PhaseRecord | dict]) -> Agreement | None:
         reset = next((pairs[key][p] for p in REUSE_ISOLATIONS if p in pairs[key]), None)
         if reset is None or fresh is None:
             continue
-        if "unjudged" in (reset.verdict, fresh.verdict):
-            a.unjudged += 1   # nothing to compare (an unjudged answer is neither ok nor bad)
+        if {reset.verdict, fresh.verdict} & UNTESTED:
+            # nothing to compare: an unjudged answer is neither ok nor bad, and a server
+            # that did not boot (or a point that did not exercise its cell) caught nothing
+            a.unjudged += 1
             continue
         a.both += 1
         r_ok, f_ok = reset.verdict == "ok", fresh.verdict == "ok"
@@ -88,8 +91,8 @@ def agreement_line(records: list[PhaseRecord], *, labels: bool = True) -> str:
     a = agreement_of(records)
     if a is None:
         return ""
-    unjudged = (f" ({a.unjudged} more on both passes not compared: unjudged on one or both)"
-                if a.unjudged else "")
+    unjudged = (f" ({a.unjudged} more on both passes not compared: unjudged, boot-fail, "
+                f"invalid or infra on one or both)" if a.unjudged else "")
     name = a.reuse[0].upper() + a.reuse[1:]
     return (f"{name} vs fresh (`--isolation auto`): {a.both} cell{'s' if a.both != 1 else ''} "
             f"measured on both{unjudged}, {a.agree} agree ({a.both_ok} both ok, {a.both_bad} "

@@ -35,10 +35,16 @@ from .plan import Point, golden_answer
 from .records import RecordBuilder, timing_record
 
 __all__ = ["PointRunner", "PointResult", "RunnerSpec", "Launcher", "Server",
-           "WARMUP_MAX_TOKENS", "MAX_PORT_RETRIES"]
+           "WARMUP_MAX_TOKENS", "MAX_PORT_RETRIES", "BOOT_ATTEMPTS"]
 
 WARMUP_MAX_TOKENS = 16
 MAX_PORT_RETRIES = 3
+# Boots tried for one point before it is recorded boot-fail (and counts towards its
+# configuration's allowance, harness/isolation.py): a server that exited during boot is
+# started once more, after the failed one is stopped. On the H200 vLLM boots failed
+# transiently beside other booting servers, and one failure voided a whole reset pass
+# (issue 33 item 8). A boot that timed out is not retried (it already waited its timeout).
+BOOT_ATTEMPTS = 2
 Emit = Callable[[dict], None]
 
 
@@ -131,7 +137,8 @@ class PointRunner:
 
     def boot_fail_records(self, point: Point, slot: Slot, e: BootFailure) -> list[dict]:
         return self.records.failures(point, slot.id, self.node, "boot-fail", e.reason,
-                                     e.log_excerpt)
+                                     e.log_excerpt,
+                                     {"server_boot": {"attempts": e.attempts}})
 
     # -- servers -----------------------------------------------------------------------
     async def boot(self, point: Point, slot: Slot, *, timeout: float | None = None
@@ -139,9 +146,23 @@ class PointRunner:
         case = f"-{point.case}" if point.case else ""
         # a restore point's server starts in sleep mode, a fresh one plain (for_isolation)
         adapter = self.adapter.for_isolation(point.isolation or self.opts.isolation)
-        return await self.boot_config(point.cfg, slot,
-                                      f"{point.cfg_id}{case}-r{point.residue:03d}", adapter,
-                                      timeout=timeout)
+        failed: list[str] = []
+        while True:
+            try:
+                server, client, info = await self.boot_config(
+                    point.cfg, slot, f"{point.cfg_id}{case}-r{point.residue:03d}", adapter,
+                    timeout=timeout)
+            except BootFailure as e:
+                failed.append(e.reason)
+                if e.retryable and len(failed) < BOOT_ATTEMPTS:
+                    continue
+                raise BootFailure(_attempts_said(e.reason, failed), e.log_excerpt,
+                                  port_conflict=e.port_conflict, retryable=e.retryable,
+                                  attempts=len(failed)) from None
+            if failed:   # the record says the boot needed more than one try, and why
+                info["server_boot"]["attempts"] = len(failed) + 1
+                info["server_boot"]["failed_attempts"] = failed
+            return server, client, info
 
     async def boot_config(self, cfg: ServingConfig, slot: Slot, log_name: str,
                           adapter: EngineAdapter | None = None, *,
@@ -444,3 +465,12 @@ async def _still_alive(server: Server) -> bool:
             return False
         await asyncio.sleep(0.05)
     return server.tree_alive()
+
+
+def _attempts_said(reason: str, failed: list[str]) -> str:
+    """A boot-fail's reason with how many boots were tried (the first one's reason too,
+    when it differs from the last)."""
+    if len(failed) < 2:
+        return reason
+    first = "" if failed[0] == reason else f"; attempt 1: {failed[0][:200]}"
+    return f"{reason} (failed {len(failed)} of {len(failed)} boot attempts{first})"

@@ -121,7 +121,10 @@ FIELD_DOCS: dict[str, str] = {
                     '(`plain` / `forked`), `fallback_reason`, `boot_s`; `--engine vllm`: '
                     "`split` (engine/vllm/bootlog durations against the harness's own start "
                     'time), `compile_cache` (`hit` / `miss` / `mixed`), and with `--cache-dir`'
-                    ' `cache_dir`, `cache_dir_shared`; read typed as `PhaseRecord.boot` '
+                    ' `cache_dir`, `cache_dir_shared`; `attempts` (boots tried, when a '
+                    'boot that exited was started again: `run.point.BOOT_ATTEMPTS`; 0 on a '
+                    'boot-fail point never started because its configuration was given up) '
+                    'and `failed_attempts` (their reasons); read typed as `PhaseRecord.boot` '
                     '(`run/records.ServerBoot`)'),
     "case_id": ("only with `--prompts FILE`: the case's `id` (`docs/prompts.md`); a data point"
                 ' is then (configuration, case, residue) for resume, the latest-record choice,'

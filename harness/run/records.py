@@ -266,6 +266,8 @@ class ServerBoot:
     compile_cache: str | None = None       # vLLM: hit / miss / mixed
     cache_dir: str | None = None           # --cache-dir
     cache_dir_shared: bool | None = None
+    attempts: int | None = None            # boots tried when not 1 (0: never started)
+    failed_attempts: list | None = None    # the reasons of the boots that failed first
     extra: dict = field(default_factory=dict)   # what else the engine's boot notes said
 
 

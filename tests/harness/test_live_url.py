@@ -233,3 +233,45 @@ def test_dry_run_reads_the_server_and_starts_nothing(lab, tmp_path):
     assert f"none started: --url {lab.url} is already running" in r.stdout
     assert "rule predicts: [4]" in r.stdout
     still_serving(lab)
+
+
+def test_an_interrupted_url_run_leaves_the_server_and_is_not_resumed(tmp_path, tok_dir):
+    """Issue 33 item 12: the interrupt line of a --url run neither suggests --resume nor
+    says "no server left running" of a server the sweep does not own, and ``--resume`` of
+    it is refused in one line (docs/live.md) instead of measuring every point again."""
+    import signal
+    import time
+
+    from tests.conftest import FAKE_ENGINE
+    port = free_port()
+    with open(tmp_path / "fake.log", "wb") as f:
+        server = subprocess.Popen([sys.executable, str(FAKE_ENGINE), "--port", str(port),
+                                   "--model", str(tok_dir), "--reply-delay", "0.2"],
+                                  stdout=f, stderr=subprocess.STDOUT)
+    out = tmp_path / "out"
+    try:
+        wait_healthy(port, server)
+        argv = [sys.executable, "-m", "harness", "--url", f"http://127.0.0.1:{port}",
+                "--residues", "0-30", "--context", "600", "--out", str(out), "--no-progress"]
+        proc = subprocess.Popen(argv, cwd=ROOT, stderr=subprocess.PIPE, text=True,
+                                env={**env_without("RESIDUE_LAB_API_KEY", "OPENAI_API_KEY"),
+                                     "PYTHONPATH": str(ROOT)})
+        deadline = time.monotonic() + 120
+        while not (list(out.glob("*.jsonl")) and len(records(out)) >= 2):
+            assert proc.poll() is None and time.monotonic() < deadline, "no point finished"
+            time.sleep(0.01)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 130, err[-2000:]
+        last = err.strip().splitlines()[-1]
+        assert "is left running" in last and "not resumed" in last, last
+        assert "--resume" not in err and "no server left running" not in err, err[-2000:]
+        assert server.poll() is None
+        on_disk = len(records(out))
+        run_id = manifest(out)["run_id"]
+        r = sweep("--resume", run_id, "--out", str(out))
+        assert r.returncode == 2, r.stderr[-2000:]
+        assert len(r.stderr.strip().splitlines()) == 1 and "a --url run is not resumed" in r.stderr
+        assert len(records(out)) == on_disk
+    finally:
+        stop(server)

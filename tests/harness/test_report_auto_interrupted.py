@@ -206,5 +206,6 @@ def test_an_unjudged_pass_is_no_disagreement():
                              confirms="sample" if iso == "fresh" else None))
     md = render_markdown(recs)
     assert "⚠" not in md
-    assert ("1 cell measured on both (1 more on both passes not compared: unjudged on one "
-            "or both), 1 agree (1 both ok, 0 both not ok), 0 disagree") in md
+    assert ("1 cell measured on both (1 more on both passes not compared: unjudged, "
+            "boot-fail, invalid or infra on one or both), 1 agree (1 both ok, 0 both not ok), "
+            "0 disagree") in md

@@ -101,6 +101,31 @@ def test_signal_at_any_moment_exits_130_cleanly(tmp_path, sig, moment):
         read_record_file(f)   # every line a whole record
 
 
+def test_sighup_takes_the_interrupt_path(tmp_path):
+    """Issue 33 item 12: the terminal closing mid-sweep (SIGHUP) ends like Ctrl-C: exit
+    130, every record whole, no server left and no ``servers.json`` left behind."""
+    out = tmp_path / "results"
+    w = Watched(out)
+    try:
+        w.wait_for(lambda: _caught(w.proc.pid, signal.SIGHUP), "signal handlers")
+        w.wait_for(lambda: _records_on_disk(out) >= 2 and bool(w.children()), "finished point")
+        assert list(out.glob("*.servers.json"))
+        w.children()
+        w.proc.send_signal(signal.SIGHUP)
+        _, err = w.proc.communicate(timeout=BOUND_S)
+    finally:
+        if w.proc.poll() is None:
+            w.proc.kill()
+            w.proc.wait()
+    assert w.proc.returncode == 130, err[-3000:]
+    assert "interrupted: " in err and "Traceback" not in err, err[-3000:]
+    alive = [p for p in w.seen if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    assert not alive, f"left running: {alive}"
+    assert not list(out.glob("*.servers.json"))
+    for f in out.glob("*.jsonl"):
+        read_record_file(f)
+
+
 def test_the_console_script_and_python_m_harness_start_at_the_entry():
     """Both ways in run ``harness.entry:main``, whose first import is stdlib-only, so the
     handlers are in before pandas, numpy or the tokenizers load."""

@@ -10,8 +10,8 @@ in whole units of ``--unit``, capped at n-1), and misbehaves on purpose:
   --crash-residue R   the process dies in the middle of answering that prompt
   --hang-residue R    never answers that prompt (the harness times out)
   --boot-fail MSG     print MSG and exit 1 before listening
-  --fail-boot N --boot-count-dir D
-                      the Nth server started with this D (counted by creating D/boot-1,
+  --fail-boot N[,M...] --boot-count-dir D
+                      the Nth (and Mth ...) server started with this D (counted by creating D/boot-1,
                       D/boot-2, ... atomically) exits 1 before listening, with a CUDA OOM
                       line (several servers on one GPU); the others boot
   --reply-delay S     sleep S seconds before each chat answer (a slow point)
@@ -200,7 +200,8 @@ def main() -> None:
     p.add_argument("--hang-residue", type=int, default=-1)
     p.add_argument("--boot-fail")
     p.add_argument("--no-tokenize", action="store_true")
-    p.add_argument("--fail-boot", type=int, default=0)
+    p.add_argument("--fail-boot", default=frozenset(),
+                   type=lambda v: frozenset(int(x) for x in v.split(",")))
     p.add_argument("--boot-count-dir")
     p.add_argument("--reply-delay", type=float, default=0.0)
     p.add_argument("--compile-cache")
@@ -210,9 +211,8 @@ def main() -> None:
     if args.boot_fail:
         print(f"ValueError: {args.boot_fail}", flush=True)
         sys.exit(1)
-    if args.fail_boot and _boot_number(args.boot_count_dir) == args.fail_boot:
-        print("torch.OutOfMemoryError: CUDA out of memory (fake: boot "
-              f"{args.fail_boot})", flush=True)
+    if args.fail_boot and (n := _boot_number(args.boot_count_dir)) in args.fail_boot:
+        print(f"torch.OutOfMemoryError: CUDA out of memory (fake: boot {n})", flush=True)
         sys.exit(1)
     if args.compile_cache:
         _compile(args.compile_cache, args.cold_boot_s, args.warm_boot_s)
