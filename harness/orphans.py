@@ -19,12 +19,21 @@ A sweep killed outright (SIGKILL, the OOM killer, a CI hard timeout) cannot, so:
   (``RESIDUE_LAB_SWEEP``, inherited by whatever it starts, even in another session); a
   ``--launcher prefork`` fork server carries it too.
   Processes are found by pid and start time, never by name; one line says what was ended.
+- each run also starts a reaper (:class:`GroupReaper`: ``backends/_reaper.py``, in a
+  session of its own, as each Ray worker has one): the run's servers are registered with
+  it by process group as they start and stop, and when the sweep dies, however it dies,
+  its pipe closes and it ends every group still registered. ``PR_SET_PDEATHSIG`` reaches
+  only the process the sweep started: an ``--engine cmd`` wrapper that does not ``exec``
+  died and its server, a grandchild in the same group, was left running until the next
+  sweep (issue 33 item 12); the group kill covers it at once.
 """
 from __future__ import annotations
 
 import json
 import os
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import psutil
@@ -32,7 +41,7 @@ import psutil
 from engine.prefork import die_with_parent   # the one preexec_fn, shared with the fork server
 
 __all__ = ["PIDS_SUFFIX", "OWNER_ENV", "owner_token", "die_with_parent", "PidFile",
-           "end_orphans"]
+           "GroupReaper", "end_orphans"]
 
 PIDS_SUFFIX = ".servers.json"
 OWNER_ENV = "RESIDUE_LAB_SWEEP"
@@ -96,6 +105,47 @@ class PidFile:
                 p.unlink()
             except FileNotFoundError:
                 pass
+
+
+_REAPER = Path(__file__).with_name("backends") / "_reaper.py"
+
+
+class GroupReaper:
+    """The run's reaper process: told ``+PGID`` as each server starts (a server leads its
+    own session, so its pid is its group) and ``-PGID`` when it was stopped; it ends the
+    groups still registered when its stdin closes (the sweep ended or died)."""
+
+    def __init__(self) -> None:
+        try:
+            self.proc: subprocess.Popen | None = subprocess.Popen(
+                [sys.executable, str(_REAPER)], stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                start_new_session=True, close_fds=True)
+        except OSError:
+            self.proc = None   # the pid file and the next sweep are still there
+
+    def hook(self, event: str, server) -> None:
+        """An observer of the run's ``server_pool.ServerGroup``."""
+        pid = getattr(getattr(server, "proc", None), "pid", None)
+        if pid is None or self.proc is None or self.proc.stdin is None:
+            return
+        try:
+            self.proc.stdin.write(f"{'+' if event == 'started' else '-'}{pid}\n".encode())
+            self.proc.stdin.flush()
+        except (OSError, ValueError):
+            pass
+
+    def close(self, timeout: float = 15.0) -> None:
+        """The run is over: the reaper ends what is still registered (nothing, after a
+        clean end) and exits; waited for, so no process of the run outlives it."""
+        if self.proc is None:
+            return
+        try:
+            if self.proc.stdin is not None:
+                self.proc.stdin.close()
+            self.proc.wait(timeout=timeout)
+        except (OSError, subprocess.TimeoutExpired):
+            pass
 
 
 def _same(ident: dict | None) -> psutil.Process | None:

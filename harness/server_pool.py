@@ -34,7 +34,7 @@ from typing import Callable, Iterable, Iterator
 import psutil
 
 from .client import EngineClient
-from .orphans import OWNER_ENV, PidFile, die_with_parent, owner_token
+from .orphans import OWNER_ENV, GroupReaper, PidFile, die_with_parent, owner_token
 from .slots import Slot  # noqa: F401  (re-exported: where a server runs)
 
 __all__ = ["Observer", "ServerGroup", "READY_POLL_S", "READY_POLL_FAST_FOR_S", "READY_POLL_MAX_S",
@@ -176,16 +176,21 @@ def kill_all_servers() -> int:
 
 @contextmanager
 def server_pids(out_dir: Path, run_id: str, servers: ServerGroup) -> Iterator[PidFile]:
-    """The run's pid file (``harness.orphans``), observing the run's ``servers`` while the
-    run lives; removed at the end when none of them is left running."""
+    """The run's pid file and its reaper (``harness.orphans``), observing the run's
+    ``servers`` while the run lives; the file is removed at the end when none of them is
+    left running, and the reaper ends any group that still is."""
     pids = PidFile(out_dir, run_id)
+    reaper = GroupReaper()   # ends the run's server groups if the sweep is killed
     servers.observe(pids.hook)
+    servers.observe(reaper.hook)
     try:
         yield pids
     finally:
         servers.unobserve(pids.hook)
+        servers.unobserve(reaper.hook)
         if not servers.live():
             pids.remove()
+        reaper.close()
 
 
 def log_excerpt(path: Path, *, tail: int = 12, explain: int = 12) -> list[str]:

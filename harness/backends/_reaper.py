@@ -1,4 +1,8 @@
-"""Kill a Ray worker's servers when the worker dies, however it dies.
+"""Kill a Ray worker's (or a sweep's) servers when it dies, however it dies.
+
+Every local sweep runs one too (``harness.orphans.GroupReaper``): a SIGKILLed sweep's
+servers get ``PR_SET_PDEATHSIG`` only in the process it started, so a wrapper that does not
+``exec`` would leave its server, a child in the same process group, running.
 
 ``ray.cancel(force=True)``, Ray's OOM killer and a lost raylet end a worker with SIGKILL:
 no ``finally`` runs, and the servers it started (each in its own session, see

@@ -1,8 +1,9 @@
 """``--backend local``: data points on this machine's slots (CPU slots or GPU ids).
 
 Slot workers take points from one shared queue (work stealing: a slow point never idles
-another slot). With ``--isolation fresh`` each point boots its own server and the
-teardown overlaps the next boot; ``restore`` / ``reset`` / ``shared`` keep a slot's server
+another slot). With ``--isolation fresh`` each point boots its own server; its
+teardown runs in the background, and the slot's next boot waits until every process of it
+is gone (a GPU's memory is free then); ``restore`` / ``reset`` / ``shared`` keep a slot's server
 for the next point of the same configuration, and between points ``restore`` returns it to
 its just-booted state (harness/restore.py: sleep level 1, wake up, reset, each proven) and
 ``reset`` resets its prefix cache.
@@ -104,6 +105,7 @@ class _LocalRun:
         self.opts = driver.opts
         self.runner = runner
         self._teardowns: set[asyncio.Task] = set()
+        self._slot_stops: dict[str, asyncio.Task] = {}   # slot id -> its last server's stop
         self._boot_failures: Counter = Counter()
         self._gate = BootGate(self.opts)
         self.auto = bool(policy(self.opts.isolation).passes)
@@ -242,8 +244,9 @@ class _LocalRun:
                     reuse = replaced is None
                 if not reuse:
                     if server is not None:
-                        self._background_stop(server, client, server_timing)
+                        self._background_stop(server, client, server_timing, slot)
                         server = client = None
+                    await self._slot_free(slot)
                     try:
                         server, client, info = await self._gate.boot(self.runner, point, slot)
                         server_cfg, server_iso, server_timing = point.cfg_id, iso, timing
@@ -263,9 +266,9 @@ class _LocalRun:
                     point, slot, server, client, info, driver.phase_done)  # type: ignore[arg-type]
                 timing["requests"] = time.monotonic() - t_req
                 if not how.reuses_server or server_dead:
-                    # Teardown overlaps the next boot on this slot; its time is filled in
-                    # when it finishes.
-                    self._background_stop(server, client, timing)
+                    # Teardown in the background (the slot's next boot waits for it); its
+                    # time is filled in when it finishes.
+                    self._background_stop(server, client, timing, slot)
                     server = client = None
                     server_cfg = server_iso = None
                 # the point's wall time on its slot, teardown excluded
@@ -310,7 +313,19 @@ class _LocalRun:
                 # reuse pass could not serve it, so a fresh server measures it
                 self._add_twin(fresh_twin(rest, f"not ok on {rest.isolation}"))
 
-    def _background_stop(self, server, client, timing: dict[str, float] | None = None) -> None:
+    def _background_stop(self, server, client, timing: dict[str, float] | None,
+                         slot: Slot) -> None:
+        """The server's teardown, off the slot's path: the slot's requests are done, its
+        records written; the slot's next boot waits for it (``_slot_free``)."""
         task = asyncio.create_task(self.runner.stop(server, client, timing=timing))
         self._teardowns.add(task)
+        self._slot_stops[slot.id] = task
         task.add_done_callback(self._teardowns.discard)
+
+    async def _slot_free(self, slot: Slot) -> None:
+        """A slot's next server boots once every process of its last one is gone: on a GPU
+        the old one's memory is free then (a boot beside a teardown could OOM, issue 33
+        item 12). The teardown runs while the slot plans and writes, not beside a boot."""
+        task = self._slot_stops.pop(slot.id, None)
+        if task is not None:
+            await asyncio.gather(task, return_exceptions=True)

@@ -15,6 +15,8 @@ in whole units of ``--unit``, capped at n-1), and misbehaves on purpose:
                       D/boot-2, ... atomically) exits 1 before listening, with a CUDA OOM
                       line (several servers on one GPU); the others boot
   --reply-delay S     sleep S seconds before each chat answer (a slow point)
+  --slow-exit S       on SIGTERM, take S seconds to exit (a GPU server freeing memory);
+                      the log says "fake engine up at T" and "fake engine gone at T"
   --compile-cache D --cold-boot-s C --warm-boot-s W
                       a cold compile before listening, as vLLM on a cold GPU machine: with
                       no D/warm marker the boot takes C seconds times the number of cold
@@ -188,6 +190,17 @@ def _boot_number(count_dir: str) -> int:
             n += 1
 
 
+def _exit_slowly(seconds: float) -> None:
+    import signal
+
+    def leave(signum, frame):
+        time.sleep(seconds)   # the fake's own exit takes this long (what the test measures)
+        print(f"fake engine gone at {time.time():.6f}", flush=True)
+        os._exit(0)
+    signal.signal(signal.SIGTERM, leave)
+    print(f"fake engine up at {time.time():.6f}", flush=True)
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--port", type=int, required=True)
@@ -207,6 +220,7 @@ def main() -> None:
     p.add_argument("--compile-cache")
     p.add_argument("--cold-boot-s", type=float, default=0.0)
     p.add_argument("--warm-boot-s", type=float, default=0.0)
+    p.add_argument("--slow-exit", type=float, default=0.0)
     args = p.parse_args()
     if args.boot_fail:
         print(f"ValueError: {args.boot_fail}", flush=True)
@@ -218,6 +232,8 @@ def main() -> None:
         _compile(args.compile_cache, args.cold_boot_s, args.warm_boot_s)
     srv = ThreadingHTTPServer(("127.0.0.1", args.port), make_handler(State(args)))
     srv.daemon_threads = True
+    if args.slow_exit:
+        _exit_slowly(args.slow_exit)
     print(f"fake engine listening on {args.port}", flush=True)
     srv.serve_forever()
 
