@@ -44,15 +44,22 @@ def _start(tmp_path: Path, *args) -> subprocess.Popen:
                             text=True)
 
 
-def _kill_mid_run(proc: subprocess.Popen, out: Path) -> tuple[list[psutil.Process], list[str]]:
-    """SIGKILL the sweep once two points are on disk and a server runs; returns the
-    processes it had started and the whole records on disk at that moment."""
+def _kill_mid_run(proc: subprocess.Popen, out: Path, *, reaper_too: bool = False
+                  ) -> tuple[list[psutil.Process], list[str]]:
+    """SIGKILL the sweep once two points are on disk and a server runs (``reaper_too``:
+    its reaper first, ``harness.orphans.GroupReaper``); returns the processes it had
+    started and the whole records on disk at that moment."""
     sweep = psutil.Process(proc.pid)
     try:
-        wait_for(lambda: len(_whole(out)) >= 4 and sweep.children(recursive=True), BOUND_S,
+        wait_for(lambda: len(_whole(out)) >= 4 and _servers_of(sweep), BOUND_S,
                  "two finished points and a live server")
         kids = sweep.children(recursive=True)
         before = _whole(out)
+        if reaper_too:
+            for p in kids:
+                if any(a.endswith("_reaper.py") for a in p.cmdline()):
+                    p.kill()   # the sweep's child, not ours: dead once it is a zombie
+                    wait_for(lambda: p.status() == psutil.STATUS_ZOMBIE, 10, "the reaper's end")
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
     finally:
@@ -60,6 +67,18 @@ def _kill_mid_run(proc: subprocess.Popen, out: Path) -> tuple[list[psutil.Proces
             proc.kill()
         proc.communicate()
     return kids, before
+
+
+def _servers_of(sweep: psutil.Process) -> list[psutil.Process]:
+    """The sweep's children but its reaper (which runs from the start)."""
+    out = []
+    for p in sweep.children(recursive=True):
+        try:
+            if not any(a.endswith("_reaper.py") for a in p.cmdline()):
+                out.append(p)
+        except psutil.Error:
+            continue
+    return out
 
 
 def _run_id(out: Path) -> str:
@@ -96,14 +115,17 @@ def test_kill_9_of_a_sweep_takes_its_servers_and_resume_loses_nothing(tmp_path):
 def test_a_server_that_escaped_is_ended_by_the_next_sweep(tmp_path, tok_dir):
     """The server command is a shell that runs the real server as its child: the
     parent-death signal ends the shell, its child is re-parented and keeps serving. The
-    resumed sweep finds it by the pid file (pid + start time of the shell's session).
+    run's reaper would end its group at once (test_teardown_groups.py); here it is killed
+    with the sweep (a kill of every process of the run but the servers), so the server
+    escapes, and the resumed sweep finds it by the pid file (pid + start time of the
+    shell's session).
     Residue 2 never answers, so a server is surely running when the sweep is killed (and
     the resumed run records it as a timeout: exit 1)."""
     server = f"sh -c '{fake_cmd(tok_dir, '--hang-residue', '2')} & wait'"
     out = tmp_path / "o"
     _kill_mid_run(_start(tmp_path, "--engine", "cmd", "--model", tok_dir, "--server-cmd",
                          server, "--context", "800", "--residues", "0-3", "--timeout", "15"),
-                  out)
+                  out, reaper_too=True)
     wait_for(lambda: processes_mentioning(str(tok_dir)), 5, "the escaped server")
     escaped = processes_mentioning(str(tok_dir))
     proc = subprocess.run([sys.executable, "-m", "harness", "--resume", _run_id(out),
