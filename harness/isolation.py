@@ -85,12 +85,16 @@ class Isolation:
     boot_failures_allowed: int = 1
     confirm_fresh: bool = False       # auto: a point not ok here gets a fresh twin
     as_fresh: bool = False            # as good as a fresh server (the report calls others weaker)
+    # a point's cold request is the first its server serves (a new server per point): cold
+    # by construction where the server reports no cached_tokens; elsewhere it is unproven
+    cold_by_construction: bool = False
     dev_mode: bool = False            # the engine serves its development endpoints
     passes: tuple[str, ...] = ()      # a run-level value: the isolations of its passes
 
 
 POLICIES: dict[str, Isolation] = {p.name: p for p in (
-    Isolation("fresh", "a new server per point", boot_failures_allowed=2, as_fresh=True),
+    Isolation("fresh", "a new server per point", boot_failures_allowed=2, as_fresh=True,
+              cold_by_construction=True),
     # the engine must be able to restore (EngineAdapter.can_restore; its servers start in
     # sleep mode, EngineAdapter.for_isolation)
     Isolation("restore", "one server per configuration and slot, returned to its just-booted "

@@ -40,21 +40,38 @@ def predict_bug_b(cd: ConfigData) -> Prediction:
     return pred
 
 
+def judged_residues(cd: ConfigData) -> tuple[set[int], set[int]]:
+    """(residues measured, residues broken). Broken: some phase broken or diverged.
+    Measured clean: no phase broken and EVERY phase judged ok (a cold phase ``unjudged``
+    because it is the reference, ``--reference cold``, counts as judged): a residue whose
+    self-hit is invalid, crashed or unjudged was not measured where Bug B breaks, so it is
+    never clean."""
+    broken: set[int] = set()
+    clean: set[int] = set()
+    for res in cd.residues:
+        verdicts = [(ph, c.verdict) for ph in cd.phases if (c := cd.cell(res, ph)) is not None]
+        if any(v in BUG_VERDICTS for _, v in verdicts):
+            broken.add(res)
+        elif verdicts and any(v == "ok" for _, v in verdicts) and all(
+                v == "ok" or (ph == "cold" and v == "unjudged") for ph, v in verdicts):
+            clean.add(res)
+    return clean | broken, broken
+
+
 def agreement(cd: ConfigData, pred: Prediction) -> str:
     """Does the sweep agree with the rule? Only judged answers count: a boot-fail, crash,
     timeout or invalid point says nothing about Bug B, and neither does an unjudged answer
     (no reference could judge it: the cold phase under ``--reference cold``). A residue is
-    measured when some phase of it was judged (ok, broken or diverged), and broken when
-    some phase was broken or diverged."""
+    broken when some phase was broken or diverged, and measured clean only when every
+    phase of it was judged ok (``judged_residues``)."""
     statuses = cd.statuses()
-    judged: dict[int, set[str]] = {}
-    for r in cd.records:
-        if r.verdict == "ok" or r.verdict in BUG_VERDICTS:
-            judged.setdefault(int(r.residue or 0), set()).add(r.verdict)
-    covered = set(judged)
+    covered, broken = judged_residues(cd)
     unmeasured = set(statuses) - covered
-    broken = {res for res, vs in judged.items() if vs & BUG_VERDICTS}
     if not covered:
+        if any(c is not None and c.verdict == "ok"
+               for res in cd.residues for c in (cd.cell(res, ph) for ph in cd.phases)):
+            return ("**no residue judged on every phase** (an ok phase beside an invalid, "
+                    "unjudged or failed one is not clean), so the rule is untested")
         if any(s == "unjudged" for s in statuses.values()):
             return ("**nothing judged** (every answer is unjudged: no reference could judge "
                     "it), so the rule is untested")
@@ -74,7 +91,12 @@ def agreement(cd: ConfigData, pred: Prediction) -> str:
                 "rule predicts none (another bug, or a fix that did not apply)")
     sampled = predicted & covered
     if not sampled:
-        why = ("was swept but produced no answer" if predicted & unmeasured
+        partly = {res for res in predicted & unmeasured
+                  if any(c is not None and c.verdict == "ok"
+                         for c in (cd.cell(res, ph) for ph in cd.phases))}
+        why = ("was swept but not judged on every phase (an ok phase beside an unjudged "
+               "or invalid one is not clean)" if partly
+               else "was swept but produced no answer" if predicted & unmeasured
                else "was not sampled")
         return (f"**not tested**: {residues_phrase(predicted)} {why}, so the sweep "
                 "can neither confirm nor refute the rule")

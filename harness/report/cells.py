@@ -110,6 +110,8 @@ def cell_annotations(c: Cell | None) -> str:
         parts.append(f"{bad}/{total} documents" if bad else f"{total} documents")
     if c.fresh:
         parts.append("fresh")
+    elif c.record.isolation_run == "auto":
+        parts.append(f"{escape_text(c.judged_by)} only")   # no fresh server judged it
     for d in c.disagree:
         where = f" (document {d.document})" if c.documents else ""
         parts.append(f"⚠ {d.reuse_pass} {escape_text(str(d.reuse_verdict))}, fresh "

@@ -44,7 +44,8 @@ def live_notice(records: list[PhaseRecord]) -> str | None:
     return ("**Swept a live server** (" + ", ".join(f"`{u}`" for u in urls) + "), as it "
             "runs: nothing started, nothing stopped. Isolation `live`: every point on a "
             "document of its own, each cold phase proven cold by `cached_tokens` 0 and each "
-            "hit by `cached_tokens` > 0 (else `invalid`). A server that has served other "
+            "hit by `cached_tokens` > 0 (else `invalid`, also where the server reports no "
+            "`cached_tokens`). A server that has served other "
             "requests **cannot show breaks that only a fresh server shows** (a fresh server's "
             "first request, a cache or state that other traffic changed): a clean live sweep "
             "is not a clean fresh sweep.")

@@ -119,6 +119,7 @@ class Cell:
     fresh: int = 0                 # documents judged on a fresh server (--isolation auto)
     disagree: tuple[Disagreement, ...] = ()
     reference: bool = False        # the answer others were judged against (run.records.reference_cells)
+    isolations: tuple[str, ...] = ()   # of the records that speak for its documents
 
     @classmethod
     def of(cls, record: PhaseRecord | Mapping[str, Any] | None) -> "Cell | None":
@@ -128,6 +129,15 @@ class Cell:
     @property
     def verdict(self) -> str:
         return self.record.verdict
+
+    @property
+    def judged_by(self) -> str:
+        """The isolation whose servers gave this cell its verdict: ``fresh`` only when a
+        fresh server judged every document; else the weaker one(s) (``restore``, ``reset``,
+        ``live`` ...), whose ok is not a fresh server's (docs/isolation.md)."""
+        isos = set(self.isolations) or {self.record.isolation or "?"}
+        weaker = sorted(isos - {"fresh"})
+        return ", ".join(weaker) if weaker else "fresh"
 
 
 @dataclass
@@ -252,7 +262,8 @@ def combine_cell(records: list[PhaseRecord]) -> Cell:
             disagree.append(Disagreement(doc, reuse.verdict, fr.verdict, name))
     docs = ((sum(1 for r in effective if r.verdict != "ok"), len(effective))
             if len(effective) > 1 else None)
-    return Cell(min(effective, key=_severity), docs, fresh, tuple(disagree))
+    return Cell(min(effective, key=_severity), docs, fresh, tuple(disagree),
+                isolations=tuple(sorted({r.isolation or "?" for r in effective})))
 
 
 def group_configs(records: Iterable[PhaseRecord | Mapping[str, Any]]) -> list[ConfigData]:

@@ -136,7 +136,16 @@ def summary_counts(cd: ConfigData) -> str:
     by: dict[str, list[int]] = defaultdict(list)
     for res, s in statuses.items():
         by[s].append(res)
-    parts = [f"{len(by.get('ok', []))} clean"]
+    weak: dict[str, list[int]] = defaultdict(list)
+    for res in by.get("ok", []):
+        isos = {c.judged_by for ph in cd.phases if (c := cd.cell(res, ph)) is not None}
+        if isos - {"fresh"}:
+            weak[", ".join(sorted(isos - {"fresh"}))].append(res)
+    plain = len(by.get("ok", [])) - sum(map(len, weak.values()))
+    parts = [f"{plain} clean"] if plain or not weak else []
+    # an ok on a reused server is not a fresh server's ok (docs/isolation.md): said here
+    parts += [f"{len(rs)} clean on {escape_text(iso)} only (no fresh server judged them): "
+              f"{residues_phrase(rs)}" for iso, rs in sorted(weak.items())]
     for s in SEVERITY:
         if s == "ok" or s not in by:
             continue
@@ -160,9 +169,16 @@ def reference_note(cd: ConfigData) -> str:
 
 
 def _broken_phases(cd: ConfigData) -> str:
-    phases = sorted({r.phase for r in cd.records if r.verdict in BUG_VERDICTS},
-                    key=phase_key)
-    return ", ".join(escape_text(p) for p in phases)
+    """The phases of bad cells, by verdict ("broken on: cold; diverged on: self-hit"): a
+    diverged cell is not called broken. Read off the cells (the latest records)."""
+    by: dict[str, set[str]] = defaultdict(set)
+    for res in cd.residues:
+        for ph in cd.phases:
+            c = cd.cell(res, ph)
+            if c is not None and c.verdict in BUG_VERDICTS:
+                by[c.verdict].add(ph)
+    return "; ".join(f"{escape_text(v)} on: " + ", ".join(
+        escape_text(p) for p in sorted(by[v], key=phase_key)) for v in sorted(by))
 
 
 def render_config_summary(cd: ConfigData, manifest_residues: list[int] | None,
@@ -186,7 +202,7 @@ def render_config_summary(cd: ConfigData, manifest_residues: list[int] | None,
     result = summary_counts(cd)
     bp = _broken_phases(cd)
     if bp:
-        result += f" (broken on: {bp})"
+        result += f" ({bp})"
     lines.append(f"- **Result:** {result}.")
     lines.append(f"- **Bug B rule:** {pred.why}; {agreement(cd, pred)}.")
     runs = {r.run_id for r in cd.records}

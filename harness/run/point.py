@@ -24,6 +24,7 @@ from ..client import (BadResponse, ClientError, EngineClient, RequestTimeout, Se
                       ServerGone, tok_per_step)
 from ..configs import SweepOptions
 from ..engines import EngineAdapter
+from ..isolation import POLICIES
 from ..provenance import harness_version
 from ..server_pool import BootFailure, PortAllocator, ServerProcess, Slot, log_excerpt
 from ..divergence import first_divergence
@@ -438,6 +439,9 @@ class PointRunner:
         if cached is None:
             if phase != "cold" and hits:
                 return "hit not proven: the server reports no cached tokens"
+            if phase == "cold" and hits and not self._cold_by_construction(point):
+                return ("cold not proven: the server reports no cached tokens "
+                        f"({point.isolation or self.opts.isolation} isolation)")
             return None
         if phase == "cold" and cached > 0:
             why = (f"cold request hit the cache ({cached} tokens): "
@@ -448,6 +452,13 @@ class PointRunner:
         if phase != "cold" and hits and cached == 0:
             return f"{phase}: no prefix-cache hit (cached_tokens 0)"
         return None
+
+
+    def _cold_by_construction(self, point: Point) -> bool:
+        """A fresh server's cold request is the first it serves: cold without
+        ``cached_tokens``. A reused or live server's is cold only when the server says so."""
+        name = point.isolation or self.opts.isolation
+        return name in POLICIES and POLICIES[name].cold_by_construction
 
 
 def _read(path: Path) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import dataclasses
 import importlib
 import json
 import subprocess
@@ -186,3 +187,18 @@ def test_no_test_server_script_patches_another_module_when_imported():
     assert any(p.name == "hostile_engine.py" for p in helpers)
     found = [hit for p in helpers for hit in _module_level_patches(p)]
     assert not found, found
+
+@pytest.mark.parametrize("isolation", ["reset", "auto"])
+def test_a_cold_phase_without_cached_tokens_on_a_reused_server_is_invalid(tmp_path, tok_dir,
+                                                                          isolation):
+    """Only a fresh server's cold request is cold by construction (CASES: `no-cached` cold
+    is ok there); on a server that served earlier points, a cold phase the server does not
+    prove with ``cached_tokens`` 0 is ``invalid``, never ok (docs/isolation.md)."""
+    opts, adapter, point = make_point(tmp_path, tok_dir, "--residues", "1", "--timeout", "4",
+                                      "--isolation", isolation)
+    if isolation == "auto":
+        point = dataclasses.replace(point, isolation="reset")
+    recs, _ = run_point(tmp_path, opts, adapter, point, hostile_handler(tok_dir, "no-cached"))
+    assert recs["cold"]["verdict"] == "invalid", recs["cold"]["reason"]
+    assert recs["cold"]["reason"].startswith(
+        "cold not proven: the server reports no cached tokens (reset isolation)")

@@ -171,6 +171,7 @@ def hostile(tmp_path: Path, tok_dir: Path, *args: str):
 
 @pytest.mark.parametrize("misbehave, phase, reason", [
     ("no-cached", "self-hit", "hit not proven"),
+    ("no-cached", "cold", "cold not proven: the server reports no cached tokens"),
     ("lying-cached", "cold", "cold request hit the cache"),
 ])
 def test_unproven_phases_are_invalid(misbehave, phase, reason, tmp_path, tok_dir):

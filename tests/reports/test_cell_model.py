@@ -9,6 +9,7 @@ import pytest
 
 from harness.report.cells import Footnotes, cell_markdown
 from harness.report.model import Cell, Disagreement, combine_cell, group_configs
+from harness.report.sections import summary_counts
 from harness.run.records import PhaseRecord
 from tests.reports import synth
 
@@ -51,3 +52,21 @@ def test_a_footnote_holds_the_cells_record():
     mark = notes.mark(cd, cd.cell(4, "self-hit"))
     assert mark == "†1" and notes.items[0].record.isolation == "fresh"
     assert notes.items[0].residues == [4] and notes.items[0].phases == ["self-hit"]
+
+
+def test_an_auto_cell_no_fresh_server_judged_says_so_and_is_not_plainly_clean():
+    """Issue 33 item 4: residues 12-19 ok on auto's restore pass, fresh confirmations of
+    the sample 12, 14, 18, 19 only. The other four were judged by restore alone, which
+    can differ from fresh at a broken cell (docs/isolation.md): each such cell says
+    `restore only`, and the summary does not count them among the plain clean."""
+    def rec(res, phase, iso):
+        r = synth.record(CFG, res, phase, isolation=iso)
+        return {**r, "document_seed": 0, "isolation_run": "auto"}
+    recs = [rec(res, ph, "restore") for res in range(12, 20) for ph in ("cold", "self-hit")]
+    recs += [rec(res, ph, "fresh") for res in (12, 14, 18, 19) for ph in ("cold", "self-hit")]
+    cd = group_configs(recs)[0]
+    assert cell_markdown(cd.cell(13, "cold")) == "794/794, restore only"
+    assert cell_markdown(cd.cell(12, "cold")) == "794/794, fresh"
+    assert cd.cell(13, "cold").judged_by == "restore" and cd.cell(12, "cold").judged_by == "fresh"
+    assert summary_counts(cd) == ("4 clean, 4 clean on restore only (no fresh server judged "
+                                  "them): residues 13, 15–17")

@@ -312,6 +312,33 @@ def test_unmeasured_points_do_not_count_as_agreement():
     assert "**not tested**: residue 4 was swept but produced no answer" in md
 
 
+def test_a_residue_whose_self_hit_is_invalid_is_not_clean():
+    """Issue 33 item 2: every self-hit invalid (no hit proven), every cold ok. The rule's
+    residue 4 was not measured where Bug B breaks: neither clean nor a disagreement."""
+    recs = [synth.record(FULL, res, "cold") for res in (3, 4, 5)] + [
+        synth.record(FULL, res, "self-hit", verdict="invalid",
+                     reason="hit not proven: the server reports no cached tokens")
+        for res in (3, 4, 5)]
+    md = render_markdown(recs)
+    assert "disagrees" not in md and "is clean" not in md
+    assert "**no residue judged on every phase**" in md
+    # beside measured residues, the rule's residue is named untested
+    md = render_markdown(recs + synth.sweep(FULL, [6, 7]))
+    assert "disagrees" not in md
+    assert "**not tested**: residue 4 was swept but not judged on every phase" in md
+
+
+def test_a_diverged_self_hit_is_not_called_broken_in_the_summary():
+    """Issue 33 item 9 (the H200's four configurations): cold broken, self-hit diverged:
+    the result line names each verdict's phases, never "broken on: cold, self-hit"."""
+    recs = [synth.collapse(FULL, 4, "cold"),
+            synth.record(FULL, 4, "self-hit", verdict="diverged", answer="The quick brown",
+                         reason="differs from the reference at char 3")]
+    md = render_markdown(recs + synth.sweep(FULL, [3, 5]))
+    assert "(broken on: cold; diverged on: self-hit)" in md
+    assert "broken on: cold, self-hit" not in md
+
+
 def test_long_boot_fail_reason_is_capped_in_the_cell_not_the_footnote():
     reason = "server exited with code 1 during boot: " + "x" * 200
     r = synth.record(FULL, 4, "cold", verdict="boot-fail", answer="", reason=reason)
