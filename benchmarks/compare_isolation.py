@@ -10,7 +10,8 @@ wrong answer on both sides whose verdicts are two wrong-answer verdicts (``broke
 agreement nor as a difference; on the H200 two fresh servers of one kind differ in exactly
 this way at a broken cell (reports/h200/find-state/). ``--strict`` counts those as
 differences. A cell where either side did not produce a judged answer (boot-fail, crash,
-timeout, infra, unjudged) is *not comparable* and listed apart.
+timeout, infra, unjudged, or ``invalid``: a measurement that proved nothing, on either side)
+is *not comparable* and listed apart; invalid on both sides is never agreement.
 
     # within runs: every restore (or reset) record against the fresh record of its cell
     python benchmarks/compare_isolation.py RESULTS.jsonl[.gz] ...
@@ -40,7 +41,8 @@ from harness.vocabulary import BUG_VERDICTS  # noqa: E402
 
 __all__ = ["cell_of", "compare", "main"]
 
-JUDGED = {"ok", "diverged", "broken", "invalid"}
+# a judged answer of a valid measurement: an invalid cell's answer proves nothing
+JUDGED = {"ok", "diverged", "broken"}
 
 
 def cell_of(r: dict) -> tuple:

@@ -149,8 +149,11 @@ def test_concurrency_runs_points_side_by_side(lab, tmp_path):
     the proofs are asserted here, not the break."""
     out = tmp_path / "out"
     r = sweep("--url", lab.url, "--residues", "2-5", "--concurrency", "2", "--out", str(out))
-    assert r.returncode in (0, 1), r.stderr[-2000:]
     recs = records(out)
+    # the exit code the records call for: 1 exactly when a cell is not ok (a batched
+    # residue 4 may come out clean, so the records decide, never either code)
+    assert r.returncode == (1 if any(x["verdict"] != "ok" for x in recs) else 0), \
+        r.stderr[-2000:]
     assert {x["slot"] for x in recs} == {"live0", "live1"}
     assert {x["verdict"] for x in recs} <= {"ok", "broken"}
     assert all((x["cached_tokens"] == 0) == (x["phase"] == "cold") for x in recs)

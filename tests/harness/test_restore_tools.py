@@ -76,6 +76,23 @@ def test_a_wrong_answer_of_another_form_is_neither_agreement_nor_difference(tmp_
     assert "verdicts differ" in capsys.readouterr().out
 
 
+def test_invalid_on_both_sides_is_not_agreement(tmp_path, capsys):
+    """Issue 33 item 9: an invalid cell (an unproven hit, a wrong prompt length) measured
+    nothing, so invalid against invalid agrees on nothing: not comparable, like a boot-fail."""
+    recs = [rec(1, "restore", "ok", "a"), rec(1, "fresh", "ok", "a"),
+            rec(2, "restore", "invalid", "b"), rec(2, "fresh", "invalid", "b"),
+            rec(3, "restore", "invalid", "c"), rec(3, "fresh", "ok", "c")]
+    f = write(tmp_path / "run.jsonl", recs)
+    assert compare_isolation.main([str(f)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("restore vs fresh: 1 cells measured both ways, 1 agree (1 ok), "
+                          "0 wrong both ways in another form (broken vs diverged), 0 differ, "
+                          "2 not comparable")
+    assert "not comparable: cfg residue 2 cold document 0 (invalid, invalid)" in out
+    only_invalid = write(tmp_path / "inv.jsonl", recs[2:4])
+    assert compare_isolation.main([str(only_invalid)]) == 1   # nothing compared
+
+
 def test_compare_across_runs_and_nothing_to_compare(tmp_path, capsys):
     a = write(tmp_path / "a.jsonl", [rec(1, "fresh", "ok", "a", isolation_run=None)])
     b = write(tmp_path / "b.jsonl", [rec(1, "fresh", "ok", "a"), rec(2, "fresh", "ok", "z")])
