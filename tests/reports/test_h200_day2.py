@@ -58,6 +58,19 @@ def test_failed_sleeps_replaced_their_servers_and_the_cold_start():
                and r["restore"]["means"] == "boot" for r in replaced)
     late = [r for r in replaced if r["started_at"] >= "2026-12-02T01:27"]
     assert len(late) == 5 and {r["document_seed"] for r in late} == {1}
+    # the docs say what the records hold (issue 33 item 9: one said 6, the other implied 11)
+    every = [r for r in recs if "replaced" in (r.get("restore") or {})]
+    assert len(every) == 20 and len({(r["config_id"], r["residue"], r["document_seed"])
+                                     for r in every}) == 10
+    iso = (H200.parents[1] / "docs" / "isolation.md").read_text()
+    assert " ".join("records hold **10 replaced points** (`restore.replaced`: 5 in the cold\n"
+                    "  call, 5 in the resume)".split()) in " ".join(iso.split())
+    readme = " ".join((H200 / "README.md").read_text().split())
+    assert ("the records hold **10 replaced points** (`restore.replaced`, 20 records: 5 points "
+            "in call 3, 5 in call 5)") in readme
+    logs = sorted((H200 / "logs" / "issue24-day2").glob("*.log.gz"))
+    assert len(logs) == 6 and all(b"Memory usage increased after sleeping" in
+                                  gzip.decompress(p.read_bytes()) for p in logs)
     first = sorted(r["started_at"] for r in recs)[0]
     assert first == "2026-12-02T01:17:50+00:00"
     cold = {r["slot"]: r["boot_s"] for r in recs
