@@ -345,6 +345,7 @@ class Sweep:
         result = RunResult(store.run_id, ExitCode.INTERRUPTED, records, manifest,
                            store.records_path, interrupted=sigs.interrupted)
         if sigs.interrupted:
+            self._report_interrupted(result, cb)
             cb.say(f"\ninterrupted: {driver.counters.points_done} points finished and on disk "
                    f"in {store.records_path}; {self._servers_left()}. "
                    + (f"Continue with: {self.continue_line(store.run_id)}" if not opts.live
@@ -353,6 +354,25 @@ class Sweep:
             self._finish(result, wall, cb, driver.records_on_disk)
         driver.set_exit_code(int(result.exit_code))
         return result
+
+    def _report_interrupted(self, result: RunResult, cb: Callbacks) -> None:
+        """An interrupted run's ``.md`` report as well as its records: what is on disk,
+        rendered, the title's line saying the run did not finish (report/interrupted.py).
+        The markdown writer only: no gate, JUnit or posting of a run that did not end."""
+        from .writers import MarkdownWriter, Output
+        if not result.records:
+            return
+        result.report_markdown = self.render(result.records, result.manifest)
+        out = Output(self.options, result.run_id, result.records, result.manifest,
+                     result.report_markdown)
+        try:
+            for line in MarkdownWriter().write(out):
+                cb.say(line)
+        except OutputFailed as e:
+            result.failed_outputs.append(str(e))
+            cb.say(f"sweep: output failed: {e}")
+            return
+        result.report_path = out.report_path
 
     def _servers_left(self) -> str:
         """What an interrupted run left running: nothing of its own; a ``--url`` server is

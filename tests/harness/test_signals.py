@@ -105,6 +105,9 @@ def test_signal_at_any_moment_exits_130_cleanly(tmp_path, sig, moment):
     assert after >= before
     if moment == "mid-sweep":
         assert before >= 2
+        # issue 33 item 9: the report is written too, and says the run did not finish
+        (report,) = out.glob("*.md")   # beside the results (--out)
+        assert "**Interrupted:**" in report.read_text() and f"report:  {report}" in err
     for f in out.glob("*.jsonl"):
         read_record_file(f)   # every line a whole record
 
