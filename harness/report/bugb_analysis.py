@@ -31,6 +31,14 @@ def predict_bug_b(cd: ConfigData) -> Prediction:
                    cached_tokens=(r.cached_tokens for r in cd.records),
                    longest=max(lengths) if lengths else None, load=load,
                    lengths=by_residue if load else None)
+    modes = {(r.load or {}).get("mode") for r in cd.records if (r.load or {}).get("n")}
+    if "cancel" in modes and pred.armed:
+        # cancel mode cuts the backgrounds and sends them again: how many decode rows ran
+        # beside a measured prefill varies (0 included), so the load arithmetic names nothing
+        return Prediction(None, True, Phrase.of(
+            "cannot name a residue: under --load-mode cancel the backgrounds are cut and sent "
+            "again, so the decode rows beside each measured request vary (each record's "
+            "load.beside says what ran)"), pred.unit, budget=pred.budget)
     if preempted and pred.armed:
         # a preempted request is recomputed in other batches: the load arithmetic is off
         return Prediction(None, True, Phrase.of(

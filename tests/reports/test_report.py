@@ -339,6 +339,18 @@ def test_a_diverged_self_hit_is_not_called_broken_in_the_summary():
     assert "broken on: cold, self-hit" not in md
 
 
+def test_the_rule_names_no_residue_under_load_mode_cancel():
+    """Issue 33 item 6: cancel mode cuts the backgrounds, so the decode rows beside a
+    measured prefill vary; the rule said "predicts residues  (" (an empty list) and then
+    "the sweep agrees"."""
+    recs = [{**r, "load": {"n": 2, "mode": "cancel", "restarts": 2}}
+            for r in synth.sweep(FULL, [3, 4, 5])]
+    md = render_markdown(recs)
+    (line,) = [ln for ln in md.splitlines() if ln.startswith("- **Bug B rule:**")]
+    assert "cannot name a residue: under --load-mode cancel" in line
+    assert "predicts residues  (" not in md and "the sweep agrees" not in line
+
+
 def test_long_boot_fail_reason_is_capped_in_the_cell_not_the_footnote():
     reason = "server exited with code 1 during boot: " + "x" * 200
     r = synth.record(FULL, 4, "cold", verdict="boot-fail", answer="", reason=reason)
