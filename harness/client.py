@@ -137,6 +137,19 @@ class EngineClient:
         got = value.get("is_sleeping") if isinstance(value, dict) else None
         return got if isinstance(got, bool) else None
 
+    async def collective_rpc(self, method: str, *args: Any) -> Any:
+        """vLLM's dev-mode ``POST /collective_rpc``: the first worker's answer (``--poison``:
+        harness/poison.py)."""
+        resp = await self._request("POST", "/collective_rpc", timeout=120,
+                                   json={"method": method, "args": list(args)})
+        try:
+            results = resp.json().get("results")
+        except (ValueError, AttributeError) as e:
+            raise BadResponse(f"/collective_rpc {method}: not a JSON object: {e}") from None
+        if not isinstance(results, list) or not results:
+            raise BadResponse(f"/collective_rpc {method}: no results in {resp.text[:200]!r}")
+        return results[0]
+
     async def sleep_state(self) -> dict[str, float] | None:
         """``vllm:engine_sleep_state`` by its ``sleep_state`` label; None without it."""
         return (await self.pool_state()).get("sleep_state")

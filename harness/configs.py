@@ -67,6 +67,7 @@ class SweepOptions:
     auto_sample: int = 4             # --isolation auto: seeded ok residues confirmed fresh
     cache_dir: Path | None = None    # --cache-dir: shared compile/Triton caches (vllm)
     launcher: str = "plain"          # plain | prefork
+    poison: str = "auto"             # --poison auto | on | off (harness/poison.py)
     bisect: bool = False           # --bisect: the exit code git bisect run reads
     prompts: str | None = None       # --prompts FILE, as given (reruns spell it)
     cases: tuple[PromptCase, ...] = ()   # its validated cases (after --case)

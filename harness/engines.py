@@ -28,7 +28,8 @@ from engine.presets import ServingConfig
 from .client import EngineClient
 from .cmd_config import cmd_label, normalise_reported, parse_served_config, read_reported
 from .errors import CannotRun, UsageError
-from .restore import SLEEP_MEANS
+from .restore import SLEEP_MEANS, vllm_serves_sleep
+from .poison import WORKER_ARGS as POISON_ARGS, mode_for as poison_mode, why_not as poison_why_not
 from .isolation import dev_mode as isolation_dev_mode
 from .serve_line import added_flags
 from .slots import Slot
@@ -55,6 +56,9 @@ class EngineAdapter:
     restore_means: str | None = None
     # start servers in sleep mode (--enable-sleep-mode): restore points only (for_isolation)
     sleep_mode = False
+    # --poison: its servers serve the fill (harness/poison.py); ``poison``: this run's are
+    poison_means: str | None = None
+    poison = False
     takes_draft_model = False    # --draft-model: a drafter checkpoint for its servers
     takes_engine_args = True     # --engine-arg: extra arguments on its server command
     compile_caches = False       # --cache-dir: its servers compile into caches worth sharing
@@ -70,7 +74,7 @@ class EngineAdapter:
         answers at a corrupted cell differs from one server process to the next (vLLM
         0.26.0 on the H200: reports/h200/find-state/README.md), so fresh points, auto's
         confirmations included, stay plain: the standard."""
-        want = isolation == "restore" and self.can_restore()
+        want = isolation == "restore" and self.can_restore() and not self.poison
         if want == self.sleep_mode:
             return self
         other = copy.copy(self)
@@ -201,6 +205,7 @@ class LabAdapter(EngineAdapter):
     logprobs_default = 5    # tests/lab/test_logprobs.py: byte-identical answers with/without
     default_served_name = "lab-copy"
     restore_means = SLEEP_MEANS   # the lab has vLLM's sleep mode (engine/lab/sleep.py)
+    poison_means = "/collective_rpc"   # engine/lab/poison.py, always served
     help_notes = {"--engine": "the shipped CPU lab engine", "--model": "the shipped copy model by default",
                   "--geometry": "the copy model's",
                   # _is_uniform_decode is V1's; the prefill check V2 has is a --patches fix
@@ -289,6 +294,7 @@ class VllmAdapter(EngineAdapter):
     boot_timeout_s = 900.0
     needs_gpu = True
     restore_means = SLEEP_MEANS   # where the installed vLLM serves sleep mode (can_restore)
+    poison_means = "/collective_rpc"   # with engine.vllm.poison.PoisonWorker (dev mode)
     runners = ("v1", "v2")       # VLLM_USE_V2_MODEL_RUNNER (engine.vllm.patches.releases)
     logprobs_default = 5    # V1 Sampler: logprobs are a side computation, greedy is argmax
     takes_draft_model = True
@@ -332,8 +338,10 @@ class VllmAdapter(EngineAdapter):
                 draft_model=self.draft_model,
                 extra_args=_tp_args(slot) + self.extra_args + (
                     ("--enable-sleep-mode",) if self.sleep_mode and
-                    "--enable-sleep-mode" not in self.extra_args else ()),
-                plugin_path=self.plugin_path, base_env=self.base_env, runner=cfg.runner,
+                    "--enable-sleep-mode" not in self.extra_args else ()) + (
+                    POISON_ARGS if self.poison else ()),
+                plugin_path=self.plugin_path, runner=cfg.runner, base_env={
+                    **self.base_env, **({"VLLM_SERVER_DEV_MODE": "1"} if self.poison else {})},
                 **({"cache_dir": self.cache_dir} if self.cache_dir else {}))
         except self._launch.LaunchError as e:
             raise UsageError(f"--engine vllm: {e}") from None
@@ -457,27 +465,6 @@ def _tp_args(slot: Slot) -> tuple[str, ...]:
     return ("--tensor-parallel-size", str(n)) if n > 1 else ()
 
 
-def vllm_serves_sleep() -> bool | None:
-    """Whether the vLLM this process would start serves ``/is_sleeping`` (read from its
-    source, not imported: importing vLLM takes seconds and may touch the GPU); None when no
-    vLLM is found here (the servers' own answers prove each restore, or fail it)."""
-    import importlib.util
-    try:
-        spec = importlib.util.find_spec("vllm")
-    except (ImportError, ValueError):
-        return None
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    root = Path(list(spec.submodule_search_locations)[0]) / "entrypoints"
-    for path in root.rglob("*.py"):
-        try:
-            if '"/is_sleeping"' in path.read_text(errors="replace"):
-                return True
-        except OSError:
-            continue
-    return False
-
-
 _LOAD_FORMAT = ("--load-format", "--load_format")
 
 
@@ -566,8 +553,18 @@ def adapter_class(engine: str) -> type[EngineAdapter]:
 def make_adapter(engine: str, server_cmd: str | None = None, *, draft_model: str | None = None,
                  extra_args: tuple[str, ...] = (), work_dir: Path | None = None,
                  isolation: str = "fresh", served_model_name: str | None = None,
-                 served_config: str | None = None,
-                 cache_dir: Path | None = None) -> EngineAdapter:
+                 served_config: str | None = None, cache_dir: Path | None = None,
+                 poison: str = "off") -> EngineAdapter:
+    adapter = _make_adapter(engine, server_cmd, draft_model=draft_model, extra_args=extra_args,
+                            work_dir=work_dir, isolation=isolation, served_config=served_config,
+                            served_model_name=served_model_name, cache_dir=cache_dir)
+    # --poison: on / auto where the engine fills (options.py refused "on" where it cannot)
+    adapter.poison = poison_mode(poison, poison_why_not(type(adapter), tuple(extra_args)))
+    return adapter
+
+
+def _make_adapter(engine, server_cmd, *, draft_model, extra_args, work_dir, isolation,
+                  served_model_name, served_config, cache_dir) -> EngineAdapter:
     cls = adapter_class(engine)  # an unknown engine is a usage error
     if draft_model and not cls.takes_draft_model:
         raise UsageError("--draft-model is for --engine "

@@ -53,10 +53,13 @@ async def _restore(client: Any, server: Any, info: dict) -> float:
     what a restore stands in for), and that point's record names the failed restore."""
     import time
     from .client import ClientError
-    from .restore import RestoreFailed, restore_server
+    from .restore import RestoreFailed, restore_by_fill, restore_server
     t0 = time.monotonic()
     try:
-        info["restore"] = await restore_server(client, server.log_path)
+        if (info.get("poison") or {}).get("mode") == "on":   # --poison: no weights moved
+            info["restore"] = await restore_by_fill(client, info["poison"])
+        else:
+            info["restore"] = await restore_server(client, server.log_path)
     except (RestoreFailed, ClientError) as e:
         info["restore"] = {"means": "failed", "error": str(e)}
         info["unusable"] = f"restore failed on the reused server (replaced): {e}"

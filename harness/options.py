@@ -20,9 +20,10 @@ from . import live as attached
 from .backends import make_backend
 from .configs import (SweepOptions, expand_matrix, modulus_for, parse_phases, parse_prompts,
                       parse_reference, parse_slots, select_residues)
-from .engines import adapter_class
+from .engines import ADAPTERS, adapter_class
 from .cmd_config import declare, parse_served_config
 from .errors import UsageError
+from .poison import why_not as poison_why_not
 from .flags import check_flag_use, explicit_flags, flags_json, matrix_axes, sweep_parser
 from .resume import resumed_namespace
 from .serve_line import parse_serve_line, vllm_spellings
@@ -36,6 +37,7 @@ DEFAULT_OUT, DEFAULT_REPORTS = "results", "reports"
 
 def build_options(ns: argparse.Namespace, argv: Sequence[str]) -> SweepOptions:
     """Every flag validated into ``SweepOptions``; the backend checks what it needs."""
+    _check_poison(ns)   # before --url reads the server: a refusal needs no server
     live = attached.attach(ns, argv) if ns.url else None   # --url: a running server (harness/live.py)
     _check_pairs(ns, argv)
     seeds = tuple(ns.seed)
@@ -89,6 +91,16 @@ def _check_pairs(ns: argparse.Namespace, argv: Sequence[str]) -> None:
         raise UsageError("--seed lists are documents and --prompts cases have none: give one --seed")
     if getattr(ns, "bisect", False) and ns.baseline:
         raise UsageError("--bisect and --baseline are exclusive: a bisect judges each build alone")
+
+
+def _check_poison(ns: argparse.Namespace) -> None:
+    """--poison on where the servers cannot be filled: one line (auto says it in the report)."""
+    if ns.poison != "on":
+        return
+    cls = ADAPTERS.get(ns.engine)
+    why = poison_why_not(cls, tuple(ns.engine_arg), bool(ns.url)) if cls else None
+    if why:
+        raise UsageError(f"--poison on: {why}; use --poison auto or off")
 
 
 TP_SPELLINGS = ("--tensor-parallel-size", "-tp")

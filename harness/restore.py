@@ -35,7 +35,8 @@ from typing import Any
 from .client import ClientError, EngineClient
 
 __all__ = ["SLEEP_MEANS", "RestoreFailed", "restore_server", "discarded_gib",
-           "sleep_lines", "LOG_WAIT_S"]
+           "sleep_lines", "LOG_WAIT_S", "vllm_serves_sleep",
+           "restore_by_fill"]
 
 SLEEP_MEANS = "sleep-level-1+wake+reset"
 # vLLM logs the allocator line in the worker process: it reaches the log file a moment
@@ -108,6 +109,32 @@ async def restore_server(client: EngineClient, log_path: Path) -> dict[str, Any]
             "discarded_gib": gone, "metrics": after}
 
 
+async def restore_by_fill(client: EngineClient, poison: dict[str, Any]) -> dict[str, Any]:
+    """``--poison`` on: reset the prefix cache, fill the state again (harness/poison.py),
+    check the pool is empty; no weights move. A fill that answers but does not prove the
+    pattern is kept in ``poison`` (the point is then ``infra``); an RPC that fails is a
+    failed restore."""
+    from .poison import FILL_MEANS, refill
+    t0 = time.monotonic()
+    steps: dict[str, float] = {}
+    try:
+        await client.reset_prefix_cache()
+    except ClientError as e:
+        raise RestoreFailed(f"reset: {e}") from None
+    steps["reset"] = round(time.monotonic() - t0, 4)
+    t = time.monotonic()
+    fill = await refill(client, poison)
+    if "proof" not in fill:
+        raise RestoreFailed(f"fill: {fill.get('error')}")
+    steps["fill"] = round(time.monotonic() - t, 4)
+    after = await client.pool_state()
+    after.pop("sleep_state", None)
+    if after.get("running") or after.get("kv_cache_usage"):
+        raise RestoreFailed(f"the pool is not empty after the restore: {after}")
+    return {"means": FILL_MEANS, "s": round(time.monotonic() - t0, 4), "steps": steps,
+            "proven": fill["ok"], "metrics": after}
+
+
 async def _discarded_since(log_path: Path, offset: int) -> float:
     """The GiB the allocator discarded in the sleep just made, from the log after
     ``offset``; waits (bounded) for the line, which the worker writes."""
@@ -140,3 +167,24 @@ def _read_from(path: Path, offset: int) -> str:
             return f.read().decode(errors="replace")
     except OSError:
         return ""
+
+
+def vllm_serves_sleep() -> bool | None:
+    """Whether the vLLM this process would start serves ``/is_sleeping`` (read from its
+    source, not imported: importing vLLM takes seconds and may touch the GPU); None when no
+    vLLM is found here (the servers' own answers prove each restore, or fail it)."""
+    import importlib.util
+    try:
+        spec = importlib.util.find_spec("vllm")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    root = Path(list(spec.submodule_search_locations)[0]) / "entrypoints"
+    for path in root.rglob("*.py"):
+        try:
+            if '"/is_sleeping"' in path.read_text(errors="replace"):
+                return True
+        except OSError:
+            continue
+    return False

@@ -26,7 +26,7 @@ mode do differently:
   staged, so a reused server's next replay reads what it served before;
 - ``discard`` is sleep level >= 1 (``CuMemAllocator.sleep``: the ``kv_cache`` tag is not
   backed up; ``wake_up`` maps new, empty memory): every array is back to its boot
-  contents. The block metadata (reference counts, free queue) is the scheduler's and is
+  contents (the state slots: this server's per-process boot contents, poison.py). The block metadata (reference counts, free queue) is the scheduler's and is
   not memory sleep touches; the hashes go with the prefix-cache reset sleep does first.
 """
 from __future__ import annotations
@@ -53,6 +53,8 @@ class BlockPool:
         self.slot_last = np.zeros(num_rows, dtype=np.int32)
         self.slot_drafts = np.zeros((num_rows, max(1, num_spec_tokens)), dtype=np.int32)
         self.discards = 0   # times sleep discarded this memory
+        # the state slots as the boot left them (engine/lab/poison.StaleMemory sets them)
+        self.boot_slots: tuple[np.ndarray, np.ndarray] | None = None
         self.ref_cnt = [0] * num_blocks
         self.block_hash: list[int | None] = [None] * num_blocks
         # Insertion order = eviction order (front is evicted first).
@@ -128,8 +130,11 @@ class BlockPool:
         Returns the bytes discarded."""
         self.kv_tok.fill(0)
         self.kv_pos.fill(-1)
-        self.slot_last.fill(0)
-        self.slot_drafts.fill(0)
+        if self.boot_slots is None:
+            self.slot_last.fill(0)
+            self.slot_drafts.fill(0)
+        else:
+            self.slot_last[:], self.slot_drafts[:] = self.boot_slots
         self.state_snapshots.clear()
         self.discards += 1
         return self.nbytes

@@ -21,6 +21,7 @@ from typing import AsyncIterator, Callable
 import numpy as np
 
 from .block_pool import BlockPool
+from .poison import StaleMemory
 from .config import LabConfig
 from .kv_cache_manager import KVCacheManager
 from ._log import log
@@ -67,6 +68,8 @@ class EngineCore:
         self.runner = ModelRunner(cfg, self.pool, self.model, drafter)
         self.scheduler = Scheduler(cfg, self.kvm, self.runner, self.metrics)
         self.sleep = SleepState(cfg, self.pool)
+        # the state slots hold per-process boot contents until poisoned (poison.py)
+        self.stale = StaleMemory(self.pool, self.runner, tokenizer)
 
     def add_request(self, req: Request) -> None:
         self.scheduler.add_request(req)

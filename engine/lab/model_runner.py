@@ -22,9 +22,11 @@ The staging buffers are the row's *state slot* and live in the KV pool
 (``BlockPool.slot_last`` / ``slot_drafts``), as the mamba state a vLLM hybrid's replayed
 verify graph reads (through ``spec_state_indices_tensor``, a persistent index that
 ``GDNAttentionMetadataBuilder.build`` refreshes only for spec-decode batches) sits in the
-KV cache tensor. Hence a fresh server's first replay reads zeros, a reused server's reads
+KV cache tensor. Hence a fresh server's first replay reads what its boot left (per process,
+or the pattern once poisoned: poison.py), a reused server's reads
 what it served last (``/reset_prefix_cache`` does not touch it: the answer at a Bug B cell
-depends on the server's history), and a server woken from sleep level 1 reads zeros again.
+depends on the server's history), and a server woken from sleep level 1 reads its boot
+contents again.
 The ``prefill-discriminator`` patch adds the missing condition: no scheduled request may
 still be in prefill (vLLM's V2 runner checks ``num_computed < prefill_len``).
 PIECEWISE and NONE never replay the captured plan.

@@ -2,9 +2,10 @@
 
 Mirrors ``vllm/entrypoints/openai/api_server.py``: ``/health``, ``/v1/models``,
 ``/version``, ``/v1/chat/completions`` (``serving_chat.py``), ``/tokenize`` /
-``/detokenize``, ``/metrics``, ``/reset_prefix_cache``, and sleep mode's ``/sleep``,
-``/wake_up``, ``/is_sleeping`` (``entrypoints/serve/dev/sleep/api_router.py``; vLLM serves
-these and ``/reset_prefix_cache`` only with ``VLLM_SERVER_DEV_MODE=1``, the lab always).
+``/detokenize``, ``/metrics``, ``/reset_prefix_cache``, sleep mode's ``/sleep``,
+``/wake_up``, ``/is_sleeping`` (``entrypoints/serve/dev/sleep/api_router.py``) and
+``/collective_rpc`` (the poison methods: poison.py); vLLM serves these and
+``/reset_prefix_cache`` only with ``VLLM_SERVER_DEV_MODE=1``, the lab always.
 ``--api-key`` guards ``/v1/*`` as in vLLM. Every bad request gets an OpenAI-style JSON error with a 4xx status; an engine
 failure gets a 500; nothing drops the connection.
 
@@ -114,6 +115,26 @@ async def is_sleeping(st: AppState, request: HTTPRequest) -> Response:
     return JSONResponse({"is_sleeping": st.engine.is_sleeping()})
 
 
+RPC_METHODS = ("residue_lab_arm", "residue_lab_poison", "residue_lab_describe")
+
+
+async def collective_rpc(st: AppState, request: HTTPRequest) -> Response:
+    """``POST /collective_rpc {"method", "args", "kwargs"}`` as vLLM's dev mode serves it
+    (``{"results": [one per worker]}``); the lab's one worker answers the poison methods
+    of ``engine/vllm/poison.py`` (engine/lab/poison.py)."""
+    body = await st.read_json(request)
+    method = body.get("method")
+    if method not in RPC_METHODS:
+        raise APIError(400, f"collective_rpc: method {method!r} is not one of "
+                            f"{', '.join(RPC_METHODS)}", param="method")
+    try:
+        out = getattr(st.engine.core.stale, method)(*(body.get("args") or ()),
+                                                    **(body.get("kwargs") or {}))
+    except (TypeError, ValueError) as e:
+        raise APIError(400, f"collective_rpc {method}: {e}", param="args") from None
+    return JSONResponse({"results": [out]})
+
+
 def _guarded(st: AppState, fn):
     """The route handler: fn(st, request), every failure turned into a JSON error."""
     async def handler(request: HTTPRequest) -> Response:
@@ -146,6 +167,7 @@ ROUTES = (
     ("/sleep", sleep, ["POST"]),
     ("/wake_up", wake_up, ["POST"]),
     ("/is_sleeping", is_sleeping, ["GET"]),
+    ("/collective_rpc", collective_rpc, ["POST"]),
     ("/v1/chat/completions", chat_completions, ["POST"]),
 )
 

@@ -13,6 +13,7 @@ import socket
 import time
 from typing import Any, Sequence
 
+from ..poison import off_record
 from ..client import EngineClient
 from ..configs import SweepOptions
 from ..errors import UsageError
@@ -70,6 +71,8 @@ class _LiveRun:
         self.gone: str | None = None   # why no more points are sent
         self.server = LiveServer(target.url, driver.logs_dir / "live-server.log")
         self.info = dict(runner.adapter.info)   # what the server reported, read once
+        # --poison auto: a running server cannot be filled before its first request
+        self.info["poison"] = off_record(driver.opts.poison)
 
     async def worker(self, slot: Slot, queue: PointQueue) -> None:
         client = EngineClient(self.target.url, timeout=self.driver.opts.timeout,

@@ -10,7 +10,7 @@ from ..ghmarkdown import escape_text
 from ..recordkeys import point_key
 from ..run.records import PhaseRecord
 
-__all__ = ["restore_summary"]
+__all__ = ["restore_summary", "poison_summary"]
 
 
 def restore_summary(records: Iterable[PhaseRecord]) -> str:
@@ -30,7 +30,10 @@ def restore_summary(records: Iterable[PhaseRecord]) -> str:
     parts = []
     if done:
         secs = [float(p.get("s") or 0.0) for p in done]
-        parts.append(f"{len(done)} point{'s' if len(done) != 1 else ''} restored, each proven "
+        unproven = sum(1 for p in done if p.get("proven") is False)   # a fill (--poison)
+        proven = (f"{unproven} not proven (those points are infra)" if unproven
+                  else "each proven")
+        parts.append(f"{len(done)} point{'s' if len(done) != 1 else ''} restored, {proven} "
                      f"(median {statistics.median(secs):.3g} s per point, "
                      f"{min(secs):.3g}–{max(secs):.3g} s)")
     if failed:
@@ -44,3 +47,41 @@ def restore_summary(records: Iterable[PhaseRecord]) -> str:
     if booted:
         parts.append(f"{booted} on a just-booted server")
     return f"{escape_text(', '.join(means))}: " + "; ".join(parts)
+
+
+def poison_summary(records: Iterable[PhaseRecord]) -> str:
+    """``--poison`` in the provenance: ``on: state,kv,builders filled with pattern A after
+    boot (12 servers) and at 40 restores; every fill proven``, ``not supported by this
+    engine`` (``--poison auto``), ``off (--poison off)``; "" for
+    records written before the field (their reports stay as they were)."""
+    fills: dict[tuple, dict] = {}
+    offs: list[str] = []
+    what: set[str] = set()
+    for r in records:
+        p = r.poison
+        if not isinstance(p, dict):
+            continue
+        if p.get("mode") != "on":
+            offs.append(str(p.get("why") or "off"))
+            continue
+        what.add(f"{p.get('regions')} filled with pattern {p.get('pattern')}")
+        for f in p.get("fills") or ():
+            # a server's boot fill by its log; a restore fill by its point
+            key = (f.get("at"), (r.server_boot or {}).get("log") if f.get("at") == "boot"
+                   else point_key(r))
+            fills.setdefault(key, f)
+    parts = []
+    if what:
+        boots = sum(1 for (at, _) in fills if at == "boot")
+        restores = len(fills) - boots
+        bad = sum(1 for f in fills.values() if not f.get("ok"))
+        secs = sorted(float(f.get("s") or 0.0) for f in fills.values() if f.get("ok"))
+        cost = f", median {statistics.median(secs):.3g} s per fill" if secs else ""
+        parts.append(f"on: {', '.join(sorted(what))} after boot ({boots} server"
+                     f"{'s' if boots != 1 else ''})" + (f" and at {restores} restore"
+                                                        f"{'s' if restores != 1 else ''}" if restores else "")
+                     + (f"; {bad} fill{'s' if bad != 1 else ''} not proven (those points are infra)"
+                        if bad else "; every fill proven") + cost)
+    for why in sorted(set(offs)):
+        parts.append(why if why != "off" else "off (--poison off)")
+    return escape_text("; ".join(parts))

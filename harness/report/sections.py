@@ -11,7 +11,7 @@ from ..ranges import residues_phrase
 from ..run.records import BUG_VERDICTS, NOT_IDENTITY, SEVERITY, PhaseRecord, cell_key, phase_key
 from .auto import config_auto_line
 from .explain import final_chunk_line
-from .restore import restore_summary
+from .restore import poison_summary, restore_summary
 from .bugb_analysis import agreement, config_hit_granularity, predict_bug_b
 from .cells import Footnotes, cell_markdown
 from .model import (SHORT_NAMES, VOLATILE, ConfigData, config_fields, describe_dim, fmt_value,
@@ -401,6 +401,7 @@ def render_provenance(configs: list[ConfigData], records: list[PhaseRecord],
         ["node", join(distinct("node"))],
         ["isolation", join(distinct("isolation"))],
         *([["restore", restored]] if (restored := restore_summary(records)) else []),
+        *([["poison", poisoned]] if (poisoned := poison_summary(records)) else []),
         ["reference", join(distinct("reference"))],
         ["modulus", join(sorted({c.modulus for c in configs}))],
         *([["modulus: why", join(distinct("modulus_why"))]] if distinct("modulus_why") else []),

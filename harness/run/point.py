@@ -22,6 +22,7 @@ from engine.presets import ServingConfig
 
 from ..client import (BadResponse, ClientError, EngineClient, RequestTimeout, ServerError,
                       ServerGone, tok_per_step)
+from .. import poison
 from ..configs import SweepOptions
 from ..engines import EngineAdapter
 from ..isolation import POLICIES
@@ -186,6 +187,9 @@ class PointRunner:
                 await server.wait_ready(client, timeout or self.opts.boot_timeout)
                 info: dict[str, Any] = {"boot_s": round(server.boot_s or 0.0, 4),
                                         "server_boot": self._boot_notes(server, log_path)}
+                # --poison: filled before its first request (harness/poison.py)
+                info["poison"] = (await poison.at_boot(client) if (adapter or self.adapter).poison
+                                  else poison.off_record(self.opts.poison))
                 # What the server says it runs is read while the first requests go out
                 # (it is needed for the records, not for the requests), unless the model
                 # name to put in the requests can only come from the server.
@@ -395,6 +399,9 @@ class PointRunner:
         invalid = self._invalid_reason(point, phase, res, templated, info)
         if invalid:
             verdict, reason = "invalid", f"{invalid} (answer judged {j.verdict}: {j.reason})"
+        elif unfilled := poison.failure(info.get("poison")):
+            # the server ran, but not as the record's poison field claims: not ok
+            verdict, reason = "infra", f"{unfilled} (answer judged {j.verdict}: {j.reason})"
         cached = res.cached_tokens
         tail = (res.prompt_tokens - cached) if (cached is not None and
                                                 res.prompt_tokens is not None) else None

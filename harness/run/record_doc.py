@@ -142,7 +142,19 @@ FIELD_DOCS: dict[str, str] = {
                 '`sleep`, `is_sleeping`, `wake_up`, `is_awake`, `reset`), `discarded_gib` '
                 "(what the engine's allocator line says the sleep discarded; more than 0 is "
                 'required), `metrics` (what `/metrics` said after it: `running`, `waiting`, '
-                '`kv_cache_usage`, where reported)'),
+                '`kv_cache_usage`, where reported); `--poison` on: `means` '
+                '`reset+poison-fill` (the prefix cache reset and the fill again, no weights '
+                'moved; `steps`: `reset`, `fill`; `proven`: the fill\'s checksums held)'),
+    "poison": ('`--poison` (harness/poison.py, docs/isolation.md), on every record whose '
+               'server ran: `{"mode": "off"}` (`--poison off`), `{"mode": "off", "why": '
+               '"not supported by this engine"}` (`auto` where the engine cannot fill), or '
+               '`mode` `on` with `regions` (`state,kv,builders`), `pattern`, `armed` (what '
+               '`residue_lab_arm` copied) and `fills`: one per fill this point\'s server '
+               'had, `at` `boot` (after readiness, before the first request) then `restore` '
+               '(this point\'s), each with `ok`, `s` and `proof` (the engine\'s answer: per '
+               'region `tensors`, `bytes`, `checksum` after the fill, `expected` from the '
+               'pattern) or `error`. A fill that is not proven makes the point `infra`. '
+               'Absent from records written before the flag'),
     "reference_chars": ('length of that reference text: a collapse is measured against it '
                         '(schema 3)'),
     "first_divergence": ('every judged non-ok answer (schema 3): see "first_divergence" below;'

@@ -61,7 +61,7 @@ def mismatches(requested: dict[str, Any], effective: dict[str, Any]) -> list[str
 # that does not use them) round-trips unchanged.
 WRITTEN_WHEN_SET = frozenset({"document_seed", "isolation_run", "confirms", "server_boot",
                               "case_id", "prompt_sha1", "final_chunk", "modulus_why",
-                              "load", "restore"})
+                              "load", "restore", "poison"})
 
 
 @dataclass
@@ -128,6 +128,8 @@ class PhaseRecord:
     # --isolation restore (and auto's restore pass): how this point's server was returned
     # to its just-booted state and what proved it (harness/restore.py), or which step failed
     restore: dict | None = None
+    # --poison (harness/poison.py): off (and why), or what was filled and each fill's proof
+    poison: dict | None = None
     # schema 3 (docs/records.md); absent from older records, which load with these defaults
     reference_chars: int | None = None
     first_divergence: dict | None = None
@@ -444,7 +446,7 @@ class RecordBuilder:
             "boot_s": info.get("boot_s"), "started_at": now_iso(), "rerun": point.rerun,
             "case_id": point.plan.case_id, "prompt_sha1": point.plan.prompt_sha1,
             "modulus_why": getattr(point, "modulus_why", None),
-            "restore": info.get("restore"),
+            "restore": info.get("restore"), "poison": _copied(info.get("poison")),
         }
 
     def build(self, base: dict[str, Any], measured: dict[str, Any],
@@ -469,6 +471,14 @@ class RecordBuilder:
             rec.update(extra or {})
             out.append(rec)
         return out
+
+
+def _copied(poison: dict | None) -> dict | None:
+    """A record's own copy: a reused server's fills change after the record is built."""
+    if poison is None:
+        return None
+    return {**poison, "fills": [dict(f) for f in poison.get("fills") or ()]} \
+        if "fills" in poison else dict(poison)
 
 
 def by_node(records: Iterable[Any]) -> dict[str, Counter]:

@@ -28,7 +28,8 @@ def test_auto_on_the_lab_full_mtp_unpatched(tmp_path, cli):
     proc, recs, manifest, report = sweep(
         cli, "--model", cli.lab_model(), "--spec", "mtp", "--ctx", "huge", "--cudagraph",
         "FULL", "--patches", "none", "--residues", "0-19", "--isolation", "auto",
-        "--auto-sample", "2", "--context", "1200", "--slots", "2")
+        "--auto-sample", "2", "--context", "1200", "--slots", "2",
+        "--poison", "off")   # the sleep cycle: restore's means without the fill
     assert proc.returncode == 1, proc.stderr[-2000:]
     assert all(r["isolation_run"] == "auto" for r in recs)
     cells = Counter((r["isolation"], r["document_seed"], r["residue"], r["phase"]) for r in recs)

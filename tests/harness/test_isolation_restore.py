@@ -8,6 +8,7 @@ ngram k = 4, FULL_AND_PIECEWISE, no fix; the rule's residue is 5."""
 from __future__ import annotations
 
 import asyncio
+import re
 
 import pytest
 
@@ -33,6 +34,8 @@ def cells(recs):
 
 
 def test_restore_equals_fresh_where_reset_differs(cli):
+    """--poison on (auto, the lab can): restore is the reset + the fill, no sleep; every cell
+    equals the fresh servers' byte for byte, the rule's broken cell included."""
     runs = {}
     for iso in ("fresh", "reset", "restore"):
         cli.sweep(*BREAKS_COLD, "--isolation", iso, lab_model=True, out=iso,
@@ -48,20 +51,51 @@ def test_restore_equals_fresh_where_reset_differs(cli):
     differs = {key for key in fresh if reset[key]["answer"] != fresh[key]["answer"]}
     assert (5, "cold") in differs and all(key[0] == 5 for key in differs)
     assert fresh[(5, "cold")]["verdict"] == "broken"
-    # every point after the server's first was restored, each step proven, then cold
-    # cached_tokens 0
-    proofs = [r["restore"] for r in runs["restore"][1] if r["phase"] == "cold"]
+    # every point after the server's first was restored by the fill, each proven, then
+    # cold cached_tokens 0; the record keeps the boot fill and the point's own
+    cold = [r for r in runs["restore"][1] if r["phase"] == "cold"]
+    proofs = [r["restore"] for r in cold]
     assert proofs[0]["means"] == "boot" and len(proofs) == 6
-    for p, rec in zip(proofs[1:], [r for r in runs["restore"][1] if r["phase"] == "cold"][1:]):
-        assert p["means"] == "sleep-level-1+wake+reset" and p["discarded_gib"] > 0
-        assert set(p["steps"]) == {"sleep", "is_sleeping", "wake_up", "is_awake", "reset"}
+    for p, rec in zip(proofs[1:], cold[1:]):
+        assert p["means"] == "reset+poison-fill" and p["proven"] is True
+        assert set(p["steps"]) == {"reset", "fill"}
         assert p["metrics"]["running"] == 0 and p["metrics"]["kv_cache_usage"] == 0
+        assert [f["at"] for f in rec["poison"]["fills"]] == ["boot", "restore"]
+        assert all(f["ok"] for f in rec["poison"]["fills"])
         assert rec["cached_tokens"] == 0
-    assert runs["restore"][1][0]["config"]["enable_sleep_mode"] is True
+    assert runs["restore"][1][0]["config"]["enable_sleep_mode"] is False   # no weights moved
     report = runs["restore"][3]
     assert "| restore " in report and "5 points restored, each proven" in report
+    assert re.search(r"\| poison +\| on: state,kv,builders filled with pattern A after boot "
+                     r"\(1 server\) and at 5 restores; every fill proven", report)
     manifest = runs["restore"][2]
     assert manifest["timing"]["restored_points"] == 5 and manifest["timing"]["median_restore_s"] > 0
+
+
+def test_without_the_fill_restore_is_the_sleep_cycle(cli):
+    """--poison off: restore falls back to sleep level 1 + wake + reset; verdicts equal the
+    fresh servers' in every cell and ok answers byte for byte (a broken cell's bytes are
+    each lab process's own stale memory: engine/lab/poison.py)."""
+    runs = {}
+    for iso in ("fresh", "restore"):
+        cli.sweep(*BREAKS_COLD, "--isolation", iso, "--poison", "off", lab_model=True, out=iso,
+                  reports=f"reports-{iso}", rc=1)
+        runs[iso] = (cli.records(iso), cli.report(f"reports-{iso}"))
+    fresh, restore = cells(runs["fresh"][0]), cells(runs["restore"][0])
+    assert set(fresh) == set(restore)
+    for key, f in fresh.items():
+        assert restore[key]["verdict"] == f["verdict"], key
+        if f["verdict"] == "ok":
+            assert restore[key]["answer"] == f["answer"], key
+    assert fresh[(5, "cold")]["verdict"] == "broken"
+    cold = [r for r in runs["restore"][0] if r["phase"] == "cold"]
+    for p in [r["restore"] for r in cold][1:]:
+        assert p["means"] == "sleep-level-1+wake+reset" and p["discarded_gib"] > 0
+        assert set(p["steps"]) == {"sleep", "is_sleeping", "wake_up", "is_awake", "reset"}
+    assert all(r["poison"] == {"mode": "off"} for r in runs["restore"][0])
+    assert runs["restore"][0][0]["config"]["enable_sleep_mode"] is True
+    assert "5 points restored, each proven" in runs["restore"][1]
+    assert re.search(r"\| poison +\| off \(--poison off\) +\|", runs["restore"][1])
 
 
 def test_a_failed_restore_replaces_the_server_and_the_point_runs_on_the_new_one(cli):
@@ -72,7 +106,7 @@ def test_a_failed_restore_replaces_the_server_and_the_point_runs_on_the_new_one(
     server; it is stopped and the point runs on a just-booted one, whose record names the
     failed restore. Every point is measured, none lost to an invalid cell."""
     proc = cli.sweep(*BREAKS_COLD, "--engine-arg=--fail-sleep-at=2", "--isolation", "restore",
-                     lab_model=True, rc=1, timeout=120)
+                     "--poison", "off", lab_model=True, rc=1, timeout=120)
     recs = cli.records()
     assert len(recs) == 12 and not [r for r in recs if r["verdict"] == "invalid"], \
         proc.stderr[-2000:]

@@ -1,0 +1,139 @@
+"""Stale memory and its poisoning (issue 32): what a replayed verify plan reads that nothing
+wrote for the request, and the fill that makes it the same on every server.
+
+On real vLLM the bytes a broken cell's answer is made of are what the boot left in memory
+nobody wrote for the request (graph capture's dummy runs, profiling, earlier requests):
+the same from one server to the next on one machine and build, different between machines
+and boots (docs/isolation.md). The lab models that by mechanism: at boot the state slots a
+replayed verify plan reads (``BlockPool.slot_last`` / ``slot_drafts``, model_runner.py)
+hold what a boot warm-up's decode left there: a turn header (``<|im_start|>``, an empty
+role, a newline) and then *per-process* text tokens drawn with ``os.urandom``. A cold
+request whose final chunk replays the verify plan (``--mamba-cache-mode align``, a chunk
+budget) then continues inside that turn as an induction head from a token that differs
+from one process to the next, so two lab fresh servers answer that cell differently;
+a sleep level 1 discard gives a server its own boot contents back (vLLM's sleep restore
+gave that server's first answer back, not another server's).
+
+``residue_lab_poison`` fills the regions with a fixed pattern, the same integer hash on
+every server (``PATTERNS``), as ``engine/vllm/poison.py`` does for a vLLM worker, and
+returns the same proof shape: per region ``tensors``, ``bytes``, ``checksum`` (the sum of
+the memory after the fill) and ``expected`` (the sum the pattern predicts), ``ok`` when
+they agree. Regions:
+
+- ``state``: the state slots, every row the same tile (whichever row a request gets, a
+  stale read reads the same tokens);
+- ``kv``: the KV slots' tokens with the pattern and their positions back to "never
+  written" (-1): attention trusts a slot only at the position it was written for, so a
+  correct engine never sees the pattern;
+- ``builders``: the runner's persistent-row bookkeeping (which rows are free, in which
+  order: it picks the row, hence the state slot, a request reads) back to the copy
+  ``residue_lab_arm`` took at boot; bookkeeping is restored, never filled with a pattern.
+
+Served as vLLM's dev-mode ``POST /collective_rpc`` (server.py), so the harness has one path.
+"""
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import numpy as np
+
+from .model import IM_START, NUM_SPECIAL
+
+__all__ = ["PATTERNS", "REGIONS", "StaleMemory", "pattern_tokens"]
+
+PATTERNS = {"A": 0x5EED, "B": 0xB0B5}
+REGIONS = ("state", "kv", "builders")
+# the per-process boot contents are drawn from the tokens of common words, found in every
+# document of the corpus, so an induction head reading one has something to continue
+_BOOT_WORDS = (" the", " of", " and", " to", " in", " a", " was", " that", " with", " on",
+               " for", " his", " at", " by", " from", " as", ",", ".", " it", " he")
+
+
+def pattern_tokens(n: int, vocab_size: int, seed: int, salt: int) -> np.ndarray:
+    """``n`` token ids from an integer hash of the index, seed and salt (never a special
+    token): the same on every machine."""
+    idx = np.arange(n, dtype=np.int64)
+    h = (idx * 2654435761 + seed * 40503 + salt * 97) & 0xFFFFFFFF
+    h = (h ^ (h >> 15)) & 0xFFFFFF
+    span = max(vocab_size - NUM_SPECIAL, 1)
+    return (NUM_SPECIAL + h % span).astype(np.int32)
+
+
+def _proof(arrays: list[np.ndarray], expected: int) -> dict[str, Any]:
+    got = int(sum(int(a.astype(np.int64).sum()) for a in arrays))
+    return {"tensors": len(arrays), "bytes": int(sum(a.nbytes for a in arrays)),
+            "checksum": got, "expected": int(expected), "ok": got == expected}
+
+
+class StaleMemory:
+    """The pool's stale regions: per-process at boot, poisoned on request."""
+
+    def __init__(self, pool, runner, tokenizer) -> None:
+        self.pool, self.runner, self.vocab_size = pool, runner, tokenizer.vocab_size
+        rng = np.random.default_rng(int.from_bytes(os.urandom(8), "little"))
+        words = np.unique(np.concatenate([tokenizer.encode(w)[-1:] for w in _BOOT_WORDS]))
+        rows, width = pool.slot_drafts.shape
+        staged = rng.choice(words, size=(rows, 1 + width)).astype(np.int32)
+        staged[:, 0], staged[:, 1:2] = IM_START, tokenizer.nl_id   # the warm-up's turn header
+        pool.slot_last[:], pool.slot_drafts[:] = staged[:, 0], staged[:, 1:]
+        # what a sleep discard gives back: this server's own boot contents
+        pool.boot_slots = (pool.slot_last.copy(), pool.slot_drafts.copy())
+        self._rows_boot: list[int] | None = None
+
+    # -- the RPC surface (engine/vllm/poison.py's names) --------------------------------
+    def residue_lab_arm(self) -> dict[str, Any]:
+        self._rows_boot = list(self.runner.free_rows)
+        return {"builders": {"tensors": 1, "bytes": 8 * len(self._rows_boot)}}
+
+    def residue_lab_describe(self) -> dict[str, Any]:
+        p = self.pool
+        return {"layers": [{"layer": "slots", "kind": "state",
+                            "checksum": [int(p.slot_last.sum()), int(p.slot_drafts.sum())],
+                            "head": p.slot_drafts[0].tolist()}],
+                "builders": [{"free_rows": list(self.runner.free_rows)[:8]}]}
+
+    def residue_lab_poison(self, regions: str = ",".join(REGIONS),
+                           pattern: str = "A") -> dict[str, Any]:
+        t0 = time.perf_counter()
+        wanted = [r for r in regions.split(",") if r]
+        bad = [r for r in wanted if r not in REGIONS]
+        if bad or not wanted:
+            raise ValueError(f"unknown poison region(s) {bad or regions!r}; regions: "
+                             f"{', '.join(REGIONS)}")
+        seed = PATTERNS[pattern] if pattern in PATTERNS else int(pattern)
+        proof = {r: getattr(self, f"_fill_{r}")(seed) for r in wanted}
+        return {"pattern": pattern, "seed": seed, "regions": proof,
+                "ok": all(p.get("ok", False) for p in proof.values()),
+                "s": round(time.perf_counter() - t0, 5)}
+
+    # -- the regions -------------------------------------------------------------------
+    def _fill_state(self, seed: int) -> dict[str, Any]:
+        p, v = self.pool, self.vocab_size
+        last = pattern_tokens(1, v, seed, salt=0)
+        drafts = pattern_tokens(p.slot_drafts.shape[1], v, seed, salt=1)
+        p.slot_last[:] = last[0]            # in place: the runner holds views
+        p.slot_drafts[:] = drafts
+        rows = p.slot_last.shape[0]
+        return _proof([p.slot_last, p.slot_drafts],
+                      rows * (int(last.astype(np.int64).sum()) + int(drafts.astype(np.int64).sum())))
+
+    def _fill_kv(self, seed: int) -> dict[str, Any]:
+        p = self.pool
+        tile = pattern_tokens(p.kv_tok.shape[0], self.vocab_size, seed, salt=2)
+        p.kv_tok[:] = tile
+        p.kv_pos.fill(-1)
+        return _proof([p.kv_tok, p.kv_pos], int(tile.astype(np.int64).sum()) - p.kv_pos.shape[0])
+
+    def _fill_builders(self, seed: int) -> dict[str, Any]:
+        if self._rows_boot is None:
+            return {"ok": False, "error": "residue_lab_arm was not called at boot"}
+        if self.runner.rows:
+            return {"ok": False, "error": f"{len(self.runner.rows)} row(s) in use: a request "
+                                          "is running"}
+        self.runner.free_rows[:] = self._rows_boot
+        # weighted by place: the order is what picks a row, so the sum must see it
+        weights = np.arange(1, len(self._rows_boot) + 1, dtype=np.int64)
+        now = np.asarray(self.runner.free_rows, dtype=np.int64) * weights
+        return _proof([now], int((np.asarray(self._rows_boot, dtype=np.int64) * weights).sum()))

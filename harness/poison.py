@@ -1,0 +1,120 @@
+"""``--poison auto|on|off``: fill the memory a stale read can reach with a fixed pattern
+right after a server is ready (before its first request) and at every restore, and keep the
+proof in every record (docs/isolation.md, "Poisoning").
+
+The fill is the engine's: a vLLM server loads ``engine.vllm.poison.PoisonWorker`` as its
+worker extension and serves vLLM's dev-mode ``POST /collective_rpc``; the lab serves the
+same route and methods (engine/lab/poison.py). The harness calls ``residue_lab_arm`` (the
+bookkeeping as the boot left it) and then ``residue_lab_poison(REGIONS, PATTERN)``, and
+trusts a fill only where every region's checksum after the fill equals the one the pattern
+predicts. A fill that is not proven makes the point ``infra``: the server ran, but not as
+the record would claim.
+
+What it proves on real vLLM (the H200, docs/isolation.md): the fill is invisible to correct
+answers, but the memory that decides a broken answer there lies outside the KV pool, so the
+mode does not (yet) make a broken cell's bytes the same on every vLLM server. On the lab it
+does: the lab's stale state slots are what the fill covers.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from .client import ClientError
+
+__all__ = ["MODES", "REGIONS", "PATTERN", "FILL_MEANS", "NOT_SUPPORTED", "WORKER_ARGS",
+           "why_not", "mode_for", "off_record", "at_boot", "refill", "failure", "proven", "summary"]
+
+MODES = ("auto", "on", "off")
+REGIONS = "state,kv,builders"     # engine/vllm/poison.DEFAULT_REGIONS
+PATTERN = "A"
+FILL_MEANS = "reset+poison-fill"  # --isolation restore by the fill: no weights moved
+NOT_SUPPORTED = "not supported by this engine"
+# a vLLM server's worker extension: the fill's RPC methods (engine/vllm/poison.py)
+WORKER_ARGS = ("--worker-extension-cls", "engine.vllm.poison.PoisonWorker")
+
+
+def why_not(adapter_cls: Any, extra_args: tuple[str, ...] = (), url: bool = False) -> str | None:
+    """Why servers of this engine cannot be filled (None: they can): a running server
+    (``--url``) served requests before the sweep; an engine without the fill (``cmd``); a
+    vLLM line that loads its own worker extension (vLLM takes one class)."""
+    if url:
+        return "--url sweeps a server the sweep did not start (it cannot be filled before its first request)"
+    if getattr(adapter_cls, "poison_means", None) is None:
+        return f"--engine {adapter_cls.name} has no fill (it needs the residue_lab_poison RPC)"
+    if any(a.split("=", 1)[0] == WORKER_ARGS[0] for a in extra_args):
+        return f"{WORKER_ARGS[0]} is in --engine-arg: vLLM loads one worker extension"
+    return None
+
+
+def mode_for(requested: str, why_not: str | None) -> bool:
+    """Whether a run's servers are poisoned: ``on`` / ``auto`` where the engine can
+    (``why_not`` None); ``--poison on`` where it cannot is refused before (options.py)."""
+    return requested != "off" and why_not is None
+
+
+def off_record(requested: str) -> dict[str, Any]:
+    """The ``poison`` field of a record whose server was not filled."""
+    if requested == "off":
+        return {"mode": "off"}
+    return {"mode": "off", "why": NOT_SUPPORTED}
+
+
+def proven(proof: Any) -> bool:
+    """A fill's answer proves it: every region's checksum is the one predicted."""
+    if not isinstance(proof, dict) or not proof.get("ok"):
+        return False
+    regions = proof.get("regions")
+    if not isinstance(regions, dict) or set(regions) != set(REGIONS.split(",")):
+        return False
+    return all(isinstance(r, dict) and r.get("ok") and r.get("checksum") == r.get("expected")
+               for r in regions.values())
+
+
+async def _fill(client: Any, at: str) -> dict[str, Any]:
+    t0 = time.monotonic()
+    try:
+        proof = await client.collective_rpc("residue_lab_poison", REGIONS, PATTERN)
+    except ClientError as e:
+        return {"at": at, "ok": False, "error": f"residue_lab_poison: {e}"}
+    ok = proven(proof)
+    out = {"at": at, "ok": ok, "s": round(time.monotonic() - t0, 4), "proof": proof}
+    if not ok:
+        out["error"] = "the fill's checksums do not prove the pattern in every region"
+    return out
+
+
+async def at_boot(client: Any) -> dict[str, Any]:
+    """Arm, then fill: the ``poison`` record of a just-booted server."""
+    out: dict[str, Any] = {"mode": "on", "regions": REGIONS, "pattern": PATTERN}
+    try:
+        out["armed"] = await client.collective_rpc("residue_lab_arm")
+    except ClientError as e:
+        out["fills"] = [{"at": "boot", "ok": False, "error": f"residue_lab_arm: {e}"}]
+        return out
+    out["fills"] = [await _fill(client, "boot")]
+    return out
+
+
+async def refill(client: Any, poison: dict[str, Any]) -> dict[str, Any]:
+    """The fill at a restore; the record keeps the boot fill and this one."""
+    fill = await _fill(client, "restore")
+    poison["fills"] = [*poison.get("fills", [])[:1], fill]
+    return fill
+
+
+def failure(poison: dict[str, Any] | None) -> str | None:
+    """Why a record's fills do not hold (its point is then ``infra``), else None."""
+    for f in (poison or {}).get("fills") or ():
+        if not f.get("ok"):
+            return f"poison fill at {f.get('at')} not proven: {f.get('error')}"
+    return None
+
+
+def summary(poison: dict[str, Any] | None) -> str:
+    """The report's provenance words for one record's ``poison``."""
+    if not poison:
+        return "poison: not recorded (records before --poison)"
+    if poison.get("mode") != "on":
+        return f"poison: {poison.get('why') or 'off'}"
+    return f"poison: on ({poison.get('regions')} filled with pattern {poison.get('pattern')})"
