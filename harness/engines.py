@@ -338,8 +338,7 @@ class VllmAdapter(EngineAdapter):
                 draft_model=self.draft_model,
                 extra_args=_tp_args(slot) + self.extra_args + (
                     ("--enable-sleep-mode",) if self.sleep_mode and
-                    "--enable-sleep-mode" not in self.extra_args else ()) + (
-                    POISON_ARGS if self.poison else ()),
+                    "--enable-sleep-mode" not in self.extra_args else ()) + self.poison_argv(),
                 plugin_path=self.plugin_path, runner=cfg.runner, base_env={
                     **self.base_env, **({"VLLM_SERVER_DEV_MODE": "1"} if self.poison else {})},
                 **({"cache_dir": self.cache_dir} if self.cache_dir else {}))
@@ -352,6 +351,10 @@ class VllmAdapter(EngineAdapter):
     @classmethod
     def can_restore(cls) -> bool:
         return vllm_serves_sleep() is not False
+
+    def poison_argv(self) -> tuple[str, ...]:
+        """--poison: the worker extension that serves the fill (serve_line.added_flags too)."""
+        return POISON_ARGS if self.poison else ()
 
     def check_can_start(self) -> None:
         """vLLM importable by the Python the servers run (this one): without it an HF id

@@ -98,7 +98,10 @@ def _check_poison(ns: argparse.Namespace) -> None:
     if ns.poison != "on":
         return
     cls = ADAPTERS.get(ns.engine)
-    why = poison_why_not(cls, tuple(ns.engine_arg), bool(ns.url)) if cls else None
+    args = tuple(ns.engine_arg)
+    if ns.serve and parse_serve_line(ns.serve).has("--worker-extension-cls"):
+        args += ("--worker-extension-cls",)   # the line's own extension
+    why = poison_why_not(cls, args, bool(ns.url)) if cls else None
     if why:
         raise UsageError(f"--poison on: {why}; use --poison auto or off")
 

@@ -335,7 +335,8 @@ def vllm_spellings(argv: list[str]) -> list[str]:
 
 def added_flags(adapter: Any, slot: Any) -> list[str]:
     """What the harness adds to a --serve line (its host and port aside): cached token
-    counts, sleep mode on a restore point, a GPU group's TP size, the --engine-args."""
+    counts, sleep mode on a restore point, a GPU group's TP size, the fill's worker
+    extension (--poison), the --engine-args."""
     s, out = adapter.serve, []
     if not s.has("--enable-prompt-tokens-details"):
         out.append("--enable-prompt-tokens-details")
@@ -343,6 +344,7 @@ def added_flags(adapter: Any, slot: Any) -> list[str]:
         out.append("--enable-sleep-mode")
     if slot.tensor_parallel_size > 1 and s.tensor_parallel_size == 1:
         out += ["--tensor-parallel-size", str(slot.tensor_parallel_size)]
+    out += list(getattr(adapter, "poison_argv", tuple)())   # --poison: vLLM's worker extension
     return out + list(getattr(adapter, "extra_args", ()))
 
 

@@ -62,6 +62,8 @@ def adapter_for(opts: SweepOptions) -> EngineAdapter:
                            served_config=opts.served_config, cache_dir=opts.cache_dir,
                            poison=opts.poison)
     adapter.serve = serve
+    if serve is not None and serve.has("--worker-extension-cls"):
+        adapter.poison = False   # the line's own extension (vLLM loads one): --poison auto off
     return adapter
 
 

@@ -27,7 +27,8 @@ from ..configs import SweepOptions, config_id
 from ..run.driver import Driver
 from ..run.plan import Point
 from ..run.point import PointRunner, Server
-from ..run.auto import MATRIX_REFERENCES, fresh_twin, late_confirmations, needs_confirmation
+from ..run.auto import (MATRIX_REFERENCES, fresh_twin, late_confirmations, more_servers,
+                        needs_confirmation, settle)
 from ..run.records import point_key, timing_record
 from ..isolation import POLICIES, policy
 from ..scheduling import PointQueue
@@ -262,8 +263,14 @@ class _LocalRun:
                         self._finished(point, failed)
                         continue
                 t_req = time.monotonic()
+                # auto's fresh points may need more servers first (run/auto.more_servers):
+                # their records are written once settled
+                confirming = self.auto and iso == "fresh"
                 records, server_dead = await self.runner.run_phases(
-                    point, slot, server, client, info, driver.phase_done)  # type: ignore[arg-type]
+                    point, slot, server, client, info,  # type: ignore[arg-type]
+                    None if confirming else driver.phase_done)
+                if confirming and more_servers(point, [records]):
+                    records = await self._confirm_again(point, slot, records)
                 timing["requests"] = time.monotonic() - t_req
                 if not how.reuses_server or server_dead:
                     # Teardown in the background (the slot's next boot waits for it); its
@@ -273,7 +280,7 @@ class _LocalRun:
                     server_cfg = server_iso = None
                 # the point's wall time on its slot, teardown excluded
                 timing["point"] = time.monotonic() - t_point
-                driver.point_done(point, records, timing, written=True)
+                driver.point_done(point, records, timing, written=not confirming)
                 self._finished(point, records)
                 # What the queue weighs a new server against before it helps with a
                 # configuration another slot serves.
@@ -282,6 +289,22 @@ class _LocalRun:
         finally:
             if server is not None:
                 await self.runner.stop(server, client, timing=server_timing)
+
+    async def _confirm_again(self, point: Point, slot: Slot, first: list[dict]) -> list[dict]:
+        """The same fresh point on more fresh servers until ``more_servers`` is satisfied
+        (a server that fails to boot ends it: what ran is what the records say)."""
+        runs = [first]
+        while more_servers(point, runs):
+            try:
+                server, client, info = await self._gate.boot(self.runner, point, slot)
+            except BootFailure:
+                break
+            try:
+                recs, _ = await self.runner.run_phases(point, slot, server, client, info)
+            finally:
+                await self.runner.stop(server, client)
+            runs.append(recs)
+        return settle(runs)
 
     def _after_boot_failure(self, point: Point, slot: Slot, e: BootFailure,
                             queue: PointQueue) -> None:

@@ -5,7 +5,7 @@ caught (the reason auto exists: issue 17)."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from ..ghmarkdown import code, escape_text
@@ -13,7 +13,8 @@ from ..recordkeys import point_key
 from ..run.records import PhaseRecord, cell_key, typed
 from ..vocabulary import REUSE_ISOLATIONS, UNTESTED
 
-__all__ = ["Agreement", "agreement_line", "agreement_of", "config_auto_line", "fresh_reasons"]
+__all__ = ["Agreement", "agreement_line", "agreement_of", "config_auto_line", "fresh_reasons",
+           "stability"]
 
 
 @dataclass
@@ -98,7 +99,24 @@ def agreement_line(records: list[PhaseRecord], *, labels: bool = True) -> str:
             f"measured on both{unjudged}, {a.agree} agree ({a.both_ok} both ok, {a.both_bad} "
             f"both not ok), {len(a.only_fresh) + len(a.only_reset)} disagree; only a fresh server "
             f"caught: {_cells(a.only_fresh, labels)}; only a {a.reuse} server caught: "
-            f"{_cells(a.only_reset, labels)}.")
+            f"{_cells(a.only_reset, labels)}." + _stability(records, labels))
+
+
+def _stability(records: list[PhaseRecord], labels: bool) -> str:
+    """`` Fresh servers per non-ok cell: residue 4 self-hit (document 0): reproduced on 2
+    servers; ...`` from the records' ``confirmed_on``; "" where no record has it (runs
+    before issue 32 render as they did)."""
+    cells = []
+    for r in typed(records):
+        said = stability(r.confirmed_on) if r.isolation == "fresh" else None
+        if said:
+            where = f"residue {r.residue} {escape_text(str(r.phase))}"
+            if r.document_seed is not None:
+                where += f" (document {r.document_seed})"
+            if labels:
+                where = f"{code(r.config_label or '?')} {where}"
+            cells.append(f"{where}: {escape_text(said)}")
+    return (" Fresh servers per non-ok cell: " + "; ".join(cells) + ".") if cells else ""
 
 
 def fresh_reasons(records: Iterable[PhaseRecord]) -> str:
@@ -153,3 +171,18 @@ def _fresh_not_run(records: list[PhaseRecord], interrupted: list[dict]) -> str:
                and r.run_id in {m.get("run_id") for m in interrupted}})
     total = sum(planned)
     return f"{max(total - ran, 0)} of {total} planned fresh points did not run"
+
+
+def stability(confirmed_on: Sequence[dict] | None) -> str | None:
+    """``reproduced on 2 servers`` / ``unstable: ok on 1 of 3`` / ``unstable: 3 servers,
+    not ok on each, 2 different answers``; None for a cell measured on one server."""
+    if not confirmed_on or len(confirmed_on) < 2:
+        return None
+    n = len(confirmed_on)
+    if len({(s.get("verdict"), s.get("sha1")) for s in confirmed_on}) == 1:
+        return f"reproduced on {n} servers"
+    ok = sum(1 for s in confirmed_on if s.get("verdict") == "ok")
+    if ok:
+        return f"unstable: ok on {ok} of {n}"
+    kinds = len({(s.get("verdict"), s.get("sha1")) for s in confirmed_on})
+    return f"unstable: {n} servers, not ok on each, {kinds} different answers"

@@ -18,6 +18,13 @@ request (issue 17). Reset is cheap (one boot per configuration), fresh is the st
   residues only, on both passes;
 - a seeded sample of ``--auto-sample`` other residues per configuration and document.
 
+Stability is measured, not assumed (issue 32): a fresh point of an auto run that is not ok
+in some phase runs on a second fresh server, and on a third where the two differ in a
+verdict or in bytes (:func:`more_servers`); its records are the worst server's, each with
+``confirmed_on`` (every server's verdict and sha1), so an unstable cell is never summarised
+as ok, and the report says per cell "reproduced on N servers" or "unstable: ok on 1 of 3"
+(``report/auto.stability``).
+
 Points carry the pass (``Point.isolation``: ``restore`` or ``reset``, and ``fresh``) and
 why a fresh point runs (``Point.confirms``); records carry both (``isolation``,
 ``confirms``) and ``isolation_run: auto``. A restore pass is confirmed exactly as a reset
@@ -34,12 +41,12 @@ from engine.presets import ServingConfig
 from .. import bugb
 from ..engines import auto_reuse_pass
 from ..recordkeys import point_key
-from ..vocabulary import NOT_FAILED, REUSE_ISOLATIONS
+from ..vocabulary import NOT_FAILED, REUSE_ISOLATIONS, worst
 from .matrix_reference import rejudge
 
 __all__ = ["AUTO_MIN_DOCUMENTS", "rule_neighbourhood", "auto_extra_documents", "auto_passes",
            "needs_confirmation", "fresh_twin", "resume_confirmations", "late_confirmations",
-           "CONFIRMS", "MATRIX_REFERENCES"]
+           "CONFIRMS", "MATRIX_REFERENCES", "CONFIRM_SERVERS", "more_servers", "settle"]
 
 AUTO_MIN_DOCUMENTS = 2
 # References that judge a run's answers against each other once they are all in: under
@@ -47,6 +54,9 @@ AUTO_MIN_DOCUMENTS = 2
 MATRIX_REFERENCES = ("first", "consensus")
 # Why a fresh point of an auto run runs (the record's ``confirms``).
 CONFIRMS = ("not ok on restore", "not ok on reset", "rule neighbourhood", "sample")
+# Fresh servers a non-ok cell of an auto run is measured on, and at most (one more where
+# the first two differ)
+CONFIRM_SERVERS, CONFIRM_SERVERS_MAX = 2, 3
 
 
 def rule_neighbourhood(cfg: ServingConfig, modulus: int, *, load: int = 0,
@@ -165,3 +175,38 @@ def resume_confirmations(planned: Sequence[Any], todo: Sequence[Any],
                 and key not in pending and key not in planned_fresh):
             out.append(fresh_twin(p, f"not ok on {p.isolation}"))
     return out
+
+
+def more_servers(point: Any, runs: Sequence[Sequence[dict]]) -> bool:
+    """Whether a fresh point of an auto run needs another fresh server: ``runs`` holds
+    its records per server so far. Not ok in some phase on some server: at least
+    ``CONFIRM_SERVERS``; where those disagree, one more (``CONFIRM_SERVERS_MAX``)."""
+    if getattr(point, "isolation", None) != "fresh" or not getattr(point, "confirms", None):
+        return False
+    if not runs or len(runs) >= CONFIRM_SERVERS_MAX:
+        return False
+    if not any(_suspect(r) for recs in runs for r in recs):
+        return False
+    return len(runs) < CONFIRM_SERVERS or not _same(runs)
+
+
+def _same(runs: Sequence[Sequence[dict]]) -> bool:
+    return all(len({(r.get("verdict"), r.get("sha1")) for r in phase}) == 1
+               for phase in zip(*runs))
+
+
+def settle(runs: Sequence[Sequence[dict]]) -> list[dict]:
+    """One record per phase from the servers' ``runs``: the worst verdict's record (the
+    first server's on a tie), with ``confirmed_on`` listing every server's verdict, sha1
+    and log; one run is returned as it is."""
+    if len(runs) == 1:
+        return list(runs[0])
+    out = []
+    for phase in zip(*runs):
+        bad = worst(r.get("verdict") or "invalid" for r in phase)
+        pick = next(r for r in phase if r.get("verdict") == bad)
+        out.append({**pick, "confirmed_on": [
+            {"verdict": r.get("verdict"), "sha1": r.get("sha1"),
+             "log": (r.get("server_boot") or {}).get("log")} for r in phase]})
+    return out
+

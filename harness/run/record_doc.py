@@ -155,6 +155,12 @@ FIELD_DOCS: dict[str, str] = {
                'region `tensors`, `bytes`, `checksum` after the fill, `expected` from the '
                'pattern) or `error`. A fill that is not proven makes the point `infra`. '
                'Absent from records written before the flag'),
+    "confirmed_on": ('`--isolation auto`, a fresh point not ok in some phase: it ran on 2 fresh '
+                     'servers, 3 where those two differed in a verdict or in bytes '
+                     '(`run/auto.more_servers`); one `{verdict, sha1, log}` per server, in '
+                     'order. The record itself is the worst server\'s (an unstable cell is '
+                     'never ok); the report says "reproduced on N servers" or "unstable: ok on '
+                     '1 of 3". Absent where one server measured the point'),
     "reference_chars": ('length of that reference text: a collapse is measured against it '
                         '(schema 3)'),
     "first_divergence": ('every judged non-ok answer (schema 3): see "first_divergence" below;'

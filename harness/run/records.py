@@ -61,7 +61,7 @@ def mismatches(requested: dict[str, Any], effective: dict[str, Any]) -> list[str
 # that does not use them) round-trips unchanged.
 WRITTEN_WHEN_SET = frozenset({"document_seed", "isolation_run", "confirms", "server_boot",
                               "case_id", "prompt_sha1", "final_chunk", "modulus_why",
-                              "load", "restore", "poison"})
+                              "load", "restore", "poison", "confirmed_on"})
 
 
 @dataclass
@@ -130,6 +130,9 @@ class PhaseRecord:
     restore: dict | None = None
     # --poison (harness/poison.py): off (and why), or what was filled and each fill's proof
     poison: dict | None = None
+    # --isolation auto, a fresh point not ok somewhere: every fresh server's verdict and sha1
+    # (run/auto.settle); the record is the worst server's
+    confirmed_on: list | None = None
     # schema 3 (docs/records.md); absent from older records, which load with these defaults
     reference_chars: int | None = None
     first_divergence: dict | None = None

@@ -185,3 +185,62 @@ def test_fresh_lab_servers_disagree_at_the_rule_cell_without_the_mode_and_agree_
             if r["verdict"] == "ok":
                 assert r["sha1"] == first[c]["sha1"], c
     assert all(f["ok"] for r in first.values() for f in r["poison"]["fills"])
+
+
+# -- auto: every non-ok cell on two fresh servers or more (issue 32) -----------------------
+
+def _rec(phase: str, verdict: str, sha: str, log: str) -> dict:
+    return {"phase": phase, "verdict": verdict, "sha1": sha, "server_boot": {"log": log}}
+
+
+def test_a_non_ok_fresh_point_of_auto_gets_a_second_server_and_a_third_where_they_differ():
+    from types import SimpleNamespace
+    from harness.run.auto import more_servers, settle
+    from harness.report.auto import stability
+    point = SimpleNamespace(isolation="fresh", confirms="not ok on restore")
+    ok = [_rec("cold", "ok", "a", "s1"), _rec("self-hit", "ok", "a", "s1")]
+    bad = [_rec("cold", "ok", "a", "s1"), _rec("self-hit", "broken", "b", "s1")]
+    assert not more_servers(point, [ok])                      # ok everywhere: one server
+    assert more_servers(point, [bad])                         # not ok: a second
+    assert not more_servers(SimpleNamespace(isolation="fresh", confirms=None), [bad])
+    same = [dict(r, server_boot={"log": "s2"}) for r in bad]
+    assert not more_servers(point, [bad, same])               # reproduced: done
+    recs = settle([bad, same])
+    assert [r["confirmed_on"] for r in recs][1] == [
+        {"verdict": "broken", "sha1": "b", "log": "s1"}, {"verdict": "broken", "sha1": "b", "log": "s2"}]
+    assert stability(recs[1]["confirmed_on"]) == "reproduced on 2 servers"
+    # the second server answers ok: a third; the cell is the worst server's, never ok
+    assert more_servers(point, [bad, ok])
+    recs = settle([ok, bad, ok])
+    assert recs[1]["verdict"] == "broken" and recs[1]["server_boot"]["log"] == "s1"
+    assert stability(recs[1]["confirmed_on"]) == "unstable: ok on 2 of 3"
+    assert not more_servers(point, [bad, ok, ok])             # at most three
+    other = [bad[0], _rec("self-hit", "broken", "c", "s3")]
+    assert stability(settle([bad, other])[1]["confirmed_on"]) == \
+        "unstable: 2 servers, not ok on each, 2 different answers"
+
+
+@pytest.mark.slow
+def test_auto_says_per_non_ok_cell_whether_its_fresh_servers_agreed(cli):
+    """The rule's cold-breaking cell under auto: with the mode its fresh servers give one
+    answer ("reproduced on 2 servers"); without it each lab process its own, and a third
+    server runs where two differed (that they differ at all: the test above)."""
+    args = [a for a in BREAKS_COLD if a != "fresh"]
+    args[args.index("--isolation") + 1:args.index("--isolation") + 1] = ["auto"]
+    for mode in ("on", "off"):
+        cli.sweep(*args, "--auto-sample", "0", "--poison", mode, lab_model=True, out=mode,
+                  reports=f"rep-{mode}", rc=1)
+        fresh = [r for r in cli.records(mode) if r["isolation"] == "fresh"
+                 and r["verdict"] != "ok"]
+        assert fresh and all(len(r["confirmed_on"]) >= 2 for r in fresh), mode
+        report = " ".join(cli.report(f"rep-{mode}").split())
+        cold = [r for r in fresh if r["phase"] == "cold"]
+        if mode == "on":
+            assert all(len({s["sha1"] for s in r["confirmed_on"]}) == 1 for r in fresh)
+            assert "residue 5 cold (document 0): reproduced on 2 servers" in report
+        else:   # each process's own bytes: a third server exactly where two differed
+            for r in cold:
+                first_two = {(s["verdict"], s["sha1"]) for s in r["confirmed_on"][:2]}
+                assert len(r["confirmed_on"]) == (3 if len(first_two) > 1 else 2)
+            assert "Fresh servers per non-ok cell: " in report
+    assert all(r["verdict"] != "ok" for r in cli.records("off") if r.get("confirmed_on"))
