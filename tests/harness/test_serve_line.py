@@ -146,15 +146,18 @@ def test_a_line_this_harness_cannot_start_is_one_line_exit_2(cli):
                     "--spec ngram contradicts the line")
 
 
-@pytest.mark.parametrize("isolation, added", [("fresh", ""), ("restore", " --enable-sleep-mode")])
-def test_a_lab_line_swept_end_to_end(cli, isolation, added):
+@pytest.mark.parametrize("isolation, poison, added", [
+    ("fresh", "auto", ""), ("restore", "off", " --enable-sleep-mode"),
+    ("restore", "auto", "")])   # --poison on the lab: restore is the fill, no sleep mode
+def test_a_lab_line_swept_end_to_end(cli, isolation, poison, added):
     line = shlex.join(["python", "-m", "engine.lab", "--model", str(cli.lab_model()),
                        "--enable-prefix-caching", "--block-size", "128",
                        "--prefix-match-unit", "128", "--speculative-config",
                        '{"method": "mtp", "num_speculative_tokens": 3}', "-cc",
                        '{"cudagraph_mode": "FULL_AND_PIECEWISE"}', "--patches", "none",
                        "--port", "9"])
-    proc = cli.sweep("--serve", line, "--residues", "3,4", "--isolation", isolation, rc=1)
+    proc = cli.sweep("--serve", line, "--residues", "3,4", "--isolation", isolation,
+                     "--poison", poison, rc=1)
     assert "serve: lab line read by the lab's parser: SPEC=mtp" in proc.stderr
     assert (f"serve: added for {isolation} points: --host 127.0.0.1 --port {{port}} (a port "
             f"per server; the line's --port 9 is not used), --enable-prompt-tokens-details"
