@@ -73,6 +73,23 @@ class Watched:
             assert time.monotonic() < deadline, f"no {what} within {BOUND_S}s"
             time.sleep(0.005)
 
+    def interrupt(self, sig) -> str:
+        """Send ``sig`` and wait for the sweep to end; its stderr. The sweep must exit 130
+        with no traceback and leave none of the processes seen running."""
+        self.children()
+        self.proc.send_signal(sig)
+        _, err = self.proc.communicate(timeout=BOUND_S)
+        assert self.proc.returncode == 130, err[-3000:]
+        assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-3000:]
+        alive = [p for p in self.seen if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+        assert not alive, f"left running: {alive}"
+        return err
+
+    def ensure_dead(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 @pytest.mark.parametrize("moment", ["imports", "first-boot", "mid-sweep"])
@@ -88,19 +105,11 @@ def test_signal_at_any_moment_exits_130_cleanly(tmp_path, sig, moment):
         else:
             w.wait_for(lambda: _records_on_disk(out) >= 2, "finished point")
         before = _records_on_disk(out)
-        w.children()
-        w.proc.send_signal(sig)
-        _, err = w.proc.communicate(timeout=BOUND_S)
+        err = w.interrupt(sig)
     finally:
-        if w.proc.poll() is None:
-            w.proc.kill()
-            w.proc.wait()
-    assert w.proc.returncode == 130, err[-3000:]
-    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-3000:]
+        w.ensure_dead()
     last = err.strip().splitlines()[-1]
     assert last.startswith(("sweep: interrupted", "interrupted")), last
-    alive = [p for p in w.seen if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
-    assert not alive, f"left running: {alive}"
     after = _records_on_disk(out)
     assert after >= before
     if moment == "mid-sweep":
@@ -121,17 +130,10 @@ def test_sighup_takes_the_interrupt_path(tmp_path):
         w.wait_for(lambda: _caught(w.proc.pid, signal.SIGHUP), "signal handlers")
         w.wait_for(lambda: _records_on_disk(out) >= 2 and bool(w.children()), "finished point")
         assert list(out.glob("*.servers.json"))
-        w.children()
-        w.proc.send_signal(signal.SIGHUP)
-        _, err = w.proc.communicate(timeout=BOUND_S)
+        err = w.interrupt(signal.SIGHUP)
     finally:
-        if w.proc.poll() is None:
-            w.proc.kill()
-            w.proc.wait()
-    assert w.proc.returncode == 130, err[-3000:]
-    assert "interrupted: " in err and "Traceback" not in err, err[-3000:]
-    alive = [p for p in w.seen if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
-    assert not alive, f"left running: {alive}"
+        w.ensure_dead()
+    assert "interrupted: " in err
     assert not list(out.glob("*.servers.json"))
     for f in out.glob("*.jsonl"):
         read_record_file(f)
