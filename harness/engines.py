@@ -59,22 +59,21 @@ class EngineAdapter:
     # --poison: its servers serve the fill (harness/poison.py); ``poison``: this run's are
     poison_means: str | None = None
     poison = False
+    # a fill stands for a boot (restore refills, no sleep): not on vLLM 0.26.0, whose
+    # deciding memory lies outside what it fills (reports/h200/poison/README.md)
+    fill_restores = False
     takes_draft_model = False    # --draft-model: a drafter checkpoint for its servers
     takes_engine_args = True     # --engine-arg: extra arguments on its server command
     compile_caches = False       # --cache-dir: its servers compile into caches worth sharing
-    # What `sweep --help` says of this engine under a flag, in words (flags.py builds each
-    # engine-dependent help text from the adapters: these words and the facts above)
+    # what `sweep --help` says of this engine under a flag (flags.py builds the help text)
     help_notes: dict[str, str] = {}
-    # --serve: the user's server line (harness/serve_line.py); its servers run the line
-    serve = None
+    serve = None   # --serve: the user's server line (harness/serve_line.py)
 
     def for_isolation(self, isolation: str) -> "EngineAdapter":
-        """This adapter for a point of ``isolation``: sleep mode for a ``restore`` point
-        only. Restore returns a server to *its own* just-booted state; what a fresh server
-        answers at a corrupted cell differs from one server process to the next (vLLM
-        0.26.0 on the H200: reports/h200/find-state/README.md), so fresh points, auto's
-        confirmations included, stay plain: the standard."""
-        want = isolation == "restore" and self.can_restore() and not self.poison
+        """Sleep mode for a ``restore`` point only (unless a fill restores): fresh points,
+        auto's confirmations included, stay plain, the standard (docs/isolation.md)."""
+        want = isolation == "restore" and self.can_restore() and not (
+            self.poison and self.fill_restores)
         if want == self.sleep_mode:
             return self
         other = copy.copy(self)
@@ -206,6 +205,7 @@ class LabAdapter(EngineAdapter):
     default_served_name = "lab-copy"
     restore_means = SLEEP_MEANS   # the lab has vLLM's sleep mode (engine/lab/sleep.py)
     poison_means = "/collective_rpc"   # engine/lab/poison.py, always served
+    fill_restores = True   # the lab's stale regions are exactly what its fill writes
     help_notes = {"--engine": "the shipped CPU lab engine", "--model": "the shipped copy model by default",
                   "--geometry": "the copy model's",
                   # _is_uniform_decode is V1's; the prefill check V2 has is a --patches fix

@@ -53,13 +53,17 @@ async def _restore(client: Any, server: Any, info: dict) -> float:
     what a restore stands in for), and that point's record names the failed restore."""
     import time
     from .client import ClientError
+    from .poison import refill
     from .restore import RestoreFailed, restore_by_fill, restore_server
     t0 = time.monotonic()
     try:
-        if (info.get("poison") or {}).get("mode") == "on":   # --poison: no weights moved
+        if info.get("_fill_restores"):   # the engine's fill stands for a boot: no weights moved
             info["restore"] = await restore_by_fill(client, info["poison"])
         else:
             info["restore"] = await restore_server(client, server.log_path)
+            if (info.get("poison") or {}).get("mode") == "on":
+                # a wake maps new memory: fill it again, so the record's poison claim holds
+                info["restore"]["fill"] = await refill(client, info["poison"])
     except (RestoreFailed, ClientError) as e:
         info["restore"] = {"means": "failed", "error": str(e)}
         info["unusable"] = f"restore failed on the reused server (replaced): {e}"

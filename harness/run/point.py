@@ -188,8 +188,10 @@ class PointRunner:
                 info: dict[str, Any] = {"boot_s": round(server.boot_s or 0.0, 4),
                                         "server_boot": self._boot_notes(server, log_path)}
                 # --poison: filled before its first request (harness/poison.py)
-                info["poison"] = (await poison.at_boot(client) if (adapter or self.adapter).poison
+                served = adapter or self.adapter
+                info["poison"] = (await poison.at_boot(client) if served.poison
                                   else poison.off_record(self.opts.poison))
+                info["_fill_restores"] = served.poison and served.fill_restores
                 # What the server says it runs is read while the first requests go out
                 # (it is needed for the records, not for the requests), unless the model
                 # name to put in the requests can only come from the server.

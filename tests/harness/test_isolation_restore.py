@@ -190,3 +190,55 @@ def test_a_vllm_without_sleep_mode_is_refused(monkeypatch, tmp_path):
     assert isinstance(adapter, VllmAdapter)
     argv, _ = adapter.for_isolation("restore").command(cfg, 8000, Slot("gpu0", "0"))
     assert "--enable-sleep-mode" not in argv
+
+
+def test_poison_keeps_vllms_sleep_cycle_and_refills_only_the_lab(monkeypatch, tmp_path):
+    """A fill stands for a boot only where it covers what a corrupted replay reads: the lab
+    by construction, not vLLM 0.26.0 (reports/h200/poison/README.md). So under --poison a
+    vLLM restore point still sleeps (and is filled again after the wake), a lab one does
+    not."""
+    monkeypatch.setattr("harness.engines.vllm_serves_sleep", lambda: True)
+    cfg = resolve("ngram", "huge", engine="vllm", model="/m", patches="none")
+    vllm = make_adapter("vllm", isolation="restore", work_dir=tmp_path, poison="auto")
+    argv, env = vllm.for_isolation("restore").command(cfg, 8000, Slot("gpu0", "0"))
+    assert vllm.poison and "--enable-sleep-mode" in argv
+    assert "engine.vllm.poison.PoisonWorker" in argv and env["VLLM_SERVER_DEV_MODE"] == "1"
+    lab = make_adapter("lab", isolation="restore", work_dir=tmp_path, poison="auto")
+    assert lab.poison and lab.fill_restores and not lab.for_isolation("restore").sleep_mode
+    assert make_adapter("lab", isolation="restore", work_dir=tmp_path,
+                        poison="off").for_isolation("restore").sleep_mode
+
+
+def test_a_poisoned_server_that_cannot_restore_by_fill_sleeps_then_is_filled_again(monkeypatch):
+    """The dispatch of a restore point: the fill as the means only where the adapter said
+    a fill stands for a boot (``_fill_restores``); else the sleep cycle, then the fill again
+    (a wake maps new memory) kept in ``restore.fill``; unpoisoned: the sleep cycle alone."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from harness import isolation, poison, restore
+    calls = []
+
+    async def sleep_cycle(client, log_path):
+        calls.append("sleep")
+        return {"means": "sleep-level-1+wake+reset"}
+
+    async def by_fill(client, rec):
+        calls.append("fill-means")
+        return {"means": "reset+poison-fill"}
+
+    async def refill(client, rec):
+        calls.append("refill")
+        return {"at": "restore", "ok": True}
+    monkeypatch.setattr(restore, "restore_server", sleep_cycle)
+    monkeypatch.setattr(restore, "restore_by_fill", by_fill)
+    monkeypatch.setattr(poison, "refill", refill)
+    server = SimpleNamespace(log_path=None)
+    cases = (({"poison": {"mode": "on"}, "_fill_restores": True}, ["fill-means"]),
+             ({"poison": {"mode": "on"}, "_fill_restores": False}, ["sleep", "refill"]),
+             ({"poison": {"mode": "off"}, "_fill_restores": False}, ["sleep"]))
+    for info, want in cases:
+        calls.clear()
+        asyncio.run(isolation._restore(None, server, info))
+        assert calls == want, info
+    assert info["restore"] == {"means": "sleep-level-1+wake+reset"}

@@ -108,7 +108,9 @@ def test_poison_on_where_it_cannot_run_is_one_line_exit_2(cli, tok_dir, args, ne
     one_line_exit_2(cli("--poison", "on", *args, "--dry-run"), "--poison on:", needle)
 
 
-def test_vllm_servers_load_the_worker_extension_and_dev_mode_only_with_the_mode(tmp_path):
+def test_vllm_servers_load_the_worker_extension_and_dev_mode_only_with_the_mode(tmp_path,
+                                                                               monkeypatch):
+    monkeypatch.setattr("harness.engines.vllm_serves_sleep", lambda: True)
     cfg = resolve("ngram", "huge", engine="vllm", model="/m", patches="none")
     for mode, on in (("auto", True), ("on", True), ("off", False)):
         adapter = make_adapter("vllm", isolation="restore", work_dir=tmp_path, poison=mode)
@@ -116,8 +118,8 @@ def test_vllm_servers_load_the_worker_extension_and_dev_mode_only_with_the_mode(
         argv, env = adapter.for_isolation("restore").command(cfg, 8000, Slot("gpu0", "0"))
         assert ("engine.vllm.poison.PoisonWorker" in argv) is on, mode
         assert env.get("VLLM_SERVER_DEV_MODE") == "1"
-        # a restore point's server needs sleep mode only where the fill is not the means
-        assert ("--enable-sleep-mode" in argv) is (not on), mode
+        # vLLM's fill does not stand for a boot (fill_restores): its restore still sleeps
+        assert "--enable-sleep-mode" in argv, mode
     fresh = make_adapter("vllm", isolation="fresh", work_dir=tmp_path, poison="auto")
     argv, env = fresh.command(cfg, 8000, Slot("gpu0", "0"))
     assert "engine.vllm.poison.PoisonWorker" in argv and env["VLLM_SERVER_DEV_MODE"] == "1"
