@@ -39,11 +39,11 @@ from typing import Any
 
 import numpy as np
 
+from ..poison_pattern import PATTERNS, hash24, parse_regions, seed_of
 from .model import IM_START, NUM_SPECIAL
 
 __all__ = ["PATTERNS", "REGIONS", "StaleMemory", "pattern_tokens"]
 
-PATTERNS = {"A": 0x5EED, "B": 0xB0B5}
 REGIONS = ("state", "kv", "builders")
 # the per-process boot contents are drawn from the tokens of common words, found in every
 # document of the corpus, so an induction head reading one has something to continue
@@ -54,9 +54,7 @@ _BOOT_WORDS = (" the", " of", " and", " to", " in", " a", " was", " that", " wit
 def pattern_tokens(n: int, vocab_size: int, seed: int, salt: int) -> np.ndarray:
     """``n`` token ids from an integer hash of the index, seed and salt (never a special
     token): the same on every machine."""
-    idx = np.arange(n, dtype=np.int64)
-    h = (idx * 2654435761 + seed * 40503 + salt * 97) & 0xFFFFFFFF
-    h = (h ^ (h >> 15)) & 0xFFFFFF
+    h = hash24(np.arange(n, dtype=np.int64), seed, salt)
     span = max(vocab_size - NUM_SPECIAL, 1)
     return (NUM_SPECIAL + h % span).astype(np.int32)
 
@@ -97,12 +95,8 @@ class StaleMemory:
     def residue_lab_poison(self, regions: str = ",".join(REGIONS),
                            pattern: str = "A") -> dict[str, Any]:
         t0 = time.perf_counter()
-        wanted = [r for r in regions.split(",") if r]
-        bad = [r for r in wanted if r not in REGIONS]
-        if bad or not wanted:
-            raise ValueError(f"unknown poison region(s) {bad or regions!r}; regions: "
-                             f"{', '.join(REGIONS)}")
-        seed = PATTERNS[pattern] if pattern in PATTERNS else int(pattern)
+        wanted = parse_regions(regions, REGIONS)
+        seed = seed_of(pattern)
         proof = {r: getattr(self, f"_fill_{r}")(seed) for r in wanted}
         return {"pattern": pattern, "seed": seed, "regions": proof,
                 "ok": all(p.get("ok", False) for p in proof.values()),

@@ -38,6 +38,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from engine.poison_pattern import PATTERNS, hash24, seed_of
+from engine.poison_pattern import parse_regions as _parse_regions
 from engine.vllm.state_restore import StateRestore, _tensors
 
 __all__ = ["PoisonWorker", "REGIONS", "PATTERNS", "pattern_tile", "fill", "parse_regions"]
@@ -45,18 +47,13 @@ __all__ = ["PoisonWorker", "REGIONS", "PATTERNS", "pattern_tile", "fill", "parse
 REGIONS = ("state", "kv", "null", "builders", "bytes", "store0", "state0", "kv0", "free")
 # The mode's default: the float regions a stale index can reach, and the bookkeeping.
 DEFAULT_REGIONS = ("state", "kv", "builders")
-PATTERNS = {"A": 0x5EED, "B": 0xB0B5}
 _TILE_MAX = 1 << 22          # elements of one tile; larger tensors repeat it
 _SUM_SLAB = 1 << 25          # elements per int64 reduction (256 MiB of temporaries)
 _AMPLITUDE = 1.0             # values in [-1, 1): finite in every float dtype, never NaN/inf
 
 
 def parse_regions(spec: str) -> tuple[str, ...]:
-    out = tuple(r for r in spec.split(",") if r)
-    bad = [r for r in out if r not in REGIONS]
-    if bad or not out:
-        raise ValueError(f"unknown poison region(s) {bad or spec!r}; regions: {', '.join(REGIONS)}")
-    return out
+    return _parse_regions(spec, REGIONS)
 
 
 def pattern_tile(shape, dtype, seed: int, salt: int, device=None):
@@ -67,9 +64,7 @@ def pattern_tile(shape, dtype, seed: int, salt: int, device=None):
     n = 1
     for d in shape:
         n *= int(d)
-    idx = torch.arange(n, dtype=torch.int64, device=device)
-    h = (idx * 2654435761 + seed * 40503 + salt * 97) & 0xFFFFFFFF
-    h = (h ^ (h >> 15)) & 0xFFFFFF                      # 24 bits: exact in float32
+    h = hash24(torch.arange(n, dtype=torch.int64, device=device), seed, salt)
     vals = (h.to(torch.float32) / float(1 << 23) - 1.0) * _AMPLITUDE
     return vals.to(dtype).reshape(tuple(shape))
 
@@ -188,7 +183,7 @@ class PoisonWorker(StateRestore):
                            pattern: str = "A") -> dict:
         """Fill the named regions (comma-separated, ``REGIONS``) and prove each fill."""
         import torch
-        seed = PATTERNS[pattern] if pattern in PATTERNS else int(pattern)
+        seed = seed_of(pattern)
         wanted = parse_regions(regions)
         t0 = time.perf_counter()
         if torch.cuda.is_available():

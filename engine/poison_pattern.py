@@ -1,0 +1,32 @@
+"""The poison pattern (issue 32), one definition for every engine that fills: the lab's
+state slots (``engine/lab/poison.py``, numpy) and a vLLM worker's KV pool
+(``engine/vllm/poison.py``, torch). Integer arithmetic only, on whatever array library the
+caller hands in, so the same pattern name gives the same values on every machine."""
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["PATTERNS", "seed_of", "hash24", "parse_regions"]
+
+PATTERNS = {"A": 0x5EED, "B": 0xB0B5}
+
+
+def seed_of(pattern: str) -> int:
+    """A named pattern's seed, or a number given as the pattern."""
+    return PATTERNS[pattern] if pattern in PATTERNS else int(pattern)
+
+
+def hash24(idx: Any, seed: int, salt: int) -> Any:
+    """24 bits per element of the int64 array ``idx`` (Knuth's multiplicative hash of the
+    index, seed and salt): exact in float32, so a float fill is the same bytes everywhere."""
+    h = (idx * 2654435761 + seed * 40503 + salt * 97) & 0xFFFFFFFF
+    return (h ^ (h >> 15)) & 0xFFFFFF
+
+
+def parse_regions(spec: str, allowed: tuple[str, ...]) -> tuple[str, ...]:
+    """``state,kv`` as a tuple of region names; an unknown or empty one is a ValueError."""
+    out = tuple(r for r in spec.split(",") if r)
+    bad = [r for r in out if r not in allowed]
+    if bad or not out:
+        raise ValueError(f"unknown poison region(s) {bad or spec!r}; regions: {', '.join(allowed)}")
+    return out
