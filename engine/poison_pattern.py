@@ -6,9 +6,12 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["PATTERNS", "seed_of", "hash24", "parse_regions"]
+__all__ = ["PATTERNS", "MODE_REGIONS", "seed_of", "hash24", "parse_regions"]
 
 PATTERNS = {"A": 0x5EED, "B": 0xB0B5}
+# what `--poison` fills on every engine: the state a stale index reaches, the KV, and the
+# bookkeeping put back to its boot copy (never filled with a pattern)
+MODE_REGIONS = ("state", "kv", "builders")
 
 
 def seed_of(pattern: str) -> int:

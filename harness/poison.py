@@ -20,13 +20,15 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from engine.poison_pattern import MODE_REGIONS
+
 from .client import ClientError
 
 __all__ = ["MODES", "REGIONS", "PATTERN", "FILL_MEANS", "NOT_SUPPORTED", "WORKER_ARGS",
            "why_not", "mode_for", "off_record", "at_boot", "refill", "failure", "proven", "summary"]
 
 MODES = ("auto", "on", "off")
-REGIONS = "state,kv,builders"     # engine/vllm/poison.DEFAULT_REGIONS
+REGIONS = ",".join(MODE_REGIONS)  # the same on every engine (engine/poison_pattern.py)
 PATTERN = "A"
 FILL_MEANS = "reset+poison-fill"  # --isolation restore by the fill: no weights moved
 NOT_SUPPORTED = "not supported by this engine"

@@ -39,12 +39,12 @@ from typing import Any
 
 import numpy as np
 
-from ..poison_pattern import PATTERNS, hash24, parse_regions, seed_of
+from ..poison_pattern import MODE_REGIONS, PATTERNS, hash24, parse_regions, seed_of
 from .model import IM_START, NUM_SPECIAL
 
 __all__ = ["PATTERNS", "REGIONS", "StaleMemory", "pattern_tokens"]
 
-REGIONS = ("state", "kv", "builders")
+REGIONS = MODE_REGIONS   # the lab has exactly the regions the mode fills
 # the per-process boot contents are drawn from the tokens of common words, found in every
 # document of the corpus, so an induction head reading one has something to continue
 _BOOT_WORDS = (" the", " of", " and", " to", " in", " a", " was", " that", " with", " on",

@@ -38,15 +38,14 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from engine.poison_pattern import PATTERNS, hash24, seed_of
+from engine.poison_pattern import MODE_REGIONS, PATTERNS, hash24, seed_of
 from engine.poison_pattern import parse_regions as _parse_regions
 from engine.vllm.state_restore import StateRestore, _tensors
 
 __all__ = ["PoisonWorker", "REGIONS", "PATTERNS", "pattern_tile", "fill", "parse_regions"]
 
 REGIONS = ("state", "kv", "null", "builders", "bytes", "store0", "state0", "kv0", "free")
-# The mode's default: the float regions a stale index can reach, and the bookkeeping.
-DEFAULT_REGIONS = ("state", "kv", "builders")
+DEFAULT_REGIONS = MODE_REGIONS   # what --poison fills (engine/poison_pattern.py)
 _TILE_MAX = 1 << 22          # elements of one tile; larger tensors repeat it
 _SUM_SLAB = 1 << 25          # elements per int64 reduction (256 MiB of temporaries)
 _AMPLITUDE = 1.0             # values in [-1, 1): finite in every float dtype, never NaN/inf
