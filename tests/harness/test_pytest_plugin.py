@@ -30,6 +30,15 @@ def pytest_run(*args: str, env: dict | None = None, timeout: float = 400):
                           env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
 
 
+def pytest_file(test_file, out, *args: str, timeout: float = 120):
+    """pytest on a test file written by the test, with the plugin and its --residue-out."""
+    return subprocess.run([sys.executable, "-m", "pytest", str(test_file), "-p",
+                           "harness.pytest_plugin", "-p", "no:cacheprovider", *args,
+                           "--residue-out", str(out)], cwd=test_file.parent,
+                          capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
 def entry_point_dist(tmp_path: Path) -> Path:
     """A dist-info carrying exactly the pytest11 entry points pyproject.toml declares, so
     pytest finds the plugin the way an installed residue-lab makes it find it."""
@@ -115,10 +124,7 @@ def test_a_usage_error_fails_the_test_with_sweeps_one_line(tmp_path):
         "@pytest.mark.residue_sweep('--spec', 'bogus')\n"
         "def test_marked():\n    pass\n\n"
         "def test_fixture(residue_sweep):\n    residue_sweep('--max-requests', '5')\n")
-    r = subprocess.run([sys.executable, "-m", "pytest", str(test_file), "-p",
-                        "harness.pytest_plugin", "-p", "no:cacheprovider", "--residue-out",
-                        str(tmp_path / "out")], cwd=tmp_path, capture_output=True, text=True,
-                       timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    r = pytest_file(test_file, tmp_path / "out")
     assert r.returncode == 1 and "2 failed" in r.stdout, r.stdout[-3000:]
     assert "--spec: 'bogus' is not valid" in r.stdout
     assert "--max-requests is for --url" in r.stdout
@@ -196,10 +202,7 @@ def test_with_a_baseline_a_run_that_never_boots_fails_the_test(tmp_path, tok_dir
     argv = [*flags, "--server-cmd", fake_cmd(tok_dir, "--boot-fail", "'no GPU memory'"),
             "--baseline", str(cli.results_file("base"))]
     test_file.write_text(f"def test_gated(residue_sweep):\n    residue_sweep(*{argv!r})\n")
-    r = subprocess.run([sys.executable, "-m", "pytest", str(test_file), "-p",
-                        "harness.pytest_plugin", "-p", "no:cacheprovider", "--residue-out",
-                        str(tmp_path / "out")], cwd=tmp_path, capture_output=True, text=True,
-                       timeout=180, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    r = pytest_file(test_file, tmp_path / "out", timeout=180)
     assert r.returncode == 1 and "1 failed" in r.stdout, r.stdout[-3000:]
     assert "residue 4 self-hit: broken in the baseline, boot-fail now" in r.stdout
     assert "no cell of this run was judged" in r.stdout
@@ -213,10 +216,7 @@ def test_the_plugin_honours_dry_run(tmp_path):
                     "@pytest.mark.residue_sweep('--residues', '3-4', '--dry-run')\n"
                     "def test_plan():\n    pass\n")
     out = tmp_path / "out"
-    r = subprocess.run([sys.executable, "-m", "pytest", str(test), "-p", "harness.pytest_plugin",
-                        "-p", "no:cacheprovider", "-s", "--residue-out", str(out)], cwd=tmp_path,
-                       capture_output=True, text=True, timeout=120,
-                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+    r = pytest_file(test, out, "-s")
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
     assert "nothing started (--dry-run)" in r.stdout and "1 passed" in r.stdout
     assert not list(out.glob("*.jsonl")) and not list(out.glob("*.servers.json"))
