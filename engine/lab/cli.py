@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import time
 from typing import Any
@@ -56,6 +57,23 @@ def _pos_int(v: str) -> int:
     if i <= 0:
         raise argparse.ArgumentTypeError(f"must be positive: {v}")
     return i
+
+
+_SIZE = re.compile(r"(\d+(?:\.\d+)?)([kmgtKMGT])")
+_SIZE_UNITS = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12,
+               "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+
+def _size(v: str) -> int:
+    """A positive integer as vLLM's CLI writes sizes (``5G`` = 5 GiB, ``5g`` = 5 GB, vLLM's
+    ``human_readable_int``: lower case decimal, upper case binary), or a plain integer."""
+    m = _SIZE.fullmatch(v.strip())
+    if not m:
+        return _pos_int(v)
+    n = int(float(m.group(1)) * _SIZE_UNITS[m.group(2)])
+    if n <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive: {v}")
+    return n
 
 
 class _Parser(argparse.ArgumentParser):
@@ -115,7 +133,7 @@ def build_parser(parser_cls: type[argparse.ArgumentParser] = _Parser) -> argpars
       help='JSON: {"cudagraph_mode": "NONE"|"PIECEWISE"|"FULL"|"FULL_DECODE_ONLY"|'
            '"FULL_AND_PIECEWISE"} (default FULL_AND_PIECEWISE)')
     a("--max-model-len", type=_pos_int, default=32768, help="max tokens per request")
-    a("--kv-cache-memory-bytes", type=_pos_int, default=None,
+    a("--kv-cache-memory-bytes", type=_size, default=None,
       help="KV cache memory in bytes; sizes the block pool (tokens = bytes // bytes per token) "
            "and the boot check. Default: a pool comfortably larger than --max-model-len")
     a("--max-num-batched-tokens", type=_pos_int, default=8192,

@@ -83,9 +83,10 @@ def test_a_flag_vllm_refuses_is_one_usage_error(vllm_parser, fresh_cache):
 
 def test_without_vllm_the_labs_parser_reads_what_it_knows(fresh_cache, monkeypatch):
     monkeypatch.setattr(serve_line, "_vllm_parser", lambda: (None, "ImportError: no vllm"))
-    # the lab reads integers only: vLLM's human-readable 5G needs vLLM's parser
+    # the lab reads vLLM's human-readable sizes as vLLM does (5G = 5 GiB); not-a-size is refused
     with pytest.raises(UsageError, match="--kv-cache-memory-bytes: not an integer.*read by the lab's parser"):
-        parse_serve_line(VLLM_LINE)
+        parse_serve_line(VLLM_LINE.replace("5G", "5GB"))
+    assert parse_serve_line(VLLM_LINE).values["kv_cache_memory_bytes"] == 5 * 2**30
     line = parse_serve_line(VLLM_LINE.replace("5G", "5368709120"))
     assert line.parser.startswith("the lab's parser (vLLM's cannot be built here: ImportError")
     assert (line.values["method"], line.values["draft_tokens"], line.values["block_size"]) == \
@@ -94,7 +95,10 @@ def test_without_vllm_the_labs_parser_reads_what_it_knows(fresh_cache, monkeypat
     assert "--gpu-memory-utilization" in line.flags   # unknown to the lab: kept, unread
 
 
-def test_the_sweep_takes_the_lines_configuration(tmp_path, fresh_cache):
+def test_the_sweep_takes_the_lines_configuration(tmp_path, fresh_cache, monkeypatch):
+    # vLLM's parser where installed, the lab's where not; the restore check below asks the
+    # installed vLLM whether it serves sleep mode: answered yes, as the pinned release does
+    monkeypatch.setattr("harness.engines.vllm_serves_sleep", lambda: True)
     model = tmp_path / "m"
     model.mkdir()
     line = VLLM_LINE.replace("/models/q", str(model))

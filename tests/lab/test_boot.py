@@ -119,3 +119,20 @@ def test_port_in_use_fails_non_zero(tmp_path):
         port = s.getsockname()[1]
         r = run_cli("--port", str(port))
         assert r.returncode != 0
+
+
+@pytest.mark.parametrize("given, want", [("5368709120", 5 * 2**30), ("5G", 5 * 2**30),
+                                         ("5g", 5 * 10**9), ("1.5K", 1536), ("25.6k", 25600)])
+def test_kv_cache_memory_bytes_reads_vllms_size_spellings(given, want):
+    """vLLM's CLI takes sizes as human-readable integers (upper case binary, lower case
+    decimal): the lab, which mirrors that CLI, reads a `vllm serve` line's size the same."""
+    from engine.lab.cli import build_parser
+    assert build_parser().parse_args(["--kv-cache-memory-bytes", given]).kv_cache_memory_bytes == want
+
+
+def test_kv_cache_memory_bytes_refuses_what_is_not_a_size():
+    from engine.lab.cli import build_parser
+    for bad in ("5GB", "5 G", "0", "-1", "0G"):
+        with pytest.raises(SystemExit) as e:
+            build_parser().parse_args(["--kv-cache-memory-bytes", bad])
+        assert e.value.code == 2, bad
