@@ -36,7 +36,8 @@
 #   bash benchmarks/gpu_shapes.sh [LIMIT_S]          # default 400
 # CPU check of the same sweep commands on the lab engine (no GPU, no vLLM):
 #   ENGINE=lab OUT=/tmp/shapes-out bash benchmarks/gpu_shapes.sh 300
-LIMIT=${1:-400}; ENGINE=${ENGINE:-vllm}
+# PYTHON: the interpreter of the harness (default python3; the tests pass their own)
+LIMIT=${1:-400}; ENGINE=${ENGINE:-vllm}; PY=${PYTHON:-python3}
 R=$PWD; S=$R
 source "$R/engine/tinymodel/scripts/device_lib.sh"
 : "${OUT:=/tmp/out}"; W=/tmp/work/shapes; rm -rf "$W"; mkdir -p "$W" "$OUT"
@@ -79,7 +80,7 @@ run() {  # NAME SLOTS ARGS...: one harness process in the background
   local n=$1 g=$2; shift 2
   local slots=(--slots 1); [ -n "$g" ] && slots=(--gpus "$g")
   echo "$n: sweep ${COMMON[*]} $* ${slots[*]}" >> "$W/commands.txt"
-  timeout --signal=INT -k 25 "$H" python3 -m harness "${COMMON[@]}" "$@" "${slots[@]}" \
+  timeout --signal=INT -k 25 "$H" "$PY" -m harness "${COMMON[@]}" "$@" "${slots[@]}" \
     --out "$W/$n" --reports-dir "$W/$n" > "$W/$n.stdout.txt" 2> "$W/$n.stderr.txt" &
   PIDS+=($!); NAMES+=("$n")
 }

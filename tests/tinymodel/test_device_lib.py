@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
@@ -93,7 +94,8 @@ def test_gpu_shapes_on_the_lab_returns_two_files(tmp_path):
     (with every report inside) and the summary, nothing else (~30 s on a 2-vCPU box)."""
     out = tmp_path / "out"
     res = subprocess.run(["bash", "benchmarks/gpu_shapes.sh", "300"], cwd=ROOT,
-                         env={**os.environ, "ENGINE": "lab", "OUT": str(out)},
+                         env={**os.environ, "ENGINE": "lab", "OUT": str(out),
+                              "PYTHON": sys.executable},
                          capture_output=True, text=True, timeout=400)
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
     assert sorted(p.name for p in out.iterdir()) == ["shapes.tgz", "shapes_summary.md"]
