@@ -254,8 +254,8 @@ FLAGS: tuple[Flag, ...] = (
          f"prefork ({for_engines(can_fork)}: forked from a parent that imported the engine "
          "once; falls back to plain)",
          {"default": "plain", "choices": ("plain", "prefork")}),
-    Flag("--poison", RUN, "auto (default: on wherever the engine can) | on | off: fill the "
-         "memory a stale read can reach (KV pool state, attention KV, the metadata "
+    Flag("--poison", RUN, "auto (default: on wherever the engine can) | on (every server, "
+         "else refused) | off (no fill): fill the memory a stale read can reach (KV pool state, attention KV, the metadata "
          "builders' bookkeeping) with a fixed pattern after boot and at every restore, the "
          "proof in every record (docs/isolation.md: where it makes a broken answer's bytes "
          "the same on every server, and where not yet)", {"default": "auto", "choices": ("auto", "on", "off")},

@@ -34,6 +34,13 @@ def records(out: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
+def whole_lines(out: Path) -> int:
+    """Records written so far by a sweep still running: a line is read only once its
+    newline is there (the writer may be half-way through a long one)."""
+    paths = list(out.glob("*.jsonl"))
+    return paths[0].read_text().count("\n") if paths else 0
+
+
 def manifest(out: Path) -> dict:
     (path,) = out.glob("*.manifest.json")
     return json.loads(path.read_text())
@@ -261,7 +268,7 @@ def test_an_interrupted_url_run_leaves_the_server_and_is_not_resumed(tmp_path, t
                                 env={**env_without("RESIDUE_LAB_API_KEY", "OPENAI_API_KEY"),
                                      "PYTHONPATH": str(ROOT)})
         deadline = time.monotonic() + 120
-        while not (list(out.glob("*.jsonl")) and len(records(out)) >= 2):
+        while whole_lines(out) < 2:
             assert proc.poll() is None and time.monotonic() < deadline, "no point finished"
             time.sleep(0.01)
         proc.send_signal(signal.SIGINT)

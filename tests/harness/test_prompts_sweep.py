@@ -46,7 +46,8 @@ def test_system_prompt_three_turns_padded_middle_message_sweeps_all_128_residues
     # exactly), not isolation's: each point runs on a server returned to its just-booted
     # state, each restore proven (asserted below), instead of booting 128 (e2e/ does that).
     proc, recs, manifest = sweep(cli, "--prompts", str(CHAT), "--case", case["id"],
-                                 "--residues", "all", "--isolation", "restore")
+                                 "--residues", "all", "--isolation", "restore",
+                                 "--poison", "off")   # the sleep cycle's steps, below
     facts = manifest["prompts"]["cases"][case["id"]]
     assert facts["pad"] == "messages[3] (user)"   # the middle user turn, not the last
     assert 0 < 3 < len(roles) - 1

@@ -56,6 +56,18 @@ class LabServer:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
 
+    def poison(self) -> dict:
+        """Fill the stale state as ``sweep --poison`` does before a server's first request
+        (arm, then the fill; engine/lab/poison.py): a corrupted replay then reads the fixed
+        pattern, not this process's own boot contents. The fill's proof."""
+        self.http.post("/collective_rpc", json={"method": "residue_lab_arm"}).raise_for_status()
+        r = self.http.post("/collective_rpc", json={"method": "residue_lab_poison",
+                                                   "args": ["state,kv,builders", "A"]})
+        r.raise_for_status()
+        proof = r.json()["results"][0]
+        assert proof["ok"], proof
+        return proof
+
     def chat(self, content: str, max_tokens: int | None = 2000, **extra) -> dict:
         body = {"model": "lab-copy", "messages": [{"role": "user", "content": content}], **extra}
         if max_tokens is not None:

@@ -21,6 +21,9 @@ def build(n: int) -> str:
 def test_align_mode_breaks_cold_at_k_plus_1(server, residue, patches, broken):
     srv = server("--speculative-config", MTP, "-cc", FULL, "--patches", patches, *HUGE,
                  "--mamba-cache-mode", "align")
+    # the stale state a cold break reads is per process (engine/lab/poison.py) until filled:
+    # filled as the harness does by default, the break's answer is the same on every run
+    srv.poison()
     content, length = pad_to_residue(srv, build, residue)
     assert length % 128 == residue and length < 2048
     out = srv.chat(content, max_tokens=600)
