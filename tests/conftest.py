@@ -37,6 +37,16 @@ def processes_mentioning(marker: str) -> list[psutil.Process]:
     return out
 
 
+def is_reaper(p: psutil.Process) -> bool:
+    """The run's reaper (harness.orphans.GroupReaper), a child of the sweep from its start.
+    False for a process that is gone or a zombie by the time it is asked (its command line
+    cannot be read then: psutil raises ZombieProcess)."""
+    try:
+        return any(a.endswith("_reaper.py") for a in p.cmdline())
+    except psutil.Error:
+        return False
+
+
 @pytest.fixture
 def tok_dir(tmp_path: Path) -> Path:
     """A per-test copy of the fixture tokenizer: its path marks this test's servers."""

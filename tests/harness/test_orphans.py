@@ -16,7 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.conftest import ROOT, fake_cmd, processes_mentioning, wait_for
+from tests.conftest import ROOT, fake_cmd, is_reaper, processes_mentioning, wait_for
 
 pytestmark = pytest.mark.e2e   # real sweeps killed and resumed, with real servers
 
@@ -57,7 +57,7 @@ def _kill_mid_run(proc: subprocess.Popen, out: Path, *, reaper_too: bool = False
         before = _whole(out)
         if reaper_too:
             for p in kids:
-                if any(a.endswith("_reaper.py") for a in p.cmdline()):
+                if is_reaper(p):
                     p.kill()   # the sweep's child, not ours: dead once it is a zombie
                     wait_for(lambda: p.status() == psutil.STATUS_ZOMBIE, 10, "the reaper's end")
         proc.send_signal(signal.SIGKILL)
@@ -74,7 +74,7 @@ def _servers_of(sweep: psutil.Process) -> list[psutil.Process]:
     out = []
     for p in sweep.children(recursive=True):
         try:
-            if not any(a.endswith("_reaper.py") for a in p.cmdline()):
+            if p.status() != psutil.STATUS_ZOMBIE and not is_reaper(p):
                 out.append(p)
         except psutil.Error:
             continue

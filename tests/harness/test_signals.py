@@ -19,7 +19,7 @@ import psutil
 import pytest
 
 from harness.record_check import read_record_file
-from tests.conftest import ROOT
+from tests.conftest import ROOT, is_reaper
 
 BOUND_S = 90
 
@@ -31,14 +31,6 @@ def _caught(pid: int, sig: int) -> bool:
         return False
     mask = next(int(ln.split()[1], 16) for ln in status.splitlines() if ln.startswith("SigCgt:"))
     return bool(mask >> (sig - 1) & 1)
-
-
-def _is_reaper(p: psutil.Process) -> bool:
-    """The run's reaper (harness.orphans.GroupReaper), a child from the start of the run."""
-    try:
-        return any(a.endswith("_reaper.py") for a in p.cmdline())
-    except psutil.Error:
-        return False
 
 
 def _records_on_disk(out: Path) -> int:
@@ -101,7 +93,7 @@ def test_signal_at_any_moment_exits_130_cleanly(tmp_path, sig, moment):
         if moment == "imports":
             assert not w.children(), "a child before the CLI finished importing"
         elif moment == "first-boot":
-            w.wait_for(lambda: any(not _is_reaper(p) for p in w.children()), "server process")
+            w.wait_for(lambda: any(not is_reaper(p) for p in w.children()), "server process")
         else:
             w.wait_for(lambda: _records_on_disk(out) >= 2, "finished point")
         before = _records_on_disk(out)
