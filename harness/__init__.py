@@ -14,7 +14,7 @@ __version__ = "0.1.0"
 __all__ = ["Sweep", "SweepOptions", "RunResult", "Callbacks", "options_from_argv",
            "ExitCode", "HarnessError", "UsageError", "CannotRun", "__version__"]
 
-_WHERE = {"Sweep": "session", "RunResult": "session", "Callbacks": "session",
+_WHERE = {"Sweep": "residue_sweep", "RunResult": "residue_sweep", "Callbacks": "residue_sweep",
           "SweepOptions": "configs", "options_from_argv": "options", "ExitCode": "errors",
           "HarnessError": "errors", "UsageError": "errors", "CannotRun": "errors"}
 

@@ -40,7 +40,7 @@ from .prompts import TemplateError
 from .run.plan import Point
 from .run.records import typed
 from .server_pool import kill_all_servers
-from .session import Callbacks, Sweep
+from .residue_sweep import Callbacks, Sweep
 from .store import (StoreError, linked_runs, load_manifest_for, load_records, read_jsonl,
                     resolve_results, resolve_sources)
 from .vocabulary import PHASES
@@ -54,7 +54,7 @@ EXIT_ABORT = EXIT_CANNOT_RUN
 
 # -- the sweep verb ------------------------------------------------------------------------
 def run_sweep(argv: Sequence[str]) -> int:
-    """argv -> options -> ``Sweep`` -> exit code (the lifecycle is ``harness.session``)."""
+    """argv -> options -> ``Sweep`` -> exit code (the lifecycle is ``harness.residue_sweep``)."""
     opts, ns = parse_sweep_argv(argv)
     sweep = Sweep(opts)
     for note in sweep.check():   # outputs, inputs, a way to post, a resumed file, the engine

@@ -29,7 +29,7 @@ from .options import build_options
 from .report.explained import EXPLAINED, UNCHANGED
 from .run.plan import SweepPlan, plan_with_probes
 from .run.records import PhaseRecord, document_of, latest_records, phase_key, typed, worst
-from .session import Sweep
+from .residue_sweep import Sweep
 from .vocabulary import CLEAN
 from .store import ResultStore, StoreError, load_manifest_for, read_jsonl, resolve_results
 

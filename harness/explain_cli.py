@@ -3,7 +3,7 @@
 The ladder itself is planned by ``harness.explain`` and rendered by
 ``harness.report.explained``; this module only parses argv and says what happened.
 The rungs run through the sweep's own lifecycle (``explain.ExplainSweep``, a
-``session.Sweep``): launcher, signals, rejudging, manifest, exit code as ``sweep``.
+``residue_sweep.Sweep``): launcher, signals, rejudging, manifest, exit code as ``sweep``.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from .engines import adapter_class
 from .errors import ExitCode, UsageError
 from .flags import Parser, add_flags, positive_int, sweep_parser
 from .run.plan import Point
-from .session import Callbacks, adapter_for
+from .residue_sweep import Callbacks, adapter_for
 from .vocabulary import PHASES
 
 __all__ = ["run_explain"]

@@ -7,7 +7,7 @@ its process is still alive (a server that exits during boot is a boot failure at
 with the log lines that say why), and is stopped by SIGTERM → wait → SIGKILL of its whole
 process tree, after which nothing of it may survive.
 
-The servers of one run form a ``ServerGroup``: the run (a ``session.Sweep``, a Ray
+The servers of one run form a ``ServerGroup``: the run (a ``residue_sweep.Sweep``, a Ray
 worker's point) owns it, hands its ``launcher`` down to whatever starts servers (the
 planning probes, the point runner) and tells it who observes them (the run's pid file,
 a Ray worker's watchdog). There is no module-level list of hooks: two runs in one process

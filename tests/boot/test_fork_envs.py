@@ -144,7 +144,7 @@ def test_past_the_most_parents_a_server_starts_plain_and_says_why(tmp_path, run_
 
 def test_a_sweep_on_two_gpus_and_two_patch_sets_forks_every_server(tmp_path, run_env,
                                                                     monkeypatch):
-    """Through the sweep lifecycle (``harness.session.Sweep``): every server of the run is
+    """Through the sweep lifecycle (``harness.residue_sweep.Sweep``): every server of the run is
     forked, the manifest names the parents started for GPU 1 and patches none, and the
     run leaves no parent behind."""
     from harness import ExitCode, Sweep, options_from_argv

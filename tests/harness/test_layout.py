@@ -202,11 +202,11 @@ def test_backends_use_the_drivers_api_not_its_store():
 
 
 def test_one_lifecycle_runs_every_sweep():
-    """``sweep``, ``--resume``, ``--bisect`` and ``explain`` all run ``session.Sweep``: only
+    """``sweep``, ``--resume``, ``--bisect`` and ``explain`` all run ``residue_sweep.Sweep``: only
     the session constructs a Driver or starts a backend's points."""
     found = []
     for p in HARNESS.rglob("*.py"):
-        if p in (HARNESS / "session.py", HARNESS / "run" / "driver.py"):
+        if p in (HARNESS / "residue_sweep.py", HARNESS / "run" / "driver.py"):
             continue
         for node in ast.walk(ast.parse(p.read_text())):
             if isinstance(node, ast.Call) and ast.unparse(node.func) == "Driver":
@@ -344,7 +344,7 @@ def test_a_new_verdict_isolation_or_writer_is_one_entry():
     assert vocabulary.VERDICTS == tuple(v.name for v in vocabulary.VERDICT_TABLE)
     assert all(w.name == n and callable(w.wanted) and callable(w.write)
                for n, w in writers.WRITERS.items())
-    session = (HARNESS / "session.py").read_text()
+    session = (HARNESS / "residue_sweep.py").read_text()
     assert "WRITERS.values()" in session   # every registered writer runs, none by name
 
 

@@ -108,7 +108,7 @@ def test_the_sweep_takes_the_lines_configuration(tmp_path, fresh_cache, monkeypa
             cfg.block_size, cfg.prefix_match_unit, cfg.max_model_len, cfg.patches) == \
         ("vllm", str(model), "ngram", 3, "FULL_AND_PIECEWISE", 128, 128, 8192, "none")
     assert [s.id for s in opts.slots] == ["gpu0+1"]     # -tp 2: one group of two
-    from harness.session import adapter_for
+    from harness.residue_sweep import adapter_for
     adapter = adapter_for(opts)
     argv, env = adapter.command(cfg, 9000, opts.slots[0])
     assert argv.count("-tp") == 1 and "--tensor-parallel-size" not in argv

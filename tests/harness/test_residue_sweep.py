@@ -1,4 +1,4 @@
-"""One sweep lifecycle (``harness.session.Sweep``): the Python API in-process, and
+"""One sweep lifecycle (``harness.residue_sweep.Sweep``): the Python API in-process, and
 ``sweep explain`` running its rungs through the same lifecycle as ``sweep`` (the run's
 launcher, ``--cache-dir``, SIGINT, rejudging under ``--reference first``). Real lab
 servers on 127.0.0.1; the lab model is copied under the test's tmp dir, so
