@@ -228,7 +228,7 @@ def plan_cells(opts: Options, port: int, model: str) -> list:
     """The harness's prompt plan for the residues, counted by this server's /tokenize."""
     import httpx
 
-    from harness.prompts.planner import plan
+    from engine.prompts.planner import plan
 
     def count_many(convs):
         return [int(httpx.post(f"http://127.0.0.1:{port}/tokenize", timeout=60, json={

@@ -41,8 +41,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from harness.client import EngineClient  # noqa: E402
 from harness.engines import make_adapter  # noqa: E402
 from harness.options import options_from_argv  # noqa: E402
-from harness.prompts.planner import calibrate, plan_residue  # noqa: E402
-from harness.prompts.templating import ChatTokenizer  # noqa: E402
+from engine.prompts.planner import calibrate, plan_residue  # noqa: E402
+from engine.prompts.templating import ChatTokenizer  # noqa: E402
 from harness.restore import RestoreFailed, restore_server  # noqa: E402
 from harness.server_pool import PortAllocator, ServerProcess, Slot  # noqa: E402
 from harness.verdict import judge, sha1  # noqa: E402

@@ -1,6 +1,6 @@
 """Training/eval conversations in the harness's exact prompt shape.
 
-One user message built by ``harness.prompts.prompt_content`` (instruction line, blank
+One user message built by ``engine.prompts.prompt_content`` (instruction line, blank
 line, document lines, padding run), ChatML-templated, then the assistant answer = the
 first N document lines joined by "\\n", then ``<|im_end|>``. Loss is on the answer
 tokens and ``<|im_end|>`` only.
@@ -11,7 +11,7 @@ import random
 from dataclasses import dataclass
 from typing import Sequence
 
-from harness.prompts import PAD_CANDIDATES, corpus_lines, prompt_content
+from engine.prompts import PAD_CANDIDATES, corpus_lines, prompt_content
 
 # Document seeds: training draws from TRAIN_SEEDS; fresh-prompt evaluation uses seeds the
 # trainer never sees (the harness's own default seed 0 is in the eval range).
@@ -55,7 +55,7 @@ def make_sample(rng: random.Random, max_lines: int, max_pad: int, *,
 
 def encode(chat, samples: Sequence[Sample], eos_id: int) -> list[tuple[list[int], int]]:
     """Token ids of prompt+answer+<|im_end|> and the prompt length, per sample.
-    ``chat`` is a ``harness.prompts.ChatTokenizer``."""
+    ``chat`` is a ``engine.prompts.ChatTokenizer``."""
     prompts = [chat.render(s.messages, add_generation_prompt=True) for s in samples]
     enc_p = chat.tokenizer.encode_batch(prompts, add_special_tokens=False)
     enc_a = chat.tokenizer.encode_batch([s.answer for s in samples], add_special_tokens=False)

@@ -121,7 +121,7 @@ def train_head(target_dir: str, tok_dir: str, *, time_cap: float, steps: int = 3
 
 def _plan_sequences(tok_dir: str, seeds=(0,), residues=range(128), context: int = 1200):
     """(token ids of prompt + answer + <|im_end|>, prompt length) for harness plans."""
-    from harness.prompts import ChatTokenizer, plan
+    from engine.prompts import ChatTokenizer, plan
     ct = ChatTokenizer.from_dir(tok_dir)
     eos = ct.tokenizer.token_to_id("<|im_end|>")
     out = []

@@ -4,7 +4,7 @@ python -m engine.tinymodel probe --server NAME=MODEL_DIR:CUDAGRAPH_MODE [--serve
        --out DIR [--residues 3,4,5,60] [--context 1200] [--boot-timeout 240]
 
 All servers start at once (own session, ``setsid``), each is polled on ``/health``;
-prompts are planned with ``harness.prompts.plan`` and a local ``ChatTokenizer`` on the
+prompts are planned with ``engine.prompts.plan`` and a local ``ChatTokenizer`` on the
 model dir (document seed ``100 + residue``, so residues share no 128-token block), their
 templated length is checked with the server's ``/tokenize``, then each is sent twice
 (``cold`` and ``self_hit``), temperature 0. Results: ``probe.json`` (answers, usage,
@@ -59,7 +59,7 @@ def _lcp(a: str, b: str) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     import httpx
-    from harness.prompts import ChatTokenizer, plan
+    from engine.prompts import ChatTokenizer, plan
     p = argparse.ArgumentParser(prog="python -m engine.tinymodel probe")
     p.add_argument("--server", action="append", required=True,
                    help="NAME=MODEL_DIR:CUDAGRAPH_MODE")

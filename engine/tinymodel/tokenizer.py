@@ -1,6 +1,6 @@
 """Byte-level BPE tokenizer for the tiny models, with a ChatML chat template.
 
-Trained on the project corpus (``harness.prompts.corpus``) plus the instruction phrases
+Trained on the project corpus (``engine.prompts.corpus``) plus the instruction phrases
 and the padding units the residue planner may pick, so that:
 
 * every padding candidate the planner tries first (`` ~``) is ONE token and adds exactly
@@ -20,8 +20,8 @@ from pathlib import Path
 
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
-from harness.prompts.corpus import document_lines
-from harness.prompts.planner import INSTRUCTION, PAD_CANDIDATES, WARMUP_ASSISTANT, WARMUP_FOLLOWUP
+from engine.prompts.corpus import document_lines
+from engine.prompts.planner import INSTRUCTION, PAD_CANDIDATES, WARMUP_ASSISTANT, WARMUP_FOLLOWUP
 
 VOCAB_SIZE = 4096
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
@@ -113,10 +113,10 @@ def special_ids(tok: Tokenizer) -> dict[str, int]:
 
 def check_tokenizer(model_dir: str | Path) -> dict:
     """Plan a few residues with the harness's own planner and return what it picked."""
-    from harness.prompts import ChatTokenizer, plan
+    from engine.prompts import ChatTokenizer, plan
     ct = ChatTokenizer.from_dir(model_dir)
     plans = plan(ct.count_many, [0, 3, 4, 5, 60, 127], context=1200, modulus=128, verify=True)
     cal_unit = None
-    from harness.prompts.planner import calibrate
+    from engine.prompts.planner import calibrate
     cal_unit = calibrate(ct.count_many, 1200, 128).pad_unit
     return {"pad_unit": cal_unit, "targets": [p.target_len for p in plans]}

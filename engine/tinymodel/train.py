@@ -30,7 +30,7 @@ from .models import DENSE, HYBRID_TEXT
 
 # ----------------------------------------------------------------------------- data workers
 def _worker(tok_dir: str, stage, tokens_per_batch: int, max_bs: int, q, seed: int) -> None:
-    from harness.prompts import ChatTokenizer
+    from engine.prompts import ChatTokenizer
     ct = ChatTokenizer.from_dir(tok_dir)
     eos = ct.tokenizer.token_to_id("<|im_end|>")
     pad = ct.tokenizer.token_to_id("<|endoftext|>")
@@ -217,7 +217,7 @@ def _eval_batches(tok_dir: str, n: int, seed: int, harness_seeds=(0,)):
     """Fresh prompts from seeds the trainer never draws from: random final-stage
     conversations, plus the harness's own plans (context 1,200, modulus 128, all 128
     residues, N=3) for each document seed in ``harness_seeds``."""
-    from harness.prompts import ChatTokenizer, plan
+    from engine.prompts import ChatTokenizer, plan
     ct = ChatTokenizer.from_dir(tok_dir)
     eos = ct.tokenizer.token_to_id("<|im_end|>")
     rng = random.Random(seed)
@@ -281,7 +281,7 @@ def greedy_generate_check(model, tok_dir: str, residues=(3, 4, 5, 60), context: 
     """Real token-by-token greedy decoding (transformers ``generate``) on a few harness plans,
     to confirm the teacher-forced exact match means what it says."""
     import torch
-    from harness.prompts import ChatTokenizer, plan
+    from engine.prompts import ChatTokenizer, plan
     ct = ChatTokenizer.from_dir(tok_dir)
     eos = ct.tokenizer.token_to_id("<|im_end|>")
     dev = next(model.parameters()).device

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from .cases import PromptCase
-from .planner import (PAD_CANDIDATES, WARMUP_ASSISTANT, WARMUP_FOLLOWUP, CountMany,
+from engine.prompts.planner import (PAD_CANDIDATES, WARMUP_ASSISTANT, WARMUP_FOLLOWUP, CountMany,
                       PlanError, PromptPlan)
-from .templating import TemplateError
+from engine.prompts.templating import TemplateError
 
 __all__ = ["CaseCalibration", "CaseTooLong", "calibrate_case", "plan_case", "plan_case_residues",
            "prompt_sha1", "case_source"]

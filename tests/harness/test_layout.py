@@ -173,10 +173,13 @@ def _imports_named(path: Path) -> list[tuple[str, str]]:
     return out
 
 
-def test_engine_imports_no_private_harness_name():
+def test_engine_never_imports_harness():
+    """The engine side (the lab, the vLLM presets and plugin, the tiny models' tools) is
+    below the harness: what both need is a leaf in engine/ (``engine.prompts``,
+    ``engine.poison_pattern``), at any depth of a file (lazy imports count)."""
     engine = ROOT / "engine"
-    found = [f"{p.relative_to(ROOT)}: {m}.{n}" for p in engine.rglob("*.py")
-             for m, n in _imports_named(p) if m.startswith("harness") and n.startswith("_")]
+    found = [f"{p.relative_to(ROOT)}: {m}" for p in engine.rglob("*.py")
+             for m, _ in _imports_named(p) if m == "harness" or m.startswith("harness.")]
     assert not found, found
 
 

@@ -38,7 +38,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
-from harness.prompts.templating import ChatTokenizer  # noqa: E402
+from engine.prompts.templating import ChatTokenizer  # noqa: E402
 
 WORDS = {w: i for i, w in enumerate("zero one two three four five six seven eight nine ten".split())}
 

@@ -13,8 +13,8 @@ from tests._vllm import missing, require_module
 from engine.tinymodel import data as D
 from engine.tinymodel.models import DENSE, HYBRID_TEXT, VOCAB, serving_config, \
     serving_weight_name, training_weight_name
-from harness.prompts import ChatTokenizer, plan
-from harness.prompts.planner import calibrate, prompt_content
+from engine.prompts import ChatTokenizer, plan
+from engine.prompts.planner import calibrate, prompt_content
 
 TOK_DIR = Path(__file__).resolve().parents[2] / "engine" / "tinymodel" / "tokenizer"
 
@@ -78,7 +78,7 @@ def test_training_samples_have_the_harness_prompt_shape(ct):
 
 
 def test_doc_lines_match_corpus():
-    from harness.prompts.corpus import document_lines
+    from engine.prompts.corpus import document_lines
     assert D.doc_lines(104, 50) == document_lines(50, 104)
 
 
