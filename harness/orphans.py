@@ -22,7 +22,9 @@ A sweep killed outright (SIGKILL, the OOM killer, a CI hard timeout) cannot, so:
 - each run also starts a reaper (:class:`GroupReaper`: ``backends/_reaper.py``, in a
   session of its own, as each Ray worker has one): the run's servers are registered with
   it by process group as they start and stop, and when the sweep dies, however it dies,
-  its pipe closes and it ends every group still registered. ``PR_SET_PDEATHSIG`` reaches
+  its pipe closes and it ends every group still registered, and every process carrying
+  the sweep's token (one spawned in the instant before its registration reached the
+  reaper). ``PR_SET_PDEATHSIG`` reaches
   only the process the sweep started: an ``--engine cmd`` wrapper that does not ``exec``
   died and its server, a grandchild in the same group, was left running until the next
   sweep (issue 33 item 12); the group kill covers it at once.
@@ -116,9 +118,10 @@ class GroupReaper:
     groups still registered when its stdin closes (the sweep ended or died)."""
 
     def __init__(self) -> None:
-        try:
+        try:   # --environ: what every server of this sweep carries (owner_token)
             self.proc: subprocess.Popen | None = subprocess.Popen(
-                [sys.executable, str(_REAPER)], stdin=subprocess.PIPE,
+                [sys.executable, str(_REAPER), "--environ", f"{OWNER_ENV}={owner_token()}"],
+                stdin=subprocess.PIPE,
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                 start_new_session=True, close_fds=True)
         except OSError:
@@ -137,11 +140,15 @@ class GroupReaper:
 
     def close(self, timeout: float = 15.0) -> None:
         """The run is over: the reaper ends what is still registered (nothing, after a
-        clean end) and exits; waited for, so no process of the run outlives it."""
+        clean end) and exits; waited for, so no process of the run outlives it. ``.``
+        first: a clean end, so it leaves the processes carrying this sweep's token alone
+        (another run of this process may own them); only a sweep that dies is swept by
+        token too."""
         if self.proc is None:
             return
         try:
             if self.proc.stdin is not None:
+                self.proc.stdin.write(b".\n")
                 self.proc.stdin.close()
             self.proc.wait(timeout=timeout)
         except (OSError, subprocess.TimeoutExpired):

@@ -13,8 +13,18 @@ of a pipe to its stdin:
     +PGID   a server process group started by the worker
     -PGID   that group was stopped normally
 
+    .       the owner ends normally: every server it started was stopped
+
 When stdin reaches EOF the worker is gone (the kernel closes the pipe whatever killed
 it): every group still registered gets SIGTERM, then SIGKILL after a grace period.
+
+A group is registered just after its spawn returns, so an owner killed in that instant
+(a loaded box can deschedule it between the spawn and the write) would leave a server
+nobody registered. ``--environ NAME=VALUE`` closes that window: every server carries its
+owner's token in its environment from its first instruction (``harness.orphans``,
+``RESIDUE_LAB_SWEEP``), inherited by whatever it starts, so at an EOF that did not follow
+``.`` every process whose environment holds that entry is ended as well. After ``.`` it
+is not: another run in the same process (the Python API) may still be using its servers.
 Standard library only, run by path: it must start even where ``harness`` is not
 importable.
 """
@@ -45,25 +55,69 @@ def _signal(pgid: int, sig: int) -> None:
         pass
 
 
-def kill_groups(groups: set[int], grace: float = GRACE_S) -> None:
+def _running(pid: int) -> bool:
+    """The process exists and is not a zombie (a zombie's parent reaps it; it holds nothing)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except (OSError, IndexError):
+        return False
+
+
+def _kill(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def carrying(entry: str) -> set[int]:
+    """Every process but this one whose environment holds ``entry`` (``NAME=VALUE``)."""
+    want = entry.encode()
+    found = set()
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{name}/environ", "rb") as f:
+                if want in f.read().split(b"\0"):
+                    found.add(int(name))
+        except OSError:
+            continue   # gone, or not ours to read
+    return found
+
+
+def kill_groups(groups: set[int], grace: float = GRACE_S, pids: set[int] = frozenset()) -> None:
+    """SIGTERM every group and process, SIGKILL what is still there after ``grace``."""
     for g in groups:
         _signal(g, signal.SIGTERM)
+    for pid in pids:
+        _kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + grace
-    while time.monotonic() < deadline and any(_alive(g) for g in groups):
+    while time.monotonic() < deadline and (any(_alive(g) for g in groups)
+                                           or any(_running(p) for p in pids)):
         time.sleep(0.05)
     for g in groups:
         if _alive(g):
             _signal(g, signal.SIGKILL)
+    for pid in pids:
+        if _running(pid):
+            _kill(pid, signal.SIGKILL)
 
 
-def main() -> int:
+def main(argv: list[str]) -> int:
     # Ctrl-C in a terminal running `ray start --block`, or a hang-up, must not take the
     # watchdog down before the worker.
     for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
         signal.signal(sig, signal.SIG_IGN)
+    entry = argv[1] if len(argv) == 2 and argv[0] == "--environ" and "=" in argv[1] else None
     groups: set[int] = set()
+    clean = False
     for line in sys.stdin:
         line = line.strip()
+        if line == ".":
+            clean = True
+            continue
         if len(line) < 2 or line[0] not in "+-" or not line[1:].isdigit():
             continue
         pgid = int(line[1:])
@@ -71,10 +125,11 @@ def main() -> int:
             groups.add(pgid)
         else:
             groups.discard(pgid)
-    if groups:
-        kill_groups(groups)
+    pids = carrying(entry) if entry and not clean else set()
+    if groups or pids:
+        kill_groups(groups, pids=pids)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

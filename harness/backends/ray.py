@@ -42,6 +42,7 @@ from ..client import shared_http
 from ..configs import SweepOptions
 from ..engines import adapter_class
 from ..errors import CannotRun, UsageError
+from ..orphans import OWNER_ENV, owner_token
 from ..run.driver import Driver
 from ..run.plan import Point
 from ..run.point import RunnerSpec
@@ -329,8 +330,11 @@ class Watchdog:
         watches."""
         with cls._lock:
             if cls._proc is None or cls._proc.poll() is not None:
+                # --environ: the worker's servers carry its token (harness.orphans), so
+                # one spawned in the instant before its registration is ended too
                 cls._proc = subprocess.Popen(
-                    [sys.executable, str(Path(__file__).with_name("_reaper.py"))],
+                    [sys.executable, str(Path(__file__).with_name("_reaper.py")),
+                     "--environ", f"{OWNER_ENV}={owner_token()}"],
                     stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                     stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True)
         return ServerGroup([cls._on_server])
