@@ -41,7 +41,7 @@ from .vocabulary import FULL_GRAPH_MODES, PREFILL_FIX
 
 __all__ = ["Prediction", "Shape", "predict", "hit_granularity", "prefill_fix_applied",
            "drops_hit_blocks", "DROPS_HIT_BLOCKS", "vllm_dispatch", "final_chunk",
-           "chunk_budget", "shapes_of", "auto_modulus", "hit_unit"]
+           "chunk_budget", "shapes_of", "auto_modulus", "hit_unit", "armed_batch"]
 
 # Speculative methods whose drafter state makes the engine drop matched blocks on a hit.
 DROPS_HIT_BLOCKS = frozenset({"mtp", "eagle", "eagle3", "dflash", "dflash2"})
@@ -55,6 +55,10 @@ class Prediction:
     unit: int | None = None      # the hit unit the prediction is made with, if known
     watch: list[int] = field(default_factory=list)   # routes to measure, not predicted
     budget: int | None = None    # the chunk budget that cuts a final chunk, when it does
+    # --load-mode cancel: no residue is named ahead; a break is predicted per measured
+    # request whose final chunk of this many tokens ran in a shape-uniform batch (its
+    # record's load.beside): see ``armed_batch``
+    per_batch: int | None = None
 
     @property
     def why(self) -> str:
@@ -169,15 +173,51 @@ def prefill_fix_applied(patches: str | None, patch_status: Any) -> tuple[bool, s
 
 def predict(config: Mapping[str, Any], modulus: int, *, patch_status: Any = None,
             patches: str | None = None, cached_tokens: Iterable[Any] = (),
-            longest: int | None = None, load: int = 0,
+            longest: int | None = None, load: int = 0, load_mode: str = "steady",
             lengths: Mapping[int, Iterable[int]] | None = None) -> Prediction:
     """The rule (see :func:`_predict`); under ``--load`` on vLLM the batched residues are
-    named to measure, not predicted (:func:`_batched_on_vllm`)."""
+    named to measure, not predicted (:func:`_batched_on_vllm`); under ``--load-mode
+    cancel`` no residue is named ahead (:func:`_cancelled`)."""
     pred = _predict(config, modulus, patch_status=patch_status, patches=patches,
                     cached_tokens=cached_tokens, longest=longest, load=load, lengths=lengths)
+    if load and load_mode == "cancel" and pred.armed:
+        return _cancelled(config, pred, int(load))
     if load and config.get("engine") == "vllm" and pred.armed and pred.residues:
         return _batched_on_vllm(config, pred, int(load))
     return pred
+
+
+def _cancelled(c: Mapping[str, Any], pred: Prediction, load: int) -> Prediction:
+    """Cancel mode cuts each background after a few tokens and sends it again, so what runs
+    beside a measured request's final chunk (0 to ``load`` decode rows, re-sent prefills,
+    each taking its share of the budget) is not known ahead and the load arithmetic names
+    no residue. What the rule still says is per measured request: a final chunk of
+    ``1 + k`` tokens in a batch whose every row is ``1 + k`` tokens replays the verify
+    graph; the records' ``load.beside`` shows which requests ran that shape."""
+    size = _draft_count(c) + 1
+    return Prediction(None, True, Phrase.of(
+        "names no residue ahead under ", Code(f"--load {load} --load-mode cancel"),
+        ": the backgrounds are cut and sent again, so the rows beside each measured "
+        "request's final chunk vary; it predicts a break at each measured request whose "
+        f"final chunk of {size} tokens (1 + k) ran in a batch of {size}-token rows only "
+        "(its record's ", Code("load.beside"), ")"), pred.unit, budget=pred.budget,
+        per_batch=size)
+
+
+def armed_batch(beside: Mapping[str, Any] | None, size: int) -> bool | None:
+    """Did this measured request's final chunk run in the shape the rule is about: ``size``
+    (``1 + k``) tokens in a batch of ``size``-token rows only (``num_tokens == num_reqs *
+    (1 + k)``)? None when the server logged no batch (``load.beside`` absent)."""
+    if not beside or beside.get("final_chunk") is None:
+        return None
+    reqs, tokens = beside.get("batch_reqs"), beside.get("batch_tokens")
+    return int(beside["final_chunk"]) == size and reqs is not None and tokens is not None \
+        and int(tokens) == int(reqs) * size
+
+
+def _draft_count(c: Mapping[str, Any]) -> int:
+    method = c.get("method", c.get("spec"))
+    return int(c.get("draft_tokens") or 0) if method and method != "none" else 0
 
 
 def _batched_on_vllm(c: Mapping[str, Any], pred: Prediction, load: int) -> Prediction:
@@ -221,8 +261,7 @@ def _predict(config: Mapping[str, Any], modulus: int, *, patch_status: Any = Non
     if unknown:   # a live server (sweep --url) that does not say what it runs
         return Prediction(None, False, Phrase.of("cannot name a residue: the server does not "
                                                  f"report its {', '.join(unknown)}"))
-    method = c.get("method", c.get("spec"))
-    k = int(c.get("draft_tokens") or 0) if method and method != "none" else 0
+    k = _draft_count(c)
     if not k:
         return Prediction([], False, Phrase.of("predicts no break: no speculative decoding, so "
                                                "no ", Code("1 + k"), " verify shape to mistake "
@@ -265,7 +304,7 @@ def _predict(config: Mapping[str, Any], modulus: int, *, patch_status: Any = Non
     res = sorted({r for _, rs in named if rs for r in rs})
     if not budget:
         return Prediction(res, True, Phrase.of(
-            f"predicts {residues_phrase(res)} (k + 1 = {k + 1}, mod {source} {unit}; ",
+            f"{_predicts(res)} (k + 1 = {k + 1}, mod {source} {unit}; ",
             Code(mode or "?"), ", prefill fix off", on, ")"), unit)
     where = "; ".join(_shape_phrase(sh, source, load) for sh in shapes)
     tail = Phrase.of("; ", Code(mode or "?"), ", prefill fix off", on)
@@ -278,8 +317,16 @@ def _predict(config: Mapping[str, Any], modulus: int, *, patch_status: Any = Non
             hint, tail), unit, budget=budget)
     miss = ("; the " + " and the ".join(sh.name for sh in lost) + f" cannot be resolved "
             f"mod {m}" if lost else "")
-    return Prediction(res, True, Phrase.of(f"predicts {residues_phrase(res)} (k + 1 = {k + 1}: "
+    return Prediction(res, True, Phrase.of(f"{_predicts(res)} (k + 1 = {k + 1}: "
                                            f"{where}{miss}", tail, ")"), unit, budget=budget)
+
+
+def _predicts(res: list[int]) -> str:
+    """The rule's verb: the residues it names, or, where the shape lands on none of the
+    lengths swept (a budget that does not divide the modulus, read per length), that no
+    break is predicted there (not "predicts residues " with an empty list)."""
+    return (f"predicts {residues_phrase(res)}" if res
+            else "predicts no break at the lengths swept")
 
 
 def _by_length(sh: Shape, lengths: Mapping[int, Iterable[int]]) -> list[int]:

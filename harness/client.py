@@ -163,6 +163,18 @@ class EngineClient:
             return {}
         return pool_state_from_text(text)
 
+    async def pool_scrape(self) -> tuple[dict[str, Any], str | None]:
+        """``pool_state`` and why the scrape failed (None when it answered): a restore
+        check that could not run says which of the two it was (--isolation restore)."""
+        try:
+            text = (await self._request("GET", "/metrics", timeout=10)).text
+        except ClientError as e:
+            return {}, str(e) or type(e).__name__
+        try:
+            return pool_state_from_text(text), None
+        except ValueError as e:   # not a Prometheus exposition
+            return {}, f"not a Prometheus exposition: {e}"
+
     # -- work --------------------------------------------------------------------------
     async def tokenize(self, messages: Sequence[dict[str, str]], model: str) -> int | None:
         """Templated length by the server's own tokenizer; None when it has no /tokenize."""

@@ -52,7 +52,7 @@ def dry_run(opts: SweepOptions, adapter) -> int:
         for p in (plan.points if plan else []):
             if p.cfg_id == config_id(cfg):
                 lengths.setdefault(p.residue, set()).add(p.plan.target_len)
-        print(f"  rule predicts: {_rule_line(cfg, mod, opts.load, lengths)}", file=out)
+        print(f"  rule predicts: {_rule_line(cfg, mod, opts.load, lengths, opts.load_mode)}", file=out)
         print(f"  server: {adapter.shell_line(cfg, opts.slots[0])}", file=out)
         restoring = adapter.for_isolation("restore") if opts.isolation == "auto" else adapter
         if restoring is not adapter:   # auto's restore pass starts its servers in sleep mode
@@ -89,18 +89,21 @@ def _case_lines(plan, cid: str, opts: SweepOptions) -> list[str]:
 
 
 def _rule_line(cfg, modulus: int, load: int = 0,
-               lengths: dict[int, set[int]] | None = None) -> str:
+               lengths: dict[int, set[int]] | None = None, load_mode: str = "steady") -> str:
     """What the one Bug B rule (``harness.bugb``) says about ``cfg`` before it runs; on
     vLLM with the installed release and the runner it would run on (forced, or that
     release's default for this model and method); under ``--load`` with the planned
-    lengths (the budget left beside the background decodes)."""
+    lengths (the budget left beside the background decodes), and under ``--load-mode
+    cancel`` per measured request, not per residue."""
     if cfg.engine == "cmd" and DECLARED_NOTE not in cfg.notes:
         return ("cannot be checked before the server runs (--engine cmd: what it runs is "
                 "read from the server after boot, or declared with --served-config)")
     pred = bugb.predict(_with_installed_vllm(cfg.as_dict()), modulus, load=load,
-                        lengths=lengths if load else None)
+                        load_mode=load_mode, lengths=lengths if load else None)
     if pred.residues:
         return f"{pred.residues} ({pred.reason.plain()})"
+    if pred.per_batch:
+        return f"per measured request ({pred.reason.plain()})"
     return f"nothing ({pred.reason.plain()})"
 
 

@@ -65,7 +65,8 @@ async def _restore(client: Any, server: Any, info: dict) -> float:
                 # a wake maps new memory: fill it again, so the record's poison claim holds
                 info["restore"]["fill"] = await refill(client, info["poison"])
     except (RestoreFailed, ClientError) as e:
-        info["restore"] = {"means": "failed", "error": str(e)}
+        info["restore"] = {"means": "failed", "error": str(e),
+                           **({"checks": e.checks} if getattr(e, "checks", None) else {})}
         info["unusable"] = f"restore failed on the reused server (replaced): {e}"
     return round(time.monotonic() - t0, 4)
 

@@ -163,6 +163,13 @@ def build_parser(parser_cls: type[argparse.ArgumentParser] = _Parser) -> argpars
            "shared with other servers (the worker's 'Memory usage increased after sleeping.': "
            "it compares the device's free memory before and after). The scheduler stays "
            "paused, the memory is discarded, the executor is not marked asleep, HTTP 500")
+    a("--quiet-allocator", action="store_true",
+      help="fault (for tests): a sleep does not log the allocator's 'CuMemAllocator: sleep "
+           "freed ...' line, only the worker's 'Sleep mode freed X GiB memory' (as where "
+           "vLLM's allocator logger is quieter than INFO)")
+    a("--disable-log-stats", action="store_true",
+      help="vLLM's flag: no stat logger, so /metrics serves no vllm:* metric (the counters, "
+           "the pool gauges and the sleep-state gauge are all absent)")
     a("--tensor-parallel-size", "-tp", type=_pos_int, default=1,
       help="vLLM's flag, recorded only: the lab reports it (and CUDA_VISIBLE_DEVICES) in its "
            "effective config and refuses more than the visible devices, but computes every "
@@ -211,6 +218,7 @@ def config_from_args(argv: list[str] | None = None, *,
         api_key=ns.api_key or os.environ.get("VLLM_API_KEY") or None, seed=ns.seed,
         patches=ns.patches, geometry=ns.geometry, mamba_cache_mode=ns.mamba_cache_mode,
         enable_sleep_mode=ns.enable_sleep_mode, fail_sleep_at=ns.fail_sleep_at,
+        quiet_allocator=ns.quiet_allocator, disable_log_stats=ns.disable_log_stats,
         tensor_parallel_size=ns.tensor_parallel_size,
         visible_devices=(os.environ.get("CUDA_VISIBLE_DEVICES") if devices is _FROM_ENV
                          else devices) or None)

@@ -162,6 +162,11 @@ class LabConfig:
     # vLLM's --enable-sleep-mode: the KV memory is allocated where /sleep can discard it
     enable_sleep_mode: bool = False
     fail_sleep_at: int | None = None          # a fault: the Nth level >= 1 sleep fails (cli)
+    # a fault (for tests): the allocator's 'CuMemAllocator: sleep freed' line is not logged
+    # (vLLM's device_allocator logger set above INFO): only the worker's 'Sleep mode freed'
+    quiet_allocator: bool = False
+    # vLLM's --disable-log-stats: no stat logger, so /metrics has no vllm:* metric at all
+    disable_log_stats: bool = False
     # vLLM's --tensor-parallel-size and the CUDA_VISIBLE_DEVICES the server was given: the
     # lab RECORDS them (effective config) and checks the group is large enough; it does not
     # shard anything: one CPU process computes every token either way
@@ -285,6 +290,9 @@ class LabConfig:
         d["draft_tokens"] = self.num_spec_tokens
         d["kv_cache_tokens"] = self.kv_cache_tokens
         d["api_key_required"] = bool(self.api_key)
+        for flag in ("quiet_allocator", "disable_log_stats"):
+            if not d[flag]:   # off, as every server before them: reported as it always was
+                del d[flag]
         if self.tensor_parallel_size == 1:   # a server of one slot reports as it always did
             del d["tensor_parallel_size"], d["visible_devices"]
         return d

@@ -77,7 +77,9 @@ async def detokenize(st: AppState, request: HTTPRequest) -> Response:
 
 
 async def metrics(st: AppState, request: HTTPRequest) -> Response:
-    return Response(st.engine.core.metrics.exposition(),
+    # --disable-log-stats: vLLM builds no PrometheusStatLogger, the route stays
+    body = b"" if st.cfg.disable_log_stats else st.engine.core.metrics.exposition()
+    return Response(body,
                     media_type="text/plain; version=0.0.4; charset=utf-8")
 
 

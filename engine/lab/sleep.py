@@ -81,13 +81,19 @@ class SleepState:
             self.pool.discard()
         else:
             total = 0   # nothing was allocated in the sleep-mode pool: nothing to drop
-        log("INFO", "cumem.py:270", f"CuMemAllocator: sleep freed {total / GiB:.2f} GiB "
-            f"memory in total, of which 0.00 GiB is backed up in CPU and the rest "
-            f"{total / GiB:.2f} GiB is discarded directly.")
+        if not self.cfg.quiet_allocator:
+            log("INFO", "cumem.py:270", f"CuMemAllocator: sleep freed {total / GiB:.2f} GiB "
+                f"memory in total, of which 0.00 GiB is backed up in CPU and the rest "
+                f"{total / GiB:.2f} GiB is discarded directly.")
         self.sleeps += 1
         if self.sleeps == self.cfg.fail_sleep_at:   # paused, discarded, not marked asleep
             log("ERROR", "core.py:1548", "AssertionError: Memory usage increased after sleeping.")
             raise SleepFailed("Call to sleep method failed: Memory usage increased after sleeping.")
+        # gpu_worker.py Worker.sleep, after its free-memory assertion: the device's free
+        # memory before and after, so what was offloaded to CPU and what was discarded
+        # together (the lab has no weights: the same figure as the allocator's)
+        log("INFO", "gpu_worker.py:221", f"Sleep mode freed {total / GiB:.2f} GiB memory, "
+            "0.00 GiB memory is still in use.")
         self.sleeping_tags = set(TAGS)
         log("INFO", "abstract.py:327",
             f"It took {time.perf_counter() - t0:.6f} seconds to fall asleep.")

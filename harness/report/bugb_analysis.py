@@ -2,7 +2,7 @@
 records, and whether the sweep agrees with it."""
 from __future__ import annotations
 
-from ..bugb import Prediction, hit_granularity, predict
+from ..bugb import Prediction, armed_batch, hit_granularity, predict
 from ..phrase import Phrase
 from ..ranges import residues_phrase
 from ..run.records import BUG_VERDICTS
@@ -26,20 +26,14 @@ def predict_bug_b(cd: ConfigData) -> Prediction:
             by_residue.setdefault(int(r.residue), set()).add(int(r.target_len))
     load = max((int((r.load or {}).get("n") or 0) for r in cd.records), default=0)
     preempted = sum(int((r.load or {}).get("preemptions") or 0) for r in cd.records)
+    modes = {(r.load or {}).get("mode") for r in cd.records if (r.load or {}).get("n")}
     pred = predict(cd.config, cd.modulus, patch_status=cd.first("patch_status"),
                    patches=cd.first("patches"),
                    cached_tokens=(r.cached_tokens for r in cd.records),
                    longest=max(lengths) if lengths else None, load=load,
+                   load_mode="cancel" if "cancel" in modes else "steady",
                    lengths=by_residue if load else None)
-    modes = {(r.load or {}).get("mode") for r in cd.records if (r.load or {}).get("n")}
-    if "cancel" in modes and pred.armed:
-        # cancel mode cuts the backgrounds and sends them again: how many decode rows ran
-        # beside a measured prefill varies (0 included), so the load arithmetic names nothing
-        return Prediction(None, True, Phrase.of(
-            "cannot name a residue: under --load-mode cancel the backgrounds are cut and sent "
-            "again, so the decode rows beside each measured request vary (each record's "
-            "load.beside says what ran)"), pred.unit, budget=pred.budget)
-    if preempted and pred.armed:
+    if preempted and pred.armed and not pred.per_batch:
         # a preempted request is recomputed in other batches: the load arithmetic is off
         return Prediction(None, True, Phrase.of(
             f"cannot name a residue: {preempted} preemption(s) during the measured requests "
@@ -84,6 +78,8 @@ def agreement(cd: ConfigData, pred: Prediction) -> str:
             return ("**nothing judged** (every answer is unjudged: no reference could judge "
                     "it), so the rule is untested")
         return "**nothing measured** (no point produced an answer), so the rule is untested"
+    if pred.per_batch:
+        return _per_batch_agreement(cd, pred.per_batch, covered, broken)
     if pred.residues is None:
         if broken:
             return f"broken at {residues_phrase(broken)}; the rule cannot be checked here"
@@ -125,6 +121,34 @@ def agreement(cd: ConfigData, pred: Prediction) -> str:
                 "applied unreported, or no cache hit on the measured phase: see cached_tokens)")
     return (f"**the sweep disagrees**: broken at {residues_phrase(broken)}, the rule "
             f"predicts {residues_phrase(predicted)}")
+
+
+def _per_batch_agreement(cd: ConfigData, size: int, covered: set[int],
+                         broken: set[int]) -> str:
+    """Under ``--load-mode cancel`` the rule predicts per measured request (bugb's
+    ``armed_batch``): a residue is predicted broken when some record of it shows its final
+    chunk of ``size`` tokens in a shape-uniform batch. A residue whose records carry no
+    ``load.beside`` cannot be checked, and the sentence says so."""
+    shaped: set[int] = set()
+    unread: set[int] = set()
+    for r in cd.records:
+        if r.residue is None or int(r.residue) not in covered:
+            continue
+        armed = armed_batch((r.load or {}).get("beside"), size)
+        if armed is None:
+            unread.add(int(r.residue))
+        elif armed:
+            shaped.add(int(r.residue))
+    note = (f" ({residues_phrase(unread)}: no batch logged, not checked)" if unread else "")
+    where = (f"where `load.beside` shows a {size}-token final chunk in a uniform batch: "
+             + (residues_phrase(shaped) if shaped else "none"))
+    checked_broken = broken - unread
+    if checked_broken == shaped:
+        verb = (f"broken exactly {where}" if shaped else f"no break, and no request ran "
+                f"the shape ({where})")
+        return f"**the sweep agrees**: {verb}{note}"
+    seen = residues_phrase(checked_broken) if checked_broken else "no residue"
+    return f"**the sweep disagrees**: broken at {seen}, {where}{note}"
 
 
 # ----------------------------------------------------------------------------------------

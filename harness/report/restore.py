@@ -30,11 +30,8 @@ def restore_summary(records: Iterable[PhaseRecord]) -> str:
     parts = []
     if done:
         secs = [float(p.get("s") or 0.0) for p in done]
-        unproven = sum(1 for p in done if p.get("proven") is False)   # a fill (--poison)
-        proven = (f"{unproven} not proven (those points are infra)" if unproven
-                  else "each proven")
-        parts.append(f"{len(done)} point{'s' if len(done) != 1 else ''} restored, {proven} "
-                     f"(median {statistics.median(secs):.3g} s per point, "
+        parts.append(f"{len(done)} point{'s' if len(done) != 1 else ''} restored, "
+                     f"{_proof(done)} (median {statistics.median(secs):.3g} s per point, "
                      f"{min(secs):.3g}–{max(secs):.3g} s)")
     if failed:
         first = escape_text(str(failed[0].get("error")), limit=160)
@@ -47,6 +44,55 @@ def restore_summary(records: Iterable[PhaseRecord]) -> str:
     if booted:
         parts.append(f"{booted} on a just-booted server")
     return f"{escape_text(', '.join(means))}: " + "; ".join(parts)
+
+
+# restore.checks (harness/restore.py), as the row names them
+CHECK_LABELS = {"is_sleeping": "asleep", "sleep_gauge": "sleep gauge",
+                "discard": "KV discarded", "is_awake": "awake", "wake_gauge": "wake gauge",
+                "pool_empty": "pool empty", "fill": "fill"}
+
+
+def _proof(done: list[dict]) -> str:
+    """What proved the restored points: ``each proven: asleep, ..., pool empty`` only when
+    every check of every point ran; a check that could not run is named with why and on
+    how many points. Records before ``restore.checks`` read as they always did."""
+    unproven = sum(1 for p in done if p.get("proven") is False)   # a fill (--poison)
+    infra = f"{unproven} not proven (those points are infra)" if unproven else ""
+    checked = [p["checks"] for p in done if isinstance(p.get("checks"), dict)]
+    if not checked:
+        return infra or "each proven"
+    names = sorted({n for checks in checked for n in checks}, key=_rank)
+    gaps = _not_run(checked)
+    skipped = {n for ns, _ in gaps.values() for n in ns}
+    proven = ", ".join(CHECK_LABELS.get(n, n) for n in names if n not in skipped)
+    if not gaps:
+        return infra or f"each proven: {proven}"
+    said = [f"{', '.join(CHECK_LABELS.get(n, n) for n in sorted(ns, key=_rank))} not run "
+            f"on {points} point{'s' if points != 1 else ''} ({escape_text(why, limit=160)})"
+            for why, (ns, points) in sorted(gaps.items(),
+                                            key=lambda kv: min(map(_rank, kv[1][0])))]
+    return "; ".join(x for x in (infra, f"proven: {proven}" if proven else "none proven",
+                                 *said) if x)
+
+
+def _rank(name: str) -> int:
+    """A check's place in the restore's own order (a record's keys may come back sorted)."""
+    order = list(CHECK_LABELS)
+    return order.index(name) if name in order else len(order)
+
+
+def _not_run(checked: list[dict]) -> dict[str, tuple[set[str], int]]:
+    """why -> (the checks that could not run for that reason, on how many points)."""
+    out: dict[str, tuple[set[str], int]] = {}
+    for checks in checked:
+        seen: set[str] = set()
+        for name, c in checks.items():
+            if isinstance(c, dict) and c.get("not_run"):
+                why = str(c["not_run"])
+                names, points = out.get(why, (set(), 0))
+                out[why] = (names | {name}, points + (why not in seen))
+                seen.add(why)
+    return out
 
 
 def poison_summary(records: Iterable[PhaseRecord]) -> str:

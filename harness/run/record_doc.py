@@ -141,8 +141,17 @@ FIELD_DOCS: dict[str, str] = {
                 "restored: `s` (seconds, the point's restore cost), `steps` (seconds of "
                 '`sleep`, `is_sleeping`, `wake_up`, `is_awake`, `reset`), `discarded_gib` '
                 "(what the engine's allocator line says the sleep discarded; more than 0 is "
-                'required), `metrics` (what `/metrics` said after it: `running`, `waiting`, '
-                '`kv_cache_usage`, where reported); `--poison` on: `means` '
+                "required; null where only the worker's `Sleep mode freed` line was logged, "
+                'which counts the weights offloaded to CPU too), `metrics` (what `/metrics` '
+                'said after it: `running`, `waiting`, `kv_cache_usage`, where reported), '
+                '`checks` (every check by name, `is_sleeping`, `sleep_gauge`, `discard`, '
+                '`is_awake`, `wake_gauge`, `pool_empty`, and `fill` for the fill: `value` '
+                '(what it read: the sleep-state gauge by label, the allocator line\'s '
+                '`total` / `backup` / `gone` GiB, the pool metrics) and `ok`; or `not_run` '
+                '(why it could not run: `metrics absent: ...`, `scrape failed: ...`, `no '
+                'allocator line: ...`, with `value` `{"freed": GiB}` from the worker\'s '
+                'line), which the report\'s restore row names; absent before issue 33); '
+                '`--poison` on: `means` '
                 '`reset+poison-fill` (the prefix cache reset and the fill again, no weights '
                 'moved; `steps`: `reset`, `fill`; `proven`: the fill\'s checksums held)'),
     "poison": ('`--poison` (harness/poison.py, docs/isolation.md), on every record whose '

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from engine.presets import resolve
-from harness.bugb import auto_modulus, final_chunk, predict
+from harness.bugb import armed_batch, auto_modulus, final_chunk, predict
 from harness.configs import modulus_and_why, select_residues
 from harness.engines import LAB_MODEL_DIR
 from harness.run.hits import budget_final_chunk
@@ -196,18 +196,61 @@ def test_a_load_sweep_breaks_where_the_lone_sweep_is_clean_and_resumes_the_same(
     assert next(r for r in again if r["residue"] == 388)["load"]["beside"]["dispatch"] == "FULL"
 
 
+def _at(recs: list[dict], residue: int) -> dict:
+    return next(r for r in recs if r["residue"] == residue)
+
+
 @pytest.mark.usefixtures("no_leftovers")
 @pytest.mark.e2e   # the real sweep in a subprocess, with real lab servers
-def test_the_fix_holds_under_load_and_cancel_mode_restarts_backgrounds(tmp_path):
-    args = [a if a != "none" else "all" for a in LOAD_ARGS]
+def test_the_fix_holds_under_load_where_the_unpatched_build_breaks(tmp_path):
+    """Issue 33 item 6: the fix is tested only where the shape it is for was built. Both
+    builds run the same load: residue 388's final chunk of 4 tokens (1 + k) beside 4 decode
+    rows of 4 (20 = 5 x 4 tokens, shape-uniform), read from the server's own scheduler
+    trace (``load.beside``); unpatched it replays the verify plan and breaks where the rule
+    predicts, patched the same batch runs PIECEWISE and is ok."""
+    runs = {}
+    for patches in ("none", "all"):
+        args = [a if a != "none" else patches for a in LOAD_ARGS]
+        proc, run_id = _sweep(tmp_path, *args, "--load", "4", "--slots", "1")
+        runs[patches] = (proc, _records(tmp_path, run_id))
+    for patches, (_, recs) in runs.items():
+        b = _at(recs, 388)["load"]["beside"]
+        assert (b["final_chunk"], b["decode_reqs"], b["batch_reqs"], b["batch_tokens"]) \
+            == (4, 4, 5, 20), (patches, b)
+    (bad, bad_recs), (good, good_recs) = runs["none"], runs["all"]
+    assert _verdicts(bad_recs) == {4: "ok", 388: "broken"} and bad.returncode == 1
+    assert "predicts residue 388" in bad.stdout
+    assert "the sweep agrees: broken exactly at residue 388" in bad.stdout
+    assert _verdicts(good_recs) == {4: "ok", 388: "ok"}, good.stderr[-2000:]
+    assert good.returncode == 0
+    assert {p: _at(recs, 388)["load"]["beside"]["dispatch"] for p, (_, recs) in runs.items()} \
+        == {"none": "FULL", "all": "PIECEWISE"}
+
+
+@pytest.mark.usefixtures("no_leftovers")
+@pytest.mark.e2e   # the real sweep in a subprocess, with real lab servers
+def test_cancel_mode_restarts_backgrounds_and_each_break_follows_its_batch(tmp_path):
+    """Cancel mode cuts each background and sends it again before the measured request, so
+    what runs beside its final chunk is not known ahead (the measured request may outrun
+    a cut, or run beside a re-sent prefill): the shape cannot be built on purpose, and the
+    rule names no residue. What it still predicts is per request: unpatched, a measured
+    request breaks exactly when its record's ``load.beside`` shows a 4-token final chunk in
+    a batch of 4-token rows (452: 4,036 = 8 x 504 + 4 when both backgrounds decode)."""
+    args = [a if a != "4,388" else "4,388,452" for a in LOAD_ARGS]
     proc, run_id = _sweep(tmp_path, *args, "--load", "2", "--load-mode", "cancel")
     recs = _records(tmp_path, run_id)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert _verdicts(recs) == {4: "ok", 388: "ok"}
-    assert all(r["load"]["mode"] == "cancel" and r["load"]["n"] == 2 for r in recs)
+    assert len(recs) == 3 and all(r["load"]["mode"] == "cancel" and r["load"]["n"] == 2
+                                  for r in recs)
     # each of the two backgrounds was cut after a few tokens and sent again before the
     # measured request was (the harness waits for it)
     assert all(r["load"]["restarts"] >= 2 for r in recs), [r["load"] for r in recs]
+    shaped = {r["residue"] for r in recs if armed_batch(r["load"]["beside"], 4)}
+    assert {r["residue"]: r["verdict"] for r in recs} == {
+        r["residue"]: "broken" if r["residue"] in shaped else "ok" for r in recs}, \
+        [(r["residue"], r["verdict"], r["load"]["beside"]) for r in recs]
+    assert proc.returncode == (1 if shaped else 0), proc.stderr[-2000:]
+    assert "names no residue ahead under --load 2 --load-mode cancel" in proc.stdout
+    assert "the sweep agrees" in proc.stdout and "predicts residues  (" not in proc.stdout
 
 
 def test_load_flags_are_checked():
@@ -228,6 +271,35 @@ def test_the_dry_run_names_the_batched_residue_under_load():
     alone = subprocess.run([sys.executable, "-m", "harness", *LOAD_ARGS, "--dry-run"],
                            cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert "rule predicts: [4]" in alone.stdout
+    cancel = subprocess.run([sys.executable, "-m", "harness", *LOAD_ARGS, "--load", "4",
+                             "--load-mode", "cancel", "--dry-run"], cwd=ROOT,
+                            capture_output=True, text=True, timeout=120)
+    assert ("rule predicts: per measured request (names no residue ahead under --load 4 "
+            "--load-mode cancel") in cancel.stdout, cancel.stdout[-1500:]
+
+
+def test_under_load_a_shape_on_none_of_the_lengths_swept_predicts_no_break_there():
+    """Issue 33 item 6: with --load 2 the budget is 504, which does not divide the modulus
+    512; read per length, neither 4,100 nor 3,972 ends in a 4-token chunk, and the rule
+    said "predicts residues  (" with an empty list."""
+    c = cfg(prefix_caching=False, max_num_batched_tokens=512).as_dict()
+    p = predict(c, 512, longest=4100, load=2, lengths={4: [4100], 388: [3972]})
+    assert p.residues == [] and p.armed
+    assert p.why.startswith("predicts no break at the lengths swept (k + 1 = 4: the chunk "
+                            "budget 504")
+    on = predict(c, 512, longest=4100, load=2, lengths={4: [4100], 452: [4036]})
+    assert on.residues == [452]
+    cancel = predict(c, 512, longest=4100, load=2, load_mode="cancel",
+                     lengths={4: [4100], 452: [4036]})
+    assert cancel.residues is None and cancel.armed and cancel.per_batch == 4
+
+
+def test_a_batch_is_armed_when_every_row_is_1_plus_k_tokens():
+    beside = {"final_chunk": 4, "batch_reqs": 3, "batch_tokens": 12}
+    assert armed_batch(beside, 4) is True
+    assert armed_batch({**beside, "batch_tokens": 76, "final_chunk": 68}, 4) is False
+    assert armed_batch({**beside, "batch_tokens": 13}, 4) is False   # a prefill row beside
+    assert armed_batch(None, 4) is None and armed_batch({}, 4) is None
 
 
 # -- load on real vLLM: named to measure (reports/h200/shapes/) -----------------------------

@@ -342,13 +342,43 @@ def test_a_diverged_self_hit_is_not_called_broken_in_the_summary():
 def test_the_rule_names_no_residue_under_load_mode_cancel():
     """Issue 33 item 6: cancel mode cuts the backgrounds, so the decode rows beside a
     measured prefill vary; the rule said "predicts residues  (" (an empty list) and then
-    "the sweep agrees"."""
+    "the sweep agrees". It names no residue ahead, and a record without a logged batch is
+    not checked."""
     recs = [{**r, "load": {"n": 2, "mode": "cancel", "restarts": 2}}
             for r in synth.sweep(FULL, [3, 4, 5])]
     md = render_markdown(recs)
     (line,) = [ln for ln in md.splitlines() if ln.startswith("- **Bug B rule:**")]
-    assert "cannot name a residue: under --load-mode cancel" in line
-    assert "predicts residues  (" not in md and "the sweep agrees" not in line
+    assert "names no residue ahead under `--load 2 --load-mode cancel`" in line
+    assert "predicts residues  (" not in md
+    assert "residues 3–5: no batch logged, not checked" in line
+
+
+def _beside(final_chunk: int, decode_reqs: int) -> dict:
+    reqs = decode_reqs + 1
+    return {"final_chunk": final_chunk, "batch_reqs": reqs, "decode_reqs": decode_reqs,
+            "batch_tokens": final_chunk + 4 * decode_reqs, "prefill_reqs": 1}
+
+
+@pytest.mark.parametrize("shaped_at,broken,agrees", [
+    (4, [4], "**the sweep agrees**: broken exactly where `load.beside` shows a 4-token "
+             "final chunk in a uniform batch: residue 4"),
+    (None, [], "**the sweep agrees**: no break, and no request ran the shape"),
+    (None, [4], "**the sweep disagrees**: broken at residue 4, where `load.beside` shows "
+                "a 4-token final chunk in a uniform batch: none"),
+    (5, [], "**the sweep disagrees**: broken at no residue, where `load.beside` shows a "
+            "4-token final chunk in a uniform batch: residue 5")])
+def test_under_load_mode_cancel_each_break_is_checked_against_its_batch(shaped_at, broken,
+                                                                          agrees):
+    """Under cancel mode the rule predicts per measured request: a break where the
+    record's load.beside shows a 1 + k-token final chunk in a batch of 1 + k-token rows."""
+    recs = []
+    for r in synth.sweep(FULL, [3, 4, 5], broken=broken):
+        beside = _beside(4, 2) if r["residue"] == shaped_at else _beside(68, 2)
+        recs.append({**r, "load": {"n": 2, "mode": "cancel", "restarts": 2,
+                                   "beside": beside}})
+    (line,) = [ln for ln in render_markdown(recs).splitlines()
+               if ln.startswith("- **Bug B rule:**")]
+    assert agrees in line, line
 
 
 def test_long_boot_fail_reason_is_capped_in_the_cell_not_the_footnote():
