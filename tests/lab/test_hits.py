@@ -136,6 +136,10 @@ def _run_chunks(core: EngineCore, req: Request) -> tuple[str, list[int]]:
 def _cold_and_hit(residue: int, **kw) -> tuple[tuple[str, list[int]], tuple[str, list[int]], int]:
     core = EngineCore(_cfg(**HUGE, speculative_config=MTP3, cudagraph_mode="FULL_AND_PIECEWISE",
                            **kw), TOK)
+    # a cold break reads stale state, which is per process until filled (engine/lab/poison.py):
+    # filled as the harness does by default, its answer is the same in every process
+    core.stale.residue_lab_arm()
+    assert core.stale.residue_lab_poison()["ok"]
     m = _prompt_at_residue(residue)
     cold = _run_chunks(core, _request(m, "cold", 400))
     hit_req = _request(m, "hit", 400)
