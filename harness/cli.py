@@ -44,6 +44,7 @@ from .session import Callbacks, Sweep
 from .store import (StoreError, linked_runs, load_manifest_for, load_records, read_jsonl,
                     resolve_results, resolve_sources)
 from .vocabulary import PHASES
+from .vocabulary import CLEAN
 
 __all__ = ["EXIT_ABORT", "build_options", "sweep_parser", "run_sweep", "run_report",
            "run_compare", "run_presets", "run_explain", "SUBCOMMANDS", "Terminal", "main"]
@@ -87,7 +88,7 @@ class Terminal(Callbacks):
         self.bar = _progress(points, self.show_progress)
 
     def point_done(self, point: Point, records: list[dict], verdicts: Counter) -> None:
-        bad = [r for r in records if r["verdict"] != "ok"]
+        bad = [r for r in records if r["verdict"] not in CLEAN]
         if bad and not self.show_progress:
             _say(f"  residue {point.residue}: " + ", ".join(f"{r['phase']} {r['verdict']}"
                                                            for r in bad))

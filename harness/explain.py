@@ -32,6 +32,7 @@ from .run.records import PhaseRecord, document_of, latest_records, phase_key, ty
 from .session import Sweep
 from .vocabulary import CLEAN
 from .store import ResultStore, StoreError, load_manifest_for, read_jsonl, resolve_results
+from .engines import EngineName
 
 __all__ = ["ExplainPlan", "Target", "RungSpec", "ExplainSweep", "prepare", "ladder_options",
            "axis_changes", "non_ok_cells", "parent_golden", "check_resume",
@@ -144,7 +145,7 @@ def axis_changes(cfg: ServingConfig, *, runners: tuple[str, ...] = (),
 
 def _vllm_hybrid_with_unit(cfg: ServingConfig) -> bool:
     """vLLM refuses block 16 here (``HYBRID_BLOCK_NOTE``); the lab's hybrid runs it."""
-    return cfg.engine == "vllm" and cfg.geometry == "hybrid" and bool(cfg.prefix_match_unit)
+    return cfg.engine == EngineName.VLLM and cfg.geometry == "hybrid" and bool(cfg.prefix_match_unit)
 
 
 def _spelling(name: str, value: Any) -> str | None:

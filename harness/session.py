@@ -45,6 +45,7 @@ from .orphans import end_orphans
 from .resume import check_resumed_records
 from .server_pool import Observer, ServerGroup, server_pids
 from .store import ResultStore, StoreError, load_records, new_run_id, run_lock
+from .vocabulary import CLEAN
 
 __all__ = ["Sweep", "RunResult", "Callbacks", "adapter_for"]
 
@@ -112,7 +113,7 @@ class RunResult:
     def not_ok(self) -> list[dict]:
         """The latest record of every cell whose verdict is not ``ok``."""
         latest, _ = latest_records(self.records)
-        return [r for r in latest if r.get("verdict") != "ok"]
+        return [r for r in latest if r.get("verdict") not in CLEAN]
 
 
 class _LoopSignals:
