@@ -43,6 +43,7 @@ FORMS = ("vllm serve MODEL [FLAGS]",
          "python -m engine.lab [FLAGS]")
 VLLM_MODULE = "vllm.entrypoints.openai.api_server"
 LAB_MODULE = "engine.lab"
+_VLLM_SERVE = ["vllm", "serve"]   # the program and its verb (not the engine's name)
 # the harness's own: every server listens where the harness says
 REPLACED = ("--port", "--host")
 SPEC_OF_METHOD = {method: spec for spec, (method, _, _) in SPEC_TABLE.items()}
@@ -107,7 +108,7 @@ def _split(line: str) -> tuple[str, list[str]]:
         tokens = shlex.split(line)
     except ValueError as e:
         raise UsageError(f"--serve: cannot split the line: {e}") from None
-    if tokens[:2] == ["vllm", "serve"]:
+    if tokens[:2] == _VLLM_SERVE:
         return "vllm", tokens[2:]
     if len(tokens) >= 3 and Path(tokens[0]).name.startswith("python") and tokens[1] == "-m":
         if tokens[2] == VLLM_MODULE:
