@@ -36,7 +36,6 @@ from .options import DEFAULT_OUT, build_options, parse_sweep_argv
 from .plaintext import markdown_to_plain
 from .posting import PostError, check_can_post, post_report
 from .preflight import check_output_file
-from .prompts import TemplateError
 from .run.plan import Point
 from .run.records import typed
 from .server_pool import kill_all_servers
@@ -283,12 +282,12 @@ def main(argv: Sequence[str] | None = None) -> None:
             code = SUBCOMMANDS[args[0]](args[1:])
         else:
             code = run_sweep(args)
-    except HarnessError as e:
-        print(f"sweep: {e.prefix}: {e}", file=sys.stderr)
-        code = e.exit_code
-    except (TemplateError, StoreError) as e:
-        print(f"sweep: cannot run: {e}", file=sys.stderr)
-        code = EXIT_CANNOT_RUN
+    except HarnessError as e:   # the tree of harness/errors.py: each carries its exit code
+        if e.exit_code is None:   # a HandledError that escaped where it is handled: a bug
+            code = internal_error(args, kill_all_servers)
+        else:
+            print(f"sweep: {e.prefix}: {e}", file=sys.stderr)
+            code = e.exit_code
     except BrokenPipeError:  # `sweep ... | head`
         sys.stderr.close()
         code = EXIT_OK

@@ -307,6 +307,8 @@ def _rung(ns, res, axis, label, changes, run_flags, base_cid) -> RungSpec:
     try:
         opts = _rung_opts(ns, res, changes, run_flags)
     except HarnessError as e:   # e.g. k-1 outside the preset's range, a residue past the modulus
+        if e.exit_code is None:   # handled where it is raised (HandledError): here, a bug
+            raise
         return RungSpec(label, axis, None, str(e))
     if config_id(opts.configs[0]) == base_cid:
         return RungSpec(label, axis, None, "the cell already runs with it")

@@ -32,7 +32,7 @@ from .outfile import write_output
 from .compare import compare_records
 from .run.records import (PhaseRecord, as_record, auto_pass, cell_key, document_of,
                           latest_records, phase_key, reference_cells, typed)
-from .errors import ExitCode
+from .errors import ExitCode, HandledError
 from .vocabulary import JUDGED, NOT_FAILED, OPEN
 from .vocabulary import CLEAN, UNJUDGED
 
@@ -43,7 +43,7 @@ STEP_SUMMARY_LIMIT = 1024 * 1024
 ISSUE_COMMENT_LIMIT = 65536
 
 
-class GateError(RuntimeError):
+class GateError(HandledError, RuntimeError):
     """A gate action that could not be carried out (e.g. ``gh`` missing or failing)."""
 
 

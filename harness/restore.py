@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from .client import ClientError, EngineClient
+from .errors import HandledError
 
 __all__ = ["SLEEP_MEANS", "RestoreFailed", "restore_server", "discarded_gib",
            "sleep_lines", "LOG_WAIT_S", "vllm_serves_sleep",
@@ -48,7 +49,7 @@ _DISCARDED = re.compile(r"CuMemAllocator: sleep freed (?P<total>[\d.]+) GiB memo
                         r"(?P<gone>[\d.]+) GiB is discarded directly")
 
 
-class RestoreFailed(RuntimeError):
+class RestoreFailed(HandledError, RuntimeError):
     """A restore step failed or did not prove what it must; the message names it."""
 
 

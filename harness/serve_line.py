@@ -30,10 +30,9 @@ from typing import Any
 
 from engine.presets import PATCHES, SPEC_TABLE, ServingConfig
 
-from .errors import UsageError
-from .isolation import POLICIES
 from .engines import EngineName
-from .isolation import IsolationName
+from .errors import HandledError, UsageError
+from .isolation import POLICIES, IsolationName
 
 __all__ = ["ServeLine", "parse_serve_line", "vllm_spellings", "added_flags", "added_lines",
            "FORMS"]
@@ -135,8 +134,8 @@ def _without(tokens: list[str], names: tuple[str, ...]) -> tuple[list[str], list
     return kept, dropped
 
 
-class _Refuse(Exception):
-    pass
+class _Refuse(HandledError):
+    """A quiet parser's error (its message): ``parse_serve_line`` says it as a UsageError."""
 
 
 def _quiet(cls):

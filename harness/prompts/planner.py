@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Sequence
 
 from .corpus import document_lines
+from ..errors import HandledError
 
 Message = dict[str, str]
 CountMany = Callable[[Sequence[Sequence[Message]]], list[int]]
@@ -40,7 +41,7 @@ WARMUP_FOLLOWUP = "Thank you. Which of those sentences is the shortest?"
 PAD_CANDIDATES = (" ~", " .", " -", " *", " =", " ;", " +", " the", " and", " a", " of")
 
 
-class PlanError(RuntimeError):
+class PlanError(HandledError, RuntimeError):
     """A residue target that cannot be hit exactly (never silently shifted)."""
 
 

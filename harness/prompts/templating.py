@@ -12,14 +12,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
+from ..errors import CannotRun
+
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
 
 Message = dict[str, str]
 
 
-class TemplateError(RuntimeError):
-    """The model directory has no usable tokenizer or chat template."""
+class TemplateError(CannotRun):
+    """The model directory has no usable tokenizer or chat template: the sweep cannot run
+    (exit 3), unless a caller gives it context (a prompt case's ``PlanError``)."""
 
 
 def _token_text(value: Any) -> str | None:

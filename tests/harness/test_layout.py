@@ -462,3 +462,64 @@ def test_no_module_compares_a_verdict_isolation_or_engine_string():
             if kinds and subject not in _OTHER_VOCABULARIES:
                 found.append(f"{p.relative_to(ROOT)}:{line} {'/'.join(kinds)} {word!r}")
     assert not found, found
+
+
+# -- one exception tree ----------------------------------------------------------------
+def _harness_exceptions() -> dict[str, type]:
+    """Every exception class a module of ``harness/`` defines, by ``module.Name``."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    import harness
+    out = {}
+    for m in pkgutil.walk_packages(harness.__path__, "harness."):
+        if m.name.rsplit(".", 1)[-1] == "__main__":   # importing it runs the CLI
+            continue
+        mod = importlib.import_module(m.name)
+        for name, obj in vars(mod).items():
+            if (inspect.isclass(obj) and issubclass(obj, BaseException)
+                    and obj.__module__ == m.name):
+                out[f"{m.name}.{name}"] = obj
+    return out
+
+
+def test_every_harness_exception_is_a_harness_error():
+    """One error tree: every exception class of ``harness/`` derives from
+    ``errors.HarnessError`` and carries its exit code, or is a ``HandledError`` (no exit
+    code: caught where it is raised). Where a caller's contract needs a builtin kind (an
+    argparse ``type=`` converter raises ``ValueError``; pytest reads a failed check as an
+    ``AssertionError``), the class keeps that base beside its harness one: none needs to
+    stay outside the tree. ``engine/`` has its own errors (it imports nothing of
+    ``harness/``)."""
+    from harness.errors import HarnessError
+    found = _harness_exceptions()
+    assert "harness.errors.UsageError" in found and "harness.client.ServerGone" in found
+    outside = sorted(n for n, c in found.items() if not issubclass(c, HarnessError))
+    assert not outside, outside
+    from harness.errors import HandledError
+    no_code = sorted(n for n, c in found.items() if c.exit_code is None
+                     and not issubclass(c, HandledError))
+    assert not no_code, no_code
+    bad_code = sorted(n for n, c in found.items()
+                      if c.exit_code is not None and not isinstance(c.exit_code, int))
+    assert not bad_code, bad_code
+
+
+def test_cli_main_maps_errors_by_the_base_class_once():
+    """``cli.main`` has one ``except`` clause for the harness's errors (any exception class
+    of ``harness/``), ``HarnessError`` alone: the exit code and the words come from the
+    error's class, not from a list of names."""
+    import builtins
+
+    from harness import cli
+    tree = ast.parse((HARNESS / "cli.py").read_text())
+    (main,) = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "main"]
+    clauses = []
+    for h in (h for t in ast.walk(main) if isinstance(t, ast.Try) for h in t.handlers):
+        names = [ast.unparse(e) for e in (h.type.elts if isinstance(h.type, ast.Tuple)
+                                          else [h.type] if h.type else [])]
+        classes = [getattr(cli, n, None) or getattr(builtins, n, None) for n in names]
+        if any(isinstance(c, type) and c.__module__.startswith("harness.") for c in classes):
+            clauses.append(names)
+    assert clauses == [["HarnessError"]], clauses
