@@ -26,6 +26,7 @@ from typing import Iterable
 from .errors import EXIT_CANNOT_RUN, EXIT_USAGE, BisectExit, ExitCode
 from .recordkeys import document_of
 from .vocabulary import OPEN, UNTESTED
+from .vocabulary import CLEAN
 
 __all__ = ["UNTESTED", "EXIT_GOOD", "EXIT_BAD", "EXIT_SKIP", "EXIT_ABORT_BISECT",
            "bisect_exit_code", "bisect_verdict_line", "map_exit", "internal_error"]
@@ -52,7 +53,7 @@ def _untested(recs: list[dict]) -> list[dict]:
 def bisect_exit_code(records: Iterable[dict]) -> int:
     recs = list(records)
     verdicts = Counter(r.get("verdict") for r in recs)
-    if any(v not in UNTESTED and v != "ok" for v in verdicts):
+    if any(v not in UNTESTED and v not in CLEAN for v in verdicts):
         return EXIT_BAD
     if not verdicts or _untested(recs):
         return EXIT_SKIP

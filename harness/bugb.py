@@ -38,6 +38,7 @@ from typing import Any, Iterable, Mapping
 from .phrase import Code, Phrase, Text
 from .ranges import residues_phrase
 from .vocabulary import FULL_GRAPH_MODES, PREFILL_FIX
+from .engines import EngineName
 
 __all__ = ["Prediction", "Shape", "predict", "hit_granularity", "prefill_fix_applied",
            "drops_hit_blocks", "DROPS_HIT_BLOCKS", "vllm_dispatch", "final_chunk",
@@ -182,7 +183,7 @@ def predict(config: Mapping[str, Any], modulus: int, *, patch_status: Any = None
                     cached_tokens=cached_tokens, longest=longest, load=load, lengths=lengths)
     if load and load_mode == "cancel" and pred.armed:
         return _cancelled(config, pred, int(load))
-    if load and config.get("engine") == "vllm" and pred.armed and pred.residues:
+    if load and config.get("engine") == EngineName.VLLM and pred.armed and pred.residues:
         return _batched_on_vllm(config, pred, int(load))
     return pred
 
@@ -391,7 +392,7 @@ def vllm_dispatch(c: Mapping[str, Any]):
     not vLLM, no release in the effective configuration, or neither the runner the log
     names (``model_runner``) nor a forced ``runner``. Records from before the runner was
     recorded carry neither, so their rule line is unchanged."""
-    if c.get("engine") != "vllm" or not c.get("vllm_version"):
+    if c.get("engine") != EngineName.VLLM or not c.get("vllm_version"):
         return None
     runner = c.get("model_runner") or (c.get("runner") if c.get("runner") in ("v1", "v2") else None)
     if runner is None:

@@ -36,7 +36,6 @@ from .options import DEFAULT_OUT, build_options, parse_sweep_argv
 from .plaintext import markdown_to_plain
 from .posting import PostError, check_can_post, post_report
 from .preflight import check_output_file
-from .prompts import TemplateError
 from .run.plan import Point
 from .run.records import typed
 from .server_pool import kill_all_servers
@@ -44,6 +43,7 @@ from .residue_sweep import Callbacks, Sweep
 from .store import (StoreError, linked_runs, load_manifest_for, load_records, read_jsonl,
                     resolve_results, resolve_sources)
 from .vocabulary import PHASES
+from .vocabulary import CLEAN
 
 __all__ = ["EXIT_ABORT", "build_options", "sweep_parser", "run_sweep", "run_report",
            "run_compare", "run_presets", "run_explain", "SUBCOMMANDS", "Terminal", "main"]
@@ -87,7 +87,7 @@ class Terminal(Callbacks):
         self.bar = _progress(points, self.show_progress)
 
     def point_done(self, point: Point, records: list[dict], verdicts: Counter) -> None:
-        bad = [r for r in records if r["verdict"] != "ok"]
+        bad = [r for r in records if r["verdict"] not in CLEAN]
         if bad and not self.show_progress:
             _say(f"  residue {point.residue}: " + ", ".join(f"{r['phase']} {r['verdict']}"
                                                            for r in bad))
@@ -282,12 +282,12 @@ def main(argv: Sequence[str] | None = None) -> None:
             code = SUBCOMMANDS[args[0]](args[1:])
         else:
             code = run_sweep(args)
-    except HarnessError as e:
-        print(f"sweep: {e.prefix}: {e}", file=sys.stderr)
-        code = e.exit_code
-    except (TemplateError, StoreError) as e:
-        print(f"sweep: cannot run: {e}", file=sys.stderr)
-        code = EXIT_CANNOT_RUN
+    except HarnessError as e:   # the tree of harness/errors.py: each carries its exit code
+        if e.exit_code is None:   # a HandledError that escaped where it is handled: a bug
+            code = internal_error(args, kill_all_servers)
+        else:
+            print(f"sweep: {e.prefix}: {e}", file=sys.stderr)
+            code = e.exit_code
     except BrokenPipeError:  # `sweep ... | head`
         sys.stderr.close()
         code = EXIT_OK

@@ -12,6 +12,8 @@ from typing import Any, Sequence
 
 import httpx
 
+from .errors import HandledError
+
 __all__ = ["DRAFTS", "ACCEPTED", "ClientError", "ServerGone", "RequestTimeout",
            "ServerError", "BadResponse", "parse_token_logprobs", "ChatResult", "shared_http", "EngineClient",
            "spec_counters_from_text", "pool_state_from_text", "tok_per_step"]
@@ -20,7 +22,7 @@ DRAFTS = "vllm:spec_decode_num_drafts"
 ACCEPTED = "vllm:spec_decode_num_accepted_tokens"
 
 
-class ClientError(RuntimeError):
+class ClientError(HandledError, RuntimeError):
     """Base of the client's errors."""
 
 

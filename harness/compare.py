@@ -30,6 +30,7 @@ from .ranges import residues_phrase
 from .isolation import REUSE_ISOLATIONS
 from .run.records import (BUG_VERDICTS, PHASES, PhaseRecord, auto_pass, document_of,
                           latest_records, phase_key, record_identity, sha12, typed, worst)
+from .vocabulary import CLEAN
 
 STATUSES = ("regressed", "fixed", "still_broken", "newly_covered", "no_longer_covered",
             "unchanged_ok")
@@ -113,7 +114,7 @@ def _point(residue: int, old_cells: dict[str, PhaseRecord], new_cells: dict[str,
     old_v = {p: old_cells[p].verdict for p in old_cells}
     new_v = {p: new_cells[p].verdict for p in new_cells}
     regressed_phases = [p for p in phases
-                        if old_v.get(p) == "ok" and p in new_v and new_v[p] != "ok"]
+                        if old_v.get(p) in CLEAN and p in new_v and new_v[p] not in CLEAN]
     old_status = worst(old_v.values()) if old_v else None
     new_status = worst(new_v.values()) if new_v else None
     if not old_cells:
@@ -122,9 +123,9 @@ def _point(residue: int, old_cells: dict[str, PhaseRecord], new_cells: dict[str,
         status = "no_longer_covered"
     elif regressed_phases:
         status = "regressed"
-    elif old_status != "ok" and new_status == "ok":
+    elif old_status not in CLEAN and new_status in CLEAN:
         status = "fixed"
-    elif new_status != "ok":
+    elif new_status not in CLEAN:
         status = "still_broken"
     else:
         status = "unchanged_ok"
@@ -191,7 +192,7 @@ def compare_records(old: list[dict] | list[PhaseRecord], new: list[dict] | list[
 def _cell_word(c: dict | None) -> str:
     if c is None:
         return "–"
-    if c["verdict"] == "ok":
+    if c["verdict"] in CLEAN:
         return c["verbatim"]
     return bold(escape_text(c["verdict"])) + f" {code(c['sha1'] or '–')}"
 
@@ -229,7 +230,7 @@ def render_compare_markdown(result: dict, *, show_unchanged: bool = False) -> st
                        f"{residues_phrase(sorted(set(by[st])))}")
                 if st == "newly_covered":
                     bad = [p["residue"] for p in c["points"]
-                           if p["status"] == st and p["new_status"] != "ok"]
+                           if p["status"] == st and p["new_status"] not in CLEAN]
                     txt += (f" (not ok now: {residues_phrase(sorted(set(bad)))})" if bad
                             else " (all ok)")
                 bullets.append(txt)
@@ -238,7 +239,7 @@ def render_compare_markdown(result: dict, *, show_unchanged: bool = False) -> st
         phases = sorted({ph for p in c["points"] for ph in p["phases"]}, key=phase_key)
         for p in c["points"]:
             quiet = p["status"] in ("unchanged_ok", "no_longer_covered") or (
-                p["status"] == "newly_covered" and p["new_status"] == "ok")
+                p["status"] == "newly_covered" and p["new_status"] in CLEAN)
             if quiet and not show_unchanged:
                 continue
             row = [f"residue {p['residue']}" + (f", document {p['document']}"
@@ -278,7 +279,7 @@ def run_order(df) -> list[str]:
 
 
 def _word(verdict: str, sha1: Any) -> str:
-    return "ok" if verdict == "ok" else f"{verdict} {str(sha1 or '–')[:12]}".strip()
+    return "ok" if verdict in CLEAN else f"{verdict} {str(sha1 or '–')[:12]}".strip()
 
 
 def trend_frame(df, *, changed_only: bool = True):

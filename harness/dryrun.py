@@ -14,6 +14,8 @@ from .errors import CannotRun, ExitCode, UsageError
 from .prompts import PlanError, TemplateError
 from .ranges import fmt_ranges
 from .run.plan import plan_points
+from .engines import EngineName
+from .isolation import IsolationName
 
 __all__ = ["dry_run", "preset_warnings"]
 
@@ -54,7 +56,7 @@ def dry_run(opts: SweepOptions, adapter) -> int:
                 lengths.setdefault(p.residue, set()).add(p.plan.target_len)
         print(f"  rule predicts: {_rule_line(cfg, mod, opts.load, lengths, opts.load_mode)}", file=out)
         print(f"  server: {adapter.shell_line(cfg, opts.slots[0])}", file=out)
-        restoring = adapter.for_isolation("restore") if opts.isolation == "auto" else adapter
+        restoring = adapter.for_isolation("restore") if opts.isolation == IsolationName.AUTO else adapter
         if restoring is not adapter:   # auto's restore pass starts its servers in sleep mode
             print(f"  server (restore pass): {restoring.shell_line(cfg, opts.slots[0])}",
                   file=out)
@@ -95,7 +97,7 @@ def _rule_line(cfg, modulus: int, load: int = 0,
     release's default for this model and method); under ``--load`` with the planned
     lengths (the budget left beside the background decodes), and under ``--load-mode
     cancel`` per measured request, not per residue."""
-    if cfg.engine == "cmd" and DECLARED_NOTE not in cfg.notes:
+    if cfg.engine == EngineName.CMD and DECLARED_NOTE not in cfg.notes:
         return ("cannot be checked before the server runs (--engine cmd: what it runs is "
                 "read from the server after boot, or declared with --served-config)")
     pred = bugb.predict(_with_installed_vllm(cfg.as_dict()), modulus, load=load,
@@ -108,7 +110,7 @@ def _rule_line(cfg, modulus: int, load: int = 0,
 
 
 def _with_installed_vllm(config: dict) -> dict:
-    if config.get("engine") != "vllm":
+    if config.get("engine") != EngineName.VLLM:
         return config
     from importlib.metadata import PackageNotFoundError, version
     from engine.vllm.patches.releases import default_runner

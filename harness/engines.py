@@ -15,11 +15,11 @@ import asyncio
 import copy
 import json
 import os
-import re
 import shlex
 import statistics
 import sys
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -30,11 +30,11 @@ from .cmd_config import cmd_label, normalise_reported, parse_served_config, read
 from .errors import CannotRun, UsageError
 from .restore import SLEEP_MEANS, vllm_serves_sleep
 from .poison import WORKER_ARGS as POISON_ARGS, mode_for as poison_mode, why_not as poison_why_not
-from .isolation import dev_mode as isolation_dev_mode
-from .serve_line import added_flags
+from .dummy_weights import dummy_weights_refusal
+from .isolation import dev_mode as isolation_dev_mode, restores as isolation_restores
 from .slots import Slot
 
-__all__ = ["EngineAdapter", "LabAdapter", "VllmAdapter", "CmdAdapter", "ADAPTERS",
+__all__ = ["EngineAdapter", "LabAdapter", "VllmAdapter", "CmdAdapter", "ADAPTERS", "EngineName",
            "adapter_class", "make_adapter", "LAB_MODEL_DIR", "PreforkSpec", "normalise_reported",
            "vllm_serves_sleep", "auto_reuse_pass", "engines_where",
            "dummy_weights_refusal"]
@@ -72,7 +72,7 @@ class EngineAdapter:
     def for_isolation(self, isolation: str) -> "EngineAdapter":
         """Sleep mode for a ``restore`` point only (unless a fill restores): fresh points,
         auto's confirmations included, stay plain, the standard (docs/isolation.md)."""
-        want = isolation == "restore" and self.can_restore() and not (
+        want = isolation_restores(isolation) and self.can_restore() and not (
             self.poison and self.fill_restores)
         if want == self.sleep_mode:
             return self
@@ -96,6 +96,12 @@ class EngineAdapter:
         """Parallel servers when neither --slots nor --gpus is given: one per core for
         CPU engines, one for a GPU engine."""
         return 1 if cls.needs_gpu else max(1, os.cpu_count() or 1)
+
+    @classmethod
+    def build(cls, *, server_cmd, draft_model, extra_args, work_dir, isolation,
+              served_model_name, served_config, cache_dir) -> "EngineAdapter":
+        """This engine's adapter for a sweep's options (``make_adapter`` checked them)."""
+        raise NotImplementedError
 
     def check(self, configs, slot: Slot) -> None:
         """Every configuration can be turned into a server command: raises
@@ -218,6 +224,11 @@ class LabAdapter(EngineAdapter):
         self.sleep_mode = sleep_mode   # --enable-sleep-mode (restore runs)
         self.extra_args = tuple(extra_args)
 
+    @classmethod
+    def build(cls, *, served_model_name, extra_args, isolation, **_):
+        return cls(served_model_name, sleep_mode=isolation_restores(isolation),
+                   extra_args=extra_args)
+
     def runner_refusal(self, runner: str) -> str:
         # The lab's dispatch is V1's shape-only _is_uniform_decode; V2's prefill check is
         # what its prefill-discriminator patch adds, so --patches is the lab's switch.
@@ -267,7 +278,7 @@ class LabAdapter(EngineAdapter):
         if self.sleep_mode:
             argv.append("--enable-sleep-mode")
         if self.serve is not None:   # --serve: the user's lab line as written
-            argv = self.serve.server_argv(port) + added_flags(self, slot)
+            argv = self.serve.argv(self, port, slot)
         elif slot.tensor_parallel_size > 1:   # recorded by the lab, not sharded (docs/lab-engine.md)
             argv += ["--tensor-parallel-size", str(slot.tensor_parallel_size)]
         argv += list(self.extra_args)
@@ -328,6 +339,15 @@ class VllmAdapter(EngineAdapter):
             # a minimal dist-info lets vLLM find the plugin's entry point anyway.
             self.plugin_path = launch.write_plugin_dist_info(plugin_dir)
 
+    @classmethod
+    def build(cls, *, draft_model, extra_args, work_dir, isolation, served_model_name,
+              cache_dir, **_):
+        return cls(draft_model=draft_model, extra_args=extra_args,
+                   plugin_dir=(work_dir / ".vllm-plugin") if work_dir else None,
+                   dev_mode=isolation_dev_mode(isolation),
+                   sleep_mode=isolation_restores(isolation),
+                   served_model_name=served_model_name, cache_dir=cache_dir)
+
     def command(self, cfg, port, slot):
         if not cfg.model:
             raise UsageError("--engine vllm needs --model (a local model directory or HF id)")
@@ -345,7 +365,7 @@ class VllmAdapter(EngineAdapter):
         except self._launch.LaunchError as e:
             raise UsageError(f"--engine vllm: {e}") from None
         if self.serve is not None:   # --serve: the user's line, the stack's environment
-            argv = self.serve.server_argv(port) + added_flags(self, slot)
+            argv = self.serve.argv(self, port, slot)
         return argv, env
 
     @classmethod
@@ -442,6 +462,10 @@ class CmdAdapter(EngineAdapter):
             raise UsageError(f"--server-cmd: cannot split the command line: {e}") from None
         self.template = template
 
+    @classmethod
+    def build(cls, *, server_cmd, served_model_name, served_config, **_):
+        return cls(server_cmd, served_model_name, served_config)
+
     async def effective(self, client, cfg, log_text):
         """What the server runs, as ``harness.cmd_config`` reads it: reported, declared,
         or "as the command ran" with the unknown fields named (never the presets)."""
@@ -468,52 +492,6 @@ def _tp_args(slot: Slot) -> tuple[str, ...]:
     return ("--tensor-parallel-size", str(n)) if n > 1 else ()
 
 
-_LOAD_FORMAT = ("--load-format", "--load_format")
-
-
-def _words(arg: str) -> list[str]:
-    """An argument's shell words (a ``sh -c`` string); one that does not split as shell
-    (an apostrophe: ``the model's``) is one word."""
-    try:
-        return shlex.split(arg) if " " in arg else [arg]
-    except ValueError:
-        return [arg]
-
-
-def dummy_weights_refusal(argv: Sequence[str]) -> str | None:
-    """Why a server command cannot give verdicts, or None: vLLM's ``--load-format dummy``
-    (any spelling that reaches it: ``=`` or a separate value, dash or underscore, inside a
-    ``sh -c`` string, or in the YAML file of ``--config``, which a flag overrides) fills
-    the weights at random, so every answer is noise. ``benchmarks/gpu_cost_curve.sh``
-    measures what such a server costs."""
-    words = [w for a in argv for w in _words(str(a))]
-    flag = from_file = None
-    for i, w in enumerate(words):
-        name, eq, value = w.partition("=")
-        if not eq:
-            value = words[i + 1] if i + 1 < len(words) else ""
-        if name in _LOAD_FORMAT:
-            flag = value
-        elif name == "--config" and value:
-            from_file = _yaml_load_format(Path(value)) or from_file
-    found = flag if flag is not None else from_file
-    if found is None or found.strip("'\"").lower() != "dummy":
-        return None
-    return ("--load-format dummy starts vLLM with random weights: every answer is noise and "
-            "no verdict can be read from it (benchmarks/gpu_cost_curve.sh measures such a "
-            "server's cost: cost only, no verdicts)")
-
-
-def _yaml_load_format(path: Path) -> str | None:
-    """``load_format`` / ``load-format`` of a vLLM ``--config`` YAML file, read as text."""
-    try:
-        text = path.read_text(errors="replace")
-    except OSError:
-        return None
-    m = re.search(r"^\s*load[-_]format\s*:\s*(\S+)", text, re.MULTILINE)
-    return m.group(1) if m else None
-
-
 def _check_model_path(model: str | None) -> None:
     """A --model written as a local path (absolute, ./, ../, ~) must be a folder; anything
     else may be a Hugging Face id (owner/name) that the server downloads."""
@@ -532,8 +510,12 @@ def _plugin_installed() -> bool:
                for ep in entry_points(group="vllm.general_plugins"))
 
 
+# Adding an engine is one entry here (its adapter class: facts, ``build``, ``command``).
 ADAPTERS: dict[str, type[EngineAdapter]] = {"lab": LabAdapter, "vllm": VllmAdapter,
                                              "cmd": CmdAdapter}
+# An engine as a value, one member per entry: EngineName.VLLM == "vllm" (a StrEnum, written
+# as the word), so comparisons name the member or ask the adapter, never the string.
+EngineName = StrEnum("EngineName", [(n.upper(), n) for n in ADAPTERS], module=__name__)
 
 
 def engines_where(fact: Callable[[type[EngineAdapter]], Any]) -> str:
@@ -576,22 +558,13 @@ def _make_adapter(engine, server_cmd, *, draft_model, extra_args, work_dir, isol
         raise UsageError("--engine-arg is for --engine "
                          f"{engines_where(lambda c: c.takes_engine_args)} "
                          f"(--engine {engine}: put the argument in --server-cmd)")
-    if isolation == "restore" and not cls.can_restore():
+    if isolation_restores(isolation) and not cls.can_restore():
         raise UsageError(cls.restore_refusal())
     # sleep mode for restore points only: auto's restore pass gets it per point
     # (EngineAdapter.for_isolation), its fresh confirmations stay plain servers
-    restore = isolation == "restore"
-    if engine == "lab":
-        return LabAdapter(served_model_name, sleep_mode=restore, extra_args=extra_args)
-    if engine == "vllm":
-        return VllmAdapter(draft_model=draft_model, extra_args=extra_args,
-                           plugin_dir=(work_dir / ".vllm-plugin") if work_dir else None,
-                           dev_mode=isolation_dev_mode(isolation),
-                           sleep_mode=restore,
-                           served_model_name=served_model_name, cache_dir=cache_dir)
-    if engine == "cmd":
-        return CmdAdapter(server_cmd, served_model_name, served_config)
-    raise AssertionError(f"engine {engine!r} is in ADAPTERS but not built here")
+    return cls.build(server_cmd=server_cmd, draft_model=draft_model, extra_args=extra_args,
+                     work_dir=work_dir, isolation=isolation, served_config=served_config,
+                     served_model_name=served_model_name, cache_dir=cache_dir)
 
 
 def auto_reuse_pass(engine: str) -> str:

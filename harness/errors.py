@@ -1,15 +1,18 @@
 """One error tree for the harness: what went wrong decides the exit code.
 
-Raised by validators and adapters while a sweep is being built (options, adapters,
-backends, planning), never per data point: a data point that fails is a record with a
-verdict, not an exception. ``cli.main`` maps every ``HarnessError`` to its exit code and
-one line on stderr.
+Every exception class of ``harness/`` derives from ``HarnessError`` and carries its exit
+code (``tests/harness/test_layout.py`` checks both). The ones with a code are raised while a
+sweep is being built or finished (options, adapters, backends, planning, outputs), never
+per data point: ``cli.main`` maps each to its exit code and one line on stderr, by the base
+class, once. A ``HandledError`` has none: it is caught where it is raised (a data point
+that fails is a record with a verdict; a plan, a post or a file that fails becomes one of
+the others, with its context).
 """
 from __future__ import annotations
 
 from enum import IntEnum
 
-__all__ = ["ExitCode", "BisectExit", "PostExit", "HarnessError", "UsageError", "CannotRun", "OutputFailed",
+__all__ = ["ExitCode", "BisectExit", "PostExit", "HarnessError", "HandledError", "UsageError", "CannotRun", "OutputFailed",
            "NoSpace",
            "EXIT_USAGE", "EXIT_CANNOT_RUN", "EXIT_OUTPUT"]
 
@@ -52,10 +55,23 @@ EXIT_OUTPUT = ExitCode.OUTPUT
 
 class HarnessError(Exception):
     """Base of the harness's own errors; ``exit_code`` and ``prefix`` say how ``sweep``
-    reports it."""
+    reports it (``exit_code`` None: a ``HandledError``)."""
 
-    exit_code = 1
+    exit_code: int | None = 1
     prefix = "error"
+
+
+class HandledError(HarnessError):
+    """Caught where it is raised: a point's failure (a request, a boot, a restore, the load
+    beside it) becomes the point's record; a step's becomes the error the user sees, with
+    its context (``CaseTooLong`` -> ``UsageError``, ``PostError`` and ``GateError`` ->
+    ``OutputFailed``, ``RecordFileError`` -> ``StoreError``). No exit code of its own: one
+    that reaches ``cli.main`` is a harness bug, re-raised like any other exception (125
+    under ``--bisect``). The shared planner's errors (``engine.prompts``: ``PlanError``,
+    ``TemplateError``) are ``RuntimeError``s, engine/ importing nothing of harness/; the
+    sweep maps them where it plans (``residue_sweep``: ``UsageError``, ``CannotRun``)."""
+
+    exit_code = None
 
 
 class UsageError(HarnessError, ValueError):

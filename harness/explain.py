@@ -32,6 +32,7 @@ from .run.records import PhaseRecord, document_of, latest_records, phase_key, ty
 from .residue_sweep import Sweep
 from .vocabulary import CLEAN
 from .store import ResultStore, StoreError, load_manifest_for, read_jsonl, resolve_results
+from .engines import EngineName
 
 __all__ = ["ExplainPlan", "Target", "RungSpec", "ExplainSweep", "prepare", "ladder_options",
            "axis_changes", "non_ok_cells", "parent_golden", "check_resume",
@@ -144,7 +145,7 @@ def axis_changes(cfg: ServingConfig, *, runners: tuple[str, ...] = (),
 
 def _vllm_hybrid_with_unit(cfg: ServingConfig) -> bool:
     """vLLM refuses block 16 here (``HYBRID_BLOCK_NOTE``); the lab's hybrid runs it."""
-    return cfg.engine == "vllm" and cfg.geometry == "hybrid" and bool(cfg.prefix_match_unit)
+    return cfg.engine == EngineName.VLLM and cfg.geometry == "hybrid" and bool(cfg.prefix_match_unit)
 
 
 def _spelling(name: str, value: Any) -> str | None:
@@ -306,6 +307,8 @@ def _rung(ns, res, axis, label, changes, run_flags, base_cid) -> RungSpec:
     try:
         opts = _rung_opts(ns, res, changes, run_flags)
     except HarnessError as e:   # e.g. k-1 outside the preset's range, a residue past the modulus
+        if e.exit_code is None:   # handled where it is raised (HandledError): here, a bug
+            raise
         return RungSpec(label, axis, None, str(e))
     if config_id(opts.configs[0]) == base_cid:
         return RungSpec(label, axis, None, "the cell already runs with it")

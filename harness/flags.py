@@ -22,10 +22,13 @@ from .engine_help import (can_fork, ctx_words, engine_help, for_engines, notes, 
                           runner_help, spec_words)
 from .engines import ADAPTERS
 from .errors import UsageError
+from .isolation import isolation_help
 from .flag_values import (choices_of, int_in, ints, or_none, patch_sets, positive_float,
                           positive_int, seed_list)
 from .slots import one_slot_args
 from .vocabulary import ISOLATIONS, LOAD_MODES, PHASES
+from .isolation import IsolationName
+from .engines import EngineName
 
 __all__ = ["Flag", "FLAGS", "GROUPS", "UNSET", "sweep_parser", "matrix_axes",
            "rerun_command", "Rerun", "positive_int", "positive_float", "Parser",
@@ -235,14 +238,7 @@ FLAGS: tuple[Flag, ...] = (
          "measured request)", {"default": "steady", "choices": LOAD_MODES},
          rerun=lambda r: (["--load-mode", r.opts.load_mode]
                           if r.opts.load and r.opts.load_mode != "steady" else [])),
-    Flag("--isolation", RUN, "fresh (new server per point, default) | restore (one server per "
-         "configuration, returned to its just-booted state between points: sleep level 1 + "
-         "wake + reset) | reset (one server per configuration, its prefix cache reset between "
-         "points: can mask a break, docs/isolation.md) | shared (one server per "
-         "configuration, nothing reset) | auto (restore sweep, reset where the engine cannot "
-         "restore, then fresh-server confirmation of every non-ok residue, the rule's k, k+1, "
-         "k+2 on two or more documents and a seeded sample of ok residues) | live (what --url "
-         "runs: a server the sweep did not start, nothing reset; implied by --url)",
+    Flag("--isolation", RUN, isolation_help(default="fresh"),   # isolation.POLICIES
          {"default": "fresh", "choices": ISOLATIONS}),
     Flag("--auto-sample", RUN, "--isolation auto: ok residues per configuration and document "
          "confirmed on a fresh server, seeded (default 4)",
@@ -442,12 +438,12 @@ def check_launch_flags(ns: argparse.Namespace) -> None:
             if getattr(ns, name, None):
                 raise UsageError(f"--{name.replace('_', '-')} is for --url (a running server); "
                                  "--slots sets how many servers a sweep starts")
-        if ns.isolation == "live":
+        if ns.isolation == IsolationName.LIVE:
             raise UsageError("--isolation live is how --url sweeps a running server: give "
                              "--url URL")
     if ns.auto_sample < 0:
         raise UsageError("--auto-sample must be at least 0")
-    if ns.auto_sample != 4 and ns.isolation != "auto":
+    if ns.auto_sample != 4 and ns.isolation != IsolationName.AUTO:
         raise UsageError("--auto-sample is for --isolation auto")
     if ns.load_mode != "steady" and not ns.load:
         raise UsageError("--load-mode is for --load N (N background conversations)")
@@ -478,7 +474,7 @@ def check_flag_use(ns: argparse.Namespace, argv: Sequence[str]) -> None:
     if ns.allow_fewer and not ns.baseline:
         raise UsageError("--allow-fewer is for --baseline (it accepts less coverage than "
                          "the baseline's)")
-    if getattr(ns, "served_config", None) and ns.engine != "cmd":
+    if getattr(ns, "served_config", None) and ns.engine != EngineName.CMD:
         raise UsageError("--served-config is for --engine cmd (the lab and vllm engines "
                          "report what they run)")
 

@@ -32,8 +32,9 @@ from .outfile import write_output
 from .compare import compare_records
 from .run.records import (PhaseRecord, as_record, auto_pass, cell_key, document_of,
                           latest_records, phase_key, reference_cells, typed)
-from .errors import ExitCode
+from .errors import ExitCode, HandledError
 from .vocabulary import JUDGED, NOT_FAILED, OPEN
+from .vocabulary import CLEAN, UNJUDGED
 
 EXIT_OK, EXIT_FAIL = ExitCode.OK, ExitCode.NOT_OK
 EXCERPT_CHARS = 200
@@ -42,7 +43,7 @@ STEP_SUMMARY_LIMIT = 1024 * 1024
 ISSUE_COMMENT_LIMIT = 65536
 
 
-class GateError(RuntimeError):
+class GateError(HandledError, RuntimeError):
     """A gate action that could not be carried out (e.g. ``gh`` missing or failing)."""
 
 
@@ -75,7 +76,7 @@ def find_coverage_losses(baseline: list[dict], new: list[dict]) -> list[dict]:
                 if old is None or old.get("verdict") not in JUDGED:
                     continue
                 if now is not None and (now.get("verdict") in JUDGED
-                                        or old.get("verdict") == "ok"):
+                                        or old.get("verdict") in CLEAN):
                     continue
                 out.append({"config_id": c["config_id"], "config_label": c["config_label"],
                             "residue": pt["residue"], "phase": phase,
@@ -182,7 +183,7 @@ def gate_exit_code(records: list[dict] | list[PhaseRecord],
     recs, _ = latest_records(typed(records))
     refs = reference_cells(recs)   # --reference cold / first: the measure, not judged
     judged = [r for r in recs if cell_key(r) not in refs]
-    return EXIT_FAIL if not judged or any(r.verdict != "ok" for r in judged) else EXIT_OK
+    return EXIT_FAIL if not judged or any(r.verdict not in CLEAN for r in judged) else EXIT_OK
 
 
 # ----------------------------------------------------------------------------------------
@@ -307,12 +308,12 @@ def write_junit(records: list[dict] | list[PhaseRecord], path, *, suite_name: st
                 "name": _xml_safe(testcase_name(r, several_docs)),
                 "classname": _xml_safe(f"residue_sweep.{cid}"),
                 "time": f"{float(r.latency_s or 0.0):.3f}"})
-            if r.verdict == "unjudged":
+            if r.verdict == UNJUDGED:
                 why = (f"reference: the answer other cells were judged against (--reference "
                        f"{r.reference}), not judged" if cell_key(r) in refs
                        else f"unjudged: {r.reason or 'no reference'}")
                 ET.SubElement(case, "skipped", {"message": _xml_safe(_one_line(why))})
-            elif r.verdict != "ok":
+            elif r.verdict not in CLEAN:
                 fail = ET.SubElement(case, "failure", {
                     "message": _xml_safe(failure_message(r)),
                     "type": _xml_safe(r.verdict or "invalid")})

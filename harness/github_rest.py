@@ -48,7 +48,7 @@ from typing import Iterable, Sequence, TextIO
 
 import httpx
 
-from .errors import PostExit
+from .errors import HarnessError, PostExit
 
 COMMENT_LIMIT = 65_536           # GitHub's maximum comment body, in characters
 HEADER_ROOM = 300                # the marker line and part heading, reserved in each part
@@ -75,8 +75,9 @@ _BAD_HEADING = re.compile(r"^#{1,6}\s+(non-ok|not[- ]ok|bad cells|broken|regress
 _BAD_LEAD = re.compile(r"^(non-ok cells|not-ok cells|regressions)\b", re.I)
 
 
-class GitHubError(Exception):
-    """A request GitHub refused or could not be sent; ``exit_code`` says which kind."""
+class GitHubError(HarnessError):
+    """A request GitHub refused or could not be sent; ``exit_code`` (a ``PostExit``) says
+    which kind: ``main`` exits with it, ``posting`` turns it into a ``PostError``."""
 
     def __init__(self, message: str, exit_code: int):
         super().__init__(message)

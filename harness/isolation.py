@@ -5,21 +5,24 @@ its server for the next point of the same configuration (``reuses_server``), wha
 reused server gets before that point (``prepare``: a prefix-cache reset, ...), how many
 boot failures of one configuration end the rest of its points in that pass
 (``boot_failures_allowed``), whether a point that is not ok needs a fresh-server
-confirmation under ``auto`` (``confirm_fresh``), and whether the engine must serve its
-development endpoints (``dev_mode``: ``/reset_prefix_cache``, sleep). A run-level value
+confirmation under ``auto`` (``confirm_fresh``), whether the engine must serve its
+development endpoints (``dev_mode``: ``/reset_prefix_cache``, sleep), and whether it must be
+able to return a server to its just-booted state (``restores``). A run-level value
 (``auto``) names its passes instead. Adding an isolation is one entry in ``POLICIES``
 (and, when it prepares a reused server, its ``prepare`` function here);
-``vocabulary.ISOLATIONS`` and the ``--isolation`` flag's choices come from it.
+``vocabulary.ISOLATIONS``, ``IsolationName`` and the ``--isolation`` flag's choices and
+help (``Isolation.help``) come from it.
 
 Standard library only: ``flags`` reads the names through ``vocabulary``.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any, Awaitable, Callable
 
-__all__ = ["Isolation", "POLICIES", "ISOLATIONS", "RECORD_ISOLATIONS", "REUSE_ISOLATIONS",
-           "policy", "dev_mode", "AUTO_PASSES"]
+__all__ = ["Isolation", "IsolationName", "POLICIES", "ISOLATIONS", "RECORD_ISOLATIONS",
+           "REUSE_ISOLATIONS", "policy", "dev_mode", "restores", "isolation_help", "AUTO_PASSES"]
 
 # (client, server, info) -> seconds to record under ``timing[name]``, or None; ``info``
 # is what the point's records carry about its server (e.g. ``reset_error``).
@@ -82,7 +85,7 @@ def _just_booted(info: dict, replaced: str | None = None) -> None:
 @dataclass(frozen=True)
 class Isolation:
     name: str
-    help: str
+    help: str                         # what --help says it does (isolation_help)
     reuses_server: bool = False       # a slot keeps its server for the next point
     prepare: Prepare | None = None    # what a reused server gets before the next point
     booted: Callable[[dict, str | None], None] | None = None   # a just-booted server's note
@@ -97,33 +100,41 @@ class Isolation:
     # by construction where the server reports no cached_tokens; elsewhere it is unproven
     cold_by_construction: bool = False
     dev_mode: bool = False            # the engine serves its development endpoints
+    # a reused server is returned to its just-booted state: the engine must be able to
+    # (EngineAdapter.can_restore), and its servers start in sleep mode (for_isolation)
+    restores: bool = False
     passes: tuple[str, ...] = ()      # a run-level value: the isolations of its passes
 
 
 POLICIES: dict[str, Isolation] = {p.name: p for p in (
-    Isolation("fresh", "a new server per point", boot_failures_allowed=2, as_fresh=True,
+    Isolation("fresh", "new server per point", boot_failures_allowed=2, as_fresh=True,
               cold_by_construction=True),
     # the engine must be able to restore (EngineAdapter.can_restore; its servers start in
     # sleep mode, EngineAdapter.for_isolation)
-    Isolation("restore", "one server per configuration and slot, returned to its just-booted "
-              "state between points (sleep level 1 + wake + reset, harness/restore.py)",
+    Isolation("restore", "one server per configuration, returned to its just-booted state "
+              "between points: sleep level 1 + wake + reset",   # harness/restore.py
               reuses_server=True, prepare=_restore, booted=_just_booted, confirm_fresh=True,
-              dev_mode=True, as_fresh=True),
-    Isolation("reset", "one server per configuration and slot, its prefix cache reset "
-              "between points", reuses_server=True, prepare=_reset_prefix_cache,
-              confirm_fresh=True, dev_mode=True),
-    Isolation("shared", "one server per configuration and slot, nothing reset",
-              reuses_server=True),
+              dev_mode=True, as_fresh=True, restores=True),
+    Isolation("reset", "one server per configuration, its prefix cache reset between "
+              "points: can mask a break, docs/isolation.md", reuses_server=True,
+              prepare=_reset_prefix_cache, confirm_fresh=True, dev_mode=True),
+    Isolation("shared", "one server per configuration, nothing reset", reuses_server=True),
     # its first pass is restore where the engine can restore, else reset (run/auto.py)
-    Isolation("auto", "a restore (else reset) pass, then fresh confirmation of what it "
-              "cannot clear (harness/run/auto.py)", passes=("restore", "reset", "fresh")),
+    Isolation("auto", "restore sweep, reset where the engine cannot restore, then "
+              "fresh-server confirmation of every non-ok residue, the rule's k, k+1, k+2 on "
+              "two or more documents and a seeded sample of ok residues",
+              passes=("restore", "reset", "fresh")),
     # sweep --url: a running server the sweep did not start (harness/live.py); isolation
     # by content only, each point its own document, cold proven by cached_tokens 0
-    Isolation("live", "a running server (sweep --url): nothing started or reset",
-              reuses_server=True),
+    Isolation("live", "what --url runs: a server the sweep did not start, nothing reset; "
+              "implied by --url", reuses_server=True),
 )}
 
 ISOLATIONS = tuple(POLICIES)
+# An isolation as a value, one member per entry: IsolationName.FRESH == "fresh" (a StrEnum:
+# a record or manifest that holds a member writes the word), so comparisons name the member
+# (or ask the policy), never the string.
+IsolationName = StrEnum("IsolationName", [(n.upper(), n) for n in POLICIES], module=__name__)
 # The isolations a record can be produced under (a run-level one is a run's, not a record's)
 RECORD_ISOLATIONS = tuple(n for n, p in POLICIES.items() if not p.passes)
 AUTO_PASSES = POLICIES["auto"].passes   # (the reuse passes, the fresh confirmations)
@@ -142,3 +153,16 @@ def dev_mode(name: str) -> bool:
     if p is None:
         return False
     return p.dev_mode or any(POLICIES[x].dev_mode for x in p.passes)
+
+
+def restores(name: str) -> bool:
+    """Whether a run's servers under ``name`` are returned to their just-booted state (its
+    passes aside: auto's restore pass asks per point)."""
+    p = POLICIES.get(name)
+    return p is not None and p.restores
+
+
+def isolation_help(default: str) -> str:
+    """``--isolation``'s help: every value and what it does (``Isolation.help``)."""
+    return " | ".join(f"{n} ({p.help}{', default' if n == default else ''})"
+                      for n, p in POLICIES.items())

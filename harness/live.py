@@ -37,6 +37,7 @@ from .engines import ADAPTERS, EngineAdapter, normalise_reported
 from .errors import CannotRun, UsageError
 from .flags import ENGINE, FLAGS, explicit_flags
 from .slots import Slot
+from .isolation import IsolationName
 
 __all__ = ["attach", "API_KEY_ENVS", "DEFAULT_MAX_REQUESTS", "RequestBudget", "LiveTarget",
            "LiveConfig", "LiveAdapter", "LiveServer", "read_server", "live_config",
@@ -96,7 +97,7 @@ def refused_flags(argv: list[str]) -> list[str]:
     server |= set(_SERVER_RUN_FLAGS)
     given = explicit_flags(argv)
     out = [name for name in given if name in server]
-    if given.get("--isolation") == "live":   # what --url runs anyway
+    if given.get("--isolation") == IsolationName.LIVE:   # what --url runs anyway
         out.remove("--isolation")
     return out
 

@@ -28,6 +28,7 @@ from .flags import check_flag_use, explicit_flags, flags_json, matrix_axes, swee
 from .resume import resumed_namespace
 from .serve_line import parse_serve_line, vllm_spellings
 from .store import ResultStore, StoreError
+from .engines import EngineName
 
 __all__ = ["DEFAULT_OUT", "DEFAULT_REPORTS", "build_options", "parse_sweep_argv",
            "options_from_argv"]
@@ -79,7 +80,7 @@ def build_options(ns: argparse.Namespace, argv: Sequence[str]) -> SweepOptions:
 
 def _check_pairs(ns: argparse.Namespace, argv: Sequence[str]) -> None:
     """The flags that only make sense with (or without) another one."""
-    if ns.engine != "cmd" and ns.server_cmd:
+    if ns.engine != EngineName.CMD and ns.server_cmd:
         raise UsageError("--server-cmd is only for --engine cmd")
     if ns.ray_address and ns.backend != "ray":
         raise UsageError("--ray-address is only for --backend ray")
@@ -135,7 +136,7 @@ def serve_configs(ns: argparse.Namespace, argv: Sequence[str]) -> list:
     asked, your vLLM as it is; the lab: the line's --patches). A configuration flag
     written beside it must say what the line says (a rerun line repeats them); a TP size
     in the line takes a GPU group of that size (``--gpus 0+1`` unless given)."""
-    if ns.url or ns.engine == "cmd":
+    if ns.url or ns.engine == EngineName.CMD:
         raise UsageError("--serve starts your server line: not with --url or --engine cmd")
     line = parse_serve_line(ns.serve)
     written = explicit_flags(argv)
@@ -147,7 +148,7 @@ def serve_configs(ns: argparse.Namespace, argv: Sequence[str]) -> list:
         if str(value).lower() not in (str(have).lower(), "none" if have is None else "-"):
             raise UsageError(f"--serve: {flag} {value} contradicts the line ({have}); the "
                              "configuration is the line's: change it there")
-    if line.engine == "lab" and "--patches" in written and "patches" in line.values \
+    if line.engine == EngineName.LAB and "--patches" in written and "patches" in line.values \
             and patches != [line.values["patches"]]:
         raise UsageError("--serve: --patches contradicts the lab line's own --patches")
     ns.engine, ns.model = line.engine, line.model
@@ -160,16 +161,16 @@ def serve_configs(ns: argparse.Namespace, argv: Sequence[str]) -> list:
     return configs
 
 
-def _modulus(value: str) -> int | None:
-    if value == "auto":
+def _modulus(modulus: str) -> int | None:
+    if modulus == "auto":   # --modulus auto: from the configuration's match unit
         return None
     try:
-        modulus = int(value)
+        n = int(modulus)
     except ValueError:
-        raise UsageError(f"--modulus: {value!r} is not valid; allowed: a positive integer or auto") from None
-    if modulus < 1:
+        raise UsageError(f"--modulus: {modulus!r} is not valid; allowed: a positive integer or auto") from None
+    if n < 1:
         raise UsageError("--modulus must be at least 1")
-    return modulus
+    return n
 
 
 def _reports_dir(ns: argparse.Namespace) -> Path:

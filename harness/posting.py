@@ -25,14 +25,14 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import UsageError
+from .errors import HandledError, UsageError
 
 __all__ = ["PostError", "PostWay", "choose_way", "check_can_post", "post_report"]
 
 _GITHUB_REMOTE = re.compile(r"github\.com[:/](?P<repo>[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+?)(?:\.git)?/?$")
 
 
-class PostError(RuntimeError):
+class PostError(HandledError, RuntimeError):
     """The report could not be posted; the message says why."""
 
 

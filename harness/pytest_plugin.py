@@ -32,14 +32,19 @@ from typing import Any, Sequence
 
 import pytest
 
+from .errors import ExitCode, HarnessError
+
 __all__ = ["ResidueSweepFailed", "configurations", "residue_blocks", "failure_message",
            "sweep_argv", "worker_slot_flags"]
 
 _MARK = "residue_sweep"
 
 
-class ResidueSweepFailed(AssertionError):
-    """A sweep that did not pass: its message is the report's non-ok cells."""
+class ResidueSweepFailed(HarnessError, AssertionError):
+    """A sweep that did not pass: its message is the report's non-ok cells. An
+    ``AssertionError`` too, the failure a test reports."""
+
+    exit_code = ExitCode.NOT_OK
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -149,10 +154,12 @@ def _run(argv: list[str]):
     """One sweep in this process through the Python API (``harness.Sweep``); a usage
     error fails the test with its one line. SIGINT stays pytest's (``signals=False``):
     an interrupted sweep still stops its servers (the session's ``finally``)."""
-    from harness import HarnessError, Sweep, options_from_argv
+    from harness import Sweep, options_from_argv
     try:
         return Sweep(options_from_argv(argv), signals=False).run()
     except HarnessError as e:
+        if e.exit_code is None:   # handled where it is raised: here, a harness bug
+            raise
         pytest.fail(f"sweep {shlex.join(argv)}: {e.prefix}: {e}", pytrace=False)
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .vocabulary import PHASES, VERDICTS
+from .errors import HandledError
 
 __all__ = ["RecordFileError", "REQUIRED_KEYS", "check_record", "read_record_file",
            "check_for_resume"]
@@ -28,7 +29,7 @@ REQUIRED_KEYS: dict[str, tuple[type, ...]] = {
 }
 
 
-class RecordFileError(ValueError):
+class RecordFileError(HandledError, ValueError):
     """A file that is not a results file; the message names the file and line."""
 
 

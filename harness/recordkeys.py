@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from typing import Any, Mapping
+from .isolation import IsolationName
 
 __all__ = ["value_of", "document_of", "auto_pass", "cell_key", "point_key"]
 
@@ -32,7 +33,7 @@ def document_of(r: Any) -> int:
 
 def auto_pass(r: Any) -> str | None:
     """``reset`` / ``fresh`` for a record of an ``--isolation auto`` run, else None."""
-    return value_of(r, "isolation") if value_of(r, "isolation_run") == "auto" else None
+    return value_of(r, "isolation") if value_of(r, "isolation_run") == IsolationName.AUTO else None
 
 
 def cell_key(r: Any) -> tuple:

@@ -36,7 +36,7 @@ from .engines import EngineAdapter, make_adapter
 from .errors import CannotRun, ExitCode, OutputFailed, UsageError
 from .posting import check_can_post
 from .preflight import check_outputs
-from .prompts import PlanError
+from .prompts import PlanError, TemplateError
 from .run.driver import Driver
 from .serve_line import parse_serve_line
 from .run.plan import Point, SweepPlan, check_golden_covers, load_golden, plan_with_probes
@@ -45,6 +45,7 @@ from .orphans import end_orphans
 from .resume import check_resumed_records
 from .server_pool import Observer, ServerGroup, server_pids
 from .store import ResultStore, StoreError, load_records, new_run_id, run_lock
+from .vocabulary import CLEAN
 
 __all__ = ["Sweep", "RunResult", "Callbacks", "adapter_for"]
 
@@ -112,7 +113,7 @@ class RunResult:
     def not_ok(self) -> list[dict]:
         """The latest record of every cell whose verdict is not ``ok``."""
         latest, _ = latest_records(self.records)
-        return [r for r in latest if r.get("verdict") != "ok"]
+        return [r for r in latest if r.get("verdict") not in CLEAN]
 
 
 class _LoopSignals:
@@ -296,6 +297,8 @@ class Sweep:
                 check_golden_covers(plan, golden, opts.golden_run)
         except PlanError as e:
             raise UsageError(str(e)) from None
+        except TemplateError as e:   # the shared planner's (engine/prompts): no tokenizer
+            raise CannotRun(str(e)) from None
         launcher = await self._start_launcher(store, plan, cb)
         try:
             return await self._drive(store, plan, golden, launcher, sigs, cb)

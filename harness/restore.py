@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from .client import ClientError, EngineClient
+from .errors import HandledError
 
 __all__ = ["SLEEP_MEANS", "RestoreFailed", "restore_server", "discarded_gib",
            "sleep_lines", "freed_lines", "Checks", "LOG_WAIT_S", "vllm_serves_sleep",
@@ -54,7 +55,7 @@ _DISCARDED = re.compile(r"CuMemAllocator: sleep freed (?P<total>[\d.]+) GiB memo
                         r"(?P<gone>[\d.]+) GiB is discarded directly")
 
 
-class RestoreFailed(RuntimeError):
+class RestoreFailed(HandledError, RuntimeError):
     """A restore step failed or did not prove what it must; the message names it and the
     value it read. ``checks``: the record's checks up to it."""
 

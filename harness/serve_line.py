@@ -30,8 +30,9 @@ from typing import Any
 
 from engine.presets import PATCHES, SPEC_TABLE, ServingConfig
 
-from .errors import UsageError
-from .isolation import POLICIES
+from .engines import EngineName
+from .errors import HandledError, UsageError
+from .isolation import POLICIES, IsolationName
 
 __all__ = ["ServeLine", "parse_serve_line", "vllm_spellings", "added_flags", "added_lines",
            "FORMS"]
@@ -41,6 +42,7 @@ FORMS = ("vllm serve MODEL [FLAGS]",
          "python -m engine.lab [FLAGS]")
 VLLM_MODULE = "vllm.entrypoints.openai.api_server"
 LAB_MODULE = "engine.lab"
+_VLLM_SERVE = ["vllm", "serve"]   # the program and its verb (not the engine's name)
 # the harness's own: every server listens where the harness says
 REPLACED = ("--port", "--host")
 SPEC_OF_METHOD = {method: spec for spec, (method, _, _) in SPEC_TABLE.items()}
@@ -85,13 +87,18 @@ class ServeLine:
     def server_argv(self, port: int, host: str = "127.0.0.1") -> list[str]:
         """The line as this harness starts it: its python, the engine's module, the model,
         the line's flags, then this server's host and port."""
-        module = VLLM_MODULE if self.engine == "vllm" else LAB_MODULE
-        model = ["--model", self.model] if self.model and self.engine == "vllm" else []
+        module = VLLM_MODULE if self.engine == EngineName.VLLM else LAB_MODULE
+        model = ["--model", self.model] if self.model and self.engine == EngineName.VLLM else []
         return [sys.executable, "-m", module, *model, *self.flags, "--host", host,
                 "--port", str(port)]
 
     def has(self, flag: str) -> bool:
         return any(a == flag or a.startswith(flag + "=") for a in self.flags)
+
+    def argv(self, adapter: Any, port: int, slot: Any) -> list[str]:
+        """The line as ``adapter`` starts it on ``port`` and ``slot``: the line, then what
+        the harness adds (``added_flags``)."""
+        return self.server_argv(port) + added_flags(adapter, slot)
 
 
 def _split(line: str) -> tuple[str, list[str]]:
@@ -100,7 +107,7 @@ def _split(line: str) -> tuple[str, list[str]]:
         tokens = shlex.split(line)
     except ValueError as e:
         raise UsageError(f"--serve: cannot split the line: {e}") from None
-    if tokens[:2] == ["vllm", "serve"]:
+    if tokens[:2] == _VLLM_SERVE:
         return "vllm", tokens[2:]
     if len(tokens) >= 3 and Path(tokens[0]).name.startswith("python") and tokens[1] == "-m":
         if tokens[2] == VLLM_MODULE:
@@ -127,8 +134,8 @@ def _without(tokens: list[str], names: tuple[str, ...]) -> tuple[list[str], list
     return kept, dropped
 
 
-class _Refuse(Exception):
-    pass
+class _Refuse(HandledError):
+    """A quiet parser's error (its message): ``parse_serve_line`` says it as a UsageError."""
 
 
 def _quiet(cls):
@@ -229,7 +236,7 @@ def _patch_set(names: tuple) -> str:
 
 def _parse(engine: str, tokens: list[str]):
     """(namespace, parser words, unread tokens) of the line's flags."""
-    if engine == "vllm":
+    if engine == EngineName.VLLM:
         parser, words = _vllm_parser()
         if parser is not None:
             return parser.parse_args(tokens), words, []
@@ -244,16 +251,16 @@ def parse_serve_line(line: str) -> ServeLine:
     """The line read (``UsageError``: one line naming what the parser refused)."""
     engine, tokens = _split(line)
     model = None
-    if engine == "vllm" and tokens and not tokens[0].startswith("-"):
+    if engine == EngineName.VLLM and tokens and not tokens[0].startswith("-"):
         model, tokens = tokens[0], tokens[1:]      # vllm serve MODEL
     flags, dropped = _without(tokens, REPLACED)
     try:
         ns, words, _unread = _parse(engine, list(flags))
     except _Refuse as e:
-        by = "" if engine == "lab" or _vllm_parser()[0] is not None else \
+        by = "" if engine == EngineName.LAB or _vllm_parser()[0] is not None else \
             " (read by the lab's parser: vLLM's cannot be built here)"
         raise UsageError(f"--serve: {e}{by}") from None
-    if engine == "vllm":
+    if engine == EngineName.VLLM:
         model = model or _field(ns, "model_tag") or _field(ns, "model")
         flags, _ = _without(flags, ("--model",))
         if not model:
@@ -355,7 +362,7 @@ def added_lines(opts: Any, adapter: Any) -> list[str]:
     slot = opts.slots[0]
     out = [f"serve: {line.engine} line read by {line.parser}: {opts.configs[0].label()}"]
     passes = POLICIES[opts.isolation].passes   # auto: a restore (else reset) pass, then fresh
-    isolations = [p for p in passes if p != "reset" or not adapter.can_restore()] or \
+    isolations = [p for p in passes if p != IsolationName.RESET or not adapter.can_restore()] or \
         [opts.isolation]
     for iso in dict.fromkeys(isolations):
         a = adapter.for_isolation(iso)

@@ -36,6 +36,7 @@ import psutil
 from .client import EngineClient
 from .orphans import OWNER_ENV, GroupReaper, PidFile, die_with_parent, owner_token
 from .slots import Slot  # noqa: F401  (re-exported: where a server runs)
+from .errors import HandledError
 
 __all__ = ["Observer", "ServerGroup", "READY_POLL_S", "READY_POLL_FAST_FOR_S", "READY_POLL_MAX_S",
            "TERM_GRACE_S", "BootFailure", "Slot", "PortAllocator", "live_servers", "kill_all_servers",
@@ -54,7 +55,7 @@ _EXPLAIN = re.compile(r"(Error|Exception|Traceback|assert|Assertion|KV cache is 
                       re.IGNORECASE)
 
 
-class BootFailure(RuntimeError):
+class BootFailure(HandledError, RuntimeError):
     """A server that did not come up. ``retryable``: it exited during boot (an OOM beside
     other booting servers can pass); a boot that timed out or could not be spawned is not
     tried again. ``attempts``: the boots tried for this point (run/point.py)."""

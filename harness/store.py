@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 # point_key: the data point a record belongs to (``plan.Point.key`` is the same tuple)
-from .errors import NoSpace, UsageError
+from .errors import CannotRun, NoSpace, UsageError
 from .recordkeys import cell_key, point_key
 
 __all__ = ["resolve_sources", "RECORD_SUFFIX", "ARCHIVED_SUFFIX", "MANIFEST_SUFFIX", "StoreError",
@@ -31,8 +31,9 @@ MANIFEST_SUFFIX = ".manifest.json"
 LOCK_SUFFIX = ".lock"          # held by the process running the run (run_lock)
 
 
-class StoreError(RuntimeError):
-    """A results file or run id that cannot be read."""
+class StoreError(CannotRun):
+    """A results file or run id that cannot be read: the sweep cannot run (exit 3), unless
+    a caller says it as a usage error (a file the user named: report, compare, --baseline)."""
 
 
 def new_run_id() -> str:

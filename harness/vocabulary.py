@@ -11,12 +11,13 @@ verdict is one row here (docs/architecture.md). What each isolation does:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Iterable
 
 __all__ = ["ISOLATIONS", "RECORD_ISOLATIONS", "REUSE_ISOLATIONS", "PHASES", "Verdict", "VERDICT_TABLE", "VERDICTS",
            "REFERENCES", "UNJUDGED", "SEVERITY", "BUG_VERDICTS", "CLEAN", "JUDGED", "UNTESTED",
            "EXPLAINED", "OPEN", "NOT_FAILED", "SERVER_LOGGED", "UNANSWERED", "FULL_GRAPH_MODES", "PREFILL_FIX", "LOAD_MODES", "phase_key",
-           "worst", "verdict_info"]
+           "worst", "verdict_info", "VerdictName"]
 
 # The isolation values and what each does: harness/isolation.py (one entry per value).
 from .isolation import ISOLATIONS, RECORD_ISOLATIONS, REUSE_ISOLATIONS  # noqa: E402
@@ -39,6 +40,11 @@ class Verdict:
                        # "reason" (the record's reason)
     logged: bool = False   # the server's log says why (the report quotes its gist)
 
+    @property
+    def clean(self) -> bool:
+        """Judged and not counted against the point: a cell with it is clean (``CLEAN``)."""
+        return self.judged and not self.failed
+
 
 # In VERDICTS order; unjudged: an answer with nothing to compare it with (the cold phase
 # under --reference cold, a prompt the matrix reference could not answer): not
@@ -56,6 +62,11 @@ VERDICT_TABLE: tuple[Verdict, ...] = (
     Verdict("unjudged",  False, False, False, False, False, True,  "answer"),
 )
 _BY_NAME = {v.name: v for v in VERDICT_TABLE}
+# A verdict as a value, one member per row: VerdictName.OK == "ok", and a record, manifest or
+# report that holds a member writes the word itself (a StrEnum), so comparisons name the
+# member (or, better, ask the row: ``verdict_info(v).bug``, ``v in CLEAN``), never the string.
+VerdictName = StrEnum("VerdictName", [(v.name.upper().replace("-", "_"), v.name)
+                                      for v in VERDICT_TABLE], module=__name__)
 VERDICTS = tuple(_BY_NAME)
 # Worst first: a point's status is the worst verdict of its phases.
 SEVERITY = ("infra", "boot-fail", "crash", "timeout", "broken", "diverged", "invalid", "unjudged",
@@ -69,8 +80,8 @@ NOT_FAILED = frozenset(v.name for v in VERDICT_TABLE if not v.failed)
 SERVER_LOGGED = frozenset(v.name for v in VERDICT_TABLE if v.logged)
 # no answer worth quoting: the cell shows a failure's gist or reason instead
 UNANSWERED = frozenset(v.name for v in VERDICT_TABLE if v.cell in ("gist", "reason"))
-CLEAN = frozenset({"ok"})
-UNJUDGED = "unjudged"
+CLEAN = frozenset(v.name for v in VERDICT_TABLE if v.clean)
+UNJUDGED = VerdictName.UNJUDGED
 # --reference words (golden:RUN is the one with an argument)
 REFERENCES = ("passage", "cold", "first", "consensus", "golden:RUN")
 # cudagraph modes that capture a FULL graph for the speculative verify step (Bug B).

@@ -19,7 +19,9 @@ Message = dict[str, str]
 
 
 class TemplateError(RuntimeError):
-    """The model directory has no usable tokenizer or chat template."""
+    """The model directory has no usable tokenizer or chat template. The harness reports it
+    as a sweep that cannot run (``harness.errors.CannotRun``, exit 3: ``residue_sweep``),
+    unless a caller gives it context (a prompt case's ``PlanError``)."""
 
 
 def _token_text(value: Any) -> str | None:

@@ -34,6 +34,7 @@ from ..isolation import POLICIES, policy
 from ..scheduling import PointQueue
 from ..server_pool import BootFailure, Slot
 from .base import run_slot_workers
+from ..isolation import IsolationName
 
 __all__ = ["LocalBackend", "BOOT_FAILURES_ALLOWED", "boot_failures_allowed", "BootGate",
            "COLD_BOOT_FACTOR"]
@@ -265,7 +266,7 @@ class _LocalRun:
                 t_req = time.monotonic()
                 # auto's fresh points may need more servers first (run/auto.more_servers):
                 # their records are written once settled
-                confirming = self.auto and iso == "fresh"
+                confirming = self.auto and iso == IsolationName.FRESH
                 records, server_dead = await self.runner.run_phases(
                     point, slot, server, client, info,  # type: ignore[arg-type]
                     None if confirming else driver.phase_done)

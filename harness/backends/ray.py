@@ -49,6 +49,7 @@ from ..run.point import RunnerSpec
 from ..run.records import by_node
 from ..server_pool import ServerGroup
 from ..slots import Slot
+from ..isolation import IsolationName
 
 __all__ = ["RayBackend", "check_available", "runtime_env", "task_resources", "node_label",
            "records_by_node", "is_infra_error", "node_id_in", "Watchdog", "gpu_engine",
@@ -92,7 +93,7 @@ class RayBackend:
 
     def check(self, opts: SweepOptions) -> None:
         check_available()  # without the extra: one line, exit 2, before anything starts
-        if opts.isolation != "fresh":
+        if opts.isolation != IsolationName.FRESH:
             raise UsageError(f"--isolation {opts.isolation} is for the local backend; "
                              "--backend ray runs every point on its own fresh server")
 

@@ -15,6 +15,7 @@ import json
 from dataclasses import dataclass
 from typing import Sequence
 
+from ..errors import HandledError
 from .cases import PromptCase
 from engine.prompts.planner import (PAD_CANDIDATES, WARMUP_ASSISTANT, WARMUP_FOLLOWUP, CountMany,
                       PlanError, PromptPlan)
@@ -51,7 +52,7 @@ class CaseCalibration:
     base_len: int            # templated length of the case as given (zero padding)
 
 
-class CaseTooLong(PlanError):
+class CaseTooLong(HandledError, PlanError):
     """A case longer than the limit before any padding; ``tokens``: its templated length."""
 
     def __init__(self, tokens: int) -> None:

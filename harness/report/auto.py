@@ -12,6 +12,8 @@ from ..ghmarkdown import code, escape_text
 from ..recordkeys import point_key
 from ..run.records import PhaseRecord, cell_key, typed
 from ..vocabulary import REUSE_ISOLATIONS, UNTESTED
+from ..isolation import IsolationName
+from ..vocabulary import CLEAN
 
 __all__ = ["Agreement", "agreement_line", "agreement_of", "config_auto_line", "fresh_reasons",
            "stability"]
@@ -38,7 +40,7 @@ def agreement_of(records: Iterable[PhaseRecord | dict]) -> Agreement | None:
     from one."""
     pairs: dict[tuple, dict[str, PhaseRecord]] = {}
     for r in typed(records):
-        if r.isolation_run != "auto":
+        if r.isolation_run != IsolationName.AUTO:
             continue
         key = cell_key(r)[:5]   # the cell without its pass: the two passes pair up
         pairs.setdefault(key, {})[r.isolation] = r
@@ -56,7 +58,7 @@ def agreement_of(records: Iterable[PhaseRecord | dict]) -> Agreement | None:
             a.unjudged += 1
             continue
         a.both += 1
-        r_ok, f_ok = reset.verdict == "ok", fresh.verdict == "ok"
+        r_ok, f_ok = reset.verdict in CLEAN, fresh.verdict in CLEAN
         if r_ok and f_ok:
             a.both_ok += 1
         elif not r_ok and not f_ok:
@@ -108,7 +110,7 @@ def _stability(records: list[PhaseRecord], labels: bool) -> str:
     before issue 32 render as they did)."""
     cells = []
     for r in typed(records):
-        said = stability(r.confirmed_on) if r.isolation == "fresh" else None
+        said = stability(r.confirmed_on) if r.isolation == IsolationName.FRESH else None
         if said:
             where = f"residue {r.residue} {escape_text(str(r.phase))}"
             if r.document_seed is not None:
@@ -123,7 +125,7 @@ def fresh_reasons(records: Iterable[PhaseRecord]) -> str:
     """Why the fresh points ran: ``6 rule neighbourhood, 4 sample, 1 not ok on reset``."""
     seen: dict[tuple, str] = {}
     for r in records:
-        if r.isolation_run == "auto" and r.isolation == "fresh":
+        if r.isolation_run == IsolationName.AUTO and r.isolation == IsolationName.FRESH:
             seen[(r.config_id, r.residue, r.document_seed)] = r.confirms or "?"
     c = Counter(seen.values())
     return ", ".join(f"{n} {escape_text(why)}" for why, n in c.most_common())
@@ -167,7 +169,7 @@ def _fresh_not_run(records: list[PhaseRecord], interrupted: list[dict]) -> str:
     planned = [planned_points(m, cid, "fresh") for m in interrupted]
     if any(n is None for n in planned):
         return ""
-    ran = len({point_key(r) for r in records if r.isolation == "fresh"
+    ran = len({point_key(r) for r in records if r.isolation == IsolationName.FRESH
                and r.run_id in {m.get("run_id") for m in interrupted}})
     total = sum(planned)
     return f"{max(total - ran, 0)} of {total} planned fresh points did not run"
@@ -181,7 +183,7 @@ def stability(confirmed_on: Sequence[dict] | None) -> str | None:
     n = len(confirmed_on)
     if len({(s.get("verdict"), s.get("sha1")) for s in confirmed_on}) == 1:
         return f"reproduced on {n} servers"
-    ok = sum(1 for s in confirmed_on if s.get("verdict") == "ok")
+    ok = sum(1 for s in confirmed_on if s.get("verdict") in CLEAN)
     if ok:
         return f"unstable: ok on {ok} of {n}"
     kinds = len({(s.get("verdict"), s.get("sha1")) for s in confirmed_on})

@@ -7,6 +7,7 @@ from ..phrase import Phrase
 from ..ranges import residues_phrase
 from ..run.records import BUG_VERDICTS
 from .model import ConfigData
+from ..vocabulary import CLEAN, UNJUDGED
 
 __all__ = ["predict_bug_b", "config_hit_granularity", "agreement"]
 
@@ -54,8 +55,8 @@ def judged_residues(cd: ConfigData) -> tuple[set[int], set[int]]:
         verdicts = [(ph, c.verdict) for ph in cd.phases if (c := cd.cell(res, ph)) is not None]
         if any(v in BUG_VERDICTS for _, v in verdicts):
             broken.add(res)
-        elif verdicts and any(v == "ok" for _, v in verdicts) and all(
-                v == "ok" or (ph == "cold" and v == "unjudged") for ph, v in verdicts):
+        elif verdicts and any(v in CLEAN for _, v in verdicts) and all(
+                v in CLEAN or (ph == "cold" and v == UNJUDGED) for ph, v in verdicts):
             clean.add(res)
     return clean | broken, broken
 
@@ -70,11 +71,11 @@ def agreement(cd: ConfigData, pred: Prediction) -> str:
     covered, broken = judged_residues(cd)
     unmeasured = set(statuses) - covered
     if not covered:
-        if any(c is not None and c.verdict == "ok"
+        if any(c is not None and c.verdict in CLEAN
                for res in cd.residues for c in (cd.cell(res, ph) for ph in cd.phases)):
             return ("**no residue judged on every phase** (an ok phase beside an invalid, "
                     "unjudged or failed one is not clean), so the rule is untested")
-        if any(s == "unjudged" for s in statuses.values()):
+        if any(s == UNJUDGED for s in statuses.values()):
             return ("**nothing judged** (every answer is unjudged: no reference could judge "
                     "it), so the rule is untested")
         return "**nothing measured** (no point produced an answer), so the rule is untested"
@@ -96,7 +97,7 @@ def agreement(cd: ConfigData, pred: Prediction) -> str:
     sampled = predicted & covered
     if not sampled:
         partly = {res for res in predicted & unmeasured
-                  if any(c is not None and c.verdict == "ok"
+                  if any(c is not None and c.verdict in CLEAN
                          for c in (cd.cell(res, ph) for ph in cd.phases))}
         why = ("was swept but not judged on every phase (an ok phase beside an unjudged "
                "or invalid one is not clean)" if partly

@@ -13,6 +13,8 @@ from ..run.records import (BUG_VERDICTS, NOT_FAILED, OPEN, SERVER_LOGGED, PhaseR
                            as_record, phase_key, verdict_info)
 from .explain import divergence_of, divergence_phrase
 from .model import Cell, ConfigData, sha12
+from ..isolation import IsolationName
+from ..vocabulary import CLEAN, VerdictName
 
 __all__ = ["cell_phrase", "cell_markdown", "cell_annotations", "failure_gist", "reason_short", "Footnote", "Footnotes",
            "REPEAT_MIN", "EXCERPT_CHARS", "REASON_CHARS"]
@@ -68,7 +70,7 @@ def cell_phrase(r: PhaseRecord | Mapping[str, Any] | None) -> str:
     n, total = r.verbatim_n, r.verbatim_total
     nN = f"{n}/{total}" if n is not None and total is not None else "?"
     shown = getattr(verdict_info(v), "cell", "answer")   # vocabulary.VERDICT_TABLE
-    if v == "ok":
+    if v in CLEAN:
         return nN
     if v in OPEN:
         return f"{nN}, {v}"
@@ -87,7 +89,7 @@ def cell_phrase(r: PhaseRecord | Mapping[str, Any] | None) -> str:
         parts = [nN, f"repetition ×{r.repeats}"]
     else:
         parts = [nN]
-    if v == "diverged":
+    if v == VerdictName.DIVERGED:
         parts.append("diverged")
     elif v not in BUG_VERDICTS:
         parts.append(escape_text(v))
@@ -110,7 +112,7 @@ def cell_annotations(c: Cell | None) -> str:
         parts.append(f"{bad}/{total} documents" if bad else f"{total} documents")
     if c.fresh:
         parts.append("fresh")
-    elif c.record.isolation_run == "auto":
+    elif c.record.isolation_run == IsolationName.AUTO:
         parts.append(f"{escape_text(c.judged_by)} only")   # no fresh server judged it
     for d in c.disagree:
         where = f" (document {d.document})" if c.documents else ""
@@ -128,11 +130,11 @@ def cell_markdown(c: Cell | None, mark: str = "") -> str:
         text = text.replace(f", {c.verdict}", ", reference", 1)
     notes = cell_annotations(c)
     if notes:
-        text = f"{text}, {notes}" if c.verdict != "ok" else f"ok, {notes}" if (
+        text = f"{text}, {notes}" if c.verdict not in CLEAN else f"ok, {notes}" if (
             c.documents) else f"{text}, {notes}"
     if c is not None and c.verdict in OPEN:
         return f"*{text}*"   # nothing judged it: not bold (not a failure), not plain (not ok)
-    if c is not None and c.verdict != "ok":
+    if c is not None and c.verdict not in CLEAN:
         text = bold(text)
         if mark:
             text += f" {mark}"

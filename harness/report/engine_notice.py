@@ -10,6 +10,8 @@ comment and the GitHub step summary (both the report itself) carry it too.
 from __future__ import annotations
 
 from ..run.records import PhaseRecord
+from ..engines import EngineName
+from ..isolation import IsolationName
 
 __all__ = ["LAB_NOTICE", "engine_notice", "live_notice"]
 
@@ -27,9 +29,9 @@ def _engine_of(record: PhaseRecord) -> str | None:
 def engine_notice(records: list[PhaseRecord]) -> str | None:
     """The notice when any record came from the lab engine, else None."""
     engines = {_engine_of(r) for r in records}
-    if "lab" not in engines:
+    if EngineName.LAB not in engines:
         return None
-    others = sorted(e for e in engines if e and e != "lab")
+    others = sorted(e for e in engines if e and e != EngineName.LAB)
     if others:
         return LAB_NOTICE + f" Records of {', '.join(others)} are in this report too."
     return LAB_NOTICE
@@ -38,7 +40,7 @@ def engine_notice(records: list[PhaseRecord]) -> str | None:
 def live_notice(records: list[PhaseRecord]) -> str | None:
     """The notice of a ``sweep --url`` run (records with isolation ``live``), else None."""
     urls = sorted({str((r.config or {}).get("url") or "?") for r in records
-                   if r.isolation == "live"})
+                   if r.isolation == IsolationName.LIVE})
     if not urls:
         return None
     return ("**Swept a live server** (" + ", ".join(f"`{u}`" for u in urls) + "), as it "

@@ -24,6 +24,7 @@ from ..ghmarkdown import code, escape_text
 from ..recordkeys import document_of
 from ..run.records import BUG_VERDICTS, PhaseRecord, as_record, typed
 from .model import ConfigData
+from ..vocabulary import CLEAN, UNJUDGED
 
 __all__ = ["REFERENCE_SIGHT", "ReferenceTexts", "reference_texts", "divergence_of",
            "divergence_phrase", "call_counts", "reference_lines", "final_chunk_line"]
@@ -76,7 +77,7 @@ def reference_texts(records: Iterable[PhaseRecord | dict], extra: Iterable[Phase
     records = typed(records)
     out = ReferenceTexts({r.sha1: r.answer or "" for r in records if r.sha1})
     for r in [*records, *typed(extra)]:
-        if r.verdict == "ok" and r.token_logprobs and r.sha1:
+        if r.verdict in CLEAN and r.token_logprobs and r.sha1:
             out.clean.setdefault(_prompt_key(r, r.sha1), []).append(r)
     return out
 
@@ -155,7 +156,7 @@ def reference_lines(records: list[PhaseRecord], texts: dict[str, str]) -> list[s
         can, cannot = REFERENCE_SIGHT.get(key, ("?", "?"))
         out.append(f"- **Reference {code(ref)}:** sees {can}; cannot see {cannot}.")
     if "cold" in refs:
-        n = sum(1 for r in records if r.verdict == "unjudged" and r.phase == "cold")
+        n = sum(1 for r in records if r.verdict == UNJUDGED and r.phase == "cold")
         out.append(f"- **{n} cold cell(s) unjudged:** under `--reference cold` a corruption "
                    "identical in every phase is invisible (the hit matches the corrupted cold "
                    "answer). Use `--reference passage` (the document itself), "

@@ -20,6 +20,7 @@ from ..run.records import (BUG_VERDICTS, EXPLAINED, PhaseRecord, document_of, la
                            phase_key, typed)
 from .cells import cell_markdown
 from .model import Cell
+from ..vocabulary import CLEAN, VerdictName
 
 __all__ = ["UNCHANGED", "EXPLAINED", "Rung", "Ladder", "ladders", "render_ladder",
            "render_ladder_plain",
@@ -60,9 +61,9 @@ class Rung:
         verdicts = [self.records[p].verdict if p in self.records else None for p in phases]
         if any(v is None for v in verdicts):
             return "inconclusive"
-        if all(v == "ok" for v in verdicts):
+        if all(v in CLEAN for v in verdicts):
             return "clean"
-        if any(v in BUG_VERDICTS or v == "crash" for v in verdicts):
+        if any(v in BUG_VERDICTS or v == VerdictName.CRASH for v in verdicts):
             return "same-tail" if unchanged and self._same_tail(phases, unchanged) else "stays"
         return "inconclusive"   # boot-fail, timeout, invalid, infra: the rung tells nothing
 
@@ -118,7 +119,7 @@ class Ladder:
     def came_back_ok(self) -> bool:
         """Every explained phase came back ok: not reproduced (else: inconclusive)."""
         recs = self.unchanged.records
-        return all(p in recs and recs[p].verdict == "ok" for p in self.phases)
+        return all(p in recs and recs[p].verdict in CLEAN for p in self.phases)
 
     def by_axis(self, outcome: str) -> list[str]:
         """Axes whose every run rung has ``outcome``, named by axis; an axis whose rungs

@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from ..ghmarkdown import bold, code
 from ..recordkeys import point_key
 from ..run.records import PhaseRecord
+from ..isolation import IsolationName
 
 __all__ = ["finished_points", "interrupted_line", "interrupted_manifests", "is_interrupted",
            "planned_points"]
@@ -71,11 +72,11 @@ def interrupted_line(manifests: list[dict], records: list[PhaseRecord]) -> str:
     ms = interrupted_manifests(manifests)
     if not ms:
         return ""
-    auto = any(r.isolation_run == "auto" for r in records)
+    auto = any(r.isolation_run == IsolationName.AUTO for r in records)
     # an auto run counts a point per residue, document and pass: more than the headline's
     # data points, which fold documents and passes into one cell
     what = "a point is one residue, document and pass; " if auto else ""
-    reuse = ("restore" if any(r.isolation == "restore" for r in records)
+    reuse = ("restore" if any(r.isolation == IsolationName.RESTORE for r in records)
              else "reset")
     tail = (f"a cell without a fresh confirmation shows its {reuse} verdict only."
             if auto else "points not on disk were not measured.")

@@ -12,6 +12,8 @@ from typing import Any, Iterable, Mapping, NamedTuple
 from ..run.records import (CONFIG_FIELDS, NOT_IDENTITY, SEVERITY, PhaseRecord, as_record,
                            cell_key, document_of, phase_key, reference_cells, sha12, typed,
                            worst)
+from ..isolation import IsolationName
+from ..vocabulary import CLEAN, UNJUDGED
 
 __all__ = ["ConfigData", "Cell", "Disagreement", "group_configs", "combine_cell", "sha12", "fmt_percent", "miss_probability",
            "miss_sentence", "fmt_value", "describe_dim", "config_fields", "varying_fields",
@@ -251,16 +253,16 @@ def combine_cell(records: list[PhaseRecord]) -> Cell:
     effective, disagree, fresh = [], [], 0
     for doc, passes in sorted(by_doc.items(), key=lambda kv: str(kv[0])):
         eff = passes.get("fresh") or next(iter(passes.values()))
-        fresh += "fresh" in passes and passes["fresh"].isolation_run == "auto"
+        fresh += IsolationName.FRESH in passes and passes["fresh"].isolation_run == IsolationName.AUTO
         effective.append(eff)
-        name = "restore" if "restore" in passes else "reset"
+        name = "restore" if IsolationName.RESTORE in passes else "reset"
         reuse, fr = passes.get(name), passes.get("fresh")
         # an unjudged answer is neither ok nor bad: nothing to disagree with (as in the
         # agreement line, report/auto.py)
-        if (reuse and fr and "unjudged" not in (reuse.verdict, fr.verdict)
-                and (reuse.verdict == "ok") != (fr.verdict == "ok")):
+        if (reuse and fr and UNJUDGED not in (reuse.verdict, fr.verdict)
+                and (reuse.verdict in CLEAN) != (fr.verdict in CLEAN)):
             disagree.append(Disagreement(doc, reuse.verdict, fr.verdict, name))
-    docs = ((sum(1 for r in effective if r.verdict != "ok"), len(effective))
+    docs = ((sum(1 for r in effective if r.verdict not in CLEAN), len(effective))
             if len(effective) > 1 else None)
     return Cell(min(effective, key=_severity), docs, fresh, tuple(disagree),
                 isolations=tuple(sorted({r.isolation or "?" for r in effective})))

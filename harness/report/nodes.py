@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from ..ghmarkdown import bold, code, escape_text, table
 from ..run.records import PhaseRecord, by_node, typed
+from ..vocabulary import CLEAN
 
 __all__ = ["by_node", "render_nodes"]
 
@@ -31,7 +32,7 @@ def render_nodes(records: list[PhaseRecord] | list[dict]) -> str:
             retried.setdefault(node, set()).add(key)
     rows = []
     for node, counts in nodes.items():
-        bad = {v: n for v, n in counts.items() if v != "ok"}
+        bad = {v: n for v, n in counts.items() if v not in CLEAN}
         bad_text = ", ".join(f"{escape_text(v)} {n}" for v, n in sorted(bad.items()))
         rows.append([code(node), str(len(points[node])), str(sum(counts.values())),
                      bold(bad_text) if bad else "0", str(len(retried.get(node, ())))])

@@ -16,6 +16,7 @@ from .interrupted import interrupted_line, interrupted_manifests
 from .model import group_configs, varying_fields
 from .sections import (render_config_summary, render_ladder, render_provenance,
                        render_results_table, render_thread_view, short_labels, summary_counts)
+from ..vocabulary import CLEAN
 
 __all__ = ["render_markdown", "write_report", "load_inputs", "title_markdown",
            "headline_markdown"]
@@ -115,10 +116,10 @@ def headline_markdown(recs: list[PhaseRecord]) -> str:
     """``N configurations, P data points, C phase cells: all ok`` (or what is not)."""
     configs, groups = group_configs(recs), case_groups(recs)
     refs = reference_cells(recs)   # --reference cold / first: the measure, not judged
-    bad_cells = sum(1 for r in recs if r.verdict != "ok" and cell_key(r) not in refs)
+    bad_cells = sum(1 for r in recs if r.verdict not in CLEAN and cell_key(r) not in refs)
     points = sum(len(c.residues) for _, cs in groups for c in cs)
     bad_points = sum(1 for _, cs in groups for c in cs for s in c.statuses().values()
-                     if s != "ok")
+                     if s not in CLEAN)
     headline = (f"{len(configs)} configuration{'s' if len(configs) != 1 else ''}, "
                 f"{points} data point{'s' if points != 1 else ''}, "
                 f"{len(recs)} phase cell{'s' if len(recs) != 1 else ''}: ")

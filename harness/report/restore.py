@@ -9,6 +9,7 @@ from collections.abc import Iterable
 from ..ghmarkdown import escape_text
 from ..recordkeys import point_key
 from ..run.records import PhaseRecord
+from ..isolation import IsolationName
 
 __all__ = ["restore_summary", "poison_summary"]
 
@@ -18,7 +19,7 @@ def restore_summary(records: Iterable[PhaseRecord]) -> str:
     point, 0.01–0.05 s); 1 on a just-booted server``; "" when no record was restored."""
     by_point: dict[tuple, dict] = {}
     for r in records:
-        if r.isolation == "restore" and isinstance(r.restore, dict):
+        if r.isolation == IsolationName.RESTORE and isinstance(r.restore, dict):
             by_point.setdefault(point_key(r), r.restore)
     if not by_point:
         return ""

@@ -16,6 +16,8 @@ from .bugb_analysis import agreement, config_hit_granularity, predict_bug_b
 from .cells import Footnotes, cell_markdown
 from .model import (SHORT_NAMES, VOLATILE, ConfigData, config_fields, describe_dim, fmt_value,
                     miss_sentence, varying_fields)
+from ..isolation import IsolationName
+from ..vocabulary import CLEAN
 
 __all__ = ["short_labels", "render_results_table", "results_rows", "render_thread_view", "summary_counts",
            "render_config_summary", "render_reruns", "render_ladder", "render_provenance",
@@ -110,7 +112,7 @@ def results_rows(configs: list[ConfigData], notes: Footnotes, *, full: bool,
     for res in residues:
         recs = [(cd, cd.cell(res, p)) for cd, p in cols]
         # a cell that was not run is not a bad cell (another configuration swept less)
-        ok = all(c.verdict == "ok" and not c.disagree for _, c in recs
+        ok = all(c.verdict in CLEAN and not c.disagree for _, c in recs
                  if c is not None and not c.reference)
         cells = [cell_markdown(r, notes.mark(cd, r)) for cd, r in recs]
         rows.append((res, cells, ok))
@@ -123,7 +125,7 @@ def render_thread_view(configs: list[ConfigData], phase: str, short: dict[str, s
     measured phase (mjungnickel18's FULL_AND_PIECEWISE / PIECEWISE table)."""
     residues = sorted({r for c in configs for r in c.residues})
     bad_res = {res for c in configs for res in c.residues
-               if c.cell(res, phase) is not None and c.cell(res, phase).verdict != "ok"}
+               if c.cell(res, phase) is not None and c.cell(res, phase).verdict not in CLEAN}
     header = [f"{corner} {escape_text(phase)}"] + [
         _row_label(r, r in bad_res) for r in residues]
     rows = [[short[c.config_id]] + [cell_markdown(c.cell(r, phase)) for r in residues]
@@ -147,7 +149,7 @@ def summary_counts(cd: ConfigData) -> str:
     parts += [f"{len(rs)} clean on {escape_text(iso)} only (no fresh server judged them): "
               f"{residues_phrase(rs)}" for iso, rs in sorted(weak.items())]
     for s in SEVERITY:
-        if s == "ok" or s not in by:
+        if s in CLEAN or s not in by:
             continue
         parts.append(f"{len(by[s])} {s}: {residues_phrase(by[s])}")
     return ", ".join(parts) + reference_note(cd)
@@ -211,7 +213,7 @@ def render_config_summary(cd: ConfigData, manifest_residues: list[int] | None,
     if auto_line:
         lines.append(f"- **Isolation auto:** {auto_line}")
     docs = cd.distinct("document_seed")
-    if "live" in cd.distinct("isolation"):
+    if IsolationName.LIVE in cd.distinct("isolation"):
         lines.append(f"- **Documents:** {len(docs)}, one per point (a live server: isolation "
                      "by content).")
     elif len(docs) > 1:
@@ -285,8 +287,8 @@ def render_reruns(cd: ConfigData, full: bool) -> str:
     if not by_res:
         return "Rerun: no `rerun` command recorded."
     statuses = cd.statuses()
-    bad = [res for res in sorted(by_res) if statuses.get(res) != "ok"]
-    good = [res for res in sorted(by_res) if statuses.get(res) == "ok"]
+    bad = [res for res in sorted(by_res) if statuses.get(res) not in CLEAN]
+    good = [res for res in sorted(by_res) if statuses.get(res) in CLEAN]
     lines = []
     shown = set()
     for res in (sorted(by_res) if full else bad + good[:1]):
@@ -294,7 +296,7 @@ def render_reruns(cd: ConfigData, full: bool) -> str:
         if cmd in shown:
             continue
         shown.add(cmd)
-        tag = "clean" if statuses.get(res) == "ok" else statuses.get(res)
+        tag = "clean" if statuses.get(res) in CLEAN else statuses.get(res)
         lines.append(f"# residue {res} ({tag})")
         lines.append(cmd)
     rest = len(good) - 1
@@ -332,7 +334,7 @@ def render_ladder(configs: list[ConfigData], short: dict[str, str], corner: str)
         statuses = c.statuses()
         by: dict[str, list[int]] = defaultdict(list)
         for res, s in statuses.items():
-            if s != "ok":
+            if s not in CLEAN:
                 by[s].append(res)
         if not by:
             outcome = "clean"
@@ -433,7 +435,7 @@ def render_provenance(configs: list[ConfigData], records: list[PhaseRecord],
         notes.append(f"Isolation {join(weaker)}: weaker than one fresh "
                      "server per data point; blocks from earlier requests can leak into later "
                      "ones.")
-    if "restore" in iso:
+    if IsolationName.RESTORE in iso:
         notes.append("Isolation restore: one server per configuration, returned to its "
                      "just-booted state between points (the `restore` row says how, and what "
                      "it cost); trusted where fresh servers agree with it (`--isolation auto` "

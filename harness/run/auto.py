@@ -43,6 +43,7 @@ from ..engines import auto_reuse_pass
 from ..recordkeys import point_key
 from ..vocabulary import NOT_FAILED, REUSE_ISOLATIONS, worst
 from .matrix_reference import rejudge
+from ..isolation import IsolationName
 
 __all__ = ["AUTO_MIN_DOCUMENTS", "rule_neighbourhood", "auto_extra_documents", "auto_passes",
            "needs_confirmation", "fresh_twin", "resume_confirmations", "late_confirmations",
@@ -86,7 +87,7 @@ def auto_extra_documents(opts: Any, cfg: ServingConfig, modulus: int,
     the ``swept`` residues) is measured on ``AUTO_MIN_DOCUMENTS`` documents; [] outside
     auto or with enough seeds."""
     docs = tuple(opts.documents)
-    if opts.isolation != "auto" or len(docs) >= AUTO_MIN_DOCUMENTS:
+    if opts.isolation != IsolationName.AUTO or len(docs) >= AUTO_MIN_DOCUMENTS:
         return []
     residues = sorted(set(rule_neighbourhood(cfg, modulus)) & set(swept))
     if not residues:
@@ -164,10 +165,10 @@ def resume_confirmations(planned: Sequence[Any], todo: Sequence[Any],
         key = point_key(r)[:4]   # (configuration, case, residue, document)
         if r.get("isolation") in REUSE_ISOLATIONS and _suspect(r):
             bad.add(key)
-        elif r.get("isolation") == "fresh":
+        elif r.get("isolation") == IsolationName.FRESH:
             fresh_done.add(key)
-    pending = {p.key[:4] for p in todo if p.isolation == "fresh"}
-    planned_fresh = {p.key[:4] for p in planned if p.isolation == "fresh"}
+    pending = {p.key[:4] for p in todo if p.isolation == IsolationName.FRESH}
+    planned_fresh = {p.key[:4] for p in planned if p.isolation == IsolationName.FRESH}
     out = []
     for p in planned:
         key = p.key[:4]
@@ -181,7 +182,7 @@ def more_servers(point: Any, runs: Sequence[Sequence[dict]]) -> bool:
     """Whether a fresh point of an auto run needs another fresh server: ``runs`` holds
     its records per server so far. Not ok in some phase on some server: at least
     ``CONFIRM_SERVERS``; where those disagree, one more (``CONFIRM_SERVERS_MAX``)."""
-    if getattr(point, "isolation", None) != "fresh" or not getattr(point, "confirms", None):
+    if getattr(point, "isolation", None) != IsolationName.FRESH or not getattr(point, "confirms", None):
         return False
     if not runs or len(runs) >= CONFIRM_SERVERS_MAX:
         return False

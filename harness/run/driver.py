@@ -30,6 +30,7 @@ from .plan import Point, SweepPlan
 from .point import RunnerSpec
 from .auto import resume_confirmations
 from .records import RecordBuilder, timing_record
+from ..isolation import IsolationName
 
 __all__ = ["Driver", "Counters", "timing_summary"]
 
@@ -101,7 +102,7 @@ class Driver:
             want = {p.key: set(self.opts.phases) for p in points}
             done = self.store.prune_partial(want, keep_unplanned=True)
             todo = [p for p in points if p.key not in done]
-            if self.opts.isolation == "auto":  # confirmations added while it ran
+            if self.opts.isolation == IsolationName.AUTO:  # confirmations added while it ran
                 todo += resume_confirmations(points, todo, self.store.read())
             added = todo[len([p for p in points if p.key not in done]):]
             points = todo
@@ -164,7 +165,7 @@ class Driver:
             "documents": sorted({p.seed for p in plan.points}),
             "launcher": opts.launcher,
             **({"cache_dir": str(opts.cache_dir)} if opts.cache_dir else {}),
-            **({"auto_sample": opts.auto_sample} if opts.isolation == "auto" else {}),
+            **({"auto_sample": opts.auto_sample} if opts.isolation == IsolationName.AUTO else {}),
             **self.links,
         }
         if opts.prompts:  # --prompts: the file and, per case, its line, padding and lengths
@@ -238,7 +239,7 @@ class Driver:
         """The manifest's end: dates, wall time, the backend's description, timing."""
         n_slots = backend.get("slots") or len(self.opts.slots)
         timing = timing_summary(self.counters.timings, n_slots, wall)
-        if timing and self.opts.isolation == "auto":
+        if timing and self.opts.isolation == IsolationName.AUTO:
             timing["passes"] = pass_summaries(self.counters.timings, n_slots, wall)
         boots = boot_summary(list(self.counters.boots.values()),
                              self.runner_spec.adapter.boot_stages)
@@ -270,7 +271,7 @@ def timing_summary(timings: list[dict[str, float]], slots: int, wall: float) -> 
                + t.get("restore", 0.0) for t in timings)
     overhead = [max(0.0, t.get("point", 0.0) - t.get("boot", 0.0) - t.get("requests", 0.0)
                     - t.get("restore", 0.0)) for t in timings]
-    restored = [t["restore"] for t in timings if "restore" in t]
+    restored = [t["restore"] for t in timings if IsolationName.RESTORE in t]
     extra = ({"restored_points": len(restored),
               "median_restore_s": round(statistics.median(restored), 4),
               "sum_restore_s": round(sum(restored), 3)} if restored else {})

@@ -31,6 +31,7 @@ from typing import Any
 from ..client import ClientError, EngineClient
 from ..prompts import INSTRUCTION, document_lines
 from ..vocabulary import LOAD_MODES
+from ..errors import HandledError
 
 __all__ = ["LOAD_MODES", "BG_SEED_BASE", "BackgroundLoad", "LoadError", "background_messages",
            "server_gauges", "beside_from_log", "preempted_in_log", "load_facts"]
@@ -47,7 +48,7 @@ _FINAL = re.compile(r"final prefill chunk: request=(?P<id>\S+) tokens=(?P<tokens
                     r"dispatch=(?P<plan>\w+)")
 
 
-class LoadError(RuntimeError):
+class LoadError(HandledError, RuntimeError):
     """The background conversations could not be started (the phase did not run under load)."""
 
 

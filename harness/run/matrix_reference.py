@@ -25,6 +25,7 @@ from ..recordkeys import cell_key, document_of
 from ..verdict import judge, sha1
 from ..vocabulary import OPEN
 from .records import PhaseRecord, typed
+from ..vocabulary import CLEAN
 
 __all__ = ["CONSENSUS_MIN", "rejudge", "first_references", "consensus_references"]
 
@@ -86,7 +87,7 @@ def _judge_against(raw: dict, r: PhaseRecord, ref: PhaseRecord, what: str) -> di
                reference_chars=len(expected),
                reason=(f"{j.reason} (against {what}: {ref.config_label} residue "
                        f"{ref.residue} {ref.phase})"))
-    out["first_divergence"] = None if j.verdict == "ok" else first_divergence(
+    out["first_divergence"] = None if j.verdict in CLEAN else first_divergence(
         text, expected, answer_tokens=r.token_logprobs, reference_tokens=ref.token_logprobs)
     return out
 

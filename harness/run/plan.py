@@ -44,6 +44,7 @@ from .hits import hit_unit
 from ..store import read_jsonl, resolve_results
 from .auto import auto_extra_documents, auto_passes
 from .records import latest_records, typed
+from ..isolation import IsolationName
 
 __all__ = ["Point", "SweepPlan", "plan_points", "plan_with_probes", "RemoteCounter",
            "load_golden", "probe_server", "golden_key", "golden_answer",
@@ -136,7 +137,7 @@ def plan_points(opts: SweepOptions, adapter: EngineAdapter,
                 points.append(Point(cfg, cid, r, modulus, plan_residue(cal, r, modulus),
                                     rerun_command(opts, cfg, r, modulus, seed), seed=seed,
                                     modulus_why=why))
-    if opts.isolation == "auto":
+    if opts.isolation == IsolationName.AUTO:
         points = auto_passes(points, opts)
     return SweepPlan(points, sampled, time.monotonic() - t0, pad_units, cases)
 

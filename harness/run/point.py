@@ -35,6 +35,7 @@ from .load import (BackgroundLoad, LoadError, beside_from_log, load_facts, preem
                    server_gauges)
 from .plan import Point, golden_answer
 from .records import RecordBuilder, timing_record
+from ..vocabulary import CLEAN, UNJUDGED
 
 __all__ = ["PointRunner", "PointResult", "RunnerSpec", "Launcher", "Server",
            "WARMUP_MAX_TOKENS", "MAX_PORT_RETRIES", "BOOT_ATTEMPTS"]
@@ -374,7 +375,7 @@ class PointRunner:
         if ref == "cold":
             # Only a cold answer that did not collapse is a reference: a collapse repeated
             # on the hit must not read as ok.
-            if phase == "cold" or cold is None or cold.get("verdict") != "unjudged":
+            if phase == "cold" or cold is None or cold.get("verdict") != UNJUDGED:
                 return None, None
             return cold.get("answer") or "", cold.get("token_logprobs")
         if ref in ("first", "consensus"):
@@ -390,7 +391,7 @@ class PointRunner:
                 cold) -> dict[str, Any]:
         base = self.records.base(point, slot.id, self.node, phase, info, templated)
         expected, ref_tokens = self._reference(point, phase, cold)
-        if (ref_tokens is None and cold is not None and cold.get("verdict") == "ok"
+        if (ref_tokens is None and cold is not None and cold.get("verdict") in CLEAN
                 and expected is not None and (cold.get("answer") or "") == expected):
             # the passage has no logprobs; this server's clean cold answer to the same
             # prompt has: the only margin that says something about noise (divergence.py)
@@ -409,7 +410,7 @@ class PointRunner:
                                                 res.prompt_tokens is not None) else None
         want = intended_tail(point, phase)
         divergence = None
-        if verdict != "ok":
+        if verdict not in CLEAN:
             divergence = first_divergence(res.answer, expected, answer_tokens=res.token_logprobs,
                                           reference_tokens=ref_tokens)
         measured = {

@@ -22,6 +22,7 @@ from ..store import load_records, now_iso
 
 from ..vocabulary import (BUG_VERDICTS, CLEAN, EXPLAINED, JUDGED, NOT_FAILED, OPEN, PHASES,
                           SERVER_LOGGED, SEVERITY, UNANSWERED, UNTESTED, VERDICTS, phase_key, verdict_info, worst)
+from ..engines import EngineName
 
 __all__ = ["SCHEMA_VERSION", "PhaseRecord", "PHASES", "VERDICTS", "SEVERITY", "BUG_VERDICTS",
            "CLEAN", "EXPLAINED", "JUDGED", "NOT_FAILED", "OPEN", "SERVER_LOGGED", "UNANSWERED", "UNTESTED", "verdict_info", "CONFIG_FIELDS", "NOT_IDENTITY", "phase_key", "worst", "schema_of",
@@ -423,7 +424,7 @@ class RecordBuilder:
              templated: int | None) -> dict[str, Any]:
         requested = point.cfg.as_dict()
         effective = info.get("config") or requested
-        cmd = point.cfg.engine == "cmd"   # presets never reach a cmd server: cmd_config
+        cmd = point.cfg.engine == EngineName.CMD   # presets never reach a cmd server: cmd_config
         return {
             "run_id": self.run_id, "harness_version": self.harness_version,
             "config_id": point.cfg_id, "config_label": info.get("config_label") or (

@@ -332,15 +332,26 @@ def test_where_a_change_goes_names_real_places():
     assert not bad, f"the table names what does not exist: {bad}"
 
 
-def test_a_new_verdict_isolation_or_writer_is_one_entry():
-    """The three rows the issue names: each says one entry in one registry, and adding an
-    entry there is all the code needs (the rest reads the registry)."""
+def test_a_new_verdict_isolation_engine_or_writer_is_one_entry():
+    """The four rows the issue names: each says one entry in one registry, and adding an
+    entry there is all the code needs (the rest reads the registry: the StrEnum of its
+    values too, and ``make_adapter`` builds whichever adapter ``ADAPTERS`` names)."""
     table = _section("Where a change goes")
     row = {ln.split("|")[1].strip(): ln for ln in table.splitlines() if ln.startswith("| ")}
     assert "one row of `vocabulary.VERDICT_TABLE`" in row["a new verdict or a change of what a verdict means"]
     assert "one `Isolation(...)` entry in `isolation.POLICIES`" in row["a new isolation mode"]
+    assert "one entry in `engines.ADAPTERS`" in row["a new engine"]
     assert "one entry in `writers.WRITERS`" in row["a new output format"]
-    from harness import isolation, vocabulary, writers
+    from harness import engines, isolation, vocabulary, writers
+    assert [m.value for m in vocabulary.VerdictName] == [v.name for v in vocabulary.VERDICT_TABLE]
+    assert [m.value for m in isolation.IsolationName] == list(isolation.POLICIES)
+    assert [m.value for m in engines.EngineName] == list(engines.ADAPTERS)
+    tree = ast.parse((HARNESS / "engines.py").read_text())
+    builders = [n for n in tree.body if isinstance(n, ast.FunctionDef)
+                and n.name in ("make_adapter", "_make_adapter")]
+    named = {n.id for f in builders for n in ast.walk(f) if isinstance(n, ast.Name)}
+    adapters = {c.__name__ for c in engines.ADAPTERS.values()}
+    assert builders and not named & adapters, named & adapters   # no engine built by name
     from harness.flags import FLAGS
     (iso_flag,) = [f for f in FLAGS if f.name == "--isolation"]
     assert tuple(iso_flag.kw["choices"]) == isolation.ISOLATIONS == vocabulary.ISOLATIONS
@@ -356,3 +367,162 @@ def test_the_rule_returns_structure_not_markdown():
     them (it imports no markdown helper)."""
     found = [m for m, _ in _imports_named(HARNESS / "bugb.py") if "ghmarkdown" in m]
     assert not found, found
+
+
+# -- values are types ------------------------------------------------------------------
+# Each vocabulary's home: the table its StrEnum is read off, where its words are declared.
+_VOCABULARY_HOMES = {"verdict": HARNESS / "vocabulary.py", "isolation": HARNESS / "isolation.py",
+                     "engine": HARNESS / "engines.py"}
+# Comparisons with such a word that is another vocabulary's value, by what is compared
+# (the other side's name, attribute or key), each with why.
+_OTHER_VOCABULARIES = {
+    "runner": "--runner auto: the model runner vLLM picks, not the isolation",
+    "modulus": "--modulus auto: the modulus read off the configuration, not the isolation",
+    "poison": "--poison auto: fill where the engine can, not the isolation",
+    "owned_by": "GET /v1/models' owned_by: the word a vLLM server writes of itself",
+}
+
+
+def _vocabularies() -> dict[str, set[str]]:
+    from harness.engines import ADAPTERS
+    from harness.isolation import POLICIES
+    from harness.vocabulary import VERDICT_TABLE
+    return {"verdict": {v.name for v in VERDICT_TABLE}, "isolation": set(POLICIES),
+            "engine": set(ADAPTERS)}
+
+
+def _strings(node: ast.AST) -> list[str]:
+    """The string constants of a constant or of a tuple / list / set of them."""
+    elts = node.elts if isinstance(node, (ast.Tuple, ast.List, ast.Set)) else [node]
+    return [e.value for e in elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+
+
+def _subject(node: ast.AST) -> str | None:
+    """What the other side of a comparison names: ``x``, ``a.x``, ``a["x"]``,
+    ``a.get("x")``, ``getattr(a, "x")``."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
+        return str(node.slice.value)
+    if isinstance(node, ast.Call):
+        func = ast.unparse(node.func)
+        i = 0 if func.endswith(".get") else 1 if func == "getattr" else None
+        if i is not None and len(node.args) > i and isinstance(node.args[i], ast.Constant):
+            return str(node.args[i].value)
+    return None
+
+
+def _compared_words(source: str):
+    """(line, word, what it is compared with) of every ``==`` / ``!=`` with a constant
+    string, ``in`` / ``not in`` of a constant string or in a tuple / list / set of them,
+    and ``match`` case of a constant string. Docstrings, f-strings and argparse choices are
+    no comparison, so they are not seen."""
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            for op, left, right in zip(node.ops, sides, sides[1:]):
+                if isinstance(op, (ast.Eq, ast.NotEq)):
+                    pairs = [(left, right), (right, left)]
+                elif isinstance(op, (ast.In, ast.NotIn)):
+                    pairs = [(left, right)] + ([(right, left)] if isinstance(
+                        right, (ast.Tuple, ast.List, ast.Set)) else [])
+                else:
+                    continue
+                for const, other in pairs:
+                    if isinstance(const, ast.Constant) or (
+                            isinstance(const, (ast.Tuple, ast.List, ast.Set)) and const is right):
+                        for word in _strings(const):
+                            yield node.lineno, word, _subject(other)
+        elif isinstance(node, ast.Match):
+            for case in node.cases:
+                for pat in ast.walk(case.pattern):
+                    if isinstance(pat, ast.MatchValue):
+                        for word in _strings(pat.value):
+                            yield pat.lineno, word, _subject(node.subject)
+
+
+def test_no_module_compares_a_verdict_isolation_or_engine_string():
+    """A verdict, an isolation and an engine are values of a StrEnum read off their table
+    (``vocabulary.VerdictName``, ``isolation.IsolationName``, ``engines.EngineName``): a
+    module outside the table compares the member or asks the row (``v in CLEAN``,
+    ``verdict_info(v).bug``, ``policy(iso).reuses_server``), never the string. Checked over
+    every module of ``harness/`` and ``engine/``; a word of another vocabulary is told by
+    what it is compared with (``_OTHER_VOCABULARIES``)."""
+    sample = ('if r.verdict != "ok": pass\nif e in ("lab", "x"): pass\n'
+              'if "restore" in seen: pass\nmatch iso:\n    case "fresh": pass\n'
+              'if cfg.runner == "auto": pass\nif opts.isolation == "auto": pass\n')
+    assert sorted((w, s) for _, w, s in _compared_words(sample)) == [
+        ("auto", "isolation"), ("auto", "runner"), ("fresh", "iso"), ("lab", "e"),
+        ("ok", "verdict"), ("restore", "seen"), ("x", "e")]   # the checker sees every form
+    vocab = _vocabularies()
+    found = []
+    for p in sorted([*HARNESS.rglob("*.py"), *(ROOT / "engine").rglob("*.py")]):
+        for line, word, subject in _compared_words(p.read_text()):
+            kinds = [k for k, words in vocab.items()
+                     if word in words and _VOCABULARY_HOMES[k] != p]
+            if kinds and subject not in _OTHER_VOCABULARIES:
+                found.append(f"{p.relative_to(ROOT)}:{line} {'/'.join(kinds)} {word!r}")
+    assert not found, found
+
+
+# -- one exception tree ----------------------------------------------------------------
+def _harness_exceptions() -> dict[str, type]:
+    """Every exception class a module of ``harness/`` defines, by ``module.Name``."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    import harness
+    out = {}
+    for m in pkgutil.walk_packages(harness.__path__, "harness."):
+        if m.name.rsplit(".", 1)[-1] == "__main__":   # importing it runs the CLI
+            continue
+        mod = importlib.import_module(m.name)
+        for name, obj in vars(mod).items():
+            if (inspect.isclass(obj) and issubclass(obj, BaseException)
+                    and obj.__module__ == m.name):
+                out[f"{m.name}.{name}"] = obj
+    return out
+
+
+def test_every_harness_exception_is_a_harness_error():
+    """One error tree: every exception class of ``harness/`` derives from
+    ``errors.HarnessError`` and carries its exit code, or is a ``HandledError`` (no exit
+    code: caught where it is raised). Where a caller's contract needs a builtin kind (an
+    argparse ``type=`` converter raises ``ValueError``; pytest reads a failed check as an
+    ``AssertionError``), the class keeps that base beside its harness one: none needs to
+    stay outside the tree. ``engine/`` has its own errors (it imports nothing of
+    ``harness/``)."""
+    from harness.errors import HarnessError
+    found = _harness_exceptions()
+    assert "harness.errors.UsageError" in found and "harness.client.ServerGone" in found
+    outside = sorted(n for n, c in found.items() if not issubclass(c, HarnessError))
+    assert not outside, outside
+    from harness.errors import HandledError
+    no_code = sorted(n for n, c in found.items() if c.exit_code is None
+                     and not issubclass(c, HandledError))
+    assert not no_code, no_code
+    bad_code = sorted(n for n, c in found.items()
+                      if c.exit_code is not None and not isinstance(c.exit_code, int))
+    assert not bad_code, bad_code
+
+
+def test_cli_main_maps_errors_by_the_base_class_once():
+    """``cli.main`` has one ``except`` clause for the harness's errors (any exception class
+    of ``harness/``), ``HarnessError`` alone: the exit code and the words come from the
+    error's class, not from a list of names."""
+    import builtins
+
+    from harness import cli
+    tree = ast.parse((HARNESS / "cli.py").read_text())
+    (main,) = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "main"]
+    clauses = []
+    for h in (h for t in ast.walk(main) if isinstance(t, ast.Try) for h in t.handlers):
+        names = [ast.unparse(e) for e in (h.type.elts if isinstance(h.type, ast.Tuple)
+                                          else [h.type] if h.type else [])]
+        classes = [getattr(cli, n, None) or getattr(builtins, n, None) for n in names]
+        if any(isinstance(c, type) and c.__module__.startswith("harness.") for c in classes):
+            clauses.append(names)
+    assert clauses == [["HarnessError"]], clauses
