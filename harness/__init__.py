@@ -8,6 +8,9 @@ The Python API (docs/api.md)::
 
 Names are imported when first used: ``import harness`` stays cheap, so the ``sweep``
 script's signal handlers are in before anything heavy loads (``harness.entry``).
+
+Module map: docs/architecture.md, "Layers" (every module is on it:
+tests/harness/test_layout.py).
 """
 __version__ = "0.1.0"
 

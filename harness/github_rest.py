@@ -69,7 +69,7 @@ _MARKER_LINE = re.compile(r"^<!-- residue-lab:(?P<m>[A-Za-z0-9_.:/-]+)"
 _HEADING = re.compile(r"^ {0,3}(#{1,6})(?:\s|$)")
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
 _TABLE_DELIM = re.compile(r"^\s*\|?\s*:?-+:?\s*(\|\s*:?-+:?\s*)*\|?\s*$")
-# The non-ok part of a report: a section under such a heading, or (report.py today) a
+# The non-ok part of a report: a section under such a heading, or (report/cells.py today) a
 # paragraph that starts so, with the table that follows it.
 _BAD_HEADING = re.compile(r"^#{1,6}\s+(non-ok|not[- ]ok|bad cells|broken|regressions?)\b", re.I)
 _BAD_LEAD = re.compile(r"^(non-ok cells|not-ok cells|regressions)\b", re.I)

@@ -15,7 +15,7 @@ prefix caching). Whatever none of them says is named in the configuration's
 
 Production safety: ``--concurrency`` data points at once (default 1) and a request budget
 (``--max-requests``) that counts every HTTP request the sweep sends, planning included; a
-plan that needs more is refused before the first chat request (run/live_plan.py).
+plan that needs more is refused before the first chat request (run/plan.py, ``plan_live``).
 """
 from __future__ import annotations
 
@@ -368,7 +368,7 @@ class LiveAdapter(EngineAdapter):
         raise CannotRun("--url: the server is already running; the sweep starts none")
 
     def tokenizer_dir(self, cfg) -> Path | None:
-        return None   # the server's own /tokenize is the truth (run/live_plan.py)
+        return None   # the server's own /tokenize is the truth (run/plan.py: plan_live)
 
     def shell_line(self, cfg, slot=None) -> str:
         return f"(none started: --url {self.target.url} is already running)"

@@ -7,11 +7,17 @@ Module map (each file's docstring names the vLLM code path it mirrors):
 - ``config.py``         effective configuration, page arithmetic, KV capacity check
 - ``serve.py``          process lifetime: engine + uvicorn, exit status after engine death
 - ``server.py``         OpenAI-compatible HTTP endpoints
-- ``engine_core.py``    step loop, asyncio front, fatal-error path
+- ``app_state.py``      what every handler shares: config, engine, tokenizer, request checks
+- ``serving_chat.py``   ``/v1/chat/completions``: validation, JSON answer, SSE stream
+- ``engine_core.py``    step loop, asyncio front, fatal-error path, sleep / wake up
+- ``sleep.py``          what ``/sleep`` and ``/wake_up`` do to memory (``CuMemAllocator``)
+- ``request.py``        one chat completion as the engine core tracks it
 - ``scheduler.py``      token budget, chunked prefill, prefix-hit lookup, preemption
+- ``sched_log.py``      the final-prefill-chunk trace line (the harness's ``load.beside``)
 - ``kv_cache_manager.py`` prefix-cache lookups per KV group, slot allocation, #18 assert
 - ``block_pool.py``     physical blocks, LRU free queue, hash -> block map, KV arrays
 - ``model_runner.py``   persistent batch, cudagraph dispatch (Bug B), verify, drafting
+- ``poison.py``         the stale state a replayed verify plan reads, and its fill (#32)
 - ``model.py``          the deterministic hybrid copy model
 - ``spec_decode.py``    mtp / dflash / ngram drafters
 - ``tokenizer.py``      tokenizer, chat template, incremental detokenizer

@@ -1,8 +1,8 @@
 """Drafters: propose k tokens for the next verify step.
 
-Mirrors ``vllm/v1/spec_decode/``: ``eagle.py`` (MTP heads run off the target's hidden
-state), the DFlash block drafter (one parallel block of k tokens conditioned on target
-features), and ``ngram_proposer.py`` (prompt lookup).
+Mirrors vLLM's drafters: ``vllm/v1/spec_decode/eagle.py`` (MTP heads run off the target's
+hidden state), the DFlash block drafter (one parallel block of k tokens conditioned on
+target features), and ``vllm/v1/spec_decode/ngram_proposer.py`` (prompt lookup).
 
 - ``mtp``: imitates the target: runs the target's output rule forward from a scratch copy
   of its state (that is what an MTP head is trained to do), so it also predicts the end of

@@ -9,6 +9,13 @@ is the vLLM entry. Falls back to a plain process where a fork cannot be used.
                             entry="-m engine.lab", child_argv=argv)
         ...
         child.kill()
+
+- ``_client.py``   the client side: start a fork server, ask it for children, fall back to
+  a plain process; ``ForkedChild`` and ``PlainChild`` share one interface
+- ``_server.py``   the fork server (``python -m engine.prefork``): imports once, forks a
+  child per request over JSON lines; refuses to fork once CUDA is initialised
+- ``_proctree.py`` process trees by session: a server's whole tree is its session
+  (``session_pids``, ``kill_session``), which re-parenting to init does not break
 """
 from ._client import ForkedChild, ForkServer, ForkServerUnavailable, PlainChild, start_child
 from ._proctree import alive, die_with_parent, kill_session, session_pids

@@ -1,6 +1,26 @@
 """The real serving stack: vLLM launch commands from the shared presets, the effective
 configuration read back from a server's log, and residue-lab's patches as a vLLM plugin.
 
+Module map (each file's docstring names the vLLM code it reads or mirrors):
+
+- ``launch.py``        a ``ServingConfig`` -> ``python -m vllm.entrypoints.openai.api_server``
+                       argv + env; the plugin's dist-info
+- ``effective.py``     what a server booted with, read from its startup log (patterns built
+                       from vLLM's own format strings)
+- ``bootlog.py``       one server's boot split into stages (imports, engine core, weights,
+                       compile, warm-up, graphs) from its log
+- ``caches.py``        compile and Triton caches shared by a run's servers and kept between
+                       runs; whether a server hit them
+- ``checkpoint.py``    what a local checkpoint needs from vLLM, read from its files
+                       (``--language-model-only``, an MTP head)
+- ``prefork.py``       vLLM on ``engine.prefork``: the parent's imports, a ``vllm serve``
+                       argv as a forked child, the engine core's start method
+- ``state_restore.py`` a worker extension (``/collective_rpc``) that returns one kind of
+                       a worker's state at a time to its just-booted value (issue 24)
+- ``poison.py``        the poison fill of a worker's state and KV pool, each region proven
+                       (issue 32): ``PoisonWorker``, a ``StateRestore`` extension
+- ``patches/``         residue-lab's fixes (and the opt-in scheduler trace) as a vLLM plugin
+
 Nothing here imports vLLM at import time; only the patches touch it, when applied.
 
 Harness surface::

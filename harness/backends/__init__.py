@@ -3,6 +3,13 @@
 The registry is also where ``sweep --backend`` takes its choices from. Adding a backend:
 a module here with a class that meets ``base.Backend``, one entry in ``BACKENDS``
 (docs/architecture.md). A backend talks only to the driver (``harness.run.driver``).
+
+- ``base.py``      the ``Backend`` protocol: ``check``, ``run``, ``describe``
+- ``registry.py``  ``BACKENDS``: each name and where it lives (imports nothing)
+- ``local.py``     ``--backend local``: slot workers over one work-stealing queue
+- ``ray.py``       ``--backend ray``: one Ray task per point; lost nodes retried once
+- ``live.py``      ``--url``: points on a server already running, within the request budget
+- ``_reaper.py``   kills a dead sweep's or Ray worker's servers (stdlib only, run by path)
 """
 from __future__ import annotations
 

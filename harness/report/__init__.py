@@ -15,10 +15,22 @@ their run manifests. Output: one GitHub-flavoured markdown document with
 - a ladder view when the configurations differ in one or two dimensions only;
 - provenance (runs, engine, versions, patch set, slots, nodes, isolation, dates).
 
-Layout: ``model`` (records grouped into configurations), ``bugb_analysis`` (the rule of
-``harness.bugb`` against the records), ``cells`` and ``sections`` (the pieces),
-``render`` (the document), ``nodes`` (the by-node section). Everything a server sent is
-untrusted and goes through :mod:`harness.ghmarkdown`.
+Layout:
+
+- ``model``: records grouped into configurations, and their cells;
+- ``bugb_analysis``: the rule of ``harness.bugb`` against the records;
+- ``cells`` and ``sections``: the pieces (what one cell says; a section);
+- ``render``: the document; ``terminal``: the short version a sweep prints at its end;
+- ``engine_notice``: the opening lines (the CPU lab, not vLLM; a live server, not fresh ones);
+- ``interrupted``: a run that did not finish, said where a reader looks first;
+- ``nodes``: the by-node section; ``cases``: a ``--prompts`` run grouped by case;
+- ``explain``: why a bad cell is bad (first divergence, reference, final chunk);
+  ``explained``: the ladder of ``sweep explain``;
+- ``auto``, ``restore``, ``load``, ``baseline``, ``timing``: the sections of
+  ``--isolation auto``, ``--isolation restore``, ``--load``, ``--baseline`` and where the
+  wall time went.
+
+Everything a server sent is untrusted and goes through :mod:`harness.ghmarkdown`.
 """
 from __future__ import annotations
 

@@ -3,7 +3,12 @@
 - ``records``: the phase record model, schema version and vocabulary;
 - ``plan``: data points, the sweep plan, golden answers, probe planning;
 - ``point``: ``PointRunner``, the per-point code every backend runs;
-- ``driver``: ``Driver``, the only writer of a run's store, manifest and counters.
+- ``driver``: ``Driver``, the only writer of a run's store, manifest and counters;
+- ``auto``: ``--isolation auto``: which points each pass runs (reuse, then fresh confirmation);
+- ``matrix_reference``: ``--reference first`` / ``consensus``, judged once every point ran;
+- ``hits``: the tail a phase was meant to compute, and why the measured one differs;
+- ``load``: ``--load N``: background conversations, and what ran beside a measured request;
+- ``record_doc``: docs/records.md's field table, generated from ``PhaseRecord``.
 
 ``run/*`` never imports ``harness.backends``: backends talk to the driver.
 """

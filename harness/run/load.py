@@ -184,7 +184,8 @@ async def server_gauges(client: EngineClient) -> dict[str, float]:
 
 
 def _is(rid: str, request_id: str) -> bool:
-    # vLLM's internal id is the completion id with a "-suffix" (sched_trace.py)
+    # vLLM's internal id is the completion id with a "-suffix"
+    # (engine/vllm/patches/sched_trace.py)
     return rid == request_id or rid.startswith(request_id + "-")
 
 

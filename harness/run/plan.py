@@ -280,7 +280,7 @@ async def plan_with_probes(opts: SweepOptions, adapter: EngineAdapter, *, logs_d
                            ) -> SweepPlan:
     """Plan every point; configurations without a local tokenizer are planned against a
     probe server of that configuration (booted by ``launcher``, asked, stopped); ``--url``
-    is planned against the running server (run/live_plan.py)."""
+    is planned against the running server (``plan_live``, below)."""
     if opts.live is not None:
         return await asyncio.to_thread(plan_live, opts)
     need = [c for c in opts.configs if adapter.tokenizer_dir(c) is None]

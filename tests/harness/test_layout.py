@@ -526,3 +526,127 @@ def test_cli_main_maps_errors_by_the_base_class_once():
         if any(isinstance(c, type) and c.__module__.startswith("harness.") for c in classes):
             clauses.append(names)
     assert clauses == [["HarnessError"]], clauses
+
+
+# -- every module on its map -----------------------------------------------------------
+def _layers() -> dict[str, str]:
+    """The "Layers" block of this page as ``{path: its entry's text}``. An entry is a line
+    that starts, indented two spaces per folder level, with ``name.py`` or ``name/``; its
+    path is its folder's path and its name (``harness/run/records.py``); the lines below it
+    indented deeper than any entry could be (its description's continuation) are its
+    text."""
+    block = re.search(r"## Layers\n+```\n(.*?)```", ARCH.read_text(), re.S).group(1)
+    entries: dict[str, str] = {}
+    folders: list[str] = []
+    path = None
+    for line in block.splitlines():
+        m = re.match(r"( *)(\w+(?:\.py|/))(?:\s|$)", line)
+        indent = len(line) - len(line.lstrip(" "))
+        if m and indent % 2 == 0 and indent // 2 <= len(folders):
+            del folders[indent // 2:]
+            path = "".join(folders) + m.group(2)
+            entries[path] = line[m.end():]
+            if path.endswith("/"):
+                folders.append(m.group(2))
+        elif path is not None:
+            entries[path] += "\n" + line
+    return entries
+
+
+def test_every_harness_module_is_on_the_map():
+    """Every module of ``harness/`` (``__init__.py`` and ``__main__.py`` aside) is on the
+    "Layers" map: an entry of its own (``harness/run/records.py``: ``records.py`` under
+    ``run/``), or, in a sub-package, its stem is a word of the package's entry (``base``
+    in ``backends/``'s); a module of ``harness/`` itself has an entry of its own. Every
+    file the map names exists."""
+    entries = _layers()
+    assert {"harness/", "harness/cli.py", "harness/run/", "harness/run/records.py",
+            "harness/backends/"} <= set(entries)   # the checker reads the block's shape
+    assert "base.py" in entries["harness/backends/"] and "harness/backends/base.py" not in entries
+    missing = []
+    for p in sorted(HARNESS.rglob("*.py")):
+        if p.name in ("__init__.py", "__main__.py"):
+            continue
+        rel = p.relative_to(ROOT)
+        package = entries.get(f"{rel.parent}/", "") if rel.parent != Path("harness") else ""
+        if str(rel) not in entries and not re.search(rf"\b{p.stem}\b", package):
+            missing.append(str(rel))
+    assert not missing, f"not on docs/architecture.md's map: {missing}"
+    gone = [e for e in entries if not (ROOT / e).exists()]
+    assert not gone, f"on the map but not in the tree: {gone}"
+
+
+def _packages() -> list[Path]:
+    return sorted(p.parent for root in (HARNESS, ROOT / "engine")
+                  for p in root.rglob("__init__.py"))
+
+
+def test_every_package_names_its_modules():
+    """Every package of ``harness/`` and ``engine/`` (``engine/`` itself too) has a module
+    map in its ``__init__`` docstring: each of its modules (``__init__`` and ``__main__``
+    aside) and sub-packages named as a literal: ``name``, ``name.py`` or ``name/`` in
+    double backticks, as a map's entries are. ``harness/`` itself is mapped on this page
+    ("Layers", ``test_every_harness_module_is_on_the_map``)."""
+    missing = []
+    for pkg in _packages():
+        if pkg == HARNESS:
+            continue
+        doc = ast.get_docstring(ast.parse((pkg / "__init__.py").read_text())) or ""
+        named = set(re.findall(r"``(\w+)(?:\.py|/)?``", doc))
+        children = [p.stem for p in pkg.glob("*.py")
+                    if p.name not in ("__init__.py", "__main__.py")]
+        children += [d.name for d in pkg.iterdir() if (d / "__init__.py").is_file()]
+        missing += [f"{pkg.relative_to(ROOT)}: {c}" for c in sorted(children) if c not in named]
+    assert not missing, f"a package's __init__ docstring does not name: {missing}"
+
+
+# -- every file the code cites exists -----------------------------------------------------
+_CITED = re.compile(r"(?<![\w./-])((?:[\w.-]+/)*\w+\.py)\b")
+#: vLLM's own top-level folders: a path starting at one is vLLM's (``v1/core/...``)
+_VLLM_FOLDERS = ("vllm", "v1", "config", "compilation", "entrypoints", "platforms", "utils",
+                 "device_allocator", "third_party", "model_executor")
+
+
+def _comments_and_docstrings(source: str) -> list[tuple[int, str]]:
+    """(line, text) of every comment and every string that is a statement of its own
+    (a module, class or function docstring, an attribute's docstring)."""
+    import io
+    import tokenize
+    tokens = tokenize.generate_tokens(io.StringIO(source).readline)
+    out = [(t.start[0], t.string) for t in tokens if t.type == tokenize.COMMENT]
+    out += [(n.lineno, n.value.value) for n in ast.walk(ast.parse(source))
+            if isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)
+            and isinstance(n.value.value, str)]
+    return out
+
+
+def test_every_file_the_code_cites_exists():
+    """Every ``name.py`` path a comment or docstring of ``harness/`` or ``engine/`` cites
+    is a file of this repository, from its root, ``harness/``, ``engine/`` or the citing
+    file's folder; or it is vLLM's: it starts at ``vllm/`` or at one of vLLM's own
+    top-level folders (``_VLLM_FOLDERS``), or it is the tail of such a path written
+    anywhere in ``harness/`` or ``engine/`` (``gpu_worker.py`` after
+    ``vllm/v1/worker/gpu_worker.py``)."""
+    files = sorted([*HARNESS.rglob("*.py"), *(ROOT / "engine").rglob("*.py")])
+    ours = {part for p in files for part in p.relative_to(ROOT).parts[:-1]}
+    assert not ours & (set(_VLLM_FOLDERS) - {"vllm"})   # a folder of ours is never vLLM's
+    vllm_paths = {m for p in files for m in _CITED.findall(p.read_text())
+                  if m.split("/", 1)[0] in _VLLM_FOLDERS and "/" in m}
+    sample = "# see run/nothing_here.py and v1/core/x.py\n'''x.py, harness/flags.py'''\n"
+    assert [c for _, t in _comments_and_docstrings(sample) for c in _CITED.findall(t)] == [
+        "run/nothing_here.py", "v1/core/x.py", "x.py", "harness/flags.py"]   # the checker sees both
+    bad = []
+    for p in files:
+        for line, text in _comments_and_docstrings(p.read_text()):
+            for m in _CITED.finditer(text):
+                cited = m.group(1)
+                if any((base / cited).is_file()
+                       for base in (ROOT, HARNESS, ROOT / "engine", p.parent)):
+                    continue
+                if cited.split("/", 1)[0] in _VLLM_FOLDERS and "/" in cited:
+                    continue
+                if any(v.endswith("/" + cited) for v in vllm_paths):
+                    continue
+                bad.append(f"{p.relative_to(ROOT)}:{line + text.count(chr(10), 0, m.start())} "
+                           f"{cited}")
+    assert not bad, f"cited, but no such file here (nor vLLM's): {bad}"

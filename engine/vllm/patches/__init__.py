@@ -21,6 +21,21 @@ nothing was touched); ``off`` (not selected; ``off: not asked for ...`` when the
 is unset). A patch with several targets is applied
 atomically: if one target refuses, the others are rolled back.
 
+Module map:
+
+- ``prefill_discriminator.py`` the Bug B fix: a batch with a request still in its prompt is
+  not a uniform decode batch, in both model runners (V1 ``gpu_model_runner.py``, V2
+  ``gpu/model_runner.py``)
+- ``sliding_window_guard.py`` the #18 fix: a sliding-window block larger than the cache-hit
+  alignment is a clean miss (``SlidingWindowManager.find_longest_cache_hit``)
+- ``sched_trace.py``  opt-in (``RESIDUE_LAB_SCHED_TRACE=1``): one log line per final prefill
+  chunk ``Scheduler.schedule`` scheduled, in the lab's format; changes nothing
+- ``releases.py``     which vLLM release runs which model runner, and whose dispatch checks
+  for a prefill: the report's rule line, read in each release's wheel
+- ``_shape.py``       the shape checks: does the code about to be wrapped look as expected
+- ``_static.py``      the gates run on vLLM's source without importing it (``--check-source``)
+- ``_sources.py``     vLLM's source files from a directory, a wheel or a release on PyPI
+
 Importing this module does not import vLLM.
 """
 from __future__ import annotations
