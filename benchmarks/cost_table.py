@@ -135,8 +135,17 @@ def _med(st) -> float | None:
     return st[0] if st else None
 
 
+def _in_given_order(rows: dict, manifest: dict | None) -> dict:
+    """The servers in the order ``--servers`` gave them (the manifest's), not the order
+    their boots finished: servers boot at once, so that order is the machine's timing, and
+    the first measured one is every ratio's base."""
+    given = list((manifest or {}).get("servers") or ())
+    order = [n for n in given if n in rows] + [n for n in rows if n not in given]
+    return {n: rows[n] for n in order}
+
+
 def table(recs: list[dict], manifest: dict | None = None) -> str:
-    rows = summarize(recs)
+    rows = _in_given_order(summarize(recs), manifest)
     measured = [n for n, r in rows.items() if r["point"] or r["sleep"] or r["fill"]]
     base = measured[0] if measured else None
     b = rows.get(base, {})
