@@ -18,7 +18,7 @@ from engine.presets import PresetError, ServingConfig, resolve
 
 from . import bugb
 from .errors import UsageError
-from .flag_values import choices_of, split
+from .flag_values import choices_of, parse_phases, split
 from .flags import UNSET
 from .prompts.cases import PromptCase, load_cases, select_cases
 from .slots import Slot
@@ -279,16 +279,6 @@ def _check_groups(spelled: str, groups: list[list[str]]) -> None:
             if owner.setdefault(x, g) != g:
                 raise UsageError(f"--gpus {spelled}: GPU {x} is in two groups "
                                  f"({'+'.join(owner[x])} and {'+'.join(g)})")
-
-
-def parse_phases(value: str) -> tuple[str, ...]:
-    items = choices_of(PHASES)("--phases", value)
-    if not items:
-        raise UsageError(f"--phases: empty; allowed: {', '.join(PHASES)}")
-    if len(set(items)) != len(items):
-        raise UsageError(f"--phases: {value!r} names a phase twice")
-    # cold is by definition the first request on the server.
-    return tuple(sorted(items, key=PHASES.index))
 
 
 def parse_reference(value: str, phases: Sequence[str]) -> str:

@@ -9,8 +9,9 @@ from typing import Any, Sequence
 from engine.presets import PATCHES, PresetError, normalise_patches
 
 from .errors import UsageError
+from .vocabulary import PHASES
 
-__all__ = ["positive_int", "positive_float", "split", "choices_of", "ints", "seed_list",
+__all__ = ["parse_phases", "positive_int", "positive_float", "split", "choices_of", "ints", "seed_list",
            "patch_sets", "int_in", "or_none"]
 
 
@@ -123,3 +124,15 @@ def or_none(parse):
     def wrapped(flag: str, value: str | None) -> list[Any]:
         return parse(flag, value) or [None]
     return wrapped
+
+
+def parse_phases(value: str) -> tuple[str, ...]:
+    """``--phases``: the phases in the order they run, each once (every reader of the flag
+    parses it here: options, the cross-flag checks, --url's prefix-cache check)."""
+    items = choices_of(PHASES)("--phases", value)
+    if not items:
+        raise UsageError(f"--phases: empty; allowed: {', '.join(PHASES)}")
+    if len(set(items)) != len(items):
+        raise UsageError(f"--phases: {value!r} names a phase twice")
+    # cold is by definition the first request on the server.
+    return tuple(sorted(items, key=PHASES.index))

@@ -23,10 +23,10 @@ from .engine_help import (can_fork, ctx_words, engine_help, for_engines, notes, 
 from .engines import ADAPTERS
 from .errors import UsageError
 from .isolation import isolation_help
-from .flag_values import (choices_of, int_in, ints, or_none, patch_sets, positive_float,
-                          positive_int, seed_list)
+from .flag_values import (choices_of, int_in, ints, or_none, parse_phases, patch_sets,
+                          positive_float, positive_int, seed_list)
 from .slots import one_slot_args
-from .vocabulary import ISOLATIONS, LOAD_MODES, PHASES
+from .vocabulary import ISOLATIONS, LOAD_MODES
 from .isolation import IsolationName
 from .engines import EngineName
 
@@ -460,8 +460,7 @@ def check_flag_use(ns: argparse.Namespace, argv: Sequence[str]) -> None:
     check_launch_flags(ns)
     if _written(argv, "--prefix-cache") and _written(argv, "--no-prefix-cache"):
         raise UsageError("--prefix-cache and --no-prefix-cache contradict each other; give one")
-    asked = [x.strip() for x in str(ns.phases).split(",")]
-    hit_phases = [p for p in PHASES if p != "cold" and p in asked]
+    hit_phases = [p for p in parse_phases(ns.phases) if p != "cold"]
     if _written(argv, "--no-prefix-cache") and hit_phases:
         raise UsageError(f"--no-prefix-cache: the {' and '.join(hit_phases)} phase cannot hit "
                          "without the prefix cache (it would be one more cold request); "

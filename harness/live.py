@@ -35,6 +35,7 @@ from engine.presets import ServingConfig
 
 from .engines import ADAPTERS, EngineAdapter, normalise_reported
 from .errors import CannotRun, UsageError
+from .flag_values import parse_phases
 from .flags import ENGINE, FLAGS, explicit_flags
 from .slots import Slot
 from .isolation import IsolationName
@@ -79,7 +80,7 @@ def attach(ns: argparse.Namespace, argv: Sequence[str]) -> LiveTarget:
     with target.http_client(ns.timeout) as http:
         report = read_server(url, http)
     cfg, facts = live_config(url, report)
-    hits = [p for p in str(ns.phases).split(",") if p.strip() and p.strip() != "cold"]
+    hits = [p for p in parse_phases(ns.phases) if p != "cold"]
     if cfg.prefix_caching is False and hits:
         raise UsageError(f"--url {url}: the server reports prefix caching off, so "
                          f"{', '.join(hits)} cannot hit the cache; use --phases cold")
