@@ -84,6 +84,8 @@ class SweepOptions:
     load: int = 0                  # --load N: background conversations beside each request
     load_mode: str = "steady"      # --load-mode steady | cancel (run/load.py)
     served_config: str | None = None   # --engine cmd: --served-config JSON, as given
+    # ... and its fields, parsed once by options.build_options (cmd_config.parse_served_config)
+    served_fields: dict | None = field(default=None, compare=False)
     serve: str | None = None       # --serve LINE: the server line swept as written
     # the sweep flags as parsed (flags.flags_json): the manifest keeps them, versioned, and
     # --resume / sweep explain rebuild the options from them

@@ -26,7 +26,7 @@ from typing import Any, Callable, Sequence
 from engine.presets import ServingConfig
 
 from .client import EngineClient
-from .cmd_config import cmd_label, normalise_reported, parse_served_config, read_reported
+from .cmd_config import cmd_label, normalise_reported, read_reported
 from .errors import CannotRun, UsageError
 from .restore import SLEEP_MEANS, vllm_serves_sleep
 from .poison import WORKER_ARGS as POISON_ARGS, mode_for as poison_mode, why_not as poison_why_not
@@ -444,9 +444,11 @@ class CmdAdapter(EngineAdapter):
     help_notes = {"--engine": "any OpenAI-compatible server --server-cmd starts"}
 
     def __init__(self, template: str | None, served_model_name: str | None = None,
-                 served_config: str | None = None):
+                 served_config: dict | None = None):
+        """``served_config``: the fields of ``--served-config`` as the options parsed them
+        (``SweepOptions.served_fields``), never the JSON again."""
         self.served_model_name = served_model_name
-        self.served_config = parse_served_config(served_config)
+        self.served_config = served_config
         if not template:
             raise UsageError("--engine cmd needs --server-cmd 'TEMPLATE' with a {port} placeholder")
         if "{port}" not in template:
@@ -538,7 +540,7 @@ def adapter_class(engine: str) -> type[EngineAdapter]:
 def make_adapter(engine: str, server_cmd: str | None = None, *, draft_model: str | None = None,
                  extra_args: tuple[str, ...] = (), work_dir: Path | None = None,
                  isolation: str = "fresh", served_model_name: str | None = None,
-                 served_config: str | None = None, cache_dir: Path | None = None,
+                 served_config: dict | None = None, cache_dir: Path | None = None,
                  poison: str = "off") -> EngineAdapter:
     adapter = _make_adapter(engine, server_cmd, draft_model=draft_model, extra_args=extra_args,
                             work_dir=work_dir, isolation=isolation, served_config=served_config,

@@ -61,6 +61,7 @@ def build_options(ns: argparse.Namespace, argv: Sequence[str]) -> SweepOptions:
     derived = dict(   # the fields a flag does not give as it is
         engine=engine.name, configs=tuple(configs), modulus=modulus, phases=phases,
         reference=reference, live=live, cases=cases, argv=tuple(argv), flags=flags_json(ns),
+        served_fields=served,
         slots=live.slots if live else parse_slots(ns.slots, ns.gpus, engine.default_slots()),
         boot_timeout=ns.boot_timeout or engine.boot_timeout_s,
         out=Path(ns.out or DEFAULT_OUT), reports_dir=_reports_dir(ns),

@@ -60,7 +60,7 @@ def adapter_for(opts: SweepOptions) -> EngineAdapter:
                            extra_args=opts.engine_args, work_dir=opts.out,
                            isolation=opts.isolation, served_model_name=opts.served_model_name
                            or (serve.served_model_name if serve else None),
-                           served_config=opts.served_config, cache_dir=opts.cache_dir,
+                           served_config=opts.served_fields, cache_dir=opts.cache_dir,
                            poison=opts.poison)
     adapter.serve = serve
     if serve is not None and serve.has("--worker-extension-cls"):
