@@ -87,6 +87,8 @@ class SweepOptions:
     # ... and its fields, parsed once by options.build_options (cmd_config.parse_served_config)
     served_fields: dict | None = field(default=None, compare=False)
     serve: str | None = None       # --serve LINE: the server line swept as written
+    # ... and as read (serve_line.ServeLine), once, by options.build_options
+    serve_line: Any = field(default=None, compare=False)
     # the sweep flags as parsed (flags.flags_json): the manifest keeps them, versioned, and
     # --resume / sweep explain rebuild the options from them
     flags: dict = field(default_factory=dict, compare=False)

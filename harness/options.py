@@ -38,14 +38,15 @@ DEFAULT_OUT, DEFAULT_REPORTS = "results", "reports"
 
 def build_options(ns: argparse.Namespace, argv: Sequence[str]) -> SweepOptions:
     """Every flag validated into ``SweepOptions``; the backend checks what it needs."""
-    _check_poison(ns)   # before --url reads the server: a refusal needs no server
+    line = parse_serve_line(ns.serve) if ns.serve else None   # --serve LINE, read once
+    _check_poison(ns, line)   # before --url reads the server: a refusal needs no server
     live = attached.attach(ns, argv) if ns.url else None   # --url: a running server (harness/live.py)
     _check_pairs(ns, argv)
     seeds = tuple(ns.seed)
     if live:
         configs = [live.cfg]
     elif ns.serve:   # --serve LINE: the line's one configuration (harness/serve_line.py)
-        configs = serve_configs(ns, argv)
+        configs = serve_configs(ns, argv, line)
     else:
         configs = expand_matrix(engine=ns.engine, model=ns.model, prefix_cache=ns.prefix_cache,
                                 axes=matrix_axes(ns))
@@ -61,7 +62,7 @@ def build_options(ns: argparse.Namespace, argv: Sequence[str]) -> SweepOptions:
     derived = dict(   # the fields a flag does not give as it is
         engine=engine.name, configs=tuple(configs), modulus=modulus, phases=phases,
         reference=reference, live=live, cases=cases, argv=tuple(argv), flags=flags_json(ns),
-        served_fields=served,
+        served_fields=served, serve_line=line,
         slots=live.slots if live else parse_slots(ns.slots, ns.gpus, engine.default_slots()),
         boot_timeout=ns.boot_timeout or engine.boot_timeout_s,
         out=Path(ns.out or DEFAULT_OUT), reports_dir=_reports_dir(ns),
@@ -95,13 +96,13 @@ def _check_pairs(ns: argparse.Namespace, argv: Sequence[str]) -> None:
         raise UsageError("--bisect and --baseline are exclusive: a bisect judges each build alone")
 
 
-def _check_poison(ns: argparse.Namespace) -> None:
+def _check_poison(ns: argparse.Namespace, line) -> None:
     """--poison on where the servers cannot be filled: one line (auto says it in the report)."""
     if ns.poison != "on":
         return
     cls = ADAPTERS.get(ns.engine)
     args = tuple(ns.engine_arg)
-    if ns.serve and parse_serve_line(ns.serve).has("--worker-extension-cls"):
+    if line is not None and line.has("--worker-extension-cls"):
         args += ("--worker-extension-cls",)   # the line's own extension
     why = poison_why_not(cls, args, bool(ns.url)) if cls else None
     if why:
@@ -132,14 +133,13 @@ _SERVE_FIELDS = {"--engine": "engine", "--model": "model", "--spec": "spec",
                  "--max-num-batched-tokens": "max_num_batched_tokens"}
 
 
-def serve_configs(ns: argparse.Namespace, argv: Sequence[str]) -> list:
+def serve_configs(ns: argparse.Namespace, argv: Sequence[str], line) -> list:
     """--serve LINE: the line's configuration, one per --patches set (vLLM: none unless
     asked, your vLLM as it is; the lab: the line's --patches). A configuration flag
     written beside it must say what the line says (a rerun line repeats them); a TP size
     in the line takes a GPU group of that size (``--gpus 0+1`` unless given)."""
     if ns.url or ns.engine == EngineName.CMD:
         raise UsageError("--serve starts your server line: not with --url or --engine cmd")
-    line = parse_serve_line(ns.serve)
     written = explicit_flags(argv)
     patches = (matrix_axes(ns)["patches"] if "--patches" in written
                else [line.values.get("patches", "none")])

@@ -38,7 +38,6 @@ from .posting import check_can_post
 from .preflight import check_outputs
 from .prompts import PlanError, TemplateError
 from .run.driver import Driver
-from .serve_line import parse_serve_line
 from .run.plan import Point, SweepPlan, check_golden_covers, load_golden, plan_with_probes
 from .run.records import latest_records
 from .orphans import end_orphans
@@ -55,7 +54,7 @@ def adapter_for(opts: SweepOptions) -> EngineAdapter:
     the running server's (harness/live.py)."""
     if opts.live:
         return opts.live.adapter()
-    serve = parse_serve_line(opts.serve) if opts.serve else None   # --serve: the line
+    serve = opts.serve_line   # --serve: the line, as the options read it
     adapter = make_adapter(opts.engine, opts.server_cmd, draft_model=opts.draft_model,
                            extra_args=opts.engine_args, work_dir=opts.out,
                            isolation=opts.isolation, served_model_name=opts.served_model_name

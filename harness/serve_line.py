@@ -358,7 +358,7 @@ def added_flags(adapter: Any, slot: Any) -> list[str]:
 def added_lines(opts: Any, adapter: Any) -> list[str]:
     """What ``sweep --serve`` says before it starts: which parser read the line, the
     configuration, and every flag and variable the harness adds to the line."""
-    line = parse_serve_line(opts.serve)
+    line = opts.serve_line
     slot = opts.slots[0]
     out = [f"serve: {line.engine} line read by {line.parser}: {opts.configs[0].label()}"]
     passes = POLICIES[opts.isolation].passes   # auto: a restore (else reset) pass, then fresh
