@@ -48,9 +48,11 @@ def _alive(pgid: int) -> bool:
     return True
 
 
-def _signal(pgid: int, sig: int) -> None:
+def _signal(pgid: int, sig: int, send=os.killpg) -> None:
+    """``send`` (a group's ``killpg``, or a process's ``kill``), where it is gone or not ours:
+    nothing to do."""
     try:
-        os.killpg(pgid, sig)
+        send(pgid, sig)
     except (ProcessLookupError, PermissionError):
         pass
 
@@ -62,13 +64,6 @@ def _running(pid: int) -> bool:
             return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
     except (OSError, IndexError):
         return False
-
-
-def _kill(pid: int, sig: int) -> None:
-    try:
-        os.kill(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def carrying(entry: str) -> set[int]:
@@ -92,7 +87,7 @@ def kill_groups(groups: set[int], grace: float = GRACE_S, pids: set[int] = froze
     for g in groups:
         _signal(g, signal.SIGTERM)
     for pid in pids:
-        _kill(pid, signal.SIGTERM)
+        _signal(pid, signal.SIGTERM, os.kill)
     deadline = time.monotonic() + grace
     while time.monotonic() < deadline and (any(_alive(g) for g in groups)
                                            or any(_running(p) for p in pids)):
@@ -102,7 +97,7 @@ def kill_groups(groups: set[int], grace: float = GRACE_S, pids: set[int] = froze
             _signal(g, signal.SIGKILL)
     for pid in pids:
         if _running(pid):
-            _kill(pid, signal.SIGKILL)
+            _signal(pid, signal.SIGKILL, os.kill)
 
 
 def main(argv: list[str]) -> int:
