@@ -13,6 +13,7 @@ from ..run.records import (BUG_VERDICTS, NOT_FAILED, OPEN, SERVER_LOGGED, PhaseR
                            as_record, phase_key, verdict_info)
 from .explain import divergence_of, divergence_phrase
 from .model import Cell, ConfigData, sha12
+from .traffic import beside_phrase
 
 __all__ = ["cell_phrase", "cell_markdown", "cell_annotations", "failure_gist", "reason_short", "Footnote", "Footnotes",
            "REPEAT_MIN", "EXCERPT_CHARS", "REASON_CHARS"]
@@ -91,6 +92,9 @@ def cell_phrase(r: PhaseRecord | Mapping[str, Any] | None) -> str:
         parts.append("diverged")
     elif v not in BUG_VERDICTS:
         parts.append(escape_text(v))
+    beside = beside_phrase(r)   # other requests on the server around it (report/traffic)
+    if beside:
+        parts.append(beside)
     if r.finish_reason:
         parts.append(code(r.finish_reason))
     tps = r.tok_per_step
