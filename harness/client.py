@@ -16,10 +16,17 @@ from .errors import HandledError
 
 __all__ = ["DRAFTS", "ACCEPTED", "ClientError", "ServerGone", "RequestTimeout",
            "ServerError", "BadResponse", "parse_token_logprobs", "ChatResult", "shared_http", "EngineClient",
-           "spec_counters_from_text", "pool_state_from_text", "tok_per_step"]
+           "spec_counters_from_text", "pool_state_from_text", "tok_per_step", "MetricsScrape",
+           "scrape_from_text"]
 
 DRAFTS = "vllm:spec_decode_num_drafts"
 ACCEPTED = "vllm:spec_decode_num_accepted_tokens"
+# vLLM's gauges of what its scheduler holds, set after each engine step from the
+# scheduler's stats (vllm/v1/metrics/loggers.py, PrometheusStatLogger), and its counter
+# of finished requests (labels finished_reason: stop, length, abort, ...)
+RUNNING = "vllm:num_requests_running"
+WAITING = "vllm:num_requests_waiting"
+FINISHED = "vllm:request_success"
 
 
 class ClientError(HandledError, RuntimeError):
@@ -263,31 +270,60 @@ class EngineClient:
         """The Prometheus exposition of /metrics (``ServerError`` when there is none)."""
         return (await self._request("GET", "/metrics", timeout=10)).text
 
-    async def spec_counters(self) -> tuple[float, float] | None:
-        """(drafts, accepted tokens) summed over label sets; None without /metrics."""
+    async def scrape(self) -> "MetricsScrape":
+        """One GET /metrics, read for a phase: spec-decode counters and what the server
+        held. A server without /metrics (or with something else there) is a scrape with
+        ``error`` set, never an exception: a dead server still raises ``ServerGone``."""
         try:
             text = (await self._request("GET", "/metrics", timeout=10)).text
-        except ServerError:
-            return None
-        return spec_counters_from_text(text)
+        except ServerError as e:
+            return MetricsScrape(error=f"/metrics answered HTTP {e.status}")
+        return scrape_from_text(text)
+
+
+@dataclass(frozen=True)
+class MetricsScrape:
+    """What one /metrics exposition says, as a phase reads it: ``spec`` (drafts, accepted
+    tokens: tok/step), and the gauges ``running`` / ``waiting`` and the counter
+    ``finished`` (``vllm:request_success_total``) that say what else the server ran
+    (run/traffic.py). Each summed over label sets (several engines: their sum); None
+    where the exposition has no such metric, all None with ``error`` when there is none."""
+
+    spec: tuple[float, float] | None = None
+    running: float | None = None
+    waiting: float | None = None
+    finished: float | None = None
+    error: str | None = None
+
+
+def _family_sums(text: str) -> dict[str, float]:
+    """Metric family name (``_total`` taken off) -> sum of its samples (``_created``
+    timestamps left out)."""
+    # here, not at the top: start-up cost paid by every sweep process (~11 ms)
+    from prometheus_client.parser import text_string_to_metric_families
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        name = family.name.removesuffix("_total")  # untyped exposition keeps the suffix
+        values = [s.value for s in family.samples if not s.name.endswith("_created")]
+        if values:
+            out[name] = out.get(name, 0.0) + sum(values)
+    return out
+
+
+def scrape_from_text(text: str) -> MetricsScrape:
+    try:
+        sums = _family_sums(text)
+    except ValueError as e:   # an HTML page or a proxy's error where /metrics should be
+        return MetricsScrape(error=f"/metrics is not a Prometheus exposition ({e})"[:200])
+    return MetricsScrape(spec=(sums.get(DRAFTS, 0.0), sums.get(ACCEPTED, 0.0)),
+                         running=sums.get(RUNNING), waiting=sums.get(WAITING),
+                         finished=sums.get(FINISHED))
 
 
 def spec_counters_from_text(text: str) -> tuple[float, float]:
-    drafts = accepted = 0.0
-    # here, not at the top: start-up cost paid by every sweep process (~11 ms)
-    from prometheus_client.parser import text_string_to_metric_families
-    for family in text_string_to_metric_families(text):
-        name = family.name.removesuffix("_total")  # untyped exposition keeps the suffix
-        if name not in (DRAFTS, ACCEPTED):
-            continue
-        for sample in family.samples:
-            if sample.name.endswith("_created"):
-                continue
-            if name == DRAFTS:
-                drafts += sample.value
-            else:
-                accepted += sample.value
-    return drafts, accepted
+    """(drafts, accepted tokens) summed over label sets."""
+    sums = _family_sums(text)
+    return sums.get(DRAFTS, 0.0), sums.get(ACCEPTED, 0.0)
 
 
 _POOL_GAUGES = {"vllm:num_requests_running": "running", "vllm:num_requests_waiting": "waiting",

@@ -6,8 +6,10 @@ reused server gets before that point (``prepare``: a prefix-cache reset, ...), h
 boot failures of one configuration end the rest of its points in that pass
 (``boot_failures_allowed``), whether a point that is not ok needs a fresh-server
 confirmation under ``auto`` (``confirm_fresh``), whether the engine must serve its
-development endpoints (``dev_mode``: ``/reset_prefix_cache``, sleep), and whether it must be
-able to return a server to its just-booted state (``restores``). A run-level value
+development endpoints (``dev_mode``: ``/reset_prefix_cache``, sleep), whether it must be
+able to return a server to its just-booted state (``restores``), and whether a point's
+requests are the only ones its server runs (``lone_by_construction``: not on a running
+server other clients use, ``live``). A run-level value
 (``auto``) names its passes instead. Adding an isolation is one entry in ``POLICIES``
 (and, when it prepares a reused server, its ``prepare`` function here);
 ``vocabulary.ISOLATIONS``, ``IsolationName`` and the ``--isolation`` flag's choices and
@@ -99,6 +101,11 @@ class Isolation:
     # a point's cold request is the first its server serves (a new server per point): cold
     # by construction where the server reports no cached_tokens; elsewhere it is unproven
     cold_by_construction: bool = False
+    # a point's requests are the only ones its server runs (the sweep started the server
+    # and sends it nothing else): a lone request by construction. Elsewhere (a running
+    # server other clients use) a phase is lone only where /metrics shows it
+    # (run/traffic.py), else its matching answer is `not-lone`
+    lone_by_construction: bool = True
     dev_mode: bool = False            # the engine serves its development endpoints
     # a reused server is returned to its just-booted state: the engine must be able to
     # (EngineAdapter.can_restore), and its servers start in sleep mode (for_isolation)
@@ -127,7 +134,7 @@ POLICIES: dict[str, Isolation] = {p.name: p for p in (
     # sweep --url: a running server the sweep did not start (harness/live.py); isolation
     # by content only, each point its own document, cold proven by cached_tokens 0
     Isolation("live", "what --url runs: a server the sweep did not start, nothing reset; "
-              "implied by --url", reuses_server=True),
+              "implied by --url", reuses_server=True, lone_by_construction=False),
 )}
 
 ISOLATIONS = tuple(POLICIES)

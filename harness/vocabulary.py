@@ -15,7 +15,7 @@ from enum import StrEnum
 from typing import Iterable
 
 __all__ = ["ISOLATIONS", "RECORD_ISOLATIONS", "REUSE_ISOLATIONS", "PHASES", "Verdict", "VERDICT_TABLE", "VERDICTS",
-           "REFERENCES", "UNJUDGED", "SEVERITY", "BUG_VERDICTS", "CLEAN", "JUDGED", "UNTESTED",
+           "REFERENCES", "UNJUDGED", "NOT_LONE", "SEVERITY", "BUG_VERDICTS", "CLEAN", "JUDGED", "UNTESTED",
            "EXPLAINED", "OPEN", "NOT_FAILED", "SERVER_LOGGED", "UNANSWERED", "FULL_GRAPH_MODES", "PREFILL_FIX", "LOAD_MODES", "phase_key",
            "worst", "verdict_info", "VerdictName"]
 
@@ -48,7 +48,7 @@ class Verdict:
 
 # In VERDICTS order; unjudged: an answer with nothing to compare it with (the cold phase
 # under --reference cold, a prompt the matrix reference could not answer): not
-# collapsed, and not proven ok.
+# collapsed, and not proven ok. not-lone: see its row.
 VERDICT_TABLE: tuple[Verdict, ...] = (
     #        name        judged tested  bug    failed explained open   cell
     Verdict("ok",        True,  True,  False, False, False, False, "answer"),
@@ -58,6 +58,11 @@ VERDICT_TABLE: tuple[Verdict, ...] = (
     Verdict("boot-fail", False, False, False, True,  False, False, "gist", logged=True),
     Verdict("timeout",   False, True,  False, True,  True,  False, "word", logged=True),
     Verdict("invalid",   False, False, False, True,  False, False, "reason"),
+    # matched its reference on a server the sweep does not own (--url), but ran beside
+    # other requests, or /metrics could not show it ran alone (run/traffic.py): Bug B
+    # breaks a lone request, so this answer says nothing about it (not judged, not
+    # tested) and is not a pass either (failed): the cell still shows the answer
+    Verdict("not-lone",  False, False, False, True,  False, False, "answer"),
     Verdict("infra",     False, False, False, True,  False, False, "reason"),
     Verdict("unjudged",  False, False, False, False, False, True,  "answer"),
 )
@@ -69,8 +74,8 @@ VerdictName = StrEnum("VerdictName", [(v.name.upper().replace("-", "_"), v.name)
                                       for v in VERDICT_TABLE], module=__name__)
 VERDICTS = tuple(_BY_NAME)
 # Worst first: a point's status is the worst verdict of its phases.
-SEVERITY = ("infra", "boot-fail", "crash", "timeout", "broken", "diverged", "invalid", "unjudged",
-            "ok")
+SEVERITY = ("infra", "boot-fail", "crash", "timeout", "broken", "diverged", "invalid", "not-lone",
+            "unjudged", "ok")
 BUG_VERDICTS = frozenset(v.name for v in VERDICT_TABLE if v.bug)
 JUDGED = frozenset(v.name for v in VERDICT_TABLE if v.judged)
 UNTESTED = frozenset(v.name for v in VERDICT_TABLE if not v.tested)
@@ -82,6 +87,7 @@ SERVER_LOGGED = frozenset(v.name for v in VERDICT_TABLE if v.logged)
 UNANSWERED = frozenset(v.name for v in VERDICT_TABLE if v.cell in ("gist", "reason"))
 CLEAN = frozenset(v.name for v in VERDICT_TABLE if v.clean)
 UNJUDGED = VerdictName.UNJUDGED
+NOT_LONE = VerdictName.NOT_LONE
 # --reference words (golden:RUN is the one with an argument)
 REFERENCES = ("passage", "cold", "first", "consensus", "golden:RUN")
 # cudagraph modes that capture a FULL graph for the speculative verify step (Bug B).

@@ -131,7 +131,8 @@ def build_parser(parser_cls: type[argparse.ArgumentParser] = _Parser) -> argpars
       help='JSON: {"method": "mtp"|"dflash"|"ngram", "num_speculative_tokens": k}')
     a("-cc", "--compilation-config", type=_json_arg("--compilation-config"), default=None,
       help='JSON: {"cudagraph_mode": "NONE"|"PIECEWISE"|"FULL"|"FULL_DECODE_ONLY"|'
-           '"FULL_AND_PIECEWISE"} (default FULL_AND_PIECEWISE)')
+           '"FULL_AND_PIECEWISE"} (default FULL_AND_PIECEWISE), "max_cudagraph_capture_size":'
+           ' N (default 512: a uniform decode batch of more tokens runs PIECEWISE)')
     a("--max-model-len", type=_pos_int, default=32768, help="max tokens per request")
     a("--kv-cache-memory-bytes", type=_size, default=None,
       help="KV cache memory in bytes; sizes the block pool (tokens = bytes // bytes per token) "
@@ -207,11 +208,16 @@ def config_from_args(argv: list[str] | None = None, *,
     if mode not in CUDAGRAPH_MODES:
         p.error(f"--compilation-config: cudagraph_mode must be one of "
                 f"{', '.join(CUDAGRAPH_MODES)}, got {mode!r}")
+    capture = (ns.compilation_config or {}).get("max_cudagraph_capture_size", 512)
+    if isinstance(capture, bool) or not isinstance(capture, int) or capture < 1:
+        p.error(f"--compilation-config: max_cudagraph_capture_size must be a positive "
+                f"integer, got {capture!r}")
     cfg = LabConfig(
         model=ns.model, served_model_name=(ns.served_model_name or ["lab-copy"])[0],
         served_model_aliases=tuple((ns.served_model_name or [])[1:]), host=ns.host,
         port=ns.port, enable_prefix_caching=ns.enable_prefix_caching, block_size=ns.block_size,
         prefix_match_unit=ns.prefix_match_unit, speculative_config=spec, cudagraph_mode=mode,
+        max_cudagraph_capture_size=capture,
         max_model_len=ns.max_model_len, kv_cache_memory_bytes=ns.kv_cache_memory_bytes,
         max_num_batched_tokens=ns.max_num_batched_tokens, max_num_seqs=ns.max_num_seqs,
         enable_prompt_tokens_details=ns.enable_prompt_tokens_details,

@@ -180,6 +180,8 @@ class LabConfig:
     sliding_window_block: int | None = None
     mamba_block_size: int | None = None      # align mode: prefill chunks end on these
     drop_eagle_block: bool = False           # hits drop their last matched unit
+    # -cc max_cudagraph_capture_size (vLLM's CompilationConfig field): the largest uniform
+    # decode batch, in tokens, that replays the captured plan; a larger one runs PIECEWISE
     max_cudagraph_capture_size: int = 512
     geometry_info: ModelGeometry | None = field(default=None, repr=False)
 

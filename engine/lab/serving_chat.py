@@ -262,8 +262,23 @@ async def chat_completions(st: AppState, request: HTTPRequest) -> Response:
     # Run the first step before answering 200, so an engine that dies on this request
     # still answers 500 rather than a 200 stream with an error in it.
     primed = await gen.__anext__()
-    return StreamingResponse(_until_disconnect(request, sse_events(st, p, primed, gen)),
-                             media_type="text/event-stream")
+    return AbortingStream(_until_disconnect(request, sse_events(st, p, primed, gen)),
+                          media_type="text/event-stream")
+
+
+class AbortingStream(StreamingResponse):
+    """A stream that closes its body, and so aborts its request, however the response
+    ends. When the client hangs up, Starlette cancels the streaming task; cancelled while
+    it waits in ``send`` (between two chunks), the body generator is left suspended at its
+    ``yield``, closed only when the garbage collector reaches it, and the engine decodes
+    the request on meanwhile (seen: a client's stream still running 30 s after it closed,
+    tests/harness/test_live_traffic.py)."""
+
+    async def __call__(self, scope, receive, send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self.body_iterator.aclose()
 
 
 async def _until_disconnect(request: HTTPRequest, events) -> AsyncIterator[str]:

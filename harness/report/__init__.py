@@ -26,6 +26,8 @@ Layout:
 - ``nodes``: the by-node section; ``cases``: a ``--prompts`` run grouped by case;
 - ``explain``: why a bad cell is bad (first divergence, reference, final chunk);
   ``explained``: the ladder of ``sweep explain``;
+- ``traffic``: a cell's "beside >= N others" and a configuration's "Other traffic" line
+  (``--url`` beside other clients' requests);
 - ``auto``, ``restore``, ``load``, ``baseline``, ``timing``: the sections of
   ``--isolation auto``, ``--isolation restore``, ``--load``, ``--baseline`` and where the
   wall time went.

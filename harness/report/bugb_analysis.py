@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..bugb import Prediction, armed_batch, hit_granularity, predict
 from ..phrase import Phrase
 from ..ranges import residues_phrase
-from ..run.records import BUG_VERDICTS
+from ..run.records import BUG_VERDICTS, NOT_LONE
 from .model import ConfigData
 from ..vocabulary import CLEAN, UNJUDGED
 
@@ -61,16 +61,39 @@ def judged_residues(cd: ConfigData) -> tuple[set[int], set[int]]:
     return clean | broken, broken
 
 
+def _not_lone_cells(cd: ConfigData, residues=None) -> int:
+    """Cells ``not-lone`` (a match on a server the sweep does not own that was not shown
+    to run alone: report/traffic.py), of ``residues`` when given."""
+    return sum(1 for res in cd.residues if residues is None or res in residues
+               for ph in cd.phases
+               if (c := cd.cell(res, ph)) is not None and c.verdict == NOT_LONE)
+
+
 def agreement(cd: ConfigData, pred: Prediction) -> str:
     """Does the sweep agree with the rule? Only judged answers count: a boot-fail, crash,
     timeout or invalid point says nothing about Bug B, and neither does an unjudged answer
-    (no reference could judge it: the cold phase under ``--reference cold``). A residue is
+    (no reference could judge it: the cold phase under ``--reference cold``) or a
+    ``not-lone`` one (beside other requests: Bug B breaks a lone request). A residue is
     broken when some phase was broken or diverged, and measured clean only when every
-    phase of it was judged ok (``judged_residues``)."""
+    phase of it was judged ok (``judged_residues``). The ``not-lone`` cells left out are
+    counted at the end."""
+    said = _agreement(cd, pred)
+    crowded = _not_lone_cells(cd)
+    if crowded and judged_residues(cd)[0]:
+        said += (f" ({crowded} `not-lone` cell{'s' if crowded != 1 else ''}, beside other "
+                 "requests, not counted)")
+    return said
+
+
+def _agreement(cd: ConfigData, pred: Prediction) -> str:
     statuses = cd.statuses()
     covered, broken = judged_residues(cd)
     unmeasured = set(statuses) - covered
     if not covered:
+        if crowded := _not_lone_cells(cd):
+            return (f"**no lone-request verdict**: {crowded} cell{'s' if crowded != 1 else ''}"
+                    " ran beside other requests or could not be shown to run alone on a "
+                    "server the sweep does not own (`not-lone`), so the rule is untested")
         if any(c is not None and c.verdict in CLEAN
                for res in cd.residues for c in (cd.cell(res, ph) for ph in cd.phases)):
             return ("**no residue judged on every phase** (an ok phase beside an invalid, "
@@ -99,7 +122,9 @@ def agreement(cd: ConfigData, pred: Prediction) -> str:
         partly = {res for res in predicted & unmeasured
                   if any(c is not None and c.verdict in CLEAN
                          for c in (cd.cell(res, ph) for ph in cd.phases))}
-        why = ("was swept but not judged on every phase (an ok phase beside an unjudged "
+        why = ("was swept but ran beside other requests (`not-lone`: not a lone-request "
+               "verdict)" if _not_lone_cells(cd, predicted)
+               else "was swept but not judged on every phase (an ok phase beside an unjudged "
                "or invalid one is not clean)" if partly
                else "was swept but produced no answer" if predicted & unmeasured
                else "was not sampled")

@@ -15,6 +15,7 @@ from .explain import divergence_of, divergence_phrase
 from .model import Cell, ConfigData, sha12
 from ..isolation import IsolationName
 from ..vocabulary import CLEAN, VerdictName
+from .traffic import beside_phrase
 
 __all__ = ["cell_phrase", "cell_markdown", "cell_annotations", "failure_gist", "reason_short", "Footnote", "Footnotes",
            "REPEAT_MIN", "EXCERPT_CHARS", "REASON_CHARS"]
@@ -93,6 +94,9 @@ def cell_phrase(r: PhaseRecord | Mapping[str, Any] | None) -> str:
         parts.append("diverged")
     elif v not in BUG_VERDICTS:
         parts.append(escape_text(v))
+    beside = beside_phrase(r)   # other requests on the server around it (report/traffic)
+    if beside:
+        parts.append(beside)
     if r.finish_reason:
         parts.append(code(r.finish_reason))
     tps = r.tok_per_step

@@ -11,6 +11,7 @@ from ..ranges import residues_phrase
 from ..run.records import BUG_VERDICTS, NOT_IDENTITY, SEVERITY, PhaseRecord, cell_key, phase_key
 from .auto import config_auto_line
 from .explain import final_chunk_line
+from .traffic import traffic_line
 from .restore import poison_summary, restore_summary
 from .bugb_analysis import agreement, config_hit_granularity, predict_bug_b
 from .cells import Footnotes, cell_markdown
@@ -207,6 +208,9 @@ def render_config_summary(cd: ConfigData, manifest_residues: list[int] | None,
         result += f" ({bp})"
     lines.append(f"- **Result:** {result}.")
     lines.append(f"- **Bug B rule:** {pred.why}; {agreement(cd, pred)}.")
+    traffic = traffic_line(cd)
+    if traffic:
+        lines.append(traffic)
     runs = {r.run_id for r in cd.records}
     stopped = [m for m in interrupted or [] if m.get("run_id") in runs]
     auto_line = config_auto_line(cd.records, stopped)

@@ -7,6 +7,8 @@
 - ``auto``: ``--isolation auto``: which points each pass runs (reuse, then fresh confirmation);
 - ``matrix_reference``: ``--reference first`` / ``consensus``, judged once every point ran;
 - ``hits``: the tail a phase was meant to compute, and why the measured one differs;
+- ``traffic``: what else the server ran around each phase (``/metrics`` before and after),
+  and whether a match on a server the sweep does not own ran alone (``not-lone``);
 - ``load``: ``--load N``: background conversations, and what ran beside a measured request;
 - ``record_doc``: docs/records.md's field table, generated from ``PhaseRecord``.
 

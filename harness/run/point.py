@@ -30,12 +30,14 @@ from ..provenance import harness_version
 from ..server_pool import BootFailure, PortAllocator, ServerProcess, Slot, log_excerpt
 from ..divergence import first_divergence
 from ..verdict import judge, sha1
+from ..vocabulary import NOT_LONE
 from .hits import budget_final_chunk, intended_tail, tail_note
 from .load import (BackgroundLoad, LoadError, beside_from_log, load_facts, preempted_in_log,
                    server_gauges)
 from .plan import Point, golden_answer
 from .records import RecordBuilder, timing_record
 from ..vocabulary import CLEAN, UNJUDGED
+from .traffic import not_lone_reason, traffic_facts
 
 __all__ = ["PointRunner", "PointResult", "RunnerSpec", "Launcher", "Server",
            "WARMUP_MAX_TOKENS", "MAX_PORT_RETRIES", "BOOT_ATTEMPTS"]
@@ -303,9 +305,9 @@ class PointRunner:
             if phase == "warm":
                 await client.chat(point.plan.warmup_messages, model=model,
                                   max_tokens=WARMUP_MAX_TOKENS, seed=point.seed)
-            before = await client.spec_counters()
+            before = await client.scrape()
             res, load = await self._measured(point, client, model, server)
-            after = await client.spec_counters()
+            after = await client.scrape()
         except LoadError as e:
             return self._failure(point, slot, phase, "invalid", f"--load: {e}", [], info,
                                  templated), None
@@ -326,8 +328,9 @@ class PointRunner:
             dead = ("crash", why, log_excerpt(server.log_path))
             return self._failure(point, slot, phase, "crash", why, dead[2], info,
                                  templated), dead
-        rec = self._judged(point, slot, phase, res, tok_per_step(before, after), info,
-                           templated, tokenize_error, cold)
+        rec = self._judged(point, slot, phase, res, tok_per_step(before.spec, after.spec),
+                           info, templated, tokenize_error, cold,
+                           traffic_facts(before, after))
         if load is not None:
             rec["load"] = load
             # beside other requests the lone arithmetic does not hold: only the server's
@@ -388,7 +391,7 @@ class PointRunner:
         return point.plan.expected, None
 
     def _judged(self, point, slot, phase, res, tps, info, templated, tokenize_error,
-                cold) -> dict[str, Any]:
+                cold, traffic: dict | None = None) -> dict[str, Any]:
         base = self.records.base(point, slot.id, self.node, phase, info, templated)
         expected, ref_tokens = self._reference(point, phase, cold)
         if (ref_tokens is None and cold is not None and cold.get("verdict") in CLEAN
@@ -405,6 +408,10 @@ class PointRunner:
         elif unfilled := poison.failure(info.get("poison")):
             # the server ran, but not as the record's poison field claims: not ok
             verdict, reason = "infra", f"{unfilled} (answer judged {j.verdict}: {j.reason})"
+        elif verdict in CLEAN and (alone := self._not_lone(point, traffic)):
+            # Bug B breaks a lone request: a match beside other clients' requests says
+            # nothing about it (run/traffic.py), and is not a pass
+            verdict, reason = NOT_LONE, f"{alone} (answer judged ok: {j.reason})"
         cached = res.cached_tokens
         tail = (res.prompt_tokens - cached) if (cached is not None and
                                                 res.prompt_tokens is not None) else None
@@ -429,6 +436,7 @@ class PointRunner:
                                    want, tail, point.modulus),
             "final_chunk": budget_final_chunk(info.get("config") or point.cfg.as_dict(),
                                               res.prompt_tokens, cached),
+            "traffic": traffic,
         }
         extra = {"tokenize_error": tokenize_error} if tokenize_error else None
         return self.records.build(base, measured, extra)
@@ -463,6 +471,14 @@ class PointRunner:
             return f"{phase}: no prefix-cache hit (cached_tokens 0)"
         return None
 
+
+    def _not_lone(self, point: Point, traffic: dict | None) -> str | None:
+        """Why this phase is not a lone-request verdict: only on a server the sweep does
+        not own (its own servers run nothing else), where /metrics did not show it alone."""
+        name = point.isolation or self.opts.isolation
+        if name not in POLICIES or POLICIES[name].lone_by_construction:
+            return None
+        return not_lone_reason(traffic)
 
     def _cold_by_construction(self, point: Point) -> bool:
         """A fresh server's cold request is the first it serves: cold without

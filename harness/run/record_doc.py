@@ -103,8 +103,11 @@ FIELD_DOCS: dict[str, str] = {
     "reason": 'one line: why this verdict (e.g. `empty answer, finish_reason=stop`)',
     "log_excerpt": 'for crash / boot-fail / timeout: the server log lines that explain it',
     "schema_version": ('version of this record layout (`harness.run.records.SCHEMA_VERSION`, '
-                       'now 4); absent in records written before it existed, which read as '
-                       'version 1 and mean the same. **4**: `isolation` may be `restore`, also'
+                       'now 5); absent in records written before it existed, which read as '
+                       'version 1 and mean the same. **5**: on a server the sweep does not own '
+                       '(`isolation` `live`) a phase whose answer matched but that was not '
+                       'shown to run alone is `not-lone` (was `ok`); the field `traffic`. '
+                       '**4**: `isolation` may be `restore`, also'
                        ' as the first pass of an `--isolation auto` run (always `reset` '
                        'before); `confirms` may be `not ok on restore`; the field `restore`. '
                        '**3**: the cold phase under `--reference cold` is `unjudged` (was '
@@ -191,6 +194,23 @@ FIELD_DOCS: dict[str, str] = {
                     '(absent when it shows none: beside other requests the arithmetic does not'
                     ' hold)'),
     "modulus_why": '`--modulus auto`: which modulus and why (the hit unit, the chunk budget)',
+    "traffic": ("schema 5, on every phase that got an answer: what the server's `/metrics` "
+                'said it ran around the phase, from the two scrapes the phase takes (before '
+                'its request is sent, after its answer came back; `harness/run/traffic.py`): '
+                '`running_before` / `waiting_before` / `running_after` / `waiting_after` '
+                '(`vllm:num_requests_running` / `vllm:num_requests_waiting`, summed over '
+                'engines: the measured request is in neither, vLLM and the lab take a finished'
+                ' request out before they answer it), `finished_between` (the delta of '
+                '`vllm:request_success_total` less one, the measured request: other requests '
+                'that came and went between the scrapes), `others` (at least that many other '
+                'requests were on the server while the phase ran: the largest of running + '
+                'waiting at either scrape and `finished_between`), `alone` (true: none; false:'
+                ' some; null: a count is missing) and, where a count is null, `missing` (why: '
+                '`/metrics answered HTTP 404`, `/metrics has no vllm:request_success_total`, '
+                '...). Null counts are never read as 0. On a `live` server an answer that '
+                'matched with `alone` not true is `not-lone`; on the sweep\'s own servers it is'
+                ' recorded only (`--load`: its backgrounds are in `load`). Absent from failure '
+                'records and from records written before schema 5'),
     "load": ('`--load N`: `n`, `mode`, `running_before` / `running_after` '
              '(`vllm:num_requests_running`), `preemptions` (`vllm:num_preemptions_total` '
              "delta), `measured_preempted` (the log's `preempted request=` lines for this "

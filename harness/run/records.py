@@ -20,12 +20,12 @@ from ..cmd_config import cmd_label
 from ..recordkeys import auto_pass, cell_key, document_of, point_key, value_of
 from ..store import load_records, now_iso
 
-from ..vocabulary import (BUG_VERDICTS, CLEAN, EXPLAINED, JUDGED, NOT_FAILED, OPEN, PHASES,
+from ..vocabulary import (BUG_VERDICTS, CLEAN, EXPLAINED, JUDGED, NOT_FAILED, NOT_LONE, OPEN, PHASES,
                           SERVER_LOGGED, SEVERITY, UNANSWERED, UNTESTED, VERDICTS, phase_key, verdict_info, worst)
 from ..engines import EngineName
 
 __all__ = ["SCHEMA_VERSION", "PhaseRecord", "PHASES", "VERDICTS", "SEVERITY", "BUG_VERDICTS",
-           "CLEAN", "EXPLAINED", "JUDGED", "NOT_FAILED", "OPEN", "SERVER_LOGGED", "UNANSWERED", "UNTESTED", "verdict_info", "CONFIG_FIELDS", "NOT_IDENTITY", "phase_key", "worst", "schema_of",
+           "CLEAN", "EXPLAINED", "JUDGED", "NOT_FAILED", "NOT_LONE", "OPEN", "SERVER_LOGGED", "UNANSWERED", "UNTESTED", "verdict_info", "CONFIG_FIELDS", "NOT_IDENTITY", "phase_key", "worst", "schema_of",
            "data_fields", "ServerBoot", "RunTiming", "PassTiming", "BootSplit", "as_record", "typed", "read_phase_records", "load_phase_records",
            "latest_records", "reference_cells", "cell_key", "point_key", "document_of", "auto_pass", "record_identity", "sha12", "RecordBuilder", "mismatches", "failure_fields", "timing_record", "by_node"]
 
@@ -35,7 +35,10 @@ __all__ = ["SCHEMA_VERSION", "PhaseRecord", "PHASES", "VERDICTS", "SEVERITY", "B
 # 4: ``isolation`` may be ``restore``, also as the first pass of an ``--isolation auto`` run
 #    (which was always ``reset``); ``confirms`` may be ``not ok on restore``; new field
 #    ``restore`` (how the point's server was returned to its just-booted state, proven).
-SCHEMA_VERSION = 4
+# 5: a phase on a server the sweep does not own (``--url``) that matched its reference
+#    but was not shown to run alone is ``not-lone`` (was ``ok``); new field ``traffic``
+#    (what /metrics said the server ran around the phase: run/traffic.py).
+SCHEMA_VERSION = 5
 # Identity fields of a configuration in the order a reader wants them; anything else a
 # config dict carries is shown after these.
 CONFIG_FIELDS = ("engine", "model", "geometry", "spec", "method", "draft_tokens", "ctx",
@@ -62,7 +65,7 @@ def mismatches(requested: dict[str, Any], effective: dict[str, Any]) -> list[str
 # that does not use them) round-trips unchanged.
 WRITTEN_WHEN_SET = frozenset({"document_seed", "isolation_run", "confirms", "server_boot",
                               "case_id", "prompt_sha1", "final_chunk", "modulus_why",
-                              "load", "restore", "poison", "confirmed_on"})
+                              "load", "restore", "poison", "confirmed_on", "traffic"})
 
 
 @dataclass
@@ -146,6 +149,9 @@ class PhaseRecord:
     final_chunk: int | None = None
     modulus_why: str | None = None
     load: dict | None = None
+    # schema 5, on every phase that got an answer (written only when set): the other
+    # requests /metrics showed the server holding around the phase (run/traffic.py)
+    traffic: dict | None = None
     # written only when set (docs/records.md): the server's /tokenize failed, Ray facts;
     # and every key of a record read from a file that this model does not name
     extra: dict = field(default_factory=dict)

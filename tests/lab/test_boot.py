@@ -75,6 +75,7 @@ def _log_says(log, line: str, within: float) -> bool:
     (["--speculative-config", '{"method": "medusa", "num_speculative_tokens": 3}'], "method"),
     (["--speculative-config", '{"method": "dflash", "num_speculative_tokens": 16}'], "checkpoint"),
     (["-cc", '{"cudagraph_mode": "FULLEST"}'], "cudagraph_mode"),
+    (["-cc", '{"max_cudagraph_capture_size": 0}'], "max_cudagraph_capture_size"),
     (["--block-size", "128", "--prefix-match-unit", "100"], "--prefix-match-unit"),
     (["--geometry", "sparse"], "--geometry"),
     (["--mamba-cache-mode", "partial"], "--mamba-cache-mode"),

@@ -133,6 +133,33 @@ def test_dispatch_in_process(patches, broken):
     assert captured_before > 0
 
 
+@pytest.mark.parametrize("capture,broken", [(4, True), (3, False)])
+def test_a_uniform_batch_above_the_capture_size_runs_piecewise(capture, broken):
+    """-cc max_cudagraph_capture_size (vLLM's CompilationConfig field): the largest uniform
+    decode batch, in tokens, that replays the captured plan. A lone 4-token final chunk
+    breaks at 4 and answers right at 3 (PIECEWISE), as a batch above vLLM's largest
+    captured size runs piecewise; tests/harness/test_live_traffic.py puts six decode rows
+    beside the chunk with 16 to make its masking certain."""
+    cfg = _cfg(enable_prefix_caching=True, block_size=128, prefix_match_unit=128,
+               speculative_config={"method": "mtp", "num_speculative_tokens": 3},
+               cudagraph_mode="FULL_AND_PIECEWISE", patches=(),
+               max_cudagraph_capture_size=capture)
+    core = EngineCore(cfg, TOK)
+    content = _content_at_residue(4)
+    expected = "\n".join(f"line {i} of the quiet river text" for i in range(3))
+    assert _run(core, content)[0] == expected
+    hit, req = _run(core, content)
+    assert req.num_cached_tokens == req.num_prompt_tokens - 4
+    assert (hit != expected) is broken
+
+
+def test_the_capture_size_is_read_from_the_compilation_config():
+    from engine.lab.cli import config_from_args
+    assert config_from_args([]).max_cudagraph_capture_size == 512
+    cc = '{"cudagraph_mode": "FULL", "max_cudagraph_capture_size": 16}'
+    assert config_from_args(["-cc", cc]).max_cudagraph_capture_size == 16
+
+
 def test_verify_is_lossless():
     """Spec decoding (any method) gives exactly the non-spec output."""
     content = _content_at_residue(17)

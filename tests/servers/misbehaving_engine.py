@@ -7,7 +7,9 @@ the fake engine: it shares only the fake engine's copy answer and tokenizer).
 
 It answers correctly otherwise, reports ``cached_tokens`` for prompts it has seen (whole
 ``--unit`` units, at most n - 1) and gives OpenAI ``logprobs`` when asked (top-1 beats
-top-2 by ``--margin`` nats, one token per word). Standard library only.
+top-2 by ``--margin`` nats, one token per word). Its ``/metrics`` counts its own chat
+requests under vLLM's names (running, waiting, finished), as a vLLM server's does, so
+a ``--url`` sweep can show that each phase ran alone. Standard library only.
 """
 from __future__ import annotations
 
@@ -107,8 +109,21 @@ def encode(body) -> bytes:
     return body if isinstance(body, bytes) else json.dumps(body).encode()
 
 
+def metrics_text(chats: dict) -> str:
+    """vLLM's gauges of what the scheduler holds and its counter of finished requests."""
+    return ("# TYPE vllm:num_requests_running gauge\n"
+            f'vllm:num_requests_running{{model_name="hostile",engine="0"}} {chats["running"]}\n'
+            "# TYPE vllm:num_requests_waiting gauge\n"
+            'vllm:num_requests_waiting{model_name="hostile",engine="0"} 0\n'
+            "# TYPE vllm:request_success counter\n"
+            'vllm:request_success_total{model_name="hostile",engine="0",finished_reason="stop"} '
+            f'{chats["finished"]}\n')
+
+
 def make_handler(state, args):
     dead = threading.Event()
+    lock = threading.Lock()
+    chats = {"running": 0, "finished": 0}   # this server's chat requests, for /metrics
 
     class H(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -129,6 +144,10 @@ def make_handler(state, args):
                 return self._send(200, b"", "text/plain")
             if self.path == "/v1/models":
                 return self._send(200, {"object": "list", "data": [{"id": "hostile"}]})
+            if self.path == "/metrics":
+                with lock:
+                    text = metrics_text(chats)
+                return self._send(200, text.encode(), "text/plain; version=0.0.4")
             self._send(404, {"error": {"message": "not found"}})
 
         def do_POST(self):
@@ -140,14 +159,21 @@ def make_handler(state, args):
                 return self._send(404, {"error": {"message": "not found"}})
             if dead.is_set():
                 return self._send(500, {"error": {"message": "EngineDeadError: engine core died"}})
-            action, code, reply, ctype = chat_reply(state, args, body)
-            if action == "stall":
-                time.sleep(3600)
-            if action == "die":
-                print("FATAL: hostile engine died mid-request", flush=True)
-                os._exit(17)
-            if action == "dead":
-                dead.set()
+            with lock:
+                chats["running"] += 1
+            try:
+                action, code, reply, ctype = chat_reply(state, args, body)
+                if action == "stall":
+                    time.sleep(3600)
+                if action == "die":
+                    print("FATAL: hostile engine died mid-request", flush=True)
+                    os._exit(17)
+                if action == "dead":
+                    dead.set()
+            finally:
+                with lock:   # finished before the answer is sent, as vLLM's gauges are
+                    chats["running"] -= 1
+                    chats["finished"] += 1
             self._send(code, reply, ctype)
 
     return H
