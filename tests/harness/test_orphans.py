@@ -44,14 +44,15 @@ def _start(tmp_path: Path, *args) -> subprocess.Popen:
                             text=True)
 
 
-def _kill_mid_run(proc: subprocess.Popen, out: Path, *, reaper_too: bool = False
-                  ) -> tuple[list[psutil.Process], list[str]]:
+def _kill_mid_run(proc: subprocess.Popen, out: Path, *, reaper_too: bool = False,
+                  marker: str | None = None) -> tuple[list[psutil.Process], list[str]]:
     """SIGKILL the sweep once two points are on disk and a server runs (``reaper_too``:
     its reaper first, ``harness.orphans.GroupReaper``); returns the processes it had
     started and the whole records on disk at that moment."""
     sweep = psutil.Process(proc.pid)
     try:
-        wait_for(lambda: len(_whole(out)) >= 4 and _servers_of(sweep), BOUND_S,
+        wait_for(lambda: len(_whole(out)) >= 4 and _servers_of(sweep)
+                 and (marker is None or _next_server(out, marker)), BOUND_S,
                  "two finished points and a live server")
         kids = sweep.children(recursive=True)
         before = _whole(out)
@@ -67,6 +68,21 @@ def _kill_mid_run(proc: subprocess.Popen, out: Path, *, reaper_too: bool = False
             proc.kill()
         proc.communicate()
     return kids, before
+
+
+def _next_server(out: Path, marker: str) -> list[psutil.Process]:
+    """The server processes (command line naming ``marker``) started after the last record
+    was written: the next point's, not the one still stopping after the last record (a
+    loaded box can show the sweep between the two, and a kill then leaves no server)."""
+    written = max(f.stat().st_mtime for f in out.glob("*.jsonl")) - 0.05   # clock ticks
+    found = []
+    for p in processes_mentioning(marker):
+        try:
+            if p.create_time() >= written:
+                found.append(p)
+        except psutil.Error:
+            continue
+    return found
 
 
 def _servers_of(sweep: psutil.Process) -> list[psutil.Process]:
@@ -125,7 +141,7 @@ def test_a_server_that_escaped_is_ended_by_the_next_sweep(tmp_path, tok_dir):
     out = tmp_path / "o"
     _kill_mid_run(_start(tmp_path, "--engine", "cmd", "--model", tok_dir, "--server-cmd",
                          server, "--context", "800", "--residues", "0-3", "--timeout", "15"),
-                  out, reaper_too=True)
+                  out, reaper_too=True, marker=str(tok_dir))
     wait_for(lambda: processes_mentioning(str(tok_dir)), 5, "the escaped server")
     escaped = processes_mentioning(str(tok_dir))
     proc = subprocess.run([sys.executable, "-m", "harness", "--resume", _run_id(out),
