@@ -49,7 +49,11 @@ def child_of(out: Path, parent: str) -> tuple[dict, list[dict]]:
     (m,) = [m for m in (json.loads(p.read_text()) for p in out.glob("*.manifest.json"))
             if (m.get("explains") or {}).get("run_id") == parent]
     path = out / f"{m['run_id']}.jsonl"
-    return m, [json.loads(x) for x in path.read_text().splitlines()] if path.is_file() else []
+    if not path.is_file():
+        return m, []
+    # the run may still be writing: a line counts only once its newline is there
+    whole = path.read_text().rpartition("\n")[0]
+    return m, [json.loads(x) for x in whole.splitlines() if x]
 
 
 class Heard(Callbacks):
