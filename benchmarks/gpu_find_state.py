@@ -65,9 +65,10 @@ def server_argv(model: str, port: int, spec: dict, probe: bool) -> list[str]:
 
 
 class Server:
-    def __init__(self, name: str, argv: list[str], port: int, logdir: Path):
+    def __init__(self, name: str, argv: list[str], port: int, logdir: Path,
+                 env: dict | None = None):
         self.name, self.port = name, port
-        env = dict(os.environ, VLLM_SERVER_DEV_MODE="1")
+        env = dict(os.environ, VLLM_SERVER_DEV_MODE="1", **(env or {}))
         self.log = open(logdir / f"{name}.log", "w")
         self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT, env=env,
                                      start_new_session=True)

@@ -1,0 +1,65 @@
+"""Kernel choices that do not depend on a boot's timing (issue 32).
+
+The region hunt (``reports/h200/poison/``) filled every region of the KV pool and the
+metadata builders' bookkeeping and a broken cell's answer did not move: on one server it
+was always that server's first answer, and between servers of one machine it differed the
+way a coin does (MTP k = 3 residue 4: two answers, swapped between the sleep-mode and plain
+servers on the next machine). What is per process and chosen by a coin is not memory but a
+benchmark: at its first call with a new shape key, a Triton kernel declared with
+``@triton.autotune`` (the FLA kernels vLLM's GDN prefill runs,
+``vllm/third_party/flash_linear_attention/ops/``) times every config and keeps the fastest,
+and Inductor times candidate configs of its generated reductions. Two configs that tile a
+reduction differently add in another order; at a correct cell the margins hide that, at a
+corrupted one (a state the request never wrote, logits near a tie) the order picks the
+token. Servers that boot side by side on a busy GPU time noisily, so which config wins is
+per boot.
+
+This module names the switches that make every choice fixed, all of them vLLM's or
+PyTorch's own:
+
+- ``VLLM_TRITON_FORCE_FIRST_CONFIG=1``: vLLM replaces ``triton.runtime.autotuner.Autotuner.run``
+  with "the first config that compiles" (``vllm/triton_utils/force_first_config.py``,
+  installed by ``vllm/env_override.py`` in every vLLM process);
+- ``TORCHINDUCTOR_DETERMINISTIC=1``: Inductor skips on-device benchmarking that can change
+  numerics (``torch/_inductor/config.py``, ``deterministic``);
+- ``VLLM_ENABLE_INDUCTOR_MAX_AUTOTUNE=0`` and ``VLLM_ENABLE_INDUCTOR_COORDINATE_DESCENT_TUNING=0``:
+  vLLM turns both on for single-size compile ranges (``set_inductor_config`` in
+  ``vllm/compilation/compiler_interface.py``), and both benchmark;
+- a compile cache of its own (``VLLM_CACHE_ROOT``, ``TORCHINDUCTOR_CACHE_DIR``,
+  ``TRITON_CACHE_DIR`` under one folder): artifacts a non-deterministic boot tuned carry its
+  choices, and a cache hit would load them.
+
+Nothing here imports vLLM or torch.
+"""
+from __future__ import annotations
+
+import os
+from typing import Mapping
+
+__all__ = ["KERNEL_ENV", "CACHE_VARS", "deterministic_env", "is_deterministic"]
+
+#: the switches, each vLLM's or PyTorch's own spelling
+KERNEL_ENV: dict[str, str] = {
+    "VLLM_TRITON_FORCE_FIRST_CONFIG": "1",
+    "TORCHINDUCTOR_DETERMINISTIC": "1",
+    "VLLM_ENABLE_INDUCTOR_MAX_AUTOTUNE": "0",
+    "VLLM_ENABLE_INDUCTOR_COORDINATE_DESCENT_TUNING": "0",
+}
+#: the caches kept apart from a tuned boot's, as (variable, sub-folder)
+CACHE_VARS = (("VLLM_CACHE_ROOT", "vllm"), ("TORCHINDUCTOR_CACHE_DIR", "inductor"),
+              ("TRITON_CACHE_DIR", "triton"))
+
+
+def deterministic_env(cache_root: str | os.PathLike[str]) -> dict[str, str]:
+    """The variables a vLLM server needs for fixed kernel choices, with its caches under
+    ``cache_root`` (shared by every deterministic server of a run: their artifacts are the
+    same, so sharing only saves compile time)."""
+    env = dict(KERNEL_ENV)
+    for var, sub in CACHE_VARS:
+        env[var] = os.path.join(os.fspath(cache_root), sub)
+    return env
+
+
+def is_deterministic(env: Mapping[str, str]) -> bool:
+    """Whether ``env`` has every kernel switch set as :data:`KERNEL_ENV` says."""
+    return all(env.get(k) == v for k, v in KERNEL_ENV.items())
