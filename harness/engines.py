@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from engine.presets import ServingConfig
+from engine.vllm.determinism import cache_root, deterministic_env, kernels_record, vllm_fixes_kernels
 
 from .client import EngineClient
 from .cmd_config import cmd_label, normalise_reported, read_reported
@@ -68,6 +69,10 @@ class EngineAdapter:
     # what `sweep --help` says of this engine under a flag (flags.py builds the help text)
     help_notes: dict[str, str] = {}
     serve = None   # --serve: the user's server line (harness/serve_line.py)
+
+    def poison_kernels(self) -> dict[str, Any] | None:
+        """--poison: what fixes kernel choices on its servers (None: nothing to fix)."""
+        return None
 
     def for_isolation(self, isolation: str) -> "EngineAdapter":
         """Sleep mode for a ``restore`` point only (unless a fill restores): fresh points,
@@ -366,6 +371,8 @@ class VllmAdapter(EngineAdapter):
             raise UsageError(f"--engine vllm: {e}") from None
         if self.serve is not None:   # --serve: the user's line, the stack's environment
             argv = self.serve.argv(self, port, slot)
+        if (self.poison_kernels() or {}).get("fixed"):
+            env = {**env, **deterministic_env(cache_root(self.cache_dir))}
         return argv, env
 
     @classmethod
@@ -375,6 +382,17 @@ class VllmAdapter(EngineAdapter):
     def poison_argv(self) -> tuple[str, ...]:
         """--poison: the worker extension that serves the fill (serve_line.added_flags too)."""
         return POISON_ARGS if self.poison else ()
+
+    @property
+    def fill_restores(self) -> bool:
+        """A fill stands for a boot once the kernels' choices are fixed too: the H200's
+        round 3 (reports/h200/determinism/) gave, after reset + fill, each such server's
+        fresh answer at every broken cell, where a reset alone did not."""
+        return self.poison and vllm_fixes_kernels() is True
+
+    def poison_kernels(self) -> dict[str, Any] | None:
+        """--poison: what fixes the kernels' choices on its servers (the record keeps it)."""
+        return kernels_record(self.cache_dir, vllm_fixes_kernels() is True) if self.poison else None
 
     def check_can_start(self) -> None:
         """vLLM importable by the Python the servers run (this one): without it an HF id

@@ -86,9 +86,12 @@ async def _fill(client: Any, at: str) -> dict[str, Any]:
     return out
 
 
-async def at_boot(client: Any) -> dict[str, Any]:
-    """Arm, then fill: the ``poison`` record of a just-booted server."""
+async def at_boot(client: Any, kernels: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Arm, then fill: the ``poison`` record of a just-booted server; ``kernels``: what
+    fixed its kernels' choices (vLLM: engine/vllm/determinism.py), kept beside the fills."""
     out: dict[str, Any] = {"mode": "on", "regions": REGIONS, "pattern": PATTERN}
+    if kernels is not None:
+        out["kernels"] = kernels
     try:
         out["armed"] = await client.collective_rpc("residue_lab_arm")
     except ClientError as e:

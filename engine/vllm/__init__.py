@@ -19,6 +19,8 @@ Module map (each file's docstring names the vLLM code it reads or mirrors):
                        a worker's state at a time to its just-booted value (issue 24)
 - ``poison.py``        the poison fill of a worker's state and KV pool, each region proven
                        (issue 32): ``PoisonWorker``, a ``StateRestore`` extension
+- ``determinism.py``   the kernel choices fixed (vLLM's and PyTorch's own switches, caches
+                       apart) so a broken cell answers the same on every server (issue 32)
 - ``patches/``         residue-lab's fixes (and the opt-in scheduler trace) as a vLLM plugin
 
 Nothing here imports vLLM at import time; only the patches touch it, when applied.

@@ -21,7 +21,7 @@ PyTorch's own:
   with "the first config that compiles" (``vllm/triton_utils/force_first_config.py``,
   installed by ``vllm/env_override.py`` in every vLLM process);
 - ``TORCHINDUCTOR_DETERMINISTIC=1``: Inductor skips on-device benchmarking that can change
-  numerics (``torch/_inductor/config.py``, ``deterministic``);
+  numerics (PyTorch's ``torch._inductor.config.deterministic``, in torch 2.11 as on the H200);
 - ``VLLM_ENABLE_INDUCTOR_MAX_AUTOTUNE=0`` and ``VLLM_ENABLE_INDUCTOR_COORDINATE_DESCENT_TUNING=0``:
   vLLM turns both on for single-size compile ranges (``set_inductor_config`` in
   ``vllm/compilation/compiler_interface.py``), and both benchmark;
@@ -33,10 +33,12 @@ Nothing here imports vLLM or torch.
 """
 from __future__ import annotations
 
+import functools
 import os
 from typing import Mapping
 
-__all__ = ["KERNEL_ENV", "CACHE_VARS", "deterministic_env", "is_deterministic"]
+__all__ = ["KERNEL_ENV", "CACHE_VARS", "deterministic_env", "is_deterministic", "vllm_fixes_kernels",
+           "cache_root", "kernels_record"]
 
 #: the switches, each vLLM's or PyTorch's own spelling
 KERNEL_ENV: dict[str, str] = {
@@ -63,3 +65,40 @@ def deterministic_env(cache_root: str | os.PathLike[str]) -> dict[str, str]:
 def is_deterministic(env: Mapping[str, str]) -> bool:
     """Whether ``env`` has every kernel switch set as :data:`KERNEL_ENV` says."""
     return all(env.get(k) == v for k, v in KERNEL_ENV.items())
+
+
+@functools.cache
+def vllm_fixes_kernels() -> bool | None:
+    """Whether the vLLM this process would start has ``VLLM_TRITON_FORCE_FIRST_CONFIG``
+    (read from its source, not imported: importing vLLM takes seconds); None when no vLLM
+    is found here. Without it the FLA kernels keep tuning by timing, so a fill cannot stand
+    for a boot and restore stays the sleep cycle."""
+    import importlib.util
+    from pathlib import Path
+    try:
+        spec = importlib.util.find_spec("vllm")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    root = Path(list(spec.submodule_search_locations)[0])
+    try:
+        return ("VLLM_TRITON_FORCE_FIRST_CONFIG" in (root / "env_override.py").read_text(errors="replace")
+                and (root / "triton_utils" / "force_first_config.py").is_file())
+    except OSError:
+        return False
+
+
+def cache_root(cache_dir: str | os.PathLike[str] | None) -> str:
+    """Where a run's deterministic servers keep their caches: beside ``--cache-dir``'s, or
+    under ``~/.cache/residue-lab`` (never vLLM's default, which tuned boots fill)."""
+    base = os.fspath(cache_dir) if cache_dir else os.path.join(os.path.expanduser("~"), ".cache", "residue-lab")
+    return os.path.join(base, "deterministic-kernels")
+
+
+def kernels_record(cache_dir: str | os.PathLike[str] | None, fixed: bool) -> dict:
+    """What a record's ``poison.kernels`` says: fixed (the variables, the cache) or why not
+    (``fixed``: :func:`vllm_fixes_kernels` for the vLLM the servers run)."""
+    if not fixed:
+        return {"fixed": False, "why": "this vLLM has no VLLM_TRITON_FORCE_FIRST_CONFIG"}
+    return {"fixed": True, "env": dict(KERNEL_ENV), "cache": cache_root(cache_dir)}

@@ -192,7 +192,8 @@ class PointRunner:
                                         "server_boot": self._boot_notes(server, log_path)}
                 # --poison: filled before its first request (harness/poison.py)
                 served = adapter or self.adapter
-                info["poison"] = (await poison.at_boot(client) if served.poison
+                info["poison"] = (await poison.at_boot(client, served.poison_kernels())
+                                  if served.poison
                                   else poison.off_record(self.opts.poison))
                 info["_fill_restores"] = served.poison and served.fill_restores
                 # What the server says it runs is read while the first requests go out

@@ -166,6 +166,9 @@ FIELD_DOCS: dict[str, str] = {
                '(this point\'s), each with `ok`, `s` and `proof` (the engine\'s answer: per '
                'region `tensors`, `bytes`, `checksum` after the fill, `expected` from the '
                'pattern) or `error`. A fill that is not proven makes the point `infra`. '
+               'On vLLM also `kernels`: `{"fixed": true, "env": ..., "cache": DIR}` (the '
+               'switches of engine/vllm/determinism.py and the caches kept apart) or '
+               '`{"fixed": false, "why": ...}` (a vLLM without them: restore then sleeps). '
                'Absent from records written before the flag'),
     "confirmed_on": ('`--isolation auto`, a fresh point not ok in some phase: it ran on 2 fresh '
                      'servers, 3 where those two differed in a verdict or in bytes '

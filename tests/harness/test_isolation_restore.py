@@ -194,10 +194,11 @@ def test_a_vllm_without_sleep_mode_is_refused(monkeypatch, tmp_path):
 
 def test_poison_keeps_vllms_sleep_cycle_and_refills_only_the_lab(monkeypatch, tmp_path):
     """A fill stands for a boot only where it covers what a corrupted replay reads: the lab
-    by construction, not vLLM 0.26.0 (reports/h200/poison/README.md). So under --poison a
-    vLLM restore point still sleeps (and is filled again after the wake), a lab one does
-    not."""
+    by construction, and vLLM only once its kernel choices are fixed too
+    (reports/h200/determinism/). So under --poison a restore point of a vLLM that cannot
+    fix them still sleeps (and is filled again after the wake), a lab one does not."""
     monkeypatch.setattr("harness.engines.vllm_serves_sleep", lambda: True)
+    monkeypatch.setattr("harness.engines.vllm_fixes_kernels", lambda: False)
     cfg = resolve("ngram", "huge", engine="vllm", model="/m", patches="none")
     vllm = make_adapter("vllm", isolation="restore", work_dir=tmp_path, poison="auto")
     argv, env = vllm.for_isolation("restore").command(cfg, 8000, Slot("gpu0", "0"))

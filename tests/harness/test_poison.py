@@ -17,6 +17,7 @@ from engine.lab.poison import StaleMemory
 from engine.lab.tokenizer import LabTokenizer
 from harness.engines import LAB_MODEL_DIR, VllmAdapter, make_adapter
 from engine.presets import resolve
+from engine.vllm.determinism import KERNEL_ENV, is_deterministic
 from harness.server_pool import Slot
 from tests.conftest import one_line_exit_2
 from tests.harness.test_point_runner import answer, engine, make_point, run_point
@@ -108,18 +109,36 @@ def test_poison_on_where_it_cannot_run_is_one_line_exit_2(cli, tok_dir, args, ne
     one_line_exit_2(cli("--poison", "on", *args, "--dry-run"), "--poison on:", needle)
 
 
+@pytest.mark.parametrize("fixes", [True, False])
 def test_vllm_servers_load_the_worker_extension_and_dev_mode_only_with_the_mode(tmp_path,
-                                                                               monkeypatch):
+                                                                               monkeypatch, fixes):
+    """With the mode, every vLLM server gets the worker extension and dev mode; where the
+    installed vLLM can fix kernel choices (VLLM_TRITON_FORCE_FIRST_CONFIG) it also gets
+    the switches and caches of engine/vllm/determinism.py, and its restore is the fill (no
+    sleep mode); where it cannot, the record says why and restore sleeps as before."""
     monkeypatch.setattr("harness.engines.vllm_serves_sleep", lambda: True)
+    monkeypatch.setattr("harness.engines.vllm_fixes_kernels", lambda: fixes)
     cfg = resolve("ngram", "huge", engine="vllm", model="/m", patches="none")
     for mode, on in (("auto", True), ("on", True), ("off", False)):
-        adapter = make_adapter("vllm", isolation="restore", work_dir=tmp_path, poison=mode)
+        adapter = make_adapter("vllm", isolation="restore", work_dir=tmp_path, poison=mode,
+                               cache_dir=tmp_path / "cc")
         assert isinstance(adapter, VllmAdapter) and adapter.poison is on
         argv, env = adapter.for_isolation("restore").command(cfg, 8000, Slot("gpu0", "0"))
         assert ("engine.vllm.poison.PoisonWorker" in argv) is on, mode
         assert env.get("VLLM_SERVER_DEV_MODE") == "1"
-        # vLLM's fill does not stand for a boot (fill_restores): its restore still sleeps
-        assert "--enable-sleep-mode" in argv, mode
+        fixed = on and fixes
+        assert is_deterministic(env) is fixed, (mode, env)
+        assert ("--enable-sleep-mode" in argv) is not fixed, mode
+        assert adapter.fill_restores is fixed
+        if fixed:   # caches apart from the tuned boots' (--cache-dir's own)
+            assert env["VLLM_CACHE_ROOT"] == str(tmp_path / "cc" / "deterministic-kernels" / "vllm")
+            assert adapter.poison_kernels() == {"fixed": True, "env": KERNEL_ENV,
+                                                "cache": str(tmp_path / "cc" / "deterministic-kernels")}
+        elif on:
+            assert env["VLLM_CACHE_ROOT"] == str(tmp_path / "cc" / "vllm")
+            assert adapter.poison_kernels()["fixed"] is False
+        else:
+            assert adapter.poison_kernels() is None
     fresh = make_adapter("vllm", isolation="fresh", work_dir=tmp_path, poison="auto")
     argv, env = fresh.command(cfg, 8000, Slot("gpu0", "0"))
     assert "engine.vllm.poison.PoisonWorker" in argv and env["VLLM_SERVER_DEV_MODE"] == "1"

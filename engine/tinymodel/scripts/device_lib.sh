@@ -133,8 +133,8 @@ dev_stash_part() {
 }
 dev_unpack_parts_a() {
   local a; a=$(sed -n 1p /tmp/parts/sizes); mkdir -p /tmp/site
-  cat /tmp/parts/bundle.part00 /tmp/parts/bundle.part01 | head -c "$a" | tar -xJ -C /tmp/site \
-    && setsid nohup nice python3 -m compileall -q -j 8 /tmp/site > /dev/null 2>&1 < /dev/null &
+  cat /tmp/parts/bundle.part00 /tmp/parts/bundle.part01 | head -c "$a" | tar -xJ -C /tmp/site || return 1
+  setsid nohup nice python3 -m compileall -q -j 8 /tmp/site > /dev/null 2>&1 < /dev/null &
 }
 dev_unpack_parts_b() {
   local a; a=$(sed -n 1p /tmp/parts/sizes)
