@@ -20,6 +20,9 @@
 #       plain launcher: also the plain boot cost)
 #       on residues 2-6 of ngram k=2,4 unpatched, document 0, against c1's plain fresh
 #       servers on the same cells (2 slots);
+#   n   b's no-false-positive check (issue 32): restore with --poison off (the sleep cycle,
+#       tuned kernels) for patched FULL_AND_PIECEWISE and unpatched PIECEWISE, document 0
+#       (1 slot each), against b's restore records with the mode on;
 #   c2  (a second call) auto for ngram k=3,5, MTP k=1,3 and DFlash k=7, unpatched;
 #   c3  (a third call) auto for ngram k=2..5, MTP k=3 and DFlash k=7, patched.
 # Then benchmarks/compare_isolation.py (every cell measured both ways: same verdict,
@@ -64,6 +67,13 @@ run() {  # NAME SLOTS TIMEOUT ARGS...: one harness process in the background
 DFLASH=(--spec dflash2 --draft-tokens 7); [ "$ENGINE" = vllm ] && DFLASH+=(--draft-model "$D")
 has b && run b "${B_SLOTS:-8}" "$H" --spec ngram --draft-tokens 3 --cudagraph FULL_AND_PIECEWISE,PIECEWISE \
   --patches none,all --seed 0,1 --isolation auto --auto-sample 1
+# n (issue 32): the mode's no-false-positive check, its "off" side: the sleep cycle, no fill,
+# kernels tuned by timing, for b's patched FULL_AND_PIECEWISE and unpatched PIECEWISE on
+# document 0 (b's restore records are the "on" side)
+has n && run n_fap_all 1 "$H" --spec ngram --draft-tokens 3 --cudagraph FULL_AND_PIECEWISE \
+  --patches all --seed 0 --isolation restore --poison off
+has n && run n_pw_none 1 "$H" --spec ngram --draft-tokens 3 --cudagraph PIECEWISE \
+  --patches none --seed 0 --isolation restore --poison off
 has c1 && run c1 3 "$H" --spec ngram --draft-tokens 2,4 --cudagraph FULL_AND_PIECEWISE \
   --patches none --seed 0,1 --isolation auto --auto-sample 1
 if has c2; then
