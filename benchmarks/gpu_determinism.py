@@ -56,6 +56,14 @@ FIRST = [(c, "det") for c in CELLS] + [("mtp-k3", "plain")] * 3
 LATER = ([("mtp-k3", "det")] * 3 + [("ngram-k4", "det")] * 5 + [("ngram-k2", "det")] * 3
          + [("ngram-k5", "det")] * 3 + [("mtp-k1", "det")] * 3 + [("dflash-k7", "det")] * 3
          + [("ngram-k4", "plain"), ("ngram-k2", "plain"), ("mtp-k1", "plain")])
+# --plan hashseed: does Python's string hashing decide what a compile makes? Deterministic
+# servers that each compile into caches of their own, with PYTHONHASHSEED random per
+# process (det-own) or 0 (det-seed0): round 3 found one answer per machine (its shared
+# cache) and another on the next machine for the ngram cells, and set orders differing
+# between the two machines' logs
+HASHSEED = [(c, k) for c in ("ngram-k2", "ngram-k4") for k in ("det-own", "det-seed0")
+            for _ in range(2)] + [("ngram-k2", "det-own"), ("ngram-k2", "det-seed0")]
+PLANS = {"round3": FIRST + LATER, "hashseed": HASHSEED}
 
 
 class Run:
@@ -108,7 +116,7 @@ def restore(run: Run, srv: Server, tag: dict, step: str, det: bool) -> None:
 
 
 def work(run: Run, srv: Server, tag: dict, sweep_all: bool) -> None:
-    cell, det = tag["cell"], tag["kind"] == "det"
+    cell, det = tag["cell"], tag["kind"].startswith("det")
     rule = CELLS[cell][1]
     if det:
         run.write({**tag, "rpc": "arm", "result": rpc(srv, "residue_lab_arm")})
@@ -140,12 +148,16 @@ def argv_for(run: Run, port: int, cell: str, kind: str) -> list[str]:
     if spec["method"] == "dflash":
         spec["model"] = run.drafter
     argv = server_argv(run.model, port, spec, probe=False)
-    return argv + EXT if kind == "det" else argv
+    return argv + EXT if kind.startswith("det") else argv
 
 
 def env_for(kind: str, name: str, caches: Path) -> dict:
     if kind == "det":
         return deterministic_env(caches / "det")
+    if kind == "det-own":
+        return deterministic_env(caches / name)
+    if kind == "det-seed0":
+        return {**deterministic_env(caches / name), "PYTHONHASHSEED": "0"}
     own = caches / name
     return {"VLLM_CACHE_ROOT": str(own / "vllm"), "TORCHINDUCTOR_CACHE_DIR": str(own / "inductor"),
             "TRITON_CACHE_DIR": str(own / "triton"), "TRITON_PRINT_AUTOTUNING": "1"}
@@ -178,6 +190,7 @@ def main() -> int:
     ap.add_argument("--limit", type=float, default=540, help="seconds for the whole run")
     ap.add_argument("--at-once", type=int, default=9, help="servers at a time")
     ap.add_argument("--machine", default="", help="a label for this machine in the records")
+    ap.add_argument("--plan", choices=sorted(PLANS), default="round3")
     args = ap.parse_args()
     if args.summarize:
         from gpu_determinism_summary import summarize
@@ -189,7 +202,8 @@ def main() -> int:
     t0 = time.monotonic()
     run = Run(args.out, args.model, args.drafter, ChatTokenizer.from_dir(args.model),
               t0 + args.limit)
-    queue = list(enumerate(FIRST + LATER))
+    plan_ = PLANS[args.plan]
+    queue = list(enumerate(plan_))
     swept: set[str] = set()
     with ThreadPoolExecutor(args.at_once) as pool:
         futures = []
@@ -198,7 +212,7 @@ def main() -> int:
             tag = {"cell": cell, "kind": kind, "server": name, "machine": args.machine}
             sweep_all = cell == "mtp-k3" and kind not in swept
             swept.add(kind) if sweep_all else None
-            first = i < len(FIRST)
+            first = i < len(FIRST) or args.plan != "round3"
             def job(i=i, cell=cell, kind=kind, name=name, tag=tag, sweep_all=sweep_all, first=first):
                 if run.left() < 100:
                     return

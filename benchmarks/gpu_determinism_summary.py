@@ -47,6 +47,13 @@ def _verdicts(rows) -> str:
     return f"{len(rows)} servers{where}: " + ", ".join(parts)
 
 
+def _count(rows) -> dict:
+    out: dict = defaultdict(int)
+    for r in rows:
+        out[r["kind"]] += 1
+    return out
+
+
 def sweep_pass(recs) -> list[str]:
     out = []
     by = defaultdict(list)
@@ -77,13 +84,17 @@ def summarize(paths) -> str:
     boots = [r for r in recs if r.get("boot")]
     ready = [r for r in boots if r["boot"] == "ready"]
     lines.append(f"Servers: {len(ready)} ready of {len(boots)} started to readiness "
-                 f"({sum(1 for r in ready if r['kind'] == 'det')} det, "
-                 f"{sum(1 for r in ready if r['kind'] == 'plain')} plain); det fills: {fills(recs)}.")
-    lines += ["", "| cell | doc | residue | phase | step | det (the mode) | plain |", "|---|---|---|---|---|---|---|"]
-    for key, kinds in sorted(cells(recs).items()):
+                 f"({', '.join(f'{n} {k}' for k, n in sorted(_count(ready).items()))}); "
+                 f"det fills: {fills(recs)}.")
+    table = cells(recs)
+    kinds = sorted({k for v in table.values() for k in v}, key=lambda k: (k != "det", k))
+    lines += ["", "| cell | doc | residue | phase | step | " + " | ".join(
+        "det (the mode)" if k == "det" else k for k in kinds) + " |",
+        "|---|---|---|---|---|" + "---|" * len(kinds)]
+    for key, by_kind in sorted(table.items()):
         cell, doc, residue, phase, step = key
         lines.append(f"| {cell} | {doc} | {residue} | {phase} | {step} | "
-                     f"{_verdicts(kinds.get('det', []))} | {_verdicts(kinds.get('plain', []))} |")
+                     + " | ".join(_verdicts(by_kind.get(k, [])) for k in kinds) + " |")
     lines += ["", "All 128 residues, cold and self-hit, document 0:", *sweep_pass(recs)]
     errors = [r for r in recs if "error" in r]
     if errors:
