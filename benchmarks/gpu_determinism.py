@@ -63,7 +63,13 @@ LATER = ([("mtp-k3", "det")] * 3 + [("ngram-k4", "det")] * 5 + [("ngram-k2", "de
 # between the two machines' logs
 HASHSEED = [(c, k) for c in ("ngram-k2", "ngram-k4") for k in ("det-own", "det-seed0")
             for _ in range(2)] + [("ngram-k2", "det-own"), ("ngram-k2", "det-seed0")]
-PLANS = {"round3": FIRST + LATER, "hashseed": HASHSEED}
+# --plan combo: vLLM turns on Inductor's combo kernels and their benchmarking
+# (vllm/config/compilation.py) unless inductor_compile_config names them; with both off
+# (det-nocombo) do independent compiles agree where det-own ones did not?
+COMBO = [("ngram-k2", k) for _ in range(5) for k in ("det-own", "det-nocombo")]
+NO_COMBO = {"cudagraph_mode": "FULL_AND_PIECEWISE",
+            "inductor_compile_config": {"combo_kernels": False, "benchmark_combo_kernel": False}}
+PLANS = {"round3": FIRST + LATER, "hashseed": HASHSEED, "combo": COMBO}
 
 
 class Run:
@@ -148,13 +154,15 @@ def argv_for(run: Run, port: int, cell: str, kind: str) -> list[str]:
     if spec["method"] == "dflash":
         spec["model"] = run.drafter
     argv = server_argv(run.model, port, spec, probe=False)
+    if kind == "det-nocombo":
+        argv[argv.index("--compilation-config") + 1] = json.dumps(NO_COMBO)
     return argv + EXT if kind.startswith("det") else argv
 
 
 def env_for(kind: str, name: str, caches: Path) -> dict:
     if kind == "det":
         return deterministic_env(caches / "det")
-    if kind == "det-own":
+    if kind in ("det-own", "det-nocombo"):
         return deterministic_env(caches / name)
     if kind == "det-seed0":
         return {**deterministic_env(caches / name), "PYTHONHASHSEED": "0"}
