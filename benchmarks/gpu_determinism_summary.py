@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
+import tarfile
 from collections import defaultdict
 from pathlib import Path
 
-__all__ = ["load", "cells", "summarize"]
+__all__ = ["load", "cells", "summarize", "autotune"]
+_PICK = re.compile(r"Triton autotuning for function (\w+),.*?best config selected: ([^;]*);", re.S)
+_FIXED = re.compile(r"\[triton-autotune-disabled\] kernel=(\w+) configs=(\d+) picked_index=(\d+) picked=(.*)")
 
 
 def load(paths) -> list[dict]:
@@ -36,15 +40,23 @@ def cells(recs) -> dict:
 
 
 def _verdicts(rows) -> str:
+    """``N servers: wrong `sha` ×N``; answers that differ between machines are listed per
+    machine (``m1: ... | m2: ...``)."""
     if not rows:
         return "–"
-    shas = defaultdict(int)
-    for _, _, ok, sha in rows:
-        shas[("ok" if ok else "wrong", sha)] += 1
-    machines = len({m for _, m, _, _ in rows})
-    parts = [f"{v} `{s}` ×{n}" for (v, s), n in sorted(shas.items(), key=lambda x: -x[1])]
-    where = f" on {machines} machines" if machines > 1 else ""
-    return f"{len(rows)} servers{where}: " + ", ".join(parts)
+    def tally(rs):
+        shas = defaultdict(int)
+        for _, _, ok, sha in rs:
+            shas[("ok" if ok else "wrong", sha)] += 1
+        return ", ".join(f"{v} `{s}` ×{n}" for (v, s), n in sorted(shas.items(), key=lambda x: -x[1]))
+    by_machine = defaultdict(list)
+    for row in rows:
+        by_machine[row[1]].append(row)
+    if len(by_machine) > 1 and len({tally(rs).split(" ×")[0] for rs in by_machine.values()}) > 1:
+        return f"{len(rows)} servers: " + " / ".join(
+            f"{m}: {tally(rs)}" for m, rs in sorted(by_machine.items()))
+    where = f" on {len(by_machine)} machines" if len(by_machine) > 1 else ""
+    return f"{len(rows)} servers{where}: {tally(rows)}"
 
 
 def _count(rows) -> dict:
@@ -102,6 +114,28 @@ def summarize(paths) -> str:
     return "\n".join(lines) + "\n"
 
 
+def autotune(tgz: Path) -> str:
+    """What each server's Triton autotuner kept, from the server logs in a call's tgz: per
+    plain server the config its timing picked (TRITON_PRINT_AUTOTUNING=1), per det server
+    the one vLLM's VLLM_TRITON_FORCE_FIRST_CONFIG took."""
+    lines = [f"### {tgz.name}", "", "| server | kernel | config |", "|---|---|---|"]
+    with tarfile.open(tgz) as tar:
+        for m in sorted(tar.getmembers(), key=lambda m: m.name):
+            if not m.name.endswith(".log.gz"):
+                continue
+            text = gzip.decompress(tar.extractfile(m).read()).decode(errors="replace")
+            server = Path(m.name).name[: -len(".log.gz")]
+            picks = [(k, c) for k, c in _PICK.findall(text)]
+            picks += [(k, f"first of {n} (index {i}): {c.strip()}") for k, n, i, c in _FIXED.findall(text)]
+            for kernel, config in picks:
+                lines.append(f"| {server} | {kernel} | {config.strip()} |")
+    return "\n".join(lines) + "\n"
+
+
 if __name__ == "__main__":
     import sys
-    print(summarize([Path(p) for p in sys.argv[1:]]))
+    args = [Path(p) for p in sys.argv[1:]]
+    if args and args[0].name == "--autotune":
+        print("\n".join(autotune(p) for p in args[1:]))
+    else:
+        print(summarize(args))

@@ -104,6 +104,7 @@ def poison_summary(records: Iterable[PhaseRecord]) -> str:
     fills: dict[tuple, dict] = {}
     offs: list[str] = []
     what: set[str] = set()
+    kinds: set[str] = set()
     for r in records:
         p = r.poison
         if not isinstance(p, dict):
@@ -112,6 +113,11 @@ def poison_summary(records: Iterable[PhaseRecord]) -> str:
             offs.append(str(p.get("why") or "off"))
             continue
         what.add(f"{p.get('regions')} filled with pattern {p.get('pattern')}")
+        kernels = p.get("kernels")
+        if isinstance(kernels, dict):   # vLLM: kernel choices fixed, or why not
+            kinds.add("kernel choices fixed (" + ", ".join(sorted(kernels.get("env") or ()))
+                      + "): a broken cell's bytes hold for servers of this compile cache"
+                      if kernels.get("fixed") else f"kernel choices not fixed: {kernels.get('why')}")
         for f in p.get("fills") or ():
             # a server's boot fill by its log; a restore fill by its point
             key = (f.get("at"), (r.server_boot or {}).get("log") if f.get("at") == "boot"
@@ -128,7 +134,8 @@ def poison_summary(records: Iterable[PhaseRecord]) -> str:
                      f"{'s' if boots != 1 else ''})" + (f" and at {restores} restore"
                                                         f"{'s' if restores != 1 else ''}" if restores else "")
                      + (f"; {bad} fill{'s' if bad != 1 else ''} not proven (those points are infra)"
-                        if bad else "; every fill proven") + cost)
+                        if bad else "; every fill proven") + cost
+                     + "".join(f"; {k}" for k in sorted(kinds)))
     for why in sorted(set(offs)):
         parts.append(why if why != "off" else "off (--poison off)")
     return escape_text("; ".join(parts))

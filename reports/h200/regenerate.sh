@@ -100,3 +100,17 @@ page poison/hunt.md python ../../benchmarks/gpu_poison_summary.py poison/call1-r
 # issue 35: the cost curve (benchmarks/gpu_cost_curve.sh 565 on one H200, 2026-12-02; dummy
 # weights: cost only, no verdicts): the table from the archived records (cost/README.md)
 page cost/cost_curve.md python ../../benchmarks/cost_table.py cost/records.jsonl.gz --manifest cost/manifest.json
+# issue 32, round 3 (2026-12-03, three H200 machines; determinism/README.md): fixed kernel
+# choices beside plain servers (benchmarks/gpu_determinism.py: m1, m2), independent
+# compiles with and without PYTHONHASHSEED=0 (m3), what each server's autotuner kept; then
+# on m2 the README matrix under --isolation auto with the mode (restore by the fill) and
+# its no-false-positive check against --poison off (gpu_restore.sh 580 b,n)
+page determinism/round3.md python ../../benchmarks/gpu_determinism_summary.py determinism/round3-m1.jsonl.gz determinism/round3-m2.jsonl.gz
+page determinism/hashseed.md python ../../benchmarks/gpu_determinism_summary.py determinism/hashseed-m3.jsonl.gz
+page determinism/autotune.md python ../../benchmarks/gpu_determinism_summary.py --autotune determinism/logs-m1.tgz determinism/logs-m2.tgz determinism/logs-m3.tgz
+report restore-matrix-k3-poison.md 20261203-060736-0533.jsonl.gz
+report poison-off-fap-patched.md 20261203-060736-adb1.jsonl.gz
+report poison-off-pw-unpatched.md 20261203-060736-9fee.jsonl.gz
+page determinism/compare-b.txt python ../../benchmarks/compare_isolation.py $R/20261203-060736-0533.jsonl.gz
+page determinism/compare-on-off.txt python ../../benchmarks/compare_isolation.py $R/20261203-060736-0533.jsonl.gz --left restore --vs $R/20261203-060736-adb1.jsonl.gz $R/20261203-060736-9fee.jsonl.gz --right restore
+page determinism/cost.md python ../../benchmarks/isolation_cost.py $R/20261203-060736-0533.jsonl.gz --machine "one H200 (vLLM 0.26.0, tiny hybrid, 10 slots on GPU 0; machine m2 of round 3)"
