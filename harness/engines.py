@@ -60,8 +60,8 @@ class EngineAdapter:
     # --poison: its servers serve the fill (harness/poison.py); ``poison``: this run's are
     poison_means: str | None = None
     poison = False
-    # a fill stands for a boot (restore refills, no sleep): not on vLLM 0.26.0, whose
-    # deciding memory lies outside what it fills (reports/h200/poison/README.md)
+    # a fill stands for a boot (restore refills, no sleep): the lab; vLLM where its kernel
+    # choices are fixed too (VllmAdapter.fill_restores, reports/h200/determinism/)
     fill_restores = False
     takes_draft_model = False    # --draft-model: a drafter checkpoint for its servers
     takes_engine_args = True     # --engine-arg: extra arguments on its server command

@@ -11,9 +11,11 @@ predicts. A fill that is not proven makes the point ``infra``: the server ran, b
 the record would claim.
 
 What it proves on real vLLM (the H200, docs/isolation.md): the fill is invisible to correct
-answers, but the memory that decides a broken answer there lies outside the KV pool, so the
-mode does not (yet) make a broken cell's bytes the same on every vLLM server. On the lab it
-does: the lab's stale state slots are what the fill covers.
+answers, and with the kernel choices fixed (engine/vllm/determinism.py, which the vLLM
+adapter adds with the mode) every server of one compile cache gives one answer per broken
+cell and a restore by the fill gives a server its fresh answer back; across machines (other
+compiles) ngram cells can still differ. On the lab the fill alone does it: the lab's stale
+state slots are what the fill covers.
 """
 from __future__ import annotations
 

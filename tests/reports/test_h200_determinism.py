@@ -1,0 +1,192 @@
+"""Round 3's claims (reports/h200/determinism/README.md, docs/isolation.md), checked against
+the records that came back from the H200. If a claim in the docs changes, its check here
+changes with it."""
+from __future__ import annotations
+
+import gzip
+import json
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from gpu_determinism import CELLS  # noqa: E402
+from gpu_determinism_summary import autotune, load  # noqa: E402
+
+HERE = ROOT / "reports" / "h200" / "determinism"
+RESULTS = ROOT / "reports" / "h200" / "results"
+MATRIX, OFF_FAP, OFF_PW = "20261203-060736-0533", "20261203-060736-adb1", "20261203-060736-9fee"
+MTP_LIKE, NGRAM = ("mtp-k1", "mtp-k3", "dflash-k7"), ("ngram-k2", "ngram-k4", "ngram-k5")
+
+
+@pytest.fixture(scope="module")
+def round3():
+    return load([HERE / "round3-m1.jsonl.gz", HERE / "round3-m2.jsonl.gz"])
+
+
+@pytest.fixture(scope="module")
+def hashseed():
+    return load([HERE / "hashseed-m3.jsonl.gz"])
+
+
+def _answers(recs):
+    return [r for r in recs if "sha" in r and r.get("step") != "all"]
+
+
+def _cell(r):
+    return (r["cell"], r["doc"], r["residue"], r["phase"], r["step"] == "fresh")
+
+
+def _by(recs, kind, machine=None):
+    out = defaultdict(set)
+    for r in _answers(recs):
+        if r["kind"] == kind and (machine is None or r["machine"] == machine):
+            out[_cell(r)].add(r["sha"])
+    return out
+
+
+def _servers(recs, kind, machine):
+    return {r["server"] for r in recs if r.get("boot") == "ready" and r["kind"] == kind
+            and r["machine"] == machine}
+
+
+def test_the_mode_gives_one_answer_per_cell_on_every_server_of_a_machine(round3):
+    for machine in ("m1", "m2"):
+        assert len(_servers(round3, "det", machine)) == 26
+        cells = _by(round3, "det", machine)
+        assert len(cells) == 60
+        assert all(len(shas) == 1 for shas in cells.values()), machine
+        per = defaultdict(set)
+        for r in _answers(round3):
+            if r["kind"] == "det" and r["machine"] == machine and r["cell"] == "ngram-k4":
+                per[_cell(r)].add(r["server"])
+        assert {len(s) for s in per.values()} == {6}
+
+
+def test_plain_servers_of_one_machine_differed_where_the_mode_did_not(round3):
+    key = ("mtp-k3", 0, 4, "cold", True)
+    plain = [r["sha"] for r in _answers(round3) if r["kind"] == "plain" and _cell(r) == key]
+    assert sorted(plain) == ["0902720fcf60"] + ["d09a0f59410e"] * 5
+    assert _by(round3, "det")[key] == {"d09a0f59410e"}
+
+
+def test_across_machines_mtp_and_dflash_agree_and_ngram_does_not(round3):
+    m1, m2 = _by(round3, "det", "m1"), _by(round3, "det", "m2")
+    assert m1.keys() == m2.keys()
+    for key in m1:
+        if key[0] in MTP_LIKE:
+            assert m1[key] == m2[key], key
+    differ = {key for key in m1 if m1[key] != m2[key]}
+    assert differ and {k[0] for k in differ} == set(NGRAM)
+    assert m1[("ngram-k2", 0, 3, "cold", True)] == {"d09a0f59410e"}
+    assert m2[("ngram-k2", 0, 3, "cold", True)] == {"37084d728e45"}
+    ok = {r["ok"] for r in _answers(round3) if r["kind"] == "det" and r["machine"] == "m2"
+          and _cell(r) == ("ngram-k4", 0, 5, "self-hit", True)}
+    assert ok == {True}
+    ok = {r["ok"] for r in _answers(round3) if r["kind"] == "det" and r["machine"] == "m1"
+          and _cell(r) == ("ngram-k4", 0, 5, "self-hit", True)}
+    assert ok == {False}
+
+
+def test_restore_by_the_fill_gives_each_server_its_fresh_answer_and_a_reset_does_not(round3):
+    def first_and_again(kind):
+        seen = defaultdict(dict)
+        for r in _answers(round3):
+            if r["kind"] == kind and r["doc"] == 0 and r["residue"] == CELLS[r["cell"]][1]:
+                seen[(r["server"], r["machine"], r["phase"])].setdefault(
+                    "fresh" if r["step"] == "fresh" else "again", []).append(r["sha"])
+        return seen
+    det = first_and_again("det")
+    assert len(det) == 52 * 2
+    for key, v in det.items():
+        assert set(v["again"]) == set(v["fresh"]) and len(set(v["fresh"])) == 1, key
+    plain = first_and_again("plain")
+    mtp3 = [v for (s, _, p), v in plain.items() if s.startswith("mtp-k3") and p == "cold"]
+    assert len(mtp3) == 6 and all(v["again"] == ["9b5304817a20"] for v in mtp3)
+    assert any(set(v["again"]) != set(v["fresh"]) for v in plain.values())
+    fills = [r["result"] for r in round3 if "rpc" in r and r["rpc"] not in ("arm",)]
+    assert fills and all(all(x["ok"] for x in f["results"]) for f in fills)
+
+
+def test_independent_compiles_split_into_the_two_machines_classes_whatever_the_hash_seed(
+        round3, hashseed):
+    classes = [_by(round3, "det", m) for m in ("m1", "m2")]
+    per_server = defaultdict(dict)
+    for r in _answers(hashseed):
+        per_server[(r["server"], r["kind"])][_cell(r)] = r["sha"]
+    assert len(per_server) == 10
+    seen = defaultdict(set)
+    for (server, kind), answers in per_server.items():
+        which = [i for i, cls in enumerate(classes)
+                 if all(cls[k] == {sha} for k, sha in answers.items())]
+        assert len(which) >= 1, server   # every answer of the server is m1's, or every one m2's
+        if server.startswith("ngram-k2"):
+            seen[kind].add(which[0] if len(which) == 1 else "both")
+    assert seen["det-own"] == {0, 1} and seen["det-seed0"] == {0, 1}
+
+
+def test_the_mode_took_config_0_where_plain_servers_timed_their_own():
+    page = autotune(HERE / "logs-m1.tgz")
+    plain = defaultdict(dict)
+    for line in page.splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if len(cells) == 3 and cells[0].startswith("mtp-k3-plain"):
+            plain[cells[1]][cells[0]] = cells[2]
+        if len(cells) == 3 and cells[0].startswith("mtp-k3-det"):
+            assert "(index 0)" in cells[2]
+    assert len(plain) == 6
+    assert sum(1 for kernel in plain.values() if len(set(kernel.values())) > 1) == 4
+
+
+def _records(run):
+    with gzip.open(RESULTS / f"{run}.jsonl.gz", "rt") as f:
+        return [json.loads(line) for line in f]
+
+
+def test_the_readme_matrix_under_the_mode_restores_by_the_fill_and_equals_fresh():
+    recs = _records(MATRIX)
+    assert len(recs) == 2112
+    assert all(r["poison"]["kernels"]["fixed"] for r in recs)
+    assert {r["server_boot"]["launcher"] for r in recs} == {"forked"}
+    means = defaultdict(int)
+    for r in recs:
+        if r["isolation"] == "restore":
+            means[r["restore"]["means"]] += 1
+    assert means == {"reset+poison-fill": 2030, "boot": 18}
+    key = lambda r: (r["config_label"], r["document_seed"], r["residue"], r["phase"])  # noqa: E731
+    restore = {key(r): r for r in recs if r["isolation"] == "restore"}
+    fresh = [r for r in recs if r["isolation"] == "fresh"]
+    assert len({key(r) for r in fresh}) == 64
+    bad = 0
+    for r in fresh:
+        other = restore[key(r)]
+        assert (other["verdict"], other["sha1"]) == (r["verdict"], r["sha1"]), key(r)
+        if r["verdict"] != "ok":
+            bad += 1
+            assert {c["sha1"] for c in r["confirmed_on"]} == {r["sha1"]}
+    assert bad == 4
+    manifest = json.loads((RESULTS / f"{MATRIX}.manifest.json").read_text())
+    assert 300 < manifest["timing"]["wall_s"] < 310
+
+
+def test_no_false_positive_between_the_mode_and_its_off_twins():
+    on = {(r["config_label"], r["residue"], r["phase"]): r for r in _records(MATRIX)
+          if r["isolation"] == "restore" and r["document_seed"] == 0}
+    compared = 0
+    for run in (OFF_FAP, OFF_PW):
+        for r in _records(run):
+            assert r["poison"] == {"mode": "off"} and r["restore"]["means"] in (
+                "sleep-level-1+wake+reset", "boot")
+            twin = on[(r["config_label"], r["residue"], r["phase"])]
+            assert r["verdict"] == twin["verdict"] == "ok" and r["sha1"] == twin["sha1"]
+            assert r["tok_per_step"] == twin["tok_per_step"] == 3.786
+            compared += 1
+    assert compared == 512
+
+
+def test_the_combo_call_is_not_evidence():
+    recs = load([HERE / "combo-m4.jsonl.gz"])
+    assert not _answers(recs) and {r["boot"] for r in recs if "boot" in r} == {"timeout"}
