@@ -245,14 +245,11 @@ def vllm_serves_sleep() -> bool | None:
     """Whether the vLLM this process would start serves ``/is_sleeping`` (read from its
     source, not imported: importing vLLM takes seconds and may touch the GPU); None when no
     vLLM is found here (the servers' own answers prove each restore, or fail it)."""
-    import importlib.util
-    try:
-        spec = importlib.util.find_spec("vllm")
-    except (ImportError, ValueError):
+    from engine.vllm import source_dir
+    found = source_dir()
+    if found is None:
         return None
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    root = Path(list(spec.submodule_search_locations)[0]) / "entrypoints"
+    root = found / "entrypoints"
     for path in root.rglob("*.py"):
         try:
             if '"/is_sleeping"' in path.read_text(errors="replace"):

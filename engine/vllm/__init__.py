@@ -59,6 +59,21 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+def source_dir():
+    """The installed vLLM's package folder, found without importing vLLM (importing it takes
+    seconds and may touch the GPU); None where no vLLM is found. What a check reads from
+    vLLM's source (sleep mode's routes, the kernel switch) it reads under here."""
+    import importlib.util
+    from pathlib import Path
+    try:
+        spec = importlib.util.find_spec("vllm")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(list(spec.submodule_search_locations)[0])
+
+
 def patch_status() -> dict[str, str]:
     """Status of residue-lab's vLLM patches in this process (imports vLLM)."""
     from .patches import patch_status as _status
@@ -69,6 +84,6 @@ def patch_status() -> dict[str, str]:
 __all__ = [
     "API_SERVER_MODULE", "PATCHES_ENV", "PLUGIN_GROUP", "PLUGIN_NAME", "PLUGIN_TARGET", "HybridOptions",
     "LaunchError", "LaunchSpec", "build_command", "build_launch", "compare_effective",
-    "parse_effective_config", "patch_status", "patch_status_from_log", "speculative_config_json",
-    "write_plugin_dist_info",
+    "parse_effective_config", "patch_status", "patch_status_from_log", "source_dir",
+    "speculative_config_json", "write_plugin_dist_info",
 ]

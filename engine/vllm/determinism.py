@@ -73,15 +73,10 @@ def vllm_fixes_kernels() -> bool | None:
     (read from its source, not imported: importing vLLM takes seconds); None when no vLLM
     is found here. Without it the FLA kernels keep tuning by timing, so a fill cannot stand
     for a boot and restore stays the sleep cycle."""
-    import importlib.util
-    from pathlib import Path
-    try:
-        spec = importlib.util.find_spec("vllm")
-    except (ImportError, ValueError):
+    from engine.vllm import source_dir
+    root = source_dir()
+    if root is None:
         return None
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    root = Path(list(spec.submodule_search_locations)[0])
     try:
         return ("VLLM_TRITON_FORCE_FIRST_CONFIG" in (root / "env_override.py").read_text(errors="replace")
                 and (root / "triton_utils" / "force_first_config.py").is_file())
