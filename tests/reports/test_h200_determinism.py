@@ -190,3 +190,17 @@ def test_no_false_positive_between_the_mode_and_its_off_twins():
 def test_the_combo_call_is_not_evidence():
     recs = load([HERE / "combo-m4.jsonl.gz"])
     assert not _answers(recs) and {r["boot"] for r in recs if "boot" in r} == {"timeout"}
+
+
+def test_every_forked_matrix_server_ran_with_vllms_autotuner_replacement():
+    """The records say what the harness set (poison.kernels); the server logs say vLLM
+    acted on it in every forked server: each logged its first-config picks."""
+    import tarfile
+    with tarfile.open(HERE / "matrix-logs.tgz") as tar:
+        logs = [m for m in tar.getmembers() if m.name.endswith(".log.gz")]
+        texts = [gzip.decompress(tar.extractfile(m).read()).decode(errors="replace") for m in logs]
+    assert len(logs) == 45
+    booted = [t for t in texts if "Application startup complete" in t]
+    assert len(booted) == 43   # the 45 logs less the two fork servers' own
+    assert all("[triton-autotune-disabled]" in t and "Triton autotuning for function" not in t
+               for t in booted)
