@@ -3,8 +3,9 @@ plain fresh server against a sleep-mode fresh server.)
 
 For every cell (configuration, case, residue, phase, document) measured both ways: the
 same verdict, and where that verdict is ``ok`` byte-identical answers. A corrupted answer's
-sha1 is never compared: it is made of stale memory and differs between server instances
-(DESIGN.md, "What a reset server is"). For the same reason its *form* is not either: a
+sha1 is not compared: without ``--poison`` it depends on what each server's kernels chose
+and its history left (DESIGN.md, "What a reset server is"; reports/h200/determinism/), and
+with it it holds only among servers of one compile cache. For the same reason its *form* is not either: a
 wrong answer on both sides whose verdicts are two wrong-answer verdicts (``broken`` on one,
 ``diverged`` on the other) is counted apart as "wrong both ways, in another form", never as
 agreement nor as a difference; on the H200 two fresh servers of one kind differ in exactly
