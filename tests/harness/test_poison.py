@@ -265,3 +265,25 @@ def test_auto_says_per_non_ok_cell_whether_its_fresh_servers_agreed(cli):
                 assert len(r["confirmed_on"]) == (3 if len(first_two) > 1 else 2)
             assert "Fresh servers per non-ok cell: " in report
     assert all(r["verdict"] != "ok" for r in cli.records("off") if r.get("confirmed_on"))
+
+
+def test_the_reports_poison_row_says_whether_kernel_choices_were_fixed():
+    """A vLLM run's provenance names the switches and how far a broken answer's bytes hold,
+    or says the kernels were not fixed and why (an older vLLM: restore then sleeps)."""
+    from harness.report.restore import poison_summary
+    from harness.run.records import PhaseRecord
+
+    def rec(kernels):
+        fill = {"at": "boot", "ok": True, "s": 0.1}
+        return PhaseRecord.from_dict({"run_id": "r", "config_id": "c", "residue": 1,
+                                      "phase": "cold", "poison": {
+                                          "mode": "on", "regions": "state,kv,builders",
+                                          "pattern": "A", "fills": [fill], "kernels": kernels},
+                                      "server_boot": {"log": "s1.log"}})
+    fixed = poison_summary([rec({"fixed": True, "env": KERNEL_ENV, "cache": "/c"})])
+    assert "every fill proven" in fixed and "kernel choices fixed (" in fixed
+    assert "VLLM\\_TRITON\\_FORCE\\_FIRST\\_CONFIG" in fixed and "this compile cache" in fixed
+    why = "this vLLM has no VLLM_TRITON_FORCE_FIRST_CONFIG"
+    unfixed = poison_summary([rec({"fixed": False, "why": why})])
+    assert "kernel choices not fixed: this vLLM has no VLLM\\_TRITON\\_FORCE\\_FIRST\\_CONFIG" in unfixed
+    assert "kernel choices" not in poison_summary([rec(None)])
