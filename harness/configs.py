@@ -22,7 +22,7 @@ from .flag_values import choices_of, parse_phases, split
 from .flags import UNSET
 from .prompts.cases import PromptCase, load_cases, select_cases
 from .slots import Slot
-from .vocabulary import PHASES
+from .vocabulary import PHASES, PhaseName
 
 __all__ = ["SweepOptions", "config_id", "modulus_for", "modulus_and_why", "expand_matrix",
            "predicted_residues", "select_residues", "parse_slots", "parse_phases",
@@ -285,16 +285,16 @@ def _check_groups(spelled: str, groups: list[list[str]]) -> None:
                                  f"({'+'.join(owner[x])} and {'+'.join(g)})")
 
 
-def parse_reference(value: str, phases: Sequence[str]) -> str:
-    if value in ("passage", "cold"):
-        if value == "cold" and "cold" not in phases:
+def parse_reference(reference: str, phases: Sequence[str]) -> str:
+    if reference in ("passage", "cold"):
+        if reference == "cold" and PhaseName.COLD not in phases:
             raise UsageError("--reference cold needs the cold phase in --phases")
-        return value
-    if value in ("first", "consensus"):
-        return value
-    if value.startswith("golden:") and len(value) > len("golden:"):
-        return value
-    raise UsageError(f"--reference: {value!r} is not valid; allowed: passage, cold, first, "
+        return reference
+    if reference in ("first", "consensus"):
+        return reference
+    if reference.startswith("golden:") and len(reference) > len("golden:"):
+        return reference
+    raise UsageError(f"--reference: {reference!r} is not valid; allowed: passage, cold, first, "
                      "consensus, golden:RUN")
 
 

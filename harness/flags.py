@@ -26,7 +26,7 @@ from .isolation import isolation_help
 from .flag_values import (choices_of, int_in, ints, or_none, parse_phases, patch_sets,
                           positive_float, positive_int, seed_list)
 from .slots import one_slot_args
-from .vocabulary import ISOLATIONS, LOAD_MODES
+from .vocabulary import ISOLATIONS, LOAD_MODES, PhaseName
 from .isolation import IsolationName
 from .engines import EngineName
 
@@ -460,7 +460,7 @@ def check_flag_use(ns: argparse.Namespace, argv: Sequence[str]) -> None:
     check_launch_flags(ns)
     if _written(argv, "--prefix-cache") and _written(argv, "--no-prefix-cache"):
         raise UsageError("--prefix-cache and --no-prefix-cache contradict each other; give one")
-    hit_phases = [p for p in parse_phases(ns.phases) if p != "cold"]
+    hit_phases = [p for p in parse_phases(ns.phases) if p != PhaseName.COLD]
     if _written(argv, "--no-prefix-cache") and hit_phases:
         raise UsageError(f"--no-prefix-cache: the {' and '.join(hit_phases)} phase cannot hit "
                          "without the prefix cache (it would be one more cold request); "

@@ -39,6 +39,7 @@ from .flag_values import parse_phases
 from .flags import ENGINE, FLAGS, explicit_flags
 from .slots import Slot
 from .isolation import IsolationName
+from .vocabulary import PhaseName
 
 __all__ = ["attach", "API_KEY_ENVS", "DEFAULT_MAX_REQUESTS", "RequestBudget", "LiveTarget",
            "LiveConfig", "LiveAdapter", "LiveServer", "read_server", "live_config",
@@ -80,7 +81,7 @@ def attach(ns: argparse.Namespace, argv: Sequence[str]) -> LiveTarget:
     with target.http_client(ns.timeout) as http:
         report = read_server(url, http)
     cfg, facts = live_config(url, report)
-    hits = [p for p in parse_phases(ns.phases) if p != "cold"]
+    hits = [p for p in parse_phases(ns.phases) if p != PhaseName.COLD]
     if cfg.prefix_caching is False and hits:
         raise UsageError(f"--url {url}: the server reports prefix caching off, so "
                          f"{', '.join(hits)} cannot hit the cache; use --phases cold")
@@ -127,7 +128,7 @@ def api_key_from_env(given: str | None) -> tuple[str | None, str | None]:
 def requests_per_point(phases: tuple[str, ...]) -> int:
     """Every request ``run/point.py`` sends for one point: /tokenize, then per phase the
     /metrics scrape before and after the measured request (and the warm-up for warm)."""
-    return 1 + sum(3 + (phase == "warm") for phase in phases)
+    return 1 + sum(3 + (phase == PhaseName.WARM) for phase in phases)
 
 
 class RequestBudget:

@@ -17,13 +17,17 @@ from typing import Iterable
 __all__ = ["ISOLATIONS", "RECORD_ISOLATIONS", "REUSE_ISOLATIONS", "PHASES", "Verdict", "VERDICT_TABLE", "VERDICTS",
            "REFERENCES", "UNJUDGED", "NOT_LONE", "SEVERITY", "BUG_VERDICTS", "CLEAN", "JUDGED", "UNTESTED",
            "EXPLAINED", "OPEN", "NOT_FAILED", "SERVER_LOGGED", "UNANSWERED", "FULL_GRAPH_MODES", "PREFILL_FIX", "LOAD_MODES", "phase_key",
-           "worst", "verdict_info", "VerdictName"]
+           "worst", "verdict_info", "VerdictName", "PhaseName"]
 
 # The isolation values and what each does: harness/isolation.py (one entry per value).
 from .isolation import ISOLATIONS, RECORD_ISOLATIONS, REUSE_ISOLATIONS  # noqa: E402
 
 # cold is by definition the first request on a server; the order is the order they run.
 PHASES = ("cold", "warm", "self-hit")
+# A phase as a value, one member per phase: PhaseName.COLD == "cold", PhaseName.SELF_HIT ==
+# "self-hit"; comparisons name the member, never the string.
+PhaseName = StrEnum("PhaseName", [(p.upper().replace("-", "_"), p) for p in PHASES],
+                    module=__name__)
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from ..phrase import Phrase
 from ..ranges import residues_phrase
 from ..run.records import BUG_VERDICTS, NOT_LONE
 from .model import ConfigData
-from ..vocabulary import CLEAN, UNJUDGED
+from ..vocabulary import CLEAN, UNJUDGED, PhaseName
 
 __all__ = ["predict_bug_b", "config_hit_granularity", "agreement"]
 
@@ -56,7 +56,7 @@ def judged_residues(cd: ConfigData) -> tuple[set[int], set[int]]:
         if any(v in BUG_VERDICTS for _, v in verdicts):
             broken.add(res)
         elif verdicts and any(v in CLEAN for _, v in verdicts) and all(
-                v in CLEAN or (ph == "cold" and v == UNJUDGED) for ph, v in verdicts):
+                v in CLEAN or (ph == PhaseName.COLD and v == UNJUDGED) for ph, v in verdicts):
             clean.add(res)
     return clean | broken, broken
 

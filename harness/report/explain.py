@@ -24,7 +24,7 @@ from ..ghmarkdown import code, escape_text
 from ..recordkeys import document_of
 from ..run.records import BUG_VERDICTS, PhaseRecord, as_record, typed
 from .model import ConfigData
-from ..vocabulary import CLEAN, UNJUDGED
+from ..vocabulary import CLEAN, UNJUDGED, PhaseName
 
 __all__ = ["REFERENCE_SIGHT", "ReferenceTexts", "reference_texts", "divergence_of",
            "divergence_phrase", "call_counts", "reference_lines", "final_chunk_line"]
@@ -156,7 +156,7 @@ def reference_lines(records: list[PhaseRecord], texts: dict[str, str]) -> list[s
         can, cannot = REFERENCE_SIGHT.get(key, ("?", "?"))
         out.append(f"- **Reference {code(ref)}:** sees {can}; cannot see {cannot}.")
     if "cold" in refs:
-        n = sum(1 for r in records if r.verdict == UNJUDGED and r.phase == "cold")
+        n = sum(1 for r in records if r.verdict == UNJUDGED and r.phase == PhaseName.COLD)
         out.append(f"- **{n} cold cell(s) unjudged:** under `--reference cold` a corruption "
                    "identical in every phase is invisible (the hit matches the corrupted cold "
                    "answer). Use `--reference passage` (the document itself), "
@@ -182,7 +182,7 @@ def final_chunk_line(cd: ConfigData, k1: int | None) -> str | None:
     """What final prefill chunk the bad hit cells computed, from ``cached / tail`` and the
     record's tail note, rather than assuming ``tail = k + 1``."""
     bad = [r for r in cd.records if r.verdict in BUG_VERDICTS
-           and r.phase != "cold" and r.computed_tail is not None]
+           and r.phase != PhaseName.COLD and r.computed_tail is not None]
     if not bad:
         return None
     seen: dict[tuple, list[int]] = {}

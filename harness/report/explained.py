@@ -20,7 +20,7 @@ from ..run.records import (BUG_VERDICTS, EXPLAINED, PhaseRecord, document_of, la
                            phase_key, typed)
 from .cells import cell_markdown
 from .model import Cell
-from ..vocabulary import CLEAN, VerdictName
+from ..vocabulary import CLEAN, PhaseName, VerdictName
 
 __all__ = ["UNCHANGED", "EXPLAINED", "Rung", "Ladder", "ladders", "render_ladder",
            "render_ladder_plain",
@@ -68,7 +68,7 @@ class Rung:
         return "inconclusive"   # boot-fail, timeout, invalid, infra: the rung tells nothing
 
     def _same_tail(self, phases: list[str], unchanged: "Rung") -> bool:
-        hits = [p for p in phases if p != "cold"]
+        hits = [p for p in phases if p != PhaseName.COLD]
         if not hits:
             return False
         for p in hits:
@@ -83,7 +83,7 @@ class Rung:
         return True
 
     def tail_note(self, phases: list[str], unchanged: "Rung") -> str:
-        p = next(p for p in phases if p != "cold")
+        p = next(p for p in phases if p != PhaseName.COLD)
         a, b = self.records[p], unchanged.records[p]
         return (f"{self.label}: the hit unit went {hit_unit(b)} → {hit_unit(a)}, yet the "
                 f"{a.templated_len}-token prompt still leaves a {a.computed_tail}"

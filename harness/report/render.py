@@ -16,7 +16,7 @@ from .interrupted import interrupted_line, interrupted_manifests
 from .model import group_configs, varying_fields
 from .sections import (render_config_summary, render_ladder, render_provenance,
                        render_results_table, render_thread_view, short_labels, summary_counts)
-from ..vocabulary import CLEAN
+from ..vocabulary import CLEAN, PhaseName
 
 __all__ = ["render_markdown", "write_report", "load_inputs", "title_markdown",
            "headline_markdown"]
@@ -147,7 +147,7 @@ def _body(configs, planned, full, short, corner, texts, summary) -> list[str]:
     residues_all = sorted({r for c in configs for r in c.residues})
     if len(configs) > 1 and len(residues_all) <= 8:
         hit_phases = [p for p in sorted({p for c in configs for p in c.phases}, key=phase_key)
-                      if p != "cold"]
+                      if p != PhaseName.COLD]
         for p in hit_phases[-1:]:
             out += [f"The measured {escape_text(p)} request, thread style:", "",
                     render_thread_view(configs, p, short, corner), ""]

@@ -14,6 +14,7 @@ from typing import Any, Mapping
 
 from .. import bugb
 from ..bugb import chunk_budget, drops_hit_blocks, final_chunk
+from ..vocabulary import PhaseName
 
 __all__ = ["hit_unit", "intended_tail", "tail_note", "budget_final_chunk"]
 
@@ -27,7 +28,7 @@ def hit_unit(cfg: Mapping[str, Any], modulus: int) -> int:
 def intended_tail(point: Any, phase: str) -> int | None:
     """The computed tail this phase of ``point`` (a ``plan.Point``) is meant to have."""
     length = point.plan.target_len
-    if phase == "cold" or point.cfg.prefix_caching is False:
+    if phase == PhaseName.COLD or point.cfg.prefix_caching is False:
         return length
     unit = hit_unit(point.cfg.as_dict(), point.modulus)
     return (length - 1) % unit + 1
@@ -42,7 +43,7 @@ def tail_note(requested: Mapping[str, Any], effective: Mapping[str, Any], phase:
     cfg = {**requested, **{k: v for k, v in effective.items() if v is not None}}
     unit = hit_unit(cfg, modulus)
     method = cfg.get("method") or cfg.get("spec")
-    if phase == "cold":
+    if phase == PhaseName.COLD:
         return (f"the cold request computed {measured} of {intended} tokens: something was "
                 "cached before it (isolation not proven)")
     if measured == intended + unit and drops_hit_blocks(method):

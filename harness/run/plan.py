@@ -39,7 +39,7 @@ from ..live import LiveTarget, requests_per_point
 from ..prompts import (CaseTooLong, ChatTokenizer, PlanError, PromptPlan, approx_line_counts,
                        calibrate, calibrate_case, own_document_plan, plan_case_residues, plan_residue)
 from ..server_pool import BootFailure, PortAllocator, ServerProcess, Slot
-from ..vocabulary import NOT_FAILED
+from ..vocabulary import NOT_FAILED, PhaseName
 from .hits import hit_unit
 from ..store import read_jsonl, resolve_results
 from .auto import auto_extra_documents, auto_passes
@@ -151,7 +151,7 @@ def _case_points(opts: SweepOptions, cfg: ServingConfig, cid: str, modulus: int,
     ``PlanError`` naming it, before any point runs)."""
     out = []
     unit = hit_unit(cfg.as_dict(), modulus=0)
-    hit_phases = [p for p in opts.phases if p != "cold"]
+    hit_phases = [p for p in opts.phases if p != PhaseName.COLD]
     for case in opts.cases:
         ckey = key + ("case", case.id)
         name = f"{opts.prompts}:{case.line}: case {case.id!r}"

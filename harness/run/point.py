@@ -36,7 +36,7 @@ from .load import (BackgroundLoad, LoadError, beside_from_log, load_facts, preem
                    server_gauges)
 from .plan import Point, golden_answer
 from .records import RecordBuilder, timing_record
-from ..vocabulary import CLEAN, UNJUDGED
+from ..vocabulary import CLEAN, UNJUDGED, PhaseName
 from .traffic import not_lone_reason, traffic_facts
 
 __all__ = ["PointRunner", "PointResult", "RunnerSpec", "Launcher", "Server",
@@ -291,7 +291,7 @@ class PointRunner:
             else:
                 rec, dead = await self._phase(point, slot, phase, server, client, info, model,
                                               templated, tokenize_error, cold)
-                if phase == "cold":
+                if phase == PhaseName.COLD:
                     cold = rec
             records.append(rec)
             emit(rec)
@@ -303,7 +303,7 @@ class PointRunner:
         """One phase's record, and (verdict, why, log) when the server is gone."""
         opts = self.opts
         try:
-            if phase == "warm":
+            if phase == PhaseName.WARM:
                 await client.chat(point.plan.warmup_messages, model=model,
                                   max_tokens=WARMUP_MAX_TOKENS, seed=point.seed)
             before = await client.scrape()
@@ -379,7 +379,7 @@ class PointRunner:
         if ref == "cold":
             # Only a cold answer that did not collapse is a reference: a collapse repeated
             # on the hit must not read as ok.
-            if phase == "cold" or cold is None or cold.get("verdict") != UNJUDGED:
+            if phase == PhaseName.COLD or cold is None or cold.get("verdict") != UNJUDGED:
                 return None, None
             return cold.get("answer") or "", cold.get("token_logprobs")
         if ref in ("first", "consensus"):
@@ -456,19 +456,19 @@ class PointRunner:
         # None: a live server that does not say; its hits must be proven all the same
         hits = point.cfg.prefix_caching is not False
         if cached is None:
-            if phase != "cold" and hits:
+            if phase != PhaseName.COLD and hits:
                 return "hit not proven: the server reports no cached tokens"
-            if phase == "cold" and hits and not self._cold_by_construction(point):
+            if phase == PhaseName.COLD and hits and not self._cold_by_construction(point):
                 return ("cold not proven: the server reports no cached tokens "
                         f"({point.isolation or self.opts.isolation} isolation)")
             return None
-        if phase == "cold" and cached > 0:
+        if phase == PhaseName.COLD and cached > 0:
             why = (f"cold request hit the cache ({cached} tokens): "
                    f"{point.isolation or self.opts.isolation} isolation not proven")
             if info.get("reset_error"):
                 why += f"; /reset_prefix_cache failed: {info['reset_error']}"
             return why
-        if phase != "cold" and hits and cached == 0:
+        if phase != PhaseName.COLD and hits and cached == 0:
             return f"{phase}: no prefix-cache hit (cached_tokens 0)"
         return None
 

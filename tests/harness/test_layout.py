@@ -344,6 +344,7 @@ def test_a_new_verdict_isolation_engine_or_writer_is_one_entry():
     assert "one entry in `writers.WRITERS`" in row["a new output format"]
     from harness import engines, isolation, vocabulary, writers
     assert [m.value for m in vocabulary.VerdictName] == [v.name for v in vocabulary.VERDICT_TABLE]
+    assert [m.value for m in vocabulary.PhaseName] == list(vocabulary.PHASES)
     assert [m.value for m in isolation.IsolationName] == list(isolation.POLICIES)
     assert [m.value for m in engines.EngineName] == list(engines.ADAPTERS)
     tree = ast.parse((HARNESS / "engines.py").read_text())
@@ -371,8 +372,8 @@ def test_the_rule_returns_structure_not_markdown():
 
 # -- values are types ------------------------------------------------------------------
 # Each vocabulary's home: the table its StrEnum is read off, where its words are declared.
-_VOCABULARY_HOMES = {"verdict": HARNESS / "vocabulary.py", "isolation": HARNESS / "isolation.py",
-                     "engine": HARNESS / "engines.py"}
+_VOCABULARY_HOMES = {"verdict": HARNESS / "vocabulary.py", "phase": HARNESS / "vocabulary.py",
+                     "isolation": HARNESS / "isolation.py", "engine": HARNESS / "engines.py"}
 # Comparisons with such a word that is another vocabulary's value, by what is compared
 # (the other side's name, attribute or key), each with why.
 _OTHER_VOCABULARIES = {
@@ -380,14 +381,19 @@ _OTHER_VOCABULARIES = {
     "modulus": "--modulus auto: the modulus read off the configuration, not the isolation",
     "poison": "--poison auto: fill where the engine can, not the isolation",
     "owned_by": "GET /v1/models' owned_by: the word a vLLM server writes of itself",
+    # --reference cold judges the hits against the same server's cold answer: a word of
+    # vocabulary.REFERENCES (passage, cold, first, ...), not the phase
+    "reference": "--reference cold: the reference word, not the phase",
+    "ref": "--reference cold (run/point.py's self.opts.reference): not the phase",
+    "refs": "--reference cold among the records' references (report/explain.py): not the phase",
 }
 
 
 def _vocabularies() -> dict[str, set[str]]:
     from harness.engines import ADAPTERS
     from harness.isolation import POLICIES
-    from harness.vocabulary import VERDICT_TABLE
-    return {"verdict": {v.name for v in VERDICT_TABLE}, "isolation": set(POLICIES),
+    from harness.vocabulary import PHASES, VERDICT_TABLE
+    return {"verdict": {v.name for v in VERDICT_TABLE}, "phase": set(PHASES), "isolation": set(POLICIES),
             "engine": set(ADAPTERS)}
 
 
@@ -399,7 +405,7 @@ def _strings(node: ast.AST) -> list[str]:
 
 def _subject(node: ast.AST) -> str | None:
     """What the other side of a comparison names: ``x``, ``a.x``, ``a["x"]``,
-    ``a.get("x")``, ``getattr(a, "x")``."""
+    ``a.get("x")``, ``getattr(a, "x")``, ``value_of(a, "x")``."""
     if isinstance(node, ast.Name):
         return node.id
     if isinstance(node, ast.Attribute):
@@ -408,7 +414,7 @@ def _subject(node: ast.AST) -> str | None:
         return str(node.slice.value)
     if isinstance(node, ast.Call):
         func = ast.unparse(node.func)
-        i = 0 if func.endswith(".get") else 1 if func == "getattr" else None
+        i = 0 if func.endswith(".get") else 1 if func in ("getattr", "value_of") else None
         if i is not None and len(node.args) > i and isinstance(node.args[i], ast.Constant):
             return str(node.args[i].value)
     return None
@@ -443,19 +449,20 @@ def _compared_words(source: str):
                             yield pat.lineno, word, _subject(node.subject)
 
 
-def test_no_module_compares_a_verdict_isolation_or_engine_string():
-    """A verdict, an isolation and an engine are values of a StrEnum read off their table
-    (``vocabulary.VerdictName``, ``isolation.IsolationName``, ``engines.EngineName``): a
-    module outside the table compares the member or asks the row (``v in CLEAN``,
-    ``verdict_info(v).bug``, ``policy(iso).reuses_server``), never the string. Checked over
-    every module of ``harness/`` and ``engine/``; a word of another vocabulary is told by
-    what it is compared with (``_OTHER_VOCABULARIES``)."""
+def test_no_module_compares_a_verdict_phase_isolation_or_engine_string():
+    """A verdict, a phase, an isolation and an engine are values of a StrEnum read off their
+    table (``vocabulary.VerdictName``, ``vocabulary.PhaseName``, ``isolation.IsolationName``,
+    ``engines.EngineName``): a module outside the table compares the member or asks the
+    row (``v in CLEAN``, ``verdict_info(v).bug``, ``policy(iso).reuses_server``), never the
+    string. Checked over every module of ``harness/`` and ``engine/``; a word of another
+    vocabulary is told by what it is compared with (``_OTHER_VOCABULARIES``)."""
     sample = ('if r.verdict != "ok": pass\nif e in ("lab", "x"): pass\n'
               'if "restore" in seen: pass\nmatch iso:\n    case "fresh": pass\n'
-              'if cfg.runner == "auto": pass\nif opts.isolation == "auto": pass\n')
+              'if cfg.runner == "auto": pass\nif opts.isolation == "auto": pass\n'
+              'if value_of(r, "phase") == "cold": pass\n')
     assert sorted((w, s) for _, w, s in _compared_words(sample)) == [
-        ("auto", "isolation"), ("auto", "runner"), ("fresh", "iso"), ("lab", "e"),
-        ("ok", "verdict"), ("restore", "seen"), ("x", "e")]   # the checker sees every form
+        ("auto", "isolation"), ("auto", "runner"), ("cold", "phase"), ("fresh", "iso"),
+        ("lab", "e"), ("ok", "verdict"), ("restore", "seen"), ("x", "e")]   # the checker sees every form
     vocab = _vocabularies()
     found = []
     for p in sorted([*HARNESS.rglob("*.py"), *(ROOT / "engine").rglob("*.py")]):
