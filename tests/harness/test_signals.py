@@ -34,7 +34,8 @@ def _caught(pid: int, sig: int) -> bool:
 
 
 def _records_on_disk(out: Path) -> int:
-    return sum(len(f.read_text().splitlines()) for f in out.glob("*.jsonl"))
+    """Whole records only: a line half-written by the sweep does not count yet."""
+    return sum(f.read_text().count("\n") for f in out.glob("*.jsonl"))
 
 
 class Watched:
