@@ -103,6 +103,13 @@ def env_without(*names: str, prefix: str | None = None) -> dict:
 
 
 
+def whole_records(out: Path) -> int:
+    """Records a sweep still running has written to ``out``: a line counts once its newline
+    is there (the file exists empty before the first record, and a long record is written
+    in pieces). The one check every test that waits on a running sweep's file uses."""
+    return sum(f.read_text().count("\n") for f in Path(out).glob("*.jsonl"))
+
+
 def one_line_exit_2(proc, *needles: str) -> str:
     """A user mistake: exit 2, one line on stderr, no traceback, naming each needle."""
     assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])

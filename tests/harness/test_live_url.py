@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import ROOT, env_without, run_cli
+from tests.conftest import ROOT, env_without, run_cli, whole_records
 from tests.lab.labserver import FULL, HUGE, MTP, free_port, lab_server, stop, wait_healthy
 
 HOSTILE = ROOT / "tests" / "servers" / "misbehaving_engine.py"
@@ -32,13 +32,6 @@ def sweep(*args: str, env: dict | None = None, timeout: float = 240) -> subproce
 def records(out: Path) -> list[dict]:
     (path,) = out.glob("*.jsonl")
     return [json.loads(line) for line in path.read_text().splitlines()]
-
-
-def whole_lines(out: Path) -> int:
-    """Records written so far by a sweep still running: a line is read only once its
-    newline is there (the writer may be half-way through a long one)."""
-    paths = list(out.glob("*.jsonl"))
-    return paths[0].read_text().count("\n") if paths else 0
 
 
 def manifest(out: Path) -> dict:
@@ -276,7 +269,7 @@ def test_an_interrupted_url_run_leaves_the_server_and_is_not_resumed(tmp_path, t
                                 env={**env_without("RESIDUE_LAB_API_KEY", "OPENAI_API_KEY"),
                                      "PYTHONPATH": str(ROOT)})
         deadline = time.monotonic() + 120
-        while whole_lines(out) < 2:
+        while whole_records(out) < 2:
             assert proc.poll() is None and time.monotonic() < deadline, "no point finished"
             time.sleep(0.01)
         proc.send_signal(signal.SIGINT)

@@ -19,7 +19,7 @@ import psutil
 import pytest
 
 from harness.record_check import read_record_file
-from tests.conftest import ROOT, is_reaper
+from tests.conftest import ROOT, is_reaper, whole_records
 
 BOUND_S = 90
 
@@ -31,11 +31,6 @@ def _caught(pid: int, sig: int) -> bool:
         return False
     mask = next(int(ln.split()[1], 16) for ln in status.splitlines() if ln.startswith("SigCgt:"))
     return bool(mask >> (sig - 1) & 1)
-
-
-def _records_on_disk(out: Path) -> int:
-    """Whole records only: a line half-written by the sweep does not count yet."""
-    return sum(f.read_text().count("\n") for f in out.glob("*.jsonl"))
 
 
 class Watched:
@@ -96,14 +91,14 @@ def test_signal_at_any_moment_exits_130_cleanly(tmp_path, sig, moment):
         elif moment == "first-boot":
             w.wait_for(lambda: any(not is_reaper(p) for p in w.children()), "server process")
         else:
-            w.wait_for(lambda: _records_on_disk(out) >= 2, "finished point")
-        before = _records_on_disk(out)
+            w.wait_for(lambda: whole_records(out) >= 2, "finished point")
+        before = whole_records(out)
         err = w.interrupt(sig)
     finally:
         w.ensure_dead()
     last = err.strip().splitlines()[-1]
     assert last.startswith(("sweep: interrupted", "interrupted")), last
-    after = _records_on_disk(out)
+    after = whole_records(out)
     assert after >= before
     if moment == "mid-sweep":
         assert before >= 2
@@ -121,7 +116,7 @@ def test_sighup_takes_the_interrupt_path(tmp_path):
     w = Watched(out)
     try:
         w.wait_for(lambda: _caught(w.proc.pid, signal.SIGHUP), "signal handlers")
-        w.wait_for(lambda: _records_on_disk(out) >= 2 and bool(w.children()), "finished point")
+        w.wait_for(lambda: whole_records(out) >= 2 and bool(w.children()), "finished point")
         assert list(out.glob("*.servers.json"))
         err = w.interrupt(signal.SIGHUP)
     finally:

@@ -14,7 +14,7 @@ from collections import Counter
 import pytest
 
 from harness.record_check import read_record_file
-from tests.conftest import ROOT, fake_cmd, run_cli
+from tests.conftest import ROOT, fake_cmd, run_cli, whole_records
 
 pytestmark = pytest.mark.usefixtures("no_leftovers")
 
@@ -29,13 +29,6 @@ def flags(tok_dir, out, *extra: str) -> list[str]:
 def cells(out) -> Counter:
     (path,) = out.glob("*.jsonl")
     return Counter((r["residue"], r["phase"]) for r in read_record_file(path))
-
-
-def whole_records(out) -> int:
-    """Records a sweep still running has written: a line counts once its newline is there
-    (the file exists, empty, before the first record)."""
-    paths = list(out.glob("*.jsonl"))
-    return paths[0].read_text().count("\n") if paths else 0
 
 
 def test_a_full_disk_is_one_line_exit_5_and_every_record_kept(tmp_path, tok_dir, monkeypatch,
