@@ -210,16 +210,15 @@ def main() -> int:
     t0 = time.monotonic()
     run = Run(args.out, args.model, args.drafter, ChatTokenizer.from_dir(args.model),
               t0 + args.limit)
-    plan_ = PLANS[args.plan]
-    queue = list(enumerate(plan_))
-    swept: set[str] = set()
+    swept: set[str] = set()   # kinds whose first mtp-k3 server answers all 128 residues
     with ThreadPoolExecutor(args.at_once) as pool:
         futures = []
-        for i, (cell, kind) in queue:
+        for i, (cell, kind) in enumerate(PLANS[args.plan]):
             name = f"{cell}-{kind}{i}"
             tag = {"cell": cell, "kind": kind, "server": name, "machine": args.machine}
             sweep_all = cell == "mtp-k3" and kind not in swept
-            swept.add(kind) if sweep_all else None
+            if sweep_all:
+                swept.add(kind)
             first = i < len(FIRST) or args.plan != "round3"
             def job(i=i, cell=cell, kind=kind, name=name, tag=tag, sweep_all=sweep_all, first=first):
                 if run.left() < 100:

@@ -52,7 +52,7 @@ def _verdicts(rows) -> str:
     by_machine = defaultdict(list)
     for row in rows:
         by_machine[row[1]].append(row)
-    if len(by_machine) > 1 and len({tally(rs).split(" ×")[0] for rs in by_machine.values()}) > 1:
+    if len({frozenset(sha for *_, sha in rs) for rs in by_machine.values()}) > 1:
         return f"{len(rows)} servers: " + " / ".join(
             f"{m}: {tally(rs)}" for m, rs in sorted(by_machine.items()))
     where = f" on {len(by_machine)} machines" if len(by_machine) > 1 else ""
@@ -80,9 +80,9 @@ def sweep_pass(recs) -> list[str]:
 
 
 def fills(recs) -> str:
-    proofs = [r["result"] for r in recs if str(r.get("rpc", "")).endswith(("fill",))
-              or str(r.get("rpc", "")).startswith(("restored", "all-"))]
-    oks = [all(x.get("ok") for x in (p.get("results") or [{}])) for p in proofs
+    """Every fill RPC a det server answered (at boot, each restore, each 128-pass point)."""
+    proofs = [r["result"] for r in recs if "rpc" in r and r["rpc"] != "arm"]
+    oks = [all(x.get("ok") for x in p["results"]) for p in proofs
            if isinstance(p, dict) and "results" in p]
     return f"{len(proofs)} fills, {sum(oks)} proven" if proofs else "no fills"
 

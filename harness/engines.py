@@ -371,7 +371,7 @@ class VllmAdapter(EngineAdapter):
             raise UsageError(f"--engine vllm: {e}") from None
         if self.serve is not None:   # --serve: the user's line, the stack's environment
             argv = self.serve.argv(self, port, slot)
-        if (self.poison_kernels() or {}).get("fixed"):
+        if self.kernels_fixed:
             env = {**env, **deterministic_env(cache_root(self.cache_dir))}
         return argv, env
 
@@ -384,15 +384,21 @@ class VllmAdapter(EngineAdapter):
         return POISON_ARGS if self.poison else ()
 
     @property
+    def kernels_fixed(self) -> bool:
+        """--poison on a vLLM with VLLM_TRITON_FORCE_FIRST_CONFIG: its servers get the
+        switches of engine/vllm/determinism.py."""
+        return self.poison and vllm_fixes_kernels() is True
+
+    @property
     def fill_restores(self) -> bool:
         """A fill stands for a boot once the kernels' choices are fixed too: the H200's
         round 3 (reports/h200/determinism/) gave, after reset + fill, each such server's
         fresh answer at every broken cell, where a reset alone did not."""
-        return self.poison and vllm_fixes_kernels() is True
+        return self.kernels_fixed
 
     def poison_kernels(self) -> dict[str, Any] | None:
         """--poison: what fixes the kernels' choices on its servers (the record keeps it)."""
-        return kernels_record(self.cache_dir, vllm_fixes_kernels() is True) if self.poison else None
+        return kernels_record(self.cache_dir, self.kernels_fixed) if self.poison else None
 
     def check_can_start(self) -> None:
         """vLLM importable by the Python the servers run (this one): without it an HF id
