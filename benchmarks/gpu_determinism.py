@@ -69,7 +69,16 @@ HASHSEED = [(c, k) for c in ("ngram-k2", "ngram-k4") for k in ("det-own", "det-s
 COMBO = [("ngram-k2", k) for _ in range(5) for k in ("det-own", "det-nocombo")]
 NO_COMBO = {"cudagraph_mode": "FULL_AND_PIECEWISE",
             "inductor_compile_config": {"combo_kernels": False, "benchmark_combo_kernel": False}}
-PLANS = {"round3": FIRST + LATER, "hashseed": HASHSEED, "combo": COMBO}
+# --plan round4: the mode with combo kernels off (det-nc: one shared cache per machine, every
+# cell on >= 4 servers, ngram k = 4 on 6) beside servers that each compile their own cache
+# with combo kernels on (det-own, the split m3 saw) and off (det-nocombo): on two machines,
+# does combo off give one answer per cell everywhere?
+FIRST4 = ([(c, "det-nc") for c in CELLS]
+          + [(c, k) for k in ("det-own", "det-nocombo") for c in ("ngram-k2",) * 3 + ("ngram-k4",)])
+LATER4 = ([("ngram-k4", "det-nc")] * 5
+          + [(c, "det-nc") for c in CELLS if c != "ngram-k4" for _ in range(3)])
+PLANS = {"round3": FIRST + LATER, "hashseed": HASHSEED, "combo": COMBO, "round4": FIRST4 + LATER4}
+FIRST_WAVE = {"round3": len(FIRST), "round4": len(FIRST4)}   # other plans: all compile
 
 
 class Run:
@@ -154,14 +163,14 @@ def argv_for(run: Run, port: int, cell: str, kind: str) -> list[str]:
     if spec["method"] == "dflash":
         spec["model"] = run.drafter
     argv = server_argv(run.model, port, spec, probe=False)
-    if kind == "det-nocombo":
+    if kind in ("det-nocombo", "det-nc"):
         argv[argv.index("--compilation-config") + 1] = json.dumps(NO_COMBO)
     return argv + EXT if kind.startswith("det") else argv
 
 
 def env_for(kind: str, name: str, caches: Path) -> dict:
-    if kind == "det":
-        return deterministic_env(caches / "det")
+    if kind in ("det", "det-nc"):
+        return deterministic_env(caches / kind)
     if kind in ("det-own", "det-nocombo"):
         return deterministic_env(caches / name)
     if kind == "det-seed0":
@@ -216,10 +225,10 @@ def main() -> int:
         for i, (cell, kind) in enumerate(PLANS[args.plan]):
             name = f"{cell}-{kind}{i}"
             tag = {"cell": cell, "kind": kind, "server": name, "machine": args.machine}
-            sweep_all = cell == "mtp-k3" and kind not in swept
+            sweep_all = args.plan == "round3" and cell == "mtp-k3" and kind not in swept
             if sweep_all:
                 swept.add(kind)
-            first = i < len(FIRST) or args.plan != "round3"
+            first = i < FIRST_WAVE.get(args.plan, len(PLANS[args.plan]))
             def job(i=i, cell=cell, kind=kind, name=name, tag=tag, sweep_all=sweep_all, first=first):
                 if run.left() < 100:
                     return

@@ -20,5 +20,9 @@ pkill -9 -f 'vllm.entrypoints' 2>/dev/null
 kill "$MON" 2>/dev/null
 gzip -k "$W/records.jsonl" 2>/dev/null; cp "$W/records.jsonl.gz" "$OUT/determinism-$MACHINE.jsonl.gz" 2>/dev/null
 rm -f "$W/records.jsonl"
+# the generated code of the servers that compiled caches of their own (Inductor's .py, Triton's
+# .json), to diff two that answered differently
+( cd /tmp/rl-det-caches 2>/dev/null && find . -type f \( -name '*.py' -o -name '*.json' \) -size -1M \
+    \( -path './*-det-own*' -o -path './*-det-nocombo*' \) | tar czf "$OUT/own-caches-$MACHINE.tgz" -T - )
 dev_pack determinism
 cat "$W/timings.txt" "$W/stdout.txt"; tail -c 1500 "$W/stderr.txt"

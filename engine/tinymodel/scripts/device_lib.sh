@@ -54,7 +54,7 @@ dev_unpack_b() {
 dev_probe_start() {
   : "${OUT:=/tmp/out}"; W=/tmp/work/$1; rm -rf "$W"; mkdir -p "$W" "$OUT"
   if [ ! -f /tmp/site/vllm/_C_stable_libtorch.abi3.so ]; then
-    if [ -f "$R/.gpu/bundle/p/bundle.part02" ]; then dev_unpack_parts_b && echo "unpack_b $(el)s" >> "$W/timings.txt"
+    if compgen -G "$R/.gpu/bundle/p/bundle.part*" > /dev/null; then dev_unpack_parts_b && echo "unpack_b $(el)s" >> "$W/timings.txt"
     else dev_unpack_b "$W/timings.txt"; fi
   fi
   dev_vllm_env
@@ -121,13 +121,13 @@ dev_summary() {
   done
 }
 
-# The bundle in three carried thirds (docs/gpu-notes.md, "The bundle in three calls"):
-# .gpu/bundle/p/bundle.part00..02 are site_a.tar.xz and site_b.tar.xz end to end, split in
-# 29.4 MB pieces, so each piece travels beside the 35 MB tree; .gpu/bundle/p/sizes says
-# where part a ends. dev_stash_part N copies the carried piece to /tmp/parts; once pieces
-# 0 and 1 are there, dev_unpack_parts_a untars part a into /tmp/site (byte-compiled in the
-# background, setsid so it outlives the call); dev_unpack_parts_b, with piece 2 carried,
-# untars part b (vLLM's _C).
+# The bundle in carried pieces (docs/gpu-notes.md, "The bundle in pieces"):
+# .gpu/bundle/p/bundle.part00.. are site_a.tar.xz and site_b.tar.xz end to end, split in
+# 22 MB pieces, so each piece travels beside the 38 MB tree under the 64 MiB limit;
+# .gpu/bundle/p/sizes says where part a ends. dev_stash_part N copies the carried piece to
+# /tmp/parts; once pieces 0 and 1 are there, dev_unpack_parts_a untars part a into
+# /tmp/site (byte-compiled in the background, setsid so it outlives the call);
+# dev_unpack_parts_b, with the last piece carried, untars part b (vLLM's _C) from every piece.
 dev_stash_part() {
   mkdir -p /tmp/parts && cp "$R/.gpu/bundle/p/bundle.part0$1" "$R/.gpu/bundle/p/sizes" /tmp/parts/
 }
@@ -138,6 +138,7 @@ dev_unpack_parts_a() {
 }
 dev_unpack_parts_b() {
   local a; a=$(sed -n 1p /tmp/parts/sizes)
-  cat /tmp/parts/bundle.part00 /tmp/parts/bundle.part01 "$R/.gpu/bundle/p/bundle.part02" \
-    | tail -c +"$((a + 1))" | tar -xJ -C /tmp/site
+  # the pieces still in the copy from earlier calls are the stashed ones: -n keeps those
+  cp -n "$R"/.gpu/bundle/p/bundle.part* /tmp/parts/ || return 1
+  cat /tmp/parts/bundle.part* | tail -c +"$((a + 1))" | tar -xJ -C /tmp/site
 }
