@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from engine.presets import ServingConfig
-from engine.vllm.determinism import cache_root, deterministic_env, kernels_record, vllm_fixes_kernels
+from engine.vllm.determinism import (cache_root, deterministic_env, fixed_compilation_argv,
+                                     kernels_record, vllm_fixes_kernels)
 
 from .client import EngineClient
 from .cmd_config import cmd_label, normalise_reported, read_reported
@@ -372,6 +373,7 @@ class VllmAdapter(EngineAdapter):
         if self.serve is not None:   # --serve: the user's line, the stack's environment
             argv = self.serve.argv(self, port, slot)
         if self.kernels_fixed:
+            argv = fixed_compilation_argv(argv)
             env = {**env, **deterministic_env(cache_root(self.cache_dir))}
         return argv, env
 

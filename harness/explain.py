@@ -108,7 +108,7 @@ Change = tuple[str, str, "dict[str, Any] | str"]   # a str: why the rung is not 
 # divisible by it; the hybrid's attention block is raised to fit the mamba page (block 16
 # became 160 on the H200, vLLM 0.26.0: "Invalid prefix_match_unit=128"), so the rung
 # cannot boot, and the match-unit rung already moves the hit unit.
-HYBRID_BLOCK_NOTE = ("not run: on a hybrid with a prefix-match unit the unit is the hit "
+HYBRID_BLOCK_NOTE = ("on a hybrid with a prefix-match unit the unit is the hit "
                      "unit and vLLM requires every KV group's block to be divisible by it "
                      "(block 16 became a 160-token attention block and did not boot on "
                      "vLLM 0.26.0); the match-unit rung moves the hit unit instead")
@@ -139,8 +139,21 @@ def axis_changes(cfg: ServingConfig, *, runners: tuple[str, ...] = (),
         out += [("k", f"k → {k2}", {"draft_tokens": str(k2)}) for k2 in (k - 1, k + 1) if k2 >= 1]
     for r in runners:
         if r != ran_on:
-            out.append(("runner", f"runner → {r}", {"runner": r}))
+            out.append(("runner", f"runner → {r}", {"runner": r}
+                        if not _v2_refuses(cfg, r) else V2_NGRAM_NOTE))
     return out
+
+
+# vLLM's Model Runner V2 refuses n-gram drafting at config validation (0.26.0 on the H200,
+# 2026-12-03: "Model Runner V2 does not yet support: ngram/ngram_gpu speculative decoding",
+# both boots of the rung): the rung measures nothing there.
+V2_NGRAM_NOTE = ("vLLM's Model Runner V2 refuses n-gram speculative decoding "
+                 "(0.26.0: \"Model Runner V2 does not yet support: ngram/ngram_gpu "
+                 "speculative decoding\")")
+
+
+def _v2_refuses(cfg: ServingConfig, runner: str) -> bool:
+    return cfg.engine == EngineName.VLLM and runner == "v2" and cfg.method == "ngram"
 
 
 def _vllm_hybrid_with_unit(cfg: ServingConfig) -> bool:

@@ -115,9 +115,7 @@ def poison_summary(records: Iterable[PhaseRecord]) -> str:
         what.add(f"{p.get('regions')} filled with pattern {p.get('pattern')}")
         kernels = p.get("kernels")
         if isinstance(kernels, dict):   # vLLM: kernel choices fixed, or why not
-            kinds.add("kernel choices fixed (" + ", ".join(sorted(kernels.get("env") or ()))
-                      + "): a broken cell's bytes hold for servers of this compile cache"
-                      if kernels.get("fixed") else f"kernel choices not fixed: {kernels.get('why')}")
+            kinds.add(_kernels_phrase(kernels))
         for f in p.get("fills") or ():
             # a server's boot fill by its log; a restore fill by its point
             key = (f.get("at"), (r.server_boot or {}).get("log") if f.get("at") == "boot"
@@ -139,3 +137,15 @@ def poison_summary(records: Iterable[PhaseRecord]) -> str:
     for why in sorted(set(offs)):
         parts.append(why if why != "off" else "off (--poison off)")
     return escape_text("; ".join(parts))
+
+
+def _kernels_phrase(kernels: dict) -> str:
+    """The poison row's words for a record's ``poison.kernels``."""
+    if not kernels.get("fixed"):
+        return f"kernel choices not fixed: {kernels.get('why')}"
+    inductor = kernels.get("inductor")
+    words = ", ".join(sorted(kernels.get("env") or ()))
+    if inductor:   # combo kernels off too: every compile of one build gave one answer
+        return (f"kernel choices fixed ({words}; Inductor {', '.join(f'{k}={v}' for k, v in sorted(inductor.items()))}): "
+                "a broken cell's bytes hold for every compile of this vLLM build")
+    return f"kernel choices fixed ({words}): a broken cell's bytes hold for servers of this compile cache"

@@ -158,10 +158,11 @@ def test_nothing_to_explain_and_bad_requests(lab):
 
 
 def test_a_committed_vllm_run_gets_its_rungs_and_the_other_runner(tmp_path, cli):
-    """vLLM 0.26.0 on the H200 (reports/h200): residue 4 broken under FULL_AND_PIECEWISE
-    with the plugin off; the server ran on V1, so the ladder adds V2 and nothing else
-    changes in that rung's command but VLLM_USE_V2_MODEL_RUNNER."""
-    run = ROOT / "reports" / "h200" / "results" / "20261130-030446-b166.jsonl.gz"
+    """vLLM 0.26.0 on the H200 (reports/h200): MTP k = 3 residue 4 broken under
+    FULL_AND_PIECEWISE; the server ran on V1, so the ladder adds V2 and nothing else
+    changes in that rung's command but VLLM_USE_V2_MODEL_RUNNER. An ngram run's V2 rung
+    is not run (vLLM refuses it, test_the_v2_runner_rung_is_not_run_for_ngram_on_vllm)."""
+    run = ROOT / "reports" / "h200" / "results" / "20261201-092428-9128.jsonl.gz"
     if not run.is_file():
         pytest.skip("no committed H200 run")
     proc = cli("explain", str(run), "--dry-run", "--out", str(tmp_path))
@@ -175,6 +176,9 @@ def test_a_committed_vllm_run_gets_its_rungs_and_the_other_runner(tmp_path, cli)
         lines["none (the cell as run)"]
     assert "RESIDUE_LAB_PATCHES=all" in lines["patches → all"]
     assert '"cudagraph_mode":"PIECEWISE"' in lines["graph mode → PIECEWISE"]
+    ngram = ROOT / "reports" / "h200" / "results" / "20261130-030446-b166.jsonl.gz"
+    out = cli("explain", str(ngram), "--dry-run", "--out", str(tmp_path)).stdout
+    assert "runner → v2: not run (vLLM's Model Runner V2 refuses n-gram" in out
     assert "nothing started" in proc.stdout and not list(tmp_path.glob("*.jsonl"))
 
 
@@ -368,3 +372,18 @@ def test_the_block_rung_is_not_run_where_vllm_refuses_it(tmp_path, cli):
     assert block == HYBRID_BLOCK_NOTE
     lab = resolve("ngram", "huge", engine="lab", patches="none", geometry="hybrid")
     assert {c[0]: c[2] for c in axis_changes(lab)}["block size"] == {"block_size": "16"}
+
+
+def test_the_v2_runner_rung_is_not_run_for_ngram_on_vllm():
+    """vLLM 0.26.0 on the H200 refused both boots of the runner → v2 rung of an ngram cell
+    ("Model Runner V2 does not yet support: ngram/ngram_gpu speculative decoding"): the rung
+    says why it is not run instead of two boot-fails; MTP keeps it."""
+    from engine.presets import resolve
+    from harness.engines import VllmAdapter
+    from harness.explain import V2_NGRAM_NOTE, axis_changes
+    ngram = resolve("ngram", "huge", engine="vllm", model="/m")
+    rungs = {c[1]: c[2] for c in axis_changes(ngram, runners=VllmAdapter.runners, ran_on="v1")}
+    assert rungs["runner → v2"] == V2_NGRAM_NOTE
+    mtp = resolve("mtp", "huge", engine="vllm", model="/m")
+    rungs = {c[1]: c[2] for c in axis_changes(mtp, runners=VllmAdapter.runners, ran_on="v1")}
+    assert rungs["runner → v2"] == {"runner": "v2"}

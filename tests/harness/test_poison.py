@@ -17,7 +17,7 @@ from engine.lab.poison import StaleMemory
 from engine.lab.tokenizer import LabTokenizer
 from harness.engines import LAB_MODEL_DIR, VllmAdapter, make_adapter
 from engine.presets import resolve
-from engine.vllm.determinism import KERNEL_ENV, is_deterministic
+from engine.vllm.determinism import INDUCTOR_CONFIG, KERNEL_ENV, is_deterministic
 from harness.server_pool import Slot
 from tests.conftest import one_line_exit_2
 from tests.harness.test_point_runner import answer, engine, make_point, run_point
@@ -133,12 +133,16 @@ def test_vllm_servers_load_the_worker_extension_and_dev_mode_only_with_the_mode(
         if fixed:   # caches apart from the tuned boots' (--cache-dir's own)
             assert env["VLLM_CACHE_ROOT"] == str(tmp_path / "cc" / "deterministic-kernels" / "vllm")
             assert adapter.poison_kernels() == {"fixed": True, "env": KERNEL_ENV,
+                                                "inductor": INDUCTOR_CONFIG,
                                                 "cache": str(tmp_path / "cc" / "deterministic-kernels")}
         elif on:
             assert env["VLLM_CACHE_ROOT"] == str(tmp_path / "cc" / "vllm")
             assert adapter.poison_kernels()["fixed"] is False
         else:
             assert adapter.poison_kernels() is None
+        cc = json.loads(argv[argv.index("--compilation-config") + 1])
+        assert cc["cudagraph_mode"] == cfg.cudagraph_mode     # the configuration's own
+        assert (cc.get("inductor_compile_config") == INDUCTOR_CONFIG) is fixed, mode
     fresh = make_adapter("vllm", isolation="fresh", work_dir=tmp_path, poison="auto")
     argv, env = fresh.command(cfg, 8000, Slot("gpu0", "0"))
     assert "engine.vllm.poison.PoisonWorker" in argv and env["VLLM_SERVER_DEV_MODE"] == "1"
@@ -283,6 +287,9 @@ def test_the_reports_poison_row_says_whether_kernel_choices_were_fixed():
     fixed = poison_summary([rec({"fixed": True, "env": KERNEL_ENV, "cache": "/c"})])
     assert "every fill proven" in fixed and "kernel choices fixed (" in fixed
     assert "VLLM\\_TRITON\\_FORCE\\_FIRST\\_CONFIG" in fixed and "this compile cache" in fixed
+    combo = poison_summary([rec({"fixed": True, "env": KERNEL_ENV, "inductor": INDUCTOR_CONFIG,
+                                 "cache": "/c"})])
+    assert "combo\\_kernels=False" in combo and "every compile of this vLLM build" in combo
     why = "this vLLM has no VLLM_TRITON_FORCE_FIRST_CONFIG"
     unfixed = poison_summary([rec({"fixed": False, "why": why})])
     assert "kernel choices not fixed: this vLLM has no VLLM\\_TRITON\\_FORCE\\_FIRST\\_CONFIG" in unfixed
