@@ -204,3 +204,46 @@ def test_every_forked_matrix_server_ran_with_vllms_autotuner_replacement():
     assert len(booted) == 43   # the 45 logs less the two fork servers' own
     assert all("[triton-autotune-disabled]" in t and "Triton autotuning for function" not in t
                for t in booted)
+
+
+# -- round 4 (m5): Inductor's combo kernels off --------------------------------------------
+
+@pytest.fixture(scope="module")
+def round4():
+    return load([HERE / "round4-m5.jsonl.gz"])
+
+
+def test_round4_every_server_booted_and_every_fill_was_proven(round4):
+    ready = [r for r in round4 if r.get("boot") == "ready"]
+    assert len(ready) == 34 and not [r for r in round4 if r.get("boot") == "timeout"]
+    fills = [r["result"] for r in round4 if r.get("rpc") and r["rpc"] != "arm"]
+    assert len(fills) == 170 and all(all(x["ok"] for x in f["results"]) for f in fills)
+
+
+def test_with_combo_kernels_off_every_compile_gives_one_answer_per_cell(round4):
+    """The shared-cache servers (det-nc) and the servers that each compiled their own cache
+    with combo kernels off (det-nocombo): one sha1 per cell across both kinds."""
+    shared, own = _by(round4, "det-nc"), _by(round4, "det-nocombo")
+    assert len(_servers(round4, "det-nc", "m5")) == 26 and len(_servers(round4, "det-nocombo", "m5")) == 4
+    for cell, shas in shared.items():
+        assert len(shas | own.get(cell, set())) == 1, cell
+    assert shared[("ngram-k2", 0, 3, "cold", True)] == {"ecaa8d009c5e"}
+
+
+def test_with_combo_kernels_on_independent_compiles_still_split(round4):
+    """det-own (combo kernels on, vLLM's default) at ngram k = 2 residue 3 cold: the two
+    answers of rounds 1-3 on three servers of one machine."""
+    on = _by(round4, "det-own")
+    assert on[("ngram-k2", 0, 3, "cold", True)] == {"37084d728e45", "d09a0f59410e"}
+
+
+def test_the_ngram_k4_r5_self_hit_is_ok_on_every_server_with_combo_off_and_cold_is_wrong(round4):
+    """The issue expected the self-hit wrong everywhere; with combo off it is ok on all 7
+    servers (one verdict), while its cold phase and documents 1 and 2026 are wrong on all."""
+    rows = [r for r in _answers(round4) if r["cell"] == "ngram-k4" and r["kind"] != "det-own"
+            and r["residue"] == 5]
+    hit0 = {r["ok"] for r in rows if r["doc"] == 0 and r["phase"] == "self-hit"}
+    cold0 = {r["ok"] for r in rows if r["doc"] == 0 and r["phase"] == "cold"}
+    other = {r["ok"] for r in rows if r["doc"] != 0}
+    assert hit0 == {True} and cold0 == {False} and other == {False}
+    assert len({r["server"] for r in rows}) == 7
