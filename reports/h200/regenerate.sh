@@ -107,6 +107,7 @@ page cost/cost_curve.md python ../../benchmarks/cost_table.py cost/records.jsonl
 # its no-false-positive check against --poison off (gpu_restore.sh 580 b,n)
 page determinism/round3.md python ../../benchmarks/gpu_determinism_summary.py determinism/round3-m1.jsonl.gz determinism/round3-m2.jsonl.gz
 page determinism/hashseed.md python ../../benchmarks/gpu_determinism_summary.py determinism/hashseed-m3.jsonl.gz
+page determinism/round4.md python ../../benchmarks/gpu_determinism_summary.py determinism/round4-m5.jsonl.gz
 page determinism/autotune.md python ../../benchmarks/gpu_determinism_summary.py --autotune determinism/logs-m1.tgz determinism/logs-m2.tgz determinism/logs-m3.tgz
 report restore-matrix-k3-poison.md 20261203-060736-0533.jsonl.gz
 report poison-off-fap-patched.md 20261203-060736-adb1.jsonl.gz
