@@ -24,8 +24,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from engine.presets import ServingConfig
-from engine.vllm.determinism import (cache_root, deterministic_env, fixed_compilation_argv,
-                                     kernels_record, vllm_fixes_kernels)
+from engine.vllm import determinism as _det
 
 from .client import EngineClient
 from .cmd_config import cmd_label, normalise_reported, read_reported
@@ -373,8 +372,8 @@ class VllmAdapter(EngineAdapter):
         if self.serve is not None:   # --serve: the user's line, the stack's environment
             argv = self.serve.argv(self, port, slot)
         if self.kernels_fixed:
-            argv = fixed_compilation_argv(argv)
-            env = {**env, **deterministic_env(cache_root(self.cache_dir))}
+            argv = _det.fixed_compilation_argv(argv)
+            env = {**env, **_det.deterministic_env(_det.cache_root(self.cache_dir))}
         return argv, env
 
     @classmethod
@@ -389,7 +388,7 @@ class VllmAdapter(EngineAdapter):
     def kernels_fixed(self) -> bool:
         """--poison on a vLLM with VLLM_TRITON_FORCE_FIRST_CONFIG: its servers get the
         switches of engine/vllm/determinism.py."""
-        return self.poison and vllm_fixes_kernels() is True
+        return self.poison and _det.vllm_fixes_kernels() is True
 
     @property
     def fill_restores(self) -> bool:
@@ -400,7 +399,7 @@ class VllmAdapter(EngineAdapter):
 
     def poison_kernels(self) -> dict[str, Any] | None:
         """--poison: what fixes the kernels' choices on its servers (the record keeps it)."""
-        return kernels_record(self.cache_dir, self.kernels_fixed) if self.poison else None
+        return _det.kernels_record(self.cache_dir, self.kernels_fixed) if self.poison else None
 
     def check_can_start(self) -> None:
         """vLLM importable by the Python the servers run (this one): without it an HF id

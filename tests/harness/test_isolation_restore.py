@@ -198,7 +198,7 @@ def test_poison_keeps_vllms_sleep_cycle_and_refills_only_the_lab(monkeypatch, tm
     (reports/h200/determinism/). So under --poison a restore point of a vLLM that cannot
     fix them still sleeps (and is filled again after the wake), a lab one does not."""
     monkeypatch.setattr("harness.engines.vllm_serves_sleep", lambda: True)
-    monkeypatch.setattr("harness.engines.vllm_fixes_kernels", lambda: False)
+    monkeypatch.setattr("engine.vllm.determinism.vllm_fixes_kernels", lambda: False)
     cfg = resolve("ngram", "huge", engine="vllm", model="/m", patches="none")
     vllm = make_adapter("vllm", isolation="restore", work_dir=tmp_path, poison="auto")
     argv, env = vllm.for_isolation("restore").command(cfg, 8000, Slot("gpu0", "0"))

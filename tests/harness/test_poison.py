@@ -117,7 +117,7 @@ def test_vllm_servers_load_the_worker_extension_and_dev_mode_only_with_the_mode(
     the switches and caches of engine/vllm/determinism.py, and its restore is the fill (no
     sleep mode); where it cannot, the record says why and restore sleeps as before."""
     monkeypatch.setattr("harness.engines.vllm_serves_sleep", lambda: True)
-    monkeypatch.setattr("harness.engines.vllm_fixes_kernels", lambda: fixes)
+    monkeypatch.setattr("engine.vllm.determinism.vllm_fixes_kernels", lambda: fixes)
     cfg = resolve("ngram", "huge", engine="vllm", model="/m", patches="none")
     for mode, on in (("auto", True), ("on", True), ("off", False)):
         adapter = make_adapter("vllm", isolation="restore", work_dir=tmp_path, poison=mode,

@@ -101,7 +101,7 @@ def test_the_sweep_takes_the_lines_configuration(tmp_path, fresh_cache, monkeypa
     monkeypatch.setattr("harness.engines.vllm_serves_sleep", lambda: True)
     # and whether it fixes kernel choices: no, so a restore point sleeps (with the switch
     # it is restored by the fill: tests/harness/test_poison.py)
-    monkeypatch.setattr("harness.engines.vllm_fixes_kernels", lambda: False)
+    monkeypatch.setattr("engine.vllm.determinism.vllm_fixes_kernels", lambda: False)
     model = tmp_path / "m"
     model.mkdir()
     line = VLLM_LINE.replace("/models/q", str(model))
