@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpu_find_state import Server, chat, server_argv  # noqa: E402
 from harness.prompts import ChatTokenizer, plan  # noqa: E402
-from engine.vllm.determinism import deterministic_env  # noqa: E402
+from engine.vllm.determinism import deterministic_env, fixed_compilation_argv  # noqa: E402
 
 EXT = ["--worker-extension-cls", "engine.vllm.poison.PoisonWorker"]
 FILL = "state,kv,builders"
@@ -67,8 +67,6 @@ HASHSEED = [(c, k) for c in ("ngram-k2", "ngram-k4") for k in ("det-own", "det-s
 # (vllm/config/compilation.py) unless inductor_compile_config names them; with both off
 # (det-nocombo) do independent compiles agree where det-own ones did not?
 COMBO = [("ngram-k2", k) for _ in range(5) for k in ("det-own", "det-nocombo")]
-NO_COMBO = {"cudagraph_mode": "FULL_AND_PIECEWISE",
-            "inductor_compile_config": {"combo_kernels": False, "benchmark_combo_kernel": False}}
 # --plan round4: the mode with combo kernels off (det-nc: one shared cache per machine, every
 # cell on >= 4 servers, ngram k = 4 on 6) beside servers that each compile their own cache
 # with combo kernels on (det-own, the split m3 saw) and off (det-nocombo): on two machines,
@@ -163,8 +161,8 @@ def argv_for(run: Run, port: int, cell: str, kind: str) -> list[str]:
     if spec["method"] == "dflash":
         spec["model"] = run.drafter
     argv = server_argv(run.model, port, spec, probe=False)
-    if kind in ("det-nocombo", "det-nc"):
-        argv[argv.index("--compilation-config") + 1] = json.dumps(NO_COMBO)
+    if kind in ("det-nocombo", "det-nc"):   # combo kernels off, as the mode does it
+        argv = fixed_compilation_argv(argv)
     return argv + EXT if kind.startswith("det") else argv
 
 
