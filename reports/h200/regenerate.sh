@@ -107,7 +107,7 @@ page cost/cost_curve.md python ../../benchmarks/cost_table.py cost/records.jsonl
 # its no-false-positive check against --poison off (gpu_restore.sh 580 b,n)
 page determinism/round3.md python ../../benchmarks/gpu_determinism_summary.py determinism/round3-m1.jsonl.gz determinism/round3-m2.jsonl.gz
 page determinism/hashseed.md python ../../benchmarks/gpu_determinism_summary.py determinism/hashseed-m3.jsonl.gz
-page determinism/round4.md python ../../benchmarks/gpu_determinism_summary.py determinism/round4-m5.jsonl.gz
+page determinism/round4.md python ../../benchmarks/gpu_determinism_summary.py determinism/round4-m5.jsonl.gz determinism/round4-m6.jsonl.gz
 page determinism/autotune.md python ../../benchmarks/gpu_determinism_summary.py --autotune determinism/logs-m1.tgz determinism/logs-m2.tgz determinism/logs-m3.tgz
 report restore-matrix-k3-poison.md 20261203-060736-0533.jsonl.gz
 report poison-off-fap-patched.md 20261203-060736-adb1.jsonl.gz
@@ -115,3 +115,12 @@ report poison-off-pw-unpatched.md 20261203-060736-9fee.jsonl.gz
 page determinism/compare-b.txt python ../../benchmarks/compare_isolation.py $R/20261203-060736-0533.jsonl.gz
 page determinism/compare-on-off.txt python ../../benchmarks/compare_isolation.py $R/20261203-060736-0533.jsonl.gz --left restore --vs $R/20261203-060736-adb1.jsonl.gz $R/20261203-060736-9fee.jsonl.gz --right restore
 page determinism/cost.md python ../../benchmarks/isolation_cost.py $R/20261203-060736-0533.jsonl.gz --machine "one H200 (vLLM 0.26.0, tiny hybrid, 10 slots on GPU 0; machine m2 of round 3)"
+# issue 32, round 4 on a second machine (2026-12-03, session 3, m6): the README matrix under
+# --isolation auto with the final mode (combo kernels off), restore by the fill vs fresh, and
+# its no-false-positive check against --poison off (gpu_restore.sh 580 b,n)
+report restore-matrix-k3-poison-m6.md 20261203-133156-4ea0.jsonl.gz
+report poison-off-fap-patched-m6.md 20261203-133156-9a5e.jsonl.gz
+report poison-off-pw-unpatched-m6.md 20261203-133156-bb6d.jsonl.gz
+page determinism/compare-b-m6.txt python ../../benchmarks/compare_isolation.py $R/20261203-133156-4ea0.jsonl.gz
+page determinism/compare-on-off-m6.txt python ../../benchmarks/compare_isolation.py $R/20261203-133156-4ea0.jsonl.gz --left restore --vs $R/20261203-133156-9a5e.jsonl.gz $R/20261203-133156-bb6d.jsonl.gz --right restore
+page determinism/cost-m6.md python ../../benchmarks/isolation_cost.py $R/20261203-133156-4ea0.jsonl.gz --machine "one H200 (vLLM 0.26.0, tiny hybrid, 10 slots on GPU 0; machine m6 of round 4)"

@@ -146,16 +146,32 @@ def _records(run):
         return [json.loads(line) for line in f]
 
 
-def test_the_readme_matrix_under_the_mode_restores_by_the_fill_and_equals_fresh():
-    recs = _records(MATRIX)
+# the README matrix under the mode (restore by the fill beside fresh servers) and its --poison
+# off twins, per machine: m2 in round 3 (combo kernels on), m6 in round 4 (the final mode)
+MATRICES = {
+    "m2": dict(runs=(MATRIX, OFF_FAP, OFF_PW), means={"reset+poison-fill": 2030, "boot": 18},
+               wall=(300, 310), inductor=None),
+    "m6": dict(runs=("20261203-133156-4ea0", "20261203-133156-9a5e", "20261203-133156-bb6d"),
+               means={"reset+poison-fill": 2032, "boot": 16}, wall=(320, 325),
+               inductor={"benchmark_combo_kernel": False, "combo_kernels": False}),
+}
+
+
+@pytest.mark.parametrize("machine", sorted(MATRICES))
+def test_the_readme_matrix_under_the_mode_restores_by_the_fill_and_equals_fresh(machine):
+    want = MATRICES[machine]
+    run = want["runs"][0]
+    recs = _records(run)
     assert len(recs) == 2112
     assert all(r["poison"]["kernels"]["fixed"] for r in recs)
+    assert {json.dumps(r["poison"]["kernels"].get("inductor")) for r in recs} == {
+        json.dumps(want["inductor"])}
     assert {r["server_boot"]["launcher"] for r in recs} == {"forked"}
     means = defaultdict(int)
     for r in recs:
         if r["isolation"] == "restore":
             means[r["restore"]["means"]] += 1
-    assert means == {"reset+poison-fill": 2030, "boot": 18}
+    assert means == want["means"]
     key = lambda r: (r["config_label"], r["document_seed"], r["residue"], r["phase"])  # noqa: E731
     restore = {key(r): r for r in recs if r["isolation"] == "restore"}
     fresh = [r for r in recs if r["isolation"] == "fresh"]
@@ -168,15 +184,18 @@ def test_the_readme_matrix_under_the_mode_restores_by_the_fill_and_equals_fresh(
             bad += 1
             assert {c["sha1"] for c in r["confirmed_on"]} == {r["sha1"]}
     assert bad == 4
-    manifest = json.loads((RESULTS / f"{MATRIX}.manifest.json").read_text())
-    assert 300 < manifest["timing"]["wall_s"] < 310
+    manifest = json.loads((RESULTS / f"{run}.manifest.json").read_text())
+    low, high = want["wall"]
+    assert low < manifest["timing"]["wall_s"] < high
 
 
-def test_no_false_positive_between_the_mode_and_its_off_twins():
-    on = {(r["config_label"], r["residue"], r["phase"]): r for r in _records(MATRIX)
+@pytest.mark.parametrize("machine", sorted(MATRICES))
+def test_no_false_positive_between_the_mode_and_its_off_twins(machine):
+    matrix, *twins = MATRICES[machine]["runs"]
+    on = {(r["config_label"], r["residue"], r["phase"]): r for r in _records(matrix)
           if r["isolation"] == "restore" and r["document_seed"] == 0}
     compared = 0
-    for run in (OFF_FAP, OFF_PW):
+    for run in twins:
         for r in _records(run):
             assert r["poison"] == {"mode": "off"} and r["restore"]["means"] in (
                 "sleep-level-1+wake+reset", "boot")
@@ -206,44 +225,69 @@ def test_every_forked_matrix_server_ran_with_vllms_autotuner_replacement():
                for t in booted)
 
 
-# -- round 4 (m5): Inductor's combo kernels off --------------------------------------------
+# -- round 4 (m5, then m6 on another day's machine): Inductor's combo kernels off -------------
+
+ROUND4_MACHINES = ("m5", "m6")
+
 
 @pytest.fixture(scope="module")
 def round4():
-    return load([HERE / "round4-m5.jsonl.gz"])
+    return load([HERE / f"round4-{m}.jsonl.gz" for m in ROUND4_MACHINES])
 
 
 def test_round4_every_server_booted_and_every_fill_was_proven(round4):
-    ready = [r for r in round4 if r.get("boot") == "ready"]
-    assert len(ready) == 34 and not [r for r in round4 if r.get("boot") == "timeout"]
-    fills = [r["result"] for r in round4 if r.get("rpc") and r["rpc"] != "arm"]
-    assert len(fills) == 170 and all(all(x["ok"] for x in f["results"]) for f in fills)
+    for machine in ROUND4_MACHINES:
+        recs = [r for r in round4 if r.get("machine") == machine]
+        ready = [r for r in recs if r.get("boot") == "ready"]
+        assert len(ready) == 34 and not [r for r in recs if r.get("boot") == "timeout"], machine
+        fills = [r["result"] for r in recs if r.get("rpc") and r["rpc"] != "arm"]
+        assert len(fills) == 170 and all(all(x["ok"] for x in f["results"]) for f in fills)
 
 
-def test_with_combo_kernels_off_every_compile_gives_one_answer_per_cell(round4):
+def test_the_two_round4_machines_are_two_gpus(round4):
+    """m5 and m6 are different machines: each call's env.txt names its GPU."""
+    import tarfile
+    uuids = set()
+    for machine in ROUND4_MACHINES:
+        with tarfile.open(HERE / f"logs-{machine}.tgz") as tar:
+            env = tar.extractfile("determinism/env.txt").read().decode()
+        uuids |= {w for w in env.split() if w.startswith("GPU-")}
+    assert len(uuids) == 2, uuids
+
+
+def test_with_combo_kernels_off_every_compile_on_both_machines_gives_one_answer_per_cell(round4):
     """The shared-cache servers (det-nc) and the servers that each compiled their own cache
-    with combo kernels off (det-nocombo): one sha1 per cell across both kinds."""
+    with combo kernels off (det-nocombo), on m5 and m6: one sha1 per cell across both kinds
+    and both machines, every cell on at least 4 servers of each machine."""
+    for machine in ROUND4_MACHINES:
+        assert len(_servers(round4, "det-nc", machine)) == 26
+        assert len(_servers(round4, "det-nocombo", machine)) == 4
     shared, own = _by(round4, "det-nc"), _by(round4, "det-nocombo")
-    assert len(_servers(round4, "det-nc", "m5")) == 26 and len(_servers(round4, "det-nocombo", "m5")) == 4
     for cell, shas in shared.items():
         assert len(shas | own.get(cell, set())) == 1, cell
+        for machine in ROUND4_MACHINES:
+            servers = {r["server"] for r in _answers(round4) if _cell(r) == cell
+                       and r["machine"] == machine and r["kind"] == "det-nc"}
+            assert len(servers) >= 4, (cell, machine)
     assert shared[("ngram-k2", 0, 3, "cold", True)] == {"ecaa8d009c5e"}
 
 
 def test_with_combo_kernels_on_independent_compiles_still_split(round4):
     """det-own (combo kernels on, vLLM's default) at ngram k = 2 residue 3 cold: the two
-    answers of rounds 1-3 on three servers of one machine."""
-    on = _by(round4, "det-own")
-    assert on[("ngram-k2", 0, 3, "cold", True)] == {"37084d728e45", "d09a0f59410e"}
+    answers of rounds 1-3, on three servers of each machine."""
+    for machine in ROUND4_MACHINES:
+        on = _by(round4, "det-own", machine)
+        assert on[("ngram-k2", 0, 3, "cold", True)] == {"37084d728e45", "d09a0f59410e"}, machine
 
 
 def test_the_ngram_k4_r5_self_hit_is_ok_on_every_server_with_combo_off_and_cold_is_wrong(round4):
-    """The issue expected the self-hit wrong everywhere; with combo off it is ok on all 7
-    servers (one verdict), while its cold phase and documents 1 and 2026 are wrong on all."""
+    """The issue expected the self-hit wrong everywhere; with combo off it is ok on all 14
+    servers of two machines (one verdict), while its cold phase and documents 1 and 2026 are
+    wrong on all."""
     rows = [r for r in _answers(round4) if r["cell"] == "ngram-k4" and r["kind"] != "det-own"
             and r["residue"] == 5]
     hit0 = {r["ok"] for r in rows if r["doc"] == 0 and r["phase"] == "self-hit"}
     cold0 = {r["ok"] for r in rows if r["doc"] == 0 and r["phase"] == "cold"}
     other = {r["ok"] for r in rows if r["doc"] != 0}
     assert hit0 == {True} and cold0 == {False} and other == {False}
-    assert len({r["server"] for r in rows}) == 7
+    assert len({(r["machine"], r["server"]) for r in rows}) == 14
