@@ -84,7 +84,15 @@ class OtherClients:
         for t in self._threads:
             t.join(30)
         # the server as it was found: no request of these left running for the next test
-        wait_for(lambda: self._running() == 0, 30, "the other clients' requests aborted")
+        try:
+            wait_for(lambda: self._running() == 0, 30, "the other clients' requests aborted")
+        except AssertionError as e:
+            c = self.srv.counters()
+            state = {k: c.get(k) for k in ("vllm:num_requests_running", "vllm:num_requests_waiting",
+                                           "vllm:num_preemptions_total")}
+            alive = [t.is_alive() for t in self._threads]
+            raise AssertionError(f"{e}: {state}, threads alive {alive}, chunks {self.chunks}, "
+                                 f"errors {self.errors}") from None
 
 
 @pytest.fixture(scope="module")
