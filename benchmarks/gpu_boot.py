@@ -241,7 +241,7 @@ def plan_cells(opts: Options, port: int, model: str) -> list:
 
 def send_cells(port: int, model: str, plans: list, max_tokens: int) -> list[dict]:
     """Each cell once, cold, in order, through the harness's client."""
-    from harness.client import EngineClient
+    from harness.serve.client import EngineClient
 
     async def run() -> list[dict]:
         out = []

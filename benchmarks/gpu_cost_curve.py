@@ -18,7 +18,7 @@ then the measurements run one at a time (a sleep beside a booting server fails: 
 usage increased after sleeping"):
 - round 0: each server's first point (cold + self-hit), not in the medians;
 - rounds 1..N (``--points``), per server in turn: the sleep cycle of ``--isolation restore``
-  (``harness.restore``: sleep level 1, wake, reset, each step timed; the GiB the allocator
+  (``harness.serve.restore``: sleep level 1, wake, reset, each step timed; the GiB the allocator
   backed up, i.e. the weights moved to the host and back, and discarded, the KV cache);
   the state fill (``POST /reset_prefix_cache``, then ``POST /collective_rpc {"method":
   "residue_lab_poison", "args": ["state,kv", "A"]}``: ``engine.vllm.poison`` fills and
@@ -410,7 +410,7 @@ class Run:
     async def measure(self) -> None:
         import httpx
 
-        from harness.client import EngineClient
+        from harness.serve.client import EngineClient
         from harness.prompts import ChatTokenizer, plan
 
         live = {n: s for n, s in self.servers.items()
@@ -488,7 +488,7 @@ class Run:
                     rpc_s=round(s - reset_s, 4), proven=(result or {}).get("ok"), result=result)
 
     async def sleep(self, name: str, client, rnd: int) -> None:
-        from harness.restore import restore_server, sleep_lines
+        from harness.serve.restore import restore_server, sleep_lines
 
         log = self.servers[name]["log"]
         offset = log.stat().st_size

@@ -25,8 +25,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from harness.recordkeys import point_key  # noqa: E402
-from harness.store import load_records  # noqa: E402
+from harness.records.recordkeys import point_key  # noqa: E402
+from harness.records.store import load_records  # noqa: E402
 
 __all__ = ["point_costs", "cost_table", "main"]
 

@@ -11,7 +11,7 @@ of the same document (``--others``):
   self-hit     the same again
   reset        /reset_prefix_cache, the rule's prompt
   others+reset the other prompts, reset, the rule's prompt    (history-dependent?)
-  restore      sleep level 1, wake, reset (harness/restore.py, each step proven), the rule's
+  restore      sleep level 1, wake, reset (harness/serve/restore.py, each step proven), the rule's
   others+restore  the other prompts, restore, the rule's prompt   (x2)
   others+sleep-wake  the other prompts, sleep level 1 + wake without an explicit reset
   others+reset again  (does reset land on yet another answer?)
@@ -38,14 +38,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness.client import EngineClient  # noqa: E402
-from harness.engines import make_adapter  # noqa: E402
+from harness.serve.client import EngineClient  # noqa: E402
+from harness.serve.engines import make_adapter  # noqa: E402
 from harness.options import options_from_argv  # noqa: E402
 from engine.prompts.planner import calibrate, plan_residue  # noqa: E402
 from engine.prompts.templating import ChatTokenizer  # noqa: E402
-from harness.restore import RestoreFailed, restore_server  # noqa: E402
+from harness.serve.restore import RestoreFailed, restore_server  # noqa: E402
 from harness.server_pool import PortAllocator, ServerProcess, Slot  # noqa: E402
-from harness.verdict import judge, sha1  # noqa: E402
+from harness.judge.verdict import judge, sha1  # noqa: E402
 
 __all__ = ["main"]
 
@@ -96,7 +96,7 @@ class Probe:
                 **({"proof": proof} if isinstance(proof, dict) else {})}
 
     async def restored(self, step: str) -> dict:
-        """One restore (harness/restore.py) before ``step``; a failure is the step's row
+        """One restore (harness/serve/restore.py) before ``step``; a failure is the step's row
         (nothing sent) and ends the probe."""
         got = await self.timed("restore", restore_server(self.client, self.log_path))
         if got.get("restore") == "failed":

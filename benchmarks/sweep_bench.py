@@ -27,8 +27,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from engine.presets import resolve  # noqa: E402
-from harness.configs import modulus_for, select_residues  # noqa: E402
-from harness.engines import LAB_MODEL_DIR, LabAdapter  # noqa: E402
+from harness.settings.configs import modulus_for, select_residues  # noqa: E402
+from harness.serve.engines import LAB_MODEL_DIR, LabAdapter  # noqa: E402
 from harness.prompts import ChatTokenizer, calibrate, plan_residue  # noqa: E402
 from harness.server_pool import PortAllocator, Slot  # noqa: E402
 

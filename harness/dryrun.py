@@ -1,21 +1,21 @@
 """``sweep --dry-run``: the plan and each configuration's server command, nothing started;
 and the presets' warnings said before a sweep.
 
-Reads the options, the planner and the one Bug B rule (``harness.bugb``); prints on stdout.
+Reads the options, the planner and the one Bug B rule (``harness.judge.bugb``); prints on stdout.
 """
 from __future__ import annotations
 
 import sys
 
-from . import bugb
-from .configs import SweepOptions, config_id, describe, modulus_for, select_residues
-from .cmd_config import DECLARED_NOTE
+from .judge import bugb
+from .settings.configs import SweepOptions, config_id, describe, modulus_for, select_residues
+from .serve.cmd_config import DECLARED_NOTE
 from .errors import CannotRun, ExitCode, UsageError
 from .prompts import PlanError, TemplateError
-from .ranges import fmt_ranges
+from .text.ranges import fmt_ranges
 from .run.plan import plan_points
-from .engines import EngineName
-from .isolation import IsolationName
+from .serve.engines import EngineName
+from .serve.isolation import IsolationName
 
 __all__ = ["dry_run", "preset_warnings"]
 
@@ -92,7 +92,7 @@ def _case_lines(plan, cid: str, opts: SweepOptions) -> list[str]:
 
 def _rule_line(cfg, modulus: int, load: int = 0,
                lengths: dict[int, set[int]] | None = None, load_mode: str = "steady") -> str:
-    """What the one Bug B rule (``harness.bugb``) says about ``cfg`` before it runs; on
+    """What the one Bug B rule (``harness.judge.bugb``) says about ``cfg`` before it runs; on
     vLLM with the installed release and the runner it would run on (forced, or that
     release's default for this model and method); under ``--load`` with the planned
     lengths (the budget left beside the background decodes), and under ``--load-mode

@@ -1,6 +1,6 @@
 """The ``sweep`` console script: signal handlers first, then the command line.
 
-``pyproject.toml`` points ``sweep`` here, not at ``harness.cli``: importing the CLI pulls
+``pyproject.toml`` points ``sweep`` here, not at ``harness.command.cli``: importing the CLI pulls
 in httpx, jinja2 and the tokenizers (about half a second on a small machine), and a Ctrl-C or
 SIGTERM in that second must already end with exit 130 and one line, not a traceback or a
 death by signal (``harness.interrupts``): the handlers are set before the import and act
@@ -33,7 +33,7 @@ def main() -> None:
     # after them loses nothing.
     interrupts.ignore()
     try:
-        from .cli import main as cli_main
+        from .command.cli import main as cli_main
         if interrupts.pending():
             raise KeyboardInterrupt
         interrupts.install()

@@ -18,7 +18,7 @@ __all__ = ["ExitCode", "BisectExit", "PostExit", "HarnessError", "HandledError",
 
 
 class ExitCode(IntEnum):
-    """``sweep``'s exit codes (``--bisect`` maps them to git bisect's: ``harness.bisect``)."""
+    """``sweep``'s exit codes (``--bisect`` maps them to git bisect's: ``harness.publish.bisect``)."""
     OK = 0             # every point ok, or the gate passed
     NOT_OK = 1         # a point is not ok, or a regression against --baseline
     USAGE = 2          # a usage or configuration error
@@ -29,7 +29,7 @@ class ExitCode(IntEnum):
 
 
 class BisectExit(IntEnum):
-    """``sweep --bisect``: the codes ``git bisect run`` reads (``harness.bisect``)."""
+    """``sweep --bisect``: the codes ``git bisect run`` reads (``harness.publish.bisect``)."""
     GOOD = 0
     BAD = 1            # 1..127 but 125: the commit is bad
     SKIP = 125         # this commit cannot be tested
@@ -37,7 +37,7 @@ class BisectExit(IntEnum):
 
 
 class PostExit(IntEnum):
-    """``python -m harness.github_rest``: posting a report as a GitHub comment. Numbered
+    """``python -m harness.publish.github_rest``: posting a report as a GitHub comment. Numbered
     apart from ``ExitCode`` (a 3 or a 4 there means the sweep could not run or an output
     failed) so that a script reading either cannot mistake one for the other."""
     OK = 0

@@ -4,7 +4,7 @@ For each non-ok cell of a finished run (or the one named), the residue is rerun 
 servers once unchanged (does it reproduce?) and once per axis with only that axis
 changed (graph mode, patches, prefix caching, match unit, spec, block size, k ± 1, the
 vLLM model runner). Every configuration is rebuilt from the parent run's own command
-line through the sweep's flags (``harness.flags``), so a changed axis resolves exactly as
+line through the sweep's flags (``harness.settings.flags``), so a changed axis resolves exactly as
 ``sweep`` would resolve it (a preset-derived field follows the preset). All rungs of all
 cells are one linked run: one ``Driver``, one backend, the slots in parallel, records in
 the same results store, and a manifest whose ``explains`` block names the parent run and,
@@ -22,17 +22,17 @@ from typing import Any, Callable
 
 from engine.presets import ServingConfig
 
-from .configs import SweepOptions, config_id
+from .settings.configs import SweepOptions, config_id
 from .errors import CannotRun, ExitCode, HarnessError, UsageError
-from .flags import FLAGS, dest_of, namespace_of
+from .settings.flags import FLAGS, dest_of, namespace_of
 from .options import build_options
 from .report.explained import EXPLAINED, UNCHANGED
 from .run.plan import SweepPlan, plan_with_probes
 from .run.records import PhaseRecord, document_of, latest_records, phase_key, typed, worst
 from .residue_sweep import Sweep
-from .vocabulary import CLEAN
-from .store import ResultStore, StoreError, load_manifest_for, read_jsonl, resolve_results
-from .engines import EngineName
+from .judge.vocabulary import CLEAN
+from .records.store import ResultStore, StoreError, load_manifest_for, read_jsonl, resolve_results
+from .serve.engines import EngineName
 
 __all__ = ["ExplainPlan", "Target", "RungSpec", "ExplainSweep", "prepare", "ladder_options",
            "axis_changes", "non_ok_cells", "parent_golden", "check_resume",

@@ -1,9 +1,9 @@
 """argv -> ``SweepOptions``: every sweep flag validated across flags, once.
 
-``flags.py`` declares each flag and parses one at a time; this module checks what only
+``settings/flags.py`` declares each flag and parses one at a time; this module checks what only
 several flags together can say (``--slots`` with ``--gpus``, ``--bisect`` with
 ``--baseline``, ...) and builds the options every way of running a sweep shares: the
-command line (``cli``), ``--resume`` (the run's own command line, ``resume.py``),
+command line (``cli``), ``--resume`` (the run's own command line, ``run/resume.py``),
 ``sweep explain`` (one configuration per rung) and a Python caller
 (``harness.options_from_argv``). A user mistake is a ``UsageError`` (exit 2) here, never
 per point.
@@ -16,19 +16,19 @@ import shlex
 from pathlib import Path
 from typing import Sequence
 
-from . import live as attached
+from .run import live as attached
 from .backends import make_backend
-from .configs import (SweepOptions, expand_matrix, modulus_for, parse_phases, parse_prompts,
-                      parse_reference, parse_slots, select_residues)
-from .engines import ADAPTERS, adapter_class
-from .cmd_config import declare, parse_served_config
+from .settings.configs import (SweepOptions, expand_matrix, modulus_for, parse_phases, parse_prompts,
+                             parse_reference, parse_slots, select_residues)
+from .serve.engines import ADAPTERS, adapter_class
+from .serve.cmd_config import declare, parse_served_config
 from .errors import UsageError
-from .poison import why_not as poison_why_not
-from .flags import check_flag_use, explicit_flags, flags_json, matrix_axes, sweep_parser
-from .resume import resumed_namespace
-from .serve_line import parse_serve_line, vllm_spellings
-from .store import ResultStore, StoreError
-from .engines import EngineName
+from .serve.poison import why_not as poison_why_not
+from .settings.flags import check_flag_use, explicit_flags, flags_json, matrix_axes, sweep_parser
+from .run.resume import resumed_namespace
+from .serve.serve_line import parse_serve_line, vllm_spellings
+from .records.store import ResultStore, StoreError
+from .serve.engines import EngineName
 
 __all__ = ["DEFAULT_OUT", "DEFAULT_REPORTS", "build_options", "parse_sweep_argv",
            "options_from_argv"]
@@ -40,12 +40,12 @@ def build_options(ns: argparse.Namespace, argv: Sequence[str]) -> SweepOptions:
     """Every flag validated into ``SweepOptions``; the backend checks what it needs."""
     line = parse_serve_line(ns.serve) if ns.serve else None   # --serve LINE, read once
     _check_poison(ns, line)   # before --url reads the server: a refusal needs no server
-    live = attached.attach(ns, argv) if ns.url else None   # --url: a running server (harness/live.py)
+    live = attached.attach(ns, argv) if ns.url else None   # --url: a running server (harness/run/live.py)
     _check_pairs(ns, argv)
     seeds = tuple(ns.seed)
     if live:
         configs = [live.cfg]
-    elif ns.serve:   # --serve LINE: the line's one configuration (harness/serve_line.py)
+    elif ns.serve:   # --serve LINE: the line's one configuration (harness/serve/serve_line.py)
         configs = serve_configs(ns, argv, line)
     else:
         configs = expand_matrix(engine=ns.engine, model=ns.model, prefix_cache=ns.prefix_cache,
@@ -183,7 +183,7 @@ def _reports_dir(ns: argparse.Namespace) -> Path:
 
 def parse_sweep_argv(argv: Sequence[str]) -> tuple[SweepOptions, argparse.Namespace]:
     """The sweep verb's argv -> (options, the parsed namespace). ``--resume RUN_ID`` is the
-    same run: the plan comes from its manifest (``resume.py``), only a few flags may change."""
+    same run: the plan comes from its manifest (``run/resume.py``), only a few flags may change."""
     argv = vllm_spellings(list(argv))   # -cc, --speculative-config, --base-url, ...
     ns = sweep_parser().parse_args(argv)
     if ns.resume:

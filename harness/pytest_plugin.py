@@ -143,7 +143,7 @@ def failure_message(result: Any, argv: Sequence[str]) -> str:
             lines.append(f"      rerun: {r.rerun}")
     block = (getattr(result, "manifest", None) or {}).get("baseline")
     if isinstance(block, dict):   # --baseline: the cells the gate failed on, by name
-        from .gate import gate_lines
+        from .publish.gate import gate_lines
         lines += gate_lines(block)
     elif not bad:
         lines.append(f"  no cell is not ok; the gate failed: sweep {shlex.join(argv)}")

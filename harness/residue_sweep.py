@@ -31,27 +31,27 @@ from typing import Any
 
 from . import interrupts
 from .backends import Backend, make_backend
-from .configs import SweepOptions, config_id
-from .engines import EngineAdapter, make_adapter
+from .settings.configs import SweepOptions, config_id
+from .serve.engines import EngineAdapter, make_adapter
 from .errors import CannotRun, ExitCode, OutputFailed, UsageError
-from .posting import check_can_post
-from .preflight import check_outputs
+from .publish.posting import check_can_post
+from .publish.preflight import check_outputs
 from .prompts import PlanError, TemplateError
 from .run.driver import Driver
 from .run.plan import Point, SweepPlan, check_golden_covers, load_golden, plan_with_probes
 from .run.records import latest_records
-from .orphans import end_orphans
-from .resume import check_resumed_records
+from .serve.orphans import end_orphans
+from .run.resume import check_resumed_records
 from .server_pool import Observer, ServerGroup, server_pids
-from .store import ResultStore, StoreError, load_records, new_run_id, run_lock
-from .vocabulary import CLEAN
+from .records.store import ResultStore, StoreError, load_records, new_run_id, run_lock
+from .judge.vocabulary import CLEAN
 
 __all__ = ["Sweep", "RunResult", "Callbacks", "adapter_for"]
 
 
 def adapter_for(opts: SweepOptions) -> EngineAdapter:
     """The engine adapter ``opts`` asks for (every run builds it this one way); ``--url``:
-    the running server's (harness/live.py)."""
+    the running server's (harness/run/live.py)."""
     if opts.live:
         return opts.live.adapter()
     serve = opts.serve_line   # --serve: the line, as the options read it
@@ -222,10 +222,10 @@ class Sweep:
 
     def judge(self, records: list[dict], baseline: list[dict] | None, cb: Callbacks) -> int:
         """The run's own exit code: git bisect's under ``--bisect``, else the gate's."""
-        from . import gate
+        from .publish import gate
         opts = self.options
         if opts.bisect:
-            from .bisect import bisect_exit_code, bisect_verdict_line
+            from .publish.bisect import bisect_exit_code, bisect_verdict_line
             cb.say(bisect_verdict_line(records))
             return bisect_exit_code(records)
         return gate.gate_exit_code(records, baseline, allow_fewer=opts.allow_fewer)
@@ -307,7 +307,7 @@ class Sweep:
 
     async def _start_launcher(self, store: ResultStore, plan: SweepPlan, cb: Callbacks):
         """--launcher prefork: the run's pre-imported parent, started before the first point."""
-        from .launchers import run_launcher
+        from .run.launchers import run_launcher
         opts = self.options
         first = plan.points[0].cfg if plan.points else None
         launcher = await asyncio.to_thread(run_launcher, opts.launcher, self.adapter,
@@ -364,7 +364,7 @@ class Sweep:
         """An interrupted run's ``.md`` report as well as its records: what is on disk,
         rendered, the title's line saying the run did not finish (report/interrupted.py).
         The markdown writer only: no gate, JUnit or posting of a run that did not end."""
-        from .writers import MarkdownWriter, Output
+        from .publish.writers import MarkdownWriter, Output
         if not result.records:
             return
         result.report_markdown = self.render(result.records, result.manifest)
@@ -407,8 +407,8 @@ class Sweep:
 
     def _finish(self, result: RunResult, wall: float, cb: Callbacks, on_disk: int) -> None:
         """Report, output writers, exit code: a failed writer does not stop the others."""
-        from . import gate
-        from .writers import WRITERS, Output
+        from .publish import gate
+        from .publish.writers import WRITERS, Output
         opts, records = self.options, result.records
         baseline = load_records([opts.baseline], opts.out) if opts.baseline else None
         block = None

@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from .run.records import PhaseRecord, document_of, load_phase_records, typed
-from .store import resolve_sources
-from .vocabulary import ISOLATIONS, PHASES, SEVERITY
+from .records.store import resolve_sources
+from .judge.vocabulary import ISOLATIONS, PHASES, SEVERITY
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd

@@ -33,9 +33,9 @@ from typing import Callable, Iterable, Iterator
 
 import psutil
 
-from .client import EngineClient
-from .orphans import OWNER_ENV, GroupReaper, PidFile, die_with_parent, owner_token
-from .slots import Slot  # noqa: F401  (re-exported: where a server runs)
+from .serve.client import EngineClient
+from .serve.orphans import OWNER_ENV, GroupReaper, PidFile, die_with_parent, owner_token
+from .serve.slots import Slot  # noqa: F401  (re-exported: where a server runs)
 from .errors import HandledError
 
 __all__ = ["Observer", "ServerGroup", "READY_POLL_S", "READY_POLL_FAST_FOR_S", "READY_POLL_MAX_S",
@@ -177,7 +177,7 @@ def kill_all_servers() -> int:
 
 @contextmanager
 def server_pids(out_dir: Path, run_id: str, servers: ServerGroup) -> Iterator[PidFile]:
-    """The run's pid file and its reaper (``harness.orphans``), observing the run's
+    """The run's pid file and its reaper (``harness.serve.orphans``), observing the run's
     ``servers`` while the run lives; the file is removed at the end when none of them is
     left running, and the reaper ends any group that still is."""
     pids = PidFile(out_dir, run_id)
@@ -221,7 +221,7 @@ class ServerProcess:
     boot_s: float | None = None
     started_epoch: float | None = None   # time.time() at spawn: a boot split's origin
     ready_epoch: float | None = None     # time.time() at the first /health 200
-    how: str = "plain"                   # how it was started (harness/launchers.py)
+    how: str = "plain"                   # how it was started (harness/run/launchers.py)
     fallback_reason: str | None = None   # why a pre-imported launcher was not used
     # forked: variables a library may read at import whose value differs from the parent's
     env_differs: tuple[str, ...] = ()
@@ -251,7 +251,7 @@ class ServerProcess:
 
     def process_env(self) -> dict[str, str]:
         """The whole environment the server process gets: this one's, the server's own,
-        and the sweep's token (harness.orphans)."""
+        and the sweep's token (harness.serve.orphans)."""
         return {**os.environ, **self.env, OWNER_ENV: owner_token()}
 
     def _notify(self, event: str) -> None:
@@ -260,8 +260,8 @@ class ServerProcess:
 
     def spawn_process(self, env: dict[str, str]):
         """Start the server in its own session, SIGTERMed by the kernel if the sweep dies
-        (``harness.orphans``); returns what ``proc`` is (a Popen, or
-        anything with ``pid``, ``poll()`` and ``wait(timeout)``: harness/launchers.py)."""
+        (``harness.serve.orphans``); returns what ``proc`` is (a Popen, or
+        anything with ``pid``, ``poll()`` and ``wait(timeout)``: harness/run/launchers.py)."""
         with open(self.log_path, "ab") as log:
             try:
                 return subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT,

@@ -38,7 +38,7 @@ def processes_mentioning(marker: str) -> list[psutil.Process]:
 
 
 def is_reaper(p: psutil.Process) -> bool:
-    """The run's reaper (harness.orphans.GroupReaper), a child of the sweep from its start.
+    """The run's reaper (harness.serve.orphans.GroupReaper), a child of the sweep from its start.
     False for a process that is gone or a zombie by the time it is asked (its command line
     cannot be read then: psutil raises ZombieProcess)."""
     try:
@@ -139,7 +139,7 @@ class Cli:
 
     def lab_model(self) -> Path:
         """A per-test copy of the lab's model directory (made once)."""
-        from harness.engines import LAB_MODEL_DIR
+        from harness.serve.engines import LAB_MODEL_DIR
         model = self.tmp / "model"
         if not model.exists():
             shutil.copytree(LAB_MODEL_DIR, model)

@@ -1,11 +1,11 @@
 """Where data points run: the ``Backend`` protocol and the registry of backends.
 
-The registry is also where ``sweep --backend`` takes its choices from. Adding a backend:
-a module here with a class that meets ``base.Backend``, one entry in ``BACKENDS``
-(docs/architecture.md). A backend talks only to the driver (``harness.run.driver``).
+The registry (``harness/settings/backend_registry.py``, below the options, so the flag
+table reads it without reaching this package) is where ``sweep --backend`` takes its
+choices from. Adding a backend: a module here with a class that meets ``base.Backend``,
+one entry in ``BACKENDS`` (docs/architecture.md). A backend talks only to the driver (``harness.run.driver``).
 
 - ``base.py``      the ``Backend`` protocol: ``check``, ``run``, ``describe``
-- ``registry.py``  ``BACKENDS``: each name and where it lives (imports nothing)
 - ``local.py``     ``--backend local``: slot workers over one work-stealing queue
 - ``ray.py``       ``--backend ray``: one Ray task per point; lost nodes retried once
 - ``live.py``      ``--url``: points on a server already running, within the request budget
@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import importlib
 
+from ..settings.backend_registry import BACKENDS, backend_names
 from ..errors import UsageError
 from .base import Backend
-from .registry import BACKENDS, backend_names
 
 __all__ = ["Backend", "BACKENDS", "backend_names", "make_backend"]
 

@@ -1,6 +1,6 @@
 """Kill a Ray worker's (or a sweep's) servers when it dies, however it dies.
 
-Every local sweep runs one too (``harness.orphans.GroupReaper``): a SIGKILLed sweep's
+Every local sweep runs one too (``harness.serve.orphans.GroupReaper``): a SIGKILLed sweep's
 servers get ``PR_SET_PDEATHSIG`` only in the process it started, so a wrapper that does not
 ``exec`` would leave its server, a child in the same process group, running.
 
@@ -21,7 +21,7 @@ it): every group still registered gets SIGTERM, then SIGKILL after a grace perio
 A group is registered just after its spawn returns, so an owner killed in that instant
 (a loaded box can deschedule it between the spawn and the write) would leave a server
 nobody registered. ``--environ NAME=VALUE`` closes that window: every server carries its
-owner's token in its environment from its first instruction (``harness.orphans``,
+owner's token in its environment from its first instruction (``harness.serve.orphans``,
 ``RESIDUE_LAB_SWEEP``), inherited by whatever it starts, so at an EOF that did not follow
 ``.`` every process whose environment holds that entry is ended as well. After ``.`` it
 is not: another run in the same process (the Python API) may still be using its servers.

@@ -1,4 +1,4 @@
-"""``--url``: data points on a server that is already running (``harness/live.py``).
+"""``--url``: data points on a server that is already running (``harness/run/live.py``).
 
 Nothing is started or stopped: ``--concurrency`` workers take points from one queue and
 run each point's phases on the one running server, through one HTTP client whose every
@@ -13,17 +13,17 @@ import socket
 import time
 from typing import Any, Sequence
 
-from ..poison import off_record
-from ..client import EngineClient
-from ..configs import SweepOptions
+from ..serve.poison import off_record
+from ..serve.client import EngineClient
+from ..settings.configs import SweepOptions
 from ..errors import UsageError
-from ..live import LiveServer, LiveTarget, requests_per_point
+from ..run.live import LiveServer, LiveTarget, requests_per_point
 from ..run.driver import Driver
 from ..run.plan import Point
 from ..run.point import PointRunner
 from ..run.records import timing_record
-from ..scheduling import PointQueue
-from ..slots import Slot
+from ..run.scheduling import PointQueue
+from ..serve.slots import Slot
 from .base import run_slot_workers
 
 __all__ = ["LiveBackend"]

@@ -5,7 +5,7 @@ another slot). With ``--isolation fresh`` each point boots its own server; its
 teardown runs in the background, and the slot's next boot waits until every process of it
 is gone (a GPU's memory is free then); ``restore`` / ``reset`` / ``shared`` keep a slot's server
 for the next point of the same configuration, and between points ``restore`` returns it to
-its just-booted state (harness/restore.py: sleep level 1, wake up, reset, each proven) and
+its just-booted state (harness/serve/restore.py: sleep level 1, wake up, reset, each proven) and
 ``reset`` resets its prefix cache.
 
 ``auto`` runs two queues at once: the reuse pass (``restore`` where the engine can, else
@@ -22,26 +22,26 @@ import time
 from collections import Counter
 from typing import Any, Sequence
 
-from ..client import EngineClient, shared_http
-from ..configs import SweepOptions, config_id
+from ..serve.client import EngineClient, shared_http
+from ..settings.configs import SweepOptions, config_id
 from ..run.driver import Driver
 from ..run.plan import Point
 from ..run.point import PointRunner, Server
 from ..run.auto import (MATRIX_REFERENCES, fresh_twin, late_confirmations, more_servers,
                         needs_confirmation, settle)
 from ..run.records import point_key, timing_record
-from ..isolation import POLICIES, policy
-from ..scheduling import PointQueue
+from ..serve.isolation import POLICIES, policy
+from ..run.scheduling import PointQueue
 from ..server_pool import BootFailure, Slot
 from .base import run_slot_workers
-from ..isolation import IsolationName
+from ..serve.isolation import IsolationName
 
 __all__ = ["LocalBackend", "BOOT_FAILURES_ALLOWED", "boot_failures_allowed", "BootGate",
            "COLD_BOOT_FACTOR"]
 
 # Boot failures of one configuration, per isolation (the pass's own under auto), before
 # that pass's remaining points of it are recorded boot-fail without booting: each
-# isolation's policy says how many (harness/isolation.py).
+# isolation's policy says how many (harness/serve/isolation.py).
 BOOT_FAILURES_ALLOWED = {n: p.boot_failures_allowed for n, p in POLICIES.items() if not p.passes}
 
 

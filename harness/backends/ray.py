@@ -38,18 +38,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..client import shared_http
-from ..configs import SweepOptions
-from ..engines import adapter_class
+from ..serve.client import shared_http
+from ..settings.configs import SweepOptions
+from ..serve.engines import adapter_class
 from ..errors import CannotRun, UsageError
-from ..orphans import OWNER_ENV, owner_token
+from ..serve.orphans import OWNER_ENV, owner_token
 from ..run.driver import Driver
 from ..run.plan import Point
 from ..run.point import RunnerSpec
 from ..run.records import by_node
 from ..server_pool import ServerGroup
-from ..slots import Slot
-from ..isolation import IsolationName
+from ..serve.slots import Slot
+from ..serve.isolation import IsolationName
 
 __all__ = ["RayBackend", "check_available", "runtime_env", "task_resources", "node_label",
            "records_by_node", "is_infra_error", "node_id_in", "Watchdog", "gpu_engine",
@@ -331,7 +331,7 @@ class Watchdog:
         watches."""
         with cls._lock:
             if cls._proc is None or cls._proc.poll() is not None:
-                # --environ: the worker's servers carry its token (harness.orphans), so
+                # --environ: the worker's servers carry its token (harness.serve.orphans), so
                 # one spawned in the instant before its registration is ended too
                 cls._proc = subprocess.Popen(
                     [sys.executable, str(Path(__file__).with_name("_reaper.py")),

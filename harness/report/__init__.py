@@ -18,7 +18,7 @@ their run manifests. Output: one GitHub-flavoured markdown document with
 Layout:
 
 - ``model``: records grouped into configurations, and their cells;
-- ``bugb_analysis``: the rule of ``harness.bugb`` against the records;
+- ``bugb_analysis``: the rule of ``harness.judge.bugb`` against the records;
 - ``cells`` and ``sections``: the pieces (what one cell says; a section);
 - ``render``: the document; ``terminal``: the short version a sweep prints at its end;
 - ``engine_notice``: the opening lines (the CPU lab, not vLLM; a live server, not fresh ones);
@@ -32,12 +32,12 @@ Layout:
   ``--isolation auto``, ``--isolation restore``, ``--load``, ``--baseline`` and where the
   wall time went.
 
-Everything a server sent is untrusted and goes through :mod:`harness.ghmarkdown`.
+Everything a server sent is untrusted and goes through :mod:`harness.text.ghmarkdown`.
 """
 from __future__ import annotations
 
-from ..bugb import Prediction
-from ..ranges import fmt_ranges, residues_phrase
+from ..judge.bugb import Prediction
+from ..text.ranges import fmt_ranges, residues_phrase
 from .bugb_analysis import agreement, config_hit_granularity, predict_bug_b
 from .cells import cell_markdown, cell_phrase, failure_gist
 from .model import (Cell, ConfigData, describe_dim, fmt_percent, group_configs, miss_probability,

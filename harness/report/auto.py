@@ -8,12 +8,12 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from ..ghmarkdown import code, escape_text
-from ..recordkeys import point_key
+from ..text.ghmarkdown import code, escape_text
+from ..records.recordkeys import point_key
 from ..run.records import PhaseRecord, cell_key, typed
-from ..vocabulary import REUSE_ISOLATIONS, UNTESTED
-from ..isolation import IsolationName
-from ..vocabulary import CLEAN
+from ..judge.vocabulary import REUSE_ISOLATIONS, UNTESTED
+from ..serve.isolation import IsolationName
+from ..judge.vocabulary import CLEAN
 
 __all__ = ["Agreement", "agreement_line", "agreement_of", "config_auto_line", "fresh_reasons",
            "stability"]

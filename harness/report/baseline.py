@@ -7,7 +7,7 @@ verdict and the line that reruns it; ``sweep report`` of the run renders the sam
 """
 from __future__ import annotations
 
-from ..ghmarkdown import bold, code, escape_text, fence, table
+from ..text.ghmarkdown import bold, code, escape_text, fence, table
 
 __all__ = ["render_baseline"]
 

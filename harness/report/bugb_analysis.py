@@ -1,13 +1,13 @@
-"""The report's Bug B analysis: the rule (``harness.bugb``) applied to a configuration's
+"""The report's Bug B analysis: the rule (``harness.judge.bugb``) applied to a configuration's
 records, and whether the sweep agrees with it."""
 from __future__ import annotations
 
-from ..bugb import Prediction, armed_batch, hit_granularity, predict
-from ..phrase import Phrase
-from ..ranges import residues_phrase
+from ..judge.bugb import Prediction, armed_batch, hit_granularity, predict
+from ..text.phrase import Phrase
+from ..text.ranges import residues_phrase
 from ..run.records import BUG_VERDICTS, NOT_LONE
 from .model import ConfigData
-from ..vocabulary import CLEAN, UNJUDGED, PhaseName
+from ..judge.vocabulary import CLEAN, UNJUDGED, PhaseName
 
 __all__ = ["predict_bug_b", "config_hit_granularity", "agreement"]
 

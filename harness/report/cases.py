@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from ..ghmarkdown import code, escape_text
+from ..text.ghmarkdown import code, escape_text
 from ..run.records import PhaseRecord
 from .model import ConfigData, group_configs
 

@@ -7,14 +7,14 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from ..ghmarkdown import bold, code, escape_text, table
-from ..ranges import fmt_ranges
+from ..text.ghmarkdown import bold, code, escape_text, table
+from ..text.ranges import fmt_ranges
 from ..run.records import (BUG_VERDICTS, NOT_FAILED, OPEN, SERVER_LOGGED, PhaseRecord,
                            as_record, phase_key, verdict_info)
 from .explain import divergence_of, divergence_phrase
 from .model import Cell, ConfigData, sha12
-from ..isolation import IsolationName
-from ..vocabulary import CLEAN, VerdictName
+from ..serve.isolation import IsolationName
+from ..judge.vocabulary import CLEAN, VerdictName
 from .traffic import beside_phrase
 
 __all__ = ["cell_phrase", "cell_markdown", "cell_annotations", "failure_gist", "reason_short", "Footnote", "Footnotes",

@@ -10,8 +10,8 @@ comment and the GitHub step summary (both the report itself) carry it too.
 from __future__ import annotations
 
 from ..run.records import PhaseRecord
-from ..engines import EngineName
-from ..isolation import IsolationName
+from ..serve.engines import EngineName
+from ..serve.isolation import IsolationName
 
 __all__ = ["LAB_NOTICE", "engine_notice", "live_notice"]
 

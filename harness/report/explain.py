@@ -7,7 +7,7 @@ record whose sha1 is the reference's sha1 (every residue of a run asks for the s
 passage, so a clean residue's answer is the reference text).
 
 A margin calls a bad answer ``decisive`` or ``near-tie`` only when it is a clean
-reference's at the first differing token (``harness.divergence``). The passage has no
+reference's at the first differing token (``harness.judge.divergence``). The passage has no
 logprobs, so where a record's margin is not the reference's, the clean logprobs are
 looked for here: an answer that equals the reference text, to the same prompt (model,
 case, document, templated length), with logprobs: the cold answer of the same server, a
@@ -19,12 +19,12 @@ from __future__ import annotations
 from collections import Counter
 from typing import Iterable
 
-from ..divergence import first_divergence
-from ..ghmarkdown import code, escape_text
-from ..recordkeys import document_of
+from ..judge.divergence import first_divergence
+from ..text.ghmarkdown import code, escape_text
+from ..records.recordkeys import document_of
 from ..run.records import BUG_VERDICTS, PhaseRecord, as_record, typed
 from .model import ConfigData
-from ..vocabulary import CLEAN, UNJUDGED, PhaseName
+from ..judge.vocabulary import CLEAN, UNJUDGED, PhaseName
 
 __all__ = ["REFERENCE_SIGHT", "ReferenceTexts", "reference_texts", "divergence_of",
            "divergence_phrase", "call_counts", "reference_lines", "final_chunk_line"]

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ..ghmarkdown import bold, code
-from ..recordkeys import point_key
+from ..text.ghmarkdown import bold, code
+from ..records.recordkeys import point_key
 from ..run.records import PhaseRecord
-from ..isolation import IsolationName
+from ..serve.isolation import IsolationName
 
 __all__ = ["finished_points", "interrupted_line", "interrupted_manifests", "is_interrupted",
            "planned_points"]

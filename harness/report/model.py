@@ -12,8 +12,8 @@ from typing import Any, Iterable, Mapping, NamedTuple
 from ..run.records import (CONFIG_FIELDS, NOT_IDENTITY, SEVERITY, PhaseRecord, as_record,
                            cell_key, document_of, phase_key, reference_cells, sha12, typed,
                            worst)
-from ..isolation import IsolationName
-from ..vocabulary import CLEAN, UNJUDGED
+from ..serve.isolation import IsolationName
+from ..judge.vocabulary import CLEAN, UNJUDGED
 
 __all__ = ["ConfigData", "Cell", "Disagreement", "group_configs", "combine_cell", "sha12", "fmt_percent", "miss_probability",
            "miss_sentence", "fmt_value", "describe_dim", "config_fields", "varying_fields",

@@ -6,9 +6,9 @@ the report shows one row per node so the two cannot be confused.
 """
 from __future__ import annotations
 
-from ..ghmarkdown import bold, code, escape_text, table
+from ..text.ghmarkdown import bold, code, escape_text, table
 from ..run.records import PhaseRecord, by_node, typed
-from ..vocabulary import CLEAN
+from ..judge.vocabulary import CLEAN
 
 __all__ = ["by_node", "render_nodes"]
 

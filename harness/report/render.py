@@ -4,7 +4,7 @@ from __future__ import annotations
 import pathlib
 from typing import Any, Iterable
 
-from ..ghmarkdown import bold, code, escape_text
+from ..text.ghmarkdown import bold, code, escape_text
 from ..run.records import PhaseRecord, cell_key, latest_records, phase_key, reference_cells, typed
 from .auto import agreement_line
 from .baseline import render_baseline
@@ -16,7 +16,7 @@ from .interrupted import interrupted_line, interrupted_manifests
 from .model import group_configs, varying_fields
 from .sections import (render_config_summary, render_ladder, render_provenance,
                        render_results_table, render_thread_view, short_labels, summary_counts)
-from ..vocabulary import CLEAN, PhaseName
+from ..judge.vocabulary import CLEAN, PhaseName
 
 __all__ = ["render_markdown", "write_report", "load_inputs", "title_markdown",
            "headline_markdown"]
@@ -198,9 +198,9 @@ def _by_case_body(groups, manifests, planned, full, texts, summary) -> list[str]
 
 def write_report(records: list[dict], manifests: list[dict] | None, path, *,
                  full: bool = False, **kwargs: Any) -> pathlib.Path:
-    """Render and write the report (``harness.outfile``: a file replaced atomically, a
+    """Render and write the report (``harness.publish.outfile``: a file replaced atomically, a
     link written through, a device or FIFO written in place); returns its path."""
-    from ..outfile import write_output
+    from ..publish.outfile import write_output
     p = pathlib.Path(path)
     write_output(p, render_markdown(records, manifests, full=full, **kwargs))
     return p
@@ -208,7 +208,7 @@ def write_report(records: list[dict], manifests: list[dict] | None, path, *,
 
 def load_inputs(paths: Iterable, out_dir="results") -> tuple[list[dict], list[dict]]:
     """Records and manifests of results files / run ids (convenience for the CLI)."""
-    from ..store import load_manifest_for, load_records, resolve_results
+    from ..records.store import load_manifest_for, load_records, resolve_results
 
     paths = list(paths)
     records = load_records(paths, out_dir)

@@ -6,10 +6,10 @@ from __future__ import annotations
 import statistics
 from collections.abc import Iterable
 
-from ..ghmarkdown import escape_text
-from ..recordkeys import point_key
+from ..text.ghmarkdown import escape_text
+from ..records.recordkeys import point_key
 from ..run.records import PhaseRecord
-from ..isolation import IsolationName
+from ..serve.isolation import IsolationName
 
 __all__ = ["restore_summary", "poison_summary"]
 
@@ -47,7 +47,7 @@ def restore_summary(records: Iterable[PhaseRecord]) -> str:
     return f"{escape_text(', '.join(means))}: " + "; ".join(parts)
 
 
-# restore.checks (harness/restore.py), as the row names them
+# restore.checks (harness/serve/restore.py), as the row names them
 CHECK_LABELS = {"is_sleeping": "asleep", "sleep_gauge": "sleep gauge",
                 "discard": "KV discarded", "is_awake": "awake", "wake_gauge": "wake gauge",
                 "pool_empty": "pool empty", "fill": "fill"}

@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 
-from ..ghmarkdown import bold, cap, code, escape_text, fence, table
-from ..isolation import POLICIES
-from ..ranges import residues_phrase
+from ..text.ghmarkdown import bold, cap, code, escape_text, fence, table
+from ..serve.isolation import POLICIES
+from ..text.ranges import residues_phrase
 from ..run.records import BUG_VERDICTS, NOT_IDENTITY, SEVERITY, PhaseRecord, cell_key, phase_key
 from .auto import config_auto_line
 from .explain import final_chunk_line
@@ -17,8 +17,8 @@ from .bugb_analysis import agreement, config_hit_granularity, predict_bug_b
 from .cells import Footnotes, cell_markdown
 from .model import (SHORT_NAMES, VOLATILE, ConfigData, config_fields, describe_dim, fmt_value,
                     miss_sentence, varying_fields)
-from ..isolation import IsolationName
-from ..vocabulary import CLEAN
+from ..serve.isolation import IsolationName
+from ..judge.vocabulary import CLEAN
 
 __all__ = ["short_labels", "render_results_table", "results_rows", "render_thread_view", "summary_counts",
            "render_config_summary", "render_reruns", "render_ladder", "render_provenance",

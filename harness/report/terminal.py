@@ -15,8 +15,8 @@ import shutil
 import sys
 import unicodedata
 
-from ..plaintext import align_table, display_width, inline_to_plain
-from ..ranges import fmt_ranges
+from ..text.plaintext import align_table, display_width, inline_to_plain
+from ..text.ranges import fmt_ranges
 from ..run.records import UNANSWERED, PhaseRecord, latest_records, phase_key, typed
 from .auto import agreement_line
 from .bugb_analysis import agreement, predict_bug_b
@@ -69,7 +69,7 @@ def render_terminal(records: list[dict] | list[PhaseRecord],
 
 def _baseline(manifests: list[dict]) -> list[str]:
     """What a --baseline gate failed on, cell by cell (the manifest's ``baseline``)."""
-    from ..gate import gate_lines
+    from ..publish.gate import gate_lines
     out: list[str] = []
     for m in manifests:
         if isinstance(m.get("baseline"), dict):

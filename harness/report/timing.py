@@ -16,8 +16,8 @@ import statistics
 from collections.abc import Iterable
 from typing import Any
 
-from ..ghmarkdown import escape_text, table
-from ..isolation import AUTO_PASSES
+from ..text.ghmarkdown import escape_text, table
+from ..serve.isolation import AUTO_PASSES
 from ..run.records import PhaseRecord, RunTiming
 
 __all__ = ["STAGE_NAMES", "booted_servers", "render_timing"]

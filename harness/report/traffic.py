@@ -11,8 +11,8 @@ is left to the "Load" section (its backgrounds are the point).
 """
 from __future__ import annotations
 
-from ..ghmarkdown import code, escape_text
-from ..isolation import POLICIES
+from ..text.ghmarkdown import code, escape_text
+from ..serve.isolation import POLICIES
 from ..run.records import NOT_LONE, PhaseRecord
 from .model import ConfigData
 

@@ -10,7 +10,11 @@
 - ``traffic``: what else the server ran around each phase (``/metrics`` before and after),
   and whether a match on a server the sweep does not own ran alone (``not-lone``);
 - ``load``: ``--load N``: background conversations, and what ran beside a measured request;
-- ``record_doc``: docs/records.md's field table, generated from ``PhaseRecord``.
+- ``record_doc``: docs/records.md's field table, generated from ``PhaseRecord``;
+- ``scheduling``: the order in which slots take data points;
+- ``launchers``: how a server process is started (``--launcher plain`` / ``prefork``);
+- ``live``: ``--url``: the running server a sweep attaches to, and its request budget;
+- ``resume``: ``--resume RUN_ID``: the same run, from its manifest's options.
 
 ``run/*`` never imports ``harness.backends``: backends talk to the driver.
 """

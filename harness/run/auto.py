@@ -38,12 +38,12 @@ from typing import Any, Iterable, Sequence
 
 from engine.presets import ServingConfig
 
-from .. import bugb
-from ..engines import auto_reuse_pass
-from ..recordkeys import point_key
-from ..vocabulary import NOT_FAILED, REUSE_ISOLATIONS, worst
+from ..judge import bugb
+from ..serve.engines import auto_reuse_pass
+from ..records.recordkeys import point_key
+from ..judge.vocabulary import NOT_FAILED, REUSE_ISOLATIONS, worst
 from .matrix_reference import rejudge
-from ..isolation import IsolationName
+from ..serve.isolation import IsolationName
 
 __all__ = ["AUTO_MIN_DOCUMENTS", "rule_neighbourhood", "auto_extra_documents", "auto_passes",
            "needs_confirmation", "fresh_twin", "resume_confirmations", "late_confirmations",

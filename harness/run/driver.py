@@ -19,18 +19,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from ..configs import SweepOptions, config_id
-from ..engines import EngineAdapter
+from ..settings.configs import SweepOptions, config_id
+from ..serve.engines import EngineAdapter
 from ..errors import UsageError
-from ..isolation import AUTO_PASSES
+from ..serve.isolation import AUTO_PASSES
 from ..provenance import harness_version
 from ..server_pool import ServerGroup
-from ..store import ResultStore, now_iso
+from ..records.store import ResultStore, now_iso
 from .plan import Point, SweepPlan
 from .point import RunnerSpec
 from .auto import resume_confirmations
 from .records import RecordBuilder, timing_record
-from ..isolation import IsolationName
+from ..serve.isolation import IsolationName
 
 __all__ = ["Driver", "Counters", "timing_summary"]
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from .. import bugb
-from ..bugb import chunk_budget, drops_hit_blocks, final_chunk
-from ..vocabulary import PhaseName
+from ..judge import bugb
+from ..judge.bugb import chunk_budget, drops_hit_blocks, final_chunk
+from ..judge.vocabulary import PhaseName
 
 __all__ = ["hit_unit", "intended_tail", "tail_note", "budget_final_chunk"]
 

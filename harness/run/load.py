@@ -28,9 +28,9 @@ from pathlib import Path
 from typing import Any
 
 
-from ..client import ClientError, EngineClient
+from ..serve.client import ClientError, EngineClient
 from ..prompts import INSTRUCTION, document_lines
-from ..vocabulary import LOAD_MODES
+from ..judge.vocabulary import LOAD_MODES
 from ..errors import HandledError
 
 __all__ = ["LOAD_MODES", "BG_SEED_BASE", "BackgroundLoad", "LoadError", "background_messages",

@@ -20,17 +20,17 @@ from __future__ import annotations
 from collections import Counter
 from typing import Iterable
 
-from ..divergence import first_divergence
-from ..recordkeys import cell_key, document_of
-from ..verdict import judge, sha1
-from ..vocabulary import OPEN
+from ..judge.divergence import first_divergence
+from ..records.recordkeys import cell_key, document_of
+from ..judge.verdict import judge, sha1
+from ..judge.vocabulary import OPEN
 from .records import PhaseRecord, typed
-from ..vocabulary import CLEAN
+from ..judge.vocabulary import CLEAN
 
 __all__ = ["CONSENSUS_MIN", "rejudge", "first_references", "consensus_references"]
 
 CONSENSUS_MIN = 3
-# OPEN (harness.vocabulary): provisional verdicts a matrix reference may replace.
+# OPEN (harness.judge.vocabulary): provisional verdicts a matrix reference may replace.
 
 
 def _answered(r: PhaseRecord) -> bool:

@@ -30,21 +30,21 @@ import httpx
 
 from engine.presets import ServingConfig
 
-from ..client import EngineClient
-from ..configs import SweepOptions, config_id, modulus_and_why, select_residues
-from ..flags import FLAGS, MEASURE, Rerun, rerun_command
-from ..engines import EngineAdapter
+from ..serve.client import EngineClient
+from ..settings.configs import SweepOptions, config_id, modulus_and_why, select_residues
+from ..settings.flags import FLAGS, MEASURE, Rerun, rerun_command
+from ..serve.engines import EngineAdapter
 from ..errors import CannotRun
-from ..live import LiveTarget, requests_per_point
+from .live import LiveTarget, requests_per_point
 from ..prompts import (CaseTooLong, ChatTokenizer, PlanError, PromptPlan, approx_line_counts,
                        calibrate, calibrate_case, own_document_plan, plan_case_residues, plan_residue)
 from ..server_pool import BootFailure, PortAllocator, ServerProcess, Slot
-from ..vocabulary import NOT_FAILED, PhaseName
+from ..judge.vocabulary import NOT_FAILED, PhaseName
 from .hits import hit_unit
-from ..store import read_jsonl, resolve_results
+from ..records.store import read_jsonl, resolve_results
 from .auto import auto_extra_documents, auto_passes
 from .records import latest_records, typed
-from ..isolation import IsolationName
+from ..serve.isolation import IsolationName
 
 __all__ = ["Point", "SweepPlan", "plan_points", "plan_with_probes", "RemoteCounter",
            "load_golden", "probe_server", "golden_key", "golden_answer",
@@ -316,7 +316,7 @@ def load_golden(run_ref: str, out_dir: Path) -> dict[tuple, dict]:
     ``--reference cold``) give answers; a run with any other cell is no reference
     (``CannotRun``, a usage error for ``--reference``). A prompt whose answers disagree in
     the reference run has no golden answer (it is left out)."""
-    from ..verdict import sha1
+    from ..judge.verdict import sha1
     seen: dict[tuple, dict[str, dict]] = {}
     bad: list[str] = []
     try:

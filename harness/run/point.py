@@ -20,23 +20,23 @@ import httpx
 
 from engine.presets import ServingConfig
 
-from ..client import (BadResponse, ClientError, EngineClient, RequestTimeout, ServerError,
-                      ServerGone, tok_per_step)
-from .. import poison
-from ..configs import SweepOptions
-from ..engines import EngineAdapter
-from ..isolation import POLICIES
+from ..serve.client import (BadResponse, ClientError, EngineClient, RequestTimeout, ServerError,
+                            ServerGone, tok_per_step)
+from ..serve import poison
+from ..settings.configs import SweepOptions
+from ..serve.engines import EngineAdapter
+from ..serve.isolation import POLICIES
 from ..provenance import harness_version
 from ..server_pool import BootFailure, PortAllocator, ServerProcess, Slot, log_excerpt
-from ..divergence import first_divergence
-from ..verdict import judge, sha1
-from ..vocabulary import NOT_LONE
+from ..judge.divergence import first_divergence
+from ..judge.verdict import judge, sha1
+from ..judge.vocabulary import NOT_LONE
 from .hits import budget_final_chunk, intended_tail, tail_note
 from .load import (BackgroundLoad, LoadError, beside_from_log, load_facts, preempted_in_log,
                    server_gauges)
 from .plan import Point, golden_answer
 from .records import RecordBuilder, timing_record
-from ..vocabulary import CLEAN, UNJUDGED, PhaseName
+from ..judge.vocabulary import CLEAN, UNJUDGED, PhaseName
 from .traffic import not_lone_reason, traffic_facts
 
 __all__ = ["PointRunner", "PointResult", "RunnerSpec", "Launcher", "Server",
@@ -45,7 +45,7 @@ __all__ = ["PointRunner", "PointResult", "RunnerSpec", "Launcher", "Server",
 WARMUP_MAX_TOKENS = 16
 MAX_PORT_RETRIES = 3
 # Boots tried for one point before it is recorded boot-fail (and counts towards its
-# configuration's allowance, harness/isolation.py): a server that exited during boot is
+# configuration's allowance, harness/serve/isolation.py): a server that exited during boot is
 # started once more, after the failed one is stopped. On the H200 vLLM boots failed
 # transiently beside other booting servers, and one failure voided a whole reset pass
 # (issue 33 item 8). A boot that timed out is not retried (it already waited its timeout).
@@ -190,7 +190,7 @@ class PointRunner:
                 await server.wait_ready(client, timeout or self.opts.boot_timeout)
                 info: dict[str, Any] = {"boot_s": round(server.boot_s or 0.0, 4),
                                         "server_boot": self._boot_notes(server, log_path)}
-                # --poison: filled before its first request (harness/poison.py)
+                # --poison: filled before its first request (harness/serve/poison.py)
                 served = adapter or self.adapter
                 info["poison"] = (await poison.at_boot(client, served.poison_kernels())
                                   if served.poison
@@ -398,7 +398,7 @@ class PointRunner:
         if (ref_tokens is None and cold is not None and cold.get("verdict") in CLEAN
                 and expected is not None and (cold.get("answer") or "") == expected):
             # the passage has no logprobs; this server's clean cold answer to the same
-            # prompt has: the only margin that says something about noise (divergence.py)
+            # prompt has: the only margin that says something about noise (judge/divergence.py)
             ref_tokens = cold.get("token_logprobs")
         j = judge(res.answer, source=point.plan.document, expected=expected,
                   finish_reason=res.finish_reason)

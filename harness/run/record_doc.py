@@ -80,7 +80,7 @@ FIELD_DOCS: dict[str, str] = {
     "boot_s": "this point's server boot time (same on every phase of the point)",
     "started_at": 'ISO time',
     "rerun": ('the one command line that reruns this data point (generated from the flag '
-              'declarations, `harness/flags.py`)'),
+              'declarations, `harness/settings/flags.py`)'),
     "prompt_tokens": '`usage.prompt_tokens` of the answer (null if no answer)',
     "cached_tokens": ('`usage.prompt_tokens_details.cached_tokens` (null if the server does '
                       'not report)'),
@@ -157,7 +157,7 @@ FIELD_DOCS: dict[str, str] = {
                 '`--poison` on: `means` '
                 '`reset+poison-fill` (the prefix cache reset and the fill again, no weights '
                 'moved; `steps`: `reset`, `fill`; `proven`: the fill\'s checksums held)'),
-    "poison": ('`--poison` (harness/poison.py, docs/isolation.md), on every record whose '
+    "poison": ('`--poison` (harness/serve/poison.py, docs/isolation.md), on every record whose '
                'server ran: `{"mode": "off"}` (`--poison off`), `{"mode": "off", "why": '
                '"not supported by this engine"}` (`auto` where the engine cannot fill), or '
                '`mode` `on` with `regions` (`state,kv,builders`), `pattern`, `armed` (what '

@@ -16,13 +16,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from ..cmd_config import cmd_label
-from ..recordkeys import auto_pass, cell_key, document_of, point_key, value_of
-from ..store import load_records, now_iso
+from ..serve.cmd_config import cmd_label
+from ..records.recordkeys import auto_pass, cell_key, document_of, point_key, value_of
+from ..records.store import load_records, now_iso
 
-from ..vocabulary import (BUG_VERDICTS, CLEAN, EXPLAINED, JUDGED, NOT_FAILED, NOT_LONE, OPEN, PHASES,
-                          SERVER_LOGGED, SEVERITY, UNANSWERED, UNTESTED, VERDICTS, phase_key, verdict_info, worst)
-from ..engines import EngineName
+from ..judge.vocabulary import (BUG_VERDICTS, CLEAN, EXPLAINED, JUDGED, NOT_FAILED, NOT_LONE, OPEN,
+                                PHASES, SERVER_LOGGED, SEVERITY, UNANSWERED, UNTESTED, VERDICTS,
+                                phase_key, verdict_info, worst)
+from ..serve.engines import EngineName
 
 __all__ = ["SCHEMA_VERSION", "PhaseRecord", "PHASES", "VERDICTS", "SEVERITY", "BUG_VERDICTS",
            "CLEAN", "EXPLAINED", "JUDGED", "NOT_FAILED", "NOT_LONE", "OPEN", "SERVER_LOGGED", "UNANSWERED", "UNTESTED", "verdict_info", "CONFIG_FIELDS", "NOT_IDENTITY", "phase_key", "worst", "schema_of",
@@ -130,9 +131,9 @@ class PhaseRecord:
     case_id: str | None = None
     prompt_sha1: str | None = None
     # --isolation restore (and auto's restore pass): how this point's server was returned
-    # to its just-booted state and what proved it (harness/restore.py), or which step failed
+    # to its just-booted state and what proved it (harness/serve/restore.py), or which step failed
     restore: dict | None = None
-    # --poison (harness/poison.py): off (and why), or what was filled and each fill's proof
+    # --poison (harness/serve/poison.py): off (and why), or what was filled and each fill's proof
     poison: dict | None = None
     # --isolation auto, a fresh point not ok somewhere: every fresh server's verdict and sha1
     # (run/auto.settle); the record is the worst server's
@@ -244,7 +245,7 @@ def typed(records: Iterable[Mapping[str, Any] | PhaseRecord]) -> list[PhaseRecor
 def read_phase_records(path: str | Path) -> list[PhaseRecord]:
     """The typed records of one results file (``.jsonl`` / ``.jsonl.gz``), checked line by
     line (``record_check``: a line that is not a record raises ``RecordFileError``)."""
-    from ..record_check import read_record_file
+    from ..records.record_check import read_record_file
     return typed(read_record_file(path))
 
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..client import FINISHED, RUNNING, WAITING, MetricsScrape
+from ..serve.client import FINISHED, RUNNING, WAITING, MetricsScrape
 
 __all__ = ["traffic_facts", "not_lone_reason", "traffic_words"]
 

@@ -23,7 +23,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1]))
 from engine.presets import SPEC_TABLE  # noqa: E402
-from harness.store import load_manifest_for, read_jsonl  # noqa: E402
+from harness.records.store import load_manifest_for, read_jsonl  # noqa: E402
 
 
 def flag(cmd: list[str] | str, name: str, default: str = "") -> str:

@@ -143,7 +143,7 @@ def test_vllm_adapter_boot_notes_from_a_committed_log(tmp_path):
     """What each record's ``server_boot`` carries for a vLLM server: the split against the
     harness's clock, the compile cache verdict, and (with --cache-dir) whether the log's
     compile directory lies under the shared folder."""
-    from harness.engines import VllmAdapter
+    from harness.serve.engines import VllmAdapter
     text = _read(WARM)
     start = _epoch("2026-11-30 02:54:30")
     notes = VllmAdapter(cache_dir=tmp_path).boot_notes(

@@ -182,7 +182,7 @@ def test_a_fill_goes_through_collective_rpc_and_is_recorded(tmp_path):
     """Run.fill against a server answering like vLLM's dev-mode routes: the prefix-cache
     reset, then POST /collective_rpc with the method and arguments the brief names."""
     import benchmarks.gpu_cost_curve as cc
-    from harness.client import EngineClient
+    from harness.serve.client import EngineClient
 
     seen = []
 

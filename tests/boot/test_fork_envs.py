@@ -15,11 +15,11 @@ import pytest
 
 from engine.prefork import ForkServerUnavailable, alive
 from engine.presets import ServingConfig
-from harness import launchers
-from harness.engines import LabAdapter
-from harness.launchers import run_launcher
-from harness.orphans import OWNER_ENV, owner_token
-from harness.slots import Slot
+from harness.run import launchers
+from harness.serve.engines import LabAdapter
+from harness.run.launchers import run_launcher
+from harness.serve.orphans import OWNER_ENV, owner_token
+from harness.serve.slots import Slot
 from tests.boot.test_prefork import ROOT, free_port, healthy, wait_until
 
 READER = "tests.boot.fake_cvd_reader"
@@ -148,9 +148,9 @@ def test_a_sweep_on_two_gpus_and_two_patch_sets_forks_every_server(tmp_path, run
     forked, the manifest names the parents started for GPU 1 and patches none, and the
     run leaves no parent behind."""
     from harness import ExitCode, Sweep, options_from_argv
-    from harness.engines import LAB_MODEL_DIR
+    from harness.serve.engines import LAB_MODEL_DIR
 
-    # the sweep makes a LabAdapter itself (harness.engines.make_adapter): it gets
+    # the sweep makes a LabAdapter itself (harness.serve.engines.make_adapter): it gets
     # GpuReadingLab's command and prefork
     lab_command, lab_prefork = LabAdapter.command, LabAdapter.prefork
 
@@ -185,7 +185,7 @@ def test_a_sweep_on_two_gpus_and_two_patch_sets_forks_every_server(tmp_path, run
     assert backend["fork_server_failures"] == []
     logs = list((tmp_path / "r").rglob("fork-server*.log"))
     assert len(logs) == 1 + len(more)
-    # nothing left: every process the sweep started carries its token (harness.orphans)
+    # nothing left: every process the sweep started carries its token (harness.serve.orphans)
     token = owner_token()
     wait_until(lambda: not _carrying(token), 20, "the sweep's processes to go")
 

@@ -217,8 +217,8 @@ def test_dash_m_entry_runs_as_python_m_would(tmp_path):
 
 
 def test_the_harness_launcher_names_what_it_left_to_each_server(tmp_path):
-    from harness.engines import PreforkSpec
-    from harness.launchers import PreforkLauncher
+    from harness.serve.engines import PreforkSpec
+    from harness.run.launchers import PreforkLauncher
 
     spec = PreforkSpec(("tests.boot.fake_torch_lazy",),
                        ("tests.boot.fake_clean_a", "tests.boot.fake_cuda_touch"), "-m engine.lab",

@@ -1,5 +1,5 @@
 """A GitHub REST API in memory, behind ``httpx.MockTransport``: the four issue-comment
-endpoints harness.github_rest uses, with GitHub's pagination (``Link: rel="next"``),
+endpoints harness.publish.github_rest uses, with GitHub's pagination (``Link: rel="next"``),
 bearer-token auth, and its error shapes (``{"message": ..., "errors": [...]}``)."""
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness import github_rest as gr
+from harness.publish import github_rest as gr
 from harness import report as report_mod
 from tests.reports import synth
 from tests.reports.gfm import gfm_tables

@@ -1,4 +1,4 @@
-"""harness.github_rest against an in-memory GitHub (httpx.MockTransport): one comment per
+"""harness.publish.github_rest against an in-memory GitHub (httpx.MockTransport): one comment per
 marker, updated in place across pages of other comments; dry mode; one-line errors with
 their documented exit codes."""
 from __future__ import annotations
@@ -8,7 +8,7 @@ import json
 import httpx
 import pytest
 
-from harness import github_rest as gr
+from harness.publish import github_rest as gr
 
 from .fake_github import API, FakeGitHub
 

@@ -237,7 +237,7 @@ def test_a_cmd_server_of_dummy_weights_is_refused_before_it_starts(tmp_path, cli
     ["--engine-arg=--config", "--engine-arg={yaml}", "--engine-arg=--load-format=auto"],
 ])
 def test_a_real_load_format_is_not_refused(tmp_path, spelling):
-    from harness.engines import dummy_weights_refusal
+    from harness.serve.engines import dummy_weights_refusal
     yaml = tmp_path / "serve.yaml"
     yaml.write_text("load-format: dummy\n")
     argv = [a.split("=", 1)[1].replace("{yaml}", str(yaml)) for a in spelling]

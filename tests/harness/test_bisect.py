@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.bisect import bisect_exit_code
+from harness.publish.bisect import bisect_exit_code
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.usefixtures("no_leftovers")
@@ -155,7 +155,7 @@ def test_nothing_judged_is_still_untestable(tmp_path):
 
 
 def test_an_internal_error_under_bisect_is_not_bad(tmp_path):
-    boom = ("import sys, harness.cli as c\n"
+    boom = ("import sys, harness.command.cli as c\n"
             "def boom(args): raise RuntimeError('a harness bug')\n"
             "c.run_sweep = boom\nsys.argv = ['sweep'] + %r\nc.main()\n")
     proc = bisect_sweep(tmp_path, code=boom)

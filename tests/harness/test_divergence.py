@@ -1,5 +1,5 @@
 """first_divergence: char, token, margin, the call and vLLM's top-k rule."""
-from harness.divergence import NEAR_TIE_MARGIN, first_divergence
+from harness.judge.divergence import NEAR_TIE_MARGIN, first_divergence
 
 
 def toks(words, margin=3.0, alts=None):

@@ -71,8 +71,8 @@ def test_every_sweep_flag_is_in_the_flag_reference(cli):
 
 def test_the_flag_reference_says_each_engines_defaults_as_its_adapter():
     """docs/flags.md states the per-engine defaults --help builds from the adapters."""
-    from harness.engine_help import engines_where, per_engine
-    from harness.engine_help import can_fork
+    from harness.serve.engine_help import engines_where, per_engine
+    from harness.serve.engine_help import can_fork
     assert f"(default: {per_engine(lambda c: f'{c.boot_timeout_s:g}')} s)" in FLAGS_MD
     assert f"(default: {per_engine(lambda c: c.logprobs_default)}; 0 = off)" in FLAGS_MD
     forks = " or ".join(f"`{n}`" if i else f"`--engine {n}`"

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from harness.compare import compare_records
+from harness.publish.compare import compare_records
 from harness.run.plan import golden_answer, load_golden
 from tests.conftest import ROOT, read_jsonl
 
@@ -129,7 +129,7 @@ def test_cache_dir_is_for_vllm(tmp_path, cli):
 
 
 def test_one_key_for_case_document_and_auto_pass():
-    from harness.recordkeys import cell_key, point_key
+    from harness.records.recordkeys import cell_key, point_key
     old = {"config_id": "c", "residue": 4, "phase": "cold"}   # before cases and documents
     assert cell_key(old) == ("c", None, 4, "cold", 0, None)
     assert point_key(old) == ("c", None, 4, 0, "")

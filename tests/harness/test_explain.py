@@ -379,7 +379,7 @@ def test_the_v2_runner_rung_is_not_run_for_ngram_on_vllm():
     ("Model Runner V2 does not yet support: ngram/ngram_gpu speculative decoding"): the rung
     says why it is not run instead of two boot-fails; MTP keeps it."""
     from engine.presets import resolve
-    from harness.engines import VllmAdapter
+    from harness.serve.engines import VllmAdapter
     from harness.explain import V2_NGRAM_NOTE, axis_changes
     ngram = resolve("ngram", "huge", engine="vllm", model="/m")
     rungs = {c[1]: c[2] for c in axis_changes(ngram, runners=VllmAdapter.runners, ran_on="v1")}

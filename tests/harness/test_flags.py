@@ -1,5 +1,5 @@
-"""Each sweep flag is declared once (harness/flags.py): the parser, the matrix and the
-rerun command all come from that declaration, and the one Bug B rule (harness/bugb.py)
+"""Each sweep flag is declared once (harness/settings/flags.py): the parser, the matrix and the
+rerun command all come from that declaration, and the one Bug B rule (harness/judge/bugb.py)
 is what the dry run prints."""
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import shlex
 
 import pytest
 
-from harness import bugb
-from harness.cli import build_options
-from harness.configs import config_id, modulus_for
-from harness.flags import FLAGS, rerun_command, sweep_parser
+from harness.judge import bugb
+from harness.command.cli import build_options
+from harness.settings.configs import config_id, modulus_for
+from harness.settings.flags import FLAGS, rerun_command, sweep_parser
 
 README_MATRIX = ["--spec", "mtp", "--ctx", "huge", "--residues", "all", "--cudagraph",
                  "FULL_AND_PIECEWISE,PIECEWISE", "--patches", "none,all"]
@@ -58,7 +58,7 @@ def test_the_dry_run_prints_that_rule(cli):
 
 def _help(capsys) -> str:
     """``sweep --help`` through the CLI's main, its whitespace collapsed."""
-    from harness.cli import main
+    from harness.command.cli import main
     with pytest.raises(SystemExit) as done:
         main(["--help"])
     assert done.value.code == 0
@@ -77,7 +77,7 @@ def test_no_written_help_text_names_an_engine_but_the_cmd_flags():
 def test_the_help_says_each_engines_facts_from_its_adapter(capsys, monkeypatch):
     """--help's engine facts are the adapters' (the ones the sweep runs on): change a fact
     in an adapter and the help, and what the sweep does, follow."""
-    from harness.engines import CmdAdapter, LabAdapter, VllmAdapter
+    from harness.serve.engines import CmdAdapter, LabAdapter, VllmAdapter
     from harness.errors import UsageError
     before = _help(capsys)
     assert "(default: lab 60, vllm 900, cmd 300)" in before

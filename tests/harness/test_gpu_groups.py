@@ -11,11 +11,11 @@ import pytest
 from engine.lab.cli import check_args, config_from_args
 from engine.presets import resolve
 from engine.vllm.effective import parse_effective_config
-from harness.configs import parse_slots
-from harness.engines import CmdAdapter, LabAdapter, make_adapter
+from harness.settings.configs import parse_slots
+from harness.serve.engines import CmdAdapter, LabAdapter, make_adapter
 from harness.errors import UsageError
 from harness.options import options_from_argv
-from harness.slots import Slot
+from harness.serve.slots import Slot
 from tests.conftest import one_line_exit_2
 
 
@@ -60,7 +60,7 @@ def test_the_engines_get_the_groups_tp_size(tmp_path):
 
 
 def test_the_rerun_line_keeps_the_group(tmp_path):
-    from harness.flags import rerun_command
+    from harness.settings.flags import rerun_command
     opts = options_from_argv(["--engine", "vllm", "--model", str(tmp_path),
                               "--gpus", "2+3,4+5"])
     line = rerun_command(opts, opts.configs[0], 4, 128)

@@ -53,26 +53,61 @@ def graph() -> dict[str, set[str]]:
     return {m: {i for i in imports_of(p) if i in files} for m, p in files.items()}
 
 
-def test_no_import_cycle_inside_harness():
-    g = graph()
+def _cycle(g: dict[str, set[str]]) -> list[str] | None:
+    """One cycle of the graph ``g`` (its nodes in order, the first again at the end)."""
     state: dict[str, int] = {}
     stack: list[str] = []
 
-    def visit(m: str) -> None:
+    def visit(m: str) -> list[str] | None:
         state[m] = 1
         stack.append(m)
-        for n in sorted(g[m]):
+        for n in sorted(g.get(m, ())):
             if state.get(n) == 1:
-                cycle = stack[stack.index(n):] + [n]
-                raise AssertionError("import cycle: " + " -> ".join(cycle))
-            if n not in state:
-                visit(n)
+                return stack[stack.index(n):] + [n]
+            if n not in state and (found := visit(n)):
+                return found
         stack.pop()
         state[m] = 2
+        return None
 
     for m in sorted(g):
-        if m not in state:
-            visit(m)
+        if m not in state and (found := visit(m)):
+            return found
+    return None
+
+
+def test_no_import_cycle_inside_harness():
+    cycle = _cycle(graph())
+    assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+def room_of(module: str) -> str:
+    """The room a module stands in: its sub-package of ``harness/`` (``harness.run``), or
+    the module itself when it sits in ``harness/`` (``harness.residue_sweep``)."""
+    return ".".join(module.split(".")[:2])
+
+
+def test_no_circle_between_rooms():
+    """Rooms by role: a sub-package of ``harness/`` (or a module of ``harness/`` itself) is
+    one room, and no room imports, through any of its modules, a room that imports it back
+    (``harness/__init__.py``, the package's face, aside: it names nothing statically)."""
+    rooms: dict[str, set[str]] = {}
+    for m, deps in graph().items():
+        if m != "harness":
+            rooms.setdefault(room_of(m), set()).update(
+                room_of(d) for d in deps if d != "harness" and room_of(d) != room_of(m))
+    cycle = _cycle(rooms)
+    assert cycle is None, "rooms in a circle: " + " -> ".join(cycle or [])
+    assert {"harness.serve", "harness.judge", "harness.run", "harness.report"} <= set(rooms)
+    # the map lists the rooms from the top: each imports only rooms listed below it
+    order = [e[len("harness/"):].removesuffix("/").removesuffix(".py") for e in _layers()
+             if e.startswith("harness/") and e.count("/") == 1 + e.endswith("/")
+             and e != "harness/"]
+    at = {f"harness.{name}": i for i, name in enumerate(order)}
+    up = [f"{r} -> {d}" for r, deps in rooms.items() for d in deps
+          if r in at and d in at and at[d] < at[r]]
+    assert not up, f"a room imports one the map lists above it: {up}"
+    assert set(rooms) - {"harness.__main__"} <= set(at), f"not on the map: {set(rooms) - set(at)}"
 
 
 def test_run_layer_never_imports_a_backend():
@@ -86,7 +121,7 @@ def test_reports_compare_and_gate_read_records_not_the_run_runtime():
     g = graph()
     allowed = {"harness.run", "harness.run.records"}
     for m, deps in g.items():
-        if m.startswith(("harness.report", "harness.compare", "harness.gate")):
+        if m.startswith(("harness.report", "harness.publish.compare", "harness.publish.gate")):
             used = {d for d in deps if d.startswith("harness.run")}
             assert used <= allowed, (m, used - allowed)
             assert "harness.report" not in deps or m.startswith("harness.report"), m
@@ -101,7 +136,7 @@ def test_no_source_file_over_the_limit():
 def test_the_graph_sees_relative_imports():
     # guards the checker itself: a known edge must be found
     assert "harness.run.driver" in graph()["harness.backends.local"]
-    assert "harness.bugb" in graph()["harness.configs"]
+    assert "harness.judge.bugb" in graph()["harness.settings.configs"]
 
 
 def _string_groups(path: Path):
@@ -116,8 +151,8 @@ def test_verdict_and_isolation_groups_are_declared_once():
     """A group of verdicts (judged, untested, bugs, ...) is a column of
     ``vocabulary.VERDICT_TABLE``, and what an isolation does is its ``isolation.POLICIES``
     entry: no other module spells a group of them again."""
-    from harness.vocabulary import ISOLATIONS, VERDICTS
-    homes = {HARNESS / "vocabulary.py", HARNESS / "isolation.py"}
+    from harness.judge.vocabulary import ISOLATIONS, VERDICTS
+    homes = {HARNESS / "judge/vocabulary.py", HARNESS / "serve/isolation.py"}
     found = []
     for p in HARNESS.rglob("*.py"):
         if p in homes:
@@ -131,7 +166,9 @@ def test_verdict_and_isolation_groups_are_declared_once():
 def test_the_vocabulary_groups_are_the_tables_columns():
     """The groups the gate, bisect, explain and the matrix reference ask are read off
     the table (and an isolation value has exactly one policy)."""
-    from harness import bisect, gate, isolation, vocabulary as v
+    from harness.publish import bisect, gate
+    from harness.serve import isolation
+    from harness.judge import vocabulary as v
     from harness.report import explained
     from harness.run import matrix_reference
     assert gate.JUDGED is v.JUDGED and bisect.UNTESTED is v.UNTESTED
@@ -215,7 +252,7 @@ def test_one_lifecycle_runs_every_sweep():
             if isinstance(node, ast.Call) and ast.unparse(node.func) == "Driver":
                 found.append(f"{p.relative_to(ROOT)}:{node.lineno}")
     assert not found, found
-    assert len((HARNESS / "cli.py").read_text().splitlines()) <= 450
+    assert len((HARNESS / "command/cli.py").read_text().splitlines()) <= 450
 
 
 _MUTATORS = {"append", "extend", "insert", "remove", "pop", "clear", "add", "discard",
@@ -224,7 +261,7 @@ _MUTATORS = {"append", "extend", "insert", "remove", "pop", "clear", "add", "dis
 
 def _harness_module_names(path: Path, tree: ast.AST) -> set[str]:
     """The local names ``path`` binds to a harness module (``from .. import server_pool``,
-    ``import harness.orphans as orphans``), at any depth of the file."""
+    ``import harness.serve.orphans as orphans``), at any depth of the file."""
     modules = {m.rsplit(".", 1)[-1] for m in imports_of(path)}
     out: set[str] = set()
     for node in ast.walk(tree):
@@ -338,22 +375,24 @@ def test_a_new_verdict_isolation_engine_or_writer_is_one_entry():
     values too, and ``make_adapter`` builds whichever adapter ``ADAPTERS`` names)."""
     table = _section("Where a change goes")
     row = {ln.split("|")[1].strip(): ln for ln in table.splitlines() if ln.startswith("| ")}
-    assert "one row of `vocabulary.VERDICT_TABLE`" in row["a new verdict or a change of what a verdict means"]
-    assert "one `Isolation(...)` entry in `isolation.POLICIES`" in row["a new isolation mode"]
-    assert "one entry in `engines.ADAPTERS`" in row["a new engine"]
-    assert "one entry in `writers.WRITERS`" in row["a new output format"]
-    from harness import engines, isolation, vocabulary, writers
+    assert "one row of `judge/vocabulary.VERDICT_TABLE`" in row["a new verdict or a change of what a verdict means"]
+    assert "one `Isolation(...)` entry in `serve/isolation.POLICIES`" in row["a new isolation mode"]
+    assert "one entry in `serve/engines.ADAPTERS`" in row["a new engine"]
+    assert "one entry in `publish/writers.WRITERS`" in row["a new output format"]
+    from harness.serve import engines, isolation
+    from harness.judge import vocabulary
+    from harness.publish import writers
     assert [m.value for m in vocabulary.VerdictName] == [v.name for v in vocabulary.VERDICT_TABLE]
     assert [m.value for m in vocabulary.PhaseName] == list(vocabulary.PHASES)
     assert [m.value for m in isolation.IsolationName] == list(isolation.POLICIES)
     assert [m.value for m in engines.EngineName] == list(engines.ADAPTERS)
-    tree = ast.parse((HARNESS / "engines.py").read_text())
+    tree = ast.parse((HARNESS / "serve/engines.py").read_text())
     builders = [n for n in tree.body if isinstance(n, ast.FunctionDef)
                 and n.name in ("make_adapter", "_make_adapter")]
     named = {n.id for f in builders for n in ast.walk(f) if isinstance(n, ast.Name)}
     adapters = {c.__name__ for c in engines.ADAPTERS.values()}
     assert builders and not named & adapters, named & adapters   # no engine built by name
-    from harness.flags import FLAGS
+    from harness.settings.flags import FLAGS
     (iso_flag,) = [f for f in FLAGS if f.name == "--isolation"]
     assert tuple(iso_flag.kw["choices"]) == isolation.ISOLATIONS == vocabulary.ISOLATIONS
     assert vocabulary.VERDICTS == tuple(v.name for v in vocabulary.VERDICT_TABLE)
@@ -366,14 +405,14 @@ def test_a_new_verdict_isolation_engine_or_writer_is_one_entry():
 def test_the_rule_returns_structure_not_markdown():
     """``bugb.py`` builds its reasons as ``phrase.Phrase`` parts; only a reader renders
     them (it imports no markdown helper)."""
-    found = [m for m, _ in _imports_named(HARNESS / "bugb.py") if "ghmarkdown" in m]
+    found = [m for m, _ in _imports_named(HARNESS / "judge/bugb.py") if "ghmarkdown" in m]
     assert not found, found
 
 
 # -- values are types ------------------------------------------------------------------
 # Each vocabulary's home: the table its StrEnum is read off, where its words are declared.
-_VOCABULARY_HOMES = {"verdict": HARNESS / "vocabulary.py", "phase": HARNESS / "vocabulary.py",
-                     "isolation": HARNESS / "isolation.py", "engine": HARNESS / "engines.py"}
+_VOCABULARY_HOMES = {"verdict": HARNESS / "judge/vocabulary.py", "phase": HARNESS / "judge/vocabulary.py",
+                     "isolation": HARNESS / "serve/isolation.py", "engine": HARNESS / "serve/engines.py"}
 # Comparisons with such a word that is another vocabulary's value, by what is compared
 # (the other side's name, attribute or key), each with why.
 _OTHER_VOCABULARIES = {
@@ -390,9 +429,9 @@ _OTHER_VOCABULARIES = {
 
 
 def _vocabularies() -> dict[str, set[str]]:
-    from harness.engines import ADAPTERS
-    from harness.isolation import POLICIES
-    from harness.vocabulary import PHASES, VERDICT_TABLE
+    from harness.serve.engines import ADAPTERS
+    from harness.serve.isolation import POLICIES
+    from harness.judge.vocabulary import PHASES, VERDICT_TABLE
     return {"verdict": {v.name for v in VERDICT_TABLE}, "phase": set(PHASES), "isolation": set(POLICIES),
             "engine": set(ADAPTERS)}
 
@@ -504,7 +543,7 @@ def test_every_harness_exception_is_a_harness_error():
     ``harness/``)."""
     from harness.errors import HarnessError
     found = _harness_exceptions()
-    assert "harness.errors.UsageError" in found and "harness.client.ServerGone" in found
+    assert "harness.errors.UsageError" in found and "harness.serve.client.ServerGone" in found
     outside = sorted(n for n, c in found.items() if not issubclass(c, HarnessError))
     assert not outside, outside
     from harness.errors import HandledError
@@ -522,8 +561,8 @@ def test_cli_main_maps_errors_by_the_base_class_once():
     error's class, not from a list of names."""
     import builtins
 
-    from harness import cli
-    tree = ast.parse((HARNESS / "cli.py").read_text())
+    from harness.command import cli
+    tree = ast.parse((HARNESS / "command/cli.py").read_text())
     (main,) = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "main"]
     clauses = []
     for h in (h for t in ast.walk(main) if isinstance(t, ast.Try) for h in t.handlers):
@@ -567,7 +606,7 @@ def test_every_harness_module_is_on_the_map():
     in ``backends/``'s); a module of ``harness/`` itself has an entry of its own. Every
     file the map names exists."""
     entries = _layers()
-    assert {"harness/", "harness/cli.py", "harness/run/", "harness/run/records.py",
+    assert {"harness/", "harness/command/cli.py", "harness/run/", "harness/run/records.py",
             "harness/backends/"} <= set(entries)   # the checker reads the block's shape
     assert "base.py" in entries["harness/backends/"] and "harness/backends/base.py" not in entries
     missing = []
@@ -639,9 +678,9 @@ def test_every_file_the_code_cites_exists():
     assert not ours & (set(_VLLM_FOLDERS) - {"vllm"})   # a folder of ours is never vLLM's
     vllm_paths = {m for p in files for m in _CITED.findall(p.read_text())
                   if m.split("/", 1)[0] in _VLLM_FOLDERS and "/" in m}
-    sample = "# see run/nothing_here.py and v1/core/x.py\n'''x.py, harness/flags.py'''\n"
+    sample = "# see run/nothing_here.py and v1/core/x.py\n'''x.py, harness/settings/flags.py'''\n"
     assert [c for _, t in _comments_and_docstrings(sample) for c in _CITED.findall(t)] == [
-        "run/nothing_here.py", "v1/core/x.py", "x.py", "harness/flags.py"]   # the checker sees both
+        "run/nothing_here.py", "v1/core/x.py", "x.py", "harness/settings/flags.py"]   # the checker sees both
     bad = []
     for p in files:
         for line, text in _comments_and_docstrings(p.read_text()):

@@ -3,7 +3,7 @@
 ``/server_info?config_format=json`` is vLLM's VllmConfig dumped by pydantic (dev mode);
 ``vllm:cache_config_info`` is CacheConfig.metrics_info() as a Prometheus gauge. Both are
 made here with the pinned vLLM's classes (no GPU: the sub-configs only) and served through
-an ``httpx.MockTransport``, so ``harness.live`` is checked against what vLLM really emits.
+an ``httpx.MockTransport``, so ``harness.run.live`` is checked against what vLLM really emits.
 """
 from __future__ import annotations
 
@@ -19,8 +19,8 @@ from prometheus_client import CollectorRegistry, Gauge, generate_latest  # noqa:
 from vllm.config import CacheConfig, CompilationConfig  # noqa: E402
 from vllm.config.compilation import CUDAGraphMode  # noqa: E402
 
-from harness import bugb  # noqa: E402
-from harness.live import live_config, read_server  # noqa: E402
+from harness.judge import bugb  # noqa: E402
+from harness.run.live import live_config, read_server  # noqa: E402
 
 URL = "http://vllm.test:8000"
 

@@ -10,7 +10,7 @@ import json
 import httpx
 import pytest
 
-from harness.client import EngineClient
+from harness.serve.client import EngineClient
 from harness.run.load import CANCEL_AFTER, BackgroundLoad
 
 

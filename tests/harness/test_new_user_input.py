@@ -103,7 +103,7 @@ def test_sample_n_always_includes_k_plus_1_as_docs_flags_md_says():
     """docs/flags.md: "sampling always includes the rule's k + 1". Where the rule
     predicts no break (PIECEWISE, or the fix on) sample:5 left k + 1 out."""
     from engine.presets import resolve
-    from harness.configs import predicted_residues, select_residues
+    from harness.settings.configs import predicted_residues, select_residues
     for kw in ({"cudagraph_mode": "PIECEWISE"}, {"cudagraph_mode": "FULL_AND_PIECEWISE"},
                {"cudagraph_mode": "FULL_AND_PIECEWISE", "patches": "none"}):
         cfg = resolve("mtp", "huge", **kw)
@@ -122,7 +122,7 @@ def test_help_says_what_every_value_is(cli):
     followed by its explanation in parentheses."""
     import re
 
-    from harness.flags import sweep_parser
+    from harness.settings.flags import sweep_parser
     p = sweep_parser()
     words = {"--residues": ("all", "risky", "tails[:N]", "sample:N"),
              "--reference": ("passage", "cold", "first", "consensus", "golden:RUN"),

@@ -47,7 +47,7 @@ def _start(tmp_path: Path, *args) -> subprocess.Popen:
 def _kill_mid_run(proc: subprocess.Popen, out: Path, *, reaper_too: bool = False,
                   marker: str | None = None) -> tuple[list[psutil.Process], list[str]]:
     """SIGKILL the sweep once two points are on disk and a server runs (``reaper_too``:
-    its reaper first, ``harness.orphans.GroupReaper``); returns the processes it had
+    its reaper first, ``harness.serve.orphans.GroupReaper``); returns the processes it had
     started and the whole records on disk at that moment."""
     sweep = psutil.Process(proc.pid)
     try:

@@ -1,4 +1,4 @@
-"""Issue 27 item 1: every writer writes through what the output path is (harness.outfile),
+"""Issue 27 item 1: every writer writes through what the output path is (harness.publish.outfile),
 through the real entry point: ``sweep report -o`` and a sweep's ``--junit`` and step
 summary. A regular file is replaced atomically; a symlink is written through (it stays a
 link); a device or a FIFO is written in place, never turned into a regular file; a FIFO

@@ -1,9 +1,9 @@
-"""The Bug B rule says why as structure (``harness.phrase.Phrase``): the report renders it
+"""The Bug B rule says why as structure (``harness.text.phrase.Phrase``): the report renders it
 as markdown, the dry run and the terminal as plain text, from the same parts."""
 from __future__ import annotations
 
-from harness.bugb import predict
-from harness.phrase import Code, Phrase, Text
+from harness.judge.bugb import predict
+from harness.text.phrase import Code, Phrase, Text
 
 
 def _cfg(**kw):

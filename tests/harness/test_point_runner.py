@@ -10,8 +10,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from harness.cli import build_options, sweep_parser
-from harness.engines import make_adapter
+from harness.command.cli import build_options, sweep_parser
+from harness.serve.engines import make_adapter
 from harness.run.plan import Point, plan_points
 from harness.run.point import PointRunner
 from harness.run.records import SCHEMA_VERSION, PhaseRecord

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.engines import LAB_MODEL_DIR
+from harness.serve.engines import LAB_MODEL_DIR
 from harness.errors import UsageError
 from harness.prompts import (ChatTokenizer, PlanError, calibrate_case, load_cases,
                              plan_case_residues)
@@ -163,7 +163,7 @@ def test_bad_prompt_files_exit_2_with_one_line_before_any_server(tmp_path, args,
 
 
 def test_build_options_rejects_passage_for_a_case_without_expected(tmp_path):
-    from harness.cli import build_options, sweep_parser
+    from harness.command.cli import build_options, sweep_parser
     path = write(tmp_path, case_line(id="q"))
     argv = ["--prompts", path]
     with pytest.raises(UsageError):
@@ -180,9 +180,9 @@ README_PROMPTS = ("sweep --prompts examples/prompts/chat.jsonl --case chat-relea
 def test_the_readme_shows_the_done_when_command_and_its_reruns_name_the_case():
     import shlex
 
-    from harness.cli import build_options, sweep_parser
-    from harness.configs import config_id
-    from harness.engines import make_adapter
+    from harness.command.cli import build_options, sweep_parser
+    from harness.settings.configs import config_id
+    from harness.serve.engines import make_adapter
     from harness.run.plan import plan_points
     assert README_PROMPTS in (ROOT / "README.md").read_text()
     argv = shlex.split(README_PROMPTS)[1:]

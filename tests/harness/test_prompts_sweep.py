@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from harness.compare import compare_records
+from harness.publish.compare import compare_records
 from tests.conftest import ROOT, read_jsonl
 from tests.reports.gfm import gfm_html, gfm_tables
 

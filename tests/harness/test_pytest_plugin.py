@@ -171,7 +171,7 @@ def test_with_a_baseline_the_failure_names_the_cells_the_gate_failed_on():
     coverage, and the test's message names it (it said "no cell is not ok")."""
     from types import SimpleNamespace
 
-    from harness.gate import gate_block
+    from harness.publish.gate import gate_block
     from harness.pytest_plugin import failure_message
     from tests.reports import synth
     cfg = synth.make_config()

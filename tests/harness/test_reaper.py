@@ -1,4 +1,4 @@
-"""The run's reaper (``harness/backends/_reaper.py``, started by ``harness.orphans.GroupReaper``)
+"""The run's reaper (``harness/backends/_reaper.py``, started by ``harness.serve.orphans.GroupReaper``)
 ends what a dead sweep started, including a server spawned in the instant before its
 registration reached the reaper: it carries the sweep's token in its environment.
 
@@ -13,8 +13,8 @@ import signal
 import subprocess
 import sys
 
-from harness import orphans
-from harness.orphans import OWNER_ENV, GroupReaper
+from harness.serve import orphans
+from harness.serve.orphans import OWNER_ENV, GroupReaper
 from tests.conftest import ROOT
 
 REAPER = ROOT / "harness" / "backends" / "_reaper.py"

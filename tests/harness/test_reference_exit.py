@@ -9,7 +9,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from harness.gate import gate_exit_code, write_junit
+from harness.publish.gate import gate_exit_code, write_junit
 from harness.run.records import reference_cells
 from tests.harness.test_sweep_cmd import cells, fake_sweep
 from tests.reports import synth

@@ -124,7 +124,7 @@ def test_the_rule_line_says_nothing_where_nothing_was_judged(tmp_path):
     import shutil
     import subprocess
     import sys
-    from harness.engines import LAB_MODEL_DIR
+    from harness.serve.engines import LAB_MODEL_DIR
     from tests.conftest import ROOT
     shutil.copytree(LAB_MODEL_DIR, tmp_path / "model")
     proc = subprocess.run(

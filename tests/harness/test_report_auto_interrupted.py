@@ -1,7 +1,7 @@
 """The report of an interrupted ``--isolation auto`` run (shapes of the H200 runs
 20261201-115154-d70a / -d238 on vLLM 0.26.0: reset servers booted once per configuration,
 the run stopped by SIGINT before most fresh confirmations ran), on synthetic records
-written to JSONL and read back through harness.store like a real results file."""
+written to JSONL and read back through harness.records.store like a real results file."""
 from __future__ import annotations
 
 import json
@@ -11,7 +11,7 @@ import pytest
 
 from harness.report import render_markdown
 from harness.report.engine_notice import LAB_NOTICE
-from harness.store import load_manifest_for, load_records
+from harness.records.store import load_manifest_for, load_records
 from tests.reports import synth
 
 RUN = "20261201-115154-d70a"

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from harness import Callbacks, ExitCode, RunResult, Sweep, options_from_argv
-from harness.engines import LAB_MODEL_DIR
+from harness.serve.engines import LAB_MODEL_DIR
 from tests.conftest import ROOT, run_cli, wait_for
 
 pytestmark = pytest.mark.usefixtures("no_leftovers")
@@ -196,7 +196,7 @@ def test_two_sweeps_in_one_process_see_only_their_own_servers(tmp_path, model, m
     the same verdicts as one sweep alone would."""
     import asyncio
 
-    from harness import orphans
+    from harness.serve import orphans
     written: dict[str, list[dict]] = {}
     real_write = orphans.PidFile._write
 

@@ -12,9 +12,9 @@ import asyncio
 
 import pytest
 
-from harness.client import EngineClient
+from harness.serve.client import EngineClient
 from harness.report.restore import restore_summary
-from harness.restore import discarded_gib, freed_lines, restore_server, sleep_lines
+from harness.serve.restore import discarded_gib, freed_lines, restore_server, sleep_lines
 from harness.run.records import PhaseRecord
 
 pytestmark = pytest.mark.usefixtures("no_leftovers")
@@ -79,7 +79,7 @@ def test_the_workers_freed_line_is_not_taken_for_a_discard(tmp_path):
 def test_a_worker_line_of_nothing_freed_still_fails_the_restore(tmp_path):
     """The worker's line cannot prove a discard, but 0 GiB freed disproves one: a server
     without --enable-sleep-mode is refused as by the allocator's 0.00 GiB line."""
-    from harness.restore import RestoreFailed
+    from harness.serve.restore import RestoreFailed
     with pytest.raises(RestoreFailed, match="freed 0.00 GiB.*--enable-sleep-mode") as e:
         _restore(["--enable-prompt-tokens-details", "--quiet-allocator"], tmp_path / "l.log")
     assert e.value.checks["discard"] == {"value": {"freed": 0.0}, "ok": False}

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.engines import LAB_MODEL_DIR
+from harness.serve.engines import LAB_MODEL_DIR
 from tests.conftest import ROOT
 
 sys.path.insert(0, str(ROOT / "benchmarks"))

@@ -14,13 +14,13 @@ from tests._vllm import missing
 
 from engine.presets import resolve
 from engine.vllm.patches.releases import dispatch_rule
-from harness.bugb import predict
-from harness.cli import build_options
-from harness.configs import config_id
-from harness.engines import VllmAdapter
+from harness.judge.bugb import predict
+from harness.command.cli import build_options
+from harness.settings.configs import config_id
+from harness.serve.engines import VllmAdapter
 from harness.explain import axis_changes
-from harness.flags import sweep_parser
-from harness.store import read_jsonl
+from harness.settings.flags import sweep_parser
+from harness.records.store import read_jsonl
 from tests.conftest import ROOT
 
 H200 = ROOT / "reports" / "h200"
@@ -39,7 +39,7 @@ def test_runner_is_a_matrix_axis_that_reaches_the_launch_env(tmp_path):
     assert [e.get("VLLM_USE_V2_MODEL_RUNNER") for e in envs] == ["0", "1", None]
     assert "runner=v2" in opts.configs[1].label() and "runner" not in opts.configs[2].label()
     # the rerun spelling reparses to the same point
-    from harness.flags import rerun_command
+    from harness.settings.flags import rerun_command
     line = rerun_command(opts, opts.configs[0], 4, 128)
     assert "--runner v1" in line
     again = options(shlex.split(line)[1:])

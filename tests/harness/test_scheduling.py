@@ -4,7 +4,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from harness.scheduling import PointQueue
+from harness.run.scheduling import PointQueue
 from tests.e2e.test_lab_sweeps import run_sweep
 
 

@@ -7,11 +7,11 @@ import shlex
 
 import pytest
 
-from harness import serve_line
-from harness.configs import config_id
+from harness.serve import serve_line
+from harness.settings.configs import config_id
 from harness.errors import UsageError
 from harness.options import options_from_argv
-from harness.serve_line import parse_serve_line, vllm_spellings
+from harness.serve.serve_line import parse_serve_line, vllm_spellings
 from tests._vllm import require_vllm
 from tests.conftest import one_line_exit_2
 
@@ -98,7 +98,7 @@ def test_without_vllm_the_labs_parser_reads_what_it_knows(fresh_cache, monkeypat
 def test_the_sweep_takes_the_lines_configuration(tmp_path, fresh_cache, monkeypatch):
     # vLLM's parser where installed, the lab's where not; the restore check below asks the
     # installed vLLM whether it serves sleep mode: answered yes, as the pinned release does
-    monkeypatch.setattr("harness.engines.vllm_serves_sleep", lambda: True)
+    monkeypatch.setattr("harness.serve.engines.vllm_serves_sleep", lambda: True)
     # and whether it fixes kernel choices: no, so a restore point sleeps (with the switch
     # it is restored by the fill: tests/harness/test_poison.py)
     monkeypatch.setattr("engine.vllm.determinism.vllm_fixes_kernels", lambda: False)
@@ -119,7 +119,7 @@ def test_the_sweep_takes_the_lines_configuration(tmp_path, fresh_cache, monkeypa
     assert "--enable-sleep-mode" in adapter.for_isolation("restore").command(
         cfg, 9000, opts.slots[0])[0]
     # the rerun line parses back to the same configuration
-    from harness.flags import rerun_command
+    from harness.settings.flags import rerun_command
     again = options_from_argv(shlex.split(rerun_command(opts, cfg, 4, 128))[1:])
     assert [config_id(c) for c in again.configs] == [config_id(cfg)]
     assert [s.id for s in again.slots] == ["gpu0+1"]

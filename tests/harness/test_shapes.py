@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from engine.presets import resolve
-from harness.bugb import armed_batch, auto_modulus, final_chunk, predict
-from harness.configs import modulus_and_why, select_residues
-from harness.engines import LAB_MODEL_DIR
+from harness.judge.bugb import armed_batch, auto_modulus, final_chunk, predict
+from harness.settings.configs import modulus_and_why, select_residues
+from harness.serve.engines import LAB_MODEL_DIR
 from harness.run.hits import budget_final_chunk
 from tests.conftest import ROOT
 

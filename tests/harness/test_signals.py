@@ -18,7 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from harness.record_check import read_record_file
+from harness.records.record_check import read_record_file
 from tests.conftest import ROOT, is_reaper, whole_records
 
 BOUND_S = 90

@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # loaded where used: a tokenizer loaded, a template rendered, /metrics parsed, a report
 # posted or rendered, a vLLM server launched
 LATER = ("pandas", "numpy", "tokenizers", "jinja2", "prometheus_client", "tabulate",
-         "harness.gate", "harness.github_rest", "harness.report", "harness.explain",
+         "harness.publish.gate", "harness.publish.github_rest", "harness.report", "harness.explain",
          "engine.vllm.launch", "engine.vllm.effective", "engine.vllm.bootlog")
 
 
@@ -29,29 +29,29 @@ def _loaded(code: str) -> list[str]:
 
 
 def test_the_cli_loads_none_of_what_only_some_runs_use():
-    assert _loaded("import harness.cli") == []
+    assert _loaded("import harness.command.cli") == []
 
 
 def test_the_results_api_loads_pandas_only_to_build_a_frame():
-    """``harness.results`` / ``harness.compare`` are imported by the CLI's sub-verbs: pandas
+    """``harness.results`` / ``harness.publish.compare`` are imported by the CLI's sub-verbs: pandas
     comes with the first frame, not with the import."""
-    assert _loaded("import harness.results, harness.compare") == []
+    assert _loaded("import harness.results, harness.publish.compare") == []
 
 
 def test_a_usage_error_loads_none_of_it_either():
-    code = ("from harness.cli import main\ntry:\n    main(['--residues', 'nope'])\n"
+    code = ("from harness.command.cli import main\ntry:\n    main(['--residues', 'nope'])\n"
             "except SystemExit as e:\n    assert e.code == 2, e.code")
     assert _loaded(code) == []
 
 
 def test_a_report_table_needs_no_pandas():
-    code = ("from harness.ghmarkdown import table\n"
+    code = ("from harness.text.ghmarkdown import table\n"
             "print(table(['a', 'b'], [['x', 'y']]), file=sys.stderr)")
     assert _loaded(code) == ["tabulate"]
 
 
 def test_a_table_shows_a_missing_or_empty_cell_as_a_dash():
-    from harness.ghmarkdown import table
+    from harness.text.ghmarkdown import table
     assert table(["a", "b"], [["x"], ["", None], ["794/794", "0001"]]).splitlines() == [
         "| a       | b    |", "|---------|------|", "| x       | –    |", "| –       | –    |",
         "| 794/794 | 0001 |"]

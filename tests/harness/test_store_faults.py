@@ -13,7 +13,7 @@ from collections import Counter
 
 import pytest
 
-from harness.record_check import read_record_file
+from harness.records.record_check import read_record_file
 from tests.conftest import ROOT, fake_cmd, run_cli, whole_records
 
 pytestmark = pytest.mark.usefixtures("no_leftovers")
@@ -37,7 +37,8 @@ def test_a_full_disk_is_one_line_exit_5_and_every_record_kept(tmp_path, tok_dir,
     lines of traceback and exit 1): one line naming the file and the resume command, exit
     5, the 5 records before it whole, no server left; then --resume finishes the run with
     each cell once."""
-    from harness import cli, store
+    from harness.command import cli
+    from harness.records import store
     real = store.ResultStore._write
     written = []
 

@@ -81,7 +81,7 @@ def test_a_clean_run_prints_a_short_report(tmp_path):
 def test_markdown_tables_made_plain_stay_aligned():
     """``sweep compare`` and ``sweep report`` on a terminal go through markdown_to_plain:
     a bold cell, a code span with an escaped pipe and a wide character keep the columns."""
-    from harness.plaintext import markdown_to_plain
+    from harness.text.plaintext import markdown_to_plain
     md = ("| a | b |\n|---|---|\n| **bold** | `x \\| y` |\n| 字字 | plain |\n")
     t = markdown_to_plain(md).splitlines()
     assert t[2].startswith("bold  ") and "x | y" in t[2]

@@ -19,8 +19,8 @@ import httpx
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
-from harness.client import EngineClient, MetricsScrape, scrape_from_text
-from harness.gate import gate_exit_code
+from harness.serve.client import EngineClient, MetricsScrape, scrape_from_text
+from harness.publish.gate import gate_exit_code
 from harness.report import render_markdown
 from harness.run.point import PointRunner
 from harness.run.traffic import not_lone_reason, traffic_facts

@@ -1,5 +1,5 @@
 """Verdicts on crafted answers: the thread's method lessons as tests."""
-from harness.verdict import judge, repeats, sha1, verbatim_prefix
+from harness.judge.verdict import judge, repeats, sha1, verbatim_prefix
 
 from harness.prompts import document_lines
 

@@ -12,8 +12,8 @@ import psutil
 import pytest
 
 from harness.backends import ray as rb
-from harness.configs import parse_slots
-from harness.engines import adapter_class
+from harness.settings.configs import parse_slots
+from harness.serve.engines import adapter_class
 from tests.conftest import ROOT
 from tests.conftest import wait_for as _wait_for
 
@@ -129,11 +129,11 @@ def test_lost_twice_is_infra_on_every_phase_and_once_is_a_retry_elsewhere(tmp_pa
     """The driver's bookkeeping for lost points, without a cluster: the first loss
     resubmits attempt 2 away from the node; the second writes ``infra`` records (one per
     phase) naming both failures, counted like any finished point."""
-    from harness.cli import build_options, sweep_parser
-    from harness.engines import make_adapter
+    from harness.command.cli import build_options, sweep_parser
+    from harness.serve.engines import make_adapter
     from harness.run.driver import Driver
     from harness.run.plan import plan_points
-    from harness.store import ResultStore
+    from harness.records.store import ResultStore
 
     argv = ["--backend", "ray", "--residues", "3", "--phases", "cold,warm,self-hit"]
     opts = build_options(sweep_parser().parse_args(argv), argv)

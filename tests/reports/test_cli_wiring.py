@@ -13,7 +13,7 @@ import pytest
 from . import synth
 from .conftest import FIXTURES
 from harness.report import render_markdown
-from harness.store import load_manifest_for, load_records
+from harness.records.store import load_manifest_for, load_records
 from .test_gate import _fake_gh
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -5,8 +5,8 @@ import json
 
 from . import synth
 from .gfm import gfm_tables
-from harness.compare import compare_records, render_compare_markdown
-from harness.store import load_records
+from harness.publish.compare import compare_records, render_compare_markdown
+from harness.records.store import load_records
 
 FULL = synth.make_config()
 PIECEWISE = synth.make_config(cudagraph="PIECEWISE")

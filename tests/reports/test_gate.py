@@ -11,8 +11,8 @@ import pytest
 
 from . import synth
 from .conftest import FIXTURES
-from harness.gate import (GateError, GhNotFound, append_github_step_summary, find_regressions,
-                          gate_exit_code, post_issue_comment, write_junit)
+from harness.publish.gate import (GateError, GhNotFound, append_github_step_summary,
+                                  find_regressions, gate_exit_code, post_issue_comment, write_junit)
 
 FULL = synth.make_config()
 PIECEWISE = synth.make_config(cudagraph="PIECEWISE")
@@ -152,7 +152,7 @@ def test_issue_comment_errors(tmp_path, monkeypatch):
 
 
 def test_gate_fails_when_coverage_shrinks_unless_allowed(tmp_path):
-    from harness.gate import find_coverage_losses
+    from harness.publish.gate import find_coverage_losses
     base = synth.sweep(FULL, range(8), broken=[4])
     fewer = synth.sweep(FULL, range(6), broken=[4])      # residues 6, 7 gone
     assert gate_exit_code(fewer, base) == 1
@@ -192,7 +192,7 @@ def test_a_known_broken_cell_that_nothing_judged_now_is_lost_coverage(verdict):
     """Issue 33 item 5: a baseline whose cells are all known-broken, and a run where
     nothing was judged (every point failed to boot, ...), passed the gate: only
     ``unjudged`` counted as lost coverage."""
-    from harness.gate import find_coverage_losses
+    from harness.publish.gate import find_coverage_losses
     clean = synth.sweep(FULL, [5])
     base = [dict(r, verdict="broken") for r in synth.sweep(FULL, [4])] + clean  # 4 known-broken
     now = _all(FULL, [4], verdict, "server never came up") + clean
@@ -208,7 +208,7 @@ def test_a_known_broken_cell_that_nothing_judged_now_is_lost_coverage(verdict):
 def test_a_run_whose_every_point_failed_to_boot_fails_the_gate():
     """Against any baseline, even one that failed to boot too (nothing to regress from,
     no judged cell to lose), and with --allow-fewer."""
-    from harness.gate import gate_block, gate_lines
+    from harness.publish.gate import gate_block, gate_lines
     now = _all(FULL, range(6), "boot-fail", "KV cache too small")
     for base in (synth.sweep(FULL, range(6), broken=[4]), now):
         assert gate_exit_code(now, base) == 1
@@ -222,7 +222,7 @@ def test_the_gate_names_each_regressed_and_lost_cell(tmp_path):
     """Issue 36: the gate said "1 regression(s)" and nothing else. Its block, its lines,
     the report's baseline section and the JUnit name each cell with old -> new verdict and
     the rerun line."""
-    from harness.gate import gate_block, gate_lines
+    from harness.publish.gate import gate_block, gate_lines
     from harness.report import render_markdown
     base = synth.sweep(FULL, range(6), broken=[4])
     now = [dict(r, verdict="boot-fail", answer="") if r["residue"] == 4 else r

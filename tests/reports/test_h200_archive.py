@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from harness.report import render_markdown
-from harness.store import linked_runs, load_manifest_for, load_records, read_jsonl
+from harness.records.store import linked_runs, load_manifest_for, load_records, read_jsonl
 
 H200 = Path(__file__).resolve().parents[2] / "reports" / "h200"
 RESULTS = H200 / "results"

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from harness.report import render_markdown
 from harness.report.explain import divergence_of, reference_texts
-from harness.store import read_jsonl
-from harness.verdict import judge
+from harness.records.store import read_jsonl
+from harness.judge.verdict import judge
 
 RESULTS = Path(__file__).resolve().parents[2] / "reports" / "h200" / "results"
 FRAGMENT = RESULTS / "20261130-024956-23ee.jsonl.gz"   # ' first frost.' cold, 292 wrong on the hit

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from harness.report.auto import agreement_of
-from harness.store import read_jsonl
+from harness.records.store import read_jsonl
 
 RES = Path(__file__).resolve().parents[2] / "reports" / "h200" / "results"
 MATRIX, KRUN = "20261201-095803-fa07", "20261201-100602-f154"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.store import read_jsonl
+from harness.records.store import read_jsonl
 
 # claims read from the largest committed archives (2-6 s each on the 2-core box): the full
 # suite runs them, the quick subset does not (docs/testing.md)

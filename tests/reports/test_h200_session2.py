@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from harness.report.auto import agreement_of
-from harness.store import read_jsonl
+from harness.records.store import read_jsonl
 
 H200 = Path(__file__).resolve().parents[2] / "reports" / "h200"
 DFLASH, UNPATCHED, PATCHED = ("20261201-115154-d70a", "20261201-115154-d292",

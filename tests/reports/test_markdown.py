@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from .gfm import gfm_html, gfm_tables, parse_html
-from harness.ghmarkdown import ZWJ, cap, code, escape_text, fence, neutralise, table
+from harness.text.ghmarkdown import ZWJ, cap, code, escape_text, fence, neutralise, table
 
 HOSTILE = ("a|b `tick` <script>alert(1)</script> <img src=x onerror=y> @someone #1 GH-12 "
            "owner/repo#34 *bold* _em_ [link](http://evil) ~~s~~ $x$ \\ & \x1b[31m \u202e")

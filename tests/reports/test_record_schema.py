@@ -10,7 +10,7 @@ import pytest
 
 from harness.run.records import (SCHEMA_VERSION, PhaseRecord, load_phase_records,
                                  read_phase_records, schema_of)
-from harness.store import load_records, read_jsonl
+from harness.records.store import load_records, read_jsonl
 
 ROOT = Path(__file__).resolve().parents[2]
 PATTERNS = ("tests/**/fixtures/**/*.jsonl*", "reports/h200/results/*.jsonl.gz",

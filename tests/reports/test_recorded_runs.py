@@ -15,17 +15,17 @@ import pytest
 
 from .conftest import FIXTURES
 from .gfm import gfm_html, gfm_tables
-from harness.compare import compare_records
-from harness.gate import gate_exit_code, write_junit
+from harness.publish.compare import compare_records
+from harness.publish.gate import gate_exit_code, write_junit
 from harness.report import render_markdown
-from harness.store import load_manifest_for, load_records
+from harness.records.store import load_manifest_for, load_records
 
 ROOT = Path(__file__).resolve().parents[2]
 LAB = FIXTURES / "lab"
 
 
 def _load(tmp_path: Path, stem: Path):
-    """Copy (and gunzip) a kept run into tmp_path; records + manifests via harness.store."""
+    """Copy (and gunzip) a kept run into tmp_path; records + manifests via harness.records.store."""
     src = stem.with_name(stem.name + ".jsonl")
     dst = tmp_path / src.name
     if src.exists():

@@ -1,5 +1,5 @@
 """render_markdown / write_report on recorded runs (synthetic records following
-docs/records.md, written to JSONL and read back through harness.store)."""
+docs/records.md, written to JSONL and read back through harness.records.store)."""
 from __future__ import annotations
 
 import re
@@ -10,7 +10,7 @@ from . import synth
 from .gfm import gfm_html, gfm_tables, parse_html
 from harness.report import (fmt_ranges, miss_probability, miss_sentence, render_markdown,
                             write_report)
-from harness.store import load_manifest_for, load_records
+from harness.records.store import load_manifest_for, load_records
 
 FULL = synth.make_config()
 PIECEWISE = synth.make_config(cudagraph="PIECEWISE")
@@ -425,8 +425,8 @@ def test_empty_and_write_report(tmp_path, run128):
 
 def test_sparse_records_do_not_crash_anything(tmp_path):
     """Records from an older harness or another tool may lack keys: nothing may crash."""
-    from harness.compare import compare_records, render_compare_markdown
-    from harness.gate import gate_exit_code, write_junit
+    from harness.publish.compare import compare_records, render_compare_markdown
+    from harness.publish.gate import gate_exit_code, write_junit
 
     sparse = [{"config_id": "c1", "residue": 4, "phase": "self-hit", "verdict": "broken"},
               {"config_id": "c1", "residue": 3, "phase": "self-hit", "verdict": "ok"},

@@ -11,10 +11,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from harness import compare
+from harness.publish import compare
 from harness.results import CONFIG_PREFIX, frame
-from harness.store import StoreError, load_records, read_jsonl
-from harness.vocabulary import PHASES, SEVERITY
+from harness.records.store import StoreError, load_records, read_jsonl
+from harness.judge.vocabulary import PHASES, SEVERITY
 
 ROOT = Path(__file__).resolve().parents[2]
 H200 = ROOT / "reports" / "h200" / "results"

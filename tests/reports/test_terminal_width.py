@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 
-from harness.plaintext import display_width
+from harness.text.plaintext import display_width
 from harness.report import render_terminal
 from harness.report.terminal import terminal_width
 from tests.reports import synth

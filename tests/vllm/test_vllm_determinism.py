@@ -49,7 +49,7 @@ def test_vllm_parses_the_modes_compilation_config_in_every_spelling():
     value (last one wins), ``flag=JSON``, dotted keys (which replace a JSON value in vLLM)
     and a line without any; and with both keys named, vLLM's own defaults leave them off."""
     from engine.vllm.determinism import INDUCTOR_CONFIG, fixed_compilation_argv
-    from harness.serve_line import _vllm_parser
+    from harness.serve.serve_line import _vllm_parser
     parser, why = _vllm_parser()
     assert parser is not None, why
     base = ["--model", "/m"]

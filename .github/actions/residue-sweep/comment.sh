@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The action's comment step (action.yml): the report as one comment on the pull request
-# (or on COMMENT_ISSUE), updated on every push, through harness.github_rest. Inputs arrive
+# (or on COMMENT_ISSUE), updated on every push, through harness.publish.github_rest. Inputs arrive
 # in the environment. A comment GitHub refuses (say, a fork's read-only token) is a
 # warning, not a failure: the sweep's own exit code gates the job.
 set -uo pipefail
@@ -16,7 +16,7 @@ else
 fi
 if [ "${COMMENT_MODE:-true}" = "dry-run" ]; then args+=(--dry-run); fi
 
-python -m harness.github_rest "${args[@]}" "${REPORT:?}"
+python -m harness.publish.github_rest "${args[@]}" "${REPORT:?}"
 code=$?
 if [ "$code" -ne 0 ]; then
   echo "::warning::the report was not commented (github_rest exit $code: 2 usage or no token, 10 token refused, 11 not found, 12 rejected, 13 unreachable)"

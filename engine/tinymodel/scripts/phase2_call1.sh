@@ -23,7 +23,7 @@ export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
   { echo "== imports (device python, PYTHONPATH=/tmp/site:repo)"
     PYTHONPATH=/tmp/site:$S python3 - <<'PY'
 import importlib
-for m in ("harness.cli", "harness.report", "harness.client", "harness.residue_sweep",
+for m in ("harness.command.cli", "harness.report", "harness.serve.client", "harness.residue_sweep",
           "engine.vllm", "engine.vllm.launch", "engine.vllm.effective", "engine.vllm.patches",
           "pandas", "tabulate", "jinja2", "tqdm", "prometheus_client", "httpx", "psutil",
           "tokenizers", "fastapi", "uvicorn", "openai"):

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
-from harness.store import read_jsonl  # noqa: E402
+from harness.records.store import read_jsonl  # noqa: E402
 
 files = sys.argv[1:] or sorted(glob.glob(str(Path(__file__).parent / "results" / "*.jsonl.gz")))
 recs = [r for f in files for r in read_jsonl(f)]

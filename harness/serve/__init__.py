@@ -1,0 +1,16 @@
+"""Servers and engines: how a configuration becomes a server, what the server says it is,
+and what is done to a running one (reset, restore, poison). Below the pool
+(``harness/server_pool.py``) and the run; imports nothing of the harness but ``errors``.
+
+- ``engines.py``      ``ADAPTERS``: one ``EngineAdapter`` per engine (lab, vllm, cmd)
+- ``engine_help.py``  an engine's facts as ``sweep --help`` says them, asked of its adapter
+- ``serve_line.py``   ``--serve 'vllm serve MODEL ...'``: the user's own server line
+- ``cmd_config.py``   what an ``--engine cmd`` server runs: read, declared, or unknown
+- ``dummy_weights.py`` vLLM's ``--load-format dummy`` found in a command, however spelled
+- ``client.py``       the async client for one OpenAI-compatible server
+- ``isolation.py``    ``POLICIES``: what each ``--isolation`` value does to a server
+- ``restore.py``      a running server returned to its just-booted state, each step proven
+- ``poison.py``       ``--poison``: the fill of the memory a stale read can reach
+- ``slots.py``        where a server runs: a CPU slot, a GPU, a group of GPUs
+- ``orphans.py``      servers die with the sweep, or are ended by the next one
+"""

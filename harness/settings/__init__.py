@@ -1,0 +1,9 @@
+"""What a sweep is asked to do: every flag declared once, the values a flag may take, and
+the typed sweep request (``SweepOptions``) with its matrix. ``harness/options.py`` builds it
+from argv.
+
+- ``flags.py``             ``FLAGS``: every ``sweep`` flag, its parser, checks and matrix axis
+- ``flag_values.py``       what a flag's value may be: the parsers the table gives argparse
+- ``configs.py``           ``SweepOptions``, matrix expansion, residue selection
+- ``backend_registry.py``  ``BACKENDS``: the names ``--backend`` takes and where each lives
+"""

@@ -1,0 +1,325 @@
+"""Configurations: one typed sweep request, matrix expansion, residue selection.
+
+Everything ``sweep`` was asked is validated here into ``SweepOptions`` before anything
+starts; a bad value raises ``UsageError`` with one line naming the flag and what it
+allows. Preset resolution is ``engine.presets.resolve`` (one table for every engine).
+"""
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from engine.presets import PresetError, ServingConfig, resolve
+
+from ..judge import bugb
+from ..errors import UsageError
+from .flag_values import choices_of, parse_phases, split
+from .flags import UNSET
+from ..prompts.cases import PromptCase, load_cases, select_cases
+from ..serve.slots import Slot
+from ..judge.vocabulary import PHASES, PhaseName
+
+__all__ = ["SweepOptions", "config_id", "modulus_for", "modulus_and_why", "expand_matrix",
+           "predicted_residues", "select_residues", "parse_slots", "parse_phases",
+           "parse_reference", "parse_prompts", "describe"]
+
+
+@dataclass(frozen=True)
+class SweepOptions:
+    engine: str
+    configs: tuple[ServingConfig, ...]
+    model: str | None
+    residues: str
+    modulus: int | None            # None = auto (each configuration's hit granularity)
+    context: int
+    phases: tuple[str, ...]
+    reference: str                 # passage | cold | golden:RUN
+    isolation: str
+    slots: tuple[Slot, ...]
+    server_cmd: str | None
+    served_model_name: str | None
+    max_tokens: int
+    timeout: float
+    boot_timeout: float
+    out: Path
+    reports_dir: Path
+    resume: str | None
+    dry_run: bool
+    answer_lines: int = 3
+    seed: int = 0
+    baseline: str | None = None
+    junit: Path | None = None
+    full: bool = False
+    gh_issue: int | None = None
+    gh_repo: str | None = None       # --gh-issue through the REST API: OWNER/NAME
+    gh_dry_run: bool = False         # --gh-issue: print the request, send nothing
+    api_key: str | None = None
+    draft_model: str | None = None   # --engine vllm: drafter checkpoint
+    engine_args: tuple[str, ...] = ()  # --engine vllm: extra server arguments
+    backend: str = "local"         # a name in harness.backends.BACKENDS
+    ray_address: str | None = None
+    seeds: tuple[int, ...] = ()      # --seed list: one document per seed (() = (seed,))
+    auto_sample: int = 4             # --isolation auto: seeded ok residues confirmed fresh
+    cache_dir: Path | None = None    # --cache-dir: shared compile/Triton caches (vllm)
+    launcher: str = "plain"          # plain | prefork
+    poison: str = "auto"             # --poison auto | on | off (harness/serve/poison.py)
+    bisect: bool = False           # --bisect: the exit code git bisect run reads
+    prompts: str | None = None       # --prompts FILE, as given (reruns spell it)
+    cases: tuple[PromptCase, ...] = ()   # its validated cases (after --case)
+    argv: tuple[str, ...] = field(default=(), compare=False)
+    logprobs: int = 0              # top_logprobs asked per answer token; 0 = not asked
+    logprobs_default: int = 0      # the engine's default (a rerun repeats only a change)
+    allow_fewer: bool = False      # --baseline: coverage may shrink
+    # boots at once (0: one per slot) and a first boot alone with the cold-compile timeout
+    # (backends/local.BootGate): explain's rungs are as many configurations, each a compile
+    boot_parallel: int = 0
+    boot_warmup: bool = False
+    # --url: the running server swept (harness/live.LiveTarget); None: servers are started
+    live: Any = field(default=None, compare=False)
+    load: int = 0                  # --load N: background conversations beside each request
+    load_mode: str = "steady"      # --load-mode steady | cancel (run/load.py)
+    served_config: str | None = None   # --engine cmd: --served-config JSON, as given
+    # ... and its fields, parsed once by options.build_options (cmd_config.parse_served_config)
+    served_fields: dict | None = field(default=None, compare=False)
+    serve: str | None = None       # --serve LINE: the server line swept as written
+    # ... and as read (serve_line.ServeLine), once, by options.build_options
+    serve_line: Any = field(default=None, compare=False)
+    # the sweep flags as parsed (flags.flags_json): the manifest keeps them, versioned, and
+    # --resume / sweep explain rebuild the options from them
+    flags: dict = field(default_factory=dict, compare=False)
+
+    @property
+    def documents(self) -> tuple[int, ...]:
+        """The document seeds every residue is measured on."""
+        return self.seeds or (self.seed,)
+
+    @property
+    def golden_run(self) -> str | None:
+        return self.reference.split(":", 1)[1] if self.reference.startswith("golden:") else None
+
+
+def config_id(cfg: ServingConfig) -> str:
+    blob = json.dumps(cfg.identity(), sort_keys=True, default=str)
+    return hashlib.sha1(blob.encode()).hexdigest()[:12]
+
+
+def modulus_for(cfg: ServingConfig, modulus: int | None) -> int:
+    """The residue modulus: given, or (auto) from the configuration's effective geometry
+    (``bugb.auto_modulus``): its hit unit as configured (match unit, else block size) and,
+    when ``--max-num-batched-tokens`` is set, the chunk budget that cuts a final chunk of
+    ``L mod B``. A hybrid engine may hit on a coarser page block; the measured
+    cached_tokens then tell, and the report says so."""
+    return modulus_and_why(cfg, modulus)[0]
+
+
+def modulus_and_why(cfg: ServingConfig, modulus: int | None) -> tuple[int, str]:
+    """The modulus and why (records carry it as ``modulus_why``)."""
+    if modulus is not None:
+        return modulus, "given (--modulus)"
+    mod, why = bugb.auto_modulus(cfg.as_dict())
+    if not cfg.max_num_batched_tokens:
+        # as before the rule knew chunk budgets: the match unit, else the block size
+        mod = int(bugb.hit_unit(cfg.as_dict(), default=cfg.block_size)[0])
+        why = (f"auto: the match unit {mod}" if cfg.prefix_match_unit
+               else f"auto: the block size {mod}")
+        return mod, why
+    return mod, f"auto: {why}"
+
+
+def expand_matrix(*, engine: str, model: str | None, prefix_cache: bool | None,
+                  axes: dict[str, list[Any]]) -> list[ServingConfig]:
+    """Every comma-separated configuration flag is one axis (``flags.matrix_axes``); the
+    result is their product, in the flags' declaration order, without duplicates."""
+    names = list(axes)
+    out: list[ServingConfig] = []
+    seen: set[str] = set()
+    for combo in itertools.product(*(axes[n] for n in names)):
+        chosen = dict(zip(names, combo))
+        overrides = {n: v for n, v in chosen.items() if v is not UNSET}
+        try:
+            cfg = resolve(engine=engine, model=model, prefix_caching=prefix_cache, **overrides)
+        except PresetError as e:
+            raise UsageError(f"configuration {chosen.get('spec')}/{chosen.get('ctx')}: {e}") from None
+        cid = config_id(cfg)
+        if cid not in seen:
+            seen.add(cid)
+            out.append(cfg)
+    return out
+
+
+def predicted_residues(cfg: ServingConfig, modulus: int) -> list[int]:
+    """The residues the Bug B rule (``harness.judge.bugb``) names for ``cfg`` at ``modulus``
+    before anything ran ([] when it predicts no break or cannot name one)."""
+    return bugb.predict(cfg.as_dict(), modulus).residues or []
+
+
+def select_residues(spec: str, cfg: ServingConfig, modulus: int, *,
+                    seed: int = 0) -> tuple[list[int], str | None]:
+    """Residues for one configuration, and a sentence about what was left out (None when
+    every residue is covered).
+
+    ``all`` | ``risky`` (the rule's k+1 and its neighbours, plus the edges) | ``tails[:N]``
+    (the final-chunk tails that matter, ``1, k, k+1, k+2``, the rule's residues, and N
+    seeded others, default 4: for a large modulus such as a chunk budget) | ``LIST`` /
+    ``A-B`` (each residue once, no empty item) | ``sample:N`` (always includes the rule's
+    ``k + 1`` and what the rule predicts for the configuration).
+    """
+    s = spec.strip().lower()
+    predicted = predicted_residues(cfg, modulus)
+    if s == "all":
+        chosen = list(range(modulus))
+    elif s == "risky":
+        k1 = cfg.decode_query_len
+        chosen = sorted({r % modulus for r in (0, 1, k1 - 1, k1, k1 + 1, modulus - 1)})
+    elif s == "tails" or s.startswith("tails:"):
+        chosen = _tails(s, spec, cfg, modulus, predicted, seed)
+    elif s.startswith("sample:"):
+        try:
+            n = int(s.split(":", 1)[1])
+        except ValueError:
+            raise UsageError(f"--residues: {spec!r}: sample:N needs an integer N") from None
+        if not 1 <= n <= modulus:
+            raise UsageError(f"--residues: sample:{n} must be between 1 and {modulus}")
+        # k + 1 always (docs/flags.md), the rule's prediction or not: a configuration the
+        # rule calls safe (PIECEWISE, the fix on) is checked where it would break
+        must = list(dict.fromkeys([*predicted, cfg.decode_query_len % modulus]))
+        rng = random.Random(seed)
+        rest = [r for r in range(modulus) if r not in must]
+        rng.shuffle(rest)
+        chosen = sorted(set(must[:n]) | set(rest[: max(0, n - len(must))]))
+    else:
+        chosen = []
+        items = [v.strip() for v in spec.split(",")] if spec.strip() else []
+        if "" in items:   # nothing at all is "names no residue" below
+            raise UsageError(f"--residues: {spec!r} has an empty item (two commas, or one at "
+                             "an end); write a list such as 3,4,5")
+        for item in items:
+            try:
+                if "-" in item:
+                    a, b = (int(x) for x in item.split("-", 1))
+                    if a > b:
+                        raise UsageError(f"--residues: {item!r}: the range is reversed "
+                                         f"(write {b}-{a})")
+                    chosen.extend(range(a, b + 1))
+                else:
+                    chosen.append(int(item))
+            except UsageError:
+                raise
+            except ValueError:
+                raise UsageError(f"--residues: {item!r} is not valid; allowed: all, risky, "
+                                 "tails[:N], sample:N, a list (3,4,5) or a range (0-15)") from None
+        bad = [r for r in chosen if not 0 <= r < modulus]
+        if bad:
+            raise UsageError(f"--residues: {bad[0]} is outside 0..{modulus - 1} (modulus {modulus})")
+        twice = sorted({r for r in chosen if chosen.count(r) > 1})
+        if twice:
+            raise UsageError(f"--residues: {spec!r} names residue {twice[0]} twice; name each "
+                             "residue once")
+        chosen = sorted(chosen)
+        if not chosen:
+            raise UsageError(f"--residues: {spec!r} names no residue; allowed: all, risky, "
+                             "tails[:N], sample:N, a list (3,4,5) or a range (0-15)")
+    if len(chosen) == modulus:
+        return chosen, None
+    missing = [r for r in predicted if r not in chosen]
+    miss = 1 - len(chosen) / modulus
+    note = (f"{len(chosen)} of {modulus} residues swept; a single broken residue would be "
+            f"missed {miss:.0%} of the time")
+    if missing:
+        note += f"; the rule's residue {missing[0]} (k+1) is NOT in the set"
+    return chosen, note
+
+
+def _tails(s: str, spec: str, cfg: ServingConfig, modulus: int, predicted: list[int],
+           seed: int) -> list[int]:
+    """``tails[:N]``: the residues whose final chunk is 1, k, k + 1 or k + 2 tokens, what
+    the rule names, and N seeded others."""
+    try:
+        n = int(s.split(":", 1)[1]) if ":" in s else 4
+    except ValueError:
+        raise UsageError(f"--residues: {spec!r}: tails:N needs an integer N") from None
+    if n < 0:
+        raise UsageError(f"--residues: {spec!r}: N must be at least 0")
+    k = cfg.decode_query_len - 1
+    core = {r % modulus for r in (1, k, k + 1, k + 2)} | set(predicted)
+    rest = [r for r in range(modulus) if r not in core]
+    random.Random(f"tails:{seed}").shuffle(rest)
+    return sorted(core | set(rest[:n]))
+
+
+def parse_slots(slots: int | None, gpus: str | None, default: int) -> tuple[Slot, ...]:
+    if gpus:
+        ids = split(gpus)
+        if not ids or any(not all(p.isdigit() for p in g.split("+")) for g in ids):
+            raise UsageError(f"--gpus: {gpus!r} is not valid; allowed: a comma list of GPU "
+                             "ids (0,1), or of groups, one tensor-parallel server each (0+1,2+3)")
+        _check_groups(gpus, [g.split("+") for g in ids])
+        return tuple(Slot.gpus(ids))
+    n = slots if slots is not None else default
+    if n < 1:
+        raise UsageError("--slots must be at least 1")
+    return tuple(Slot.cpu(n))
+
+
+def _check_groups(spelled: str, groups: list[list[str]]) -> None:
+    """Every server of a sweep spans as many GPUs (one TP size per configuration), a
+    group names a GPU once, and two groups share none unless they are the same group
+    (two servers side by side, as ``--gpus 0,0``)."""
+    if len({len(g) for g in groups}) > 1:
+        raise UsageError(f"--gpus {spelled}: every group must have as many GPUs (one "
+                         "--tensor-parallel-size per sweep), e.g. 0+1,2+3")
+    for g in groups:
+        if len(set(g)) < len(g):
+            raise UsageError(f"--gpus {spelled}: GPU {next(x for x in g if g.count(x) > 1)} "
+                             f"is named twice in the group {'+'.join(g)}")
+    owner: dict[str, tuple] = {}
+    for g in map(tuple, groups):
+        for x in g:
+            if owner.setdefault(x, g) != g:
+                raise UsageError(f"--gpus {spelled}: GPU {x} is in two groups "
+                                 f"({'+'.join(owner[x])} and {'+'.join(g)})")
+
+
+def parse_reference(reference: str, phases: Sequence[str]) -> str:
+    if reference in ("passage", "cold"):
+        if reference == "cold" and PhaseName.COLD not in phases:
+            raise UsageError("--reference cold needs the cold phase in --phases")
+        return reference
+    if reference in ("first", "consensus"):
+        return reference
+    if reference.startswith("golden:") and len(reference) > len("golden:"):
+        return reference
+    raise UsageError(f"--reference: {reference!r} is not valid; allowed: passage, cold, first, "
+                     "consensus, golden:RUN")
+
+
+def parse_prompts(path: str | None, case_ids: str | None,
+                  reference: str) -> tuple[PromptCase, ...]:
+    """The cases of ``--prompts FILE`` (``--case`` picks some), checked against the
+    reference: a case without ``expected`` needs a reference that is not the passage."""
+    if path is None:
+        if case_ids:
+            raise UsageError("--case is only for --prompts FILE")
+        return ()
+    cases = select_cases(load_cases(path), split(case_ids), path)
+    if reference == "passage":
+        bare = next((c for c in cases if c.expected is None), None)
+        if bare is not None:
+            raise UsageError(f"{path}:{bare.line}: case {bare.id!r} has no \"expected\", so "
+                             "--reference passage cannot judge it; give \"expected\" or "
+                             "--reference cold or golden:RUN")
+    return cases
+
+
+def describe(opts: SweepOptions) -> Iterable[str]:
+    for cfg in opts.configs:
+        yield f"{config_id(cfg)}  {cfg.label()}"
+        for note in cfg.notes:
+            yield f"    - {note}"
+        for o in cfg.overrides:
+            yield f"    - override: {o}"
