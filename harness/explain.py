@@ -24,7 +24,8 @@ from engine.presets import ServingConfig
 
 from .settings.configs import SweepOptions, config_id
 from .errors import CannotRun, ExitCode, HarnessError, UsageError
-from .settings.flags import FLAGS, dest_of, namespace_of
+from .settings.flag_manifest import namespace_of
+from .settings.flags import FLAGS, dest_of
 from .options import build_options
 from .report.explained import EXPLAINED, UNCHANGED
 from .run.plan import SweepPlan, plan_with_probes

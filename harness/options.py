@@ -24,7 +24,9 @@ from .serve.engines import ADAPTERS, adapter_class
 from .serve.cmd_config import declare, parse_served_config
 from .errors import UsageError
 from .serve.poison import why_not as poison_why_not
-from .settings.flags import check_flag_use, explicit_flags, flags_json, matrix_axes, sweep_parser
+from .settings.flag_checks import check_flag_use
+from .settings.flag_manifest import explicit_flags, flags_json
+from .settings.flags import matrix_axes, sweep_parser
 from .run.resume import resumed_namespace
 from .serve.serve_line import parse_serve_line, vllm_spellings
 from .records.store import ResultStore, StoreError

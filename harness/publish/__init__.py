@@ -8,6 +8,7 @@ the user named.
 - ``writers.py``      ``WRITERS``: where results go besides the results file
 - ``posting.py``      ``--gh-issue N``: a report posted through ``gh`` or the REST API
 - ``github_rest.py``  the GitHub REST API, without ``gh``
+- ``comment_split.py`` a report as comment bodies: parts past 65,536 characters, non-ok first
 - ``outfile.py``      one rule for writing a file the user named
 - ``preflight.py``    checks on where outputs go, before any server starts
 """

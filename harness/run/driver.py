@@ -29,7 +29,8 @@ from ..records.store import ResultStore, now_iso
 from .plan import Point, SweepPlan
 from .point import RunnerSpec
 from .auto import resume_confirmations
-from .records import RecordBuilder, timing_record
+from .record_builder import RecordBuilder
+from .records import timing_record
 from ..serve.isolation import IsolationName
 
 __all__ = ["Driver", "Counters", "timing_summary"]

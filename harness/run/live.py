@@ -36,7 +36,8 @@ from engine.presets import ServingConfig
 from ..serve.engines import ADAPTERS, EngineAdapter, normalise_reported
 from ..errors import CannotRun, UsageError
 from ..settings.flag_values import parse_phases
-from ..settings.flags import ENGINE, FLAGS, explicit_flags
+from ..settings.flag_manifest import explicit_flags
+from ..settings.flags import ENGINE, FLAGS
 from ..serve.slots import Slot
 from ..serve.isolation import IsolationName
 from ..judge.vocabulary import PhaseName

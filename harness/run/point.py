@@ -35,7 +35,8 @@ from .hits import budget_final_chunk, intended_tail, tail_note
 from .load import (BackgroundLoad, LoadError, beside_from_log, load_facts, preempted_in_log,
                    server_gauges)
 from .plan import Point, golden_answer
-from .records import RecordBuilder, timing_record
+from .record_builder import RecordBuilder
+from .records import timing_record
 from ..judge.vocabulary import CLEAN, UNJUDGED, PhaseName
 from .traffic import not_lone_reason, traffic_facts
 

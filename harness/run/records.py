@@ -1,4 +1,5 @@
-"""The phase record (docs/records.md): its typed model, its schema version, its builders.
+"""The phase record (docs/records.md): its typed model, its schema version, its readers
+(the builder a run writes them with: ``record_builder.py``).
 
 A record is written as one JSON object per phase; ``PhaseRecord`` is that object typed.
 ``SCHEMA_VERSION`` is written into every new record; a record without one is a version-1
@@ -16,19 +17,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from ..serve.cmd_config import cmd_label
 from ..records.recordkeys import auto_pass, cell_key, document_of, point_key, value_of
-from ..records.store import load_records, now_iso
+from ..records.store import load_records
 
 from ..judge.vocabulary import (BUG_VERDICTS, CLEAN, EXPLAINED, JUDGED, NOT_FAILED, NOT_LONE, OPEN,
                                 PHASES, SERVER_LOGGED, SEVERITY, UNANSWERED, UNTESTED, VERDICTS,
                                 phase_key, verdict_info, worst)
-from ..serve.engines import EngineName
 
 __all__ = ["SCHEMA_VERSION", "PhaseRecord", "PHASES", "VERDICTS", "SEVERITY", "BUG_VERDICTS",
            "CLEAN", "EXPLAINED", "JUDGED", "NOT_FAILED", "NOT_LONE", "OPEN", "SERVER_LOGGED", "UNANSWERED", "UNTESTED", "verdict_info", "CONFIG_FIELDS", "NOT_IDENTITY", "phase_key", "worst", "schema_of",
            "data_fields", "ServerBoot", "RunTiming", "PassTiming", "BootSplit", "as_record", "typed", "read_phase_records", "load_phase_records",
-           "latest_records", "reference_cells", "cell_key", "point_key", "document_of", "auto_pass", "record_identity", "sha12", "RecordBuilder", "mismatches", "failure_fields", "timing_record", "by_node"]
+           "latest_records", "reference_cells", "cell_key", "point_key", "document_of", "auto_pass", "record_identity", "sha12", "mismatches", "failure_fields", "timing_record", "by_node"]
 
 # 3: the cold phase under --reference cold is `unjudged` (was `ok`), a collapse is measured
 #    against the reference's length, an unproven hit is `invalid`; new fields
@@ -414,82 +413,6 @@ def sha12(record: Any) -> str:
     """The first 12 hex of a record's answer sha1 (``–`` when it has none); a dict or a
     ``PhaseRecord``."""
     return (value_of(record, "sha1") or "")[:12] or "–"
-
-
-@dataclass(frozen=True)
-class RecordBuilder:
-    """Builds the records of one run: the fields every phase record of a point shares,
-    and the records of a phase that produced no answer. ``point`` is a ``plan.Point``."""
-
-    run_id: str
-    harness_version: str
-    isolation: str
-    reference: str
-    phases: tuple[str, ...]
-
-    def base(self, point: Any, slot: str, node: str, phase: str, info: Mapping[str, Any],
-             templated: int | None) -> dict[str, Any]:
-        requested = point.cfg.as_dict()
-        effective = info.get("config") or requested
-        cmd = point.cfg.engine == EngineName.CMD   # presets never reach a cmd server: cmd_config
-        return {
-            "run_id": self.run_id, "harness_version": self.harness_version,
-            "config_id": point.cfg_id, "config_label": info.get("config_label") or (
-                cmd_label(point.cfg, None) if cmd else point.cfg.label()),
-            "config": effective, "requested_config": requested,
-            "config_mismatch": (list(effective.get("declared_differs") or ()) if cmd
-                                else mismatches(requested, effective)),
-            "engine": point.cfg.engine, "engine_version": info.get("engine_version"),
-            "patches": effective.get("patches") if cmd else point.cfg.patches,
-            "patch_status": info.get("patch_status"),
-            "model": info.get("model") or point.cfg.model, "slot": slot, "node": node,
-            "isolation": getattr(point, "isolation", None) or self.isolation,
-            "isolation_run": "auto" if getattr(point, "isolation", None) else None,
-            "confirms": getattr(point, "confirms", None),
-            "document_seed": getattr(point, "seed", None),
-            "server_boot": info.get("server_boot"),
-            "residue": point.residue,
-            "modulus": point.modulus, "target_len": point.plan.target_len,
-            "templated_len": templated if templated is not None else point.plan.target_len,
-            "templated_len_source": ("server /tokenize" if templated is not None
-                                     else "local tokenizer"),
-            "phase": phase, "reference": self.reference,
-            "boot_s": info.get("boot_s"), "started_at": now_iso(), "rerun": point.rerun,
-            "case_id": point.plan.case_id, "prompt_sha1": point.plan.prompt_sha1,
-            "modulus_why": getattr(point, "modulus_why", None),
-            "restore": info.get("restore"), "poison": _copied(info.get("poison")),
-        }
-
-    def build(self, base: dict[str, Any], measured: dict[str, Any],
-              extra: dict[str, Any] | None = None) -> dict[str, Any]:
-        """A whole record, checked against the model (a verdict or phase outside the
-        vocabulary is a harness bug and raises here)."""
-        return PhaseRecord(**base, **measured, extra=dict(extra or {})).as_dict()
-
-    def failure(self, point: Any, slot: str, node: str, phase: str, verdict: str,
-                reason: str, excerpt: list, info: Mapping[str, Any] | None = None,
-                templated: int | None = None) -> dict[str, Any]:
-        expected_chars = len(point.plan.expected or "")   # a prompt case may have none
-        return self.build(self.base(point, slot, node, phase, info or {}, templated),
-                          failure_fields(verdict, reason, excerpt, expected_chars))
-
-    def failures(self, point: Any, slot: str, node: str, verdict: str, reason: str,
-                 excerpt: list, extra: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-        """One record per requested phase (every cell of a table has a value)."""
-        out = []
-        for phase in self.phases:
-            rec = self.failure(point, slot, node, phase, verdict, reason, excerpt)
-            rec.update(extra or {})
-            out.append(rec)
-        return out
-
-
-def _copied(poison: dict | None) -> dict | None:
-    """A record's own copy: a reused server's fills change after the record is built."""
-    if poison is None:
-        return None
-    return {**poison, "fills": [dict(f) for f in poison.get("fills") or ()]} \
-        if "fills" in poison else dict(poison)
 
 
 def by_node(records: Iterable[Any]) -> dict[str, Counter]:

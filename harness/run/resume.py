@@ -1,5 +1,5 @@
 """``--resume RUN_ID``: the same run, from its manifest's options (versioned JSON,
-``flags.flags_json``; a manifest from before them: its command line).
+``settings/flag_manifest.flags_json``; a manifest from before them: its command line).
 
 A resumed run keeps its plan: what it measures and on which configurations comes from the
 manifest. Only the flags in ``MAY_CHANGE`` (each ``Flag(..., resume=True)``: where files
@@ -14,7 +14,8 @@ import argparse
 from typing import Any, Sequence
 
 from ..errors import UsageError
-from ..settings.flags import FLAGS, dest_of, explicit_flags, namespace_of
+from ..settings.flag_manifest import explicit_flags, namespace_of
+from ..settings.flags import FLAGS, dest_of
 
 __all__ = ["MAY_CHANGE", "resumed_namespace", "check_resumed_records"]
 

@@ -2,7 +2,11 @@
 and what is done to a running one (reset, restore, poison). Below the pool
 (``harness/server_pool.py``) and the run; imports nothing of the harness but ``errors``.
 
-- ``engines.py``      ``ADAPTERS``: one ``EngineAdapter`` per engine (lab, vllm, cmd)
+- ``engines.py``      ``ADAPTERS``: the registry, one adapter class per engine
+- ``adapter.py``      ``EngineAdapter``: what every adapter is (the seam), ``PreforkSpec``
+- ``lab_adapter.py``  ``--engine lab``: the CPU lab engine
+- ``vllm_adapter.py`` ``--engine vllm``: ``vllm serve`` from the presets, plugin, sleep, poison
+- ``cmd_adapter.py``  ``--engine cmd``: any OpenAI-compatible server from a template
 - ``engine_help.py``  an engine's facts as ``sweep --help`` says them, asked of its adapter
 - ``serve_line.py``   ``--serve 'vllm serve MODEL ...'``: the user's own server line
 - ``cmd_config.py``   what an ``--engine cmd`` server runs: read, declared, or unknown

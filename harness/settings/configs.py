@@ -89,7 +89,7 @@ class SweepOptions:
     serve: str | None = None       # --serve LINE: the server line swept as written
     # ... and as read (serve_line.ServeLine), once, by options.build_options
     serve_line: Any = field(default=None, compare=False)
-    # the sweep flags as parsed (flags.flags_json): the manifest keeps them, versioned, and
+    # the sweep flags as parsed (flag_manifest.flags_json): the manifest keeps them, versioned, and
     # --resume / sweep explain rebuild the options from them
     flags: dict = field(default_factory=dict, compare=False)
 

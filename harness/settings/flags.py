@@ -4,7 +4,9 @@ axis a comma list of it expands, and how a rerun command spells it.
 ``sweep_parser`` builds the argparse parser from ``FLAGS``; ``matrix_axes`` gives
 ``configs.expand_matrix`` the comma lists in declaration order (the product's order);
 ``rerun_command`` writes the one command line that reruns a data point from each flag's
-``rerun``. Adding a flag is one ``Flag(...)`` here (and its field on ``SweepOptions`` when
+``rerun``. The flags that only make sense together are checked in ``flag_checks.py``; the
+manifest's copy of the flags, and which ones an argv wrote, are ``flag_manifest.py``.
+Adding a flag is one ``Flag(...)`` here (and its field on ``SweepOptions`` when
 it is not a matrix axis): see docs/architecture.md.
 """
 from __future__ import annotations
@@ -23,17 +25,14 @@ from ..serve.engine_help import (can_fork, ctx_words, engine_help, for_engines, 
 from ..serve.engines import ADAPTERS
 from ..errors import UsageError
 from ..serve.isolation import isolation_help
-from .flag_values import (choices_of, int_in, ints, or_none, parse_phases, patch_sets,
-                          positive_float, positive_int, seed_list)
+from .flag_values import (choices_of, int_in, ints, or_none, patch_sets, positive_float,
+                          positive_int, seed_list)
 from ..serve.slots import one_slot_args
-from ..judge.vocabulary import ISOLATIONS, LOAD_MODES, PhaseName
-from ..serve.isolation import IsolationName
-from ..serve.engines import EngineName
+from ..judge.vocabulary import ISOLATIONS, LOAD_MODES
 
 __all__ = ["Flag", "FLAGS", "GROUPS", "UNSET", "sweep_parser", "matrix_axes",
            "rerun_command", "Rerun", "positive_int", "positive_float", "Parser",
-           "explicit_flags", "dest_of", "check_launch_flags", "add_flags",
-           "check_flag_use", "FLAGS_VERSION", "flags_json", "namespace_of"]
+           "dest_of", "add_flags", "flag_dest"]
 
 UNSET = object()   # a matrix axis left to the preset (nothing passed to resolve)
 
@@ -349,58 +348,6 @@ def sweep_parser() -> Parser:
     return p
 
 
-# The version of a manifest's "options" block (flags_json): a reader of a newer one refuses
-# it in one line; an older manifest without the block is read from its command line.
-FLAGS_VERSION = 1
-# never written into the manifest's options (a bearer token); a resumed run takes it from
-# the command line it was started with, as before the options block
-SECRET_DESTS = ("api_key",)
-
-
-def flags_json(ns: argparse.Namespace) -> dict[str, Any]:
-    """The sweep flags of ``ns`` as the manifest keeps them: ``{"version", "flags":
-    {dest: value}}`` (JSON values; the flags' own spellings, before any parsing into
-    options, so a newer harness validates them again)."""
-    values = {}
-    for f in FLAGS:
-        if _dest(f) in SECRET_DESTS:
-            continue
-        v = getattr(ns, _dest(f), None)
-        values[_dest(f)] = list(v) if isinstance(v, (tuple, list)) else v
-    return {"version": FLAGS_VERSION, "flags": values}
-
-
-def namespace_of(manifest: dict[str, Any], what: str) -> argparse.Namespace:
-    """A run's parsed sweep flags: the manifest's ``options`` block, else (a manifest from
-    before it) its command line parsed again. ``UsageError`` (naming ``what``) when
-    neither can be read."""
-    block = manifest.get("options")
-    if isinstance(block, dict) and isinstance(block.get("flags"), dict):
-        if int(block.get("version") or 0) > FLAGS_VERSION:
-            raise UsageError(f"{what}: the manifest's options are version {block['version']}, "
-                             f"newer than this harness reads ({FLAGS_VERSION}); upgrade it")
-        ns = sweep_parser().parse_args([])
-        for f in FLAGS:
-            dest = _dest(f)
-            if dest in block["flags"]:
-                v = block["flags"][dest]
-                default = getattr(ns, dest, None)
-                setattr(ns, dest, tuple(v) if isinstance(default, tuple) and v is not None
-                        else v)
-        try:
-            typed = sweep_parser().parse_args(shlex.split(manifest.get("command") or "")[1:])
-        except (ValueError, UsageError):
-            typed = None
-        for dest in SECRET_DESTS:
-            setattr(ns, dest, getattr(typed, dest, None))
-        return ns
-    try:
-        return sweep_parser().parse_args(shlex.split(manifest["command"])[1:])
-    except (KeyError, ValueError, UsageError) as e:
-        raise UsageError(f"{what}: the manifest's command line cannot be read again "
-                         f"({e})") from None
-
-
 def add_flags(parser: argparse.ArgumentParser, names: Sequence[str], **overrides: Any) -> None:
     """A sub-verb takes these sweep flags as ``sweep`` declares them (``overrides``: e.g.
     ``default=None``, "the run's own value")."""
@@ -410,72 +357,15 @@ def add_flags(parser: argparse.ArgumentParser, names: Sequence[str], **overrides
         parser.add_argument(f.name, **{**f.kw, "help": f.help_text(), **overrides})
 
 
-def _dest(flag: Flag) -> str:
+def flag_dest(flag: Flag) -> str:
+    """The namespace attribute argparse gives ``flag`` (``--reports-dir`` -> ``reports_dir``)."""
     return flag.kw.get("dest") or flag.name.lstrip("-").replace("-", "_")
 
 
 def matrix_axes(ns: argparse.Namespace) -> dict[str, list[Any]]:
     """``{resolve keyword: values}`` for every matrix flag, in declaration order; an axis
     left to the preset is ``[None]`` (or ``[UNSET]``: not passed at all)."""
-    return {f.axis: f.items(f.name, getattr(ns, _dest(f))) for f in FLAGS if f.axis and f.items}
-
-
-def check_launch_flags(ns: argparse.Namespace) -> None:
-    """How servers start and what auto confirms: the flags that only make sense with
-    another one (``UsageError`` naming the pair)."""
-    engine = ADAPTERS.get(ns.engine)
-    if ns.cache_dir and engine and not engine.compile_caches:
-        raise UsageError(f"--cache-dir is for {for_engines('compile_caches')} (the {ns.engine} "
-                         "engine compiles nothing)")
-    if ns.launcher == "prefork" and engine and not can_fork(engine):
-        raise UsageError(f"--launcher prefork: --engine {ns.engine} cannot be forked from a "
-                         f"pre-imported parent ({for_engines(can_fork)} can); use --launcher "
-                         "plain")
-    if ns.launcher != "plain" and ns.backend != "local":
-        raise UsageError(f"--launcher {ns.launcher} is for the local backend")
-    if not getattr(ns, "url", None):
-        for name in ("max_requests", "concurrency"):
-            if getattr(ns, name, None):
-                raise UsageError(f"--{name.replace('_', '-')} is for --url (a running server); "
-                                 "--slots sets how many servers a sweep starts")
-        if ns.isolation == IsolationName.LIVE:
-            raise UsageError("--isolation live is how --url sweeps a running server: give "
-                             "--url URL")
-    if ns.auto_sample < 0:
-        raise UsageError("--auto-sample must be at least 0")
-    if ns.auto_sample != 4 and ns.isolation != IsolationName.AUTO:
-        raise UsageError("--auto-sample is for --isolation auto")
-    if ns.load_mode != "steady" and not ns.load:
-        raise UsageError("--load-mode is for --load N (N background conversations)")
-
-
-def _written(argv: Sequence[str], name: str) -> bool:
-    return any(a == name or a.startswith(name + "=") for a in argv)
-
-
-def check_flag_use(ns: argparse.Namespace, argv: Sequence[str]) -> None:
-    """Flags that do not apply to what else was asked, or contradict each other: a
-    ``UsageError`` naming them, never silence (issue 27). ``argv`` tells a flag written
-    from its default. Also ``check_launch_flags``."""
-    check_launch_flags(ns)
-    if _written(argv, "--prefix-cache") and _written(argv, "--no-prefix-cache"):
-        raise UsageError("--prefix-cache and --no-prefix-cache contradict each other; give one")
-    hit_phases = [p for p in parse_phases(ns.phases) if p != PhaseName.COLD]
-    if _written(argv, "--no-prefix-cache") and hit_phases:
-        raise UsageError(f"--no-prefix-cache: the {' and '.join(hit_phases)} phase cannot hit "
-                         "without the prefix cache (it would be one more cold request); "
-                         "give --phases cold")
-    if ns.prompts:
-        for name in ("--context", "--answer-lines"):
-            if _written(argv, name):
-                raise UsageError(f"{name} is not used with --prompts: a case is its own "
-                                 "prompt, padded to each residue (docs/prompts.md)")
-    if ns.allow_fewer and not ns.baseline:
-        raise UsageError("--allow-fewer is for --baseline (it accepts less coverage than "
-                         "the baseline's)")
-    if getattr(ns, "served_config", None) and ns.engine != EngineName.CMD:
-        raise UsageError("--served-config is for --engine cmd (the lab and vllm engines "
-                         "report what they run)")
+    return {f.axis: f.items(f.name, getattr(ns, flag_dest(f))) for f in FLAGS if f.axis and f.items}
 
 
 def rerun_command(opts: Any, cfg: ServingConfig, residue: int, modulus: int,
@@ -490,30 +380,9 @@ def rerun_command(opts: Any, cfg: ServingConfig, residue: int, modulus: int,
     return shlex.join(argv)
 
 
-def explicit_flags(argv: Sequence[str]) -> dict[str, Any]:
-    """``{flag name: parsed value}`` for the flags actually written in ``argv`` (defaults
-    left out), e.g. to tell what a ``--resume`` command line asks to change."""
-    p = sweep_parser()
-    not_given = object()  # not a string: argparse passes a string default through `type`
-    p.set_defaults(**{_dest(f): [] if f.kw.get("action") == "append" else not_given
-                      for f in FLAGS})
-    ns = {k: v for k, v in vars(p.parse_args(list(argv))).items()
-          if v is not not_given and v != []}
-    out: dict[str, Any] = {}
-    for f in FLAGS:
-        dest = _dest(f)
-        if dest in ns and f.name not in out:
-            # --prefix-cache / --no-prefix-cache share a dest: name the one written
-            name = f.name
-            if dest == "prefix_cache":
-                name = "--prefix-cache" if ns[dest] else "--no-prefix-cache"
-            out[name] = ns[dest]
-    return out
-
-
 def dest_of(flag: "Flag | str") -> str:
     """The namespace attribute of a flag, given the flag or its name (``--reports-dir`` ->
     ``reports_dir``); ``sweep explain`` and ``--resume`` edit a run's parsed flags."""
     if isinstance(flag, str):
-        return next(_dest(f) for f in FLAGS if f.name == flag)
-    return _dest(flag)
+        return next(flag_dest(f) for f in FLAGS if f.name == flag)
+    return flag_dest(flag)

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import pytest
 
-from harness.publish import github_rest as gr
+from harness.publish import comment_split as cs, github_rest as gr
 from harness import report as report_mod
 from tests.reports import synth
 from tests.reports.gfm import gfm_tables
 
 from .fake_github import API, FakeGitHub
 
-LIMIT = gr.COMMENT_LIMIT
+LIMIT = cs.COMMENT_LIMIT
 
 
 @pytest.fixture(scope="module")
@@ -82,14 +82,14 @@ def test_long_report_posts_as_several_comments_bad_cells_first(long_report):
 
 
 def test_tables_split_between_rows_with_the_header_repeated(long_report):
-    parts = gr.comment_bodies(long_report, "sweep-report")
+    parts = cs.comment_bodies(long_report, "sweep-report")
     original_rows = {x for x in long_report.splitlines() if x.startswith("|")}
     headers = {}
-    for block in gr.parse_blocks(long_report):
+    for block in cs.parse_blocks(long_report):
         if block.kind == "table":
             headers[block.lines[0]] = block.lines[1]
     for p in parts:
-        for block in gr.parse_blocks(p):
+        for block in cs.parse_blocks(p):
             if block.kind != "table":
                 continue
             # a table in a part opens with one of the report's own header + delimiter rows
@@ -102,7 +102,7 @@ def test_tables_split_between_rows_with_the_header_repeated(long_report):
 
 
 def test_code_blocks_are_refenced_and_nothing_is_lost(long_report):
-    parts = gr.comment_bodies(long_report, "m")
+    parts = cs.comment_bodies(long_report, "m")
     for p in parts:
         fences = [x for x in p.splitlines() if x.startswith("```")]
         assert len(fences) % 2 == 0
@@ -133,7 +133,7 @@ def test_next_pushes_update_the_parts_and_a_short_report_leaves_one_comment(long
 
 def test_a_report_that_fits_is_posted_as_it_is():
     md = "# t\n\n" + "| a | b |\n|---|---|\n" + "| 1 | 2 |\n" * 100
-    assert gr.comment_bodies(md, "m") == ["<!-- residue-lab:m -->\n" + md]
+    assert cs.comment_bodies(md, "m") == ["<!-- residue-lab:m -->\n" + md]
 
 
 def test_the_non_ok_part_can_be_a_section_of_its_own():
@@ -141,7 +141,7 @@ def test_the_non_ok_part_can_be_a_section_of_its_own():
     rows = "".join(f"| {i} | {'x' * 200} |\n" for i in range(400))
     md = ("# Sweep\n\nheadline\n\n## Results\n\n| r | v |\n|---|---|\n" + rows
           + "\n## Not-ok cells\n\n| r | why |\n|---|---|\n| 4 | **empty** |\n\n## Provenance\n\nx\n")
-    parts = gr.comment_bodies(md, "m")
+    parts = cs.comment_bodies(md, "m")
     assert len(parts) == 2
     assert parts[0].index("## Not-ok cells") < parts[0].index("| 4 | **empty** |") \
         < parts[0].index("## Results")

@@ -161,7 +161,7 @@ def test_the_installed_vllm_serves_sleep_mode():
 def test_vllm_adapter_turns_sleep_mode_and_dev_mode_on(monkeypatch, tmp_path):
     """The adapter's commands, whether or not a vLLM is installed here: the sleep-mode
     check is answered yes (what the pinned release serves, checked above)."""
-    monkeypatch.setattr("harness.serve.engines.vllm_serves_sleep", lambda: True)
+    monkeypatch.setattr("harness.serve.vllm_adapter.vllm_serves_sleep", lambda: True)
     cfg = resolve("ngram", "huge", engine="vllm", model="/m", patches="none")
     for iso, sleep in (("restore", True), ("auto", False), ("reset", False), ("fresh", False)):
         adapter = make_adapter("vllm", isolation=iso, work_dir=tmp_path)
@@ -181,7 +181,7 @@ def test_vllm_adapter_turns_sleep_mode_and_dev_mode_on(monkeypatch, tmp_path):
 
 
 def test_a_vllm_without_sleep_mode_is_refused(monkeypatch, tmp_path):
-    monkeypatch.setattr("harness.serve.engines.vllm_serves_sleep", lambda: False)
+    monkeypatch.setattr("harness.serve.vllm_adapter.vllm_serves_sleep", lambda: False)
     with pytest.raises(UsageError, match="no sleep-mode endpoints.*--isolation fresh"):
         make_adapter("vllm", isolation="restore", work_dir=tmp_path)
     # auto falls back to reset there, and starts no server in sleep mode
@@ -197,7 +197,7 @@ def test_poison_keeps_vllms_sleep_cycle_and_refills_only_the_lab(monkeypatch, tm
     by construction, and vLLM only once its kernel choices are fixed too
     (reports/h200/determinism/). So under --poison a restore point of a vLLM that cannot
     fix them still sleeps (and is filled again after the wake), a lab one does not."""
-    monkeypatch.setattr("harness.serve.engines.vllm_serves_sleep", lambda: True)
+    monkeypatch.setattr("harness.serve.vllm_adapter.vllm_serves_sleep", lambda: True)
     monkeypatch.setattr("engine.vllm.determinism.vllm_fixes_kernels", lambda: False)
     cfg = resolve("ngram", "huge", engine="vllm", model="/m", patches="none")
     vllm = make_adapter("vllm", isolation="restore", work_dir=tmp_path, poison="auto")

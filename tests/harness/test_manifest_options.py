@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.settings.flags import FLAGS_VERSION
+from harness.settings.flag_manifest import FLAGS_VERSION
 from tests.conftest import run_cli
 
 # each test boots real lab servers (a sweep, then a resume or an explain)

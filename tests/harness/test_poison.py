@@ -116,7 +116,7 @@ def test_vllm_servers_load_the_worker_extension_and_dev_mode_only_with_the_mode(
     installed vLLM can fix kernel choices (VLLM_TRITON_FORCE_FIRST_CONFIG) it also gets
     the switches and caches of engine/vllm/determinism.py, and its restore is the fill (no
     sleep mode); where it cannot, the record says why and restore sleeps as before."""
-    monkeypatch.setattr("harness.serve.engines.vllm_serves_sleep", lambda: True)
+    monkeypatch.setattr("harness.serve.vllm_adapter.vllm_serves_sleep", lambda: True)
     monkeypatch.setattr("engine.vllm.determinism.vllm_fixes_kernels", lambda: fixes)
     cfg = resolve("ngram", "huge", engine="vllm", model="/m", patches="none")
     for mode, on in (("auto", True), ("on", True), ("off", False)):

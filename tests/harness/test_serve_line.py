@@ -98,7 +98,7 @@ def test_without_vllm_the_labs_parser_reads_what_it_knows(fresh_cache, monkeypat
 def test_the_sweep_takes_the_lines_configuration(tmp_path, fresh_cache, monkeypatch):
     # vLLM's parser where installed, the lab's where not; the restore check below asks the
     # installed vLLM whether it serves sleep mode: answered yes, as the pinned release does
-    monkeypatch.setattr("harness.serve.engines.vllm_serves_sleep", lambda: True)
+    monkeypatch.setattr("harness.serve.vllm_adapter.vllm_serves_sleep", lambda: True)
     # and whether it fixes kernel choices: no, so a restore point sleeps (with the switch
     # it is restored by the fill: tests/harness/test_poison.py)
     monkeypatch.setattr("engine.vllm.determinism.vllm_fixes_kernels", lambda: False)

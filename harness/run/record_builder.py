@@ -1,0 +1,91 @@
+"""How a run writes its phase records: ``RecordBuilder``, the fields every record of a
+point shares (configuration requested and effective, slot, isolation, document, restore,
+poison) and the records of a phase that produced no answer, each checked against
+``records.PhaseRecord`` as it is built."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from ..records.store import now_iso
+from ..serve.cmd_config import cmd_label
+from ..serve.engines import EngineName
+from .records import PhaseRecord, failure_fields, mismatches
+
+__all__ = ["RecordBuilder"]
+
+
+@dataclass(frozen=True)
+class RecordBuilder:
+    """Builds the records of one run: the fields every phase record of a point shares,
+    and the records of a phase that produced no answer. ``point`` is a ``plan.Point``."""
+
+    run_id: str
+    harness_version: str
+    isolation: str
+    reference: str
+    phases: tuple[str, ...]
+
+    def base(self, point: Any, slot: str, node: str, phase: str, info: Mapping[str, Any],
+             templated: int | None) -> dict[str, Any]:
+        requested = point.cfg.as_dict()
+        effective = info.get("config") or requested
+        cmd = point.cfg.engine == EngineName.CMD   # presets never reach a cmd server: cmd_config
+        return {
+            "run_id": self.run_id, "harness_version": self.harness_version,
+            "config_id": point.cfg_id, "config_label": info.get("config_label") or (
+                cmd_label(point.cfg, None) if cmd else point.cfg.label()),
+            "config": effective, "requested_config": requested,
+            "config_mismatch": (list(effective.get("declared_differs") or ()) if cmd
+                                else mismatches(requested, effective)),
+            "engine": point.cfg.engine, "engine_version": info.get("engine_version"),
+            "patches": effective.get("patches") if cmd else point.cfg.patches,
+            "patch_status": info.get("patch_status"),
+            "model": info.get("model") or point.cfg.model, "slot": slot, "node": node,
+            "isolation": getattr(point, "isolation", None) or self.isolation,
+            "isolation_run": "auto" if getattr(point, "isolation", None) else None,
+            "confirms": getattr(point, "confirms", None),
+            "document_seed": getattr(point, "seed", None),
+            "server_boot": info.get("server_boot"),
+            "residue": point.residue,
+            "modulus": point.modulus, "target_len": point.plan.target_len,
+            "templated_len": templated if templated is not None else point.plan.target_len,
+            "templated_len_source": ("server /tokenize" if templated is not None
+                                     else "local tokenizer"),
+            "phase": phase, "reference": self.reference,
+            "boot_s": info.get("boot_s"), "started_at": now_iso(), "rerun": point.rerun,
+            "case_id": point.plan.case_id, "prompt_sha1": point.plan.prompt_sha1,
+            "modulus_why": getattr(point, "modulus_why", None),
+            "restore": info.get("restore"), "poison": _copied(info.get("poison")),
+        }
+
+    def build(self, base: dict[str, Any], measured: dict[str, Any],
+              extra: dict[str, Any] | None = None) -> dict[str, Any]:
+        """A whole record, checked against the model (a verdict or phase outside the
+        vocabulary is a harness bug and raises here)."""
+        return PhaseRecord(**base, **measured, extra=dict(extra or {})).as_dict()
+
+    def failure(self, point: Any, slot: str, node: str, phase: str, verdict: str,
+                reason: str, excerpt: list, info: Mapping[str, Any] | None = None,
+                templated: int | None = None) -> dict[str, Any]:
+        expected_chars = len(point.plan.expected or "")   # a prompt case may have none
+        return self.build(self.base(point, slot, node, phase, info or {}, templated),
+                          failure_fields(verdict, reason, excerpt, expected_chars))
+
+    def failures(self, point: Any, slot: str, node: str, verdict: str, reason: str,
+                 excerpt: list, extra: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+        """One record per requested phase (every cell of a table has a value)."""
+        out = []
+        for phase in self.phases:
+            rec = self.failure(point, slot, node, phase, verdict, reason, excerpt)
+            rec.update(extra or {})
+            out.append(rec)
+        return out
+
+
+def _copied(poison: dict | None) -> dict | None:
+    """A record's own copy: a reused server's fills change after the record is built."""
+    if poison is None:
+        return None
+    return {**poison, "fills": [dict(f) for f in poison.get("fills") or ()]} \
+        if "fills" in poison else dict(poison)
