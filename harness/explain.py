@@ -418,7 +418,7 @@ async def _plan(xp: ExplainPlan, opts: SweepOptions, adapter, store: ResultStore
 
 
 def parent_golden(records: list[dict] | list[PhaseRecord]) -> dict[tuple, dict]:
-    """``run.plan.load_golden``'s mapping from a first / consensus run's own records: per
+    """``run.golden.load_golden``'s mapping from a first / consensus run's own records: per
     prompt, the reference answer its matrix reference judged the prompt's answers against
     (text and token logprobs of an answer with that sha1); a prompt judged against more
     than one answer, or none, is left out."""

@@ -13,7 +13,7 @@ Three stages, one handler each:
 - ``install()``: outside the event loop, a signal raises ``KeyboardInterrupt`` (SIGTERM
   too) and is remembered, so a library that swallows the exception cannot make it lost:
   ``pending()`` says a signal came, and the sweep checks it before it starts anything.
-- inside the sweep's event loop, ``cli`` adds loop handlers that cancel the sweep
+- inside the sweep's event loop, ``LoopSignals`` adds loop handlers that cancel the sweep
   (graceful: the driver writes the manifest as interrupted, servers are killed) and puts
   these handlers back afterwards with ``install()`` (asyncio would restore SIG_DFL for
   SIGTERM, i.e. death by signal).
@@ -29,7 +29,7 @@ import sys
 
 from .errors import ExitCode
 
-__all__ = ["EXIT_INTERRUPTED", "SIGNALS", "install", "pending", "ignore", "finish"]
+__all__ = ["EXIT_INTERRUPTED", "SIGNALS", "install", "pending", "ignore", "finish", "LoopSignals"]
 
 EXIT_INTERRUPTED = ExitCode.INTERRUPTED
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -84,3 +84,41 @@ def finish(code: int) -> None:
 
 
 atexit.register(_last_word)
+
+
+class LoopSignals:
+    """SIGINT / SIGTERM inside the sweep's event loop cancel the sweep (gracefully: servers
+    killed, the manifest says interrupted); the handlers the process had before are put
+    back afterwards. Installed before the probes boot, so an interrupt during the first
+    boot is graceful too. Off the main thread (where a loop cannot take signals) it does
+    nothing."""
+
+    def __init__(self, enabled: bool) -> None:
+        import asyncio      # here, not at the top: this module loads before anything heavy
+        import threading
+        self.enabled = enabled and threading.current_thread() is threading.main_thread()
+        self.interrupted = False
+        self._task = asyncio.current_task()
+        self._loop = asyncio.get_running_loop()
+        self._before: dict[int, object] = {}
+
+    def _interrupt(self) -> None:
+        self.interrupted = True
+        if self._task is not None:
+            self._task.cancel()
+
+    def __enter__(self) -> "LoopSignals":
+        if self.enabled:
+            for sig in SIGNALS:
+                self._before[sig] = signal.getsignal(sig)
+                self._loop.add_signal_handler(sig, self._interrupt)
+        if pending():  # came before the loop took over: act on it now
+            self._interrupt()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for sig, before in self._before.items():
+            self._loop.remove_signal_handler(sig)
+            # asyncio leaves SIG_DFL for SIGTERM (death by signal): the caller's handler back
+            if before is not None:
+                signal.signal(sig, before)

@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import signal
-import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -38,7 +36,8 @@ from .publish.posting import check_can_post
 from .publish.preflight import check_outputs
 from .prompts import PlanError, TemplateError
 from .run.driver import Driver
-from .run.plan import Point, SweepPlan, check_golden_covers, load_golden, plan_with_probes
+from .run.golden import check_golden_covers, load_golden
+from .run.plan import Point, SweepPlan, plan_with_probes
 from .run.records import latest_records
 from .serve.orphans import end_orphans
 from .run.resume import check_resumed_records
@@ -113,42 +112,6 @@ class RunResult:
         """The latest record of every cell whose verdict is not ``ok``."""
         latest, _ = latest_records(self.records)
         return [r for r in latest if r.get("verdict") not in CLEAN]
-
-
-class _LoopSignals:
-    """SIGINT / SIGTERM inside the sweep's event loop cancel the sweep (gracefully: servers
-    killed, the manifest says interrupted); the handlers the process had before are put
-    back afterwards. Installed before the probes boot, so an interrupt during the first
-    boot is graceful too. Off the main thread (where a loop cannot take signals) it does
-    nothing."""
-
-    def __init__(self, enabled: bool) -> None:
-        self.enabled = enabled and threading.current_thread() is threading.main_thread()
-        self.interrupted = False
-        self._task = asyncio.current_task()
-        self._loop = asyncio.get_running_loop()
-        self._before: dict[int, Any] = {}
-
-    def _interrupt(self) -> None:
-        self.interrupted = True
-        if self._task is not None:
-            self._task.cancel()
-
-    def __enter__(self) -> "_LoopSignals":
-        if self.enabled:
-            for sig in interrupts.SIGNALS:
-                self._before[sig] = signal.getsignal(sig)
-                self._loop.add_signal_handler(sig, self._interrupt)
-        if interrupts.pending():  # came before the loop took over: act on it now
-            self._interrupt()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        for sig, before in self._before.items():
-            self._loop.remove_signal_handler(sig)
-            # asyncio leaves SIG_DFL for SIGTERM (death by signal): the caller's handler back
-            if before is not None:
-                signal.signal(sig, before)
 
 
 class Sweep:
@@ -249,7 +212,7 @@ class Sweep:
                 cb.say(line)
             run_id = self.options.resume or new_run_id()
             self._lock(run_id)   # a --resume took it in check(), before reading the file
-            with _LoopSignals(self.signals) as sigs, \
+            with interrupts.LoopSignals(self.signals) as sigs, \
                     server_pids(self.options.out, run_id, self.servers):
                 try:
                     return await self._planned(run_id, sigs, cb)
@@ -283,7 +246,7 @@ class Sweep:
         cb.report(text.getvalue())
         return RunResult("", code, report_markdown=text.getvalue(), dry_run=True)
 
-    async def _planned(self, run_id: str, sigs: _LoopSignals, cb: Callbacks) -> RunResult:
+    async def _planned(self, run_id: str, sigs: interrupts.LoopSignals, cb: Callbacks) -> RunResult:
         opts = self.options
         store = ResultStore(opts.out, run_id)
         try:
@@ -318,7 +281,7 @@ class Sweep:
         return launcher
 
     async def _drive(self, store: ResultStore, plan: SweepPlan, golden, launcher,
-                     sigs: _LoopSignals, cb: Callbacks) -> RunResult:
+                     sigs: interrupts.LoopSignals, cb: Callbacks) -> RunResult:
         opts = self.options
         driver = Driver(opts, self.adapter, store, plan, golden=golden, launcher=launcher,
                         links=self.links(), servers=self.servers)

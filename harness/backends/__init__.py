@@ -8,6 +8,7 @@ one entry in ``BACKENDS`` (docs/architecture.md). A backend talks only to the dr
 - ``base.py``      the ``Backend`` protocol: ``check``, ``run``, ``describe``
 - ``local.py``     ``--backend local``: slot workers over one work-stealing queue
 - ``ray.py``       ``--backend ray``: one Ray task per point; lost nodes retried once
+- ``ray_task.py``  what runs on a Ray node: the point's task, its slot, the worker's watchdog
 - ``live.py``      ``--url``: points on a server already running, within the request budget
 - ``_reaper.py``   kills a dead sweep's or Ray worker's servers (stdlib only, run by path)
 """

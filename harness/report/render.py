@@ -14,8 +14,9 @@ from .engine_notice import engine_notice, live_notice
 from .explain import reference_lines, reference_texts
 from .interrupted import interrupted_line, interrupted_manifests
 from .model import group_configs, varying_fields
-from .sections import (render_config_summary, render_ladder, render_provenance,
-                       render_results_table, render_thread_view, short_labels, summary_counts)
+from .provenance import render_provenance
+from .sections import (render_config_summary, render_ladder, render_results_table,
+                       render_thread_view, short_labels, summary_counts)
 from ..judge.vocabulary import CLEAN, PhaseName
 
 __all__ = ["render_markdown", "write_report", "load_inputs", "title_markdown",

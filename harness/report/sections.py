@@ -1,18 +1,16 @@
 """The report's sections: the results table, the thread view, the per-configuration
-summary, the rerun lines, the ladder and the provenance table."""
+summary, the rerun lines and the ladder (the provenance table: ``provenance.py``)."""
 from __future__ import annotations
 
 import re
 from collections import defaultdict
 
-from ..text.ghmarkdown import bold, cap, code, escape_text, fence, table
-from ..serve.isolation import POLICIES
+from ..text.ghmarkdown import bold, code, escape_text, fence, table
 from ..text.ranges import residues_phrase
-from ..run.records import BUG_VERDICTS, NOT_IDENTITY, SEVERITY, PhaseRecord, cell_key, phase_key
+from ..run.records import BUG_VERDICTS, NOT_IDENTITY, SEVERITY, cell_key, phase_key
 from .auto import config_auto_line
 from .explain import final_chunk_line
 from .traffic import traffic_line
-from .restore import poison_summary, restore_summary
 from .bugb_analysis import agreement, config_hit_granularity, predict_bug_b
 from .cells import Footnotes, cell_markdown
 from .model import (SHORT_NAMES, VOLATILE, ConfigData, config_fields, describe_dim, fmt_value,
@@ -21,7 +19,7 @@ from ..serve.isolation import IsolationName
 from ..judge.vocabulary import CLEAN
 
 __all__ = ["short_labels", "render_results_table", "results_rows", "render_thread_view", "summary_counts",
-           "render_config_summary", "render_reruns", "render_ladder", "render_provenance",
+           "render_config_summary", "render_reruns", "render_ladder",
            "FOLD_ABOVE"]
 
 FOLD_ABOVE = 12             # tables with more rows than this fold their clean rows
@@ -366,90 +364,3 @@ def render_ladder(configs: list[ConfigData], short: dict[str, str], corner: str)
         rows.append(cells)
     dims = " × ".join(escape_text(SHORT_NAMES.get(n, n)) for n in vary)
     return (f"## Ladder: {dims}\n\nEverything else equal: {corner}.\n\n" + table(header, rows))
-
-
-def render_provenance(configs: list[ConfigData], records: list[PhaseRecord],
-                      manifests: list[dict], superseded: int) -> str:
-    def distinct(key: str) -> list:
-        out = []
-        for r in records:
-            v = getattr(r, key)
-            if v not in (None, "") and v not in out:
-                out.append(v)
-        return out
-
-    def join(vals: list, as_code: bool = False) -> str:
-        if not vals:
-            return "–"
-        return ", ".join(code(str(v)) if as_code else escape_text(str(v)) for v in vals)
-
-    runs = distinct("run_id")
-    engines = []
-    for r in records:
-        e = f"{r.engine or '?'} {r.engine_version or ''}".strip()
-        if e not in engines:
-            engines.append(e)
-    starts = sorted(x for x in distinct("started_at"))
-    date = "–"
-    m_starts = sorted(m.get("started_at") for m in manifests if m.get("started_at"))
-    m_ends = sorted(m.get("ended_at") for m in manifests if m.get("ended_at"))
-    first = m_starts[0] if m_starts else (starts[0] if starts else None)
-    last = m_ends[-1] if m_ends else (starts[-1] if starts else None)
-    if first:
-        date = escape_text(first) + (f" → {escape_text(last)}" if last and last != first else "")
-    rows = [
-        ["run", join(runs, True)],
-        ["date", date],
-        ["engine", join(engines)],
-        ["model", join(distinct("model"))],
-        ["patch set", join(distinct("patches"), True)],
-        ["slot (GPU / CPU)", join(distinct("slot"))],
-        ["node", join(distinct("node"))],
-        ["isolation", join(distinct("isolation"))],
-        *([["restore", restored]] if (restored := restore_summary(records)) else []),
-        *([["poison", poisoned]] if (poisoned := poison_summary(records)) else []),
-        ["reference", join(distinct("reference"))],
-        ["modulus", join(sorted({c.modulus for c in configs}))],
-        *([["modulus: why", join(distinct("modulus_why"))]] if distinct("modulus_why") else []),
-        ["harness", join(distinct("harness_version"), True)],
-    ]
-    for m in manifests:
-        if m.get("command"):
-            rows.append([f"command ({escape_text(m.get('run_id') or '?')})",
-                         code(cap(str(m["command"]), 300))])
-        sampled = m.get("sampled")
-        if isinstance(sampled, dict):
-            labels = {c.config_id: c.label for c in configs}
-            for cid, note in sampled.items():
-                if note:
-                    rows.append([f"sampled ({code(labels.get(cid, cid))})",
-                                 escape_text(str(note))])
-        elif sampled:
-            rows.append(["sampled", escape_text(str(sampled))])
-        if m.get("interrupted") or (m.get("started_at") and not m.get("ended_at")):
-            rows.append(["interrupted", bold(f"run {escape_text(m.get('run_id') or '?')} did "
-                                             "not finish")])
-        if m.get("exit_code") not in (None, 0):
-            rows.append([f"exit code ({escape_text(m.get('run_id') or '?')})",
-                         escape_text(str(m["exit_code"]))])
-    iso = distinct("isolation")
-    notes = []
-    weaker = [i for i in iso if not (i in POLICIES and POLICIES[i].as_fresh)]
-    if weaker:
-        notes.append(f"Isolation {join(weaker)}: weaker than one fresh "
-                     "server per data point; blocks from earlier requests can leak into later "
-                     "ones.")
-    if IsolationName.RESTORE in iso:
-        notes.append("Isolation restore: one server per configuration, returned to its "
-                     "just-booted state between points (the `restore` row says how, and what "
-                     "it cost); trusted where fresh servers agree with it (`--isolation auto` "
-                     "confirms it, docs/isolation.md).")
-    if superseded:
-        notes.append(f"{superseded} older record(s) of the same cell were superseded by newer "
-                     "ones (latest `started_at` wins).")
-    text = "## Provenance\n\n" + table(["", "value"], rows)
-    if notes:
-        text += "\n\n" + "\n".join(f"- {n}" for n in notes)
-    return text
-
-

@@ -2,8 +2,10 @@
 
 - ``records``: the phase record model, schema version and vocabulary;
 - ``record_builder``: ``RecordBuilder``, how a run writes its records;
-- ``plan``: data points, the sweep plan, golden answers, probe planning;
+- ``plan``: data points, the sweep plan, probe planning;
+- ``golden``: ``--reference golden:RUN``'s answers, per data point;
 - ``point``: ``PointRunner``, the per-point code every backend runs;
+- ``phase_judge``: a measured phase judged: ``invalid``, ``not-lone``, its record's fields;
 - ``driver``: ``Driver``, the only writer of a run's store, manifest and counters;
 - ``auto``: ``--isolation auto``: which points each pass runs (reuse, then fresh confirmation);
 - ``matrix_reference``: ``--reference first`` / ``consensus``, judged once every point ran;

@@ -25,20 +25,19 @@ from ..serve.client import (BadResponse, ClientError, EngineClient, RequestTimeo
 from ..serve import poison
 from ..settings.configs import SweepOptions
 from ..serve.engines import EngineAdapter
-from ..serve.isolation import POLICIES
 from ..provenance import harness_version
 from ..server_pool import BootFailure, PortAllocator, ServerProcess, Slot, log_excerpt
-from ..judge.divergence import first_divergence
-from ..judge.verdict import judge, sha1
+from ..judge.verdict import judge
 from ..judge.vocabulary import NOT_LONE
-from .hits import budget_final_chunk, intended_tail, tail_note
 from .load import (BackgroundLoad, LoadError, beside_from_log, load_facts, preempted_in_log,
                    server_gauges)
-from .plan import Point, golden_answer
+from .golden import golden_answer
+from .plan import Point
 from .record_builder import RecordBuilder
 from .records import timing_record
 from ..judge.vocabulary import CLEAN, UNJUDGED, PhaseName
-from .traffic import not_lone_reason, traffic_facts
+from .phase_judge import invalid_reason, measured_fields, not_lone
+from .traffic import traffic_facts
 
 __all__ = ["PointRunner", "PointResult", "RunnerSpec", "Launcher", "Server",
            "WARMUP_MAX_TOKENS", "MAX_PORT_RETRIES", "BOOT_ATTEMPTS"]
@@ -404,89 +403,20 @@ class PointRunner:
         j = judge(res.answer, source=point.plan.document, expected=expected,
                   finish_reason=res.finish_reason)
         verdict, reason = j.verdict, j.reason
-        invalid = self._invalid_reason(point, phase, res, templated, info)
+        invalid = invalid_reason(point, phase, res, templated, info, self.opts.isolation)
         if invalid:
             verdict, reason = "invalid", f"{invalid} (answer judged {j.verdict}: {j.reason})"
         elif unfilled := poison.failure(info.get("poison")):
             # the server ran, but not as the record's poison field claims: not ok
             verdict, reason = "infra", f"{unfilled} (answer judged {j.verdict}: {j.reason})"
-        elif verdict in CLEAN and (alone := self._not_lone(point, traffic)):
+        elif verdict in CLEAN and (alone := not_lone(point, traffic, self.opts.isolation)):
             # Bug B breaks a lone request: a match beside other clients' requests says
             # nothing about it (run/traffic.py), and is not a pass
             verdict, reason = NOT_LONE, f"{alone} (answer judged ok: {j.reason})"
-        cached = res.cached_tokens
-        tail = (res.prompt_tokens - cached) if (cached is not None and
-                                                res.prompt_tokens is not None) else None
-        want = intended_tail(point, phase)
-        divergence = None
-        if verdict not in CLEAN:
-            divergence = first_divergence(res.answer, expected, answer_tokens=res.token_logprobs,
-                                          reference_tokens=ref_tokens)
-        measured = {
-            "prompt_tokens": res.prompt_tokens, "cached_tokens": cached, "computed_tail": tail,
-            "answer": res.answer, "content_was_null": res.content_was_null, "sha1": j.sha1,
-            "reference_sha1": sha1(expected) if expected is not None else None,
-            "expected_chars": len(point.plan.expected or ""), "verbatim_n": j.verbatim_n,
-            "verbatim_total": j.verbatim_total, "repeats": j.repeats,
-            "finish_reason": res.finish_reason, "completion_tokens": res.completion_tokens,
-            "tok_per_step": tps, "latency_s": round(res.latency_s, 4), "verdict": verdict,
-            "reason": reason, "log_excerpt": [],
-            "reference_chars": len(expected) if expected is not None else None,
-            "first_divergence": divergence, "token_logprobs": res.token_logprobs,
-            "intended_tail": want,
-            "tail_note": tail_note(point.cfg.as_dict(), info.get("config") or {}, phase,
-                                   want, tail, point.modulus),
-            "final_chunk": budget_final_chunk(info.get("config") or point.cfg.as_dict(),
-                                              res.prompt_tokens, cached),
-            "traffic": traffic,
-        }
+        measured = measured_fields(point, phase, res, tps, j, verdict, reason, expected,
+                                   ref_tokens, info, traffic)
         extra = {"tokenize_error": tokenize_error} if tokenize_error else None
         return self.records.build(base, measured, extra)
-
-    def _invalid_reason(self, point: Point, phase: str, res, templated: int | None,
-                        info: dict) -> str | None:
-        target = point.plan.target_len
-        if templated is not None and templated != target:
-            return f"templated length {templated} by the server's /tokenize, target {target}"
-        if res.prompt_tokens is not None and res.prompt_tokens != target:
-            return f"usage.prompt_tokens {res.prompt_tokens} != target {target}"
-        restore = info.get("restore") or {}
-        if restore.get("error"):
-            return f"restore not proven: {restore['error']}"
-        cached = res.cached_tokens
-        # None: a live server that does not say; its hits must be proven all the same
-        hits = point.cfg.prefix_caching is not False
-        if cached is None:
-            if phase != PhaseName.COLD and hits:
-                return "hit not proven: the server reports no cached tokens"
-            if phase == PhaseName.COLD and hits and not self._cold_by_construction(point):
-                return ("cold not proven: the server reports no cached tokens "
-                        f"({point.isolation or self.opts.isolation} isolation)")
-            return None
-        if phase == PhaseName.COLD and cached > 0:
-            why = (f"cold request hit the cache ({cached} tokens): "
-                   f"{point.isolation or self.opts.isolation} isolation not proven")
-            if info.get("reset_error"):
-                why += f"; /reset_prefix_cache failed: {info['reset_error']}"
-            return why
-        if phase != PhaseName.COLD and hits and cached == 0:
-            return f"{phase}: no prefix-cache hit (cached_tokens 0)"
-        return None
-
-
-    def _not_lone(self, point: Point, traffic: dict | None) -> str | None:
-        """Why this phase is not a lone-request verdict: only on a server the sweep does
-        not own (its own servers run nothing else), where /metrics did not show it alone."""
-        name = point.isolation or self.opts.isolation
-        if name not in POLICIES or POLICIES[name].lone_by_construction:
-            return None
-        return not_lone_reason(traffic)
-
-    def _cold_by_construction(self, point: Point) -> bool:
-        """A fresh server's cold request is the first it serves: cold without
-        ``cached_tokens``. A reused or live server's is cold only when the server says so."""
-        name = point.isolation or self.opts.isolation
-        return name in POLICIES and POLICIES[name].cold_by_construction
 
 
 def _read(path: Path) -> str:

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from harness.publish.compare import compare_records
-from harness.run.plan import golden_answer, load_golden
+from harness.run.golden import golden_answer, load_golden
 from tests.conftest import ROOT, read_jsonl
 
 pytestmark = pytest.mark.usefixtures("no_leftovers")

@@ -19,7 +19,7 @@ import ray
 def _serve(tag: str) -> None:
     from pathlib import Path
 
-    from harness.backends.ray import Watchdog
+    from harness.backends.ray_task import Watchdog
     from harness.server_pool import Slot
 
     launch = Watchdog.install().launcher()
