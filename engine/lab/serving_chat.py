@@ -40,6 +40,7 @@ class ChatParams:
     num_logprobs: int | None = None   # None: no logprobs; N: top-N alternatives per token
     tokens_as_ids: bool = False       # vLLM's return_tokens_as_token_ids: 'token_id:N'
     ignore_eos: bool = False          # vLLM's extra sampling parameter: decode to max_tokens
+    skip_special_tokens: bool = True  # vLLM's: special tokens left out of the text
 
     @property
     def prompt_len(self) -> int:
@@ -97,6 +98,13 @@ def _num_logprobs(data: dict[str, Any]) -> int | None:
     return (top or 0) if want else None
 
 
+def _skip_special(data: dict[str, Any]) -> bool:
+    v = data.get("skip_special_tokens", True)
+    if not isinstance(v, bool):
+        raise APIError(400, "'skip_special_tokens' must be a boolean", param="skip_special_tokens")
+    return v
+
+
 def parse_chat_request(st: AppState, data: dict[str, Any]) -> ChatParams:
     st.check_model(data)
     if "messages" not in data:
@@ -114,7 +122,8 @@ def parse_chat_request(st: AppState, data: dict[str, Any]) -> ChatParams:
                       stream=bool(data.get("stream")), include_usage=_include_usage(data),
                       created=int(time.time()), num_logprobs=_num_logprobs(data),
                       tokens_as_ids=bool(data.get("return_tokens_as_token_ids")),
-                      ignore_eos=bool(data.get("ignore_eos")))
+                      ignore_eos=bool(data.get("ignore_eos")),
+                      skip_special_tokens=_skip_special(data))
 
 
 # -- answers ------------------------------------------------------------------------------
@@ -154,11 +163,11 @@ async def full_response(st: AppState, p: ChatParams, gen) -> Response:
     async for new, reason, req in gen:
         out_ids.extend(new)
         last = req
-        if p.stops and p.find_stop(st.tokenizer.decode(out_ids)):
+        if p.stops and p.find_stop(st.tokenizer.decode(out_ids, p.skip_special_tokens)):
             reason = "stop"
             await gen.aclose()  # aborts the request
             break
-    text = st.tokenizer.decode(out_ids)
+    text = st.tokenizer.decode(out_ids, p.skip_special_tokens)
     logprobs = None
     if p.num_logprobs is not None and last is not None:
         logprobs = {"content": logprobs_content(st, p, last, 0, len(out_ids))}
@@ -195,7 +204,7 @@ class _StreamText:
 
     def __init__(self, st: AppState, p: ChatParams) -> None:
         self.st, self.p = st, p
-        self.detok = IncrementalDetokenizer(st.tokenizer)
+        self.detok = IncrementalDetokenizer(st.tokenizer, p.skip_special_tokens)
         self.out_ids: list[int] = []
         self.sent = 0
         self.hold = max((len(x) for x in p.stops), default=1) - 1
@@ -204,7 +213,7 @@ class _StreamText:
         if not self.p.stops:
             return self.detok.push(new), reason
         self.out_ids.extend(new)
-        text = self.st.tokenizer.decode(self.out_ids).rstrip("\ufffd")
+        text = self.st.tokenizer.decode(self.out_ids, self.p.skip_special_tokens).rstrip("\ufffd")
         hit = self.p.find_stop(text)
         if hit:
             text, reason = text[:hit[0]], "stop"

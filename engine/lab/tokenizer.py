@@ -35,6 +35,9 @@ class LabTokenizer:
         self.stop_token_ids = tuple(sorted(self.tok.token_to_id(t) for t in specials))
         self.nl_id = self.tok.encode("\n", add_special_tokens=False).ids[0]
         self.vocab_size = self.tok.get_vocab_size()
+        # the added special tokens (<|im_end|>, ...): what skip_special_tokens leaves out
+        self.special_ids = frozenset(i for i, t in self.tok.get_added_tokens_decoder().items()
+                                     if t.special)
 
     # -- encode/decode --------------------------------------------------------------------
     def encode(self, text: str) -> np.ndarray:
@@ -94,18 +97,29 @@ def normalise_messages(messages: Any) -> list[dict[str, str]]:
 
 
 class IncrementalDetokenizer:
-    """vLLM-style prefix/read offsets over the output ids."""
+    """vLLM-style prefix/read offsets over the output ids (``detokenize_incrementally`` in
+    ``vllm/transformers_utils/detokenizer_utils.py``). With ``skip_special_tokens`` (vLLM's
+    default) a special token is dropped before it joins the window, as vLLM's
+    ``convert_ids_to_tokens(..., skip_special_tokens=True)`` drops it: an ``ignore_eos``
+    stream that emits only ``<|im_end|>`` then decodes nothing new per step, where keeping
+    the ids made every step decode a window that grew without end (the server spent its
+    time there and a hung-up stream was not aborted: tests/harness/test_live_traffic.py)."""
 
-    def __init__(self, tokenizer: LabTokenizer) -> None:
+    def __init__(self, tokenizer: LabTokenizer, skip_special_tokens: bool = True) -> None:
         self.t = tokenizer
+        self.skip = tokenizer.special_ids if skip_special_tokens else frozenset()
         self.ids: list[int] = []
         self.prefix_offset = 0
         self.read_offset = 0
 
     def push(self, new_ids: list[int]) -> str:
+        new_ids = [i for i in new_ids if i not in self.skip]
+        if not new_ids:
+            return ""
         self.ids.extend(new_ids)
-        prefix = self.t.decode(self.ids[self.prefix_offset:self.read_offset])
-        full = self.t.decode(self.ids[self.prefix_offset:])
+        skip = bool(self.skip)
+        prefix = self.t.decode(self.ids[self.prefix_offset:self.read_offset], skip)
+        full = self.t.decode(self.ids[self.prefix_offset:], skip)
         if len(full) > len(prefix) and not full.endswith("\ufffd"):
             delta = full[len(prefix):]
             self.prefix_offset = self.read_offset

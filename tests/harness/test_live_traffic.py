@@ -34,8 +34,8 @@ SERVER = [*HUGE, "--speculative-config", MTP, "-cc", json.dumps(CAPTURE), "--pat
 
 class OtherClients:
     """``n`` clients that are not the sweep: each streams one long prompt and decodes
-    until told to stop (``ignore_eos``, a ``max_tokens`` no sweep outlasts), on its own
-    thread and connection. Leaving the block closes every stream (the server aborts the
+    until told to stop (``ignore_eos``, a ``max_tokens`` no sweep outlasts, special tokens
+    as text so no step is silent), on its own thread and connection. Leaving the block closes every stream (the server aborts the
     request)."""
 
     def __init__(self, srv, n: int):
@@ -50,7 +50,11 @@ class OtherClients:
         doc = "\n".join(make_document(200, seed=500 + i))   # ~4,000 tokens, its own text
         body = {"model": "lab-copy", "messages": [{"role": "user", "content":
                 f"Summarise the report below.\n\n{doc}"}], "max_tokens": 200_000,
-                "temperature": 0.0, "stream": True, "ignore_eos": True}
+                "temperature": 0.0, "stream": True, "ignore_eos": True,
+                # once the copy model has copied the report it emits <|im_end|> only: shown
+                # as text (vLLM's sampling parameter), so every step still sends a line and
+                # a client sees its stop flag within one step, however long the sweep took
+                "skip_special_tokens": False}
         try:
             with httpx.Client(timeout=60) as c, \
                     c.stream("POST", self.url + "/v1/chat/completions", json=body) as r:

@@ -290,3 +290,38 @@ def test_hostile_content_never_crashes(srv):
                          {"role": "user", "content": content}]})
         assert r.status_code == 200, r.text
     assert srv.http.get("/health").status_code == 200
+
+
+def test_an_ignore_eos_stream_past_its_answer_shows_special_tokens_only_when_asked(srv):
+    """vLLM's ``skip_special_tokens``: once the copy is done the model emits ``<|im_end|>``
+    only (``ignore_eos`` keeps it decoding); by default that adds no text, with
+    ``skip_special_tokens: false`` every token is text."""
+    content = "Copy the first line of this text:\nalpha"
+    body = {"model": "labby", "messages": [{"role": "user", "content": content}],
+            "max_tokens": 12, "ignore_eos": True, "temperature": 0.0}
+    plain = srv.http.post("/v1/chat/completions", json=body).json()
+    shown = srv.http.post("/v1/chat/completions",
+                          json={**body, "skip_special_tokens": False}).json()
+    text = shown["choices"][0]["message"]["content"]
+    assert plain["choices"][0]["message"]["content"] == "alpha"
+    assert text.startswith("alpha") and "<|im_end|>" in text
+    assert shown["usage"]["completion_tokens"] == plain["usage"]["completion_tokens"] == 12
+    bad = srv.http.post("/v1/chat/completions", json={**body, "skip_special_tokens": "no"})
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "skip_special_tokens"
+
+
+def test_the_detokenizer_window_does_not_grow_with_skipped_special_tokens(srv):
+    """A skipped special token never joins the decode window (vLLM drops it in
+    ``convert_ids_to_tokens``): the window that grew by one id per step made an
+    ``ignore_eos`` stream's steps ever slower, until the server could not abort a client
+    that hung up."""
+    from engine.lab.tokenizer import IncrementalDetokenizer, LabTokenizer
+    from harness.serve.engines import LAB_MODEL_DIR
+    tok = LabTokenizer(LAB_MODEL_DIR)
+    eos = tok.eos_token_id
+    d = IncrementalDetokenizer(tok)
+    assert d.push(list(tok.encode("alpha"))) == "alpha"
+    n = len(d.ids)
+    assert [d.push([eos]) for _ in range(1000)] == [""] * 1000 and len(d.ids) == n
+    shown = IncrementalDetokenizer(tok, skip_special_tokens=False)
+    assert shown.push(list(tok.encode("alpha"))) + shown.push([eos]) == "alpha<|im_end|>"
