@@ -11,14 +11,24 @@ and the load average (1 min) before, after and the highest seen during the run (
 5 s), since a 2-core box shared with other jobs changes what a timing-dependent test sees.
 The table: each test id that failed or errored at least once, how often, and its first
 message. Exit 0 when no run had a failure, 1 otherwise, 2 on a usage mistake.
+
+``--fresh readme`` runs each time what a new user runs: a clone of this checkout's committed
+HEAD in a new folder, a new virtual environment, the README's ``pip install -e '.[test]'``,
+then ``python -m pytest ARGS`` there (no vLLM, no CI variables). ``--fresh ci`` clones and runs
+``bash .ci/run ARGS`` (its environment is cached per machine, the clone is new). Each line of
+``runs.jsonl`` then names the commit and the install's seconds; the clone goes once its run
+ends (its log and XML stay). ``--busy N`` keeps N busy loops running beside each run, the CPU
+load a shared CI box puts beside a suite.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import xml.etree.ElementTree as ET
@@ -85,21 +95,94 @@ class LoadSampler:
         self._thread.join()
 
 
-def run_once(k: int, out: Path, pytest_args: list[str]) -> dict:
+# what a user's fresh shell does not have: another environment, this checkout on the path,
+# the CI switches that turn a missing vLLM into a failure
+FOREIGN_ENV = ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME", "RESIDUE_LAB_REQUIRE_VLLM",
+               "RESIDUE_LAB_REQUIRE_RAY", "RESIDUE_LAB_REQUIRE_CI_TOOLS")
+
+
+@dataclass
+class Checkout:
+    """Where a run's pytest runs: ``root`` with ``python`` (this checkout, or a fresh clone)."""
+
+    root: Path
+    python: str
+    commit: str | None = None
+    install_s: float | None = None
+
+
+def head_commit(root: Path = ROOT) -> str:
+    return subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+
+
+def fresh_env() -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in FOREIGN_ENV}
+    venv_bin = os.environ.get("VIRTUAL_ENV")
+    if venv_bin:   # the caller's environment off PATH, as in a new shell
+        env["PATH"] = os.pathsep.join(d for d in env.get("PATH", "").split(os.pathsep)
+                                      if not d.startswith(venv_bin))
+    return env
+
+
+def fresh_checkout(mode: str, work: Path, log) -> Checkout:
+    """A clone of HEAD under ``work``; for ``readme`` also its new venv with ``.[test]``."""
+    clone = work / "clone"
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True, stdout=log,
+                   stderr=subprocess.STDOUT)
+    co = Checkout(clone, "", commit=head_commit(clone))
+    if mode == "readme":
+        t0 = time.monotonic()
+        venv, env = work / "venv", fresh_env()
+        python3 = shutil.which("python3", path=env.get("PATH")) or sys.executable
+        for cmd in ([python3, "-m", "venv", str(venv)],
+                    [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "-e", ".[test]"]):
+            subprocess.run(cmd, cwd=clone, env=env, check=True, stdout=log,
+                           stderr=subprocess.STDOUT)
+        co.python, co.install_s = str(venv / "bin" / "python"), round(time.monotonic() - t0, 1)
+    return co
+
+
+def pytest_argv(mode: str | None, co: Checkout, pytest_args: list[str], xml: Path) -> list[str]:
+    if mode == "ci":
+        return ["bash", ".ci/run", *pytest_args, f"--junitxml={xml}"]
+    return [co.python, "-m", "pytest", *pytest_args, f"--junitxml={xml}"]
+
+
+def busy_loops(n: int) -> list[subprocess.Popen]:
+    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+
+
+def run_once(k: int, out: Path, pytest_args: list[str], fresh: str | None = None,
+             busy: int = 0) -> dict:
     xml = out / f"run-{k}.xml"
-    argv = [sys.executable, "-m", "pytest", *pytest_args, f"--junitxml={xml}"]
-    load0, t0 = os.getloadavg()[0], time.monotonic()
-    with LoadSampler() as load, open(out / f"run-{k}.log", "w") as log:
-        rc = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT).returncode
-    line = {"run": k, "rc": rc, "wall_s": round(time.monotonic() - t0, 1),
-            "load_before": round(load0, 2), "load_peak": round(load.peak, 2),
-            "load_after": round(os.getloadavg()[0], 2), "args": pytest_args,
-            "env_require_vllm": os.environ.get("RESIDUE_LAB_REQUIRE_VLLM")}
-    if xml.exists():
-        res = read_junit(xml)
-        line.update(passed=res.passed, skipped=res.skipped, failed=sorted(res.failed))
-    else:
-        line["failed"] = [f"(no JUnit XML: pytest exited {rc}; see run-{k}.log)"]
+    with open(out / f"run-{k}.log", "w") as log, tempfile.TemporaryDirectory(
+            prefix=f"flaky-tally-{k}-", ignore_cleanup_errors=True) as work:
+        co = fresh_checkout(fresh, Path(work), log) if fresh else Checkout(ROOT, sys.executable)
+        log.flush()
+        argv = pytest_argv(fresh, co, pytest_args, xml)
+        loops = busy_loops(busy)
+        load0, t0 = os.getloadavg()[0], time.monotonic()
+        try:
+            with LoadSampler() as load:
+                rc = subprocess.run(argv, cwd=co.root, env=fresh_env() if fresh else None,
+                                    stdout=log, stderr=subprocess.STDOUT).returncode
+        finally:
+            for p in loops:
+                p.kill()
+                p.wait()
+        line = {"run": k, "rc": rc, "wall_s": round(time.monotonic() - t0, 1),
+                "load_before": round(load0, 2), "load_peak": round(load.peak, 2),
+                "load_after": round(os.getloadavg()[0], 2), "args": pytest_args,
+                "env_require_vllm": os.environ.get("RESIDUE_LAB_REQUIRE_VLLM") if not fresh
+                else ("1" if fresh == "ci" else None),
+                "fresh": fresh, "commit": co.commit or head_commit(), "install_s": co.install_s,
+                "busy_loops": busy}
+        if xml.exists():
+            res = read_junit(xml, co.root)
+            line.update(passed=res.passed, skipped=res.skipped, failed=sorted(res.failed))
+        else:
+            line["failed"] = [f"(no JUnit XML: pytest exited {rc}; see run-{k}.log)"]
     with open(out / "runs.jsonl", "a") as f:
         f.write(json.dumps(line) + "\n")
     return line
@@ -133,9 +216,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs", type=int, default=3, help="how many runs (default 3)")
     p.add_argument("--out", type=Path, required=True, help="folder for the XML, logs, runs.jsonl")
     p.add_argument("--tally-only", action="store_true", help="print the table of --out only")
+    p.add_argument("--fresh", choices=("readme", "ci"),
+                   help="each run in a new clone of HEAD: readme = new venv + pip install -e "
+                        "'.[test]' + pytest; ci = bash .ci/run")
+    p.add_argument("--busy", type=int, default=0, metavar="N",
+                   help="N busy loops beside each run (default 0)")
     ns = p.parse_args(ours)
-    if ns.runs < 1:
-        print("flaky_tally: --runs must be at least 1", file=sys.stderr)
+    if ns.runs < 1 or ns.busy < 0:
+        print("flaky_tally: --runs must be at least 1 and --busy at least 0", file=sys.stderr)
         return 2
     if ns.tally_only and not ns.out.is_dir():
         print(f"flaky_tally: {ns.out} is not a folder", file=sys.stderr)
@@ -144,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     if not ns.tally_only:
         start = len(list(ns.out.glob("run-*.xml"))) + 1
         for k in range(start, start + ns.runs):
-            line = run_once(k, ns.out, pytest_args)
+            line = run_once(k, ns.out, pytest_args, ns.fresh, ns.busy)
             print(f"run {k}: rc={line['rc']} {line['wall_s']} s, "
                   f"{line.get('passed', '?')} passed, {len(line['failed'])} failed, "
                   f"load {line['load_before']} / peak {line['load_peak']} / "

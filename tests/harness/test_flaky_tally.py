@@ -3,8 +3,12 @@ exit codes (docs/testing.md, "Flaky tests")."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import time
+
+import psutil
 
 from benchmarks import flaky_tally as ft
 from tests.conftest import ROOT
@@ -57,3 +61,40 @@ def test_a_usage_mistake_is_one_line_and_exit_2(tmp_path):
                            "--out", str(tmp_path / "none"), "--tally-only"],
                           cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+
+
+def test_a_fresh_run_is_the_readme_command_in_a_new_clone_and_venv(tmp_path):
+    co = ft.Checkout(tmp_path / "clone", str(tmp_path / "venv" / "bin" / "python"))
+    xml = tmp_path / "run-1.xml"
+    assert ft.pytest_argv("readme", co, ["-n", "auto"], xml) == [
+        co.python, "-m", "pytest", "-n", "auto", f"--junitxml={xml}"]
+    assert ft.pytest_argv("ci", co, ["-x"], xml) == ["bash", ".ci/run", "-x", f"--junitxml={xml}"]
+
+
+def test_a_fresh_shell_has_no_other_venv_and_no_ci_switches(monkeypatch):
+    monkeypatch.setenv("VIRTUAL_ENV", "/opt/other-venv")
+    monkeypatch.setenv("PATH", os.pathsep.join(["/opt/other-venv/bin", "/usr/bin"]))
+    monkeypatch.setenv("RESIDUE_LAB_REQUIRE_VLLM", "1")
+    monkeypatch.setenv("PYTHONPATH", "/work")
+    env = ft.fresh_env()
+    assert env["PATH"] == "/usr/bin"
+    assert not {"VIRTUAL_ENV", "RESIDUE_LAB_REQUIRE_VLLM", "PYTHONPATH"} & set(env)
+
+
+def test_busy_loops_load_the_machine_and_end_with_the_run():
+    loops = ft.busy_loops(2)
+    try:
+        deadline = time.monotonic() + 30
+        while not all(psutil.Process(p.pid).cpu_times().user > 0.1 for p in loops):
+            assert time.monotonic() < deadline, "a busy loop used no CPU in 30 s"
+            time.sleep(0.05)
+    finally:
+        for p in loops:
+            p.kill()
+            p.wait()
+    assert all(p.returncode is not None for p in loops)
+
+
+def test_a_negative_busy_is_a_usage_mistake(tmp_path, capsys):
+    assert ft.main(["--out", str(tmp_path), "--busy", "-1"]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
