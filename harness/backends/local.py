@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from ..serve.client import EngineClient, shared_http
@@ -82,6 +83,24 @@ class BootGate:
             return await runner.boot(point, slot)
         async with self.sem:
             return await runner.boot(point, slot)
+
+
+@dataclass
+class _Held:
+    """The server a slot holds between points, and the point it was booted for: its
+    configuration, isolation and timing record (where its teardown's time goes)."""
+
+    server: Server | None = None
+    client: EngineClient | None = None
+    cfg: str | None = None
+    iso: str | None = None
+    timing: dict[str, float] | None = None
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def serves_next(self) -> str | None:
+        """The configuration this slot's server can take next without a boot (None where
+        its isolation boots one per point)."""
+        return self.cfg if self.iso and policy(self.iso).reuses_server else None
 
 
 class LocalBackend:
@@ -217,79 +236,95 @@ class _LocalRun:
         return any([self._add_twin(t) for t in twins])
 
     async def _worker(self, slot: Slot, queue: PointQueue) -> None:
-        server: Server | None = None
-        client: EngineClient | None = None
-        server_cfg: str | None = None
-        server_iso: str | None = None
-        server_timing: dict[str, float] | None = None
-        info: dict[str, Any] = {}
-        driver = self.driver
+        held = _Held()
         try:
-            while (point := await self._next(slot, queue, server_cfg if server_iso and policy(
-                    server_iso).reuses_server else None)) is not None:
-                driver.point_started(point, slot.id)
-                t_point = time.monotonic()
-                timing = timing_record()
-                iso = self._iso(point)
-                how = policy(iso)
-                timing["pass"] = iso  # type: ignore[assignment]  (the driver splits by it)
-                reuse = (how.reuses_server and server is not None and server_iso == iso
-                         and server_cfg == point.cfg_id and server.tree_alive())
-                replaced: str | None = None
-                if reuse and how.prepare is not None:   # reset: the prefix cache; restore
-                    spent = await how.prepare(client, server, info)
-                    if spent is not None:
-                        timing[iso] = spent
-                    # a server that could not be prepared (a failed restore) is replaced:
-                    # the point, not sent yet, runs on a just-booted server instead
-                    replaced = info.pop("unusable", None)
-                    reuse = replaced is None
-                if not reuse:
-                    if server is not None:
-                        self._background_stop(server, client, server_timing, slot)
-                        server = client = None
-                    await self._slot_free(slot)
-                    try:
-                        server, client, info = await self._gate.boot(self.runner, point, slot)
-                        server_cfg, server_iso, server_timing = point.cfg_id, iso, timing
-                        timing["boot"] = server.boot_s or 0.0
-                        if how.booted is not None:   # e.g. restore: nothing to restore yet
-                            how.booted(info, replaced)
-                    except BootFailure as e:
-                        timing["boot"] = time.monotonic() - t_point
-                        timing["point"] = time.monotonic() - t_point
-                        failed = self.runner.boot_fail_records(point, slot, e)
-                        driver.point_done(point, failed, timing)
-                        self._after_boot_failure(point, slot, e, queue)
-                        self._finished(point, failed)
-                        continue
-                t_req = time.monotonic()
-                # auto's fresh points may need more servers first (run/auto.more_servers):
-                # their records are written once settled
-                confirming = self.auto and iso == IsolationName.FRESH
-                records, server_dead = await self.runner.run_phases(
-                    point, slot, server, client, info,  # type: ignore[arg-type]
-                    None if confirming else driver.phase_done)
-                if confirming and more_servers(point, [records]):
-                    records = await self._confirm_again(point, slot, records)
-                timing["requests"] = time.monotonic() - t_req
-                if not how.reuses_server or server_dead:
-                    # Teardown in the background (the slot's next boot waits for it); its
-                    # time is filled in when it finishes.
-                    self._background_stop(server, client, timing, slot)
-                    server = client = None
-                    server_cfg = server_iso = None
-                # the point's wall time on its slot, teardown excluded
-                timing["point"] = time.monotonic() - t_point
-                driver.point_done(point, records, timing, written=not confirming)
-                self._finished(point, records)
-                # What the queue weighs a new server against before it helps with a
-                # configuration another slot serves.
-                queue.observe(point.cfg_id, boot=None if reuse else timing["boot"],
-                              point=timing["point"] - timing["boot"])
+            while (point := await self._next(slot, queue, held.serves_next())) is not None:
+                self.driver.point_started(point, slot.id)
+                await self._run_point(point, slot, queue, held)
         finally:
-            if server is not None:
-                await self.runner.stop(server, client, timing=server_timing)
+            if held.server is not None:
+                await self.runner.stop(held.server, held.client, timing=held.timing)
+
+    async def _run_point(self, point: Point, slot: Slot, queue: PointQueue, held: "_Held") -> None:
+        """One point on ``slot``: the held server prepared (reset, restore) or a new one
+        booted, its phases measured, the server kept or stopped as the isolation says."""
+        t_point = time.monotonic()
+        timing = timing_record()
+        iso = self._iso(point)
+        how = policy(iso)
+        timing["pass"] = iso  # type: ignore[assignment]  (the driver splits by it)
+        reuse, replaced = await self._prepare_held(point, iso, held, timing)
+        if not reuse and not await self._boot_for(point, slot, queue, iso, held, timing,
+                                                  t_point, replaced):
+            return
+        t_req = time.monotonic()
+        # auto's fresh points may need more servers first (run/auto.more_servers):
+        # their records are written once settled
+        confirming = self.auto and iso == IsolationName.FRESH
+        records, server_dead = await self.runner.run_phases(
+            point, slot, held.server, held.client, held.info,  # type: ignore[arg-type]
+            None if confirming else self.driver.phase_done)
+        if confirming and more_servers(point, [records]):
+            records = await self._confirm_again(point, slot, records)
+        timing["requests"] = time.monotonic() - t_req
+        if not how.reuses_server or server_dead:
+            # Teardown in the background (the slot's next boot waits for it); its
+            # time is filled in when it finishes.
+            self._background_stop(held.server, held.client, timing, slot)
+            held.server = held.client = None
+            held.cfg = held.iso = None
+        # the point's wall time on its slot, teardown excluded
+        timing["point"] = time.monotonic() - t_point
+        self.driver.point_done(point, records, timing, written=not confirming)
+        self._finished(point, records)
+        # What the queue weighs a new server against before it helps with a
+        # configuration another slot serves.
+        queue.observe(point.cfg_id, boot=None if reuse else timing["boot"],
+                      point=timing["point"] - timing["boot"])
+
+    async def _prepare_held(self, point: Point, iso: str, held: "_Held",
+                            timing: dict) -> tuple[bool, str | None]:
+        """Whether the held server serves this point (prepared first where the isolation
+        says: reset the prefix cache, restore), and why it was replaced if it failed that."""
+        how = policy(iso)
+        reuse = (how.reuses_server and held.server is not None and held.iso == iso
+                 and held.cfg == point.cfg_id and held.server.tree_alive())
+        replaced: str | None = None
+        if reuse and how.prepare is not None:   # reset: the prefix cache; restore
+            spent = await how.prepare(held.client, held.server, held.info)
+            if spent is not None:
+                timing[iso] = spent
+            # a server that could not be prepared (a failed restore) is replaced:
+            # the point, not sent yet, runs on a just-booted server instead
+            replaced = held.info.pop("unusable", None)
+            reuse = replaced is None
+        return reuse, replaced
+
+    async def _boot_for(self, point: Point, slot: Slot, queue: PointQueue, iso: str,
+                        held: "_Held", timing: dict, t_point: float,
+                        replaced: str | None) -> bool:
+        """A new server for the point in ``held`` (the old one stopped in the background);
+        False when it failed to boot (the point's records are boot-fail, already written)."""
+        if held.server is not None:
+            self._background_stop(held.server, held.client, held.timing, slot)
+            held.server = held.client = None
+        await self._slot_free(slot)
+        try:
+            held.server, held.client, held.info = await self._gate.boot(self.runner, point, slot)
+        except BootFailure as e:
+            timing["boot"] = time.monotonic() - t_point
+            timing["point"] = time.monotonic() - t_point
+            failed = self.runner.boot_fail_records(point, slot, e)
+            self.driver.point_done(point, failed, timing)
+            self._after_boot_failure(point, slot, e, queue)
+            self._finished(point, failed)
+            return False
+        held.cfg, held.iso, held.timing = point.cfg_id, iso, timing
+        timing["boot"] = held.server.boot_s or 0.0
+        how = policy(iso)
+        if how.booted is not None:   # e.g. restore: nothing to restore yet
+            how.booted(held.info, replaced)
+        return True
 
     async def _confirm_again(self, point: Point, slot: Slot, first: list[dict]) -> list[dict]:
         """The same fresh point on more fresh servers until ``more_servers`` is satisfied

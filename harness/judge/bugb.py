@@ -283,6 +283,15 @@ def _predict(config: Mapping[str, Any], modulus: int, *, patch_status: Any = Non
         return Prediction([], False, Phrase.of("predicts no break: the prefill-discriminator "
                                                "fix is on (", Text(how), ")"))
     unit, source = hit_unit(c, cached_tokens) if caching else (None, "")
+    return _by_shape(c, m, k, unit, source, budget, load=load, longest=longest, lengths=lengths)
+
+
+def _by_shape(c: Mapping[str, Any], m: int, k: int, unit: int | None, source: str,
+              budget: int | None, *, load: int, longest: int | None,
+              lengths: Mapping[int, Iterable[int]] | None) -> Prediction:
+    """The rule past its preconditions (speculative decoding on, a FULL graph for the
+    verify step, the fix off): which shapes leave a ``1 + k`` tail, and at which residues."""
+    caching, mode = c.get("prefix_caching") is not False, c.get("cudagraph_mode")
     rule = vllm_dispatch(c)
     if rule is not None and rule.prefill_check:
         return _checked(rule, c, k, unit, budget, m)

@@ -279,66 +279,73 @@ def write_junit(records: list[dict] | list[PhaseRecord], path, *, suite_name: st
     for r in recs:
         by_cfg.setdefault(r.config_id or r.config_label or "?", []).append(r)
     root = ET.Element("testsuites", name=suite_name)
-    t_total = f_total = s_total = 0
-    time_total = 0.0
+    totals = [0, 0, 0, 0.0]   # tests, failures, skipped, time
     for cid, rs in by_cfg.items():
-        rs.sort(key=lambda r: (r.case_id or "", int(r.residue or 0), phase_key(r.phase or ""),
-                               document_of(r), auto_pass(r) or ""))
-        label = rs[0].config_label or cid
-        several_docs = len({document_of(r) for r in rs}) > 1
-        skips = sum(1 for r in rs if r.verdict in OPEN)
-        fails = sum(1 for r in rs if r.verdict not in NOT_FAILED)
-        t = sum(float(r.latency_s or 0.0) for r in rs)
-        starts = sorted(r.started_at for r in rs if r.started_at)
-        attrs = {"name": _xml_safe(label), "tests": str(len(rs)), "failures": str(fails),
-                 "errors": "0", "skipped": str(skips), "time": f"{t:.3f}"}
-        if starts:
-            attrs["timestamp"] = _xml_safe(starts[0][:19])
-        node = rs[0].node
-        if node:
-            attrs["hostname"] = _xml_safe(node)
-        suite = ET.SubElement(root, "testsuite", attrs)
-        props = ET.SubElement(suite, "properties")
-        for key in ("config_id", "run_id", "engine", "engine_version", "patches", "model",
-                    "slot", "isolation", "harness_version"):
-            if getattr(rs[0], key) is not None:
-                ET.SubElement(props, "property", name=key, value=_xml_safe(getattr(rs[0], key)))
-        for r in rs:
-            case = ET.SubElement(suite, "testcase", {
-                "name": _xml_safe(testcase_name(r, several_docs)),
-                "classname": _xml_safe(f"residue_sweep.{cid}"),
-                "time": f"{float(r.latency_s or 0.0):.3f}"})
-            if r.verdict == UNJUDGED:
-                why = (f"reference: the answer other cells were judged against (--reference "
-                       f"{r.reference}), not judged" if cell_key(r) in refs
-                       else f"unjudged: {r.reason or 'no reference'}")
-                ET.SubElement(case, "skipped", {"message": _xml_safe(_one_line(why))})
-            elif r.verdict not in CLEAN:
-                fail = ET.SubElement(case, "failure", {
-                    "message": _xml_safe(failure_message(r)),
-                    "type": _xml_safe(r.verdict or "invalid")})
-                fail.text = _failure_text(r)
-            if r.rerun:
-                out = ET.SubElement(case, "system-out")
-                out.text = _xml_safe(f"rerun: {r.rerun}")
-        t_total += len(rs)
-        f_total += fails
-        s_total += skips
-        time_total += t
+        for i, n in enumerate(_config_suite(root, cid, rs, refs)):
+            totals[i] += n
     for kind, entries in (("regression", regressions), ("coverage", coverage_losses)):
         if entries:
             _gate_suite(root, kind, entries)
-            t_total += len(entries)
-            f_total += len(entries)
-    root.set("tests", str(t_total))
-    root.set("skipped", str(s_total))
-    root.set("failures", str(f_total))
+            totals[0] += len(entries)
+            totals[1] += len(entries)
+    root.set("tests", str(totals[0]))
+    root.set("skipped", str(totals[2]))
+    root.set("failures", str(totals[1]))
     root.set("errors", "0")
-    root.set("time", f"{time_total:.3f}")
+    root.set("time", f"{totals[3]:.3f}")
     p = pathlib.Path(path)
     ET.indent(root)
     write_output(p, ET.tostring(root, encoding="utf-8", xml_declaration=True))
     return p
+
+
+def _config_suite(root: ET.Element, cid: str, rs: list[PhaseRecord],
+                  refs) -> tuple[int, int, int, float]:
+    """One configuration's ``<testsuite>``: (tests, failures, skipped, time) of it."""
+    rs.sort(key=lambda r: (r.case_id or "", int(r.residue or 0), phase_key(r.phase or ""),
+                           document_of(r), auto_pass(r) or ""))
+    label = rs[0].config_label or cid
+    several_docs = len({document_of(r) for r in rs}) > 1
+    skips = sum(1 for r in rs if r.verdict in OPEN)
+    fails = sum(1 for r in rs if r.verdict not in NOT_FAILED)
+    t = sum(float(r.latency_s or 0.0) for r in rs)
+    starts = sorted(r.started_at for r in rs if r.started_at)
+    attrs = {"name": _xml_safe(label), "tests": str(len(rs)), "failures": str(fails),
+             "errors": "0", "skipped": str(skips), "time": f"{t:.3f}"}
+    if starts:
+        attrs["timestamp"] = _xml_safe(starts[0][:19])
+    node = rs[0].node
+    if node:
+        attrs["hostname"] = _xml_safe(node)
+    suite = ET.SubElement(root, "testsuite", attrs)
+    props = ET.SubElement(suite, "properties")
+    for key in ("config_id", "run_id", "engine", "engine_version", "patches", "model",
+                "slot", "isolation", "harness_version"):
+        if getattr(rs[0], key) is not None:
+            ET.SubElement(props, "property", name=key, value=_xml_safe(getattr(rs[0], key)))
+    for r in rs:
+        _testcase(suite, cid, r, several_docs, refs)
+    return len(rs), fails, skips, t
+
+
+def _testcase(suite: ET.Element, cid: str, r: PhaseRecord, several_docs: bool, refs) -> None:
+    case = ET.SubElement(suite, "testcase", {
+        "name": _xml_safe(testcase_name(r, several_docs)),
+        "classname": _xml_safe(f"residue_sweep.{cid}"),
+        "time": f"{float(r.latency_s or 0.0):.3f}"})
+    if r.verdict == UNJUDGED:
+        why = (f"reference: the answer other cells were judged against (--reference "
+               f"{r.reference}), not judged" if cell_key(r) in refs
+               else f"unjudged: {r.reason or 'no reference'}")
+        ET.SubElement(case, "skipped", {"message": _xml_safe(_one_line(why))})
+    elif r.verdict not in CLEAN:
+        fail = ET.SubElement(case, "failure", {
+            "message": _xml_safe(failure_message(r)),
+            "type": _xml_safe(r.verdict or "invalid")})
+        fail.text = _failure_text(r)
+    if r.rerun:
+        out = ET.SubElement(case, "system-out")
+        out.text = _xml_safe(f"rerun: {r.rerun}")
 
 
 # ----------------------------------------------------------------------------------------

@@ -14,73 +14,96 @@ __all__ = ["render_provenance"]
 
 def render_provenance(configs: list[ConfigData], records: list[PhaseRecord],
                       manifests: list[dict], superseded: int) -> str:
+    rows = _record_rows(configs, records, manifests)
+    for m in manifests:
+        rows += _manifest_rows(m, configs)
+    notes = _notes(_distinct(records, "isolation"), superseded)
+    text = "## Provenance\n\n" + table(["", "value"], rows)
+    if notes:
+        text += "\n\n" + "\n".join(f"- {n}" for n in notes)
+    return text
+
+
+def _distinct(records: list[PhaseRecord], key: str) -> list:
+    out = []
+    for r in records:
+        v = getattr(r, key)
+        if v not in (None, "") and v not in out:
+            out.append(v)
+    return out
+
+
+def _join(vals: list, as_code: bool = False) -> str:
+    if not vals:
+        return "–"
+    return ", ".join(code(str(v)) if as_code else escape_text(str(v)) for v in vals)
+
+
+def _date(records: list[PhaseRecord], manifests: list[dict]) -> str:
+    """The runs' first start → last end (the manifests', else the records' starts)."""
+    starts = sorted(x for x in _distinct(records, "started_at"))
+    m_starts = sorted(m.get("started_at") for m in manifests if m.get("started_at"))
+    m_ends = sorted(m.get("ended_at") for m in manifests if m.get("ended_at"))
+    first = m_starts[0] if m_starts else (starts[0] if starts else None)
+    last = m_ends[-1] if m_ends else (starts[-1] if starts else None)
+    if not first:
+        return "–"
+    return escape_text(first) + (f" → {escape_text(last)}" if last and last != first else "")
+
+
+def _record_rows(configs: list[ConfigData], records: list[PhaseRecord],
+                 manifests: list[dict]) -> list[list[str]]:
     def distinct(key: str) -> list:
-        out = []
-        for r in records:
-            v = getattr(r, key)
-            if v not in (None, "") and v not in out:
-                out.append(v)
-        return out
+        return _distinct(records, key)
 
-    def join(vals: list, as_code: bool = False) -> str:
-        if not vals:
-            return "–"
-        return ", ".join(code(str(v)) if as_code else escape_text(str(v)) for v in vals)
-
-    runs = distinct("run_id")
     engines = []
     for r in records:
         e = f"{r.engine or '?'} {r.engine_version or ''}".strip()
         if e not in engines:
             engines.append(e)
-    starts = sorted(x for x in distinct("started_at"))
-    date = "–"
-    m_starts = sorted(m.get("started_at") for m in manifests if m.get("started_at"))
-    m_ends = sorted(m.get("ended_at") for m in manifests if m.get("ended_at"))
-    first = m_starts[0] if m_starts else (starts[0] if starts else None)
-    last = m_ends[-1] if m_ends else (starts[-1] if starts else None)
-    if first:
-        date = escape_text(first) + (f" → {escape_text(last)}" if last and last != first else "")
-    rows = [
-        ["run", join(runs, True)],
-        ["date", date],
-        ["engine", join(engines)],
-        ["model", join(distinct("model"))],
-        ["patch set", join(distinct("patches"), True)],
-        ["slot (GPU / CPU)", join(distinct("slot"))],
-        ["node", join(distinct("node"))],
-        ["isolation", join(distinct("isolation"))],
+    return [
+        ["run", _join(distinct("run_id"), True)],
+        ["date", _date(records, manifests)],
+        ["engine", _join(engines)],
+        ["model", _join(distinct("model"))],
+        ["patch set", _join(distinct("patches"), True)],
+        ["slot (GPU / CPU)", _join(distinct("slot"))],
+        ["node", _join(distinct("node"))],
+        ["isolation", _join(distinct("isolation"))],
         *([["restore", restored]] if (restored := restore_summary(records)) else []),
         *([["poison", poisoned]] if (poisoned := poison_summary(records)) else []),
-        ["reference", join(distinct("reference"))],
-        ["modulus", join(sorted({c.modulus for c in configs}))],
-        *([["modulus: why", join(distinct("modulus_why"))]] if distinct("modulus_why") else []),
-        ["harness", join(distinct("harness_version"), True)],
+        ["reference", _join(distinct("reference"))],
+        ["modulus", _join(sorted({c.modulus for c in configs}))],
+        *([["modulus: why", _join(distinct("modulus_why"))]] if distinct("modulus_why") else []),
+        ["harness", _join(distinct("harness_version"), True)],
     ]
-    for m in manifests:
-        if m.get("command"):
-            rows.append([f"command ({escape_text(m.get('run_id') or '?')})",
-                         code(cap(str(m["command"]), 300))])
-        sampled = m.get("sampled")
-        if isinstance(sampled, dict):
-            labels = {c.config_id: c.label for c in configs}
-            for cid, note in sampled.items():
-                if note:
-                    rows.append([f"sampled ({code(labels.get(cid, cid))})",
-                                 escape_text(str(note))])
-        elif sampled:
-            rows.append(["sampled", escape_text(str(sampled))])
-        if m.get("interrupted") or (m.get("started_at") and not m.get("ended_at")):
-            rows.append(["interrupted", bold(f"run {escape_text(m.get('run_id') or '?')} did "
-                                             "not finish")])
-        if m.get("exit_code") not in (None, 0):
-            rows.append([f"exit code ({escape_text(m.get('run_id') or '?')})",
-                         escape_text(str(m["exit_code"]))])
-    iso = distinct("isolation")
+
+
+def _manifest_rows(m: dict, configs: list[ConfigData]) -> list[list[str]]:
+    """A run's command, what it sampled, and whether it finished."""
+    rows, run = [], escape_text(m.get("run_id") or "?")
+    if m.get("command"):
+        rows.append([f"command ({run})", code(cap(str(m["command"]), 300))])
+    sampled = m.get("sampled")
+    if isinstance(sampled, dict):
+        labels = {c.config_id: c.label for c in configs}
+        for cid, note in sampled.items():
+            if note:
+                rows.append([f"sampled ({code(labels.get(cid, cid))})", escape_text(str(note))])
+    elif sampled:
+        rows.append(["sampled", escape_text(str(sampled))])
+    if m.get("interrupted") or (m.get("started_at") and not m.get("ended_at")):
+        rows.append(["interrupted", bold(f"run {run} did not finish")])
+    if m.get("exit_code") not in (None, 0):
+        rows.append([f"exit code ({run})", escape_text(str(m["exit_code"]))])
+    return rows
+
+
+def _notes(iso: list, superseded: int) -> list[str]:
     notes = []
     weaker = [i for i in iso if not (i in POLICIES and POLICIES[i].as_fresh)]
     if weaker:
-        notes.append(f"Isolation {join(weaker)}: weaker than one fresh "
+        notes.append(f"Isolation {_join(weaker)}: weaker than one fresh "
                      "server per data point; blocks from earlier requests can leak into later "
                      "ones.")
     if IsolationName.RESTORE in iso:
@@ -91,9 +114,4 @@ def render_provenance(configs: list[ConfigData], records: list[PhaseRecord],
     if superseded:
         notes.append(f"{superseded} older record(s) of the same cell were superseded by newer "
                      "ones (latest `started_at` wins).")
-    text = "## Provenance\n\n" + table(["", "value"], rows)
-    if notes:
-        text += "\n\n" + "\n".join(f"- {n}" for n in notes)
-    return text
-
-
+    return notes

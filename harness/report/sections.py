@@ -186,26 +186,34 @@ def render_config_summary(cd: ConfigData, manifest_residues: list[int] | None,
                           full: bool, *, interrupted: list[dict] | None = None) -> str:
     """``interrupted``: manifests of runs that did not finish (those of this
     configuration's records are named in its auto line)."""
-    m = cd.modulus
-    covered = cd.residues
-    pred = predict_bug_b(cd)
-    lines = [f"### {code(cd.label)}", ""]
+    lines = [f"### {code(cd.label)}", "", *_coverage_lines(cd, manifest_residues),
+             *_result_lines(cd, interrupted), *_cache_lines(cd), _effective_line(cd),
+             *_mismatch_lines(cd), _patches_line(cd), "", render_reruns(cd, full)]
+    return "\n".join(lines)
+
+
+def _coverage_lines(cd: ConfigData, manifest_residues: list[int] | None) -> list[str]:
+    m, covered = cd.modulus, cd.residues
     phases = ", ".join(escape_text(p) for p in cd.phases)
     cov = f"{len(covered)} of {m} residues (mod {m})"
     if len(covered) < m:
         cov += f": {residues_phrase(covered)}"
-    lines.append(f"- **Coverage:** {cov}; phases {phases}; {len(cd.records)} phase records.")
-    if manifest_residues:
-        missing = sorted(set(manifest_residues) - set(covered))
-        if missing:
-            lines.append(f"- **Missing:** planned but not on disk: {residues_phrase(missing)} "
-                         "(interrupted or resumed run).")
+    lines = [f"- **Coverage:** {cov}; phases {phases}; {len(cd.records)} phase records."]
+    missing = sorted(set(manifest_residues or ()) - set(covered))
+    if missing:
+        lines.append(f"- **Missing:** planned but not on disk: {residues_phrase(missing)} "
+                     "(interrupted or resumed run).")
+    return lines
+
+
+def _result_lines(cd: ConfigData, interrupted: list[dict] | None) -> list[str]:
+    """Result, the rule's prediction, traffic, isolation auto and the documents."""
+    pred = predict_bug_b(cd)
     result = summary_counts(cd)
     bp = _broken_phases(cd)
     if bp:
         result += f" ({bp})"
-    lines.append(f"- **Result:** {result}.")
-    lines.append(f"- **Bug B rule:** {pred.why}; {agreement(cd, pred)}.")
+    lines = [f"- **Result:** {result}.", f"- **Bug B rule:** {pred.why}; {agreement(cd, pred)}."]
     traffic = traffic_line(cd)
     if traffic:
         lines.append(traffic)
@@ -221,12 +229,18 @@ def render_config_summary(cd: ConfigData, manifest_residues: list[int] | None,
     elif len(docs) > 1:
         lines.append(f"- **Documents:** seeds {', '.join(str(d) for d in sorted(docs))}; a "
                      "cell counts the documents it is not ok on.")
+    return lines
+
+
+def _cache_lines(cd: ConfigData) -> list[str]:
+    """The final chunk, the sampling sentence and the cache-hit granularity."""
+    m, lines = cd.modulus, []
     k = cd.config.get("draft_tokens") if cd.config.get("spec") not in (None, "none") else None
     chunk = final_chunk_line(cd, int(k) + 1 if k else None)
     if chunk:
         lines.append(chunk)
-    if len(covered) < m:
-        lines.append(f"- **Sampling:** {miss_sentence(len(covered), m)}")
+    if len(cd.residues) < m:
+        lines.append(f"- **Sampling:** {miss_sentence(len(cd.residues), m)}")
     g, nvals = config_hit_granularity(cd)
     if g and nvals >= 2 and g > m:
         lines.append(f"- **Cache-hit granularity:** the {nvals} distinct `cached_tokens` values "
@@ -238,6 +252,10 @@ def render_config_summary(cd: ConfigData, manifest_residues: list[int] | None,
         lines.append(f"- **Cache-hit granularity:** the server reports cache hits in {u}-token "
                      f"units, which a mod-{m} sweep cannot resolve. Set "
                      f"`--prefix-match-unit {m}` or sweep modulo {u}.")
+    return lines
+
+
+def _effective_line(cd: ConfigData) -> str:
     ident = cd.identity
     eff = " ".join(f"{n}={fmt_value(n, cd.config.get(n, ident.get(n)))}"
                    for n in config_fields([ident]) if n in ident
@@ -248,7 +266,12 @@ def render_config_summary(cd: ConfigData, manifest_residues: list[int] | None,
     line = f"- **Effective configuration:** {code(eff) if eff else '–'}"
     if extra:
         line += f"; the server reported {code(extra)}"
-    lines.append(line)
+    return line
+
+
+def _mismatch_lines(cd: ConfigData) -> list[str]:
+    """What the server runs that was not asked, the preset's overrides and warnings."""
+    lines = []
     mism = sorted({f for r in cd.records for f in (r.config_mismatch or [])})
     if mism:
         detail = []
@@ -265,6 +288,10 @@ def render_config_summary(cd: ConfigData, manifest_residues: list[int] | None,
     notes = [n for n in (cd.config.get("notes") or []) if str(n).startswith("WARNING")]
     for n in notes:
         lines.append("- **Preset warning:** " + escape_text(str(n)))
+    return lines
+
+
+def _patches_line(cd: ConfigData) -> str:
     pstatus = cd.first("patch_status")
     patches = cd.config.get("patches") or cd.first("patches")
     pline = f"- **Patches:** {code(str(patches))}" if patches else "- **Patches:** –"
@@ -273,10 +300,7 @@ def render_config_summary(cd: ConfigData, manifest_residues: list[int] | None,
             f"{escape_text(k)}: {escape_text(str(v))}" for k, v in sorted(pstatus.items()))
     elif pstatus is None:
         pline += "; engine reported no patch status"
-    lines.append(pline)
-    lines.append("")
-    lines.append(render_reruns(cd, full))
-    return "\n".join(lines)
+    return pline
 
 
 def render_reruns(cd: ConfigData, full: bool) -> str:

@@ -179,51 +179,9 @@ def select_residues(spec: str, cfg: ServingConfig, modulus: int, *,
     elif s == "tails" or s.startswith("tails:"):
         chosen = _tails(s, spec, cfg, modulus, predicted, seed)
     elif s.startswith("sample:"):
-        try:
-            n = int(s.split(":", 1)[1])
-        except ValueError:
-            raise UsageError(f"--residues: {spec!r}: sample:N needs an integer N") from None
-        if not 1 <= n <= modulus:
-            raise UsageError(f"--residues: sample:{n} must be between 1 and {modulus}")
-        # k + 1 always (docs/flags.md), the rule's prediction or not: a configuration the
-        # rule calls safe (PIECEWISE, the fix on) is checked where it would break
-        must = list(dict.fromkeys([*predicted, cfg.decode_query_len % modulus]))
-        rng = random.Random(seed)
-        rest = [r for r in range(modulus) if r not in must]
-        rng.shuffle(rest)
-        chosen = sorted(set(must[:n]) | set(rest[: max(0, n - len(must))]))
+        chosen = _sample(s, spec, cfg, modulus, predicted, seed)
     else:
-        chosen = []
-        items = [v.strip() for v in spec.split(",")] if spec.strip() else []
-        if "" in items:   # nothing at all is "names no residue" below
-            raise UsageError(f"--residues: {spec!r} has an empty item (two commas, or one at "
-                             "an end); write a list such as 3,4,5")
-        for item in items:
-            try:
-                if "-" in item:
-                    a, b = (int(x) for x in item.split("-", 1))
-                    if a > b:
-                        raise UsageError(f"--residues: {item!r}: the range is reversed "
-                                         f"(write {b}-{a})")
-                    chosen.extend(range(a, b + 1))
-                else:
-                    chosen.append(int(item))
-            except UsageError:
-                raise
-            except ValueError:
-                raise UsageError(f"--residues: {item!r} is not valid; allowed: all, risky, "
-                                 "tails[:N], sample:N, a list (3,4,5) or a range (0-15)") from None
-        bad = [r for r in chosen if not 0 <= r < modulus]
-        if bad:
-            raise UsageError(f"--residues: {bad[0]} is outside 0..{modulus - 1} (modulus {modulus})")
-        twice = sorted({r for r in chosen if chosen.count(r) > 1})
-        if twice:
-            raise UsageError(f"--residues: {spec!r} names residue {twice[0]} twice; name each "
-                             "residue once")
-        chosen = sorted(chosen)
-        if not chosen:
-            raise UsageError(f"--residues: {spec!r} names no residue; allowed: all, risky, "
-                             "tails[:N], sample:N, a list (3,4,5) or a range (0-15)")
+        chosen = _listed(spec, modulus)
     if len(chosen) == modulus:
         return chosen, None
     missing = [r for r in predicted if r not in chosen]
@@ -233,6 +191,62 @@ def select_residues(spec: str, cfg: ServingConfig, modulus: int, *,
     if missing:
         note += f"; the rule's residue {missing[0]} (k+1) is NOT in the set"
     return chosen, note
+
+
+def _sample(s: str, spec: str, cfg: ServingConfig, modulus: int, predicted: list[int],
+            seed: int) -> list[int]:
+    """``sample:N``: N residues, the rule's and ``k + 1`` first, the rest seeded."""
+    try:
+        n = int(s.split(":", 1)[1])
+    except ValueError:
+        raise UsageError(f"--residues: {spec!r}: sample:N needs an integer N") from None
+    if not 1 <= n <= modulus:
+        raise UsageError(f"--residues: sample:{n} must be between 1 and {modulus}")
+    # k + 1 always (docs/flags.md), the rule's prediction or not: a configuration the
+    # rule calls safe (PIECEWISE, the fix on) is checked where it would break
+    must = list(dict.fromkeys([*predicted, cfg.decode_query_len % modulus]))
+    rng = random.Random(seed)
+    rest = [r for r in range(modulus) if r not in must]
+    rng.shuffle(rest)
+    return sorted(set(must[:n]) | set(rest[: max(0, n - len(must))]))
+
+
+def _listed(spec: str, modulus: int) -> list[int]:
+    """``LIST`` / ``A-B``: each residue once, inside the modulus, no empty item."""
+    chosen: list[int] = []
+    items = [v.strip() for v in spec.split(",")] if spec.strip() else []
+    if "" in items:   # nothing at all is "names no residue" below
+        raise UsageError(f"--residues: {spec!r} has an empty item (two commas, or one at "
+                         "an end); write a list such as 3,4,5")
+    for item in items:
+        chosen.extend(_item(item))
+    bad = [r for r in chosen if not 0 <= r < modulus]
+    if bad:
+        raise UsageError(f"--residues: {bad[0]} is outside 0..{modulus - 1} (modulus {modulus})")
+    twice = sorted({r for r in chosen if chosen.count(r) > 1})
+    if twice:
+        raise UsageError(f"--residues: {spec!r} names residue {twice[0]} twice; name each "
+                         "residue once")
+    if not chosen:
+        raise UsageError(f"--residues: {spec!r} names no residue; allowed: all, risky, "
+                         "tails[:N], sample:N, a list (3,4,5) or a range (0-15)")
+    return sorted(chosen)
+
+
+def _item(item: str) -> list[int]:
+    try:
+        if "-" in item:
+            a, b = (int(x) for x in item.split("-", 1))
+            if a > b:
+                raise UsageError(f"--residues: {item!r}: the range is reversed "
+                                 f"(write {b}-{a})")
+            return list(range(a, b + 1))
+        return [int(item)]
+    except UsageError:
+        raise
+    except ValueError:
+        raise UsageError(f"--residues: {item!r} is not valid; allowed: all, risky, "
+                         "tails[:N], sample:N, a list (3,4,5) or a range (0-15)") from None
 
 
 def _tails(s: str, spec: str, cfg: ServingConfig, modulus: int, predicted: list[int],
