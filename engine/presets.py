@@ -165,18 +165,10 @@ def resolve(spec: str = "mtp", ctx: str = "huge", *, engine: str = "lab",
     Returns the configuration with ``notes`` (why each preset decision was made, and
     warnings) and ``overrides`` (fields the user forced against the preset).
     """
-    if spec not in SPEC_TABLE:
-        raise PresetError(f"unknown spec {spec!r}; allowed: {', '.join(SPECS)}")
-    if ctx not in CTX_TABLE:
-        raise PresetError(f"unknown ctx {ctx!r}; allowed: {', '.join(CTXS)}")
-    unknown = set(overrides) - set(OVERRIDABLE)
-    if unknown:
-        raise PresetError(f"not a preset field: {', '.join(sorted(unknown))}")
-    given = {k: v for k, v in overrides.items() if v is not None}
+    given = _given(spec, ctx, overrides)
     notes: list[str] = []
     method, default_k, why_spec = SPEC_TABLE[spec]
     notes.append(f"SPEC={spec}: {why_spec}")
-
     k = given.get("draft_tokens", default_k)
     if method is None and k:
         raise PresetError("--draft-tokens needs a speculative method (spec is 'none')")
@@ -184,6 +176,48 @@ def resolve(spec: str = "mtp", ctx: str = "huge", *, engine: str = "lab",
         raise PresetError(f"draft tokens must be 1..64, got {k}")
     k = int(k) if method else 0
 
+    preset = _preset(spec, ctx, k, given, notes)
+    forced = _forced(preset, given, k, default_k)
+    mode = preset["cudagraph_mode"]
+    if mode not in CUDAGRAPH_MODES:
+        raise PresetError(f"unknown cudagraph mode {mode!r}; allowed: {', '.join(CUDAGRAPH_MODES)}")
+    if spec == "mtp" and ctx == "huge" and mode in ("FULL", "FULL_AND_PIECEWISE", "FULL_DECODE_ONLY"):
+        notes.append(_full_graph_note(mode, k, normalise_patches(patches)))
+    budget = given.get("max_num_batched_tokens")
+    _check_sizes(preset, budget)
+    if geometry is not None and geometry not in GEOMETRIES:
+        raise PresetError(f"unknown geometry {geometry!r}; allowed: {', '.join(GEOMETRIES)}")
+    runner = runner or "auto"
+    if runner not in RUNNERS:
+        raise PresetError(f"unknown runner {runner!r}; allowed: {', '.join(RUNNERS)}")
+    unit = preset["prefix_match_unit"]
+    return ServingConfig(
+        engine=engine, geometry=geometry, model=model, spec=spec, method=method, draft_tokens=k, ctx=ctx,
+        cudagraph_mode=mode, prefix_caching=preset["prefix_caching"],
+        block_size=int(preset["block_size"]),
+        prefix_match_unit=None if unit is None else int(unit),
+        max_model_len=int(preset["max_model_len"]),
+        kv_cache_memory_bytes=preset["kv_cache_memory_bytes"],
+        patches=normalise_patches(patches), runner=runner,
+        max_num_batched_tokens=None if budget is None else int(budget),
+        notes=tuple(notes), overrides=tuple(forced),
+    )
+
+
+def _given(spec: str, ctx: str, overrides: dict[str, Any]) -> dict[str, Any]:
+    """The overrides given (not None), once spec, ctx and every override's name are known."""
+    if spec not in SPEC_TABLE:
+        raise PresetError(f"unknown spec {spec!r}; allowed: {', '.join(SPECS)}")
+    if ctx not in CTX_TABLE:
+        raise PresetError(f"unknown ctx {ctx!r}; allowed: {', '.join(CTXS)}")
+    unknown = set(overrides) - set(OVERRIDABLE)
+    if unknown:
+        raise PresetError(f"not a preset field: {', '.join(sorted(unknown))}")
+    return {k: v for k, v in overrides.items() if v is not None}
+
+
+def _preset(spec: str, ctx: str, k: int, given: dict[str, Any], notes: list[str]) -> dict[str, Any]:
+    """The preset's fields for (spec, ctx, k), each decision's why appended to ``notes``."""
     base = dict(CTX_TABLE[ctx])
     preset: dict[str, Any] = {
         "prefix_caching": True,
@@ -204,14 +238,18 @@ def resolve(spec: str = "mtp", ctx: str = "huge", *, engine: str = "lab",
         preset["max_model_len"] = HUGE_CAPPED_MAX_MODEL_LEN
         notes.append(f"CTX=huge with {k} drafts caps max_model_len at 221,184: 245,760 needs "
                      "5.16 GiB of KV cache and 4.9 GiB is free")
-
     prefix_caching = bool(given.get("prefix_caching", preset["prefix_caching"]))
     if not prefix_caching and preset["prefix_match_unit"] is not None \
             and "prefix_match_unit" not in given:
         preset["prefix_match_unit"] = None
         notes.append("prefix caching off: --prefix-match-unit dropped (it only shapes cache hits)")
     preset["prefix_caching"] = prefix_caching
+    return preset
 
+
+def _forced(preset: dict[str, Any], given: dict[str, Any], k: int, default_k: int) -> list[str]:
+    """The given fields applied to ``preset``; those that differ from it, as ``name=value
+    (preset: ...)``."""
     forced: list[str] = []
     for name in ("cudagraph_mode", "block_size", "prefix_match_unit", "max_model_len",
                  "kv_cache_memory_bytes"):
@@ -226,21 +264,21 @@ def resolve(spec: str = "mtp", ctx: str = "huge", *, engine: str = "lab",
         forced.append("prefix_caching=False (preset: True)")
     if "draft_tokens" in given and int(given["draft_tokens"]) != default_k:
         forced.append(f"draft_tokens={k} (preset: {default_k})")
+    return forced
 
-    mode = preset["cudagraph_mode"]
-    if mode not in CUDAGRAPH_MODES:
-        raise PresetError(f"unknown cudagraph mode {mode!r}; allowed: {', '.join(CUDAGRAPH_MODES)}")
-    if spec == "mtp" and ctx == "huge" and mode in ("FULL", "FULL_AND_PIECEWISE", "FULL_DECODE_ONLY"):
-        patch_set = normalise_patches(patches)
-        if patch_set == "all" or "prefill-discriminator" in patch_set.split(","):
-            # the fix is on: a note, not a warning that the cell is corrupted
-            notes.append(f"{mode} asked for SPEC=mtp CTX=huge with the prefill-discriminator "
-                         f"fix on (patches={patch_set}): residue k+1={k + 1} is the cell it "
-                         "keeps clean on a cache hit")
-        else:
-            notes.append(f"WARNING: {mode} asked for SPEC=mtp CTX=huge without the "
-                         f"prefill-discriminator fix (patches={patch_set}): residue "
-                         f"k+1={k + 1} is corrupted on a cache hit")
+
+def _full_graph_note(mode: str, k: int, patch_set: str) -> str:
+    if patch_set == "all" or "prefill-discriminator" in patch_set.split(","):
+        # the fix is on: a note, not a warning that the cell is corrupted
+        return (f"{mode} asked for SPEC=mtp CTX=huge with the prefill-discriminator "
+                f"fix on (patches={patch_set}): residue k+1={k + 1} is the cell it "
+                "keeps clean on a cache hit")
+    return (f"WARNING: {mode} asked for SPEC=mtp CTX=huge without the "
+            f"prefill-discriminator fix (patches={patch_set}): residue "
+            f"k+1={k + 1} is corrupted on a cache hit")
+
+
+def _check_sizes(preset: dict[str, Any], budget: Any) -> None:
     if preset["block_size"] is not None and int(preset["block_size"]) <= 0:
         raise PresetError("block size must be positive")
     unit = preset["prefix_match_unit"]
@@ -248,27 +286,8 @@ def resolve(spec: str = "mtp", ctx: str = "huge", *, engine: str = "lab",
         raise PresetError("prefix match unit must be positive")
     if int(preset["max_model_len"]) <= 0:
         raise PresetError("max_model_len must be positive")
-    budget = given.get("max_num_batched_tokens")
     if budget is not None and int(budget) <= 0:
         raise PresetError("max_num_batched_tokens must be positive")
-
-    if geometry is not None and geometry not in GEOMETRIES:
-        raise PresetError(f"unknown geometry {geometry!r}; allowed: {', '.join(GEOMETRIES)}")
-    runner = runner or "auto"
-    if runner not in RUNNERS:
-        raise PresetError(f"unknown runner {runner!r}; allowed: {', '.join(RUNNERS)}")
-
-    return ServingConfig(
-        engine=engine, geometry=geometry, model=model, spec=spec, method=method, draft_tokens=k, ctx=ctx,
-        cudagraph_mode=mode, prefix_caching=prefix_caching,
-        block_size=int(preset["block_size"]),
-        prefix_match_unit=None if unit is None else int(unit),
-        max_model_len=int(preset["max_model_len"]),
-        kv_cache_memory_bytes=preset["kv_cache_memory_bytes"],
-        patches=normalise_patches(patches), runner=runner,
-        max_num_batched_tokens=None if budget is None else int(budget),
-        notes=tuple(notes), overrides=tuple(forced),
-    )
 
 
 def preset_table_markdown() -> str:

@@ -114,6 +114,15 @@ def build_parser(parser_cls: type[argparse.ArgumentParser] = _Parser) -> argpars
                     "dispatch around a deterministic copy model (not a model of quality).",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     a = p.add_argument
+    _add_vllm_flags(a)
+    _add_lab_flags(a)
+    a("--version", action="version", version=VERSION)
+    return p
+
+
+def _add_vllm_flags(a) -> None:
+    """The flags vLLM's ``vllm serve`` has, spelled and defaulted as it does (where the lab
+    differs, the help says)."""
     a("--model", default=str(MODEL_DIR),
       help="model directory (tokenizer.json, tokenizer_config.json, config.json)")
     a("--served-model-name", nargs="+", default=None,
@@ -145,6 +154,11 @@ def build_parser(parser_cls: type[argparse.ArgumentParser] = _Parser) -> argpars
     a("--api-key", default=None,
       help="require 'Authorization: Bearer KEY' on /v1/* (also read from VLLM_API_KEY)")
     a("--seed", type=int, default=0, help="seed of the drafters' deterministic imperfection")
+
+
+def _add_lab_flags(a) -> None:
+    """The lab's own flags (the fix set, the geometry) and the faults tests inject; vLLM's
+    ``--mamba-cache-mode``, sleep mode, stat logging and TP size among them."""
     a("--patches", type=_patches, default=PATCHES,
       help="lab only: fixes to apply: all, none, or a comma list of " + ", ".join(PATCHES))
     a("--geometry", choices=GEOMETRIES, default="hybrid",
@@ -175,8 +189,6 @@ def build_parser(parser_cls: type[argparse.ArgumentParser] = _Parser) -> argpars
       help="vLLM's flag, recorded only: the lab reports it (and CUDA_VISIBLE_DEVICES) in its "
            "effective config and refuses more than the visible devices, but computes every "
            "token in one CPU process; nothing is sharded")
-    a("--version", action="version", version=VERSION)
-    return p
 
 
 _FROM_ENV = object()

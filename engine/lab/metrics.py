@@ -11,6 +11,34 @@ is imported on the first scrape only, to keep boot fast.
 from __future__ import annotations
 
 
+# (vLLM's metric name, its help text, the attribute of EngineMetrics that holds the value)
+COUNTERS = (
+    ("vllm:spec_decode_num_drafts", "Number of spec decoding drafts.", "spec_decode_num_drafts"),
+    ("vllm:spec_decode_num_draft_tokens", "Number of draft tokens.",
+     "spec_decode_num_draft_tokens"),
+    ("vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.",
+     "spec_decode_num_accepted_tokens"),
+    ("vllm:prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens.",
+     "prefix_cache_queries"),
+    ("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.",
+     "prefix_cache_hits"),
+    ("vllm:prompt_tokens", "Number of prefill tokens processed.", "prompt_tokens"),
+    ("vllm:generation_tokens", "Number of generation tokens processed.", "generation_tokens"),
+    ("vllm:num_preemptions", "Cumulative number of preemption from the engine.",
+     "num_preemptions"),
+)
+GAUGES = (
+    ("vllm:num_requests_running", "Number of requests in model execution batches.",
+     "num_requests_running"),
+    ("vllm:num_requests_waiting", "Number of requests waiting to be processed.",
+     "num_requests_waiting"),
+    ("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", "kv_cache_usage"),
+)
+SLEEP_STATE_DOC = ("Engine sleep state; awake = 0 means engine is sleeping; awake = 1 means "
+                   "engine is awake; weights_offloaded = 1 means sleep level 1; discard_all = 1 "
+                   "means sleep level 2.")
+
+
 class EngineMetrics:
     def __init__(self, model_name: str) -> None:
         self.model_name = model_name
@@ -39,29 +67,9 @@ class EngineMetrics:
             def collect(self):
                 labels = ["model_name", "engine"]
                 values = [metrics.model_name, "0"]
-                counters = [
-                    ("vllm:spec_decode_num_drafts", "Number of spec decoding drafts.",
-                     metrics.spec_decode_num_drafts),
-                    ("vllm:spec_decode_num_draft_tokens", "Number of draft tokens.",
-                     metrics.spec_decode_num_draft_tokens),
-                    ("vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.",
-                     metrics.spec_decode_num_accepted_tokens),
-                    ("vllm:prefix_cache_queries",
-                     "Prefix cache queries, in terms of number of queried tokens.",
-                     metrics.prefix_cache_queries),
-                    ("vllm:prefix_cache_hits",
-                     "Prefix cache hits, in terms of number of cached tokens.",
-                     metrics.prefix_cache_hits),
-                    ("vllm:prompt_tokens", "Number of prefill tokens processed.",
-                     metrics.prompt_tokens),
-                    ("vllm:generation_tokens", "Number of generation tokens processed.",
-                     metrics.generation_tokens),
-                    ("vllm:num_preemptions", "Cumulative number of preemption from the "
-                     "engine.", metrics.num_preemptions),
-                ]
-                for name, doc, v in counters:
+                for name, doc, attr in COUNTERS:
                     c = CounterMetricFamily(name, doc, labels=labels)
-                    c.add_metric(values, v)
+                    c.add_metric(values, getattr(metrics, attr))
                     yield c
                 c = CounterMetricFamily("vllm:request_success", "Count of successfully "
                                         "processed requests.",
@@ -69,22 +77,12 @@ class EngineMetrics:
                 for reason, v in metrics.request_success.items():
                     c.add_metric(values + [reason], v)
                 yield c
-                for name, doc, v in (
-                        ("vllm:num_requests_running", "Number of requests in model execution "
-                         "batches.", metrics.num_requests_running),
-                        ("vllm:num_requests_waiting", "Number of requests waiting to be "
-                         "processed.", metrics.num_requests_waiting),
-                        ("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent "
-                         "usage.", metrics.kv_cache_usage)):
+                for name, doc, attr in GAUGES:
                     g = GaugeMetricFamily(name, doc, labels=labels)
-                    g.add_metric(values, v)
+                    g.add_metric(values, getattr(metrics, attr))
                     yield g
-
-                g = GaugeMetricFamily(
-                    "vllm:engine_sleep_state", "Engine sleep state; awake = 0 means engine is "
-                    "sleeping; awake = 1 means engine is awake; weights_offloaded = 1 means "
-                    "sleep level 1; discard_all = 1 means sleep level 2.",
-                    labels=labels + ["sleep_state"])
+                g = GaugeMetricFamily("vllm:engine_sleep_state", SLEEP_STATE_DOC,
+                                      labels=labels + ["sleep_state"])
                 for state, v in metrics.sleep_state().items():
                     g.add_metric(values + [state], v)
                 yield g

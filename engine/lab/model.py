@@ -146,45 +146,43 @@ class SeqView:
         return int(group[k]) if k >= 0 else -1
 
 
-def parse_instruction(lines: list[str]) -> tuple[int, int, int]:
-    """(first doc line, end doc line (exclusive), count) for a user message split in lines.
-
-    The instruction is a line with a count (digits or one..twenty) near "line(s)", in the
-    first or last paragraph; the document is the rest of the message, without surrounding
-    blank lines and ``` / --- fences. No instruction: the whole message, no line limit.
-    """
-    blank = [not ln.strip() for ln in lines]
+def _paragraphs(blank: list[bool]) -> list[tuple[int, int]]:
+    """(first, end) line of each run of non-blank lines."""
     paras: list[tuple[int, int]] = []
     i = 0
-    while i < len(lines):
+    while i < len(blank):
         if blank[i]:
             i += 1
             continue
         j = i
-        while j < len(lines) and not blank[j]:
+        while j < len(blank) and not blank[j]:
             j += 1
         paras.append((i, j))
         i = j
-    if not paras:
-        return 0, 0, 0
+    return paras
 
-    def count_of(line: str) -> int | None:
-        if "line" not in line.lower():
-            return None
-        m = _RANGE.search(line) or _COUNT_BEFORE.search(line)
-        if m:
-            w = m.group(1).lower()
-            return int(w) if w.isdigit() else NUMBER_WORDS[w]
-        if _SINGLE_LINE.search(line):
-            return 1
+
+def _count_of(line: str) -> int | None:
+    if "line" not in line.lower():
         return None
+    m = _RANGE.search(line) or _COUNT_BEFORE.search(line)
+    if m:
+        w = m.group(1).lower()
+        return int(w) if w.isdigit() else NUMBER_WORDS[w]
+    if _SINGLE_LINE.search(line):
+        return 1
+    return None
 
+
+def _instruction_lines(lines: list[str], paras: list[tuple[int, int]]) -> list[tuple]:
+    """Each line of the first or last paragraph that names a count: (score, line index,
+    count, at_top, its paragraph), the higher score the likelier the instruction."""
     candidates = []  # (score, line index, count, at_top)
     for pi, (a, b) in enumerate(paras):
         if pi not in (0, len(paras) - 1):
             continue
         for li in range(a, b):
-            n = count_of(lines[li])
+            n = _count_of(lines[li])
             if n is None:
                 continue
             score = 2 if _VERB.search(lines[li]) else 0
@@ -196,6 +194,21 @@ def parse_instruction(lines: list[str]) -> tuple[int, int, int]:
             if re.search(r"\b(above|preceding|previous)\b", low) and pi == len(paras) - 1:
                 score += 1
             candidates.append((score, li, n, at_top, (a, b)))
+    return candidates
+
+
+def parse_instruction(lines: list[str]) -> tuple[int, int, int]:
+    """(first doc line, end doc line (exclusive), count) for a user message split in lines.
+
+    The instruction is a line with a count (digits or one..twenty) near "line(s)", in the
+    first or last paragraph; the document is the rest of the message, without surrounding
+    blank lines and ``` / --- fences. No instruction: the whole message, no line limit.
+    """
+    blank = [not ln.strip() for ln in lines]
+    paras = _paragraphs(blank)
+    if not paras:
+        return 0, 0, 0
+    candidates = _instruction_lines(lines, paras)
     if not candidates:
         first, end = 0, len(lines)
         count = NO_LIMIT
@@ -279,16 +292,8 @@ class CopyModel:
             if i >= n:
                 break
             if s.mode == ROLE and toks[i] != self.nl and toks[i] >= NUM_SPECIAL:
-                # role header text up to the newline: only its first tokens matter
-                rest = toks[i:]
-                stop = np.flatnonzero((rest == self.nl) | (rest < NUM_SPECIAL))
-                j = i + (int(stop[0]) if len(stop) else len(rest))
-                if bi < len(boundaries):
-                    j = min(j, max(boundaries[bi] - start, i + 1))
-                room = MAX_ROLE_TOKENS - len(s.role_toks)
-                if room > 0:
-                    s.role_toks = s.role_toks + tuple(int(t) for t in toks[i:min(j, i + room)])
-                i = j
+                i = self._role_text(s, toks, i, boundaries[bi] - start
+                                    if bi < len(boundaries) else None)
                 continue
             if s.copying:
                 # a turn that ends inside this chunk, with no snapshot due before its end:
@@ -319,6 +324,19 @@ class CopyModel:
             self.step(s, view, int(toks[i]), start + i)
             i += 1
         return snaps
+
+    def _role_text(self, s: State, toks: np.ndarray, i: int, due: int | None) -> int:
+        """Role header text from ``i`` up to the newline (or ``due``, the next snapshot's
+        offset): only its first tokens matter. Returns where the chunk goes on."""
+        rest = toks[i:]
+        stop = np.flatnonzero((rest == self.nl) | (rest < NUM_SPECIAL))
+        j = i + (int(stop[0]) if len(stop) else len(rest))
+        if due is not None:
+            j = min(j, max(due, i + 1))
+        room = MAX_ROLE_TOKENS - len(s.role_toks)
+        if room > 0:
+            s.role_toks = s.role_toks + tuple(int(t) for t in toks[i:min(j, i + room)])
+        return j
 
     # -- the instruction reader (attention over the last user turn) ------------------------
     def read_instruction(self, s: State, view: SeqView, p: int) -> None:

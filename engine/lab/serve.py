@@ -49,15 +49,10 @@ def _import_uvicorn():
     return uvicorn.Config, uvicorn.Server
 
 
-def serve(cfg: LabConfig, t0: float) -> int:
-    UvicornConfig, UvicornServer = _import_uvicorn()
-
-    from .engine_core import AsyncEngine, EngineCore
-    from .server import build_app
-    from .tokenizer import LabTokenizer
-
-    tokenizer = LabTokenizer(cfg.model)
-    core = EngineCore(cfg, tokenizer)
+def _log_config(cfg: LabConfig) -> None:
+    """The start-up lines vLLM logs, in its words and order: the engine's config line, the
+    hybrid block promotion, the cache's hash unit, the KV pool, the graph mode, the patches
+    (engine/vllm/effective.py reads them back from a real server's log)."""
     k = cfg.num_spec_tokens
     log("INFO", "core.py:93", f"Initializing a V1 LLM engine (v{VERSION}) with "
         f"config: model={cfg.model!r}, max_seq_len={cfg.max_model_len}, "
@@ -84,6 +79,24 @@ def serve(cfg: LabConfig, t0: float) -> int:
     log("INFO", "gpu_model_runner.py:3480", f"cudagraph_mode={cfg.cudagraph_mode}"
         + (f", uniform decode query len {1 + k}" if k else ""))
     log("INFO", "lab", "patches: " + ", ".join(f"{n}={s}" for n, s in cfg.patch_status().items()))
+
+
+def _exit_now(signum, frame) -> None:  # noqa: ARG001
+    log("INFO", "server.py", "SIGTERM: exiting")
+    sys.stderr.flush()
+    os._exit(0)
+
+
+def serve(cfg: LabConfig, t0: float) -> int:
+    UvicornConfig, UvicornServer = _import_uvicorn()
+
+    from .engine_core import AsyncEngine, EngineCore
+    from .server import build_app
+    from .tokenizer import LabTokenizer
+
+    tokenizer = LabTokenizer(cfg.model)
+    core = EngineCore(cfg, tokenizer)
+    _log_config(cfg)
 
     state = {"dead": False}
     server = None
@@ -124,11 +137,6 @@ def serve(cfg: LabConfig, t0: float) -> int:
 
         asyncio.get_running_loop().create_task(announce())
         await server.serve()
-
-    def _exit_now(signum, frame) -> None:  # noqa: ARG001
-        log("INFO", "server.py", "SIGTERM: exiting")
-        sys.stderr.flush()
-        os._exit(0)
 
     asyncio.run(main())
     if state["dead"]:

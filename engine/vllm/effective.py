@@ -111,8 +111,32 @@ def parse_effective_config(log_text: str) -> dict[str, Any]:
     """
     text = _ANSI.sub("", log_text or "")
     lines = text.splitlines()
-    out: dict[str, Any] = {}
+    out: dict[str, Any] = {}   # keys in the order the log's sections give them
+    requested = _requested(lines, out)
+    init = _last(_INIT, lines)
+    if init:
+        _engine_config(init, out)
+    _cudagraph(lines, init, out)
+    _capacity(lines, requested, out)
+    out.update(_model_runner(lines, "kv_cache_tokens" in out))
+    if m := _last(_PATCHES, lines):
+        try:
+            out["patch_status"] = json.loads(m["v"])
+        except ValueError:
+            out["patch_status"] = {"unparsed": m["v"]}
+    if m := _last(_KV_REFUSAL, lines):
+        out["boot_error"] = {
+            "kind": "kv-capacity",
+            "max_model_len": int(m["len"]),
+            "needed_gib": float(m["need"]),
+            "available_gib": float(m["avail"]),
+            "line": m.string.strip(),
+        }
+    return out
 
+
+def _requested(lines: list[str], out: dict[str, Any]) -> dict[str, int | None]:
+    """The integer flags the non-default args line lists; ``enable_sleep_mode`` into ``out``."""
     args = _last(_NON_DEFAULT, lines)
     requested: dict[str, int | None] = {}
     if args:
@@ -123,44 +147,45 @@ def parse_effective_config(log_text: str) -> dict[str, Any]:
         # only non-default args are listed: absent means vLLM's default, off
         m = _ARG_SLEEP.search(args["v"])
         out["enable_sleep_mode"] = bool(m and m["v"] == "True")
+    return requested
 
-    init = _last(_INIT, lines)
-    if init:
-        out["vllm_version"] = init["version"]
-        cfg = init["cfg"]
-        if m := _CFG_MODEL.search(cfg):
-            out["model"] = m["v"]
-        if m := _CFG_SERVED.search(cfg):
-            out["served_model_name"] = m["v"]
-        if m := _CFG_MAX_SEQ.search(cfg):
-            out["max_model_len"] = int(m["v"])
-        if m := _CFG_PREFIX.search(cfg):
-            out["prefix_caching"] = m["v"] == "True"
-        if m := _CFG_CHUNKED.search(cfg):
-            out["chunked_prefill"] = m["v"] == "True"
-        if m := _CFG_SEED.search(cfg):
-            out["seed"] = None if m["v"] == "None" else int(m["v"])
-        if (m := _CFG_TP.search(cfg)) and int(m["v"]) > 1:   # --gpus 0+1: the server's TP
-            out["tensor_parallel_size"] = int(m["v"])
-        if m := _CFG_SPEC.search(cfg):
-            if m["method"] is None:
-                out["speculative_config"] = None
-            else:
-                k = m["k"]
-                model = m["model"]
-                out["speculative_config"] = {
-                    "method": m["method"],
-                    "num_speculative_tokens": None if k == "None" else int(k),
-                    "model": None if model == "None" else model.strip("'"),
-                }
-        if m := _CFG_CG.search(cfg):
-            out["cudagraph_mode"] = m["v"]
 
-    # Later lines that change the mode win over the config line (they run after it).
-    if init:
-        after = lines[_index_of(lines, init.string) + 1:]
-    else:
-        after = lines
+def _engine_config(init: re.Match, out: dict[str, Any]) -> None:
+    """What the engine's config line says (version, model, lengths, caching, spec, mode)."""
+    out["vllm_version"] = init["version"]
+    cfg = init["cfg"]
+    if m := _CFG_MODEL.search(cfg):
+        out["model"] = m["v"]
+    if m := _CFG_SERVED.search(cfg):
+        out["served_model_name"] = m["v"]
+    if m := _CFG_MAX_SEQ.search(cfg):
+        out["max_model_len"] = int(m["v"])
+    if m := _CFG_PREFIX.search(cfg):
+        out["prefix_caching"] = m["v"] == "True"
+    if m := _CFG_CHUNKED.search(cfg):
+        out["chunked_prefill"] = m["v"] == "True"
+    if m := _CFG_SEED.search(cfg):
+        out["seed"] = None if m["v"] == "None" else int(m["v"])
+    if (m := _CFG_TP.search(cfg)) and int(m["v"]) > 1:   # --gpus 0+1: the server's TP
+        out["tensor_parallel_size"] = int(m["v"])
+    if m := _CFG_SPEC.search(cfg):
+        if m["method"] is None:
+            out["speculative_config"] = None
+        else:
+            k = m["k"]
+            model = m["model"]
+            out["speculative_config"] = {
+                "method": m["method"],
+                "num_speculative_tokens": None if k == "None" else int(k),
+                "model": None if model == "None" else model.strip("'"),
+            }
+    if m := _CFG_CG.search(cfg):
+        out["cudagraph_mode"] = m["v"]
+
+
+def _cudagraph(lines: list[str], init: re.Match | None, out: dict[str, Any]) -> None:
+    """The mode after any later change (it wins over the config line) and the captures."""
+    after = lines[_index_of(lines, init.string) + 1:] if init else lines
     change = _last(_CG_CHANGE, after)
     if change:
         if "cudagraph_mode" in out and out["cudagraph_mode"] != change["v"]:
@@ -174,6 +199,9 @@ def parse_effective_config(log_text: str) -> dict[str, Any]:
     if captures:
         out["cudagraph_captures"] = captures
 
+
+def _capacity(lines: list[str], requested: dict[str, int | None], out: dict[str, Any]) -> None:
+    """KV cache size and concurrency, the block, match unit and chunk budget, mamba padding."""
     if m := _last(_KV_TOKENS, lines):
         out["kv_cache_tokens"] = _int(m["v"])
     if m := _last(_CONCURRENCY, lines):
@@ -181,7 +209,6 @@ def parse_effective_config(log_text: str) -> dict[str, Any]:
         out.setdefault("max_model_len", _int(m["len"]))
     if m := _last(_KV_MEM, lines):
         out["kv_cache_memory_gib"] = float(m["v"])
-
     if m := _last(_ATTN_BLOCK, lines):
         out["block_size"] = int(m["v"])
     elif requested.get("block_size") is not None:
@@ -194,24 +221,6 @@ def parse_effective_config(log_text: str) -> dict[str, Any]:
         out["max_num_batched_tokens"] = requested["max_num_batched_tokens"]
     if m := _last(_MAMBA_PAD, lines):
         out["mamba_page_padding_pct"] = float(m["v"])
-
-    out.update(_model_runner(lines, "kv_cache_tokens" in out))
-
-    if m := _last(_PATCHES, lines):
-        try:
-            out["patch_status"] = json.loads(m["v"])
-        except ValueError:
-            out["patch_status"] = {"unparsed": m["v"]}
-
-    if m := _last(_KV_REFUSAL, lines):
-        out["boot_error"] = {
-            "kind": "kv-capacity",
-            "max_model_len": int(m["len"]),
-            "needed_gib": float(m["need"]),
-            "available_gib": float(m["avail"]),
-            "line": m.string.strip(),
-        }
-    return out
 
 
 def _model_runner(lines: list[str], pool_sized: bool) -> dict[str, str]:

@@ -145,37 +145,12 @@ def build_launch(cfg: ServingConfig, *, port: int, host: str = "127.0.0.1", mode
                        "--host", host, "--port", str(int(port))]
     if served_model_name:
         argv += ["--served-model-name", served_model_name]
-
-    # Prefix caching: always explicit, since vLLM's default differs between versions
-    # and model kinds (hybrid models used to default it off).
-    if cfg.prefix_caching:
-        argv.append("--enable-prefix-caching")
-    else:
-        argv.append("--no-enable-prefix-caching")
-    argv += ["--block-size", str(cfg.block_size)]
-    if cfg.prefix_match_unit is not None:
-        if not cfg.prefix_caching:
-            notes.append("--prefix-match-unit passed with prefix caching off: it only "
-                         "shapes cache hits, so it has no effect")
-        argv += ["--prefix-match-unit", str(cfg.prefix_match_unit)]
-
+    argv += _cache_flags(cfg, notes)
     spec = speculative_config_json(cfg, draft_model=draft_model, extra=speculative_extra)
     if cfg.method == "mtp" and (problem := mtp_head_problem(model)):
         raise LaunchError(f"SPEC=mtp: {problem}")
-    if spec is not None:
-        argv += ["--speculative-config", json.dumps(spec, separators=(",", ":"))]
     compilation = {"cudagraph_mode": cfg.cudagraph_mode}
-    argv += ["--compilation-config", json.dumps(compilation, separators=(",", ":"))]
-    argv += ["--max-model-len", str(cfg.max_model_len)]
-    if cfg.kv_cache_memory_bytes is not None:
-        argv += ["--kv-cache-memory-bytes", str(int(cfg.kv_cache_memory_bytes))]
-    if getattr(cfg, "max_num_batched_tokens", None):
-        # the chunked-prefill budget: a prompt ends in a final chunk of L mod B tokens
-        argv += ["--max-num-batched-tokens", str(int(cfg.max_num_batched_tokens))]
-    # cached_tokens in usage proves which phases hit the cache (DESIGN §3).
-    argv.append("--enable-prompt-tokens-details")
-    argv += ["--seed", "0"]
-
+    argv += _engine_flags(cfg, spec, compilation)
     if hybrid is None:
         hybrid = getattr(cfg, "geometry", None) == "hybrid"
     if hybrid:
@@ -192,10 +167,50 @@ def build_launch(cfg: ServingConfig, *, port: int, host: str = "127.0.0.1", mode
             argv.append("--language-model-only")
             notes.append(reason)
     argv += extra
+    env = _server_env(cfg, base_env, runner=runner, gpu=gpu, plugin_path=plugin_path,
+                      cache_dir=cache_dir)
+    if env[PATCHES_ENV] == "none":
+        notes.append("RESIDUE_LAB_PATCHES=none: the server runs vLLM unpatched (A/B run)")
+    return LaunchSpec(argv=argv, env=env, notes=tuple(notes), speculative_config=spec,
+                      compilation_config=compilation)
 
+
+def _cache_flags(cfg: ServingConfig, notes: list[str]) -> list[str]:
+    # Prefix caching: always explicit, since vLLM's default differs between versions
+    # and model kinds (hybrid models used to default it off).
+    argv = ["--enable-prefix-caching" if cfg.prefix_caching else "--no-enable-prefix-caching",
+            "--block-size", str(cfg.block_size)]
+    if cfg.prefix_match_unit is not None:
+        if not cfg.prefix_caching:
+            notes.append("--prefix-match-unit passed with prefix caching off: it only "
+                         "shapes cache hits, so it has no effect")
+        argv += ["--prefix-match-unit", str(cfg.prefix_match_unit)]
+    return argv
+
+
+def _engine_flags(cfg: ServingConfig, spec: dict | None, compilation: dict) -> list[str]:
+    """Speculative and compilation config, lengths and memory, usage details, the seed."""
+    argv: list[str] = []
+    if spec is not None:
+        argv += ["--speculative-config", json.dumps(spec, separators=(",", ":"))]
+    argv += ["--compilation-config", json.dumps(compilation, separators=(",", ":"))]
+    argv += ["--max-model-len", str(cfg.max_model_len)]
+    if cfg.kv_cache_memory_bytes is not None:
+        argv += ["--kv-cache-memory-bytes", str(int(cfg.kv_cache_memory_bytes))]
+    if getattr(cfg, "max_num_batched_tokens", None):
+        # the chunked-prefill budget: a prompt ends in a final chunk of L mod B tokens
+        argv += ["--max-num-batched-tokens", str(int(cfg.max_num_batched_tokens))]
+    # cached_tokens in usage proves which phases hit the cache (DESIGN §3).
+    argv.append("--enable-prompt-tokens-details")
+    argv += ["--seed", "0"]
+    return argv
+
+
+def _server_env(cfg: ServingConfig, base_env: Mapping[str, str] | None, *, runner: str,
+                gpu: str | None, plugin_path, cache_dir) -> dict[str, str]:
+    """The environment variables this configuration sets for its server."""
     env = dict(base_env or {})
-    patches = normalise_patches(cfg.patches)
-    env[PATCHES_ENV] = patches
+    env[PATCHES_ENV] = normalise_patches(cfg.patches)
     try:
         env.update(runner_env(runner))
     except ValueError as exc:
@@ -215,10 +230,7 @@ def build_launch(cfg: ServingConfig, *, port: int, host: str = "127.0.0.1", mode
         env["PYTHONPATH"] = os.pathsep.join(parts)
     if cache_dir is not None:
         env.update(cache_env(cache_dir))
-    if patches == "none":
-        notes.append("RESIDUE_LAB_PATCHES=none: the server runs vLLM unpatched (A/B run)")
-    return LaunchSpec(argv=argv, env=env, notes=tuple(notes), speculative_config=spec,
-                      compilation_config=compilation)
+    return env
 
 
 def build_command(cfg: ServingConfig, *, port: int, host: str = "127.0.0.1", model: str,

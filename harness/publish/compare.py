@@ -210,58 +210,74 @@ def render_compare_markdown(result: dict, *, show_unchanged: bool = False) -> st
         if result["regressions"] else "no regressions"
     out += [f"{verdict}; " + (", ".join(parts) if parts else "nothing to compare") + ".", ""]
     for c in result["configs"]:
-        out += [f"## {code(c['config_label'])}", ""]
-        if c["matched_by"] in ("new only", "old only"):
-            out += [f"Only in the {'new' if c['matched_by'] == 'new only' else 'old'} run.", ""]
-        elif c["matched_by"] == "config_label":
-            out += ["Matched by label (the configuration ids differ).", ""]
-        elif c["matched_by"] == "configuration except patches":
-            old_p = c.get("old_config_label") or "?"
-            out += [f"Matched with {code(old_p)}: the same configuration apart from the "
-                    "patch set.", ""]
-        by: dict[str, list[int]] = defaultdict(list)
-        for p in c["points"]:
-            by[p["status"]].append(p["residue"])
-        bullets = []
-        for st in STATUSES:
-            if by.get(st):
-                word = STATUS_WORDS[st]
-                txt = (f"- {bold(word) if st == 'regressed' else word}: "
-                       f"{residues_phrase(sorted(set(by[st])))}")
-                if st == "newly_covered":
-                    bad = [p["residue"] for p in c["points"]
-                           if p["status"] == st and p["new_status"] not in CLEAN]
-                    txt += (f" (not ok now: {residues_phrase(sorted(set(bad)))})" if bad
-                            else " (all ok)")
-                bullets.append(txt)
-        out += bullets + [""]
-        rows = []
-        phases = sorted({ph for p in c["points"] for ph in p["phases"]}, key=phase_key)
-        for p in c["points"]:
-            quiet = p["status"] in ("unchanged_ok", "no_longer_covered") or (
-                p["status"] == "newly_covered" and p["new_status"] in CLEAN)
-            if quiet and not show_unchanged:
-                continue
-            row = [f"residue {p['residue']}" + (f", document {p['document']}"
-                                                if "document" in p else ""),
-                   bold(STATUS_WORDS[p["status"]]) if p["status"] == "regressed"
-                   else STATUS_WORDS[p["status"]]]
-            for ph in phases:
-                cell = p["phases"].get(ph) or {}
-                row.append(f"{_cell_word(cell.get('old'))} → {_cell_word(cell.get('new'))}")
-            rows.append(row)
-        if rows:
-            header = ["residue", "change"] + [f"{escape_text(ph)} (old → new)" for ph in phases]
-            out += [table(header, rows), ""]
-        reruns = [reg for reg in result["regressions"] if reg["config_id"] == c["config_id"]]
-        seen = []
-        for reg in reruns:
-            if reg.get("rerun") and reg["rerun"] not in seen:
-                seen.append(reg["rerun"])
-        if seen:
-            from ..text.ghmarkdown import fence
-            out += ["Rerun the regressions:", "", fence("\n".join(seen), "sh"), ""]
+        out += _config_section(c, result["regressions"], show_unchanged)
     return "\n".join(out)
+
+
+def _config_section(c: dict, regressions: list[dict], show_unchanged: bool) -> list[str]:
+    """One configuration's heading, how it was matched, a bullet per status, the table of
+    the points that changed and the rerun lines of its regressions."""
+    out = [f"## {code(c['config_label'])}", ""]
+    if c["matched_by"] in ("new only", "old only"):
+        out += [f"Only in the {'new' if c['matched_by'] == 'new only' else 'old'} run.", ""]
+    elif c["matched_by"] == "config_label":
+        out += ["Matched by label (the configuration ids differ).", ""]
+    elif c["matched_by"] == "configuration except patches":
+        old_p = c.get("old_config_label") or "?"
+        out += [f"Matched with {code(old_p)}: the same configuration apart from the "
+                "patch set.", ""]
+    out += _status_bullets(c) + [""]
+    rows, phases = _changed_rows(c, show_unchanged)
+    if rows:
+        header = ["residue", "change"] + [f"{escape_text(ph)} (old → new)" for ph in phases]
+        out += [table(header, rows), ""]
+    seen = []
+    for reg in regressions:
+        if reg["config_id"] == c["config_id"] and reg.get("rerun") and reg["rerun"] not in seen:
+            seen.append(reg["rerun"])
+    if seen:
+        from ..text.ghmarkdown import fence
+        out += ["Rerun the regressions:", "", fence("\n".join(seen), "sh"), ""]
+    return out
+
+
+def _status_bullets(c: dict) -> list[str]:
+    by: dict[str, list[int]] = defaultdict(list)
+    for p in c["points"]:
+        by[p["status"]].append(p["residue"])
+    bullets = []
+    for st in STATUSES:
+        if by.get(st):
+            word = STATUS_WORDS[st]
+            txt = (f"- {bold(word) if st == 'regressed' else word}: "
+                   f"{residues_phrase(sorted(set(by[st])))}")
+            if st == "newly_covered":
+                bad = [p["residue"] for p in c["points"]
+                       if p["status"] == st and p["new_status"] not in CLEAN]
+                txt += (f" (not ok now: {residues_phrase(sorted(set(bad)))})" if bad
+                        else " (all ok)")
+            bullets.append(txt)
+    return bullets
+
+
+def _changed_rows(c: dict, show_unchanged: bool) -> tuple[list[list[str]], list[str]]:
+    """A row per point that changed (every point with ``show_unchanged``), a column per phase."""
+    rows = []
+    phases = sorted({ph for p in c["points"] for ph in p["phases"]}, key=phase_key)
+    for p in c["points"]:
+        quiet = p["status"] in ("unchanged_ok", "no_longer_covered") or (
+            p["status"] == "newly_covered" and p["new_status"] in CLEAN)
+        if quiet and not show_unchanged:
+            continue
+        row = [f"residue {p['residue']}" + (f", document {p['document']}"
+                                            if "document" in p else ""),
+               bold(STATUS_WORDS[p["status"]]) if p["status"] == "regressed"
+               else STATUS_WORDS[p["status"]]]
+        for ph in phases:
+            cell = p["phases"].get(ph) or {}
+            row.append(f"{_cell_word(cell.get('old'))} → {_cell_word(cell.get('new'))}")
+        rows.append(row)
+    return rows, phases
 
 
 # -- several runs: built on harness.results.frame (pandas, loaded when asked) ---------------

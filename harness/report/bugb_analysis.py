@@ -90,18 +90,7 @@ def _agreement(cd: ConfigData, pred: Prediction) -> str:
     covered, broken = judged_residues(cd)
     unmeasured = set(statuses) - covered
     if not covered:
-        if crowded := _not_lone_cells(cd):
-            return (f"**no lone-request verdict**: {crowded} cell{'s' if crowded != 1 else ''}"
-                    " ran beside other requests or could not be shown to run alone on a "
-                    "server the sweep does not own (`not-lone`), so the rule is untested")
-        if any(c is not None and c.verdict in CLEAN
-               for res in cd.residues for c in (cd.cell(res, ph) for ph in cd.phases)):
-            return ("**no residue judged on every phase** (an ok phase beside an invalid, "
-                    "unjudged or failed one is not clean), so the rule is untested")
-        if any(s == UNJUDGED for s in statuses.values()):
-            return ("**nothing judged** (every answer is unjudged: no reference could judge "
-                    "it), so the rule is untested")
-        return "**nothing measured** (no point produced an answer), so the rule is untested"
+        return _untested(cd, statuses)
     if pred.per_batch:
         return _per_batch_agreement(cd, pred.per_batch, covered, broken)
     if pred.residues is None:
@@ -119,17 +108,43 @@ def _agreement(cd: ConfigData, pred: Prediction) -> str:
                 "rule predicts none (another bug, or a fix that did not apply)")
     sampled = predicted & covered
     if not sampled:
-        partly = {res for res in predicted & unmeasured
-                  if any(c is not None and c.verdict in CLEAN
-                         for c in (cd.cell(res, ph) for ph in cd.phases))}
-        why = ("was swept but ran beside other requests (`not-lone`: not a lone-request "
-               "verdict)" if _not_lone_cells(cd, predicted)
-               else "was swept but not judged on every phase (an ok phase beside an unjudged "
-               "or invalid one is not clean)" if partly
-               else "was swept but produced no answer" if predicted & unmeasured
-               else "was not sampled")
-        return (f"**not tested**: {residues_phrase(predicted)} {why}, so the sweep "
-                "can neither confirm nor refute the rule")
+        return _not_sampled(cd, predicted, unmeasured)
+    return _against(sampled, predicted, covered, broken)
+
+
+def _untested(cd: ConfigData, statuses: dict) -> str:
+    """Why no residue could test the rule."""
+    if crowded := _not_lone_cells(cd):
+        return (f"**no lone-request verdict**: {crowded} cell{'s' if crowded != 1 else ''}"
+                " ran beside other requests or could not be shown to run alone on a "
+                "server the sweep does not own (`not-lone`), so the rule is untested")
+    if any(c is not None and c.verdict in CLEAN
+           for res in cd.residues for c in (cd.cell(res, ph) for ph in cd.phases)):
+        return ("**no residue judged on every phase** (an ok phase beside an invalid, "
+                "unjudged or failed one is not clean), so the rule is untested")
+    if any(s == UNJUDGED for s in statuses.values()):
+        return ("**nothing judged** (every answer is unjudged: no reference could judge "
+                "it), so the rule is untested")
+    return "**nothing measured** (no point produced an answer), so the rule is untested"
+
+
+def _not_sampled(cd: ConfigData, predicted: set[int], unmeasured: set[int]) -> str:
+    """The rule's residues were not among those judged: why not."""
+    partly = {res for res in predicted & unmeasured
+              if any(c is not None and c.verdict in CLEAN
+                     for c in (cd.cell(res, ph) for ph in cd.phases))}
+    why = ("was swept but ran beside other requests (`not-lone`: not a lone-request "
+           "verdict)" if _not_lone_cells(cd, predicted)
+           else "was swept but not judged on every phase (an ok phase beside an unjudged "
+           "or invalid one is not clean)" if partly
+           else "was swept but produced no answer" if predicted & unmeasured
+           else "was not sampled")
+    return (f"**not tested**: {residues_phrase(predicted)} {why}, so the sweep "
+            "can neither confirm nor refute the rule")
+
+
+def _against(sampled: set[int], predicted: set[int], covered: set[int], broken: set[int]) -> str:
+    """The rule's judged residues against the broken ones."""
     if broken == sampled:
         extra = "" if sampled == predicted else f" (of {residues_phrase(predicted)})"
         return f"**the sweep agrees**: broken exactly at {residues_phrase(broken)}{extra}"

@@ -47,6 +47,26 @@ def render_markdown(records: list[dict] | list[PhaseRecord],
 
     title_md = escape_text(title) if title is not None else title_markdown(recs)
     out = [f"# {title_md}", ""]
+    # an explain run's clean reruns give clean logprobs at the parent's prompts
+    texts = reference_texts(records, [r for _, rs in explained or [] for r in rs])
+    out += _summary_lines(recs, configs, groups, manifests, texts)
+    summary = {"interrupted": interrupted_manifests(manifests)}
+    if by_case:
+        out += _by_case_body(groups, manifests, planned, full, texts, summary)
+    else:
+        out += _body(configs, planned, full, short, corner, texts, summary)
+    for section in _sections(recs, configs, manifests, explained):
+        out += [section, ""]
+    out.append(render_provenance(configs, recs, manifests, superseded))
+    out.append("")
+    return "\n".join(out)
+
+
+def _summary_lines(recs: list[PhaseRecord], configs, groups, manifests: list[dict],
+                   texts) -> list[str]:
+    """Notices, the headline, a line per configuration, the references, the agreement of
+    the runs and the baseline the gate compared with."""
+    out: list[str] = []
     for notice in (live_notice(recs), engine_notice(recs)):
         if notice:
             out += [notice, ""]
@@ -57,8 +77,6 @@ def render_markdown(records: list[dict] | list[PhaseRecord],
     for case, cds in groups:
         for cd in cds:
             out.append(f"- {code(cd.label)}{case_suffix(case)}: {summary_counts(cd)}.")
-    # an explain run's clean reruns give clean logprobs at the parent's prompts
-    texts = reference_texts(records, [r for _, rs in explained or [] for r in rs])
     out += reference_lines(recs, texts)
     out.append("")
     agree = agreement_line(recs, labels=len(configs) > 1)
@@ -67,35 +85,20 @@ def render_markdown(records: list[dict] | list[PhaseRecord],
     gated = render_baseline(manifests)   # "" unless the run had --baseline
     if gated:
         out += [gated, ""]
-    summary = {"interrupted": interrupted_manifests(manifests)}
-    if by_case:
-        out += _by_case_body(groups, manifests, planned, full, texts, summary)
-    else:
-        out += _body(configs, planned, full, short, corner, texts, summary)
+    return out
 
-    from .nodes import render_nodes
-    nodes = render_nodes(recs)   # "" unless the records ran on several nodes
-    if nodes:
-        out += [nodes, ""]
 
-    from .load import render_load
-    load = render_load(configs)   # "" unless the run had --load
-    if load:
-        out += [load, ""]
-
+def _sections(recs: list[PhaseRecord], configs, manifests: list[dict],
+              explained: list[tuple[dict, list[dict]]] | None) -> list[str]:
+    """The sections only some runs have, in the report's order: nodes (several Ray nodes),
+    load (``--load``), explained (``sweep explain``), timing (a boot split or auto passes)."""
     from .explained import render_explained
-    section = render_explained(explained or [])
-    if section:
-        out += [section, ""]
-
+    from .load import render_load
+    from .nodes import render_nodes
     from .timing import render_timing
-    timing = render_timing(manifests, recs)   # "" unless a manifest has a boot split or auto passes
-    if timing:
-        out += [timing, ""]
-
-    out.append(render_provenance(configs, recs, manifests, superseded))
-    out.append("")
-    return "\n".join(out)
+    found = (render_nodes(recs), render_load(configs), render_explained(explained or []),
+             render_timing(manifests, recs))
+    return [s for s in found if s]
 
 
 def title_markdown(recs: list[PhaseRecord]) -> str:
