@@ -16,6 +16,7 @@ saving and checking need torch + transformers (>= 5.x, with ``Qwen3_5ForCausalLM
 - ``layout.py``     write / read the served checkpoint layout (config, weights, tokenizer)
 - ``train.py``      GPU curriculum training of the copy models
 - ``mtp.py``        the hybrid's MTP head in the layout vLLM's ``Qwen3_5MTP`` loads
+- ``mtp_head.py``   its PyTorch modules (imported when a head is built)
 - ``mtp_train.py``  train the MTP head on the frozen hybrid; estimate vLLM's acceptance
 - ``dflash_model.py`` a DFlash drafter computing what vLLM's ``DFlashQwen3ForCausalLM`` does
 - ``dflash_train.py`` train it against the frozen hybrid; its teacher-forced acceptance

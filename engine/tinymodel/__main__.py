@@ -141,13 +141,8 @@ def _seeds_arg(s) -> None:
                         "1,200 are checked; the first is the target (default 0)")
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m engine.tinymodel", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = p.add_subparsers(dest="cmd", required=True)
-    s = sub.add_parser("tokenizer", help="train + save the tokenizer (CPU)")
-    s.add_argument("out_dir")
-    s.set_defaults(fn=_cmd_tokenizer)
+def _add_train(sub) -> None:
+    """The ``train`` verb: a variant on the GPU, saved in the served layout."""
     s = sub.add_parser("train", help="train a variant on the GPU and save the served layout")
     s.add_argument("--variant", choices=("hybrid", "dense"), required=True)
     s.add_argument("--out", required=True)
@@ -172,6 +167,10 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--log-next-to-out", action="store_true",
                    help="also append the log to train_<variant>.log beside --out")
     s.set_defaults(fn=_cmd_train)
+
+
+def _add_checks(sub) -> None:
+    """``check``, ``mtp-train``, ``mtp-check`` and ``probe``."""
     s = sub.add_parser("check", help="exact match + margins of a saved checkpoint")
     s.add_argument("model_dir")
     s.add_argument("--n", type=int, default=256)
@@ -197,8 +196,24 @@ def main(argv: list[str] | None = None) -> int:
     s = sub.add_parser("probe", help="serve with vLLM and send planned prompts (see probe.py)")
     s.add_argument("rest", nargs=argparse.REMAINDER)
     s.set_defaults(fn=lambda a: __import__("engine.tinymodel.probe", fromlist=["main"]).main(a.rest))
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m engine.tinymodel", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("tokenizer", help="train + save the tokenizer (CPU)")
+    s.add_argument("out_dir")
+    s.set_defaults(fn=_cmd_tokenizer)
+    _add_train(sub)
+    _add_checks(sub)
     from .dflash_train import add_parser as add_dflash_parser  # the train-dflash verb
     add_dflash_parser(sub, DEFAULT_TOKENIZER, HERE / "weights" / "hybrid")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = _parser()
     args = sys.argv[1:] if argv is None else list(argv)
     if args and args[0] == "probe" and not ({"-h", "--help"} & set(args[:1])):
         from .probe import main as probe_main  # its own argparse (see probe.py)

@@ -205,7 +205,7 @@ def train_dflash(target_dir: str, tok_dir: str, out_dir: str, *, time_cap: float
     ``init_dir``: go on training a saved drafter (its config wins over ``num_layers`` /
     ``target_layer_ids``; AdamW starts afresh, hence the warm-up)."""
     import torch
-    from .dflash_model import DFlashDrafter, drafter_config, load_drafter, save_drafter
+    from .dflash_model import save_drafter
     from .layout import load_served, variant_of
     from .train import Producer
     if variant_of(target_dir) != "hybrid":
@@ -220,56 +220,17 @@ def train_dflash(target_dir: str, tok_dir: str, out_dir: str, *, time_cap: float
     target = load_served(target_dir, device=dev.type, dtype=torch.bfloat16).eval()
     for p in target.parameters():
         p.requires_grad_(False)
-    if init_dir:
-        drafter = load_drafter(init_dir, device=dev.type, dtype=torch.float32)
-        cfg = drafter.cfg
-        num_layers = cfg["num_hidden_layers"]
-    else:
-        cfg = drafter_config(num_layers=num_layers, target_layer_ids=target_layer_ids,
-                             block_size=k + 1)
-        drafter = DFlashDrafter(cfg).to(dev)
-        with torch.no_grad():  # start at the target's final-norm scale (Gemma-style 1 + w)
-            drafter.norm.weight.copy_(1.0 + target.model.norm.weight.float())
+    drafter, cfg = _drafter(target, init_dir, num_layers, target_layer_ids, k, dev)
+    num_layers = cfg["num_hidden_layers"]
     layer_ids = cfg["dflash_config"]["target_layer_ids"]
     mask_id = cfg["dflash_config"]["mask_token_id"]
     nparams = sum(p.numel() for p in drafter.parameters())
     opt = torch.optim.AdamW(drafter.parameters(), lr=lr, betas=(0.9, 0.98), weight_decay=0.01)
-    curve, step, t0 = [], 0, time.time()
-    try:
-        while (max_steps is None or step < max_steps) and time.time() - t0 < time_cap:
-            ids_np, tm_np = prod.get()
-            blocks = make_blocks(ids_np, tm_np, k, mask_id, max_blocks=blocks_per_seq, rng=rng)
-            frac = min(1.0, (time.time() - t0) / time_cap) if max_steps is None \
-                else step / max(max_steps, 1)
-            factor = min(1.0, (step + 1) / max(warmup, 1)) * (0.1 + 0.45 * (1 + math.cos(math.pi * frac)))
-            for g in opt.param_groups:
-                g["lr"] = lr * factor
-            lab = {n: torch.from_numpy(blocks[n]).to(dev) for n in ("labels", "label_ok", "valid")}
-            with _autocast(dev):
-                aux = target_features(target, torch.from_numpy(ids_np).to(dev), layer_ids)
-                logits = block_logits(drafter, target, aux, blocks, dev)
-                loss = weighted_loss(logits, lab["labels"], lab["label_ok"], decay)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            gn = torch.nn.utils.clip_grad_norm_(drafter.parameters(), 1.0)
-            opt.step()
-            step += 1
-            if step % 10 == 0 or step == 1:
-                with torch.no_grad():
-                    accepted, rate = slot_stats(logits, lab["labels"], lab["label_ok"], lab["valid"])
-                a, s = acceptance(accepted.cpu().numpy(), blocks["anchors"], blocks["valid"],
-                                  blocks["spans"])
-                rec = dict(step=step, t=round(time.time() - t0, 1), loss=round(loss.item(), 4),
-                           gnorm=round(gn.item(), 3), bs=int(ids_np.shape[0]),
-                           T=int(ids_np.shape[1]),
-                           # fresh samples, measured before the update; sampled anchors,
-                           # so the walk only approximates a full answer's
-                           batch_acceptance_length=round(1 + a / max(s, 1), 3),
-                           slot_hit_rate=[round(x, 3) for x in rate.tolist()])
-                curve.append(rec)
-                log(json.dumps(rec))
-    finally:
-        prod.close()
+    t0 = time.time()
+    curve, step = _train_loop(prod, drafter, target, opt, rng=rng, k=k, mask_id=mask_id,
+                              layer_ids=layer_ids, time_cap=time_cap, max_steps=max_steps,
+                              blocks_per_seq=blocks_per_seq, lr=lr, warmup=warmup,
+                              decay=decay, dev=dev, log=log)
     train_s = time.time() - t0
     drafter = drafter.to(torch.bfloat16)  # what is served
     t_eval = time.time()
@@ -291,6 +252,80 @@ def train_dflash(target_dir: str, tok_dir: str, out_dir: str, *, time_cap: float
     info["wall_seconds"] = round(time.time() - t_start, 1)
     (Path(out_dir) / "training.json").write_text(json.dumps(info, indent=2) + "\n")
     return info
+
+
+def _train_loop(prod, drafter, target, opt, *, rng, k: int, mask_id: int, layer_ids,
+                time_cap: float, max_steps: int | None, blocks_per_seq: int, lr: float,
+                warmup: int, decay: float, dev, log) -> tuple[list[dict], int]:
+    """Steps until ``time_cap`` (or ``max_steps``), the lr warmed up then cosine-decayed to
+    0.1x: (the curve logged every 10 steps, the steps run). Closes ``prod``."""
+    import torch
+    curve, step, t0 = [], 0, time.time()
+    try:
+        while (max_steps is None or step < max_steps) and time.time() - t0 < time_cap:
+            ids_np, tm_np = prod.get()
+            blocks = make_blocks(ids_np, tm_np, k, mask_id, max_blocks=blocks_per_seq, rng=rng)
+            frac = min(1.0, (time.time() - t0) / time_cap) if max_steps is None \
+                else step / max(max_steps, 1)
+            factor = min(1.0, (step + 1) / max(warmup, 1)) * (0.1 + 0.45 * (1 + math.cos(math.pi * frac)))
+            for g in opt.param_groups:
+                g["lr"] = lr * factor
+            lab = {n: torch.from_numpy(blocks[n]).to(dev) for n in ("labels", "label_ok", "valid")}
+            logits, loss, gn = _update(drafter, target, opt, ids_np, blocks, lab, layer_ids,
+                                       decay, dev)
+            step += 1
+            if step % 10 == 0 or step == 1:
+                rec = dict(step=step, t=round(time.time() - t0, 1), loss=round(loss.item(), 4),
+                           gnorm=round(gn.item(), 3), bs=int(ids_np.shape[0]),
+                           T=int(ids_np.shape[1]), **_batch_acceptance(logits, lab, blocks))
+                curve.append(rec)
+                log(json.dumps(rec))
+    finally:
+        prod.close()
+    return curve, step
+
+
+def _update(drafter, target, opt, ids_np, blocks: dict, lab: dict, layer_ids, decay: float,
+            dev):
+    """One optimizer step on a batch of blocks: (logits, loss, grad norm)."""
+    import torch
+    with _autocast(dev):
+        aux = target_features(target, torch.from_numpy(ids_np).to(dev), layer_ids)
+        logits = block_logits(drafter, target, aux, blocks, dev)
+        loss = weighted_loss(logits, lab["labels"], lab["label_ok"], decay)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    gn = torch.nn.utils.clip_grad_norm_(drafter.parameters(), 1.0)
+    opt.step()
+    return logits, loss, gn
+
+
+def _drafter(target, init_dir: str | None, num_layers: int, target_layer_ids, k: int, dev):
+    """The drafter to train and its config: ``init_dir``'s (its config wins), else a new one
+    of ``num_layers`` reading ``target_layer_ids``, its final norm at the target's scale."""
+    import torch
+    from .dflash_model import DFlashDrafter, drafter_config, load_drafter
+    if init_dir:
+        drafter = load_drafter(init_dir, device=dev.type, dtype=torch.float32)
+        return drafter, drafter.cfg
+    cfg = drafter_config(num_layers=num_layers, target_layer_ids=target_layer_ids,
+                         block_size=k + 1)
+    drafter = DFlashDrafter(cfg).to(dev)
+    with torch.no_grad():  # start at the target's final-norm scale (Gemma-style 1 + w)
+        drafter.norm.weight.copy_(1.0 + target.model.norm.weight.float())
+    return drafter, cfg
+
+
+def _batch_acceptance(logits, lab: dict, blocks: dict) -> dict:
+    """The logged step's acceptance on its own batch: fresh samples, measured before the
+    update; sampled anchors, so the walk only approximates a full answer's."""
+    import torch
+    with torch.no_grad():
+        accepted, rate = slot_stats(logits, lab["labels"], lab["label_ok"], lab["valid"])
+    a, s = acceptance(accepted.cpu().numpy(), blocks["anchors"], blocks["valid"],
+                      blocks["spans"])
+    return dict(batch_acceptance_length=round(1 + a / max(s, 1), 3),
+                slot_hit_rate=[round(x, 3) for x in rate.tolist()])
 
 
 def _check_kv_group(target_dir: str, init_dir: str | None, num_layers: int) -> None:

@@ -132,26 +132,17 @@ def train(variant: str, tok_dir: str, *, time_cap: float, target_em: float = 0.9
     torch.manual_seed(seed)
     if not 0 <= start_stage < len(D.STAGES):
         raise ValueError(f"start_stage must be 0..{len(D.STAGES) - 1}")
-    from .layout import load_served, variant_of
+    from .layout import variant_of
     if init_dir and variant_of(init_dir) != variant:
         raise ValueError(f"{init_dir} holds a {variant_of(init_dir)} model, not {variant}")
     prod = Producer(tok_dir, tokens_per_batch, max_bs, workers, seed)  # fork before CUDA
     prod.set_stage(start_stage)
     dev = "cuda" if torch.cuda.is_available() else "cpu"
-    if init_dir:
-        model = load_served(init_dir, device=dev, dtype=torch.float32)
-        model.train()
-    else:
-        model = build_model(variant).to(dev)
+    model, opt = _model_and_optimizer(variant, init_dir, dev, lr)
     nparams = sum(p.numel() for p in model.parameters())
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.98), weight_decay=0.01,
-                            fused=(dev == "cuda"))
-    curve: list[dict] = []
-    stage, stage_ems, solved_at = start_stage, [], None
-    t_final = 0.0 if stage == len(D.STAGES) - 1 else None
+    run = _Curriculum(variant, stage=start_stage, log=log, advance_em=advance_em)
     t0 = time.time()
     step = 0
-    final_em = None
     try:
         while True:
             el = time.time() - t0
@@ -162,54 +153,104 @@ def train(variant: str, tok_dir: str, *, time_cap: float, target_em: float = 0.9
             ids = torch.from_numpy(ids_np).to(dev, non_blocking=True)
             tm = torch.from_numpy(tm_np).to(dev, non_blocking=True)
             factor = min(1.0, (step + 1) / max(warmup, 1))
-            if final_decay and t_final is not None:  # cosine to 0.1x over the time left
-                frac = min(1.0, (el - t_final) / max(time_cap - t_final, 1.0))
+            if final_decay and run.t_final is not None:  # cosine to 0.1x over the time left
+                frac = min(1.0, (el - run.t_final) / max(time_cap - run.t_final, 1.0))
                 factor *= 0.1 + 0.45 * (1 + math.cos(math.pi * frac))
-            for g in opt.param_groups:
-                g["lr"] = lr * factor
-            with torch.autocast(dev, dtype=torch.bfloat16, enabled=(dev == "cuda")):
-                loss, em, worst = answer_stats(model, ids, tm)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            gn = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
+            loss, em, worst, gn = _update(model, opt, ids, tm, lr * factor, dev)
             step += 1
             if step % 10 == 0 or step == 1:
-                rec = dict(step=step, t=round(time.time() - t0, 1), stage=stage,
-                           max_tokens=D.STAGES[stage][0], bs=int(ids.shape[0]),
-                           T=int(ids.shape[1]), loss=round(loss.item(), 4),
-                           em=round(em.mean().item(), 3), gnorm=round(gn.item(), 3),
-                           margin_p10=round(worst.float().quantile(0.1).item(), 2))
-                curve.append(rec)
-                log(json.dumps(rec))
-                stage_ems.append(rec["em"])
-                if stage < len(D.STAGES) - 1 and len(stage_ems) >= 2 and \
-                        min(stage_ems[-2:]) >= advance_em:
-                    stage += 1
-                    stage_ems = []
-                    prod.set_stage(stage)
-                    if stage == len(D.STAGES) - 1:
-                        t_final = time.time() - t0
-                    log(f"[{variant}] -> stage {stage} (max {D.STAGES[stage][0]} tokens) at step {step}")
-            if stage == len(D.STAGES) - 1 and solved_at is None and step % eval_every == 0 \
-                    and len(stage_ems) >= 3 and sum(stage_ems[-3:]) / 3 >= target_em - 0.03:
-                res = evaluate(model, tok_dir, n=256, seed=1234 + step, bf16=False)
-                log(f"[{variant}] fresh check at step {step}: {json.dumps(res)}")
-                if res["exact_match"] >= target_em:
-                    solved_at = step
-                    final_em = res
-                    log(f"[{variant}] solved at step {step}; {extra_steps} more steps for margin")
-            if solved_at is not None and step >= solved_at + extra_steps:
+                run.observe(dict(step=step, t=round(time.time() - t0, 1), stage=run.stage,
+                                 max_tokens=D.STAGES[run.stage][0], bs=int(ids.shape[0]),
+                                 T=int(ids.shape[1]), loss=round(loss.item(), 4),
+                                 em=round(em.mean().item(), 3), gnorm=round(gn.item(), 3),
+                                 margin_p10=round(worst.float().quantile(0.1).item(), 2)),
+                            prod, time.time() - t0)
+            if run.due_check(step, eval_every, target_em):
+                run.check(evaluate(model, tok_dir, n=256, seed=1234 + step, bf16=False), step,
+                          target_em, extra_steps)
+            if run.solved_at is not None and step >= run.solved_at + extra_steps:
                 break
     finally:
         prod.close()
-    info = dict(variant=variant, params=nparams, steps=step, seconds=round(time.time() - t0, 1),
-                final_stage=stage, solved_at_step=solved_at, check_at_solve=final_em,
-                curve=curve, lr=lr, tokens_per_batch=tokens_per_batch, seed=seed,
-                final_decay=final_decay, final_stage_reached_s=t_final,
-                init_from=str(init_dir) if init_dir else None, start_stage=start_stage,
-                warmup=warmup)
-    return model, info
+    return model, dict(variant=variant, params=nparams, steps=step,
+                       seconds=round(time.time() - t0, 1), **run.summary(), lr=lr,
+                       tokens_per_batch=tokens_per_batch, seed=seed, final_decay=final_decay,
+                       final_stage_reached_s=run.t_final,
+                       init_from=str(init_dir) if init_dir else None, start_stage=start_stage,
+                       warmup=warmup)
+
+
+def _model_and_optimizer(variant: str, init_dir: str | None, dev: str, lr: float):
+    """A new ``variant`` model (or ``init_dir``'s, in training mode) and its AdamW."""
+    import torch
+    from .layout import load_served
+    if init_dir:
+        model = load_served(init_dir, device=dev, dtype=torch.float32)
+        model.train()
+    else:
+        model = build_model(variant).to(dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.98), weight_decay=0.01,
+                            fused=(dev == "cuda"))
+    return model, opt
+
+
+def _update(model, opt, ids, tm, lr: float, dev: str):
+    """One optimizer step at ``lr``: (loss, exact-match per row, worst margin, grad norm)."""
+    import torch
+    for g in opt.param_groups:
+        g["lr"] = lr
+    with torch.autocast(dev, dtype=torch.bfloat16, enabled=(dev == "cuda")):
+        loss, em, worst = answer_stats(model, ids, tm)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    gn = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    return loss, em, worst, gn
+
+
+class _Curriculum:
+    """Where a training run stands: its stage (advanced after two logged exact-match rates
+    of ``advance_em``), the curve logged so far, when the last stage was reached and the
+    step a fresh check first solved it."""
+
+    def __init__(self, variant: str, *, stage: int, log, advance_em: float):
+        self.variant, self.stage, self.log, self.advance_em = variant, stage, log, advance_em
+        self.stage_ems: list[float] = []
+        self.curve: list[dict] = []
+        self.solved_at: int | None = None
+        self.final_em: dict | None = None
+        self.t_final: float | None = 0.0 if stage == len(D.STAGES) - 1 else None
+
+    def observe(self, rec: dict, prod, elapsed: float) -> None:
+        self.curve.append(rec)
+        self.log(json.dumps(rec))
+        self.stage_ems.append(rec["em"])
+        if self.stage < len(D.STAGES) - 1 and len(self.stage_ems) >= 2 and \
+                min(self.stage_ems[-2:]) >= self.advance_em:
+            self.stage += 1
+            self.stage_ems = []
+            prod.set_stage(self.stage)
+            if self.stage == len(D.STAGES) - 1:
+                self.t_final = elapsed
+            self.log(f"[{self.variant}] -> stage {self.stage} (max {D.STAGES[self.stage][0]} "
+                     f"tokens) at step {rec['step']}")
+
+    def due_check(self, step: int, eval_every: int, target_em: float) -> bool:
+        """A fresh check is due: last stage, not solved, the last three rates near target."""
+        return (self.stage == len(D.STAGES) - 1 and self.solved_at is None
+                and step % eval_every == 0 and len(self.stage_ems) >= 3
+                and sum(self.stage_ems[-3:]) / 3 >= target_em - 0.03)
+
+    def summary(self) -> dict:
+        return dict(final_stage=self.stage, solved_at_step=self.solved_at,
+                    check_at_solve=self.final_em, curve=self.curve)
+
+    def check(self, res: dict, step: int, target_em: float, extra_steps: int) -> None:
+        self.log(f"[{self.variant}] fresh check at step {step}: {json.dumps(res)}")
+        if res["exact_match"] >= target_em:
+            self.solved_at = step
+            self.final_em = res
+            self.log(f"[{self.variant}] solved at step {step}; {extra_steps} more steps for margin")
 
 
 # ----------------------------------------------------------------------------- evaluation

@@ -115,12 +115,8 @@ def v1_batch_has_prefill(runner: Any, num_reqs: int) -> bool:
 
 
 # ---------------------------------------------------------------- V2 runner
-def _check_v2() -> dict[str, Any]:
-    import importlib
-
-    runner_mod = importlib.import_module(V2_RUNNER_MODULE)
-    cg_mod = importlib.import_module(V2_CG_MODULE)
-    states_mod = importlib.import_module(V2_STATES_MODULE)
+def _v2_classifier(runner_mod, cg_mod) -> Callable:
+    """The V2 runner's batch classifier, checked to be the unfixed one this patch wraps."""
     classifier = getattr(runner_mod, "get_uniform_token_count", None)
     newer = getattr(runner_mod, "get_uniform_decode_token_count", None)
     if classifier is None and newer is not None:
@@ -144,7 +140,12 @@ def _check_v2() -> dict[str, Any]:
     if node is not None and (_shape.mentions(node, "prefill")
                              or _shape.mentions(node, "computed")):
         raise AlreadyFixed("get_uniform_token_count already reads prefill state")
+    return classifier
 
+
+def _v2_execute(runner_mod) -> tuple[type, Callable, str]:
+    """``GPUModelRunner`` and its ``execute_model``, checked to update request states and
+    then classify the batch once (by its AST, else its bytecode: the ``how``)."""
     runner_cls = getattr(runner_mod, "GPUModelRunner", None)
     if runner_cls is None:
         raise ShapeMismatch(f"{V2_RUNNER_MODULE} has no GPUModelRunner")
@@ -173,6 +174,17 @@ def _check_v2() -> dict[str, Any]:
         if not {"get_uniform_token_count", "update_requests"} <= used:
             raise ShapeMismatch("execute_model bytecode lacks get_uniform_token_count / "
                                 "update_requests")
+    return runner_cls, execute, how
+
+
+def _check_v2() -> dict[str, Any]:
+    import importlib
+
+    runner_mod = importlib.import_module(V2_RUNNER_MODULE)
+    cg_mod = importlib.import_module(V2_CG_MODULE)
+    states_mod = importlib.import_module(V2_STATES_MODULE)
+    classifier = _v2_classifier(runner_mod, cg_mod)
+    runner_cls, execute, how = _v2_execute(runner_mod)
     state_attrs = _shape.self_attrs_assigned(states_mod.RequestState.__init__)
     if state_attrs is not None:
         missing = {"req_id_to_index", "num_computed_prefill_tokens", "prefill_len"} - state_attrs
