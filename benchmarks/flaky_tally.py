@@ -118,10 +118,11 @@ def head_commit(root: Path = ROOT) -> str:
 
 def fresh_env() -> dict:
     env = {k: v for k, v in os.environ.items() if k not in FOREIGN_ENV}
-    venv_bin = os.environ.get("VIRTUAL_ENV")
-    if venv_bin:   # the caller's environment off PATH, as in a new shell
+    venv = os.environ.get("VIRTUAL_ENV")
+    if venv:   # the caller's environment off PATH, as in a new shell
+        venv_bin = os.path.join(venv, "bin")
         env["PATH"] = os.pathsep.join(d for d in env.get("PATH", "").split(os.pathsep)
-                                      if not d.startswith(venv_bin))
+                                      if os.path.normpath(d) != venv_bin)
     return env
 
 

@@ -253,8 +253,8 @@ class _LocalRun:
         iso = self._iso(point)
         how = policy(iso)
         timing["pass"] = iso  # type: ignore[assignment]  (the driver splits by it)
-        reuse, replaced = await self._prepare_held(point, iso, held, timing)
-        if not reuse and not await self._boot_for(point, slot, queue, iso, held, timing,
+        reuse, replaced = await self._prepare_held(point, iso, how, held, timing)
+        if not reuse and not await self._boot_for(point, slot, queue, iso, how, held, timing,
                                                   t_point, replaced):
             return
         t_req = time.monotonic()
@@ -282,11 +282,10 @@ class _LocalRun:
         queue.observe(point.cfg_id, boot=None if reuse else timing["boot"],
                       point=timing["point"] - timing["boot"])
 
-    async def _prepare_held(self, point: Point, iso: str, held: "_Held",
+    async def _prepare_held(self, point: Point, iso: str, how, held: "_Held",
                             timing: dict) -> tuple[bool, str | None]:
         """Whether the held server serves this point (prepared first where the isolation
-        says: reset the prefix cache, restore), and why it was replaced if it failed that."""
-        how = policy(iso)
+        ``how`` says: reset the prefix cache, restore), and why it was replaced if it failed."""
         reuse = (how.reuses_server and held.server is not None and held.iso == iso
                  and held.cfg == point.cfg_id and held.server.tree_alive())
         replaced: str | None = None
@@ -300,7 +299,7 @@ class _LocalRun:
             reuse = replaced is None
         return reuse, replaced
 
-    async def _boot_for(self, point: Point, slot: Slot, queue: PointQueue, iso: str,
+    async def _boot_for(self, point: Point, slot: Slot, queue: PointQueue, iso: str, how,
                         held: "_Held", timing: dict, t_point: float,
                         replaced: str | None) -> bool:
         """A new server for the point in ``held`` (the old one stopped in the background);
@@ -321,7 +320,6 @@ class _LocalRun:
             return False
         held.cfg, held.iso, held.timing = point.cfg_id, iso, timing
         timing["boot"] = held.server.boot_s or 0.0
-        how = policy(iso)
         if how.booted is not None:   # e.g. restore: nothing to restore yet
             how.booted(held.info, replaced)
         return True

@@ -279,20 +279,18 @@ def write_junit(records: list[dict] | list[PhaseRecord], path, *, suite_name: st
     for r in recs:
         by_cfg.setdefault(r.config_id or r.config_label or "?", []).append(r)
     root = ET.Element("testsuites", name=suite_name)
-    totals = [0, 0, 0, 0.0]   # tests, failures, skipped, time
-    for cid, rs in by_cfg.items():
-        for i, n in enumerate(_config_suite(root, cid, rs, refs)):
-            totals[i] += n
+    # (tests, failures, skipped, time) of each configuration's suite, then of the gate's
+    counts = [_config_suite(root, cid, rs, refs) for cid, rs in by_cfg.items()]
     for kind, entries in (("regression", regressions), ("coverage", coverage_losses)):
         if entries:
             _gate_suite(root, kind, entries)
-            totals[0] += len(entries)
-            totals[1] += len(entries)
-    root.set("tests", str(totals[0]))
-    root.set("skipped", str(totals[2]))
-    root.set("failures", str(totals[1]))
+            counts.append((len(entries), len(entries), 0, 0.0))
+    tests, failures, skipped, seconds = (sum(c) for c in zip(*counts)) if counts else (0, 0, 0, 0.0)
+    root.set("tests", str(tests))
+    root.set("skipped", str(skipped))
+    root.set("failures", str(failures))
     root.set("errors", "0")
-    root.set("time", f"{totals[3]:.3f}")
+    root.set("time", f"{seconds:.3f}")
     p = pathlib.Path(path)
     ET.indent(root)
     write_output(p, ET.tostring(root, encoding="utf-8", xml_declaration=True))
