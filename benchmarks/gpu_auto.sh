@@ -15,7 +15,7 @@
 LIMIT=${1:-590}; MATRIX_S=${2:-430}
 R=$PWD; S=$R/.gpu/src
 source "$S/engine/tinymodel/scripts/device_lib.sh"
-: "${OUT:=/tmp/out}"; W=/tmp/work/auto; rm -rf "$W"; mkdir -p "$W" "$OUT"
+: "${OUT:=/tmp/out}"; W=$DEV_WORK/auto; rm -rf "$W"; mkdir -p "$W" "$OUT"
 CACHE=/tmp/residue-lab-boot-cache; rm -rf "$CACHE"
 dev_unpack_b "$W/timings.txt"
 dev_vllm_env

@@ -15,7 +15,7 @@ LIMIT=${1:-530}; shift
 ENGINE=${ENGINE:-vllm}; PY=${PYTHON:-python3}
 R=$PWD; S=$R
 source "$R/engine/tinymodel/scripts/device_lib.sh"
-: "${OUT:=/tmp/out}"; W=/tmp/work/cost_curve; rm -rf "$W"; mkdir -p "$W" "$OUT"
+: "${OUT:=/tmp/out}"; W=$DEV_WORK/cost_curve; rm -rf "$W"; mkdir -p "$W" "$OUT"
 if [ "$ENGINE" = vllm ]; then
   [ -f /tmp/site/vllm/_C_stable_libtorch.abi3.so ] || dev_unpack_b "$W/timings.txt"
   if [ ! -d /tmp/site/vllm ]; then

@@ -21,7 +21,7 @@ LIMIT=${1:-290}; PARENT_S=${2:-120}
 PARALLEL_BOOTS=${PARALLEL_BOOTS:-9}
 R=$PWD; S=${S:-$PWD}
 source "$S/engine/tinymodel/scripts/device_lib.sh"
-: "${OUT:=/tmp/out}"; W=/tmp/work/explain; rm -rf "$W"; mkdir -p "$W" "$OUT"
+: "${OUT:=/tmp/out}"; W=$DEV_WORK/explain; rm -rf "$W"; mkdir -p "$W" "$OUT"
 # COLD=1: caches of its own, emptied first (the shared ones may be warm from an earlier
 # call, and other scripts beside this one keep using them)
 CACHE=/tmp/residue-lab-boot-cache${COLD:+-explain-cold}; [ -n "${COLD:-}" ] && rm -rf "$CACHE"

@@ -33,7 +33,7 @@ LIMIT=${1:-540}; STAGES=${2:-a,b,c1,p}; ENGINE=${ENGINE:-vllm}
 R=$PWD; S=$R
 source "$R/engine/tinymodel/scripts/device_lib.sh"
 [ $(( LIMIT - 60 )) -gt 120 ] || { echo "gpu_restore.sh: LIMIT_S $LIMIT leaves $(( LIMIT - 60 ))s for the stages; give 300 or more" >&2; exit 2; }
-: "${OUT:=/tmp/out}"; W=/tmp/work/restore; rm -rf "$W"; mkdir -p "$W" "$OUT"
+: "${OUT:=/tmp/out}"; W=$DEV_WORK/restore; rm -rf "$W"; mkdir -p "$W" "$OUT"
 CACHE=/tmp/residue-lab-boot-cache; mkdir -p "$CACHE"   # kept: warm from earlier calls
 M=$R/engine/tinymodel/weights/hybrid; D=$R/engine/tinymodel/weights/dflash
 has() { [[ ",$STAGES," == *",$1,"* ]]; }

@@ -40,7 +40,7 @@
 LIMIT=${1:-400}; ENGINE=${ENGINE:-vllm}; PY=${PYTHON:-python3}
 R=$PWD; S=$R
 source "$R/engine/tinymodel/scripts/device_lib.sh"
-: "${OUT:=/tmp/out}"; W=/tmp/work/shapes; rm -rf "$W"; mkdir -p "$W" "$OUT"
+: "${OUT:=/tmp/out}"; W=$DEV_WORK/shapes; rm -rf "$W"; mkdir -p "$W" "$OUT"
 CACHE=/tmp/residue-lab-boot-cache; mkdir -p "$CACHE"
 if [ "$ENGINE" = vllm ]; then
   [ -f /tmp/site/vllm/_C_stable_libtorch.abi3.so ] || [ ! -d "$R/.gpu/bundle/b2" ] \

@@ -17,7 +17,7 @@
 LIMIT=${1:-585}
 R=$PWD; S=$R/.gpu/src
 source "$S/engine/tinymodel/scripts/device_lib.sh"
-: "${OUT:=/tmp/out}"; W=/tmp/work/sweeps; rm -rf "$W"; mkdir -p "$W" "$OUT"
+: "${OUT:=/tmp/out}"; W=$DEV_WORK/sweeps; rm -rf "$W"; mkdir -p "$W" "$OUT"
 CACHE=/tmp/residue-lab-boot-cache; mkdir -p "$CACHE"
 dev_unpack_b "$W/timings.txt"
 dev_vllm_env

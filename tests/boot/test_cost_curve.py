@@ -255,7 +255,7 @@ def test_the_shell_script_on_the_lab_returns_four_files(tmp_path):
     res = subprocess.run(["bash", "benchmarks/gpu_cost_curve.sh", "200", "--points", "2",
                           "--servers", "2b@4.9,27b@20", "--cache-dir", ""], cwd=ROOT,
                          env={**os.environ, "ENGINE": "lab", "OUT": str(out),
-                              "PYTHON": sys.executable},
+                              "PYTHON": sys.executable, "DEV_WORK": str(tmp_path / "work")},
                          capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
     assert sorted(p.name for p in out.iterdir()) == ["cost_curve.md", "cost_curve.tgz",

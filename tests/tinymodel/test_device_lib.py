@@ -39,15 +39,14 @@ def test_dev_out_check_says_when_out_holds_more_than_comes_back(tmp_path):
 
 
 def test_dev_pack_packs_the_folder_in_one_file(tmp_path):
-    work = Path("/tmp/work") / f"devlib-test-{os.getpid()}"
-    shutil.rmtree(work, ignore_errors=True)
+    work = tmp_path / "work" / f"devlib-test-{os.getpid()}"
     (work / "r.logs").mkdir(parents=True)
     (work / "r.md").write_text("# report\n")
     (work / "r.logs" / "s.log").write_text("server line\n")
     out = tmp_path / "out"
     out.mkdir()
     try:
-        res = _bash(f"dev_pack {work.name}", out)
+        res = _bash(f"dev_pack {work.name}", out, env={"DEV_WORK": str(work.parent)})
         assert res.returncode == 0, res.stdout + res.stderr
         assert [p.name for p in out.iterdir()] == [f"{work.name}.tgz"]
         names = tarfile.open(out / f"{work.name}.tgz").getnames()
@@ -95,7 +94,7 @@ def test_gpu_shapes_on_the_lab_returns_two_files(tmp_path):
     out = tmp_path / "out"
     res = subprocess.run(["bash", "benchmarks/gpu_shapes.sh", "300"], cwd=ROOT,
                          env={**os.environ, "ENGINE": "lab", "OUT": str(out),
-                              "PYTHON": sys.executable},
+                              "PYTHON": sys.executable, "DEV_WORK": str(tmp_path / "work")},
                          capture_output=True, text=True, timeout=400)
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
     assert sorted(p.name for p in out.iterdir()) == ["shapes.tgz", "shapes_summary.md"]
@@ -107,3 +106,14 @@ def test_gpu_shapes_on_the_lab_returns_two_files(tmp_path):
     for name in reports:
         assert f"## {name}" in s
     assert "broken: residue 484" in s and "WARNING" not in res.stdout
+
+
+def test_no_device_script_works_in_a_fixed_folder():
+    """Each device script's work folder is under ``$DEV_WORK`` (device_lib.sh; /tmp/work on
+    the device): with a fixed /tmp/work/NAME, two suites on one box emptied each other's
+    folder (the ``rm -rf "$W"`` of the script's start) and a test of gpu_shapes.sh found one
+    report of five."""
+    scripts = [p for p in (ROOT / "benchmarks").glob("gpu_*.sh") if "device_lib.sh" in p.read_text()]
+    assert len(scripts) >= 6
+    fixed = [p.name for p in [*scripts, LIB] if "/tmp/work/" in p.read_text()]
+    assert not fixed, fixed

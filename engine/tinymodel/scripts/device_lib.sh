@@ -5,6 +5,9 @@
 # (at most 8 files of 16 MiB). Sourcing it starts the call's clock: el() is the seconds since.
 T0=$(date +%s)
 el() { echo $(( $(date +%s) - T0 )); }
+# DEV_WORK: the folder each call's work folder goes under (default /tmp/work, the device's);
+# a test on a shared box gives its own, so two suites side by side do not empty each other's.
+: "${DEV_WORK:=/tmp/work}"
 
 # dev_vllm_env: the environment vLLM 0.26.0 ran in on the H200 (docs/gpu-notes.md), with
 # the bundle and the code snapshot $S on the path.
@@ -49,10 +52,10 @@ dev_unpack_b() {
     && echo "unpack_b $(el)s" >> "$1"
 }
 
-# dev_probe_start NAME: a probe call's start: W=/tmp/work/NAME emptied, $OUT made, vLLM's
+# dev_probe_start NAME: a probe call's start: W=$DEV_WORK/NAME emptied, $OUT made, vLLM's
 # _C unpacked from the halves when missing, the environment, its report and the monitor.
 dev_probe_start() {
-  : "${OUT:=/tmp/out}"; W=/tmp/work/$1; rm -rf "$W"; mkdir -p "$W" "$OUT"
+  : "${OUT:=/tmp/out}"; W=$DEV_WORK/$1; rm -rf "$W"; mkdir -p "$W" "$OUT"
   if [ ! -f /tmp/site/vllm/_C_stable_libtorch.abi3.so ]; then
     if compgen -G "$R/.gpu/bundle/p/bundle.part*" > /dev/null; then dev_unpack_parts_b && echo "unpack_b $(el)s" >> "$W/timings.txt"
     else dev_unpack_b "$W/timings.txt"; fi
@@ -68,11 +71,11 @@ dev_monitor() {
   MON=$!
 }
 
-# dev_pack NAME: /tmp/work/NAME (its server logs gzipped) as $OUT/NAME.tgz, split in
+# dev_pack NAME: $DEV_WORK/NAME (its server logs gzipped) as $OUT/NAME.tgz, split in
 # 15 MB parts when it is over the size that comes back; then dev_out_check.
 dev_pack() {
-  find "/tmp/work/$1" -name '*.log' -exec gzip -9 {} \;
-  tar -czf "$OUT/$1.tgz" -C /tmp/work "$1"
+  find "$DEV_WORK/$1" -name '*.log' -exec gzip -9 {} \;
+  tar -czf "$OUT/$1.tgz" -C "$DEV_WORK" "$1"
   if [ "$(stat -c %s "$OUT/$1.tgz")" -gt 15500000 ]; then
     split -b 15000000 -d "$OUT/$1.tgz" "$OUT/$1.tgz.part" && rm "$OUT/$1.tgz"
   fi
