@@ -31,6 +31,7 @@ from .run.resume import resumed_namespace
 from .serve.serve_line import parse_serve_line, vllm_spellings
 from .records.store import ResultStore, StoreError
 from .serve.engines import EngineName
+from .serve.isolation import IsolationName
 
 __all__ = ["DEFAULT_OUT", "DEFAULT_REPORTS", "build_options", "parse_sweep_argv",
            "options_from_argv"]
@@ -41,14 +42,16 @@ DEFAULT_OUT, DEFAULT_REPORTS = "results", "reports"
 def build_options(ns: argparse.Namespace, argv: Sequence[str]) -> SweepOptions:
     """Every flag validated into ``SweepOptions``; the backend checks what it needs."""
     line = parse_serve_line(ns.serve) if ns.serve else None   # --serve LINE, read once
-    _check_poison(ns, line)   # before --url reads the server: a refusal needs no server
-    live = attached.attach(ns, argv) if ns.url else None   # --url: a running server (harness/run/live.py)
+    _check_poison(ns, line)
+    # --url: a running server (harness/run/live.py); the session reads it (live.connect)
+    live = attached.live_target(ns, argv) if ns.url else None
     _check_pairs(ns, argv)
     seeds = tuple(ns.seed)
     if live:
-        configs = [live.cfg]
+        configs = []   # the server's own, read when the session connects
     elif ns.serve:   # --serve LINE: the line's one configuration (harness/serve/serve_line.py)
-        configs = serve_configs(ns, argv, line)
+        configs, decided = serve_configs(ns, argv, line)
+        ns = argparse.Namespace(**{**vars(ns), **decided})   # the caller's stays as parsed
     else:
         configs = expand_matrix(engine=ns.engine, model=ns.model, prefix_cache=ns.prefix_cache,
                                 axes=matrix_axes(ns))
@@ -60,10 +63,11 @@ def build_options(ns: argparse.Namespace, argv: Sequence[str]) -> SweepOptions:
     cases = parse_prompts(ns.prompts, ns.case, reference)
     for cfg in configs:  # residue syntax errors surface now, not mid-sweep
         select_residues(ns.residues, cfg, modulus_for(cfg, modulus), seed=seeds[0])
-    engine = live.adapter() if live else adapter_class(ns.engine)
+    engine = attached.LiveAdapter if live else adapter_class(ns.engine)
     derived = dict(   # the fields a flag does not give as it is
         engine=engine.name, configs=tuple(configs), modulus=modulus, phases=phases,
-        reference=reference, live=live, cases=cases, argv=tuple(argv), flags=flags_json(ns),
+        reference=reference, live=live, cases=cases, argv=tuple(argv),
+        flags=flags_json(ns, **_LIVE_FLAGS if live else {}),
         served_fields=served, serve_line=line,
         slots=live.slots if live else parse_slots(ns.slots, ns.gpus, engine.default_slots()),
         boot_timeout=ns.boot_timeout or engine.boot_timeout_s,
@@ -74,12 +78,18 @@ def build_options(ns: argparse.Namespace, argv: Sequence[str]) -> SweepOptions:
         bisect=bool(getattr(ns, "bisect", False)),
         logprobs=engine.logprobs_default if ns.logprobs is None else ns.logprobs,
         logprobs_default=engine.logprobs_default)
+    if live:   # what --url runs; the logprobs default is the server's engine's (connect)
+        derived.update(_LIVE_FLAGS, api_key=live.api_key, logprobs=ns.logprobs)
     # every other field is its flag's value (SweepOptions names it as the flag's dest)
     given = {f.name: getattr(ns, f.name) for f in dataclasses.fields(SweepOptions)
              if f.name not in derived and hasattr(ns, f.name)}
     opts = SweepOptions(**given, **derived)
     make_backend(opts.backend).check(opts)  # e.g. ray without the extra: exit 2, now
     return opts
+
+
+# what a --url sweep runs, whatever the flags' defaults say
+_LIVE_FLAGS = {"isolation": IsolationName.LIVE, "backend": "live"}
 
 
 def _check_pairs(ns: argparse.Namespace, argv: Sequence[str]) -> None:
@@ -135,11 +145,12 @@ _SERVE_FIELDS = {"--engine": "engine", "--model": "model", "--spec": "spec",
                  "--max-num-batched-tokens": "max_num_batched_tokens"}
 
 
-def serve_configs(ns: argparse.Namespace, argv: Sequence[str], line) -> list:
+def serve_configs(ns: argparse.Namespace, argv: Sequence[str], line) -> tuple[list, dict]:
     """--serve LINE: the line's configuration, one per --patches set (vLLM: none unless
-    asked, your vLLM as it is; the lab: the line's --patches). A configuration flag
-    written beside it must say what the line says (a rerun line repeats them); a TP size
-    in the line takes a GPU group of that size (``--gpus 0+1`` unless given)."""
+    asked, your vLLM as it is; the lab: the line's --patches), and the flags the line
+    decides (engine, model, a GPU group). A configuration flag written beside it must say
+    what the line says (a rerun line repeats them); a TP size in the line takes a GPU
+    group of that size (``--gpus 0+1`` unless given)."""
     if ns.url or ns.engine == EngineName.CMD:
         raise UsageError("--serve starts your server line: not with --url or --engine cmd")
     written = explicit_flags(argv)
@@ -154,14 +165,14 @@ def serve_configs(ns: argparse.Namespace, argv: Sequence[str], line) -> list:
     if line.engine == EngineName.LAB and "--patches" in written and "patches" in line.values \
             and patches != [line.values["patches"]]:
         raise UsageError("--serve: --patches contradicts the lab line's own --patches")
-    ns.engine, ns.model = line.engine, line.model
+    decided = {"engine": line.engine, "model": line.model}
     tp = line.tensor_parallel_size
     if tp > 1 and not ns.gpus:
-        ns.gpus = "+".join(str(g) for g in range(tp))
+        decided["gpus"] = "+".join(str(g) for g in range(tp))
     elif tp > 1 and any(len(g.split("+")) != tp for g in ns.gpus.split(",")):
         raise UsageError(f"--serve: the line runs --tensor-parallel-size {tp}: give GPU "
                          f"groups of {tp} (--gpus {'+'.join(str(g) for g in range(tp))})")
-    return configs
+    return configs, decided
 
 
 def _modulus(modulus: str) -> int | None:

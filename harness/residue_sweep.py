@@ -36,6 +36,7 @@ from .publish.posting import check_can_post
 from .publish.preflight import check_outputs
 from .prompts import PlanError, TemplateError
 from .run.driver import Driver
+from .run.live import connect
 from .run.golden import check_golden_covers, load_golden
 from .run.plan import Point, SweepPlan, plan_with_probes
 from .run.records import latest_records
@@ -64,6 +65,11 @@ def adapter_for(opts: SweepOptions) -> EngineAdapter:
     if serve is not None and serve.has("--worker-extension-cls"):
         adapter.poison = False   # the line's own extension (vLLM loads one): --poison auto off
     return adapter
+
+
+def _unread(opts: SweepOptions) -> bool:
+    """A ``--url`` sweep whose server the session has not read yet."""
+    return opts.live is not None and opts.live.cfg is None
 
 
 class Callbacks:
@@ -128,7 +134,9 @@ class Sweep:
                  backend: Backend | None = None, *, signals: bool = True,
                  observers: tuple[Observer, ...] = ()) -> None:
         self.options = options
-        self.adapter = adapter if adapter is not None else adapter_for(options)
+        self.adapter = adapter
+        if adapter is None and not _unread(options):   # --url: once read (check)
+            self.adapter = adapter_for(options)
         self.backend = backend if backend is not None else make_backend(options.backend)
         self.signals = signals
         self.servers = ServerGroup(observers)
@@ -142,6 +150,7 @@ class Sweep:
         sweep: outputs writable, the baseline readable, a way to post, a resumed results
         file whole, the engine's checks. Returns what is worth saying (a torn last line of a
         resumed file cut off)."""
+        self._connect()
         opts = self.options
         check_outputs(opts)
         if opts.baseline:  # a gate that cannot be evaluated must not cost a whole sweep
@@ -162,6 +171,13 @@ class Sweep:
             raise
         self._checked = True
         return notes
+
+    def _connect(self) -> None:
+        """``--url``: read the running server now (options never send a request): the
+        options get its configuration, the sweep its adapter (harness/run/live.py)."""
+        if _unread(self.options):
+            self.options = connect(self.options)
+            self.adapter = adapter_for(self.options)
 
     # -- the steps a kind of run may change (explain.ExplainSweep) -----------------------
     async def plan(self, store: ResultStore) -> SweepPlan:

@@ -59,6 +59,7 @@ def run_sweep(argv: Sequence[str]) -> int:
     sweep = Sweep(opts)
     for note in sweep.check():   # outputs, inputs, a way to post, a resumed file, the engine
         _say(note)
+    opts = sweep.options   # --url: with the configuration the server reported (check)
     for line in preset_warnings(opts):
         _say(line)
     if opts.serve:   # the line as read, and what the harness adds to it

@@ -35,14 +35,14 @@ from engine.presets import ServingConfig
 
 from ..serve.engines import ADAPTERS, EngineAdapter, normalise_reported
 from ..errors import CannotRun, UsageError
-from ..settings.flag_values import parse_phases
+from ..settings.configs import SweepOptions, modulus_for, select_residues
 from ..settings.flag_manifest import explicit_flags
 from ..settings.flags import ENGINE, FLAGS
 from ..serve.slots import Slot
 from ..serve.isolation import IsolationName
 from ..judge.vocabulary import PhaseName
 
-__all__ = ["attach", "API_KEY_ENVS", "DEFAULT_MAX_REQUESTS", "RequestBudget", "LiveTarget",
+__all__ = ["live_target", "connect", "API_KEY_ENVS", "DEFAULT_MAX_REQUESTS", "RequestBudget", "LiveTarget",
            "LiveConfig", "LiveAdapter", "LiveServer", "read_server", "live_config",
            "refused_flags", "check_url", "api_key_from_env", "requests_per_point"]
 
@@ -57,9 +57,9 @@ _SERVER_RUN_FLAGS = ("--isolation", "--auto-sample", "--cache-dir", "--launcher"
                      "--resume")
 
 
-def attach(ns: argparse.Namespace, argv: Sequence[str]) -> LiveTarget:
-    """``--url``: the flags checked, the server read (four GETs), ``ns`` set to what a live
-    sweep runs (isolation and backend ``live``, the key); the target the options carry."""
+def live_target(ns: argparse.Namespace, argv: Sequence[str]) -> LiveTarget:
+    """``--url``, as the options take it: the flags checked, the URL and the key read, the
+    run's document nonce drawn; nothing is sent (the session connects: ``connect``)."""
     refused = refused_flags(list(argv))
     if refused:
         raise UsageError(f"--url sweeps a server that is already running, as it runs; "
@@ -73,24 +73,37 @@ def attach(ns: argparse.Namespace, argv: Sequence[str]) -> LiveTarget:
     if ns.reference not in ("passage", "cold"):
         raise UsageError(f"--reference {ns.reference}: --url judges each point against its "
                          "own document (passage) or its cold answer (cold)")
-    url = check_url(ns.url)
     key, source = api_key_from_env(ns.api_key)
-    target = LiveTarget(url, key, source, ns.concurrency or 1,
-                        RequestBudget(ns.max_requests or DEFAULT_MAX_REQUESTS),
-                        nonce=(ns.seed[0] if "--seed" in explicit_flags(argv)
-                               else random.SystemRandom().randrange(1 << 31)))
-    with target.http_client(ns.timeout) as http:
-        report = read_server(url, http)
-    cfg, facts = live_config(url, report)
-    hits = [p for p in parse_phases(ns.phases) if p != PhaseName.COLD]
+    return LiveTarget(check_url(ns.url), key, source, ns.concurrency or 1,
+                      RequestBudget(ns.max_requests or DEFAULT_MAX_REQUESTS),
+                      nonce=(ns.seed[0] if "--seed" in explicit_flags(argv)
+                             else random.SystemRandom().randrange(1 << 31)))
+
+
+def connect(opts: SweepOptions) -> SweepOptions:
+    """The session's first step of a ``--url`` sweep: the server read (four GETs), its
+    configuration checked against the phases and ``--modulus``, and the options it gives
+    back carry the connected target, that one configuration and the engine's logprobs
+    default (``--logprobs`` unless given). Options without a target come back as they are."""
+    target: LiveTarget | None = opts.live
+    if target is None or target.cfg is not None:
+        return opts
+    with target.http_client(opts.timeout) as http:
+        report = read_server(target.url, http)
+    cfg, facts = live_config(target.url, report)
+    hits = [p for p in opts.phases if p != PhaseName.COLD]
     if cfg.prefix_caching is False and hits:
-        raise UsageError(f"--url {url}: the server reports prefix caching off, so "
+        raise UsageError(f"--url {target.url}: the server reports prefix caching off, so "
                          f"{', '.join(hits)} cannot hit the cache; use --phases cold")
-    if ns.modulus == "auto" and not (cfg.prefix_match_unit or cfg.block_size):
-        raise UsageError(f"--modulus auto: {url} does not report its block size or match "
-                         "unit; give --modulus N")
-    ns.isolation, ns.backend, ns.api_key = "live", "live", key
-    return dataclasses.replace(target, report=report, cfg=cfg, facts=facts)
+    if opts.modulus is None and not (cfg.prefix_match_unit or cfg.block_size):
+        raise UsageError(f"--modulus auto: {target.url} does not report its block size or "
+                         "match unit; give --modulus N")
+    select_residues(opts.residues, cfg, modulus_for(cfg, opts.modulus), seed=opts.seed)
+    target = dataclasses.replace(target, report=report, cfg=cfg, facts=facts)
+    default = target.adapter().logprobs_default
+    return dataclasses.replace(
+        opts, live=target, configs=(cfg,), logprobs_default=default,
+        logprobs=default if opts.logprobs is None else opts.logprobs)
 
 
 def refused_flags(argv: list[str]) -> list[str]:

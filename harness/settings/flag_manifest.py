@@ -23,15 +23,16 @@ FLAGS_VERSION = 1
 SECRET_DESTS = ("api_key",)
 
 
-def flags_json(ns: argparse.Namespace) -> dict[str, Any]:
+def flags_json(ns: argparse.Namespace, **derived: Any) -> dict[str, Any]:
     """The sweep flags of ``ns`` as the manifest keeps them: ``{"version", "flags":
     {dest: value}}`` (JSON values; the flags' own spellings, before any parsing into
-    options, so a newer harness validates them again)."""
+    options, so a newer harness validates them again). ``derived``: a dest's value that
+    another flag decides (``--url`` runs isolation and backend ``live``)."""
     values = {}
     for f in FLAGS:
         if flag_dest(f) in SECRET_DESTS:
             continue
-        v = getattr(ns, flag_dest(f), None)
+        v = derived.get(flag_dest(f), getattr(ns, flag_dest(f), None))
         values[flag_dest(f)] = list(v) if isinstance(v, (tuple, list)) else v
     return {"version": FLAGS_VERSION, "flags": values}
 

@@ -273,6 +273,44 @@ def test_one_lifecycle_runs_every_sweep():
     assert len((HARNESS / "command/cli.py").read_text().splitlines()) <= 450
 
 
+def _assigned_ns_attributes(path: Path) -> list[str]:
+    """``ns.X = ...`` (or ``ns.X, ... = ...``) inside a function of ``path`` that takes the
+    parsed flags as its parameter ``ns``."""
+    found = []
+    for fn in ast.walk(ast.parse(path.read_text())):
+        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        if "ns" not in [a.arg for a in fn.args.args]:
+            continue
+        for node in ast.walk(fn):
+            targets = (node.targets if isinstance(node, ast.Assign)
+                       else [node.target] if isinstance(node, ast.AugAssign) else [])
+            for t in targets:
+                for el in (t.elts if isinstance(t, ast.Tuple) else [t]):
+                    if (isinstance(el, ast.Attribute) and isinstance(el.value, ast.Name)
+                            and el.value.id == "ns"):
+                        found.append(f"{path.relative_to(ROOT)}:{node.lineno} {fn.name}: "
+                                     f"{ast.unparse(el)}")
+    return found
+
+
+def test_options_are_built_without_a_request_or_a_changed_namespace():
+    """argv -> ``SweepOptions`` once: building the options sends no request (``--url``'s
+    server is read by the session: only ``residue_sweep.py`` calls ``run/live.connect``
+    or ``read_server`` outside ``run/live.py``) and never writes into the parsed flags it
+    is given (what a flag decides for another is a field of the options)."""
+    found = []
+    for p in HARNESS.rglob("*.py"):
+        if p in (HARNESS / "residue_sweep.py", HARNESS / "run" / "live.py"):
+            continue
+        found += [f"{p.relative_to(ROOT)}: imports {name}" for m, name in _imports_named(p)
+                  if m.endswith("live") and name in ("connect", "read_server")]
+    for p in (HARNESS / "options.py", HARNESS / "run" / "live.py",
+              *(HARNESS / "settings").glob("flag_*.py")):
+        found += _assigned_ns_attributes(p)
+    assert not found, found
+
+
 _MUTATORS = {"append", "extend", "insert", "remove", "pop", "clear", "add", "discard",
              "update", "setdefault", "__setitem__"}
 

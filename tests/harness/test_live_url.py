@@ -222,6 +222,31 @@ def test_nothing_answers(tmp_path):
     assert len(r.stderr.strip().splitlines()) == 1
 
 
+def test_options_send_no_request_and_the_session_reads_the_server(lab, tmp_path):
+    """Options are built without a request and leave the parsed flags as parsed (issue 34):
+    the running server is read by the session's first step (``Sweep.check``)."""
+    from harness import Sweep
+    from harness.errors import CannotRun
+    from harness.options import parse_sweep_argv
+    from harness.serve.isolation import IsolationName
+
+    nobody = f"http://127.0.0.1:{free_port()}"
+    opts, ns = parse_sweep_argv(["--url", nobody, "--out", str(tmp_path / "a")])
+    assert opts.live.cfg is None and opts.configs == ()
+    assert (opts.isolation, opts.backend) == (IsolationName.LIVE, "live")
+    assert ns.isolation != IsolationName.LIVE and ns.backend == "local"
+    with pytest.raises(CannotRun, match="no server answers"):
+        Sweep(opts).check()
+
+    opts, _ = parse_sweep_argv(["--url", lab.url, "--residues", "4", "--out", str(tmp_path / "b")])
+    sweep = Sweep(opts)
+    assert sweep.adapter is None            # nothing read yet
+    sweep.check()
+    (cfg,) = sweep.options.configs
+    assert cfg.url == lab.url and cfg.method == "mtp" and sweep.adapter.name == "live"
+    assert opts.configs == () and opts.live.cfg is None   # the given options unchanged
+
+
 def test_a_server_without_tokenize_is_named(tmp_path, tok_dir):
     from tests.conftest import FAKE_ENGINE
     port = free_port()
