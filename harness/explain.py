@@ -188,8 +188,7 @@ def _rung_opts(ns, residue: int, changes: dict[str, Any],
     ns = argparse.Namespace(**vars(ns))
     for k, v in {**changes, **run_flags, "residues": str(residue)}.items():
         setattr(ns, k, v)
-    argv = ["explain-rung"]
-    opts = build_options(ns, argv)
+    opts = build_options(ns, ["explain-rung"], written={})   # a rung's flags are its ns
     if len(opts.configs) != 1:
         raise CannotRun(f"a rung expands to {len(opts.configs)} configurations, not one")
     return opts
@@ -242,7 +241,7 @@ def prepare(run_ref: str, out_dir: str, *, residue: int | None, phase: str | Non
     if manifest.get("explains"):
         raise UsageError(f"{run_ref} is itself an explain run; explain its parent "
                          f"{manifest['explains'].get('run_id')}")
-    parent_ns = namespace_of(manifest, f"explain {run_ref}")   # its options, else its command line
+    parent_ns, _ = namespace_of(manifest, f"explain {run_ref}")   # its options, else its command line
     if getattr(parent_ns, "serve", None):   # a rung changes a flag; the line has them all
         raise UsageError(f"sweep explain {run_ref}: the run swept a --serve line, whose "
                          "configuration only the line changes; rerun the line with one "

@@ -14,7 +14,7 @@ import argparse
 import dataclasses
 import shlex
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from .run import live as attached
 from .backends import make_backend
@@ -25,8 +25,8 @@ from .serve.cmd_config import declare, parse_served_config
 from .errors import UsageError
 from .serve.poison import why_not as poison_why_not
 from .settings.flag_checks import check_flag_use
-from .settings.flag_manifest import explicit_flags, flags_json
-from .settings.flags import matrix_axes, sweep_parser
+from .settings.flag_manifest import explicit_flags, flags_json, parse_flags
+from .settings.flags import matrix_axes
 from .run.resume import resumed_namespace
 from .serve.serve_line import parse_serve_line, vllm_spellings
 from .records.store import ResultStore, StoreError
@@ -39,18 +39,22 @@ __all__ = ["DEFAULT_OUT", "DEFAULT_REPORTS", "build_options", "parse_sweep_argv"
 DEFAULT_OUT, DEFAULT_REPORTS = "results", "reports"
 
 
-def build_options(ns: argparse.Namespace, argv: Sequence[str]) -> SweepOptions:
-    """Every flag validated into ``SweepOptions``; the backend checks what it needs."""
+def build_options(ns: argparse.Namespace, argv: Sequence[str],
+                  written: dict[str, Any] | None = None) -> SweepOptions:
+    """Every flag validated into ``SweepOptions``; the backend checks what it needs.
+    ``written``: the flags ``argv`` wrote, as ``flag_manifest.parse_flags`` read them with
+    ``ns`` (else read from ``argv`` here)."""
+    written = explicit_flags(argv) if written is None else written
     line = parse_serve_line(ns.serve) if ns.serve else None   # --serve LINE, read once
     _check_poison(ns, line)
     # --url: a running server (harness/run/live.py); the session reads it (live.connect)
-    live = attached.live_target(ns, argv) if ns.url else None
+    live = attached.live_target(ns, written) if ns.url else None
     _check_pairs(ns, argv)
     seeds = tuple(ns.seed)
     if live:
         configs = []   # the server's own, read when the session connects
     elif ns.serve:   # --serve LINE: the line's one configuration (harness/serve/serve_line.py)
-        configs, decided = serve_configs(ns, argv, line)
+        configs, decided = serve_configs(ns, written, line)
         ns = argparse.Namespace(**{**vars(ns), **decided})   # the caller's stays as parsed
     else:
         configs = expand_matrix(engine=ns.engine, model=ns.model, prefix_cache=ns.prefix_cache,
@@ -145,7 +149,7 @@ _SERVE_FIELDS = {"--engine": "engine", "--model": "model", "--spec": "spec",
                  "--max-num-batched-tokens": "max_num_batched_tokens"}
 
 
-def serve_configs(ns: argparse.Namespace, argv: Sequence[str], line) -> tuple[list, dict]:
+def serve_configs(ns: argparse.Namespace, written: dict[str, Any], line) -> tuple[list, dict]:
     """--serve LINE: the line's configuration, one per --patches set (vLLM: none unless
     asked, your vLLM as it is; the lab: the line's --patches), and the flags the line
     decides (engine, model, a GPU group). A configuration flag written beside it must say
@@ -153,7 +157,6 @@ def serve_configs(ns: argparse.Namespace, argv: Sequence[str], line) -> tuple[li
     group of that size (``--gpus 0+1`` unless given)."""
     if ns.url or ns.engine == EngineName.CMD:
         raise UsageError("--serve starts your server line: not with --url or --engine cmd")
-    written = explicit_flags(argv)
     patches = (matrix_axes(ns)["patches"] if "--patches" in written
                else [line.values.get("patches", "none")])
     configs = [line.config(p) for p in patches]
@@ -198,18 +201,18 @@ def parse_sweep_argv(argv: Sequence[str]) -> tuple[SweepOptions, argparse.Namesp
     """The sweep verb's argv -> (options, the parsed namespace). ``--resume RUN_ID`` is the
     same run: the plan comes from its manifest (``run/resume.py``), only a few flags may change."""
     argv = vllm_spellings(list(argv))   # -cc, --speculative-config, --base-url, ...
-    ns = sweep_parser().parse_args(argv)
+    ns, written = parse_flags(argv)   # the one parse of the command line
     if ns.resume:
         store = ResultStore(ns.out or DEFAULT_OUT, ns.resume, create=False)
         try:
             manifest = store.read_manifest()
         except StoreError as e:
             raise UsageError(f"--resume: {e}") from None
-        ns = resumed_namespace(ns.resume, argv, manifest)
+        ns, written = resumed_namespace(ns.resume, written, manifest)
         if Path(ns.out or DEFAULT_OUT) != store.out_dir:  # the run was found elsewhere
             ns.out = str(store.out_dir)
         argv = shlex.split(manifest["command"])[1:] if manifest.get("command") else []
-    return build_options(ns, argv), ns
+    return build_options(ns, argv, written), ns
 
 
 def options_from_argv(argv: Sequence[str]) -> SweepOptions:

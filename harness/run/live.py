@@ -26,7 +26,7 @@ import random
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
@@ -36,7 +36,6 @@ from engine.presets import ServingConfig
 from ..serve.engines import ADAPTERS, EngineAdapter, normalise_reported
 from ..errors import CannotRun, UsageError
 from ..settings.configs import SweepOptions, modulus_for, select_residues
-from ..settings.flag_manifest import explicit_flags
 from ..settings.flags import ENGINE, FLAGS
 from ..serve.slots import Slot
 from ..serve.isolation import IsolationName
@@ -57,10 +56,11 @@ _SERVER_RUN_FLAGS = ("--isolation", "--auto-sample", "--cache-dir", "--launcher"
                      "--resume")
 
 
-def live_target(ns: argparse.Namespace, argv: Sequence[str]) -> LiveTarget:
-    """``--url``, as the options take it: the flags checked, the URL and the key read, the
-    run's document nonce drawn; nothing is sent (the session connects: ``connect``)."""
-    refused = refused_flags(list(argv))
+def live_target(ns: argparse.Namespace, written: dict[str, Any]) -> LiveTarget:
+    """``--url``, as the options take it: the flags checked (``written``: those the command
+    line wrote), the URL and the key read, the run's document nonce drawn; nothing is sent
+    (the session connects: ``connect``)."""
+    refused = refused_flags(written)
     if refused:
         raise UsageError(f"--url sweeps a server that is already running, as it runs; "
                          f"these flags configure or start a server: {', '.join(refused)}")
@@ -76,7 +76,7 @@ def live_target(ns: argparse.Namespace, argv: Sequence[str]) -> LiveTarget:
     key, source = api_key_from_env(ns.api_key)
     return LiveTarget(check_url(ns.url), key, source, ns.concurrency or 1,
                       RequestBudget(ns.max_requests or DEFAULT_MAX_REQUESTS),
-                      nonce=(ns.seed[0] if "--seed" in explicit_flags(argv)
+                      nonce=(ns.seed[0] if "--seed" in written
                              else random.SystemRandom().randrange(1 << 31)))
 
 
@@ -106,12 +106,12 @@ def connect(opts: SweepOptions) -> SweepOptions:
         logprobs=default if opts.logprobs is None else opts.logprobs)
 
 
-def refused_flags(argv: list[str]) -> list[str]:
-    """The flags written in ``argv`` that configure or start a server (``--url`` cannot
-    honour them: the server is already running as it is)."""
+def refused_flags(given: dict[str, Any]) -> list[str]:
+    """The flags ``given`` (those a command line wrote: ``flag_manifest.parse_flags``) that
+    configure or start a server (``--url`` cannot honour them: the server is already
+    running as it is)."""
     server = {f.name for f in FLAGS if f.group == ENGINE and f.name not in _REQUEST_SIDE}
     server |= set(_SERVER_RUN_FLAGS)
-    given = explicit_flags(argv)
     out = [name for name in given if name in server]
     if given.get("--isolation") == IsolationName.LIVE:   # what --url runs anyway
         out.remove("--isolation")

@@ -11,10 +11,10 @@ dropped.
 from __future__ import annotations
 
 import argparse
-from typing import Any, Sequence
+from typing import Any
 
 from ..errors import UsageError
-from ..settings.flag_manifest import explicit_flags, namespace_of
+from ..settings.flag_manifest import namespace_of
 from ..settings.flags import FLAGS, dest_of
 
 __all__ = ["MAY_CHANGE", "resumed_namespace", "check_resumed_records"]
@@ -31,23 +31,24 @@ def _spell(name: str, value: Any) -> str:
     return f"{name} {value}" if value is not None else f"no {name}"
 
 
-def resumed_namespace(run_id: str, user_argv: Sequence[str], manifest: dict) -> argparse.Namespace:
-    """The namespace of the manifest's command line, with the new command line's
-    ``MAY_CHANGE`` flags applied; ``UsageError`` for any other flag that differs."""
+def resumed_namespace(run_id: str, written: dict[str, Any], manifest: dict
+                      ) -> tuple[argparse.Namespace, dict[str, Any]]:
+    """The run's flags (its manifest's), with the ``MAY_CHANGE`` flags the new command line
+    ``written`` (``flag_manifest.parse_flags``) applied, and the flags the run's own command
+    line wrote; ``UsageError`` for any other flag that differs."""
     if manifest.get("explains"):
         # an explain run's plan is its parent's cells and their rungs, not its options
         parent = manifest["explains"].get("run_id")
         raise UsageError(f"--resume {run_id}: an explain run of {parent}; continue it with "
                          f"`sweep explain {parent} --resume {run_id}`")
-    ns = namespace_of(manifest, f"--resume {run_id}")   # its options, else its command line
+    ns, run_written = namespace_of(manifest, f"--resume {run_id}")   # its options, else its command line
     if getattr(ns, "url", None):
         # docs/live.md: the running server has cached the run's documents, so a point run
         # again would not be cold, and every point would be measured twice
         raise UsageError(f"--resume {run_id}: a --url run is not resumed (its documents are "
                          f"in the running server's prefix cache now); sweep {ns.url} again "
                          "as a new run")
-    given = explicit_flags(user_argv)
-    given.pop("--resume", None)
+    given = {k: v for k, v in written.items() if k != "--resume"}
     for name, value in given.items():
         if name in MAY_CHANGE:
             continue
@@ -75,7 +76,7 @@ def resumed_namespace(run_id: str, user_argv: Sequence[str], manifest: dict) -> 
     if "--gpus" in given:
         ns.slots = None
     ns.resume = run_id
-    return ns
+    return ns, run_written
 
 
 def _rule() -> str:

@@ -1,16 +1,19 @@
 """A run's flags as its manifest keeps them (a versioned ``options`` block, the flags' own
-spellings), read back for ``--resume`` and ``sweep explain``; and which flags an argv
-actually wrote (what a ``--resume`` line asks to change, what ``--url`` refuses)."""
+spellings), read back for ``--resume`` and ``sweep explain``; and a command line parsed
+once (``parse_flags``): its namespace and which flags it actually wrote (what a
+``--resume`` line asks to change, what ``--url`` refuses, what ``--serve`` must agree with)."""
 from __future__ import annotations
 
 import argparse
+import copy
+import functools
 import shlex
 from typing import Any, Sequence
 
 from ..errors import UsageError
 from .flags import FLAGS, flag_dest, sweep_parser
 
-__all__ = ["FLAGS_VERSION", "flags_json", "namespace_of", "explicit_flags"]
+__all__ = ["FLAGS_VERSION", "flags_json", "namespace_of", "parse_flags", "explicit_flags"]
 
 
 # The version of a manifest's "options" block (flags_json): a reader of a newer one refuses
@@ -37,54 +40,75 @@ def flags_json(ns: argparse.Namespace, **derived: Any) -> dict[str, Any]:
     return {"version": FLAGS_VERSION, "flags": values}
 
 
-def namespace_of(manifest: dict[str, Any], what: str) -> argparse.Namespace:
+def namespace_of(manifest: dict[str, Any], what: str) -> tuple[argparse.Namespace, dict[str, Any]]:
     """A run's parsed sweep flags: the manifest's ``options`` block, else (a manifest from
-    before it) its command line parsed again. ``UsageError`` (naming ``what``) when
-    neither can be read."""
+    before it) its command line; and the flags that command line wrote (``parse_flags``:
+    the command line is parsed once). ``UsageError`` (naming ``what``) when neither can be
+    read."""
     block = manifest.get("options")
-    if isinstance(block, dict) and isinstance(block.get("flags"), dict):
-        if int(block.get("version") or 0) > FLAGS_VERSION:
-            raise UsageError(f"{what}: the manifest's options are version {block['version']}, "
-                             f"newer than this harness reads ({FLAGS_VERSION}); upgrade it")
-        ns = sweep_parser().parse_args([])
-        for f in FLAGS:
-            dest = flag_dest(f)
-            if dest in block["flags"]:
-                v = block["flags"][dest]
-                default = getattr(ns, dest, None)
-                setattr(ns, dest, tuple(v) if isinstance(default, tuple) and v is not None
-                        else v)
-        try:
-            typed = sweep_parser().parse_args(shlex.split(manifest.get("command") or "")[1:])
-        except (ValueError, UsageError):
-            typed = None
-        for dest in SECRET_DESTS:
-            setattr(ns, dest, getattr(typed, dest, None))
-        return ns
     try:
-        return sweep_parser().parse_args(shlex.split(manifest["command"])[1:])
-    except (KeyError, ValueError, UsageError) as e:
-        raise UsageError(f"{what}: the manifest's command line cannot be read again "
-                         f"({e})") from None
+        typed, written = parse_flags(shlex.split(manifest.get("command") or "")[1:])
+    except (ValueError, UsageError) as e:
+        if not (isinstance(block, dict) and isinstance(block.get("flags"), dict)):
+            raise UsageError(f"{what}: the manifest's command line cannot be read again "
+                             f"({e})") from None
+        typed, written = None, {}
+    if not (isinstance(block, dict) and isinstance(block.get("flags"), dict)):
+        if not manifest.get("command"):
+            raise UsageError(f"{what}: the manifest's command line cannot be read again "
+                             "('command')")
+        return typed, written
+    if int(block.get("version") or 0) > FLAGS_VERSION:
+        raise UsageError(f"{what}: the manifest's options are version {block['version']}, "
+                         f"newer than this harness reads ({FLAGS_VERSION}); upgrade it")
+    ns = copy.deepcopy(_defaults())
+    for f in FLAGS:
+        dest = flag_dest(f)
+        if dest in block["flags"]:
+            v = block["flags"][dest]
+            default = getattr(ns, dest, None)
+            setattr(ns, dest, tuple(v) if isinstance(default, tuple) and v is not None else v)
+    for dest in SECRET_DESTS:
+        setattr(ns, dest, getattr(typed, dest, None))
+    return ns, written
 
 
-def explicit_flags(argv: Sequence[str]) -> dict[str, Any]:
-    """``{flag name: parsed value}`` for the flags actually written in ``argv`` (defaults
-    left out), e.g. to tell what a ``--resume`` command line asks to change."""
+def parse_flags(argv: Sequence[str]) -> tuple[argparse.Namespace, dict[str, Any]]:
+    """``argv`` parsed once: the namespace (every flag, its default where not written) and
+    ``{flag name: parsed value}`` of the flags actually written, e.g. to tell what a
+    ``--resume`` command line asks to change or what ``--url`` refuses."""
     p = sweep_parser()
     not_given = object()  # not a string: argparse passes a string default through `type`
     p.set_defaults(**{flag_dest(f): [] if f.kw.get("action") == "append" else not_given
                       for f in FLAGS})
-    ns = {k: v for k, v in vars(p.parse_args(list(argv))).items()
-          if v is not not_given and v != []}
+    raw = vars(p.parse_args(list(argv)))
+    given = {k: v for k, v in raw.items() if v is not not_given and v != []}
+    defaults = _defaults()
+    ns = argparse.Namespace(**{k: given[k] if k in given else copy.copy(getattr(defaults, k))
+                               for k in raw})
+    return ns, _written_names(given)
+
+
+@functools.lru_cache(maxsize=1)
+def _defaults() -> argparse.Namespace:
+    """Every flag's default as the parser gives it (a string default through its ``type``)."""
+    return sweep_parser().parse_args([])
+
+
+def _written_names(given: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for f in FLAGS:
         dest = flag_dest(f)
-        if dest in ns and f.name not in out:
+        if dest in given and f.name not in out:
             # --prefix-cache / --no-prefix-cache share a dest: name the one written
             name = f.name
             if dest == "prefix_cache":
-                name = "--prefix-cache" if ns[dest] else "--no-prefix-cache"
-            out[name] = ns[dest]
+                name = "--prefix-cache" if given[dest] else "--no-prefix-cache"
+            out[name] = given[dest]
     return out
 
+
+def explicit_flags(argv: Sequence[str]) -> dict[str, Any]:
+    """``{flag name: parsed value}`` for the flags actually written in ``argv`` (defaults
+    left out): ``parse_flags``' second half."""
+    return parse_flags(argv)[1]
