@@ -29,7 +29,7 @@ from typing import Any
 
 from . import interrupts
 from .backends import Backend, make_backend
-from .settings.configs import SweepOptions, config_id
+from .settings.configs import SweepOptions
 from .serve.engines import EngineAdapter, make_adapter
 from .errors import CannotRun, ExitCode, OutputFailed, UsageError
 from .publish.posting import check_can_post
@@ -316,14 +316,10 @@ class Sweep:
                 raise
         finally:
             self.servers.kill_all()
-            store.close()
+            driver.close()
             cb.stopped()
         wall = time.monotonic() - t0
-        records = store.read()
-        if opts.reference in ("first", "consensus") and not sigs.interrupted:
-            from .run.matrix_reference import rejudge
-            records = rejudge(records, opts.reference, [config_id(c) for c in opts.configs])
-            store.rewrite(records)
+        records = driver.final_records(judge=not sigs.interrupted)
         manifest = driver.finish(wall=wall, interrupted=sigs.interrupted,
                                  backend=self.backend.describe())
         result = RunResult(store.run_id, ExitCode.INTERRUPTED, records, manifest,

@@ -236,6 +236,23 @@ class Driver:
         return records
 
     # -- after the points --------------------------------------------------------------
+    def close(self) -> None:
+        """No point runs any more: the results file is closed (every record is on disk)."""
+        self.store.close()
+
+    def final_records(self, *, judge: bool) -> list[dict]:
+        """The run's records as they stay: under ``--reference first`` / ``consensus``
+        (``judge``: the run was not interrupted) every open verdict judged against the
+        matrix reference, written here, atomically, in place of the records as measured
+        (``run/matrix_reference.py``); the driver stays the only writer."""
+        records = self.store.read()
+        if judge and self.opts.reference in ("first", "consensus"):
+            from .matrix_reference import rejudge
+            records = rejudge(records, self.opts.reference,
+                              [config_id(c) for c in self.opts.configs])
+            self.store.rewrite(records)
+        return records
+
     def finish(self, *, wall: float, interrupted: bool, backend: dict[str, Any]) -> dict:
         """The manifest's end: dates, wall time, the backend's description, timing."""
         n_slots = backend.get("slots") or len(self.opts.slots)

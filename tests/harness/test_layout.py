@@ -259,6 +259,27 @@ def test_backends_use_the_drivers_api_not_its_store():
     assert not found, found
 
 
+_STORE_WRITES = {"rewrite", "write_manifest", "prune_partial", "_replace_records"}
+
+
+def test_the_driver_is_the_only_writer():
+    """Only ``run/driver.py`` writes a run's results file and manifest (records appended,
+    pruned on ``--resume``, rewritten by a matrix reference's judging): no other module
+    calls the store's writing methods (the store's own module aside)."""
+    found = []
+    for p in HARNESS.rglob("*.py"):
+        if p in (HARNESS / "run" / "driver.py", HARNESS / "records" / "store.py"):
+            continue
+        for node in ast.walk(ast.parse(p.read_text())):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+                continue
+            receiver = ast.unparse(node.func.value)
+            if node.func.attr in _STORE_WRITES or (node.func.attr == "append"
+                                                   and "store" in receiver.lower()):
+                found.append(f"{p.relative_to(ROOT)}:{node.lineno} {ast.unparse(node.func)}")
+    assert not found, found
+
+
 def test_one_lifecycle_runs_every_sweep():
     """``sweep``, ``--resume``, ``--bisect`` and ``explain`` all run ``residue_sweep.Sweep``: only
     the session constructs a Driver or starts a backend's points."""
