@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from enum import IntEnum
 
-__all__ = ["ExitCode", "BisectExit", "PostExit", "HarnessError", "HandledError", "UsageError", "CannotRun", "OutputFailed",
+__all__ = ["ExitCode", "BisectExit", "PostExit", "HarnessError", "HandledError", "UsageError", "CannotRun", "StoreError", "OutputFailed",
            "NoSpace",
            "EXIT_USAGE", "EXIT_CANNOT_RUN", "EXIT_OUTPUT"]
 
@@ -87,6 +87,12 @@ class CannotRun(HarnessError, RuntimeError):
 
     exit_code = EXIT_CANNOT_RUN
     prefix = "cannot run"
+
+
+class StoreError(CannotRun):
+    """A results file, run id or run manifest that cannot be read: the sweep cannot run
+    (exit 3), unless a caller says it as a usage error (a file the user named: report,
+    compare, --baseline). Raised by ``records/store.py`` and ``records/manifest.py``."""
 
 
 class OutputFailed(HarnessError, RuntimeError):

@@ -32,7 +32,8 @@ from .run.plan import SweepPlan, plan_with_probes
 from .run.records import PhaseRecord, document_of, latest_records, phase_key, typed, worst
 from .residue_sweep import Sweep
 from .judge.vocabulary import CLEAN
-from .records.store import ResultStore, StoreError, load_manifest_for, read_jsonl, resolve_results
+from .records.manifest import RunManifest
+from .records.store import ResultStore, StoreError, read_jsonl, resolve_results, run_manifest_for
 from .serve.engines import EngineName
 
 __all__ = ["ExplainPlan", "Target", "RungSpec", "ExplainSweep", "prepare", "ladder_options",
@@ -232,15 +233,15 @@ def prepare(run_ref: str, out_dir: str, *, residue: int | None, phase: str | Non
     ``--runner`` rung may force on that engine."""
     try:
         path = resolve_results(run_ref, out_dir)
+        manifest = run_manifest_for(path)
     except StoreError as e:
         raise UsageError(str(e)) from None
-    manifest = load_manifest_for(path)
-    if not manifest or not (manifest.get("options") or manifest.get("command")):
+    if not manifest or not (manifest.options or manifest.command):
         raise UsageError(f"{run_ref}: no run manifest with its options or command line "
                          f"beside {path}")
-    if manifest.get("explains"):
+    if manifest.explains:
         raise UsageError(f"{run_ref} is itself an explain run; explain its parent "
-                         f"{manifest['explains'].get('run_id')}")
+                         f"{manifest.explains.get('run_id')}")
     parent_ns, _ = namespace_of(manifest, f"explain {run_ref}")   # its options, else its command line
     if getattr(parent_ns, "serve", None):   # a rung changes a flag; the line has them all
         raise UsageError(f"sweep explain {run_ref}: the run swept a --serve line, whose "
@@ -255,7 +256,7 @@ def prepare(run_ref: str, out_dir: str, *, residue: int | None, phase: str | Non
     if not cells and (residue is not None or phase is not None):
         what = " ".join(x for x in (f"residue {residue}" if residue is not None else "",
                                     f"phase {phase}" if phase else "") if x)
-        raise UsageError(f"run {manifest['run_id']}: no broken, diverged, crash or timeout "
+        raise UsageError(f"run {manifest.run_id}: no broken, diverged, crash or timeout "
                          f"cell at {what} (no non-ok cell to explain)")
     targets = []
     for (cid, case, res, doc), cell in cells.items():
@@ -268,7 +269,7 @@ def prepare(run_ref: str, out_dir: str, *, residue: int | None, phase: str | Non
             ns.modulus = str(rec.modulus)
         base = _rung_opts(ns, res, {}, run_flags)
         if config_id(base.configs[0]) != cid:
-            raise CannotRun(f"run {manifest['run_id']}: the command line no longer builds "
+            raise CannotRun(f"run {manifest.run_id}: the command line no longer builds "
                             f"configuration {cid} ({rec.config_label}); was it made by "
                             "another harness version?")
         t = Target(cid, rec.config_label or base.configs[0].label(), res,
@@ -279,9 +280,9 @@ def prepare(run_ref: str, out_dir: str, *, residue: int | None, phase: str | Non
                 ran_on=effective.get("model_runner")):
             t.rungs.append(_rung(ns, res, axis, label, changes, run_flags, cid))
         targets.append(t)
-    return ExplainPlan(manifest["run_id"], path, targets, ("explain", str(run_ref)),
-                       manifest.get("reference") or parent_ns.reference,
-                       tuple(manifest.get("documents") or ()),
+    return ExplainPlan(manifest.run_id, path, targets, ("explain", str(run_ref)),
+                       manifest.reference or parent_ns.reference,
+                       tuple(manifest.documents or ()),
                        unexplained=unexplained)
 
 
@@ -290,10 +291,10 @@ def check_resume(xp: ExplainPlan, run_id: str, out_dir: str) -> None:
     and rungs are the ones rebuilt now (the same ``--residue`` / ``--phase``), else a
     usage error naming what differs."""
     try:
-        manifest = load_manifest_for(resolve_results(run_id, out_dir)) or {}
+        manifest = run_manifest_for(resolve_results(run_id, out_dir)) or RunManifest()
     except StoreError as e:
         raise UsageError(f"--resume {run_id}: {e}") from None
-    block = manifest.get("explains") or {}
+    block = manifest.explains or {}
     if block.get("run_id") != xp.parent_run:
         raise UsageError(f"--resume {run_id}: not an explain run of {xp.parent_run}"
                          + (f" (it explains {block['run_id']})" if block.get("run_id") else ""))
@@ -385,7 +386,7 @@ class ExplainSweep(Sweep):
                              "documents": list(xp.parent_documents),
                              "targets": [t.manifest_entry() for t in xp.targets]}}
 
-    def render(self, records: list[dict], manifest: dict) -> str:
+    def render(self, records: list[dict], manifest: RunManifest) -> str:
         from .report.explained import ladders, render_ladder
         return "\n\n".join(render_ladder(lad, "##") for lad in ladders(manifest, records))
 

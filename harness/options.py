@@ -211,7 +211,7 @@ def parse_sweep_argv(argv: Sequence[str]) -> tuple[SweepOptions, argparse.Namesp
         ns, written = resumed_namespace(ns.resume, written, manifest)
         if Path(ns.out or DEFAULT_OUT) != store.out_dir:  # the run was found elsewhere
             ns.out = str(store.out_dir)
-        argv = shlex.split(manifest["command"])[1:] if manifest.get("command") else []
+        argv = shlex.split(manifest.command)[1:] if manifest.command else []
     return build_options(ns, argv, written), ns
 
 

@@ -43,6 +43,7 @@ from .run.records import latest_records
 from .serve.orphans import end_orphans
 from .run.resume import check_resumed_records
 from .server_pool import Observer, ServerGroup, server_pids
+from .records.manifest import RunManifest
 from .records.store import ResultStore, StoreError, load_records, new_run_id, run_lock
 from .judge.vocabulary import CLEAN
 
@@ -105,7 +106,7 @@ class RunResult:
     run_id: str
     exit_code: int
     records: list[dict] = field(default_factory=list)
-    manifest: dict = field(default_factory=dict)
+    manifest: RunManifest = field(default_factory=RunManifest)
     records_path: Path | None = None
     report_markdown: str = ""
     report_path: Path | None = None        # the report file, when it was written
@@ -194,7 +195,7 @@ class Sweep:
         """Blocks the manifest carries about other runs (explain: its parent)."""
         return {}
 
-    def render(self, records: list[dict], manifest: dict) -> str:
+    def render(self, records: list[dict], manifest: RunManifest) -> str:
         """The finished run's report, as markdown."""
         from . import report
         return report.render_markdown(records, [manifest], full=self.options.full)
@@ -390,7 +391,7 @@ class Sweep:
         if baseline is not None and not opts.bisect:  # the report's baseline section reads it
             block = gate.gate_block(baseline, records, source=opts.baseline,
                                     allow_fewer=opts.allow_fewer)
-            result.manifest["baseline"] = block
+            result.manifest.baseline = block
         result.report_markdown = self.render(records, result.manifest)
         cb.finished(result)
         counts = " ".join(f"{k}={v}" for k, v in sorted(

@@ -40,7 +40,7 @@ from ..run.plan import Point
 from ..run.records import typed
 from ..server_pool import kill_all_servers
 from ..residue_sweep import Callbacks, Sweep
-from ..records.store import (StoreError, linked_runs, load_manifest_for, load_records, read_jsonl,
+from ..records.store import (StoreError, linked_runs, run_manifest_for, load_records, read_jsonl,
                              resolve_results, resolve_sources)
 from ..judge.vocabulary import PHASES
 from ..judge.vocabulary import CLEAN
@@ -154,7 +154,7 @@ def run_report(argv: Sequence[str]) -> int:
     try:  # every file checked line by line before anything is rendered or posted
         paths = [resolve_results(r, ns.out) for r in ns.results]
         records = load_records(paths)
-        manifests = [m for m in (load_manifest_for(pth) for pth in paths) if m]
+        manifests = [m for m in (run_manifest_for(pth) for pth in paths) if m]
     except StoreError as e:
         raise UsageError(str(e)) from None
     try:   # a record the model refuses (a verdict or phase it does not know) is named

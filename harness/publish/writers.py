@@ -27,7 +27,7 @@ class Output:
     opts: Any                 # configs.SweepOptions
     run_id: str
     records: list[dict]
-    manifest: dict
+    manifest: Any             # records.manifest.RunManifest
     report_md: str
     gate: dict | None = None   # gate.gate_block against --baseline (None without one)
 

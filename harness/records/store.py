@@ -18,22 +18,18 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 # point_key: the data point a record belongs to (``plan.Point.key`` is the same tuple)
-from ..errors import CannotRun, NoSpace, UsageError
+from ..errors import NoSpace, StoreError, UsageError
+from .manifest import RunManifest, as_manifest
 from .recordkeys import cell_key, point_key
 
 __all__ = ["resolve_sources", "RECORD_SUFFIX", "ARCHIVED_SUFFIX", "MANIFEST_SUFFIX", "StoreError",
            "new_run_id", "now_iso", "run_lock", "LOCK_SUFFIX", "ResultStore", "read_jsonl", "resolve_results",
-           "load_records", "load_manifest_for", "linked_runs", "point_key"]
+           "load_records", "load_manifest_for", "run_manifest_for", "linked_runs", "point_key"]
 
 RECORD_SUFFIX = ".jsonl"
 ARCHIVED_SUFFIX = ".jsonl.gz"  # archived records (e.g. reports/h200/results): read like .jsonl
 MANIFEST_SUFFIX = ".manifest.json"
 LOCK_SUFFIX = ".lock"          # held by the process running the run (run_lock)
-
-
-class StoreError(CannotRun):
-    """A results file or run id that cannot be read: the sweep cannot run (exit 3), unless
-    a caller says it as a usage error (a file the user named: report, compare, --baseline)."""
 
 
 def new_run_id() -> str:
@@ -180,22 +176,22 @@ class ResultStore:
         return done
 
     # -- manifest ----------------------------------------------------------------------
-    def write_manifest(self, manifest: dict[str, Any]) -> None:
+    def write_manifest(self, manifest: RunManifest | dict[str, Any]) -> None:
+        """``manifest.as_dict()`` (a dict as it is), keys sorted, replaced atomically."""
         tmp = self.manifest_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True, default=str))
+        tmp.write_text(json.dumps(as_manifest(manifest).as_dict(), indent=2, sort_keys=True,
+                                  default=str))
         os.replace(tmp, self.manifest_path)
 
-    def read_manifest(self) -> dict[str, Any]:
+    def read_manifest(self) -> RunManifest:
+        """This run's manifest, typed (``StoreError``: none, not one, or a newer version)."""
         if not self.manifest_path.exists():
             raise StoreError(f"no manifest for run {self.run_id} in {self.out_dir}")
         try:
             manifest = json.loads(self.manifest_path.read_text())
         except (ValueError, OSError) as e:
             raise StoreError(f"{self.manifest_path}: not a run manifest: {e}") from None
-        if not isinstance(manifest, dict):
-            raise StoreError(f"{self.manifest_path}: not a run manifest (a JSON "
-                             f"{type(manifest).__name__})")
-        return manifest
+        return RunManifest.from_dict(manifest, str(self.manifest_path))
 
 
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
@@ -264,38 +260,52 @@ def load_records(refs: Iterable[str | Path], out_dir: str | Path = "results") ->
     return list(latest.values())
 
 
-def load_manifest_for(results_path: str | Path) -> dict[str, Any] | None:
+def _manifest_path(results_path: str | Path) -> Path | None:
+    """The manifest beside a results file (``.jsonl`` / ``.jsonl.gz``), when it exists."""
     p = Path(results_path)
     suffix = next((s for s in (RECORD_SUFFIX, ARCHIVED_SUFFIX) if p.name.endswith(s)), None)
     m = p.with_name(p.name[: -len(suffix)] + MANIFEST_SUFFIX) if suffix else None
-    if m and m.exists():
-        try:
-            return json.loads(m.read_text())
-        except (ValueError, OSError) as e:
-            raise StoreError(f"{m}: not a run manifest: {e}") from None
-    return None
+    return m if m and m.exists() else None
 
 
+def load_manifest_for(results_path: str | Path) -> dict[str, Any] | None:
+    """The manifest beside a results file as read (a dict; None when there is none);
+    ``run_manifest_for`` reads it typed."""
+    m = _manifest_path(results_path)
+    if m is None:
+        return None
+    try:
+        return json.loads(m.read_text())
+    except (ValueError, OSError) as e:
+        raise StoreError(f"{m}: not a run manifest: {e}") from None
 
-def linked_runs(results_paths: Iterable[str | Path], link: str) -> list[tuple[dict, Path]]:
+
+def run_manifest_for(results_path: str | Path) -> RunManifest | None:
+    """The manifest beside a results file as ``RunManifest`` (None when there is none;
+    ``StoreError`` when it is not one, or is newer than this harness reads)."""
+    d = load_manifest_for(results_path)
+    return None if d is None else RunManifest.from_dict(d, str(_manifest_path(results_path)))
+
+
+def linked_runs(results_paths: Iterable[str | Path], link: str) -> list[tuple[RunManifest, Path]]:
     """Runs beside ``results_paths`` whose manifest's ``link`` block (e.g. ``explains``)
     names one of their runs: (that manifest, its records file), oldest first."""
-    out: list[tuple[dict, Path]] = []
+    out: list[tuple[RunManifest, Path]] = []
     for rp in results_paths:
-        parent = load_manifest_for(rp)
+        parent = run_manifest_for(rp)
         if not parent:
             continue
         for m_path in sorted(Path(rp).parent.glob(f"*{MANIFEST_SUFFIX}")):
             try:
-                m = json.loads(m_path.read_text())
-            except (OSError, ValueError):
+                m = RunManifest.from_dict(json.loads(m_path.read_text()), str(m_path))
+            except (OSError, ValueError, StoreError):
                 continue   # a manifest being written or not ours: not a link
-            block = m.get(link) if isinstance(m, dict) else None
+            block = m.link(link)
             stem = m_path.name[: -len(MANIFEST_SUFFIX)]
             # an archived run's records are gzipped (reports/h200/results): link those too
             records = next((f for f in (m_path.with_name(stem + s) for s in
                                         (RECORD_SUFFIX, ARCHIVED_SUFFIX)) if f.is_file()), None)
-            if isinstance(block, dict) and block.get("run_id") == parent.get("run_id") \
+            if block is not None and block.get("run_id") == parent.run_id \
                     and records is not None:
                 out.append((m, records))
     return out

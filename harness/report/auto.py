@@ -9,6 +9,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from ..text.ghmarkdown import code, escape_text
+from ..records.manifest import RunManifest
 from ..records.recordkeys import point_key
 from ..run.records import PhaseRecord, cell_key, typed
 from ..judge.vocabulary import REUSE_ISOLATIONS, UNTESTED
@@ -131,7 +132,7 @@ def fresh_reasons(records: Iterable[PhaseRecord]) -> str:
     return ", ".join(f"{n} {escape_text(why)}" for why, n in c.most_common())
 
 
-def config_auto_line(records: list[PhaseRecord], interrupted: list[dict]) -> str:
+def config_auto_line(records: list[PhaseRecord], interrupted: list[RunManifest]) -> str:
     """A configuration's ``Isolation auto`` line: why its fresh points ran and how they
     agreed with the reset ones, or that no fresh server ran and why (``interrupted``: the
     manifests of its runs that did not finish); "" outside an auto run."""
@@ -139,7 +140,7 @@ def config_auto_line(records: list[PhaseRecord], interrupted: list[dict]) -> str
     if not agree:
         return ""
     reasons = fresh_reasons(records)
-    ids = ", ".join(code(m.get("run_id") or "?") for m in interrupted)
+    ids = ", ".join(code(m.run_id or "?") for m in interrupted)
     stopped = (f"run {ids} was" if len(interrupted) == 1 else f"runs {ids} were") if ids else ""
     missing = _fresh_not_run(records, interrupted)
     if not reasons:
@@ -157,7 +158,7 @@ def config_auto_line(records: list[PhaseRecord], interrupted: list[dict]) -> str
     return line
 
 
-def _fresh_not_run(records: list[PhaseRecord], interrupted: list[dict]) -> str:
+def _fresh_not_run(records: list[PhaseRecord], interrupted: list[RunManifest]) -> str:
     """``12 of 14 planned fresh points did not run`` from the interrupted runs' plans, ""
     when a plan is missing."""
     from .interrupted import planned_points
@@ -170,7 +171,7 @@ def _fresh_not_run(records: list[PhaseRecord], interrupted: list[dict]) -> str:
     if any(n is None for n in planned):
         return ""
     ran = len({point_key(r) for r in records if r.isolation == IsolationName.FRESH
-               and r.run_id in {m.get("run_id") for m in interrupted}})
+               and r.run_id in {m.run_id for m in interrupted}})
     total = sum(planned)
     return f"{max(total - ran, 0)} of {total} planned fresh points did not run"
 

@@ -8,17 +8,18 @@ verdict and the line that reruns it; ``sweep report`` of the run renders the sam
 from __future__ import annotations
 
 from ..text.ghmarkdown import bold, code, escape_text, fence, table
+from ..records.manifest import RunManifest
 
 __all__ = ["render_baseline"]
 
 SHOWN = 40   # cells per table; the rest are counted (the JUnit and the records have all)
 
 
-def render_baseline(manifests: list[dict]) -> str:
+def render_baseline(manifests: list[RunManifest]) -> str:
     """``## Baseline`` for each manifest with a ``baseline`` block ("" when none)."""
     out = []
     for m in manifests:
-        block = m.get("baseline")
+        block = m.baseline
         if isinstance(block, dict):
             out.append(_section(block))
     return "\n\n".join(out)

@@ -7,6 +7,7 @@ from typing import Iterable
 
 from ..text.ghmarkdown import code, escape_text
 from ..run.records import PhaseRecord
+from ..records.manifest import RunManifest
 from .model import ConfigData, group_configs
 
 __all__ = ["case_groups", "case_note", "case_suffix"]
@@ -26,16 +27,16 @@ def case_suffix(case: str | None) -> str:
     return f" · case {code(case)}" if case else ""
 
 
-def case_note(case: str, manifests: list[dict]) -> str:
+def case_note(case: str, manifests: list[RunManifest]) -> str:
     """Where a case came from and what judged it, from the run manifests (empty when no
     manifest describes it)."""
     for m in manifests:
-        prompts = m.get("prompts") or {}
+        prompts = m.prompts or {}
         facts = (prompts.get("cases") or {}).get(case)
         if not facts:
             continue
         judged = ("its `expected` answer" if facts.get("expected")
-                  else f"the run's reference ({escape_text(str(m.get('reference') or '?'))})")
+                  else f"the run's reference ({escape_text(str(m.reference or '?'))})")
         lens = [v for v in (facts.get("templated_len") or {}).values() if v]
         span = (f"; templated length {min(v[0] for v in lens)}–{max(v[1] for v in lens)}"
                 if lens else "")

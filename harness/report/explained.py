@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from ..judge import bugb
+from ..records.manifest import RunManifest, as_manifest
 from ..text.ghmarkdown import bold, code, escape_text, table
 from ..text.plaintext import align_table, display_width, inline_to_plain
 from ..run.records import (BUG_VERDICTS, EXPLAINED, PhaseRecord, document_of, latest_records,
@@ -139,13 +140,14 @@ class Ladder:
         return out
 
 
-def explains_of(manifest: dict | None) -> dict | None:
-    """The ``explains`` block of an explain run's manifest (None for any other run)."""
-    block = (manifest or {}).get("explains")
+def explains_of(manifest: dict | RunManifest | None) -> dict | None:
+    """The ``explains`` block of an explain run's manifest, as read or typed (None for
+    any other run)."""
+    block = as_manifest(manifest).explains if manifest else None
     return block if isinstance(block, dict) and block.get("run_id") else None
 
 
-def ladders(manifest: dict, records: list[PhaseRecord] | list[dict]) -> list[Ladder]:
+def ladders(manifest: dict | RunManifest, records: list[PhaseRecord] | list[dict]) -> list[Ladder]:
     """The ladders of one explain run (its records as read or typed), in the order its
     cells were named. A target names its document and case (explain runs since issue
     23); an older one matches any."""
@@ -270,13 +272,13 @@ def closing_line(ladder: Ladder) -> str:
     return " ".join(parts) + tail
 
 
-def render_explained(explained: list[tuple[dict, list[dict]]]) -> str:
+def render_explained(explained: list[tuple[RunManifest, list[dict]]]) -> str:
     """The parent report's "Explained" section: every ladder of every explain run that
     links to it (``explained``: (manifest, records) of each)."""
     blocks = []
     for manifest, records in explained:
         for ladder in ladders(manifest, records):
-            blocks.append(render_ladder(ladder, "###") + f"\n\nExplain run: {code(manifest.get('run_id', '?'))}.")
+            blocks.append(render_ladder(ladder, "###") + f"\n\nExplain run: {code(as_manifest(manifest).run_id or '?')}.")
     if not blocks:
         return ""
     return "## Explained\n\n" + "\n\n".join(blocks)

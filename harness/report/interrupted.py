@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from ..text.ghmarkdown import bold, code
+from ..records.manifest import RunManifest
 from ..records.recordkeys import point_key
 from ..run.records import PhaseRecord
 from ..serve.isolation import IsolationName
@@ -23,32 +24,32 @@ __all__ = ["finished_points", "interrupted_line", "interrupted_manifests", "is_i
            "planned_points"]
 
 
-def is_interrupted(m: dict) -> bool:
-    return bool(m.get("interrupted") or (m.get("started_at") and not m.get("ended_at")))
+def is_interrupted(m: RunManifest) -> bool:
+    return m.did_not_finish
 
 
-def interrupted_manifests(manifests: Iterable[dict], run_ids: Iterable[str] | None = None
-                          ) -> list[dict]:
+def interrupted_manifests(manifests: Iterable[RunManifest], run_ids: Iterable[str] | None = None
+                          ) -> list[RunManifest]:
     """The manifests of runs that did not finish (of ``run_ids`` only, when given)."""
     want = None if run_ids is None else set(run_ids)
     return [m for m in manifests if is_interrupted(m)
-            and (want is None or m.get("run_id") in want)]
+            and (want is None or m.run_id in want)]
 
 
-def finished_points(m: dict, records: Iterable[PhaseRecord]) -> int:
+def finished_points(m: RunManifest, records: Iterable[PhaseRecord]) -> int:
     """Points of run ``m`` that finished: the manifest's count (``timing.points``, written
     as the run stops), else the distinct points of its records on disk."""
-    n = (m.get("timing") or {}).get("points")
+    n = (m.timing or {}).get("points")
     if isinstance(n, int):
         return n
-    return len({point_key(r) for r in records if r.run_id == m.get("run_id")})
+    return len({point_key(r) for r in records if r.run_id == m.run_id})
 
 
-def planned_points(m: dict, config_id: str | None = None, isolation: str | None = None
+def planned_points(m: RunManifest, config_id: str | None = None, isolation: str | None = None
                    ) -> int | None:
     """Points run ``m`` planned (of one configuration and pass, when given); None when its
     manifest has no plan (runs before the plan was recorded)."""
-    plan = m.get("plan")
+    plan = m.plan
     if not isinstance(plan, dict):
         return None
     if config_id is None:
@@ -57,17 +58,17 @@ def planned_points(m: dict, config_id: str | None = None, isolation: str | None 
     return sum(n for iso, n in by.items() if isolation is None or iso == isolation)
 
 
-def _runs_phrase(ms: list[dict], records: list[PhaseRecord]) -> str:
+def _runs_phrase(ms: list[RunManifest], records: list[PhaseRecord]) -> str:
     """``run `A` (541 of 556 points finished)`` / ``runs `A` (…), `B` (…)``."""
     parts = []
     for m in ms:
         n, of = finished_points(m, records), planned_points(m)
         what = f"{n} of {of} planned points" if of else f"{n} point{'s' if n != 1 else ''}"
-        parts.append(f"{code(m.get('run_id') or '?')} ({what} finished)")
+        parts.append(f"{code(m.run_id or '?')} ({what} finished)")
     return ("run " if len(parts) == 1 else "runs ") + ", ".join(parts)
 
 
-def interrupted_line(manifests: list[dict], records: list[PhaseRecord]) -> str:
+def interrupted_line(manifests: list[RunManifest], records: list[PhaseRecord]) -> str:
     """The opening summary's line for runs that did not finish; "" when every run did."""
     ms = interrupted_manifests(manifests)
     if not ms:

@@ -4,6 +4,7 @@ which engine, and what it cannot see."""
 from __future__ import annotations
 
 from ..run.records import PhaseRecord
+from ..records.manifest import RunManifest
 from ..serve.isolation import POLICIES, IsolationName
 from ..text.ghmarkdown import bold, cap, code, escape_text, table
 from .model import ConfigData
@@ -13,7 +14,7 @@ __all__ = ["render_provenance"]
 
 
 def render_provenance(configs: list[ConfigData], records: list[PhaseRecord],
-                      manifests: list[dict], superseded: int) -> str:
+                      manifests: list[RunManifest], superseded: int) -> str:
     rows = _record_rows(configs, records, manifests)
     for m in manifests:
         rows += _manifest_rows(m, configs)
@@ -39,11 +40,11 @@ def _join(vals: list, as_code: bool = False) -> str:
     return ", ".join(code(str(v)) if as_code else escape_text(str(v)) for v in vals)
 
 
-def _date(records: list[PhaseRecord], manifests: list[dict]) -> str:
+def _date(records: list[PhaseRecord], manifests: list[RunManifest]) -> str:
     """The runs' first start → last end (the manifests', else the records' starts)."""
     starts = sorted(x for x in _distinct(records, "started_at"))
-    m_starts = sorted(m.get("started_at") for m in manifests if m.get("started_at"))
-    m_ends = sorted(m.get("ended_at") for m in manifests if m.get("ended_at"))
+    m_starts = sorted(m.started_at for m in manifests if m.started_at)
+    m_ends = sorted(m.ended_at for m in manifests if m.ended_at)
     first = m_starts[0] if m_starts else (starts[0] if starts else None)
     last = m_ends[-1] if m_ends else (starts[-1] if starts else None)
     if not first:
@@ -52,7 +53,7 @@ def _date(records: list[PhaseRecord], manifests: list[dict]) -> str:
 
 
 def _record_rows(configs: list[ConfigData], records: list[PhaseRecord],
-                 manifests: list[dict]) -> list[list[str]]:
+                 manifests: list[RunManifest]) -> list[list[str]]:
     def distinct(key: str) -> list:
         return _distinct(records, key)
 
@@ -79,12 +80,12 @@ def _record_rows(configs: list[ConfigData], records: list[PhaseRecord],
     ]
 
 
-def _manifest_rows(m: dict, configs: list[ConfigData]) -> list[list[str]]:
+def _manifest_rows(m: RunManifest, configs: list[ConfigData]) -> list[list[str]]:
     """A run's command, what it sampled, and whether it finished."""
-    rows, run = [], escape_text(m.get("run_id") or "?")
-    if m.get("command"):
-        rows.append([f"command ({run})", code(cap(str(m["command"]), 300))])
-    sampled = m.get("sampled")
+    rows, run = [], escape_text(m.run_id or "?")
+    if m.command:
+        rows.append([f"command ({run})", code(cap(str(m.command), 300))])
+    sampled = m.sampled
     if isinstance(sampled, dict):
         labels = {c.config_id: c.label for c in configs}
         for cid, note in sampled.items():
@@ -92,10 +93,10 @@ def _manifest_rows(m: dict, configs: list[ConfigData]) -> list[list[str]]:
                 rows.append([f"sampled ({code(labels.get(cid, cid))})", escape_text(str(note))])
     elif sampled:
         rows.append(["sampled", escape_text(str(sampled))])
-    if m.get("interrupted") or (m.get("started_at") and not m.get("ended_at")):
+    if m.did_not_finish:
         rows.append(["interrupted", bold(f"run {run} did not finish")])
-    if m.get("exit_code") not in (None, 0):
-        rows.append([f"exit code ({run})", escape_text(str(m["exit_code"]))])
+    if m.exit_code not in (None, 0):
+        rows.append([f"exit code ({run})", escape_text(str(m.exit_code))])
     return rows
 
 

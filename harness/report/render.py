@@ -5,6 +5,7 @@ import pathlib
 from typing import Any, Iterable
 
 from ..text.ghmarkdown import bold, code, escape_text
+from ..records.manifest import RunManifest, as_manifest, typed_manifests
 from ..run.records import PhaseRecord, cell_key, latest_records, phase_key, reference_cells, typed
 from .auto import agreement_line
 from .baseline import render_baseline
@@ -24,9 +25,10 @@ __all__ = ["render_markdown", "write_report", "load_inputs", "title_markdown",
 
 
 def render_markdown(records: list[dict] | list[PhaseRecord],
-                    manifests: list[dict] | None = None, *,
+                    manifests: list[dict] | list[RunManifest] | None = None, *,
                     full: bool = False, title: str | None = None,
-                    explained: list[tuple[dict, list[dict]]] | None = None) -> str:
+                    explained: list[tuple[dict | RunManifest, list[dict]]] | None = None
+                    ) -> str:
     """The whole report as GitHub-flavoured markdown.
 
     ``records``: phase records of one or more runs (docs/records.md). ``manifests``: their
@@ -34,7 +36,8 @@ def render_markdown(records: list[dict] | list[PhaseRecord],
     residues and the interrupted flag). ``full``: one row per residue, no folding, and every
     rerun command line. ``explained``: (manifest, records) of the explain runs linked to
     these runs (``sweep explain``): their ladders make the "Explained" section."""
-    manifests = [m for m in (manifests or []) if m]
+    manifests = typed_manifests(manifests)
+    explained = [(as_manifest(m), rs) for m, rs in explained or []]
     if not records:
         return (f"# {title or 'Residue sweep report'}\n\nNo records: nothing was measured.\n")
     records = typed(records)
@@ -43,7 +46,7 @@ def render_markdown(records: list[dict] | list[PhaseRecord],
     groups = case_groups(recs)          # --prompts: per case; otherwise the one group None
     by_case = groups[0][0] is not None or len(groups) > 1
     short, corner = short_labels(configs)
-    planned = sorted({int(x) for m in manifests for x in (m.get("residues") or [])})
+    planned = sorted({int(x) for m in manifests for x in (m.residues or [])})
 
     title_md = escape_text(title) if title is not None else title_markdown(recs)
     out = [f"# {title_md}", ""]
@@ -62,7 +65,7 @@ def render_markdown(records: list[dict] | list[PhaseRecord],
     return "\n".join(out)
 
 
-def _summary_lines(recs: list[PhaseRecord], configs, groups, manifests: list[dict],
+def _summary_lines(recs: list[PhaseRecord], configs, groups, manifests: list[RunManifest],
                    texts) -> list[str]:
     """Notices, the headline, a line per configuration, the references, the agreement of
     the runs and the baseline the gate compared with."""
@@ -88,7 +91,7 @@ def _summary_lines(recs: list[PhaseRecord], configs, groups, manifests: list[dic
     return out
 
 
-def _sections(recs: list[PhaseRecord], configs, manifests: list[dict],
+def _sections(recs: list[PhaseRecord], configs, manifests: list[RunManifest],
               explained: list[tuple[dict, list[dict]]] | None) -> list[str]:
     """The sections only some runs have, in the report's order: nodes (several Ray nodes),
     load (``--load``), explained (``sweep explain``), timing (a boot split or auto passes)."""

@@ -8,6 +8,7 @@ from collections import defaultdict
 from ..text.ghmarkdown import bold, code, escape_text, fence, table
 from ..text.ranges import residues_phrase
 from ..run.records import BUG_VERDICTS, NOT_IDENTITY, SEVERITY, cell_key, phase_key
+from ..records.manifest import RunManifest
 from .auto import config_auto_line
 from .explain import final_chunk_line
 from .traffic import traffic_line
@@ -183,7 +184,7 @@ def _broken_phases(cd: ConfigData) -> str:
 
 
 def render_config_summary(cd: ConfigData, manifest_residues: list[int] | None,
-                          full: bool, *, interrupted: list[dict] | None = None) -> str:
+                          full: bool, *, interrupted: list[RunManifest] | None = None) -> str:
     """``interrupted``: manifests of runs that did not finish (those of this
     configuration's records are named in its auto line)."""
     lines = [f"### {code(cd.label)}", "", *_coverage_lines(cd, manifest_residues),
@@ -206,7 +207,7 @@ def _coverage_lines(cd: ConfigData, manifest_residues: list[int] | None) -> list
     return lines
 
 
-def _result_lines(cd: ConfigData, interrupted: list[dict] | None) -> list[str]:
+def _result_lines(cd: ConfigData, interrupted: list[RunManifest] | None) -> list[str]:
     """Result, the rule's prediction, traffic, isolation auto and the documents."""
     pred = predict_bug_b(cd)
     result = summary_counts(cd)
@@ -218,7 +219,7 @@ def _result_lines(cd: ConfigData, interrupted: list[dict] | None) -> list[str]:
     if traffic:
         lines.append(traffic)
     runs = {r.run_id for r in cd.records}
-    stopped = [m for m in interrupted or [] if m.get("run_id") in runs]
+    stopped = [m for m in interrupted or [] if m.run_id in runs]
     auto_line = config_auto_line(cd.records, stopped)
     if auto_line:
         lines.append(f"- **Isolation auto:** {auto_line}")

@@ -18,6 +18,7 @@ import unicodedata
 from ..text.plaintext import align_table, display_width, inline_to_plain
 from ..text.ranges import fmt_ranges
 from ..run.records import UNANSWERED, PhaseRecord, latest_records, phase_key, typed
+from ..records.manifest import RunManifest, typed_manifests
 from .auto import agreement_line
 from .bugb_analysis import agreement, predict_bug_b
 from .cases import case_groups, case_suffix
@@ -43,11 +44,12 @@ def terminal_width() -> int | None:
 
 
 def render_terminal(records: list[dict] | list[PhaseRecord],
-                    manifests: list[dict] | None = None, *, width: int | None = None) -> str:
+                    manifests: list[dict] | list[RunManifest] | None = None, *,
+                    width: int | None = None) -> str:
     """The short plain-text report of ``records`` (and their manifests). ``width``: the
     columns a results table may take (``terminal_width()``); a table of several
     configurations wider than that is split, one table per configuration."""
-    manifests = [m for m in (manifests or []) if m]
+    manifests = typed_manifests(manifests)
     if not records:
         return "No records: nothing was measured."
     recs, _ = latest_records(typed(records))
@@ -67,13 +69,13 @@ def render_terminal(records: list[dict] | list[PhaseRecord],
     return "\n".join(out).rstrip() + "\n"
 
 
-def _baseline(manifests: list[dict]) -> list[str]:
+def _baseline(manifests: list[RunManifest]) -> list[str]:
     """What a --baseline gate failed on, cell by cell (the manifest's ``baseline``)."""
     from ..publish.gate import gate_lines
     out: list[str] = []
     for m in manifests:
-        if isinstance(m.get("baseline"), dict):
-            out += ["Baseline", "--------", *gate_lines(m["baseline"]), ""]
+        if isinstance(m.baseline, dict):
+            out += ["Baseline", "--------", *gate_lines(m.baseline), ""]
     return out
 
 

@@ -19,6 +19,7 @@ from typing import Any
 from ..text.ghmarkdown import escape_text, table
 from ..serve.isolation import AUTO_PASSES
 from ..run.records import PhaseRecord, RunTiming
+from ..records.manifest import RunManifest
 
 __all__ = ["STAGE_NAMES", "booted_servers", "render_timing"]
 
@@ -65,16 +66,16 @@ def _median_boot(servers: dict[str, float], per_point: Any) -> str:
     return f"median boot {_fmt(per_point)} s per point (0 on a reused server)"
 
 
-def _run_rows(m: dict, t: RunTiming, records: list[PhaseRecord]) -> list[list[str]]:
-    rid = escape_text(m.get("run_id") or "?")
-    run_servers = booted_servers(records, m.get("run_id"))
+def _run_rows(m: RunManifest, t: RunTiming, records: list[PhaseRecord]) -> list[list[str]]:
+    rid = escape_text(m.run_id or "?")
+    run_servers = booted_servers(records, m.run_id)
     wall = (f"{_fmt(t.wall_s)} s over {_fmt(t.slots)} slot(s), "
             f"{_fmt(t.points)} points, {_median_boot(run_servers, t.median_boot_s)}")
     rows = [[f"{rid}: wall", wall]]
     for name in AUTO_PASSES:
         p = t.passes.get(name)
         if p:
-            servers = booted_servers(records, m.get("run_id"), name) if run_servers else {}
+            servers = booted_servers(records, m.run_id, name) if run_servers else {}
             n = p.points
             value = (f"{_fmt(n)} point{'' if n == 1 else 's'}, {_fmt(p.sum_boot_s)} s "
                      f"booting in all, {_median_boot(servers, p.median_boot_s)}, median "
@@ -91,11 +92,11 @@ def _run_rows(m: dict, t: RunTiming, records: list[PhaseRecord]) -> list[list[st
     return rows
 
 
-def _boot_rows(m: dict, t: RunTiming) -> list[list[str]]:
+def _boot_rows(m: RunManifest, t: RunTiming) -> list[list[str]]:
     b = t.boot_split
     if b is None:
         return []
-    rid = escape_text(m.get("run_id") or "?")
+    rid = escape_text(m.run_id or "?")
     how = ", ".join(f"{n} {escape_text(k)}" for k, n in sorted((b.launchers or {}).items()))
     rows = [[f"{rid}: servers", f"{_fmt(b.servers)} ({how})"]]
     for reason in b.fallback_reasons or ():
@@ -108,10 +109,10 @@ def _boot_rows(m: dict, t: RunTiming) -> list[list[str]]:
     return rows
 
 
-def render_timing(manifests: list[dict], records: list[PhaseRecord] | None = None) -> str:
+def render_timing(manifests: list[RunManifest], records: list[PhaseRecord] | None = None) -> str:
     """``records``: the report's records, for the servers each run booted."""
-    shown = [(m, RunTiming.of(m)) for m in manifests if (m.get("timing") or {}).get("boot_split")
-             or (m.get("timing") or {}).get("passes")]
+    shown = [(m, RunTiming.of(m)) for m in manifests if (m.timing or {}).get("boot_split")
+             or (m.timing or {}).get("passes")]
     if not shown:
         return ""
     rows: list[list[str]] = []

@@ -25,6 +25,7 @@ from ..errors import UsageError
 from ..serve.isolation import AUTO_PASSES
 from ..provenance import harness_version
 from ..server_pool import ServerGroup
+from ..records.manifest import RunManifest
 from ..records.store import ResultStore, now_iso
 from .plan import Point, SweepPlan
 from .point import RunnerSpec
@@ -67,7 +68,7 @@ class Driver:
         self.records = RecordBuilder(store.run_id, self.runner_spec.version, opts.isolation,
                                      opts.reference, tuple(opts.phases))
         self.counters = Counters(total_points=len(plan.points))
-        self.manifest: dict[str, Any] = {}
+        self.manifest = RunManifest(run_id=store.run_id)   # start() builds or reads it
         self.resumed = 0            # --resume: points already complete on disk
         self.records_on_disk = 0    # --resume: their records
 
@@ -110,7 +111,7 @@ class Driver:
             self.counters.total_points = len(done) + len(points)
             self.resumed = len(done)
             self.records_on_disk = len(self.store.read())
-            self._plan_from(self.manifest.get("plan"), self.plan.points, added)
+            self._plan_from(self.manifest.plan, self.plan.points, added)
         else:
             self.manifest = self._new_manifest()
             self._plan_from(None, self.plan.points, [])
@@ -129,8 +130,8 @@ class Driver:
         else:
             for pt in [*planned, *added]:
                 self._count(by, pt)
-        self.manifest["plan"] = {"points": sum(sum(n.values()) for n in by.values()),
-                                 "by_config": by}
+        self.manifest.plan = {"points": sum(sum(n.values()) for n in by.values()),
+                              "by_config": by}
 
     def _count(self, by: dict[str, dict[str, int]], point: Point) -> None:
         n = by.setdefault(point.cfg_id, {})
@@ -140,47 +141,48 @@ class Driver:
     def _check_same_cases(self) -> None:
         """--resume of a --prompts run: the prompt file must still say what it said when
         the run started (a changed case would mix two prompts under one case id)."""
-        started = (self.manifest.get("prompts") or {}).get("cases") or {}
+        started = (self.manifest.prompts or {}).get("cases") or {}
         for cid, facts in self.plan.cases.items():
             old = started.get(cid)
             if old is not None and old.get("digest") != facts.get("digest"):
                 raise UsageError(f"--resume {self.run_id}: case {cid!r} of {self.opts.prompts} "
                                  "changed since the run started; start a new run")
 
-    def _new_manifest(self) -> dict[str, Any]:
+    def _new_manifest(self) -> RunManifest:
+        """The manifest of a run starting now (``plan`` and the end come later)."""
         opts, plan = self.opts, self.plan
-        manifest = {
-            "run_id": self.run_id, "command": shlex.join(["sweep", *opts.argv]),
-            **({"options": opts.flags} if opts.flags else {}),
-            "harness_version": self.runner_spec.version, "engine": opts.engine,
-            "host": socket.gethostname(), "started_at": now_iso(), "ended_at": None,
-            "configs": [{"config_id": config_id(c), "config_label": c.label(),
-                         "config": c.as_dict()} for c in opts.configs],
-            "residues": sorted({p.residue for p in plan.points}),
-            "modulus": opts.modulus or "auto",
-            "phases": list(opts.phases), "isolation": opts.isolation,
-            "reference": opts.reference, "context": opts.context,
-            "slots": [s.id for s in opts.slots],
-            "sampled": {k: v for k, v in plan.sampled.items() if v},
-            "planning_s": round(plan.planning_s, 3), "interrupted": False, "exit_code": None,
-            "documents": sorted({p.seed for p in plan.points}),
-            "launcher": opts.launcher,
-            **({"cache_dir": str(opts.cache_dir)} if opts.cache_dir else {}),
-            **({"auto_sample": opts.auto_sample} if opts.isolation == IsolationName.AUTO else {}),
-            **self.links,
-        }
-        if opts.prompts:  # --prompts: the file and, per case, its line, padding and lengths
-            manifest["prompts"] = {"file": opts.prompts, "cases": plan.cases}
-        return manifest
+        links = {k: v for k, v in self.links.items() if k != "explains"}
+        return RunManifest(
+            run_id=self.run_id, command=shlex.join(["sweep", *opts.argv]),
+            options=opts.flags or None,
+            harness_version=self.runner_spec.version, engine=opts.engine,
+            host=socket.gethostname(), started_at=now_iso(), ended_at=None,
+            configs=[{"config_id": config_id(c), "config_label": c.label(),
+                      "config": c.as_dict()} for c in opts.configs],
+            residues=sorted({p.residue for p in plan.points}),
+            modulus=opts.modulus or "auto",
+            phases=list(opts.phases), isolation=opts.isolation,
+            reference=opts.reference, context=opts.context,
+            slots=[s.id for s in opts.slots],
+            sampled={k: v for k, v in plan.sampled.items() if v},
+            planning_s=round(plan.planning_s, 3), interrupted=False, exit_code=None,
+            documents=sorted({p.seed for p in plan.points}),
+            launcher=opts.launcher,
+            cache_dir=str(opts.cache_dir) if opts.cache_dir else None,
+            auto_sample=opts.auto_sample if opts.isolation == IsolationName.AUTO else None,
+            explains=self.links.get("explains"),
+            # --prompts: the file and, per case, its line, padding and lengths
+            prompts={"file": opts.prompts, "cases": plan.cases} if opts.prompts else None,
+            extra=links)
 
     # -- events from a backend ---------------------------------------------------------
     def point_added(self, point: Point) -> None:
         """A backend planned one more point while running (an auto run's fresh
         confirmation of a reset point that was not ok)."""
         self.counters.total_points += 1
-        if "plan" in self.manifest:
-            self._count(self.manifest["plan"]["by_config"], point)
-            self.manifest["plan"]["points"] += 1
+        if self.manifest.plan is not None:
+            self._count(self.manifest.plan["by_config"], point)
+            self.manifest.plan["points"] += 1
             self.store.write_manifest(self.manifest)
         if self.on_point_added:
             self.on_point_added(point)
@@ -253,7 +255,7 @@ class Driver:
             self.store.rewrite(records)
         return records
 
-    def finish(self, *, wall: float, interrupted: bool, backend: dict[str, Any]) -> dict:
+    def finish(self, *, wall: float, interrupted: bool, backend: dict[str, Any]) -> RunManifest:
         """The manifest's end: dates, wall time, the backend's description, timing."""
         n_slots = backend.get("slots") or len(self.opts.slots)
         timing = timing_summary(self.counters.timings, n_slots, wall)
@@ -265,14 +267,14 @@ class Driver:
             timing["boot_split"] = boots
         if self.runner_spec.launcher is not None:
             backend = {**backend, **self.runner_spec.launcher.describe()}
-        self.manifest.update({"ended_at": now_iso(), "interrupted": interrupted,
-                              "wall_s": round(wall, 3), "backend": backend,
-                              "timing": timing})
+        m = self.manifest
+        m.ended_at, m.interrupted, m.wall_s = now_iso(), interrupted, round(wall, 3)
+        m.backend, m.timing = backend, timing
         self.store.write_manifest(self.manifest)
         return self.manifest
 
     def set_exit_code(self, code: int) -> None:
-        self.manifest["exit_code"] = code
+        self.manifest.exit_code = code
         self.store.write_manifest(self.manifest)
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from ..records.recordkeys import auto_pass, cell_key, document_of, point_key, value_of
+from ..records.manifest import RunManifest, as_manifest
 from ..records.store import load_records
 
 from ..judge.vocabulary import (BUG_VERDICTS, CLEAN, EXPLAINED, JUDGED, NOT_FAILED, NOT_LONE, OPEN,
@@ -324,9 +325,10 @@ class RunTiming:
     extra: dict = field(default_factory=dict)
 
     @classmethod
-    def of(cls, manifest: Mapping[str, Any] | None) -> "RunTiming":
-        """The timing of a run manifest (empty for one without: an interrupted run)."""
-        t = dict((manifest or {}).get("timing") or {})
+    def of(cls, manifest: Mapping[str, Any] | RunManifest | None) -> "RunTiming":
+        """The timing of a run manifest, as read or typed (empty for one without: an
+        interrupted run)."""
+        t = dict((as_manifest(manifest).timing if manifest else None) or {})
         passes = dict(t.pop("passes", None) or {})
         estimate = {k: passes.pop(k) for k in ("all_fresh_estimate_s", "ratio_to_all_fresh")
                     if k in passes}

@@ -14,6 +14,7 @@ import argparse
 from typing import Any
 
 from ..errors import UsageError
+from ..records.manifest import RunManifest
 from ..settings.flag_manifest import namespace_of
 from ..settings.flags import FLAGS, dest_of
 
@@ -31,14 +32,14 @@ def _spell(name: str, value: Any) -> str:
     return f"{name} {value}" if value is not None else f"no {name}"
 
 
-def resumed_namespace(run_id: str, written: dict[str, Any], manifest: dict
+def resumed_namespace(run_id: str, written: dict[str, Any], manifest: RunManifest
                       ) -> tuple[argparse.Namespace, dict[str, Any]]:
     """The run's flags (its manifest's), with the ``MAY_CHANGE`` flags the new command line
     ``written`` (``flag_manifest.parse_flags``) applied, and the flags the run's own command
     line wrote; ``UsageError`` for any other flag that differs."""
-    if manifest.get("explains"):
+    if manifest.explains:
         # an explain run's plan is its parent's cells and their rungs, not its options
-        parent = manifest["explains"].get("run_id")
+        parent = manifest.explains.get("run_id")
         raise UsageError(f"--resume {run_id}: an explain run of {parent}; continue it with "
                          f"`sweep explain {parent} --resume {run_id}`")
     ns, run_written = namespace_of(manifest, f"--resume {run_id}")   # its options, else its command line

@@ -11,6 +11,7 @@ import shlex
 from typing import Any, Sequence
 
 from ..errors import UsageError
+from ..records.manifest import RunManifest, as_manifest
 from .flags import FLAGS, flag_dest, sweep_parser
 
 __all__ = ["FLAGS_VERSION", "flags_json", "namespace_of", "parse_flags", "explicit_flags"]
@@ -40,21 +41,23 @@ def flags_json(ns: argparse.Namespace, **derived: Any) -> dict[str, Any]:
     return {"version": FLAGS_VERSION, "flags": values}
 
 
-def namespace_of(manifest: dict[str, Any], what: str) -> tuple[argparse.Namespace, dict[str, Any]]:
-    """A run's parsed sweep flags: the manifest's ``options`` block, else (a manifest from
-    before it) its command line; and the flags that command line wrote (``parse_flags``:
-    the command line is parsed once). ``UsageError`` (naming ``what``) when neither can be
-    read."""
-    block = manifest.get("options")
+def namespace_of(manifest: RunManifest | dict[str, Any], what: str
+                 ) -> tuple[argparse.Namespace, dict[str, Any]]:
+    """A run's parsed sweep flags (its manifest as read or typed): the manifest's
+    ``options`` block, else (a manifest from before it) its command line; and the flags
+    that command line wrote (``parse_flags``: the command line is parsed once).
+    ``UsageError`` (naming ``what``) when neither can be read."""
+    manifest = as_manifest(manifest)
+    block = manifest.options
     try:
-        typed, written = parse_flags(shlex.split(manifest.get("command") or "")[1:])
+        typed, written = parse_flags(shlex.split(manifest.command or "")[1:])
     except (ValueError, UsageError) as e:
         if not (isinstance(block, dict) and isinstance(block.get("flags"), dict)):
             raise UsageError(f"{what}: the manifest's command line cannot be read again "
                              f"({e})") from None
         typed, written = None, {}
     if not (isinstance(block, dict) and isinstance(block.get("flags"), dict)):
-        if not manifest.get("command"):
+        if not manifest.command:
             raise UsageError(f"{what}: the manifest's command line cannot be read again "
                              "('command')")
         return typed, written

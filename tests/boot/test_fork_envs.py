@@ -173,7 +173,7 @@ def test_a_sweep_on_two_gpus_and_two_patch_sets_forks_every_server(tmp_path, run
     assert len(boots) >= 4        # 2 residues x 2 configurations, a fresh server each
     assert {(b["launcher"], b.get("fallback_reason")) for b in boots.values()} == \
         {("forked", None)}
-    backend = result.manifest["backend"]
+    backend = result.manifest.backend
     # which (GPU, patches) pairs occur depends on which slot takes which point: slot 1
     # takes one at once, so a parent for GPU 1 is always among them
     more = [m["for"] for m in backend["more_fork_servers"]]

@@ -81,7 +81,7 @@ def test_the_python_api_runs_a_sweep_in_process_and_says_nothing(tmp_path, model
                               "--slots", "2", "--out", str(tmp_path / "r")])
     result = Sweep(opts).run()
     assert isinstance(result, RunResult) and not result.interrupted
-    assert result.exit_code == ExitCode.NOT_OK == result.manifest["exit_code"]
+    assert result.exit_code == ExitCode.NOT_OK == result.manifest.exit_code
     assert [(r["residue"], r["phase"], r["verdict"]) for r in result.not_ok] == \
         [(4, "self-hit", "broken")]
     assert len(result.records) == 4 and result.records_path.is_file()
