@@ -197,9 +197,10 @@ def _reports_dir(ns: argparse.Namespace) -> Path:
     return Path(ns.out) if ns.out else Path(DEFAULT_REPORTS)
 
 
-def parse_sweep_argv(argv: Sequence[str]) -> tuple[SweepOptions, argparse.Namespace]:
-    """The sweep verb's argv -> (options, the parsed namespace). ``--resume RUN_ID`` is the
-    same run: the plan comes from its manifest (``run/resume.py``), only a few flags may change."""
+def parse_sweep_argv(argv: Sequence[str]) -> SweepOptions:
+    """The sweep verb's argv -> its options (nothing else reads the command line again).
+    ``--resume RUN_ID`` is the same run: the plan comes from its manifest
+    (``run/resume.py``), only a few flags may change."""
     argv = vllm_spellings(list(argv))   # -cc, --speculative-config, --base-url, ...
     ns, written = parse_flags(argv)   # the one parse of the command line
     if ns.resume:
@@ -212,10 +213,10 @@ def parse_sweep_argv(argv: Sequence[str]) -> tuple[SweepOptions, argparse.Namesp
         if Path(ns.out or DEFAULT_OUT) != store.out_dir:  # the run was found elsewhere
             ns.out = str(store.out_dir)
         argv = shlex.split(manifest.command)[1:] if manifest.command else []
-    return build_options(ns, argv, written), ns
+    return build_options(ns, argv, written)
 
 
 def options_from_argv(argv: Sequence[str]) -> SweepOptions:
     """``SweepOptions`` from sweep flags, as the command line takes them, e.g.
     ``options_from_argv(["--residues", "3-5", "--slots", "2"])``."""
-    return parse_sweep_argv(argv)[0]
+    return parse_sweep_argv(argv)

@@ -55,7 +55,7 @@ EXIT_ABORT = EXIT_CANNOT_RUN
 # -- the sweep verb ------------------------------------------------------------------------
 def run_sweep(argv: Sequence[str]) -> int:
     """argv -> options -> ``Sweep`` -> exit code (the lifecycle is ``harness.residue_sweep``)."""
-    opts, ns = parse_sweep_argv(argv)
+    opts = parse_sweep_argv(argv)
     sweep = Sweep(opts)
     for note in sweep.check():   # outputs, inputs, a way to post, a resumed file, the engine
         _say(note)
@@ -70,7 +70,7 @@ def run_sweep(argv: Sequence[str]) -> int:
         return dry_run(opts, sweep.adapter)
     if interrupts.pending():  # a signal whose KeyboardInterrupt a library swallowed
         raise KeyboardInterrupt
-    return sweep.run(Terminal(show_progress=not ns.no_progress)).exit_code
+    return sweep.run(Terminal(show_progress=not opts.no_progress)).exit_code
 
 
 class Terminal(Callbacks):

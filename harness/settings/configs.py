@@ -92,6 +92,7 @@ class SweepOptions:
     # the sweep flags as parsed (flag_manifest.flags_json): the manifest keeps them, versioned, and
     # --resume / sweep explain rebuild the options from them
     flags: dict = field(default_factory=dict, compare=False)
+    no_progress: bool = False      # --no-progress: the terminal shows no progress bar
 
     @property
     def documents(self) -> tuple[int, ...]:

@@ -227,18 +227,21 @@ def test_options_send_no_request_and_the_session_reads_the_server(lab, tmp_path)
     the running server is read by the session's first step (``Sweep.check``)."""
     from harness import Sweep
     from harness.errors import CannotRun
-    from harness.options import parse_sweep_argv
+    from harness.options import build_options, parse_sweep_argv
+    from harness.settings.flag_manifest import parse_flags
     from harness.serve.isolation import IsolationName
 
     nobody = f"http://127.0.0.1:{free_port()}"
-    opts, ns = parse_sweep_argv(["--url", nobody, "--out", str(tmp_path / "a")])
+    argv = ["--url", nobody, "--out", str(tmp_path / "a")]
+    ns, written = parse_flags(argv)
+    opts = build_options(ns, argv, written)
     assert opts.live.cfg is None and opts.configs == ()
     assert (opts.isolation, opts.backend) == (IsolationName.LIVE, "live")
     assert ns.isolation != IsolationName.LIVE and ns.backend == "local"
     with pytest.raises(CannotRun, match="no server answers"):
         Sweep(opts).check()
 
-    opts, _ = parse_sweep_argv(["--url", lab.url, "--residues", "4", "--out", str(tmp_path / "b")])
+    opts = parse_sweep_argv(["--url", lab.url, "--residues", "4", "--out", str(tmp_path / "b")])
     sweep = Sweep(opts)
     assert sweep.adapter is None            # nothing read yet
     sweep.check()

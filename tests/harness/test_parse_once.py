@@ -50,6 +50,6 @@ def test_a_resume_parses_its_line_and_the_runs_command_line_once_each(parses, tm
         {"run_id": run_id, "command": " ".join(["sweep", *command]),
          "options": flags_json(ns)}))
     resume = ["--resume", run_id, "--out", str(tmp_path), "--slots", "3"]
-    opts, _ = parse_sweep_argv(resume)
+    opts = parse_sweep_argv(resume)
     assert dict(parses) == {tuple(resume): 1, tuple(command): 1}
     assert opts.resume == run_id and len(opts.slots) == 3 and opts.configs[0].spec == "ngram"
