@@ -20,7 +20,8 @@ Layout:
 - ``model``: records grouped into configurations, and their cells;
 - ``bugb_analysis``: the rule of ``harness.judge.bugb`` against the records;
 - ``cells``, ``sections`` and ``provenance``: the pieces (what one cell says; a section;
-  the provenance table);
+  the provenance table); ``columns``: the results table's declared columns after its
+  phase cells (``COLUMNS``, read by ``sections`` and the legend);
 - ``render``: the document; ``terminal``: the short version a sweep prints at its end;
 - ``engine_notice``: the opening lines (the CPU lab, not vLLM; a live server, not fresh ones);
 - ``interrupted``: a run that did not finish, said where a reader looks first;

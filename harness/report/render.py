@@ -11,6 +11,7 @@ from .auto import agreement_line
 from .baseline import render_baseline
 from .cases import case_groups, case_note, case_suffix
 from .cells import Footnotes
+from .columns import legend as columns_legend
 from .engine_notice import engine_notice, live_notice
 from .explain import reference_lines, reference_texts
 from .interrupted import interrupted_line, interrupted_manifests
@@ -145,10 +146,10 @@ def _body(configs, planned, full, short, corner, texts, summary) -> list[str]:
     out += ["## Results", ""]
     if len(configs) > 1:
         out += [f"Columns: {escape_text(', '.join(varying_fields([c.identity for c in configs])) or 'configuration')}"
-                f" × phase; a clean cell is verbatim `n/N`, a bad one is bold.", ""]
+                f" × phase; a clean cell is verbatim `n/N`, a bad one is bold.{columns_legend()}", ""]
     else:
         out += ["A clean cell is verbatim `n/N` (chars of the answer found verbatim in the "
-                "source / answer length); a bad cell is bold.", ""]
+                f"source / answer length); a bad cell is bold.{columns_legend()}", ""]
     out.append(render_results_table(configs, notes, full=full, short=short, corner=corner))
     out.append("")
     residues_all = sorted({r for c in configs for r in c.residues})
@@ -177,7 +178,7 @@ def _by_case_body(groups, manifests, planned, full, texts, summary) -> list[str]
     summary per configuration and case."""
     out = ["## Results by case", "",
            "One table per prompt case; a clean cell is verbatim `n/N` (chars of the answer "
-           "found verbatim in the case's messages / answer length); a bad cell is bold.", ""]
+           f"found verbatim in the case's messages / answer length); a bad cell is bold.{columns_legend()}", ""]
     for case, cds in groups:
         short, corner = short_labels(cds)
         notes = Footnotes(texts)

@@ -14,6 +14,7 @@ from .explain import final_chunk_line
 from .traffic import traffic_line
 from .bugb_analysis import agreement, config_hit_granularity, predict_bug_b
 from .cells import Footnotes, cell_markdown
+from .columns import COLUMNS, Column
 from .model import (SHORT_NAMES, VOLATILE, ConfigData, config_fields, describe_dim, fmt_value,
                     miss_sentence, varying_fields)
 from ..serve.isolation import IsolationName
@@ -30,30 +31,38 @@ def _row_label(residue: int, bad: bool) -> str:
     return bold(f"residue {residue}") if bad else f"residue {residue}"
 
 
-def _fold_rows(rows: list[tuple[int, list[str], bool]], full: bool) -> list[list[str]]:
-    """rows: (residue, cells, all_ok). Rows with identical cells fold into one line placed
-    where the first of them was: clean rows (``residues 0–3, 5–127 | 794/794``) and
-    identical bad rows alike (a boot failure at every residue is one line, bold)."""
+Row = tuple[int, list[str], list, bool]   # residue, phase cells, declared columns' values, all ok
+
+
+def _fold_rows(rows: list[Row], full: bool, columns: list[Column]) -> list[list[str]]:
+    """Rows with identical phase cells fold into one line placed where the first of them
+    was: clean rows (``residues 0–3, 5–127 | 794/794``) and identical bad rows alike (a
+    boot failure at every residue is one line, bold); a declared column's cell of a
+    folded line is its values' ``Column.folded``."""
     if full or len(rows) <= FOLD_ABOVE:
-        return [[_row_label(res, not ok)] + cells for res, cells, ok in rows]
-    clean_groups = {tuple(cells) for _, cells, ok in rows if ok}
+        return [[_row_label(res, not ok)] + cells + [c.cell(v) for c, v in zip(columns, vals)]
+                for res, cells, vals, ok in rows]
+    clean_groups = {tuple(cells) for _, cells, _, ok in rows if ok}
     if len(clean_groups) > 4:
         # Too varied to fold by value: fold all clean rows, say that N varies.
         ncol = len(rows[0][1])
         varied = ["clean (n/N varies)"] * ncol
-        rows = [(res, varied if ok else cells, ok) for res, cells, ok in rows]
+        rows = [(res, varied if ok else cells, vals, ok) for res, cells, vals, ok in rows]
     groups: dict[tuple, list[int]] = defaultdict(list)
+    values: dict[tuple, list[list]] = defaultdict(list)
     ok_of: dict[tuple, bool] = {}
-    for res, cells, ok in rows:
+    for res, cells, vals, ok in rows:
         groups[tuple(cells)].append(res)
+        values[tuple(cells)].append(vals)
         ok_of[tuple(cells)] = ok
     first_of = {min(v): k for k, v in groups.items()}
     out = []
-    for res, _, _ in rows:
+    for res, *_ in rows:
         if res in first_of:
             key = first_of[res]
             label = residues_phrase(groups[key])
-            out.append([label if ok_of[key] else bold(label)] + list(key))
+            out.append([label if ok_of[key] else bold(label)] + list(key) + [
+                c.folded([vals[i] for vals in values[key]]) for i, c in enumerate(columns)])
     return out
 
 
@@ -108,6 +117,9 @@ def results_rows(configs: list[ConfigData], notes: Footnotes, *, full: bool,
         header = [corner] + [f"{short[c.config_id]} {escape_text(p)}" if len(phases) > 1
                              else short[c.config_id] for c in configs for p in phases]
         cols = [(c, p) for c in configs for p in phases]
+    extra = [(cd, col) for col in COLUMNS for cd in configs]   # report/columns.py
+    header += [f"{short[cd.config_id]} {escape_text(col.header)}" if len(configs) > 1
+               else escape_text(col.header) for cd, col in extra]
     rows = []
     for res in residues:
         recs = [(cd, cd.cell(res, p)) for cd, p in cols]
@@ -115,8 +127,8 @@ def results_rows(configs: list[ConfigData], notes: Footnotes, *, full: bool,
         ok = all(c.verdict in CLEAN and not c.disagree for _, c in recs
                  if c is not None and not c.reference)
         cells = [cell_markdown(r, notes.mark(cd, r)) for cd, r in recs]
-        rows.append((res, cells, ok))
-    return header, _fold_rows(rows, full)
+        rows.append((res, cells, [col.value(cd, res) for cd, col in extra], ok))
+    return header, _fold_rows(rows, full, [col for _, col in extra])
 
 
 def render_thread_view(configs: list[ConfigData], phase: str, short: dict[str, str],

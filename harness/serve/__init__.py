@@ -2,7 +2,8 @@
 and what is done to a running one (reset, restore, poison). Below the pool
 (``harness/server_pool.py``) and the run; imports nothing of the harness but ``errors``.
 
-- ``engines.py``      ``ADAPTERS``: the registry, one adapter class per engine
+- ``engines.py``      ``ADAPTERS``: the registry, one adapter class per engine (an adapter's
+                      module is mapped by its entry there; the three below are named too)
 - ``adapter.py``      ``EngineAdapter``: what every adapter is (the seam), ``PreforkSpec``
 - ``lab_adapter.py``  ``--engine lab``: the CPU lab engine
 - ``vllm_adapter.py`` ``--engine vllm``: ``vllm serve`` from the presets, plugin, sleep, poison

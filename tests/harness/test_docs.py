@@ -70,11 +70,19 @@ def test_every_sweep_flag_is_in_the_flag_reference(cli):
 
 
 def test_the_flag_reference_says_each_engines_defaults_as_its_adapter():
-    """docs/flags.md states the per-engine defaults --help builds from the adapters."""
-    from harness.serve.engine_help import engines_where, per_engine
+    """docs/flags.md states the per-engine defaults --help builds from the adapters: it
+    names the adapter's fact, defers to ``sweep --help`` for the list, and each engine it
+    lists has its adapter's value (lab, vllm and cmd at least; an engine added to
+    ``ADAPTERS`` later is in --help without an edit here)."""
+    from harness.serve.engine_help import engines_where
     from harness.serve.engine_help import can_fork
-    assert f"(default: {per_engine(lambda c: f'{c.boot_timeout_s:g}')} s)" in FLAGS_MD
-    assert f"(default: {per_engine(lambda c: c.logprobs_default)}; 0 = off)" in FLAGS_MD
+    from harness.serve.engines import ADAPTERS
+    for fact, tail in (("boot_timeout_s", " s)"), ("logprobs_default", "; 0 = off)")):
+        lead = f"(default per engine, its adapter's `{fact}` as `sweep --help` lists it: "
+        listed = FLAGS_MD.split(lead, 1)[1].split(tail, 1)[0]
+        said = dict(item.rsplit(" ", 1) for item in listed.split(", "))
+        assert {"lab", "vllm", "cmd"} <= set(said), said
+        assert said == {n: f"{getattr(ADAPTERS[n], fact):g}" for n in said}, fact
     forks = " or ".join(f"`{n}`" if i else f"`--engine {n}`"
                         for i, n in enumerate(engines_where(can_fork).split(" or ")))
     assert f"imported the engine once ({forks};" in FLAGS_MD

@@ -79,9 +79,9 @@ def test_the_help_says_each_engines_facts_from_its_adapter(capsys, monkeypatch):
     in an adapter and the help, and what the sweep does, follow."""
     from harness.serve.engines import CmdAdapter, LabAdapter, VllmAdapter
     from harness.errors import UsageError
-    before = _help(capsys)
-    assert "(default: lab 60, vllm 900, cmd 300)" in before
-    assert "(default: lab 5, vllm 5, cmd 0;" in before
+    before = _help(capsys)   # an engine added to ADAPTERS comes after these (no edit here)
+    assert "(default: lab 60, vllm 900, cmd 300" in before
+    assert "(default: lab 5, vllm 5, cmd 0" in before
     assert "--launcher" in before and "prefork (--engine lab or vllm:" in before
     assert "--cache-dir DIR --engine vllm:" in before and "--draft-model DIR --engine vllm:" in before
     monkeypatch.setattr(LabAdapter, "boot_timeout_s", 42.0)
@@ -93,8 +93,8 @@ def test_the_help_says_each_engines_facts_from_its_adapter(capsys, monkeypatch):
     monkeypatch.setattr(VllmAdapter, "help_notes", {**VllmAdapter.help_notes,
                                                     "--geometry": "hybrid means X"})
     after = _help(capsys)
-    assert "(default: lab 42, vllm 900, cmd 300)" in after
-    assert "(default: lab 5, vllm 7, cmd 0;" in after
+    assert "(default: lab 42, vllm 900, cmd 300" in after
+    assert "(default: lab 5, vllm 7, cmd 0" in after
     assert "prefork (--engine vllm:" in after
     assert "--cache-dir DIR --engine vllm or cmd:" in after
     assert "--draft-model DIR --engine vllm or cmd:" in after

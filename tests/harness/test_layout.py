@@ -676,6 +676,15 @@ def _layers() -> dict[str, str]:
     return entries
 
 
+def _mapped_by_registry() -> set[Path]:
+    """Modules mapped by their registry: an engine adapter's module (the one its class in
+    ``serve/engines.ADAPTERS`` is defined in) is on a map through that entry, where the map
+    names ``ADAPTERS`` (the "Layers" entry of ``engines.py``, ``serve``'s docstring)."""
+    import inspect
+    from harness.serve.engines import ADAPTERS
+    return {Path(inspect.getfile(cls)).resolve() for cls in ADAPTERS.values()}
+
+
 def test_every_harness_module_is_on_the_map():
     """Every module of ``harness/`` (``__init__.py`` and ``__main__.py`` aside) is on the
     "Layers" map: an entry of its own (``harness/run/records.py``: ``records.py`` under
@@ -687,8 +696,9 @@ def test_every_harness_module_is_on_the_map():
             "harness/backends/"} <= set(entries)   # the checker reads the block's shape
     assert "base.py" in entries["harness/backends/"] and "harness/backends/base.py" not in entries
     missing = []
+    registered = _mapped_by_registry() if "ADAPTERS" in entries["harness/serve/engines.py"] else set()
     for p in sorted(HARNESS.rglob("*.py")):
-        if p.name in ("__init__.py", "__main__.py"):
+        if p.name in ("__init__.py", "__main__.py") or p.resolve() in registered:
             continue
         rel = p.relative_to(ROOT)
         package = entries.get(f"{rel.parent}/", "") if rel.parent != Path("harness") else ""
@@ -716,8 +726,9 @@ def test_every_package_names_its_modules():
             continue
         doc = ast.get_docstring(ast.parse((pkg / "__init__.py").read_text())) or ""
         named = set(re.findall(r"``(\w+)(?:\.py|/)?``", doc))
+        registered = _mapped_by_registry() if "``ADAPTERS``" in doc else set()
         children = [p.stem for p in pkg.glob("*.py")
-                    if p.name not in ("__init__.py", "__main__.py")]
+                    if p.name not in ("__init__.py", "__main__.py") and p.resolve() not in registered]
         children += [d.name for d in pkg.iterdir() if (d / "__init__.py").is_file()]
         missing += [f"{pkg.relative_to(ROOT)}: {c}" for c in sorted(children) if c not in named]
     assert not missing, f"a package's __init__ docstring does not name: {missing}"
@@ -773,3 +784,55 @@ def test_every_file_the_code_cites_exists():
                 bad.append(f"{p.relative_to(ROOT)}:{line + text.count(chr(10), 0, m.start())} "
                            f"{cited}")
     assert not bad, f"cited, but no such file here (nor vLLM's): {bad}"
+
+
+# -- an engine, an isolation mode, a report column: each read off its one table ----------
+def _measured(row: str) -> int:
+    """The files a "Where a change goes" row says the change measured: ``measured: N``."""
+    m = re.search(r"measured[^:]*: (\d+) files?\b", row)
+    assert m, f"no measured count in {row[:60]!r}"
+    return int(m.group(1))
+
+
+def test_engines_isolations_and_columns_are_read_off_their_tables():
+    """``--engine``'s choices and help are ``serve/engines.ADAPTERS``' (no other module
+    spells a group of engine names), ``--isolation``'s are ``serve/isolation.POLICIES``',
+    and the results table's columns after its phase cells are ``report/columns.COLUMNS``:
+    only ``columns.py`` builds a ``Column``, ``sections.results_rows`` reads the table (the
+    markdown table and the terminal's are its rows) and every legend of ``render.py`` says
+    ``columns.legend()``. The page's rows state what each change measured: at most 2, 2
+    and 3 files."""
+    from harness.serve import engines, isolation
+    from harness.settings.flags import FLAGS
+    flag = {f.name: f for f in FLAGS}
+    assert tuple(flag["--engine"].kw["choices"]) == tuple(engines.ADAPTERS)
+    assert callable(flag["--engine"].help)   # engine_help: built from the adapters
+    assert tuple(flag["--isolation"].kw["choices"]) == tuple(isolation.POLICIES)
+    assert flag["--isolation"].help == isolation.isolation_help(default="fresh")
+    found = [f"{p.relative_to(ROOT)}:{line} {sorted(names)}"
+             for p in HARNESS.rglob("*.py") if p != HARNESS / "serve/engines.py"
+             for line, names in _string_groups(p) if len(names & set(engines.ADAPTERS)) >= 2]
+    assert not found, found
+    report = HARNESS / "report"
+    built = [p.name for p in report.glob("*.py") if p.name != "columns.py"
+             for n in ast.walk(ast.parse(p.read_text())) if isinstance(n, ast.Call)
+             and getattr(n.func, "id", "") == "Column"]
+    assert not built, built
+    results_rows = next(n for n in ast.walk(ast.parse((report / "sections.py").read_text()))
+                        if isinstance(n, ast.FunctionDef) and n.name == "results_rows")
+    assert "COLUMNS" in {n.id for n in ast.walk(results_rows) if isinstance(n, ast.Name)}
+    terminal = ast.parse((report / "terminal.py").read_text())
+    calls = {getattr(n.func, "id", "") for n in ast.walk(terminal) if isinstance(n, ast.Call)}
+    assert "results_rows" in calls and "table" not in calls
+    legends = [n for n in ast.walk(ast.parse((report / "render.py").read_text()))
+               if isinstance(n, ast.JoinedStr) and any(
+                   isinstance(v, ast.Constant) and "is bold." in v.value for v in n.values)]
+    assert len(legends) == 3 and all(any(
+        isinstance(v, ast.FormattedValue) and getattr(v.value.func, "id", "") == "columns_legend"
+        for v in s.values) for s in legends)
+    rows = {ln.split("|")[1].strip(): ln for ln in _section("Where a change goes").splitlines()
+            if ln.startswith("| ")}
+    assert "one `Column(...)` entry in `report/columns.COLUMNS`" in rows["a new column of the results table"]
+    assert _measured(rows["a new engine"]) <= 2
+    assert _measured(rows["a new isolation mode"]) <= 2
+    assert _measured(rows["a new column of the results table"]) <= 3
