@@ -7,7 +7,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from ..text.ghmarkdown import bold, code, escape_text, table
+from ..text.ghmarkdown import code, escape_text, table
+from ..text.phrase import Code, Emph, Phrase, Strong, Text
 from ..text.ranges import fmt_ranges
 from ..run.records import (BUG_VERDICTS, NOT_FAILED, OPEN, SERVER_LOGGED, PhaseRecord,
                            as_record, phase_key, verdict_info)
@@ -17,7 +18,8 @@ from ..serve.isolation import IsolationName
 from ..judge.vocabulary import CLEAN, VerdictName
 from .traffic import beside_phrase
 
-__all__ = ["cell_phrase", "cell_markdown", "cell_annotations", "failure_gist", "reason_short", "Footnote", "Footnotes",
+__all__ = ["cell_phrase", "cell_words", "cell_markdown", "cell_view", "cell_annotations",
+           "annotation_words", "failure_gist", "reason_short", "Footnote", "Footnotes",
            "REPEAT_MIN", "EXCERPT_CHARS", "REASON_CHARS"]
 
 REPEAT_MIN = 3              # the most frequent 40-char block this often = degenerate repetition
@@ -64,26 +66,38 @@ def reason_short(r: PhaseRecord | Mapping[str, Any]) -> str:
 
 def cell_phrase(r: PhaseRecord | Mapping[str, Any] | None) -> str:
     """What a cell says, in the thread's words (markdown, not yet bold)."""
+    return cell_words(r).markdown()
+
+
+def cell_words(r: PhaseRecord | Mapping[str, Any] | None) -> Phrase:
+    """What a cell says, in the thread's words, as structure (``text/phrase.Phrase``: the
+    report renders it as markdown, the terminal as plain text)."""
     if r is None:
-        return "not run"
+        return Phrase.of("not run")
     r = as_record(r)
     v = r.verdict or "invalid"
     n, total = r.verbatim_n, r.verbatim_total
     nN = f"{n}/{total}" if n is not None and total is not None else "?"
     shown = getattr(verdict_info(v), "cell", "answer")   # vocabulary.VERDICT_TABLE
     if v in CLEAN:
-        return nN
+        return Phrase.of(nN)
     if v in OPEN:
-        return f"{nN}, {v}"
+        return Phrase.of(f"{nN}, {v}")
     if shown == "word":
-        return v
+        return Phrase.of(v)
     if shown == "gist":
-        return f"{v}: " + escape_text(failure_gist(r), limit=REASON_CHARS)
+        return Phrase.of(f"{v}: ", Text(failure_gist(r), REASON_CHARS))
     if shown == "reason":
-        return f"{v}: " + escape_text(reason_short(r), limit=REASON_CHARS)
+        return Phrase.of(f"{v}: ", Text(reason_short(r), REASON_CHARS))
+    return _joined(_answer_parts(r, v, nN), ", ")
+
+
+def _answer_parts(r: PhaseRecord, v: str, nN: str) -> list:
+    """A judged answer's cell: its length or shape, the verdict, what ran beside it, the
+    finish reason, tok/step."""
     answer = r.answer or ""
     if answer == "":
-        parts = ["empty"]
+        parts: list = ["empty"]
     elif len(answer) == 1:
         parts = ["1 char"]
     elif _is_repetition(r):
@@ -93,56 +107,81 @@ def cell_phrase(r: PhaseRecord | Mapping[str, Any] | None) -> str:
     if v == VerdictName.DIVERGED:
         parts.append("diverged")
     elif v not in BUG_VERDICTS:
-        parts.append(escape_text(v))
+        parts.append(Text(v))
     beside = beside_phrase(r)   # other requests on the server around it (report/traffic)
     if beside:
         parts.append(beside)
     if r.finish_reason:
-        parts.append(code(r.finish_reason))
+        parts.append(Code(r.finish_reason))
     tps = r.tok_per_step
     if tps is not None:
         parts.append(f"{float(tps):.2f} tok/step")
-    return ", ".join(parts)
+    return parts
+
+
+def _joined(parts: list, sep: str) -> Phrase:
+    out: list = []
+    for p in parts:
+        out += [sep, p] if out else [p]
+    return Phrase.of(*out)
 
 
 def cell_annotations(c: Cell | None) -> str:
+    """What a cell of several records adds (report/model.combine_cell), as markdown."""
+    return annotation_words(c).markdown()
+
+
+def annotation_words(c: Cell | None) -> Phrase:
     """What a cell of several records adds (report/model.combine_cell): bad documents,
     a fresh-server verdict, a reused/fresh disagreement."""
     if c is None:
-        return ""
-    parts = []
+        return Phrase.of()
+    parts: list = []
     if c.documents:
         bad, total = c.documents
         parts.append(f"{bad}/{total} documents" if bad else f"{total} documents")
     if c.fresh:
         parts.append("fresh")
     elif c.record.isolation_run == IsolationName.AUTO:
-        parts.append(f"{escape_text(c.judged_by)} only")   # no fresh server judged it
+        parts.append(Phrase.of(Text(c.judged_by), " only"))   # no fresh server judged it
     for d in c.disagree:
         where = f" (document {d.document})" if c.documents else ""
-        parts.append(f"⚠ {d.reuse_pass} {escape_text(str(d.reuse_verdict))}, fresh "
-                     f"{escape_text(str(d.fresh_verdict))}{where}")
-    return "; ".join(parts)
+        parts.append(Phrase.of(f"⚠ {d.reuse_pass} ", Text(str(d.reuse_verdict)), ", fresh ",
+                               Text(str(d.fresh_verdict)), where))
+    return _joined(parts, "; ")
 
 
 def cell_markdown(c: Cell | None, mark: str = "") -> str:
-    """A table cell in markdown: what it says, its annotations, bold when not ok; a
-    reference cell (--reference cold / first) says ``reference``: the others were judged
-    against it, nothing judged it."""
-    text = cell_phrase(c.record if c is not None else None)
+    """A table cell in markdown (``cell_view``)."""
+    return cell_view(c, mark).markdown()
+
+
+def cell_view(c: Cell | None, mark: str = "") -> Phrase:
+    """A table cell: what it says, its annotations, strong when not ok; a reference cell
+    (--reference cold / first) says ``reference``: the others were judged against it,
+    nothing judged it."""
+    words = cell_words(c.record if c is not None else None)
     if c is not None and c.reference:
-        text = text.replace(f", {c.verdict}", ", reference", 1)
-    notes = cell_annotations(c)
+        words = _replaced(words, f", {c.verdict}", ", reference")
+    notes = annotation_words(c)
     if notes:
-        text = f"{text}, {notes}" if c.verdict not in CLEAN else f"ok, {notes}" if (
-            c.documents) else f"{text}, {notes}"
+        words = (Phrase.of(words, ", ", notes) if c.verdict not in CLEAN
+                 else Phrase.of("ok, ", notes) if c.documents else Phrase.of(words, ", ", notes))
     if c is not None and c.verdict in OPEN:
-        return f"*{text}*"   # nothing judged it: not bold (not a failure), not plain (not ok)
+        return Phrase.of(Emph(words))   # nothing judged it: not a failure, not ok
     if c is not None and c.verdict not in CLEAN:
-        text = bold(text)
-        if mark:
-            text += f" {mark}"
-    return text
+        words = Phrase.of(Strong(words), f" {mark}" if mark else "")
+    return words
+
+
+def _replaced(words: Phrase, old: str, new: str) -> Phrase:
+    """``words`` with the first literal ``old`` (in a harness-made part) said as ``new``."""
+    parts = list(words.parts)
+    for i, p in enumerate(parts):
+        if isinstance(p, str) and old in p:
+            parts[i] = p.replace(old, new, 1)
+            break
+    return Phrase(tuple(parts))
 
 
 @dataclass

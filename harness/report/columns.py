@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from ..text.ghmarkdown import escape_text
+from ..text.phrase import Phrase, Text
 from .model import ConfigData
 
 __all__ = ["Column", "COLUMNS", "legend"]
@@ -24,15 +24,15 @@ class Column:
     value: Callable[[ConfigData, int], Value]      # one configuration at one residue
     fmt: Callable[[float | int], str] = str        # one value as the cell shows it
 
-    def cell(self, value: Value) -> str:
-        return "–" if value is None else escape_text(self.fmt(value))
+    def cell(self, value: Value) -> Phrase:
+        return Phrase.of("–" if value is None else Text(self.fmt(value)))
 
-    def folded(self, values: list[Value]) -> str:
+    def folded(self, values: list[Value]) -> Phrase:
         """The cell of a folded row (several residues): the one value, or lowest–highest."""
         known = [v for v in values if v is not None]
         if not known or min(known) == max(known):
             return self.cell(known[0] if known else None)
-        return f"{self.cell(min(known))}–{self.cell(max(known))}"
+        return Phrase.of(self.cell(min(known)), "–", self.cell(max(known)))
 
 
 # The declared columns, in table order (each one cell per configuration).

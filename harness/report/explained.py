@@ -232,7 +232,7 @@ def render_ladder_plain(ladder: Ladder) -> str:
     title, intro = (inline_to_plain(x) for x in _ladder_intro(ladder))
     header, rows = _ladder_table(ladder)
     return "\n".join([title, "-" * min(display_width(title), 100), "", intro, "",
-                      align_table(header, rows), "", inline_to_plain(closing_line(ladder))])
+                      _plain_table(header, rows), "", inline_to_plain(closing_line(ladder))])
 
 
 def closing_line(ladder: Ladder) -> str:
@@ -282,3 +282,9 @@ def render_explained(explained: list[tuple[RunManifest, list[dict]]]) -> str:
     if not blocks:
         return ""
     return "## Explained\n\n" + "\n\n".join(blocks)
+
+
+def _plain_table(header: list[str], rows: list[list[str]]) -> str:
+    """The ladder's markdown cells as an aligned plain table."""
+    return align_table([inline_to_plain(h) for h in header],
+                       [[inline_to_plain(c) for c in r] for r in rows])

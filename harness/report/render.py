@@ -150,7 +150,7 @@ def _body(configs, planned, full, short, corner, texts, summary) -> list[str]:
     else:
         out += ["A clean cell is verbatim `n/N` (chars of the answer found verbatim in the "
                 f"source / answer length); a bad cell is bold.{columns_legend()}", ""]
-    out.append(render_results_table(configs, notes, full=full, short=short, corner=corner))
+    out.append(render_results_table(configs, notes, full=full))
     out.append("")
     residues_all = sorted({r for c in configs for r in c.residues})
     if len(configs) > 1 and len(residues_all) <= 8:
@@ -186,7 +186,7 @@ def _by_case_body(groups, manifests, planned, full, texts, summary) -> list[str]
         note = case_note(case, manifests) if case else ""
         if note:
             out += [note, ""]
-        out += [render_results_table(cds, notes, full=full, short=short, corner=corner), ""]
+        out += [render_results_table(cds, notes, full=full), ""]
         fn = notes.render(len(cds) > 1, short)
         if fn:  # the case named in the lead: a long report's split moves these first
             out += [fn.replace("Non-ok cells (", f"Non-ok cells of case {code(case or '–')} (", 1),

@@ -6,6 +6,7 @@ import re
 from collections import defaultdict
 
 from ..text.ghmarkdown import bold, code, escape_text, fence, table
+from ..text.phrase import Code, Phrase, Strong, Text
 from ..text.ranges import residues_phrase
 from ..run.records import BUG_VERDICTS, NOT_IDENTITY, SEVERITY, cell_key, phase_key
 from ..records.manifest import RunManifest
@@ -13,14 +14,14 @@ from .auto import config_auto_line
 from .explain import final_chunk_line
 from .traffic import traffic_line
 from .bugb_analysis import agreement, config_hit_granularity, predict_bug_b
-from .cells import Footnotes, cell_markdown
+from .cells import Footnotes, cell_markdown, cell_view
 from .columns import COLUMNS, Column
 from .model import (SHORT_NAMES, VOLATILE, ConfigData, config_fields, describe_dim, fmt_value,
                     miss_sentence, varying_fields)
 from ..serve.isolation import IsolationName
 from ..judge.vocabulary import CLEAN
 
-__all__ = ["short_labels", "render_results_table", "results_rows", "render_thread_view", "summary_counts",
+__all__ = ["short_labels", "short_words", "render_results_table", "results_rows", "render_thread_view", "summary_counts",
            "render_config_summary", "render_reruns", "render_ladder",
            "FOLD_ABOVE"]
 
@@ -28,25 +29,33 @@ FOLD_ABOVE = 12             # tables with more rows than this fold their clean r
 
 
 def _row_label(residue: int, bad: bool) -> str:
-    return bold(f"residue {residue}") if bad else f"residue {residue}"
+    return _row_words(residue, bad).markdown()
 
 
-Row = tuple[int, list[str], list, bool]   # residue, phase cells, declared columns' values, all ok
+def _row_words(residue: int, bad: bool) -> Phrase:
+    return _strong_if(Phrase.of(f"residue {residue}"), bad)
 
 
-def _fold_rows(rows: list[Row], full: bool, columns: list[Column]) -> list[list[str]]:
+def _strong_if(words: Phrase, bad: bool) -> Phrase:
+    return Phrase.of(Strong(words)) if bad else words
+
+
+Row = tuple[int, list[Phrase], list, bool]   # residue, phase cells, declared columns' values, all ok
+
+
+def _fold_rows(rows: list[Row], full: bool, columns: list[Column]) -> list[list[Phrase]]:
     """Rows with identical phase cells fold into one line placed where the first of them
     was: clean rows (``residues 0–3, 5–127 | 794/794``) and identical bad rows alike (a
     boot failure at every residue is one line, bold); a declared column's cell of a
     folded line is its values' ``Column.folded``."""
     if full or len(rows) <= FOLD_ABOVE:
-        return [[_row_label(res, not ok)] + cells + [c.cell(v) for c, v in zip(columns, vals)]
+        return [[_row_words(res, not ok)] + cells + [c.cell(v) for c, v in zip(columns, vals)]
                 for res, cells, vals, ok in rows]
     clean_groups = {tuple(cells) for _, cells, _, ok in rows if ok}
     if len(clean_groups) > 4:
         # Too varied to fold by value: fold all clean rows, say that N varies.
         ncol = len(rows[0][1])
-        varied = ["clean (n/N varies)"] * ncol
+        varied = [Phrase.of("clean (n/N varies)")] * ncol
         rows = [(res, varied if ok else cells, vals, ok) for res, cells, vals, ok in rows]
     groups: dict[tuple, list[int]] = defaultdict(list)
     values: dict[tuple, list[list]] = defaultdict(list)
@@ -60,20 +69,26 @@ def _fold_rows(rows: list[Row], full: bool, columns: list[Column]) -> list[list[
     for res, *_ in rows:
         if res in first_of:
             key = first_of[res]
-            label = residues_phrase(groups[key])
-            out.append([label if ok_of[key] else bold(label)] + list(key) + [
+            label = Phrase.of(residues_phrase(groups[key]))
+            out.append([_strong_if(label, not ok_of[key])] + list(key) + [
                 c.folded([vals[i] for vals in values[key]]) for i, c in enumerate(columns)])
     return out
 
 
 def short_labels(configs: list[ConfigData]) -> tuple[dict[str, str], str]:
+    """``short_words`` as markdown."""
+    short, corner = short_words(configs)
+    return {k: v.markdown() for k, v in short.items()}, corner.markdown()
+
+
+def short_words(configs: list[ConfigData]) -> tuple[dict[str, Phrase], Phrase]:
     """Column headers that name only what differs between configurations, and the common
     part (the table's corner), e.g. ``FULL_AND_PIECEWISE`` / ``SPEC=mtp CTX=huge k=3``."""
     dicts = [c.identity for c in configs]
     vary = varying_fields(dicts) if all(dicts) else []
     if len(configs) < 2 or not vary:
         common = configs[0].label if len(configs) == 1 else "configuration"
-        return {c.config_id: code(c.label) for c in configs}, code(common)
+        return {c.config_id: Phrase.of(Code(c.label)) for c in configs}, Phrase.of(Code(common))
     short = {}
     for c in configs:
         short[c.config_id] = " ".join(describe_dim(n, c.identity.get(n)) for n in vary)
@@ -94,39 +109,43 @@ def short_labels(configs: list[ConfigData]) -> tuple[dict[str, str], str]:
         if asked is not None and asked != base.get(n):
             part += f" (asked {asked})"
         common_parts.append(part)
-    return ({k: escape_text(v) for k, v in short.items()},
-            code(" ".join(common_parts)) if common_parts else "configuration")
+    return ({k: Phrase.of(Text(v)) for k, v in short.items()},
+            Phrase.of(Code(" ".join(common_parts)) if common_parts else "configuration"))
 
 
-def render_results_table(configs: list[ConfigData], notes: Footnotes, *, full: bool,
-                         short: dict[str, str], corner: str) -> str:
-    return table(*results_rows(configs, notes, full=full, short=short, corner=corner))
+def render_results_table(configs: list[ConfigData], notes: Footnotes, *, full: bool) -> str:
+    """The results table as a GFM pipe table (the terminal's: ``terminal.py``)."""
+    short, corner = short_words(configs)
+    header, rows = results_rows(configs, notes, full=full, short=short, corner=corner)
+    return table([h.markdown() for h in header], [[c.markdown() for c in r] for r in rows])
 
 
 def results_rows(configs: list[ConfigData], notes: Footnotes, *, full: bool,
-                 short: dict[str, str], corner: str) -> tuple[list[str], list[list[str]]]:
-    """The results table as (header, rows) of markdown cells: the markdown report makes a
-    pipe table of them, the terminal an aligned plain one (``report/terminal.py``)."""
+                 short: dict[str, Phrase], corner: Phrase
+                 ) -> tuple[list[Phrase], list[list[Phrase]]]:
+    """The results table as (header, rows) of ``Phrase`` cells: the markdown report makes
+    a pipe table of their markdown, the terminal an aligned one of their plain text
+    (``report/terminal.py``): nothing is rendered to markdown and taken out again."""
     phases = sorted({p for c in configs for p in c.phases}, key=phase_key)
     residues = sorted({r for c in configs for r in c.residues})
     if len(configs) == 1:
         cd = configs[0]
-        header = [corner] + [escape_text(p) for p in phases]
+        header = [corner] + [Phrase.of(Text(p)) for p in phases]
         cols = [(cd, p) for p in phases]
     else:
-        header = [corner] + [f"{short[c.config_id]} {escape_text(p)}" if len(phases) > 1
+        header = [corner] + [Phrase.of(short[c.config_id], " ", Text(p)) if len(phases) > 1
                              else short[c.config_id] for c in configs for p in phases]
         cols = [(c, p) for c in configs for p in phases]
     extra = [(cd, col) for col in COLUMNS for cd in configs]   # report/columns.py
-    header += [f"{short[cd.config_id]} {escape_text(col.header)}" if len(configs) > 1
-               else escape_text(col.header) for cd, col in extra]
+    header += [Phrase.of(short[cd.config_id], " ", Text(col.header)) if len(configs) > 1
+               else Phrase.of(Text(col.header)) for cd, col in extra]
     rows = []
     for res in residues:
         recs = [(cd, cd.cell(res, p)) for cd, p in cols]
         # a cell that was not run is not a bad cell (another configuration swept less)
         ok = all(c.verdict in CLEAN and not c.disagree for _, c in recs
                  if c is not None and not c.reference)
-        cells = [cell_markdown(r, notes.mark(cd, r)) for cd, r in recs]
+        cells = [cell_view(r, notes.mark(cd, r)) for cd, r in recs]
         rows.append((res, cells, [col.value(cd, res) for cd, col in extra], ok))
     return header, _fold_rows(rows, full, [col for _, col in extra])
 

@@ -3,10 +3,11 @@
 The markdown report (a file, a GitHub comment, the step summary) is the whole story; the
 terminal gets what a person reads at the end of a sweep: the title, the lab notice, the
 headline, one line per configuration (its counts and what the Bug B rule says), the
-results table, the non-ok cells one line each, and where the rest is. Tables are built
-from the report's own rows (``sections.results_rows``): each cell is turned into plain
-text first and only then padded, with the width a terminal gives each character (a wide
-CJK character takes two columns, a combining mark none), so every column lines up.
+results table, the non-ok cells one line each, and where the rest is. Tables are the
+report's own rows (``sections.results_rows``: ``text/phrase.Phrase`` cells), each cell's
+plain text padded with the width a terminal gives each character (a wide CJK character
+takes two columns, a combining mark none), so every column lines up; no markdown is made
+for the table and taken out again.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import shutil
 import sys
 import unicodedata
 
+from ..text.phrase import Phrase
 from ..text.plaintext import align_table, display_width, inline_to_plain
 from ..text.ranges import fmt_ranges
 from ..run.records import UNANSWERED, PhaseRecord, latest_records, phase_key, typed
@@ -25,9 +27,9 @@ from .cases import case_groups, case_suffix
 from .cells import EXCERPT_CHARS, Footnote, Footnotes, failure_gist
 from .engine_notice import engine_notice, live_notice
 from .interrupted import interrupted_line
-from .model import group_configs, sha12
+from .model import sha12
 from .render import headline_markdown, title_markdown
-from .sections import results_rows, short_labels, summary_counts
+from .sections import results_rows, short_words, summary_counts
 
 __all__ = ["render_terminal", "terminal_width", "MAX_CELL_LINES"]
 
@@ -89,7 +91,7 @@ def _group(case: str | None, cds: list, width: int | None = None) -> list[str]:
         pred = predict_bug_b(cd)
         out.append(inline_to_plain(f"{cd.label}{case_suffix(case)}: {summary_counts(cd)}. "
                                    f"Bug B rule: {pred.why}; {agreement(cd, pred)}."))
-    short, corner = short_labels(cds)
+    short, corner = short_words(cds)
     notes = Footnotes()
     out += ["", *_tables(cds, notes, short, corner, width), ""]
     if notes.items:
@@ -103,20 +105,24 @@ def _group(case: str | None, cds: list, width: int | None = None) -> list[str]:
     return out
 
 
-def _tables(cds: list, notes: Footnotes, short: dict[str, str], corner: str,
+def _tables(cds: list, notes: Footnotes, short: dict[str, Phrase], corner: Phrase,
             width: int | None) -> list[str]:
-    """The results table; past ``width`` columns (the README's bug/fix matrix is 327 wide)
-    one table per configuration, under its short label, so each fits a terminal."""
-    header, rows = results_rows(cds, notes, full=False, short=short, corner=corner)
-    table = align_table(header, rows)
+    """The results table (the report's rows, ``sections.results_rows``, as plain text);
+    past ``width`` columns (the README's bug/fix matrix is 327 wide) one table per
+    configuration, under its short label, so each fits a terminal."""
+    table = _plain_table(*results_rows(cds, notes, full=False, short=short, corner=corner))
     if width is None or len(cds) < 2 or max(map(display_width, table.splitlines())) <= width:
         return [table]
     out: list[str] = []
     for cd in cds:
-        header, rows = results_rows([cd], notes, full=False, short={cd.config_id: ""},
-                                    corner="")
-        out += [inline_to_plain(short[cd.config_id]) + ":", align_table(header, rows), ""]
+        rows = results_rows([cd], notes, full=False, short={cd.config_id: Phrase.of()},
+                            corner=Phrase.of())
+        out += [short[cd.config_id].plain() + ":", _plain_table(*rows), ""]
     return out[:-1]
+
+
+def _plain_table(header: list[Phrase], rows: list[list[Phrase]]) -> str:
+    return align_table([h.plain() for h in header], [[c.plain() for c in r] for r in rows])
 
 
 def _visible(text: str) -> str:
@@ -128,7 +134,7 @@ def _visible(text: str) -> str:
 def _cell_line(item: Footnote, short: dict[str, str] | None) -> str:
     """One non-ok cell (or identical cells): where, what, why, and the answer's start."""
     r = item.record
-    where = (inline_to_plain(short[item.cd.config_id]) + " " if short else "")
+    where = (short[item.cd.config_id].plain() + " " if short else "")
     where += (f"residue {fmt_ranges(item.residues)} "
               f"{', '.join(sorted(item.phases, key=phase_key))}")
     answer = r.answer or ""

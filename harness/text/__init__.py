@@ -3,7 +3,7 @@ structure, residue ranges, and the terminal's plain text. Leaves: nothing here i
 another room of the harness.
 
 - ``ghmarkdown.py``  escaping of untrusted text, code spans, tables (GitHub's renderer)
-- ``phrase.py``      ``Phrase``: a sentence as literal words, code spans and quoted values
+- ``phrase.py``      ``Phrase``: a sentence as literal words, code spans, quoted values and emphasis
 - ``ranges.py``      residue sets as a reader writes them: ``0–3, 5–7``
-- ``plaintext.py``   the report as a terminal shows it
+- ``plaintext.py``   aligned plain tables; what is still markdown made plain
 """

@@ -15,7 +15,7 @@ import re
 import unicodedata
 from typing import Iterable, Sequence
 
-__all__ = ["ZWJ", "ELLIPSIS", "DEFAULT_CAP", "cap", "neutralise", "escape_text", "code",
+__all__ = ["ZWJ", "ELLIPSIS", "DEFAULT_CAP", "cap", "neutralise", "one_line", "escape_text", "code",
            "fence", "bold", "table"]
 
 ZWJ = "\u200d"
@@ -60,6 +60,29 @@ def neutralise(text: str) -> str:
     return text
 
 
+def one_line(text: str | None, *, limit: int | None = None) -> str:
+    """Untrusted text as one line of plain text (a terminal's): capped like
+    ``escape_text``, newlines shown as ``⏎``, control and bidi characters shown as
+    escapes; nothing of markdown."""
+    if text is None:
+        return ""
+    text = str(text)
+    if limit is not None:
+        text = cap(text, limit)
+    return "".join(_one_char(ch) for ch in text.replace("\r\n", "\n"))
+
+
+def _one_char(ch: str) -> str:
+    if ch in "\r\n":
+        return " ⏎ "
+    if ch == "\t":
+        return " "
+    if ch in _BIDI or unicodedata.category(ch) in ("Cc", "Cf", "Cs", "Co"):
+        # includes a ZWJ from the input, which would look like one of ours
+        return _visible_control(ch)
+    return ch
+
+
 def escape_text(text: str | None, *, limit: int | None = None) -> str:
     """Untrusted text -> inline markdown that renders as exactly that text (one line).
 
@@ -69,23 +92,7 @@ def escape_text(text: str | None, *, limit: int | None = None) -> str:
     cut never lands inside an escape)."""
     if text is None:
         return ""
-    text = str(text)
-    if limit is not None:
-        text = cap(text, limit)
-    text = text.replace("\r\n", "\n")
-    out = []
-    for ch in text:
-        if ch in "\r\n":
-            out.append(" ⏎ ")
-        elif ch == "\t":
-            out.append(" ")
-        elif ch in _BIDI or unicodedata.category(ch) in ("Cc", "Cf", "Cs", "Co"):
-            # includes a ZWJ from the input, which would look like one of ours
-            out.append(_visible_control(ch))
-        else:
-            out.append(ch)
-    text = "".join(out)
-    text = _MD_SPECIAL.sub(r"\\\1", text)
+    text = _MD_SPECIAL.sub(r"\\\1", one_line(text, limit=limit))
     text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     return neutralise(text)
 

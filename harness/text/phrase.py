@@ -1,18 +1,20 @@
-"""A sentence kept as structure: literal words, code spans and quoted values.
+"""A sentence kept as structure: literal words, code spans, quoted values, emphasis.
 
-The Bug B rule (``harness.judge.bugb``) says why it predicts what it predicts as a ``Phrase``;
-each reader renders it its own way: the report as markdown (``Phrase.markdown``: a value
-escaped, a code span fenced), the dry run and the terminal as plain text
-(``Phrase.plain``), so nothing is rendered to markdown only to be un-rendered again.
+The Bug B rule (``harness.judge.bugb``) says why it predicts what it predicts as a ``Phrase``,
+and the report's results table is built of them (``report/cells.py``, ``report/sections.py``);
+each reader renders them its own way: the report as markdown (``Phrase.markdown``: a value
+escaped, a code span fenced, a bad cell bold), the dry run and the terminal as plain text
+(``Phrase.plain``: a value as one line, nothing to take out again), so nothing is rendered
+to markdown only to be un-rendered again.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Union
 
-from .ghmarkdown import code, escape_text
+from .ghmarkdown import bold, code, escape_text, one_line
 
-__all__ = ["Phrase", "Code", "Text"]
+__all__ = ["Phrase", "Code", "Text", "Strong", "Emph"]
 
 
 @dataclass(frozen=True)
@@ -23,31 +25,68 @@ class Code:
 
 @dataclass(frozen=True)
 class Text:
-    """A value from outside (a release line, a patch status): shown exactly as it is."""
+    """A value from outside (a release line, a patch status, a server's log line): shown
+    exactly as it is, on one line; ``limit`` caps it (``ghmarkdown.cap``)."""
     value: str
+    limit: int | None = None
 
 
-Part = Union[str, Code, Text, "Phrase"]
+@dataclass(frozen=True)
+class Strong:
+    """What must stand out (a bad cell): bold in markdown, as it is in plain text."""
+    phrase: "Phrase"
+
+
+@dataclass(frozen=True)
+class Emph:
+    """What nothing judged (an open cell): italic in markdown, as it is in plain text."""
+    phrase: "Phrase"
+
+
+Part = Union[str, Code, Text, Strong, Emph, "Phrase"]
 
 
 @dataclass(frozen=True)
 class Phrase:
-    parts: tuple[Union[str, Code, Text], ...]
+    parts: tuple[Union[str, Code, Text, Strong, Emph], ...]
 
     @classmethod
     def of(cls, *parts: Part) -> "Phrase":
-        """Literal strings, ``Code`` / ``Text`` values and phrases, in order."""
-        flat: list[Union[str, Code, Text]] = []
+        """Literal strings, ``Code`` / ``Text`` / ``Strong`` / ``Emph`` values and phrases,
+        in order."""
+        flat: list[Union[str, Code, Text, Strong, Emph]] = []
         for p in parts:
             flat.extend(p.parts if isinstance(p, Phrase) else [p])
         return cls(tuple(flat))
 
     def markdown(self) -> str:
-        return "".join(code(p.value) if isinstance(p, Code) else escape_text(p.value)
-                       if isinstance(p, Text) else p for p in self.parts)
+        return "".join(_markdown(p) for p in self.parts)
 
     def plain(self) -> str:
-        return "".join(p if isinstance(p, str) else str(p.value) for p in self.parts)
+        return "".join(_plain(p) for p in self.parts)
 
     def __bool__(self) -> bool:
         return any(self.parts)
+
+
+def _markdown(p) -> str:
+    if isinstance(p, Code):
+        return code(p.value)
+    if isinstance(p, Text):
+        return escape_text(p.value, limit=p.limit)
+    if isinstance(p, Strong):
+        return bold(p.phrase.markdown())
+    if isinstance(p, Emph):
+        inner = p.phrase.markdown()
+        return f"*{inner}*" if inner else inner
+    return p
+
+
+def _plain(p) -> str:
+    if isinstance(p, Code):
+        return str(p.value)
+    if isinstance(p, Text):
+        return one_line(p.value, limit=p.limit)
+    if isinstance(p, (Strong, Emph)):
+        return p.phrase.plain()
+    return p

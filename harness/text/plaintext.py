@@ -59,8 +59,8 @@ def display_width(text: str) -> int:
 
 
 def align_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """An aligned plain-text table of markdown cells: each cell made plain, then padded."""
-    cells = [[inline_to_plain(str(c)) for c in row] for row in [header, *rows]]
+    """An aligned plain-text table of plain cells, each padded to its column's width."""
+    cells = [[str(c) for c in row] for row in [header, *rows]]
     n = max(len(r) for r in cells)
     cells = [r + [""] * (n - len(r)) for r in cells]
     widths = [max(display_width(r[i]) for r in cells) for i in range(n)]
@@ -105,7 +105,8 @@ def _split_row(line: str) -> list[str]:
 
 def _table(block: list[str]) -> list[str]:
     rows = [_split_row(ln) for ln in block if not _SEPARATOR.match(ln.strip())]
-    return align_table(rows[0], rows[1:]).split("\n")
+    plain = [[inline_to_plain(c) for c in row] for row in rows]
+    return align_table(plain[0], plain[1:]).split("\n")
 
 
 def markdown_to_plain(markdown: str) -> str:

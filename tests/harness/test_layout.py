@@ -259,6 +259,33 @@ def test_backends_use_the_drivers_api_not_its_store():
     assert not found, found
 
 
+def _calls_in(path: Path, function: str) -> set[str]:
+    """The names ``function`` of ``path`` calls (``f(...)``, ``x.f(...)``)."""
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.FunctionDef) and node.name == function:
+            return {(c.func.attr if isinstance(c.func, ast.Attribute) else getattr(c.func, "id", ""))
+                    for c in ast.walk(node) if isinstance(c, ast.Call)}
+    raise AssertionError(f"{path.relative_to(ROOT)} defines no {function}")
+
+
+def test_the_terminal_table_is_the_reports_rows_as_plain_text():
+    """The results table is built once, of ``text/phrase.Phrase`` cells
+    (``report/sections.results_rows``); the markdown report renders their markdown, the
+    terminal their plain text: ``text/plaintext.align_table`` pads plain cells and strips
+    no markdown, and no function of ``report/terminal.py`` that takes the rows makes
+    markdown plain again."""
+    sections = ast.parse((HARNESS / "report" / "sections.py").read_text())
+    rows = next(n for n in ast.walk(sections)
+                if isinstance(n, ast.FunctionDef) and n.name == "results_rows")
+    assert "Phrase" in ast.unparse(rows.returns)
+    assert "inline_to_plain" not in _calls_in(HARNESS / "text" / "plaintext.py", "align_table")
+    terminal = HARNESS / "report" / "terminal.py"
+    takers = [n.name for n in ast.walk(ast.parse(terminal.read_text()))
+              if isinstance(n, ast.FunctionDef) and "results_rows" in _calls_in(terminal, n.name)]
+    assert takers, "the terminal's table is not the report's rows"
+    assert not [f for f in takers if "inline_to_plain" in _calls_in(terminal, f)], takers
+
+
 _STORE_WRITES = {"rewrite", "write_manifest", "prune_partial", "_replace_records"}
 
 

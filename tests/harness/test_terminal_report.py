@@ -86,3 +86,22 @@ def test_markdown_tables_made_plain_stay_aligned():
     t = markdown_to_plain(md).splitlines()
     assert t[2].startswith("bold  ") and "x | y" in t[2]
     assert_aligned(t)
+
+
+def test_the_terminal_table_shows_untrusted_text_as_it_is_and_the_markdown_escapes_it():
+    """The table is built once, of ``Phrase`` cells (issue 34): the terminal prints each
+    cell's plain text, the report its markdown. A reason with backticks and a pipe is
+    shown as it is on the terminal (the markdown-then-stripped path printed ``a\\b\\c``
+    for ``a`b`c``) and escaped in the markdown, where it cannot open a code span."""
+    import gzip
+    import json
+
+    from harness.report import render_markdown, render_terminal
+    path = sorted((ROOT / "reports" / "h200" / "results").glob("*.jsonl.gz"))[0]
+    rec = json.loads(gzip.open(path, "rt").readline())
+    reason = "CUDA `cudaErrorLaunchFailure` | a`b`c"
+    rec.update(verdict="boot-fail", reason=reason, log_excerpt=[], answer=None, sha1=None)
+    plain = render_terminal([rec])
+    assert f"boot-fail: {reason}" in plain, plain
+    md = render_markdown([rec])
+    assert "boot-fail: CUDA \\`cudaErrorLaunchFailure\\` \\| a\\`b\\`c" in md
