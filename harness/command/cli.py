@@ -1,4 +1,5 @@
-"""``sweep``: the command line. The only place that parses argv.
+"""``sweep``: the command line. Each verb's argv is read here (``explain``'s in
+``explain_cli.py``), the sweep verb's once, by ``settings/flag_manifest.parse_flags``.
 
     sweep [options]                 run a residue sweep (the default verb)
     sweep report RESULTS... [-o F]  markdown report from results files / run ids

@@ -286,6 +286,26 @@ def test_the_terminal_table_is_the_reports_rows_as_plain_text():
     assert not [f for f in takers if "inline_to_plain" in _calls_in(terminal, f)], takers
 
 
+# Where an argparse parser reads a command line: the verbs (command/), the sweep verb's one
+# parse (settings/flag_manifest.parse_flags), and the `python -m` entry points of two tools;
+# serve_line reads a --serve server line with vLLM's (or the lab's) own parser, not argv.
+_PARSERS = {"command/cli.py", "command/explain_cli.py", "settings/flag_manifest.py",
+            "run/record_doc.py", "publish/github_rest.py", "serve/serve_line.py"}
+
+
+def test_argv_is_parsed_where_the_map_says():
+    """A command line is parsed in the command room, the sweep verb's flags once by
+    ``settings/flag_manifest.parse_flags``, and nowhere else (the tools' own ``main``
+    and the ``--serve`` line aside)."""
+    found = set()
+    for p in HARNESS.rglob("*.py"):
+        for node in ast.walk(ast.parse(p.read_text())):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and node.func.attr in ("parse_args", "parse_known_args", "parse_intermixed_args")):
+                found.add(str(p.relative_to(HARNESS)))
+    assert found == _PARSERS, found ^ _PARSERS
+
+
 _STORE_WRITES = {"rewrite", "write_manifest", "prune_partial", "_replace_records"}
 
 
