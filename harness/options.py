@@ -49,7 +49,8 @@ def build_options(ns: argparse.Namespace, argv: Sequence[str],
     _check_poison(ns, line)
     # --url: a running server (harness/run/live.py); the session reads it (live.connect)
     live = attached.live_target(ns, written) if ns.url else None
-    _check_pairs(ns, argv)
+    phases = parse_phases(ns.phases)   # --phases, read once
+    _check_pairs(ns, argv, phases)
     seeds = tuple(ns.seed)
     if live:
         configs = []   # the server's own, read when the session connects
@@ -62,7 +63,6 @@ def build_options(ns: argparse.Namespace, argv: Sequence[str],
     served = parse_served_config(getattr(ns, "served_config", None))   # --engine cmd
     configs = [declare(c, served) for c in configs]
     modulus = _modulus(ns.modulus)
-    phases = parse_phases(ns.phases)
     reference = parse_reference(ns.reference, phases)
     cases = parse_prompts(ns.prompts, ns.case, reference)
     for cfg in configs:  # residue syntax errors surface now, not mid-sweep
@@ -96,7 +96,7 @@ def build_options(ns: argparse.Namespace, argv: Sequence[str],
 _LIVE_FLAGS = {"isolation": IsolationName.LIVE, "backend": "live"}
 
 
-def _check_pairs(ns: argparse.Namespace, argv: Sequence[str]) -> None:
+def _check_pairs(ns: argparse.Namespace, argv: Sequence[str], phases: tuple[str, ...]) -> None:
     """The flags that only make sense with (or without) another one."""
     if ns.engine != EngineName.CMD and ns.server_cmd:
         raise UsageError("--server-cmd is only for --engine cmd")
@@ -104,7 +104,7 @@ def _check_pairs(ns: argparse.Namespace, argv: Sequence[str]) -> None:
         raise UsageError("--ray-address is only for --backend ray")
     if ns.slots and ns.gpus:
         raise UsageError("--slots and --gpus are exclusive: --gpus gives one slot per GPU")
-    check_flag_use(ns, argv)   # --cache-dir, --launcher, flags that do not apply
+    check_flag_use(ns, argv, phases)   # --cache-dir, --launcher, flags that do not apply
     _check_tensor_parallel(ns.engine_arg)
     if len(ns.seed) > 1 and ns.prompts:
         raise UsageError("--seed lists are documents and --prompts cases have none: give one --seed")

@@ -12,7 +12,6 @@ from ..judge.vocabulary import PhaseName
 from ..serve.engine_help import can_fork, for_engines
 from ..serve.engines import ADAPTERS, EngineName
 from ..serve.isolation import IsolationName
-from .flag_values import parse_phases
 
 __all__ = ["check_launch_flags", "check_flag_use"]
 
@@ -50,14 +49,15 @@ def _written(argv: Sequence[str], name: str) -> bool:
     return any(a == name or a.startswith(name + "=") for a in argv)
 
 
-def check_flag_use(ns: argparse.Namespace, argv: Sequence[str]) -> None:
+def check_flag_use(ns: argparse.Namespace, argv: Sequence[str], phases: Sequence[str]) -> None:
     """Flags that do not apply to what else was asked, or contradict each other: a
     ``UsageError`` naming them, never silence (issue 27). ``argv`` tells a flag written
-    from its default. Also ``check_launch_flags``."""
+    from its default; ``phases``: ``--phases`` as the options read it. Also
+    ``check_launch_flags``."""
     check_launch_flags(ns)
     if _written(argv, "--prefix-cache") and _written(argv, "--no-prefix-cache"):
         raise UsageError("--prefix-cache and --no-prefix-cache contradict each other; give one")
-    hit_phases = [p for p in parse_phases(ns.phases) if p != PhaseName.COLD]
+    hit_phases = [p for p in phases if p != PhaseName.COLD]
     if _written(argv, "--no-prefix-cache") and hit_phases:
         raise UsageError(f"--no-prefix-cache: the {' and '.join(hit_phases)} phase cannot hit "
                          "without the prefix cache (it would be one more cold request); "
