@@ -110,7 +110,7 @@ def _stability(records: list[PhaseRecord], labels: bool) -> str:
     servers; ...`` from the records' ``confirmed_on``; "" where no record has it (runs
     before issue 32 render as they did)."""
     cells = []
-    for r in records:
+    for r in typed(records):
         said = stability(r.confirmed_on) if r.isolation == IsolationName.FRESH else None
         if said:
             where = f"residue {r.residue} {escape_text(str(r.phase))}"

@@ -344,7 +344,8 @@ _TYPED_AT = {
     "backends/ray.py": {"_write"},
     "report/render.py": {"render_markdown"}, "report/terminal.py": {"render_terminal"},
     "report/explained.py": {"ladders"}, "report/nodes.py": {"render_nodes"},
-    "report/explain.py": {"reference_texts"}, "report/auto.py": {"agreement_of"},
+    "report/explain.py": {"reference_texts"},
+    "report/auto.py": {"agreement_of", "_stability"},   # agreement_line: reports/h200/summarize.py
     "report/model.py": {"__post_init__", "combine_cell", "group_configs"},
     "publish/gate.py": {"judged_any", "gate_exit_code", "write_junit"},
     "publish/compare.py": {"compare_records"}, "results.py": {"record_rows"},
