@@ -29,11 +29,11 @@ from .settings.flags import FLAGS, dest_of
 from .options import build_options
 from .report.explained import EXPLAINED, UNCHANGED
 from .run.plan import SweepPlan, plan_with_probes
-from .run.records import PhaseRecord, document_of, latest_records, phase_key, typed, worst
+from .run.records import PhaseRecord, document_of, latest_records, phase_key, read_jsonl_records, worst
 from .residue_sweep import Sweep
 from .judge.vocabulary import CLEAN
 from .records.manifest import RunManifest
-from .records.store import ResultStore, StoreError, read_jsonl, resolve_results, run_manifest_for
+from .records.store import ResultStore, StoreError, resolve_results, run_manifest_for
 from .serve.engines import EngineName
 
 __all__ = ["ExplainPlan", "Target", "RungSpec", "ExplainSweep", "prepare", "ladder_options",
@@ -199,14 +199,14 @@ def _rung_opts(ns, residue: int, changes: dict[str, Any],
 CellKey = tuple[str, str | None, int, int]   # (config_id, case, residue, document)
 
 
-def non_ok_cells(records: list[dict] | list[PhaseRecord], residue: int | None,
+def non_ok_cells(records: list[PhaseRecord], residue: int | None,
                  phase: str | None) -> dict[CellKey, dict[str, Any]]:
     """The cells explain reruns, keyed (config_id, case, residue, document):
     {"phases": {phase: verdict}, "record": one ``PhaseRecord``}. Only a judged bad answer, a crash
     or a timeout (``EXPLAINED``) is explained: an unjudged, boot-fail or invalid cell has
     nothing in its answer to explain. An auto run's reset and fresh records of one cell
     merge (explain reruns on fresh servers either way), the worse verdict kept."""
-    recs, _ = latest_records(typed(records))
+    recs, _ = latest_records(records)
     out: dict[CellKey, dict[str, Any]] = {}
     # residue, then document, then phase: the ladders come out in one order whatever order
     # the points finished in (two slots finish documents 0 and 1 either way round)
@@ -247,8 +247,8 @@ def prepare(run_ref: str, out_dir: str, *, residue: int | None, phase: str | Non
         raise UsageError(f"sweep explain {run_ref}: the run swept a --serve line, whose "
                          "configuration only the line changes; rerun the line with one "
                          "change at a time (docs/serve.md)")
-    parent_records = read_jsonl(path)
     try:
+        parent_records = read_jsonl_records(path)
         cells = non_ok_cells(parent_records, residue, phase)
         unexplained = unexplained_cells(parent_records)
     except ValueError as e:   # a record the model refuses (an unknown verdict or phase)
@@ -306,11 +306,11 @@ def check_resume(xp: ExplainPlan, run_id: str, out_dir: str) -> None:
                          f"this command picks ({len(now)}): give the same --residue/--phase")
 
 
-def unexplained_cells(records: list[dict] | list[PhaseRecord]) -> dict[str, int]:
+def unexplained_cells(records: list[PhaseRecord]) -> dict[str, int]:
     """verdict -> how many of the run's latest cells have it, for the not-ok verdicts
     explain does not rerun (nothing in their answer to explain: boot-fail, invalid, infra,
     unjudged)."""
-    recs, _ = latest_records(typed(records))
+    recs, _ = latest_records(records)
     out = Counter(r.verdict for r in recs if r.verdict not in CLEAN | EXPLAINED)
     return dict(sorted(out.items()))
 
@@ -377,7 +377,7 @@ class ExplainSweep(Sweep):
 
     def golden(self) -> dict[tuple, Any] | None:
         if self.xp.parent_reference in ("first", "consensus"):
-            return parent_golden(read_jsonl(self.xp.parent_path))
+            return parent_golden(read_jsonl_records(self.xp.parent_path))
         return super().golden()
 
     def links(self) -> dict[str, Any]:
@@ -386,11 +386,11 @@ class ExplainSweep(Sweep):
                              "documents": list(xp.parent_documents),
                              "targets": [t.manifest_entry() for t in xp.targets]}}
 
-    def render(self, records: list[dict], manifest: RunManifest) -> str:
+    def render(self, records: list[PhaseRecord], manifest: RunManifest) -> str:
         from .report.explained import ladders, render_ladder
         return "\n\n".join(render_ladder(lad, "##") for lad in ladders(manifest, records))
 
-    def judge(self, records: list[dict], baseline, cb) -> int:
+    def judge(self, records: list[PhaseRecord], baseline, cb) -> int:
         return ExitCode.OK
 
 
@@ -417,12 +417,12 @@ async def _plan(xp: ExplainPlan, opts: SweepOptions, adapter, store: ResultStore
     return SweepPlan(points, {}, time.monotonic() - t0, pad)
 
 
-def parent_golden(records: list[dict] | list[PhaseRecord]) -> dict[tuple, dict]:
+def parent_golden(records: list[PhaseRecord]) -> dict[tuple, dict]:
     """``run.golden.load_golden``'s mapping from a first / consensus run's own records: per
     prompt, the reference answer its matrix reference judged the prompt's answers against
     (text and token logprobs of an answer with that sha1); a prompt judged against more
     than one answer, or none, is left out."""
-    recs, _ = latest_records(typed(records))
+    recs, _ = latest_records(records)
     by_sha = {r.sha1: r for r in recs if r.sha1}
     refs: dict[tuple, set[str]] = {}
     for r in recs:

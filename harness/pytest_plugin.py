@@ -126,9 +126,8 @@ def sweep_argv(flags: Sequence[str], config: pytest.Config, out: Path) -> list[s
 def failure_message(result: Any, argv: Sequence[str]) -> str:
     """The report's non-ok cells, one line each, with where the report is; with
     ``--baseline``, then each regressed and lost cell the gate failed on."""
-    from .run.records import typed   # here: the plugin loads with pytest, the harness later
-    bad = sorted(typed(result.not_ok), key=lambda r: (str(r.config_label), r.residue or 0,
-                                                       str(r.phase)))
+    bad = sorted(result.not_ok, key=lambda r: (str(r.config_label), r.residue or 0,
+                                               str(r.phase)))
     head = (f"residue sweep not ok (exit {int(result.exit_code)}): {len(bad)} cell(s) not ok; "
             f"run {result.run_id}, report {result.report_path or result.records_path}")
     lines = [head]

@@ -39,7 +39,7 @@ from .run.driver import Driver
 from .run.live import connect
 from .run.golden import check_golden_covers, load_golden
 from .run.plan import Point, SweepPlan, plan_with_probes
-from .run.records import latest_records
+from .run.records import PhaseRecord, latest_records
 from .serve.orphans import end_orphans
 from .run.resume import check_resumed_records
 from .server_pool import Observer, ServerGroup, server_pids
@@ -82,7 +82,7 @@ class Callbacks:
     def started(self, run_id: str, points: int) -> None:
         """The points are about to run (``points``: how many, resumed ones left out)."""
 
-    def point_done(self, point: Point, records: list[dict], verdicts: Counter) -> None:
+    def point_done(self, point: Point, records: list[PhaseRecord], verdicts: Counter) -> None:
         """A point finished (``verdicts``: the run's counts so far)."""
 
     def point_added(self, point: Point) -> None:
@@ -105,7 +105,7 @@ class RunResult:
     """A finished (or interrupted) sweep as its caller sees it."""
     run_id: str
     exit_code: int
-    records: list[dict] = field(default_factory=list)
+    records: list[PhaseRecord] = field(default_factory=list)
     manifest: RunManifest = field(default_factory=RunManifest)
     records_path: Path | None = None
     report_markdown: str = ""
@@ -115,10 +115,10 @@ class RunResult:
     dry_run: bool = False                  # --dry-run: the plan only (report_markdown)
 
     @property
-    def not_ok(self) -> list[dict]:
+    def not_ok(self) -> list[PhaseRecord]:
         """The latest record of every cell whose verdict is not ``ok``."""
         latest, _ = latest_records(self.records)
-        return [r for r in latest if r.get("verdict") not in CLEAN]
+        return [r for r in latest if r.verdict not in CLEAN]
 
 
 class Sweep:
@@ -195,12 +195,13 @@ class Sweep:
         """Blocks the manifest carries about other runs (explain: its parent)."""
         return {}
 
-    def render(self, records: list[dict], manifest: RunManifest) -> str:
+    def render(self, records: list[PhaseRecord], manifest: RunManifest) -> str:
         """The finished run's report, as markdown."""
         from . import report
         return report.render_markdown(records, [manifest], full=self.options.full)
 
-    def judge(self, records: list[dict], baseline: list[dict] | None, cb: Callbacks) -> int:
+    def judge(self, records: list[PhaseRecord], baseline: list[dict] | None,
+              cb: Callbacks) -> int:
         """The run's own exit code: git bisect's under ``--bisect``, else the gate's."""
         from .publish import gate
         opts = self.options
@@ -395,7 +396,7 @@ class Sweep:
         result.report_markdown = self.render(records, result.manifest)
         cb.finished(result)
         counts = " ".join(f"{k}={v}" for k, v in sorted(
-            Counter(r["verdict"] for r in records).items())) or "-"
+            Counter(r.verdict for r in records).items())) or "-"
         ran = (f"; {on_disk} were on disk before --resume, {len(records) - on_disk} ran now"
                if opts.resume else "")
         cb.say(f"\n{len(records)} records ({counts}) in {wall:.1f}s{ran}")

@@ -30,7 +30,7 @@ from ..run.plan import Point
 from ..run.point import PointRunner, Server
 from ..run.auto import (MATRIX_REFERENCES, fresh_twin, late_confirmations, more_servers,
                         needs_confirmation, settle)
-from ..run.records import point_key, timing_record
+from ..run.records import PhaseRecord, point_key, timing_record
 from ..serve.isolation import POLICIES, policy
 from ..run.scheduling import PointQueue
 from ..server_pool import BootFailure, Slot
@@ -136,7 +136,7 @@ class _LocalRun:
         self._wake = asyncio.Event()
         # first / consensus: the reset pass's points and records, judged when it is over
         self._late = self.auto and self.opts.reference in MATRIX_REFERENCES
-        self._reset_done: list[tuple[Point, list[dict]]] = []
+        self._reset_done: list[tuple[Point, list[PhaseRecord]]] = []
 
     def _iso(self, point: Point) -> str:
         return point.isolation or self.opts.isolation
@@ -194,7 +194,7 @@ class _LocalRun:
             return point
         return queue.next(slot.id, None)
 
-    def _finished(self, point: Point, records: list[dict]) -> None:
+    def _finished(self, point: Point, records: list[PhaseRecord]) -> None:
         """Auto: a reuse point that was not ok gets its fresh twin (unless planned)."""
         if not self.auto or not self._reuses(point):
             return
@@ -217,10 +217,10 @@ class _LocalRun:
         """``--resume`` under first / consensus: the reuse points an earlier process
         finished are judged with this one's at the end of the pass (an interrupted run's
         records on disk are still unjudged), and fresh points it ran are not run again."""
-        by_key: dict[tuple, list[dict]] = {}
+        by_key: dict[tuple, list[PhaseRecord]] = {}
         for r in self.driver.records_so_far():
             by_key.setdefault(point_key(r), []).append(r)
-            if not policy(r.get("isolation") or "fresh").reuses_server:
+            if not policy(r.isolation or "fresh").reuses_server:
                 self._keys.add(point_key(r))
         left = {p.key for p in todo}
         for p in self.driver.plan.points:
@@ -324,7 +324,8 @@ class _LocalRun:
             how.booted(held.info, replaced)
         return True
 
-    async def _confirm_again(self, point: Point, slot: Slot, first: list[dict]) -> list[dict]:
+    async def _confirm_again(self, point: Point, slot: Slot, first: list[PhaseRecord]
+                             ) -> list[PhaseRecord]:
         """The same fresh point on more fresh servers until ``more_servers`` is satisfied
         (a server that fails to boot ends it: what ran is what the records say)."""
         runs = [first]

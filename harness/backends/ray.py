@@ -40,7 +40,7 @@ from ..settings.configs import SweepOptions
 from ..errors import CannotRun, UsageError
 from ..run.driver import Driver
 from ..run.plan import Point
-from ..run.records import by_node
+from ..run.records import PhaseRecord, by_node
 from .ray_task import Watchdog, gpu_engine, node_label, run_point_task
 from .ray_task import one_line as _one_line
 from ..serve.isolation import IsolationName
@@ -195,7 +195,7 @@ def _per_point(res_name: str, per_point: float) -> str:
             else f"{per_point:g} of a GPU")
 
 
-def records_by_node(records: list[dict]) -> dict[str, dict[str, int]]:
+def records_by_node(records: list[PhaseRecord]) -> dict[str, dict[str, int]]:
     """Verdict counts per node (``run.records.by_node``; the report's section reads it too)."""
     return {node: dict(c) for node, c in by_node(records).items()}
 
@@ -357,12 +357,13 @@ class _RayRun:
     def _write(self, att: _Attempt, result: dict[str, Any]) -> None:
         for name, text in (result.get("logs") or {}).items():
             self.driver.server_log(name, text)
-        records = result["records"]
+        # the process boundary: the task shipped each record's as_dict() (ray_task.py)
+        records = [PhaseRecord.from_dict(d) for d in result["records"]]
         for rec in records:
-            rec["ray_node_id"] = result["node_id"]
-            rec["attempt"] = att.attempt
+            rec.extra["ray_node_id"] = result["node_id"]
+            rec.extra["attempt"] = att.attempt
             if att.first_failure:
-                rec["infra_retry"] = att.first_failure
+                rec.extra["infra_retry"] = att.first_failure
         self.driver.point_done(att.point, records, result["timing"])
 
     def _lost(self, att: _Attempt, err: BaseException, where: dict[str, str] | None) -> None:

@@ -75,7 +75,10 @@ def run_point_task(shared: tuple, point: Point, attempt: int, tracker) -> dict[s
             logs_dir.rmdir()
         except OSError:
             pass
-    return {"records": result.records, "timing": result.timing, "node": label,
+    # the process boundary: records cross it as written (as_dict), and the driver's side
+    # rebuilds them (ray.RayBackend._write: PhaseRecord.from_dict)
+    return {"records": [r.as_dict() for r in result.records], "timing": result.timing,
+            "node": label,
             "node_id": node_id, "slot": slot.id, "logs": logs}
 
 

@@ -38,10 +38,10 @@ from ..text.plaintext import markdown_to_plain
 from ..publish.posting import PostError, check_can_post, post_report
 from ..publish.preflight import check_output_file
 from ..run.plan import Point
-from ..run.records import typed
+from ..run.records import PhaseRecord, read_jsonl_records
 from ..server_pool import kill_all_servers
 from ..residue_sweep import Callbacks, Sweep
-from ..records.store import (StoreError, linked_runs, run_manifest_for, load_records, read_jsonl,
+from ..records.store import (StoreError, linked_runs, run_manifest_for, load_records,
                              resolve_results, resolve_sources)
 from ..judge.vocabulary import PHASES
 from ..judge.vocabulary import CLEAN
@@ -88,10 +88,10 @@ class Terminal(Callbacks):
     def started(self, run_id: str, points: int) -> None:
         self.bar = _progress(points, self.show_progress)
 
-    def point_done(self, point: Point, records: list[dict], verdicts: Counter) -> None:
-        bad = [r for r in records if r["verdict"] not in CLEAN]
+    def point_done(self, point: Point, records: list[PhaseRecord], verdicts: Counter) -> None:
+        bad = [r for r in records if r.verdict not in CLEAN]
         if bad and not self.show_progress:
-            _say(f"  residue {point.residue}: " + ", ".join(f"{r['phase']} {r['verdict']}"
+            _say(f"  residue {point.residue}: " + ", ".join(f"{r.phase} {r.verdict}"
                                                            for r in bad))
         if self.bar is not None:
             self.bar.set_postfix_str(_counts(verdicts), refresh=False)
@@ -159,7 +159,7 @@ def run_report(argv: Sequence[str]) -> int:
     except StoreError as e:
         raise UsageError(str(e)) from None
     try:   # a record the model refuses (a verdict or phase it does not know) is named
-        explained = [(m, typed(read_jsonl(p))) for m, p in linked_runs(paths, "explains")]
+        explained = [(m, read_jsonl_records(p)) for m, p in linked_runs(paths, "explains")]
     except ValueError as e:
         raise UsageError(f"an explain run of {', '.join(map(str, paths))}: {e}") from None
     if not ns.output:

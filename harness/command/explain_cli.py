@@ -16,6 +16,7 @@ from ..serve.engines import adapter_class
 from ..errors import ExitCode, UsageError
 from ..settings.flags import Parser, add_flags, positive_int, sweep_parser
 from ..run.plan import Point
+from ..run.records import PhaseRecord
 from ..residue_sweep import Callbacks, adapter_for
 from ..judge.vocabulary import PHASES
 
@@ -38,9 +39,9 @@ class _Terminal(Callbacks):
     def say(self, line: str) -> None:
         _say(line)
 
-    def point_done(self, point: Point, records: list[dict], verdicts: Counter) -> None:
+    def point_done(self, point: Point, records: list[PhaseRecord], verdicts: Counter) -> None:
         _say(f"  {point.cfg.label()} residue {point.residue}: "
-             + ", ".join(f"{r['phase']} {r['verdict']}" for r in records))
+             + ", ".join(f"{r.phase} {r.verdict}" for r in records))
 
     def finished(self, result) -> None:
         from ..report.explained import ladders, render_ladder_plain

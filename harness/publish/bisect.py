@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import sys
 from collections import Counter
-from typing import Iterable
+from typing import Any, Iterable
 
 from ..errors import EXIT_CANNOT_RUN, EXIT_USAGE, BisectExit, ExitCode
-from ..records.recordkeys import document_of
+from ..records.recordkeys import document_of, value_of
 from ..judge.vocabulary import OPEN, UNTESTED
 from ..judge.vocabulary import CLEAN
 
@@ -37,22 +37,23 @@ EXIT_GOOD, EXIT_BAD, EXIT_SKIP, EXIT_ABORT_BISECT = (BisectExit.GOOD, BisectExit
 # build misbehaved); unjudged too, unless another answer was judged against it (``_untested``).
 
 
-def _prompt_of(r: dict, sha: str | None) -> tuple:
-    return (r.get("residue"), document_of(r), r.get("case_id"), sha)
+def _prompt_of(r: Any, sha: str | None) -> tuple:
+    return (value_of(r, "residue"), document_of(r), value_of(r, "case_id"), sha)
 
 
-def _untested(recs: list[dict]) -> list[dict]:
+def _untested(recs: list[Any]) -> list[Any]:
     """The records that say their point was not tested: UNTESTED verdicts, less the
     unjudged answers some judged answer of the same prompt used as its reference."""
-    used = {_prompt_of(r, r.get("reference_sha1")) for r in recs
-            if r.get("verdict") not in UNTESTED and r.get("reference_sha1")}
-    return [r for r in recs if r.get("verdict") in UNTESTED
-            and not (r.get("verdict") in OPEN and _prompt_of(r, r.get("sha1")) in used)]
+    used = {_prompt_of(r, value_of(r, "reference_sha1")) for r in recs
+            if value_of(r, "verdict") not in UNTESTED and value_of(r, "reference_sha1")}
+    return [r for r in recs if value_of(r, "verdict") in UNTESTED
+            and not (value_of(r, "verdict") in OPEN
+                     and _prompt_of(r, value_of(r, "sha1")) in used)]
 
 
-def bisect_exit_code(records: Iterable[dict]) -> int:
+def bisect_exit_code(records: Iterable[Any]) -> int:
     recs = list(records)
-    verdicts = Counter(r.get("verdict") for r in recs)
+    verdicts = Counter(value_of(r, "verdict") for r in recs)
     if any(v not in UNTESTED and v not in CLEAN for v in verdicts):
         return EXIT_BAD
     if not verdicts or _untested(recs):
@@ -60,11 +61,11 @@ def bisect_exit_code(records: Iterable[dict]) -> int:
     return EXIT_GOOD
 
 
-def bisect_verdict_line(records: Iterable[dict]) -> str:
+def bisect_verdict_line(records: Iterable[Any]) -> str:
     """One stderr line: what the bisect exit code rests on."""
     recs = list(records)
     code = bisect_exit_code(recs)
-    counts = Counter(r.get("verdict") for r in recs)
+    counts = Counter(value_of(r, "verdict") for r in recs)
     said = " ".join(f"{k}={v}" for k, v in sorted(counts.items())) or "no records"
     word = {EXIT_GOOD: "good", EXIT_BAD: "bad", EXIT_SKIP: "skip (untestable)"}[code]
     return f"bisect: {word}, exit {code} ({said})"

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 from . import gate, posting
 from ..errors import OutputFailed, UsageError
 from .outfile import write_output
+from ..run.records import PhaseRecord
 
 __all__ = ["Output", "Writer", "WRITERS", "MarkdownWriter", "JunitWriter", "GithubWriter"]
 
@@ -26,7 +27,7 @@ class Output:
     """A finished run as the writers see it."""
     opts: Any                 # configs.SweepOptions
     run_id: str
-    records: list[dict]
+    records: list[PhaseRecord]
     manifest: Any             # records.manifest.RunManifest
     report_md: str
     gate: dict | None = None   # gate.gate_block against --baseline (None without one)

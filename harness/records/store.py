@@ -91,12 +91,14 @@ class ResultStore:
         self._fh = None
 
     # -- records -----------------------------------------------------------------------
-    def append(self, record: dict[str, Any]) -> None:
+    def append(self, record: Any) -> None:
         """Written and flushed to the kernel before returning: a sweep that is killed
         (Ctrl-C, SIGKILL, a crash) loses nothing that was appended. No fsync per record:
         that only guards against the machine itself going down, and costs milliseconds
-        per phase on a fast sweep."""
-        line = (json.dumps(record, ensure_ascii=False, sort_keys=True) + "\n").encode()
+        per phase on a fast sweep. ``record``: a ``run.records.PhaseRecord`` (its
+        ``as_dict()`` is written, now) or a dict as read."""
+        line = (json.dumps(_written(record), ensure_ascii=False, sort_keys=True)
+                + "\n").encode()
         if self._fh is None:
             self._fh = open(self.records_path, "ab", buffering=0)
         start = self._fh.seek(0, os.SEEK_END)
@@ -137,19 +139,19 @@ class ResultStore:
     def read(self) -> list[dict[str, Any]]:
         return read_jsonl(self.records_path) if self.records_path.exists() else []
 
-    def rewrite(self, records: list[dict[str, Any]]) -> None:
+    def rewrite(self, records: list[Any]) -> None:
         """Replace the results file with ``records``, atomically (a matrix reference,
         ``--reference first`` / ``consensus``, judges the records after the run)."""
         self.close()
         self._replace_records(records)
 
-    def _replace_records(self, records: list[dict[str, Any]]) -> None:
+    def _replace_records(self, records: list[Any]) -> None:
         """The results file becomes ``records``: written beside it, synced, then renamed
         over it, so a kill at any instant leaves the old file or the new one, never half."""
         tmp = self.records_path.with_suffix(".jsonl.tmp")
         with open(tmp, "w", encoding="utf-8") as fh:
             for r in records:
-                fh.write(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n")
+                fh.write(json.dumps(_written(r), ensure_ascii=False, sort_keys=True) + "\n")
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, self.records_path)
@@ -192,6 +194,13 @@ class ResultStore:
         except (ValueError, OSError) as e:
             raise StoreError(f"{self.manifest_path}: not a run manifest: {e}") from None
         return RunManifest.from_dict(manifest, str(self.manifest_path))
+
+
+def _written(record: Any) -> dict[str, Any]:
+    """A record as its line says it: a ``PhaseRecord``'s ``as_dict()`` (taken at the moment
+    of writing: this layer does not import the model), a dict as it is."""
+    as_dict = getattr(record, "as_dict", None)
+    return as_dict() if callable(as_dict) else record
 
 
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:

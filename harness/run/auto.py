@@ -43,6 +43,7 @@ from ..serve.engines import auto_reuse_pass
 from ..records.recordkeys import point_key
 from ..judge.vocabulary import NOT_FAILED, REUSE_ISOLATIONS, worst
 from .matrix_reference import rejudge
+from .records import PhaseRecord
 from ..serve.isolation import IsolationName
 
 __all__ = ["AUTO_MIN_DOCUMENTS", "rule_neighbourhood", "auto_extra_documents", "auto_passes",
@@ -131,7 +132,7 @@ def fresh_twin(point: Any, confirms: str) -> Any:
     return dataclasses.replace(point, isolation="fresh", confirms=confirms)
 
 
-def needs_confirmation(point: Any, records: Iterable[dict]) -> bool:
+def needs_confirmation(point: Any, records: Iterable[PhaseRecord]) -> bool:
     """A reuse (restore or reset) point of an auto run that was not ok in some phase. ``unjudged`` does not
     count: it is what the cold phase under ``--reference cold`` always is, and what every
     answer is during a run under ``first`` / ``consensus`` (judged after the run), so it
@@ -139,11 +140,11 @@ def needs_confirmation(point: Any, records: Iterable[dict]) -> bool:
     return point.isolation in REUSE_ISOLATIONS and any(_suspect(r) for r in records)
 
 
-def _suspect(r: dict) -> bool:
-    return r.get("verdict") not in NOT_FAILED
+def _suspect(r: PhaseRecord) -> bool:
+    return r.verdict not in NOT_FAILED
 
 
-def late_confirmations(reset: Sequence[tuple[Any, list[dict]]], mode: str,
+def late_confirmations(reset: Sequence[tuple[Any, list[PhaseRecord]]], mode: str,
                        config_order: Sequence[str]) -> list[Any]:
     """Under ``--reference first`` / ``consensus`` a reset answer is judged only against
     the other answers: when the reset pass is over, its records are judged as the run's
@@ -156,16 +157,16 @@ def late_confirmations(reset: Sequence[tuple[Any, list[dict]]], mode: str,
 
 
 def resume_confirmations(planned: Sequence[Any], todo: Sequence[Any],
-                         records: Iterable[dict]) -> list[Any]:
+                         records: Iterable[PhaseRecord]) -> list[Any]:
     """On ``--resume`` of an auto run: fresh twins of finished reuse points that were not
     ok, whose confirmation is neither on disk nor planned (it was added at run time)."""
     bad: set[tuple] = set()
     fresh_done: set[tuple] = set()
     for r in records:
         key = point_key(r)[:4]   # (configuration, case, residue, document)
-        if r.get("isolation") in REUSE_ISOLATIONS and _suspect(r):
+        if r.isolation in REUSE_ISOLATIONS and _suspect(r):
             bad.add(key)
-        elif r.get("isolation") == IsolationName.FRESH:
+        elif r.isolation == IsolationName.FRESH:
             fresh_done.add(key)
     pending = {p.key[:4] for p in todo if p.isolation == IsolationName.FRESH}
     planned_fresh = {p.key[:4] for p in planned if p.isolation == IsolationName.FRESH}
@@ -178,7 +179,7 @@ def resume_confirmations(planned: Sequence[Any], todo: Sequence[Any],
     return out
 
 
-def more_servers(point: Any, runs: Sequence[Sequence[dict]]) -> bool:
+def more_servers(point: Any, runs: Sequence[Sequence[PhaseRecord]]) -> bool:
     """Whether a fresh point of an auto run needs another fresh server: ``runs`` holds
     its records per server so far. Not ok in some phase on some server: at least
     ``CONFIRM_SERVERS``; where those disagree, one more (``CONFIRM_SERVERS_MAX``)."""
@@ -191,12 +192,12 @@ def more_servers(point: Any, runs: Sequence[Sequence[dict]]) -> bool:
     return len(runs) < CONFIRM_SERVERS or not _same(runs)
 
 
-def _same(runs: Sequence[Sequence[dict]]) -> bool:
-    return all(len({(r.get("verdict"), r.get("sha1")) for r in phase}) == 1
+def _same(runs: Sequence[Sequence[PhaseRecord]]) -> bool:
+    return all(len({(r.verdict, r.sha1) for r in phase}) == 1
                for phase in zip(*runs))
 
 
-def settle(runs: Sequence[Sequence[dict]]) -> list[dict]:
+def settle(runs: Sequence[Sequence[PhaseRecord]]) -> list[PhaseRecord]:
     """One record per phase from the servers' ``runs``: the worst verdict's record (the
     first server's on a tie), with ``confirmed_on`` listing every server's verdict, sha1
     and log; one run is returned as it is."""
@@ -204,10 +205,10 @@ def settle(runs: Sequence[Sequence[dict]]) -> list[dict]:
         return list(runs[0])
     out = []
     for phase in zip(*runs):
-        bad = worst(r.get("verdict") or "invalid" for r in phase)
-        pick = next(r for r in phase if r.get("verdict") == bad)
-        out.append({**pick, "confirmed_on": [
-            {"verdict": r.get("verdict"), "sha1": r.get("sha1"),
-             "log": (r.get("server_boot") or {}).get("log")} for r in phase]})
+        bad = worst(r.verdict or "invalid" for r in phase)
+        pick = next(r for r in phase if r.verdict == bad)
+        out.append(pick.replaced(confirmed_on=[
+            {"verdict": r.verdict, "sha1": r.sha1,
+             "log": (r.server_boot or {}).get("log")} for r in phase]))
     return out
 

@@ -31,7 +31,7 @@ from .plan import Point, SweepPlan
 from .point import RunnerSpec
 from .auto import resume_confirmations
 from .record_builder import RecordBuilder
-from .records import timing_record
+from .records import PhaseRecord, timing_record, typed
 from ..serve.isolation import IsolationName
 
 __all__ = ["Driver", "Counters", "timing_summary"]
@@ -52,7 +52,7 @@ class Driver:
 
     def __init__(self, opts: SweepOptions, adapter: EngineAdapter, store: ResultStore,
                  plan: SweepPlan, *, golden: dict[tuple, str] | None = None,
-                 on_point_done: Callable[[Point, list[dict]], None] | None = None,
+                 on_point_done: Callable[[Point, list[PhaseRecord]], None] | None = None,
                  version: str | None = None, launcher: Any = None,
                  links: dict[str, Any] | None = None, servers: ServerGroup | None = None):
         self.opts = opts
@@ -82,9 +82,10 @@ class Driver:
         """Where this run's server logs go."""
         return self.store.logs_dir
 
-    def records_so_far(self) -> list[dict]:
-        """Every record of this run on disk now (a resumed run's earlier ones included)."""
-        return self.store.read()
+    def records_so_far(self) -> list[PhaseRecord]:
+        """Every record of this run on disk now (a resumed run's earlier ones included),
+        read typed: the one place the driver reads its store's records."""
+        return typed(self.store.read())
 
     def point_runner(self, http: Any) -> Any:
         """A ``run.point.PointRunner`` for this run, its logs in ``logs_dir``, its requests
@@ -105,7 +106,7 @@ class Driver:
             done = self.store.prune_partial(want, keep_unplanned=True)
             todo = [p for p in points if p.key not in done]
             if self.opts.isolation == IsolationName.AUTO:  # confirmations added while it ran
-                todo += resume_confirmations(points, todo, self.store.read())
+                todo += resume_confirmations(points, todo, self.records_so_far())
             added = todo[len([p for p in points if p.key not in done]):]
             points = todo
             self.counters.total_points = len(done) + len(points)
@@ -190,7 +191,7 @@ class Driver:
     def point_started(self, point: Point, where: str = "") -> None:
         """A backend began ``point`` (``where``: slot or node); nothing is written yet."""
 
-    def phase_done(self, record: dict) -> None:
+    def phase_done(self, record: PhaseRecord) -> None:
         """One phase's record, written the moment it completes (an interrupted run keeps
         every finished phase on disk)."""
         self.store.append(record)
@@ -201,7 +202,8 @@ class Driver:
         logs_dir.mkdir(parents=True, exist_ok=True)
         (logs_dir / Path(name).name).write_text(text, encoding="utf-8")
 
-    def point_done(self, point: Point, records: list[dict], timing: dict[str, float] | None,
+    def point_done(self, point: Point, records: list[PhaseRecord],
+                   timing: dict[str, float] | None,
                    *, written: bool = False) -> None:
         """A point is finished: its records (written now unless ``phase_done`` already
         wrote them), its timing, the counters, the progress callback."""
@@ -210,27 +212,27 @@ class Driver:
                 self.store.append(rec)
         self.counters.points_done += 1
         for r in records:
-            self.counters.verdicts[r["verdict"]] += 1
+            self.counters.verdicts[r.verdict] += 1
         if timing is not None:
             self.counters.timings.append(timing)
         self._note_boot(records, timing)
         if self.on_point_done:
             self.on_point_done(point, records)
 
-    def _note_boot(self, records: list[dict], timing: dict[str, float] | None) -> None:
+    def _note_boot(self, records: list[PhaseRecord], timing: dict[str, float] | None) -> None:
         """Keep each server's boot notes once, with the first request's extra latency
         (Triton JIT and the like) measured on the point that booted it."""
-        boot = next((r.get("server_boot") for r in records if r.get("server_boot")), None)
+        boot = next((r.server_boot for r in records if r.server_boot), None)
         if not boot or boot.get("log") in self.counters.boots:
             return
         boot = dict(boot)
-        lat = [r.get("latency_s") for r in records]
+        lat = [r.latency_s for r in records]
         if timing is not None and timing.get("boot") and len(lat) >= 2 and None not in lat:
             boot["first_request_extra_s"] = self.runner_spec.adapter.first_request_extra_s(lat)
         self.counters.boots[boot.get("log") or str(len(self.counters.boots))] = boot
 
     def point_lost(self, point: Point, *, slot: str, node: str, reason: str,
-                   since: float, extra: dict[str, Any] | None = None) -> list[dict]:
+                   since: float, extra: dict[str, Any] | None = None) -> list[PhaseRecord]:
         """The infrastructure lost ``point`` for good: one ``infra`` record per phase
         (not measured), counted like any finished point."""
         records = self.records.failures(point, slot, node, "infra", reason, [], extra)
@@ -242,12 +244,12 @@ class Driver:
         """No point runs any more: the results file is closed (every record is on disk)."""
         self.store.close()
 
-    def final_records(self, *, judge: bool) -> list[dict]:
+    def final_records(self, *, judge: bool) -> list[PhaseRecord]:
         """The run's records as they stay: under ``--reference first`` / ``consensus``
         (``judge``: the run was not interrupted) every open verdict judged against the
         matrix reference, written here, atomically, in place of the records as measured
         (``run/matrix_reference.py``); the driver stays the only writer."""
-        records = self.store.read()
+        records = self.records_so_far()
         if judge and self.opts.reference in ("first", "consensus"):
             from .matrix_reference import rejudge
             records = rejudge(records, self.opts.reference,

@@ -8,9 +8,9 @@ from pathlib import Path
 from ..errors import CannotRun
 from ..judge.vocabulary import NOT_FAILED
 from ..prompts import PlanError
-from ..records.store import read_jsonl, resolve_results
+from ..records.store import resolve_results
 from .plan import Point, SweepPlan
-from .records import latest_records, typed
+from .records import latest_records, read_jsonl_records
 
 __all__ = ["load_golden", "golden_key", "golden_answer", "check_golden_covers"]
 
@@ -32,7 +32,7 @@ def load_golden(run_ref: str, out_dir: Path) -> dict[tuple, dict]:
     seen: dict[tuple, dict[str, dict]] = {}
     bad: list[str] = []
     try:
-        recs = typed(read_jsonl(resolve_results(run_ref, out_dir)))
+        recs = read_jsonl_records(resolve_results(run_ref, out_dir))
     except ValueError as e:   # a record the model refuses (an unknown verdict or phase)
         raise CannotRun(f"golden run {run_ref}: {e}") from None
     for r in latest_records(recs)[0]:

@@ -24,7 +24,7 @@ from ..judge.divergence import first_divergence
 from ..records.recordkeys import cell_key, document_of
 from ..judge.verdict import judge, sha1
 from ..judge.vocabulary import OPEN
-from .records import PhaseRecord, typed
+from .records import PhaseRecord
 from ..judge.vocabulary import CLEAN
 
 __all__ = ["CONSENSUS_MIN", "rejudge", "first_references", "consensus_references"]
@@ -79,24 +79,25 @@ def consensus_references(records: list[PhaseRecord]) -> dict[tuple, PhaseRecord]
     return out
 
 
-def _judge_against(raw: dict, r: PhaseRecord, ref: PhaseRecord, what: str) -> dict:
-    """``raw`` (the record ``r`` as written) judged against ``ref``'s answer."""
+def _judge_against(r: PhaseRecord, ref: PhaseRecord, what: str) -> PhaseRecord:
+    """A copy of ``r`` judged against ``ref``'s answer."""
     text, expected = r.answer or "", ref.answer or ""
     j = judge(text, source="", expected=expected, finish_reason=r.finish_reason)
-    out = dict(raw, verdict=j.verdict, reference_sha1=sha1(expected),
-               reference_chars=len(expected),
-               reason=(f"{j.reason} (against {what}: {ref.config_label} residue "
-                       f"{ref.residue} {ref.phase})"))
-    out["first_divergence"] = None if j.verdict in CLEAN else first_divergence(
-        text, expected, answer_tokens=r.token_logprobs, reference_tokens=ref.token_logprobs)
-    return out
+    return r.replaced(
+        verdict=j.verdict, reference_sha1=sha1(expected), reference_chars=len(expected),
+        reason=(f"{j.reason} (against {what}: {ref.config_label} residue "
+                f"{ref.residue} {ref.phase})"),
+        first_divergence=None if j.verdict in CLEAN else first_divergence(
+            text, expected, answer_tokens=r.token_logprobs,
+            reference_tokens=ref.token_logprobs))
 
 
-def rejudge(raw: list[dict], mode: str, config_order: Iterable[str]) -> list[dict]:
+def rejudge(records: list[PhaseRecord], mode: str,
+            config_order: Iterable[str]) -> list[PhaseRecord]:
     """The records with every open (``unjudged``) verdict judged against the matrix
     reference ``mode`` (``first`` | ``consensus``); the order of the records is kept.
-    Read typed; each record comes back as it was written but for what judging it set."""
-    records = typed(raw)
+    Each record comes back as it was (the same object when nothing changed), a judged
+    one as a copy written as it was but for what judging it set."""
     if mode == "first":
         refs = first_references(records, config_order)
         pick = lambda r: refs.get(_prompt(r))  # noqa: E731
@@ -111,19 +112,19 @@ def rejudge(raw: list[dict], mode: str, config_order: Iterable[str]) -> list[dic
     else:
         raise ValueError(f"not a matrix reference: {mode!r}")
     out = []
-    for d, r in zip(raw, records):
+    for r in records:
         if not _answered(r):
-            out.append(d)
+            out.append(r)
             continue
         ref = pick(r)
         if ref is None:
-            out.append(dict(d, reason=f"unjudged: {missing}"))
+            out.append(r.replaced(reason=f"unjudged: {missing}"))
         elif ref is r or cell_key(ref) == cell_key(r):
             if mode == "consensus":
-                out.append(_judge_against(d, r, ref, what))
+                out.append(_judge_against(r, ref, what))
             else:
-                out.append(dict(d, reason="unjudged: this answer is the reference "
-                                          "(--reference first) the others are judged against"))
+                out.append(r.replaced(reason="unjudged: this answer is the reference "
+                                             "(--reference first) the others are judged against"))
         else:
-            out.append(_judge_against(d, r, ref, what))
+            out.append(_judge_against(r, ref, what))
     return out

@@ -34,7 +34,7 @@ from .load import (BackgroundLoad, LoadError, beside_from_log, load_facts, preem
 from .golden import golden_answer
 from .plan import Point
 from .record_builder import RecordBuilder
-from .records import timing_record
+from .records import PhaseRecord, timing_record
 from ..judge.vocabulary import CLEAN, UNJUDGED, PhaseName
 from .phase_judge import invalid_reason, measured_fields, not_lone
 from .traffic import traffic_facts
@@ -50,7 +50,7 @@ MAX_PORT_RETRIES = 3
 # transiently beside other booting servers, and one failure voided a whole reset pass
 # (issue 33 item 8). A boot that timed out is not retried (it already waited its timeout).
 BOOT_ATTEMPTS = 2
-Emit = Callable[[dict], None]
+Emit = Callable[[PhaseRecord], None]
 
 
 class Server(Protocol):
@@ -74,7 +74,7 @@ Launcher = Callable[[list, dict, int, Path, Slot], Server]
 
 @dataclass
 class PointResult:
-    records: list[dict]
+    records: list[PhaseRecord]
     timing: dict[str, float]
 
 
@@ -140,7 +140,8 @@ class PointRunner:
             await self.stop(server, client, timing=timing)
         return PointResult(records, timing)
 
-    def boot_fail_records(self, point: Point, slot: Slot, e: BootFailure) -> list[dict]:
+    def boot_fail_records(self, point: Point, slot: Slot, e: BootFailure
+                          ) -> list[PhaseRecord]:
         return self.records.failures(point, slot.id, self.node, "boot-fail", e.reason,
                                      e.log_excerpt,
                                      {"server_boot": {"attempts": e.attempts}})
@@ -268,11 +269,11 @@ class PointRunner:
     # -- the phases of one point -------------------------------------------------------
     async def run_phases(self, point: Point, slot: Slot, server: Server,
                          client: EngineClient, info: dict,
-                         emit: Emit | None = None) -> tuple[list[dict], bool]:
+                         emit: Emit | None = None) -> tuple[list[PhaseRecord], bool]:
         """Every requested phase on a booted server; (records, server died)."""
         emit = emit or (lambda rec: None)
         model = self.model_name(point.cfg) or info.get("model") or point.cfg.model or "default"
-        records: list[dict] = []
+        records: list[PhaseRecord] = []
         templated: int | None = None
         tokenize_error: str | None = None
         try:
@@ -281,7 +282,7 @@ class PointRunner:
         except (ServerGone, RequestTimeout, ServerError) as e:
             tokenize_error = str(e)
             await self.settle(info)
-        cold: dict | None = None
+        cold: PhaseRecord | None = None
         dead: tuple[str, str, list[str]] | None = None
         for phase in self.opts.phases:
             if dead is not None:
@@ -299,7 +300,7 @@ class PointRunner:
 
     async def _phase(self, point: Point, slot: Slot, phase: str, server: Server,
                      client: EngineClient, info: dict, model: str, templated: int | None,
-                     tokenize_error: str | None, cold: dict | None):
+                     tokenize_error: str | None, cold: PhaseRecord | None):
         """One phase's record, and (verdict, why, log) when the server is gone."""
         opts = self.opts
         try:
@@ -333,14 +334,10 @@ class PointRunner:
                            info, templated, tokenize_error, cold,
                            traffic_facts(before, after))
         if load is not None:
-            rec["load"] = load
+            rec.load = load
             # beside other requests the lone arithmetic does not hold: only the server's
-            # own line says which final chunk ran
-            chunk = (load.get("beside") or {}).get("final_chunk")
-            if chunk is None:
-                rec.pop("final_chunk", None)
-            else:
-                rec["final_chunk"] = chunk
+            # own line says which final chunk ran (None: not written)
+            rec.final_chunk = (load.get("beside") or {}).get("final_chunk")
         return rec, None
 
     async def _measured(self, point: Point, client: EngineClient, model: str,
@@ -370,7 +367,7 @@ class PointRunner:
                                     excerpt, info, templated)
 
     def _reference(self, point: Point, phase: str,
-                   cold: dict | None) -> tuple[str | None, list | None]:
+                   cold: PhaseRecord | None) -> tuple[str | None, list | None]:
         """(reference text, its token logprobs) for this phase; (None, None) when there is
         nothing to judge against (the answer is then ``unjudged`` unless it collapsed)."""
         ref = self.opts.reference
@@ -379,9 +376,9 @@ class PointRunner:
         if ref == "cold":
             # Only a cold answer that did not collapse is a reference: a collapse repeated
             # on the hit must not read as ok.
-            if phase == PhaseName.COLD or cold is None or cold.get("verdict") != UNJUDGED:
+            if phase == PhaseName.COLD or cold is None or cold.verdict != UNJUDGED:
                 return None, None
-            return cold.get("answer") or "", cold.get("token_logprobs")
+            return cold.answer or "", cold.token_logprobs
         if ref in ("first", "consensus"):
             return None, None  # judged across the matrix after the run (run/matrix_reference)
         gold = golden_answer(self.golden, point)
@@ -392,14 +389,14 @@ class PointRunner:
         return point.plan.expected, None
 
     def _judged(self, point, slot, phase, res, tps, info, templated, tokenize_error,
-                cold, traffic: dict | None = None) -> dict[str, Any]:
+                cold, traffic: dict | None = None) -> PhaseRecord:
         base = self.records.base(point, slot.id, self.node, phase, info, templated)
         expected, ref_tokens = self._reference(point, phase, cold)
-        if (ref_tokens is None and cold is not None and cold.get("verdict") in CLEAN
-                and expected is not None and (cold.get("answer") or "") == expected):
+        if (ref_tokens is None and cold is not None and cold.verdict in CLEAN
+                and expected is not None and (cold.answer or "") == expected):
             # the passage has no logprobs; this server's clean cold answer to the same
             # prompt has: the only margin that says something about noise (judge/divergence.py)
-            ref_tokens = cold.get("token_logprobs")
+            ref_tokens = cold.token_logprobs
         j = judge(res.answer, source=point.plan.document, expected=expected,
                   finish_reason=res.finish_reason)
         verdict, reason = j.verdict, j.reason

@@ -1,7 +1,8 @@
-"""How a run writes its phase records: ``RecordBuilder``, the fields every record of a
+"""How a run builds its phase records: ``RecordBuilder``, the fields every record of a
 point shares (configuration requested and effective, slot, isolation, document, restore,
-poison) and the records of a phase that produced no answer, each checked against
-``records.PhaseRecord`` as it is built."""
+poison) and the records of a phase that produced no answer. Each record is a
+``records.PhaseRecord`` from here on (checked as it is built); the store writes its
+``as_dict()`` when it writes it."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ class RecordBuilder:
 
     def base(self, point: Any, slot: str, node: str, phase: str, info: Mapping[str, Any],
              templated: int | None) -> dict[str, Any]:
+        """The fields every record of the point shares (keyword arguments of ``build``)."""
         requested = point.cfg.as_dict()
         effective = info.get("config") or requested
         cmd = point.cfg.engine == EngineName.CMD   # presets never reach a cmd server: cmd_config
@@ -60,26 +62,26 @@ class RecordBuilder:
         }
 
     def build(self, base: dict[str, Any], measured: dict[str, Any],
-              extra: dict[str, Any] | None = None) -> dict[str, Any]:
+              extra: dict[str, Any] | None = None) -> PhaseRecord:
         """A whole record, checked against the model (a verdict or phase outside the
         vocabulary is a harness bug and raises here)."""
-        return PhaseRecord(**base, **measured, extra=dict(extra or {})).as_dict()
+        return PhaseRecord(**base, **measured, extra=dict(extra or {}))
 
     def failure(self, point: Any, slot: str, node: str, phase: str, verdict: str,
                 reason: str, excerpt: list, info: Mapping[str, Any] | None = None,
-                templated: int | None = None) -> dict[str, Any]:
+                templated: int | None = None) -> PhaseRecord:
         expected_chars = len(point.plan.expected or "")   # a prompt case may have none
         return self.build(self.base(point, slot, node, phase, info or {}, templated),
                           failure_fields(verdict, reason, excerpt, expected_chars))
 
     def failures(self, point: Any, slot: str, node: str, verdict: str, reason: str,
-                 excerpt: list, extra: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-        """One record per requested phase (every cell of a table has a value)."""
+                 excerpt: list, extra: dict[str, Any] | None = None) -> list[PhaseRecord]:
+        """One record per requested phase (every cell of a table has a value), each with
+        ``extra``'s keys set (a field, as ``server_boot``, or a key the model does not name)."""
         out = []
         for phase in self.phases:
             rec = self.failure(point, slot, node, phase, verdict, reason, excerpt)
-            rec.update(extra or {})
-            out.append(rec)
+            out.append(rec.replaced(**extra) if extra else rec)
         return out
 
 

@@ -19,7 +19,7 @@ from typing import Any, Iterable, Mapping
 
 from ..records.recordkeys import auto_pass, cell_key, document_of, point_key, value_of
 from ..records.manifest import RunManifest, as_manifest
-from ..records.store import load_records
+from ..records.store import load_records, read_jsonl
 
 from ..judge.vocabulary import (BUG_VERDICTS, CLEAN, EXPLAINED, JUDGED, NOT_FAILED, NOT_LONE, OPEN,
                                 PHASES, SERVER_LOGGED, SEVERITY, UNANSWERED, UNTESTED, VERDICTS,
@@ -27,7 +27,7 @@ from ..judge.vocabulary import (BUG_VERDICTS, CLEAN, EXPLAINED, JUDGED, NOT_FAIL
 
 __all__ = ["SCHEMA_VERSION", "PhaseRecord", "PHASES", "VERDICTS", "SEVERITY", "BUG_VERDICTS",
            "CLEAN", "EXPLAINED", "JUDGED", "NOT_FAILED", "NOT_LONE", "OPEN", "SERVER_LOGGED", "UNANSWERED", "UNTESTED", "verdict_info", "CONFIG_FIELDS", "NOT_IDENTITY", "phase_key", "worst", "schema_of",
-           "data_fields", "ServerBoot", "RunTiming", "PassTiming", "BootSplit", "as_record", "typed", "read_phase_records", "load_phase_records",
+           "data_fields", "ServerBoot", "RunTiming", "PassTiming", "BootSplit", "as_record", "typed", "read_phase_records", "read_jsonl_records", "load_phase_records",
            "latest_records", "reference_cells", "cell_key", "point_key", "document_of", "auto_pass", "record_identity", "sha12", "mismatches", "failure_fields", "timing_record", "by_node"]
 
 # 3: the cold phase under --reference cold is `unjudged` (was `ok`), a collapse is measured
@@ -201,6 +201,11 @@ class PhaseRecord:
         out.update(self.extra)
         return out
 
+    def replaced(self, **changes: Any) -> "PhaseRecord":
+        """A copy written as ``{**self.as_dict(), **changes}`` (a field or a key the model
+        does not name alike); ``self`` is left as it was."""
+        return PhaseRecord.from_dict({**self.as_dict(), **changes})
+
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "PhaseRecord":
         """A record as read from a results file, of any schema version: a field it lacks
@@ -247,6 +252,12 @@ def read_phase_records(path: str | Path) -> list[PhaseRecord]:
     line (``record_check``: a line that is not a record raises ``RecordFileError``)."""
     from ..records.record_check import read_record_file
     return typed(read_record_file(path))
+
+
+def read_jsonl_records(path: str | Path) -> list[PhaseRecord]:
+    """``store.read_jsonl`` typed: one results file as a run's store reads it back (a torn
+    last line skipped, nothing else checked)."""
+    return typed(read_jsonl(path))
 
 
 def load_phase_records(refs: Iterable[str | Path], out_dir: str | Path = "results"

@@ -169,7 +169,7 @@ def test_a_sweep_on_two_gpus_and_two_patch_sets_forks_every_server(tmp_path, run
     opts = dataclasses.replace(opts, slots=tuple(Slot.gpus(["0", "1"])))
     result = Sweep(opts).run()
     assert result.exit_code in (ExitCode.OK, ExitCode.NOT_OK), result
-    boots = {r["server_boot"]["log"]: r["server_boot"] for r in result.records}
+    boots = {r.server_boot["log"]: r.server_boot for r in result.records}
     assert len(boots) >= 4        # 2 residues x 2 configurations, a fresh server each
     assert {(b["launcher"], b.get("fallback_reason")) for b in boots.values()} == \
         {("forked", None)}
@@ -180,7 +180,7 @@ def test_a_sweep_on_two_gpus_and_two_patch_sets_forks_every_server(tmp_path, run
     assert len(set(more)) == len(more) and any(m.startswith("CUDA_VISIBLE_DEVICES=1") for m in more)
     assert set(more) <= {"CUDA_VISIBLE_DEVICES=1", "RESIDUE_LAB_PATCHES=none",
                          "CUDA_VISIBLE_DEVICES=1, RESIDUE_LAB_PATCHES=none"}, more
-    pairs = {(r["slot"], r["config"]["patches"]) for r in result.records}
+    pairs = {(r.slot, r.config["patches"]) for r in result.records}
     assert len(more) == len(pairs) - 1, (more, pairs)
     assert backend["fork_server_failures"] == []
     logs = list((tmp_path / "r").rglob("fork-server*.log"))

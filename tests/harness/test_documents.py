@@ -144,8 +144,9 @@ def test_consensus_is_taken_per_document():
     recs = [dict(_rec(r, doc, f"d{doc}", verdict="unjudged"), answer=f"document {doc}",
                  phase=phase)
             for doc in (0, 1) for r in (1, 2, 3) for phase in ("cold", "self-hit")]
-    out = rejudge(recs, "consensus", ["c"])
-    assert {r["verdict"] for r in out} == {"ok"}
+    from harness.run.records import PhaseRecord
+    out = rejudge([PhaseRecord.from_dict(r) for r in recs], "consensus", ["c"])
+    assert {r.verdict for r in out} == {"ok"}
 
 
 def test_a_seed_list_with_a_prompt_set_is_a_usage_error(cli):

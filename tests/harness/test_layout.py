@@ -327,6 +327,84 @@ def test_the_driver_is_the_only_writer():
     assert not found, found
 
 
+# The modules a record passes through from where it is built to where it is written and
+# handed to the caller: each passes ``run.records.PhaseRecord``s, never a dict.
+_RECORD_PATH = ("run/record_builder.py", "run/point.py", "run/driver.py", "run/auto.py",
+                "run/matrix_reference.py", "backends/local.py", "backends/live.py",
+                "backends/ray.py", "backends/ray_task.py", "residue_sweep.py",
+                "command/cli.py", "command/explain_cli.py", "publish/writers.py")
+_RECORD_NAMES = {"record", "records", "rec", "recs"}
+# Where records as read (dicts) become PhaseRecords (``typed``, ``PhaseRecord.from_dict``):
+# the typed readers, the driver's one read of its store, Ray's process boundary, and the
+# public entry points that take records as read or typed (tests and users give dicts).
+_TYPED_AT = {
+    "run/records.py": {"as_record", "typed", "replaced", "read_phase_records",
+                       "read_jsonl_records", "load_phase_records"},
+    "run/driver.py": {"records_so_far"},
+    "backends/ray.py": {"_write"},
+    "report/render.py": {"render_markdown"}, "report/terminal.py": {"render_terminal"},
+    "report/explained.py": {"ladders"}, "report/nodes.py": {"render_nodes"},
+    "report/explain.py": {"reference_texts"},
+    "report/auto.py": {"agreement_of", "_stability"},   # agreement_line: reports/h200/summarize.py
+    "report/model.py": {"__post_init__", "combine_cell", "group_configs"},
+    "publish/gate.py": {"judged_any", "gate_exit_code", "write_junit"},
+    "publish/compare.py": {"compare_records"}, "results.py": {"record_rows"},
+}
+
+
+def _calls_by_function(tree: ast.AST):
+    """(enclosing function name, call node) for every call of ``tree``."""
+    def visit(node, fn):
+        for child in ast.iter_child_nodes(node):
+            name = child.name if isinstance(child, (ast.FunctionDef,
+                                                    ast.AsyncFunctionDef)) else fn
+            if isinstance(child, ast.Call):
+                yield fn, child
+            yield from visit(child, name)
+    yield from visit(tree, "<module>")
+
+
+def test_records_travel_as_phase_records():
+    """One record shape from the point runner to the writers: the run layer, the backends
+    and the driver build and pass ``PhaseRecord``s (a record parameter or field of theirs
+    is annotated ``PhaseRecord``; ``RecordBuilder`` returns them and never a record's
+    ``as_dict()``); only the store writes ``as_dict()`` (and Ray's task, to cross its
+    process boundary); ``typed`` / ``PhaseRecord.from_dict`` turn dicts into records only
+    at the places ``_TYPED_AT`` names."""
+    found = []
+    for rel in _RECORD_PATH:
+        tree = ast.parse((HARNESS / rel).read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                args = node.args.args + node.args.kwonlyargs
+                found += [f"{rel}:{node.lineno} {node.name}({a.arg}: {ast.unparse(a.annotation)})"
+                          for a in args if a.arg in _RECORD_NAMES and a.annotation
+                          and not re.search(r"\bPhaseRecord\b|logging\.LogRecord",
+                                            ast.unparse(a.annotation))]
+            elif isinstance(node, ast.ClassDef) and node.name == "RecordBuilder":
+                # every method but ``base`` (the fields a point's records share) is a record
+                found += [f"{rel}:{m.lineno} RecordBuilder.{m.name} returns no PhaseRecord"
+                          for m in node.body if isinstance(m, ast.FunctionDef)
+                          and m.name != "base" and "PhaseRecord" not in ast.unparse(
+                              m.returns or ast.Constant(""))]
+            elif (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+                  and node.target.id in _RECORD_NAMES
+                  and "PhaseRecord" not in ast.unparse(node.annotation)):
+                found.append(f"{rel}:{node.lineno} {ast.unparse(node)}")
+            elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                  and node.func.attr == "as_dict" and rel != "backends/ray_task.py"
+                  and (isinstance(node.func.value, ast.Call) or ast.unparse(node.func.value)
+                       in _RECORD_NAMES | {"r"})):
+                found.append(f"{rel}:{node.lineno} {ast.unparse(node)}")
+    for p in HARNESS.rglob("*.py"):
+        rel = str(p.relative_to(HARNESS))
+        for fn, call in _calls_by_function(ast.parse(p.read_text())):
+            if (ast.unparse(call.func) in ("typed", "PhaseRecord.from_dict")
+                    and fn not in _TYPED_AT.get(rel, ())):
+                found.append(f"{rel}:{call.lineno} {fn} calls {ast.unparse(call.func)}")
+    assert not found, found
+
+
 def test_one_lifecycle_runs_every_sweep():
     """``sweep``, ``--resume``, ``--bisect`` and ``explain`` all run ``residue_sweep.Sweep``: only
     the session constructs a Driver or starts a backend's points."""

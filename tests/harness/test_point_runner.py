@@ -112,17 +112,19 @@ def run_point(tmp_path: Path, opts, adapter, point: Point, handler, launcher=Non
         async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as http:
             runner = PointRunner(opts, adapter, run_id="run-t", logs_dir=tmp_path / "logs",
                                  http=http, version="test", launcher=launcher)
-            emitted: list[dict] = []
+            emitted: list[PhaseRecord] = []
             result = await runner.run_fresh(point, Slot("cpu0"), emitted.append)
             assert emitted == result.records
             return result
 
     result = asyncio.run(go())
     assert launcher.servers and all(s.stopped for s in launcher.servers)
-    for rec in result.records:  # every record is a valid PhaseRecord of this schema
-        assert PhaseRecord.from_dict(rec).as_dict() == rec
-        assert rec["schema_version"] == SCHEMA_VERSION
-    return {r["phase"]: r for r in result.records}, result.timing
+    written = []
+    for rec in result.records:  # every record a PhaseRecord of this schema, as it is written
+        assert isinstance(rec, PhaseRecord) and rec.schema_version == SCHEMA_VERSION
+        written.append(rec.as_dict())
+        assert PhaseRecord.from_dict(written[-1]).as_dict() == written[-1]
+    return {r["phase"]: r for r in written}, result.timing
 
 
 def test_clean_point_is_ok_on_both_phases(tmp_path, tok_dir):

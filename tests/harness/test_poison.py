@@ -214,8 +214,10 @@ def test_fresh_lab_servers_disagree_at_the_rule_cell_without_the_mode_and_agree_
 
 # -- auto: every non-ok cell on two fresh servers or more (issue 32) -----------------------
 
-def _rec(phase: str, verdict: str, sha: str, log: str) -> dict:
-    return {"phase": phase, "verdict": verdict, "sha1": sha, "server_boot": {"log": log}}
+def _rec(phase: str, verdict: str, sha: str, log: str):
+    from harness.run.records import PhaseRecord
+    return PhaseRecord.from_dict({"phase": phase, "verdict": verdict, "sha1": sha,
+                                  "server_boot": {"log": log}})
 
 
 def test_a_non_ok_fresh_point_of_auto_gets_a_second_server_and_a_third_where_they_differ():
@@ -228,20 +230,20 @@ def test_a_non_ok_fresh_point_of_auto_gets_a_second_server_and_a_third_where_the
     assert not more_servers(point, [ok])                      # ok everywhere: one server
     assert more_servers(point, [bad])                         # not ok: a second
     assert not more_servers(SimpleNamespace(isolation="fresh", confirms=None), [bad])
-    same = [dict(r, server_boot={"log": "s2"}) for r in bad]
+    same = [r.replaced(server_boot={"log": "s2"}) for r in bad]
     assert not more_servers(point, [bad, same])               # reproduced: done
     recs = settle([bad, same])
-    assert [r["confirmed_on"] for r in recs][1] == [
+    assert [r.confirmed_on for r in recs][1] == [
         {"verdict": "broken", "sha1": "b", "log": "s1"}, {"verdict": "broken", "sha1": "b", "log": "s2"}]
-    assert stability(recs[1]["confirmed_on"]) == "reproduced on 2 servers"
+    assert stability(recs[1].confirmed_on) == "reproduced on 2 servers"
     # the second server answers ok: a third; the cell is the worst server's, never ok
     assert more_servers(point, [bad, ok])
     recs = settle([ok, bad, ok])
-    assert recs[1]["verdict"] == "broken" and recs[1]["server_boot"]["log"] == "s1"
-    assert stability(recs[1]["confirmed_on"]) == "unstable: ok on 2 of 3"
+    assert recs[1].verdict == "broken" and recs[1].server_boot["log"] == "s1"
+    assert stability(recs[1].confirmed_on) == "unstable: ok on 2 of 3"
     assert not more_servers(point, [bad, ok, ok])             # at most three
     other = [bad[0], _rec("self-hit", "broken", "c", "s3")]
-    assert stability(settle([bad, other])[1]["confirmed_on"]) == \
+    assert stability(settle([bad, other])[1].confirmed_on) == \
         "unstable: 2 servers, not ok on each, 2 different answers"
 
 

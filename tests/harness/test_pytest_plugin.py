@@ -179,7 +179,9 @@ def test_with_a_baseline_the_failure_names_the_cells_the_gate_failed_on():
     now = [dict(r, verdict="boot-fail", answer="") if r["residue"] == 4 else r
            for r in synth.sweep(cfg, [3, 4])]
     block = gate_block(base, now, source="base.jsonl")
-    result = SimpleNamespace(exit_code=1, not_ok=[r for r in now if r["verdict"] != "ok"],
+    from harness.run.records import PhaseRecord
+    result = SimpleNamespace(exit_code=1, not_ok=[PhaseRecord.from_dict(r) for r in now
+                                                  if r["verdict"] != "ok"],
                              run_id="r", report_path=None, records_path="r.jsonl",
                              manifest={"baseline": block})
     msg = failure_message(result, ["--residues", "3,4"])

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from harness.run.matrix_reference import rejudge
+from harness.run.records import PhaseRecord
 from tests.harness.test_hostile_server import hostile_sweep
 
 pytestmark = pytest.mark.usefixtures("no_leftovers")
@@ -99,7 +100,8 @@ def test_reference_first_judges_every_configuration_against_the_first():
     recs = [_rec("A", 0, "cold", good), _rec("A", 0, "self-hit", good),
             _rec("B", 0, "cold", bad), _rec("B", 0, "self-hit", good),
             _rec("B", 1, "cold", good), _rec("B", 0, "warm", "", verdict="crash")]
-    out = {(r["config_id"], r["residue"], r["phase"]): r for r in rejudge(recs, "first", ["A", "B"])}
+    out = {(r.config_id, r.residue, r.phase): r.as_dict()   # as the driver writes them
+           for r in rejudge([PhaseRecord.from_dict(r) for r in recs], "first", ["A", "B"])}
     assert out[("A", 0, "cold")]["verdict"] == "unjudged"   # the reference itself
     assert out[("A", 0, "self-hit")]["verdict"] == "ok"
     assert out[("B", 0, "cold")]["verdict"] == "diverged"

@@ -69,7 +69,9 @@ class Heard(Callbacks):
     def started(self, run_id: str, points: int) -> None:
         self.started_with = points
 
-    def point_done(self, point, records: list[dict], verdicts: Counter) -> None:
+    def point_done(self, point, records: list, verdicts: Counter) -> None:
+        from harness.run.records import PhaseRecord
+        assert records and all(isinstance(r, PhaseRecord) for r in records)  # one shape
         self.points.append(point.residue)
 
     def report(self, markdown: str) -> None:
@@ -82,9 +84,11 @@ def test_the_python_api_runs_a_sweep_in_process_and_says_nothing(tmp_path, model
     result = Sweep(opts).run()
     assert isinstance(result, RunResult) and not result.interrupted
     assert result.exit_code == ExitCode.NOT_OK == result.manifest.exit_code
-    assert [(r["residue"], r["phase"], r["verdict"]) for r in result.not_ok] == \
+    assert [(r.residue, r.phase, r.verdict) for r in result.not_ok] == \
         [(4, "self-hit", "broken")]
     assert len(result.records) == 4 and result.records_path.is_file()
+    assert [r.as_dict() for r in result.records] == [   # the records are what was written
+        json.loads(line) for line in result.records_path.read_text().splitlines()]
     assert result.report_path.read_text() == result.report_markdown
     assert "residue" in result.report_markdown
     seen = capsys.readouterr()
@@ -232,6 +236,6 @@ def test_two_sweeps_in_one_process_see_only_their_own_servers(tmp_path, model, m
         assert sorted(started) == sorted(log for event, log in heard[name] if event == "stopped")
         assert all(out in Path(log).resolve().parents for log in started)
     # the first to end stopped none of the other's servers (a killed one: crash records)
-    assert [(r["residue"], r["verdict"]) for r in a.not_ok + b.not_ok] == []
+    assert [(r.residue, r.verdict) for r in a.not_ok + b.not_ok] == []
     assert a.exit_code == b.exit_code == ExitCode.OK
     assert len(a.records) == 4 and len(b.records) == 6

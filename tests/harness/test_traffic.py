@@ -122,7 +122,7 @@ def run_phases(tmp_path, tok_dir, isolation: str, metrics, text=None):
             client = EngineClient(server.base_url, http=http)
             records, _ = await runner.run_phases(point, Slot("live0"), server, client, {})
             return records
-    return {r["phase"]: r for r in asyncio.run(go())}
+    return {r.phase: r.as_dict() for r in asyncio.run(go())}   # as the store writes them
 
 
 def BUSY() -> httpx.Response:
