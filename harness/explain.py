@@ -407,7 +407,7 @@ async def _plan(xp: ExplainPlan, opts: SweepOptions, adapter, store: ResultStore
                 cfgs.setdefault(config_id(r.cfg), r.cfg)
         cases = tuple(c for c in opts.cases if c.id == t.case_id)
         sub = dataclasses.replace(opts, configs=tuple(cfgs.values()), residues=str(t.residue),
-                                  seeds=(t.document,), seed=t.document, cases=cases)
+                                  documents=(t.document,), seed=t.document, cases=cases)
         p = await plan_with_probes(sub, adapter, logs_dir=store.logs_dir, launcher=launcher)
         pad.update(p.pad_unit)
         for pt in p.points:

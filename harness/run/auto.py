@@ -109,7 +109,7 @@ def auto_passes(points: Sequence[Any], opts: Any) -> list[Any]:
     fresh: list[Any] = []
     by_doc: dict[tuple, list[Any]] = {}
     for p in points:
-        by_doc.setdefault((p.cfg_id, p.seed), []).append(p)
+        by_doc.setdefault((p.cfg_id, p.document_seed), []).append(p)
     for (cid, seed), pts in by_doc.items():
         lengths: dict[int, set[int]] = {}
         for p in pts:

@@ -167,7 +167,7 @@ class Driver:
             slots=[s.id for s in opts.slots],
             sampled={k: v for k, v in plan.sampled.items() if v},
             planning_s=round(plan.planning_s, 3), interrupted=False, exit_code=None,
-            documents=sorted({p.seed for p in plan.points}),
+            documents=sorted({p.document_seed for p in plan.points}),
             launcher=opts.launcher,
             cache_dir=str(opts.cache_dir) if opts.cache_dir else None,
             auto_sample=opts.auto_sample if opts.isolation == IsolationName.AUTO else None,

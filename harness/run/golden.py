@@ -58,7 +58,7 @@ def golden_key(point: Point) -> tuple:
     """How a golden answer for ``point`` is looked up (see ``load_golden``)."""
     if point.plan.prompt_sha1:
         return ("prompt", point.plan.prompt_sha1)
-    return (point.residue, point.plan.target_len, point.seed)
+    return (point.residue, point.plan.target_len, point.document_seed)
 
 
 def golden_answer(golden: dict[tuple, dict], point: Point) -> dict | None:

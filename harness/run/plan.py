@@ -56,7 +56,7 @@ class Point:
     modulus: int
     plan: PromptPlan
     rerun: str
-    seed: int = 0                 # the document (``--seed`` lists: one point per seed)
+    document_seed: int = 0        # its document (``--seed`` lists: one point per seed)
     isolation: str | None = None  # set under --isolation auto: "reset" or "fresh"
     confirms: str | None = None   # auto, fresh pass: why it runs (run/auto.CONFIRMS)
     case: str | None = None       # --prompts: the case id (None: the document prompt)
@@ -66,7 +66,7 @@ class Point:
     def key(self) -> tuple[str, str | None, int, int, str]:
         """What a point is, for resume: (configuration, case, residue, document, auto
         pass); ``recordkeys.point_key`` of a record of it is the same tuple."""
-        return (self.cfg_id, self.case, self.residue, self.seed, self.isolation or "")
+        return (self.cfg_id, self.case, self.residue, self.document_seed, self.isolation or "")
 
 
 @dataclass
@@ -132,7 +132,7 @@ def plan_points(opts: SweepOptions, adapter: EngineAdapter,
             pad_units.setdefault(cid, cal.pad_unit)
             for r in doc_residues:
                 points.append(Point(cfg, cid, r, modulus, plan_residue(cal, r, modulus),
-                                    rerun_command(opts, cfg, r, modulus, seed), seed=seed,
+                                    rerun_command(opts, cfg, r, modulus, seed), document_seed=seed,
                                     modulus_why=why))
     if opts.isolation == IsolationName.AUTO:
         points = auto_passes(points, opts)
@@ -180,7 +180,7 @@ def _case_points(opts: SweepOptions, cfg: ServingConfig, cid: str, modulus: int,
         f["templated_len"][cid] = [cal.base_len, longest]
         out += [Point(cfg, cid, p.residue, modulus, p,
                       rerun_command(opts, cfg, p.residue, modulus, case=case.id), case=case.id,
-                      seed=opts.seed)
+                      document_seed=opts.seed)
                 for p in plans]
     return out
 
@@ -376,7 +376,7 @@ def plan_live(opts: SweepOptions) -> SweepPlan:
             seed = document_seed(target.nonce, cid, r)
             points.append(Point(cfg, cid, r, modulus,
                                 own_document_plan(cal, counter, r, modulus, seed),
-                                live_rerun(opts, target.url, cfg, r, modulus), seed=seed,
+                                live_rerun(opts, target.url, cfg, r, modulus), document_seed=seed,
                                 modulus_why=why))
     finally:
         counter.close()

@@ -306,7 +306,7 @@ class PointRunner:
         try:
             if phase == PhaseName.WARM:
                 await client.chat(point.plan.warmup_messages, model=model,
-                                  max_tokens=WARMUP_MAX_TOKENS, seed=point.seed)
+                                  max_tokens=WARMUP_MAX_TOKENS, seed=point.document_seed)
             before = await client.scrape()
             res, load = await self._measured(point, client, model, server)
             after = await client.scrape()
@@ -348,11 +348,11 @@ class PointRunner:
 
         def ask():
             return client.chat(point.plan.messages, model=model, max_tokens=opts.max_tokens,
-                               seed=point.seed, logprobs=opts.logprobs)
+                               seed=point.document_seed, logprobs=opts.logprobs)
         if not opts.load:
             return await ask(), None
         await server_gauges(client)   # the first scrape can be slow (lab: an import)
-        async with BackgroundLoad(client, model, opts.load, opts.load_mode, point.seed,
+        async with BackgroundLoad(client, model, opts.load, opts.load_mode, point.document_seed,
                                   opts.timeout, point.cfg.max_model_len) as bg:
             g0 = await server_gauges(client)
             res = await ask()

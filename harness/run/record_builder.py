@@ -47,7 +47,7 @@ class RecordBuilder:
             "isolation": getattr(point, "isolation", None) or self.isolation,
             "isolation_run": "auto" if getattr(point, "isolation", None) else None,
             "confirms": getattr(point, "confirms", None),
-            "document_seed": getattr(point, "seed", None),
+            "document_seed": getattr(point, "document_seed", None),
             "server_boot": info.get("server_boot"),
             "residue": point.residue,
             "modulus": point.modulus, "target_len": point.plan.target_len,

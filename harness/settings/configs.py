@@ -63,7 +63,9 @@ class SweepOptions:
     engine_args: tuple[str, ...] = ()  # --engine vllm: extra server arguments
     backend: str = "local"         # a name in harness.backends.BACKENDS
     ray_address: str | None = None
-    seeds: tuple[int, ...] = ()      # --seed list: one document per seed (() = (seed,))
+    # the document seeds every residue is measured on (--seed's list; () = (seed,)): one
+    # name from the options to the record (Point.document_seed, the record's document_seed)
+    documents: tuple[int, ...] = ()
     auto_sample: int = 4             # --isolation auto: seeded ok residues confirmed fresh
     cache_dir: Path | None = None    # --cache-dir: shared compile/Triton caches (vllm)
     launcher: str = "plain"          # plain | prefork
@@ -94,10 +96,9 @@ class SweepOptions:
     flags: dict = field(default_factory=dict, compare=False)
     no_progress: bool = False      # --no-progress: the terminal shows no progress bar
 
-    @property
-    def documents(self) -> tuple[int, ...]:
-        """The document seeds every residue is measured on."""
-        return self.seeds or (self.seed,)
+    def __post_init__(self) -> None:
+        if not self.documents:   # one document: the seed's (a caller that gave no list)
+            object.__setattr__(self, "documents", (self.seed,))
 
     @property
     def golden_run(self) -> str | None:

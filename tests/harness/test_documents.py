@@ -71,7 +71,7 @@ def _rec(residue, doc, sha, verdict="ok", phase="cold", target=1156):
 
 def _point(residue, target, seed):
     plan = SimpleNamespace(prompt_sha1=None, target_len=target)
-    return SimpleNamespace(residue=residue, plan=plan, seed=seed, case=None)
+    return SimpleNamespace(residue=residue, plan=plan, document_seed=seed, case=None)
 
 
 def test_golden_answers_are_per_document(tmp_path):
