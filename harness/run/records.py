@@ -12,6 +12,7 @@ it to ``PhaseRecord`` (with a default, so old records still load), its meaning t
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -219,9 +220,11 @@ class PhaseRecord:
         return rec
 
 
+@functools.cache
 def data_fields() -> tuple[dataclasses.Field, ...]:
     """The fields of ``PhaseRecord`` that are keys of a record (not ``extra``, not the
-    private memory of what was read)."""
+    private memory of what was read); the class does not change, so they are listed once
+    (every record read asked for them: ~8% of reading a large results file)."""
     return tuple(f for f in dataclasses.fields(PhaseRecord)
                  if f.name != "extra" and not f.name.startswith("_"))
 
