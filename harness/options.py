@@ -97,19 +97,10 @@ _LIVE_FLAGS = {"isolation": IsolationName.LIVE, "backend": "live"}
 
 
 def _check_pairs(ns: argparse.Namespace, argv: Sequence[str], phases: tuple[str, ...]) -> None:
-    """The flags that only make sense with (or without) another one."""
-    if ns.engine != EngineName.CMD and ns.server_cmd:
-        raise UsageError("--server-cmd is only for --engine cmd")
-    if ns.ray_address and ns.backend != "ray":
-        raise UsageError("--ray-address is only for --backend ray")
-    if ns.slots and ns.gpus:
-        raise UsageError("--slots and --gpus are exclusive: --gpus gives one slot per GPU")
-    check_flag_use(ns, argv, phases)   # --cache-dir, --launcher, flags that do not apply
+    """The flags that only make sense with (or without) another one: the rule table
+    (``settings/flag_checks.RULES``), then what one flag's value says (a TP size)."""
+    check_flag_use(ns, argv, phases)
     _check_tensor_parallel(ns.engine_arg)
-    if len(ns.seed) > 1 and ns.prompts:
-        raise UsageError("--seed lists are documents and --prompts cases have none: give one --seed")
-    if getattr(ns, "bisect", False) and ns.baseline:
-        raise UsageError("--bisect and --baseline are exclusive: a bisect judges each build alone")
 
 
 def _check_poison(ns: argparse.Namespace, line) -> None:

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Sequence
 
 from ..serve.engines import adapter_class
-from ..errors import ExitCode, UsageError
+from ..errors import ExitCode
+from ..settings.flag_checks import Asked, rule_of
 from ..settings.flags import Parser, add_flags, positive_int, sweep_parser
 from ..run.plan import Point
 from ..run.records import PhaseRecord
@@ -73,8 +74,7 @@ def run_explain(argv: Sequence[str]) -> int:
                    "server commands; start nothing")
     ns = p.parse_args(list(argv))
     from .. import explain
-    if ns.slots and ns.gpus:
-        raise UsageError("--slots and --gpus are exclusive: --gpus gives one slot per GPU")
+    rule_of("--slots", "--gpus").check(Asked(ns))   # the sweep's own rule
     # the rungs run on fresh servers: the parent's auto-only flags do not apply to them
     run_flags = {"out": ns.out, "isolation": "fresh",
                  "auto_sample": sweep_parser().get_default("auto_sample"), "resume": None, "dry_run": False, "baseline": None, "junit": None,

@@ -57,22 +57,14 @@ _SERVER_RUN_FLAGS = ("--isolation", "--auto-sample", "--cache-dir", "--launcher"
 
 
 def live_target(ns: argparse.Namespace, written: dict[str, Any]) -> LiveTarget:
-    """``--url``, as the options take it: the flags checked (``written``: those the command
-    line wrote), the URL and the key read, the run's document nonce drawn; nothing is sent
-    (the session connects: ``connect``)."""
+    """``--url``, as the options take it: the server flags it refuses (``written``: those
+    the command line wrote; the flags it cannot take with it are ``settings/flag_checks``
+    rules), the URL and the key read, the run's document nonce drawn; nothing is sent (the
+    session connects: ``connect``)."""
     refused = refused_flags(written)
     if refused:
         raise UsageError(f"--url sweeps a server that is already running, as it runs; "
                          f"these flags configure or start a server: {', '.join(refused)}")
-    if ns.prompts or len(ns.seed) > 1:
-        raise UsageError("--url gives every point a document of its own: --prompts cases and "
-                         "--seed lists repeat a text across points, which a live server caches")
-    if getattr(ns, "load", 0):
-        raise UsageError("--load sends background conversations of its own; on a running "
-                         "service that is added traffic, so --url does not send it")
-    if ns.reference not in ("passage", "cold"):
-        raise UsageError(f"--reference {ns.reference}: --url judges each point against its "
-                         "own document (passage) or its cold answer (cold)")
     key, source = api_key_from_env(ns.api_key)
     return LiveTarget(check_url(ns.url), key, source, ns.concurrency or 1,
                       RequestBudget(ns.max_requests or DEFAULT_MAX_REQUESTS),

@@ -1,11 +1,15 @@
-"""The flags that only make sense with another one, or contradict each other: one
-``UsageError`` naming them, never silence (issue 27). Read off the parsed namespace of
-``flags.FLAGS`` (and, where a default cannot tell, the argv that wrote it); the checks
-across the whole request are ``harness/options.py``'s."""
+"""The flags that only make sense with another one, or contradict each other, as one table
+(``RULES``): each ``Rule`` names the flags it relates, when they are broken together, and
+the one ``UsageError`` line that says so, never silence (issue 27). Read off the parsed
+namespace of ``flags.FLAGS`` (and, where a default cannot tell, the argv that wrote it);
+``options.build_options`` checks every rule, in the table's order, before anything runs.
+What only a whole request can tell (a ``--serve`` line, ``--poison on`` on an engine) stays
+in ``harness/options.py``."""
 from __future__ import annotations
 
 import argparse
-from typing import Sequence
+from dataclasses import dataclass
+from typing import Callable, Sequence
 
 from ..errors import UsageError
 from ..judge.vocabulary import PhaseName
@@ -13,64 +17,130 @@ from ..serve.engine_help import can_fork, for_engines
 from ..serve.engines import ADAPTERS, EngineName
 from ..serve.isolation import IsolationName
 
-__all__ = ["check_launch_flags", "check_flag_use"]
+__all__ = ["Asked", "Rule", "RULES", "check_flag_use", "rule_of"]
 
 
-def check_launch_flags(ns: argparse.Namespace) -> None:
-    """How servers start and what auto confirms: the flags that only make sense with
-    another one (``UsageError`` naming the pair)."""
-    engine = ADAPTERS.get(ns.engine)
-    if ns.cache_dir and engine and not engine.compile_caches:
-        raise UsageError(f"--cache-dir is for {for_engines('compile_caches')} (the {ns.engine} "
-                         "engine compiles nothing)")
-    if ns.launcher == "prefork" and engine and not can_fork(engine):
-        raise UsageError(f"--launcher prefork: --engine {ns.engine} cannot be forked from a "
-                         f"pre-imported parent ({for_engines(can_fork)} can); use --launcher "
-                         "plain")
-    if ns.launcher != "plain" and ns.backend != "local":
-        raise UsageError(f"--launcher {ns.launcher} is for the local backend")
-    if not getattr(ns, "url", None):
-        for name in ("max_requests", "concurrency"):
-            if getattr(ns, name, None):
-                raise UsageError(f"--{name.replace('_', '-')} is for --url (a running server); "
-                                 "--slots sets how many servers a sweep starts")
-        if ns.isolation == IsolationName.LIVE:
-            raise UsageError("--isolation live is how --url sweeps a running server: give "
-                             "--url URL")
-    if ns.auto_sample < 0:
-        raise UsageError("--auto-sample must be at least 0")
-    if ns.auto_sample != 4 and ns.isolation != IsolationName.AUTO:
-        raise UsageError("--auto-sample is for --isolation auto")
-    if ns.load_mode != "steady" and not ns.load:
-        raise UsageError("--load-mode is for --load N (N background conversations)")
+@dataclass(frozen=True)
+class Asked:
+    """What a rule reads: the parsed flags, the argv that wrote them, ``--phases`` read."""
+    ns: argparse.Namespace
+    argv: Sequence[str] = ()
+    phases: Sequence[str] = ()
+
+    def written(self, name: str) -> bool:
+        """``name`` is on the command line (a default cannot tell it from one written)."""
+        return any(a == name or a.startswith(name + "=") for a in self.argv)
+
+    def __getattr__(self, dest: str):
+        return getattr(self.ns, dest, None)
+
+    @property
+    def hit_phases(self) -> list[str]:
+        return [p for p in self.phases if p != PhaseName.COLD]
 
 
-def _written(argv: Sequence[str], name: str) -> bool:
-    return any(a == name or a.startswith(name + "=") for a in argv)
+@dataclass(frozen=True)
+class Rule:
+    flags: tuple[str, ...]                 # the flags it relates, as the user writes them
+    broken: Callable[[Asked], bool]
+    says: Callable[[Asked], str]
+
+    def check(self, asked: Asked) -> None:
+        if self.broken(asked):
+            raise UsageError(self.says(asked))
+
+
+def _engine(a: Asked):
+    return ADAPTERS.get(a.engine)
+
+
+def _first_written(a: Asked, names: Sequence[str]) -> str:
+    return next(n for n in names if a.written(n))
+
+
+_PROMPTS_ONLY = ("--context", "--answer-lines")
+
+RULES: tuple[Rule, ...] = (
+    Rule(("--url", "--prompts", "--seed"),
+         lambda a: bool(a.url) and (bool(a.prompts) or len(a.seed or ()) > 1),
+         lambda a: "--url gives every point a document of its own: --prompts cases and "
+                   "--seed lists repeat a text across points, which a live server caches"),
+    Rule(("--url", "--load"), lambda a: bool(a.url) and bool(a.load),
+         lambda a: "--load sends background conversations of its own; on a running service "
+                   "that is added traffic, so --url does not send it"),
+    Rule(("--url", "--reference"),
+         lambda a: bool(a.url) and a.reference not in ("passage", "cold"),
+         lambda a: f"--reference {a.reference}: --url judges each point against its own "
+                   "document (passage) or its cold answer (cold)"),
+    Rule(("--server-cmd", "--engine"),
+         lambda a: a.engine != EngineName.CMD and bool(a.server_cmd),
+         lambda a: "--server-cmd is only for --engine cmd"),
+    Rule(("--ray-address", "--backend"),
+         lambda a: bool(a.ray_address) and a.backend != "ray",
+         lambda a: "--ray-address is only for --backend ray"),
+    Rule(("--slots", "--gpus"), lambda a: bool(a.slots and a.gpus),
+         lambda a: "--slots and --gpus are exclusive: --gpus gives one slot per GPU"),
+    Rule(("--cache-dir", "--engine"),
+         lambda a: bool(a.cache_dir) and bool(_engine(a)) and not _engine(a).compile_caches,
+         lambda a: f"--cache-dir is for {for_engines('compile_caches')} (the {a.engine} "
+                   "engine compiles nothing)"),
+    Rule(("--launcher", "--engine"),
+         lambda a: a.launcher == "prefork" and bool(_engine(a)) and not can_fork(_engine(a)),
+         lambda a: f"--launcher prefork: --engine {a.engine} cannot be forked from a "
+                   f"pre-imported parent ({for_engines(can_fork)} can); use --launcher plain"),
+    Rule(("--launcher", "--backend"), lambda a: a.launcher != "plain" and a.backend != "local",
+         lambda a: f"--launcher {a.launcher} is for the local backend"),
+    Rule(("--max-requests", "--url"), lambda a: not a.url and bool(a.max_requests),
+         lambda a: "--max-requests is for --url (a running server); --slots sets how many "
+                   "servers a sweep starts"),
+    Rule(("--concurrency", "--url"), lambda a: not a.url and bool(a.concurrency),
+         lambda a: "--concurrency is for --url (a running server); --slots sets how many "
+                   "servers a sweep starts"),
+    Rule(("--isolation", "--url"), lambda a: not a.url and a.isolation == IsolationName.LIVE,
+         lambda a: "--isolation live is how --url sweeps a running server: give --url URL"),
+    Rule(("--auto-sample",), lambda a: a.auto_sample < 0,
+         lambda a: "--auto-sample must be at least 0"),
+    Rule(("--auto-sample", "--isolation"),
+         lambda a: a.auto_sample != 4 and a.isolation != IsolationName.AUTO,
+         lambda a: "--auto-sample is for --isolation auto"),
+    Rule(("--load-mode", "--load"), lambda a: a.load_mode != "steady" and not a.load,
+         lambda a: "--load-mode is for --load N (N background conversations)"),
+    Rule(("--prefix-cache", "--no-prefix-cache"),
+         lambda a: a.written("--prefix-cache") and a.written("--no-prefix-cache"),
+         lambda a: "--prefix-cache and --no-prefix-cache contradict each other; give one"),
+    Rule(("--no-prefix-cache", "--phases"),
+         lambda a: a.written("--no-prefix-cache") and bool(a.hit_phases),
+         lambda a: f"--no-prefix-cache: the {' and '.join(a.hit_phases)} phase cannot hit "
+                   "without the prefix cache (it would be one more cold request); give "
+                   "--phases cold"),
+    Rule(("--prompts", *_PROMPTS_ONLY),
+         lambda a: bool(a.prompts) and any(a.written(n) for n in _PROMPTS_ONLY),
+         lambda a: f"{_first_written(a, _PROMPTS_ONLY)} is not used with --prompts: a case "
+                   "is its own prompt, padded to each residue (docs/prompts.md)"),
+    Rule(("--allow-fewer", "--baseline"), lambda a: bool(a.allow_fewer) and not a.baseline,
+         lambda a: "--allow-fewer is for --baseline (it accepts less coverage than the "
+                   "baseline's)"),
+    Rule(("--served-config", "--engine"),
+         lambda a: bool(a.served_config) and a.engine != EngineName.CMD,
+         lambda a: "--served-config is for --engine cmd (the lab and vllm engines report "
+                   "what they run)"),
+    Rule(("--seed", "--prompts"), lambda a: len(a.seed or ()) > 1 and bool(a.prompts),
+         lambda a: "--seed lists are documents and --prompts cases have none: give one --seed"),
+    Rule(("--bisect", "--baseline"), lambda a: bool(a.bisect) and bool(a.baseline),
+         lambda a: "--bisect and --baseline are exclusive: a bisect judges each build alone"),
+)
 
 
 def check_flag_use(ns: argparse.Namespace, argv: Sequence[str], phases: Sequence[str]) -> None:
-    """Flags that do not apply to what else was asked, or contradict each other: a
-    ``UsageError`` naming them, never silence (issue 27). ``argv`` tells a flag written
-    from its default; ``phases``: ``--phases`` as the options read it. Also
-    ``check_launch_flags``."""
-    check_launch_flags(ns)
-    if _written(argv, "--prefix-cache") and _written(argv, "--no-prefix-cache"):
-        raise UsageError("--prefix-cache and --no-prefix-cache contradict each other; give one")
-    hit_phases = [p for p in phases if p != PhaseName.COLD]
-    if _written(argv, "--no-prefix-cache") and hit_phases:
-        raise UsageError(f"--no-prefix-cache: the {' and '.join(hit_phases)} phase cannot hit "
-                         "without the prefix cache (it would be one more cold request); "
-                         "give --phases cold")
-    if ns.prompts:
-        for name in ("--context", "--answer-lines"):
-            if _written(argv, name):
-                raise UsageError(f"{name} is not used with --prompts: a case is its own "
-                                 "prompt, padded to each residue (docs/prompts.md)")
-    if ns.allow_fewer and not ns.baseline:
-        raise UsageError("--allow-fewer is for --baseline (it accepts less coverage than "
-                         "the baseline's)")
-    if getattr(ns, "served_config", None) and ns.engine != EngineName.CMD:
-        raise UsageError("--served-config is for --engine cmd (the lab and vllm engines "
-                         "report what they run)")
+    """Every rule of ``RULES``, in order: the first broken one is a ``UsageError``.
+    ``argv`` tells a flag written from its default; ``phases``: ``--phases`` as the options
+    read it."""
+    asked = Asked(ns, tuple(argv), tuple(phases))
+    for rule in RULES:
+        rule.check(asked)
 
+
+def rule_of(*flags: str) -> Rule:
+    """The rule relating exactly ``flags`` (another command's parser checks it too:
+    ``sweep explain``'s ``--slots`` / ``--gpus``)."""
+    return next(r for r in RULES if r.flags == flags)
