@@ -78,9 +78,32 @@ def test_the_runs_reaper_knows_this_sweeps_token(monkeypatch):
         assert reaper.proc is not None
         reaper.proc.stdin.close()
         assert reaper.proc.wait(timeout=30) == 0
-        assert server.wait(timeout=10) == -signal.SIGTERM
+        try:
+            code = server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            code = None
+        assert code == -signal.SIGTERM, _why_alive(server, f"{OWNER_ENV}={orphans.owner_token()}")
     finally:
         _end(server)
+
+
+def _why_alive(server: subprocess.Popen, entry: str) -> str:
+    """What the reaper could have seen of a server it did not end (CI of 9b651b3,
+    2026-12-05: alive 10 s after the reaper exited 0, once): its environment's entry, its
+    signal masks, and whether the reaper's own search finds it now."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("reaper_script", REAPER)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    try:
+        env = open(f"/proc/{server.pid}/environ", "rb").read().split(b"\0")
+        status = [ln for ln in open(f"/proc/{server.pid}/status").read().splitlines()
+                  if ln.startswith(("State", "SigBlk", "SigIgn", "SigPnd", "ShdPnd"))]
+    except OSError as e:
+        return f"server {server.pid}: /proc unreadable ({e})"
+    return (f"server {server.pid} alive (returncode {server.poll()}); entry in its environ: "
+            f"{entry.encode() in env}; {status}; the reaper's search finds it now: "
+            f"{server.pid in script.carrying(entry)}")
 
 
 def test_a_clean_close_writes_the_end_mark(monkeypatch):
