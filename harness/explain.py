@@ -3,9 +3,10 @@
 For each non-ok cell of a finished run (or the one named), the residue is rerun on fresh
 servers once unchanged (does it reproduce?) and once per axis with only that axis
 changed (graph mode, patches, prefix caching, match unit, spec, block size, k ± 1, the
-vLLM model runner). Every configuration is rebuilt from the parent run's own command
-line through the sweep's flags (``harness.settings.flags``), so a changed axis resolves exactly as
-``sweep`` would resolve it (a preset-derived field follows the preset). All rungs of all
+vLLM model runner). A rung's configuration is resolved again from the typed values the
+parent's own options resolved the cell from (``settings/configs.matrix_combos``), one
+axis changed, so it resolves exactly as ``sweep`` would (a preset-derived field follows
+the preset); nothing is spelled back into flags and parsed again. All rungs of all
 cells are one linked run: one ``Driver``, one backend, the slots in parallel, records in
 the same results store, and a manifest whose ``explains`` block names the parent run and,
 per cell, which configuration ran which rung (``report.explained`` reads it back).
@@ -22,10 +23,12 @@ from typing import Any, Callable
 
 from engine.presets import ServingConfig
 
-from .settings.configs import SweepOptions, config_id
+from .settings.configs import (SweepOptions, config_id, expand_matrix, matrix_combos,
+                               modulus_for, select_residues)
+from .serve.cmd_config import declare
 from .errors import CannotRun, ExitCode, HarnessError, UsageError
 from .settings.flag_manifest import namespace_of
-from .settings.flags import FLAGS, dest_of
+from .settings.flags import UNSET, matrix_axes
 from .options import build_options
 from .report.explained import EXPLAINED, UNCHANGED
 from .run.plan import SweepPlan, plan_with_probes
@@ -102,8 +105,10 @@ class ExplainPlan:
 
 
 # -- the axes ------------------------------------------------------------------------------
-# (axis, label, changes to the parsed sweep flags); a change that leaves the configuration
-# as it is is not run.
+# (axis, label, changes): the values the configuration is resolved from (the typed matrix
+# axes, settings/configs.matrix_combos; PREFIX_CACHE: prefix caching itself), one axis
+# changed; a change that leaves the configuration as it is is not run.
+PREFIX_CACHE = "prefix_cache"
 Change = tuple[str, str, "dict[str, Any] | str"]   # a str: why the rung is not run
 # vLLM (v1/core/kv_cache_utils.py, resolve_kv_cache_block_sizes): with several KV groups
 # (the hybrid) the match unit is the hash block, and every group's block size must be
@@ -122,13 +127,13 @@ def axis_changes(cfg: ServingConfig, *, runners: tuple[str, ...] = (),
     ``runners``: the model runners the engine can be forced onto (vLLM: v1, v2); the
     one ``ran_on`` (the effective runner of the cell) is left out."""
     out: list[Change] = [
-        ("graph mode", "graph mode → PIECEWISE", {"cudagraph": "PIECEWISE"}),
+        ("graph mode", "graph mode → PIECEWISE", {"cudagraph_mode": "PIECEWISE"}),
         ("patches", "patches → all", {"patches": "all"}),
-        ("prefix caching", "prefix caching → off", {"prefix_cache": False,
-                                                     "prefix_match_unit": None}),
+        ("prefix caching", "prefix caching → off", {PREFIX_CACHE: False,
+                                                     "prefix_match_unit": UNSET}),
         ("match unit", "match unit → none", {"prefix_match_unit": "none"}),
         ("spec", "spec → none", {"spec": "none", "draft_tokens": None}),
-        ("block size", "block size → 16", {"block_size": "16"}
+        ("block size", "block size → 16", {"block_size": 16}
          if not _vllm_hybrid_with_unit(cfg) else HYBRID_BLOCK_NOTE),
     ]
     if cfg.max_num_batched_tokens:
@@ -138,7 +143,7 @@ def axis_changes(cfg: ServingConfig, *, runners: tuple[str, ...] = (),
                     "engine's default", {"max_num_batched_tokens": None}))
     if cfg.method:
         k = int(cfg.draft_tokens)
-        out += [("k", f"k → {k2}", {"draft_tokens": str(k2)}) for k2 in (k - 1, k + 1) if k2 >= 1]
+        out += [("k", f"k → {k2}", {"draft_tokens": k2}) for k2 in (k - 1, k + 1) if k2 >= 1]
     for r in runners:
         if r != ran_on:
             out.append(("runner", f"runner → {r}", {"runner": r}
@@ -163,36 +168,35 @@ def _vllm_hybrid_with_unit(cfg: ServingConfig) -> bool:
     return cfg.engine == EngineName.VLLM and cfg.geometry == "hybrid" and bool(cfg.prefix_match_unit)
 
 
-def _spelling(name: str, value: Any) -> str | None:
-    """How a configuration value is given back to its flag (the flags' own spellings)."""
-    if name == "prefix_match_unit":
-        return str(value) if value else "none"
-    if value is None:
-        return None
-    if name == "patches":
-        return str(value).replace(",", "+")
-    return str(value)
+def _rung_opts(run: SweepOptions, parent_ns, chosen: dict, changes: dict) -> SweepOptions:
+    """One rung: the cell's run on its configuration resolved again from the values the
+    parent resolved it from (``chosen``: typed matrix axes) with ``changes`` over them."""
+    axes = {**chosen, **changes}
+    prefix_cache = axes.pop(PREFIX_CACHE, parent_ns.prefix_cache)
+    (cfg,) = expand_matrix(engine=parent_ns.engine, model=parent_ns.model,
+                           prefix_cache=prefix_cache, axes={k: [v] for k, v in axes.items()})
+    cfg = declare(cfg, run.served_fields)
+    select_residues(run.residues, cfg, modulus_for(cfg, run.modulus), seed=run.seed)
+    return dataclasses.replace(run, configs=(cfg,))
 
 
-def _pinned(parent_ns, cfg: dict[str, Any]):
-    """The parent's parsed flags with every matrix axis it gave narrowed to this one
-    configuration's value (axes it left to the preset stay so)."""
-    ns = argparse.Namespace(**vars(parent_ns))
-    for f in FLAGS:
-        if f.axis and f.items and getattr(ns, dest_of(f)) is not None:
-            setattr(ns, dest_of(f), _spelling(f.axis, cfg.get(f.axis)))
-    return ns
+def _chosen_for(parent_ns, served: dict | None, cid: str) -> dict | None:
+    """The parent's combination of its typed matrix axes (``matrix_combos``) that resolves
+    to configuration ``cid`` (None: this harness no longer builds it from those flags)."""
+    return next((chosen for chosen, cfg in matrix_combos(
+        engine=parent_ns.engine, model=parent_ns.model, prefix_cache=parent_ns.prefix_cache,
+        axes=matrix_axes(parent_ns)) if config_id(declare(cfg, served)) == cid), None)
 
 
-def _rung_opts(ns, residue: int, changes: dict[str, Any],
-               run_flags: dict[str, Any]) -> SweepOptions:
-    ns = argparse.Namespace(**vars(ns))
-    for k, v in {**changes, **run_flags, "residues": str(residue)}.items():
-        setattr(ns, k, v)
+def _run_opts(parent_ns, residue: int, modulus: int | None,
+              run_flags: dict[str, Any]) -> SweepOptions:
+    """The parent's flags with the explain invocation's run flags over them, at one
+    residue: validated once by the sweep's own options (``build_options``)."""
+    ns = argparse.Namespace(**{**vars(parent_ns), **run_flags, "residues": "0"})
+    if modulus is not None:
+        ns.modulus = str(modulus)
     opts = build_options(ns, ["explain-rung"], written={})   # a rung's flags are its ns
-    if len(opts.configs) != 1:
-        raise CannotRun(f"a rung expands to {len(opts.configs)} configurations, not one")
-    return opts
+    return dataclasses.replace(opts, residues=str(residue))
 
 
 # -- which cells ---------------------------------------------------------------------------
@@ -258,32 +262,36 @@ def prepare(run_ref: str, out_dir: str, *, residue: int | None, phase: str | Non
                                     f"phase {phase}" if phase else "") if x)
         raise UsageError(f"run {manifest.run_id}: no broken, diverged, crash or timeout "
                          f"cell at {what} (no non-ok cell to explain)")
-    targets = []
-    for (cid, case, res, doc), cell in cells.items():
-        rec = cell["record"]
-        requested = dict(rec.requested_config or rec.config or {})
-        ns = _pinned(parent_ns, requested)
-        if requested.get("max_num_batched_tokens") and ns.modulus == "auto":
-            # every rung measures the same prompt: a budget rung would otherwise change
-            # what auto resolves the modulus to, and so the length behind the residue
-            ns.modulus = str(rec.modulus)
-        base = _rung_opts(ns, res, {}, run_flags)
-        if config_id(base.configs[0]) != cid:
-            raise CannotRun(f"run {manifest.run_id}: the command line no longer builds "
-                            f"configuration {cid} ({rec.config_label}); was it made by "
-                            "another harness version?")
-        t = Target(cid, rec.config_label or base.configs[0].label(), res,
-                   cell["phases"], [RungSpec(UNCHANGED, UNCHANGED, base)], doc, case)
-        effective = rec.config or {}
-        for axis, label, changes in axis_changes(
-                base.configs[0], runners=runners_for(base.engine),
-                ran_on=effective.get("model_runner")):
-            t.rungs.append(_rung(ns, res, axis, label, changes, run_flags, cid))
-        targets.append(t)
+    targets = [_target(manifest.run_id, parent_ns, key, cell, run_flags, runners_for)
+               for key, cell in cells.items()]
     return ExplainPlan(manifest.run_id, path, targets, ("explain", str(run_ref)),
                        manifest.reference or parent_ns.reference,
                        tuple(manifest.documents or ()),
                        unexplained=unexplained)
+
+
+def _target(run_id: str, parent_ns, key: CellKey, cell: dict[str, Any],
+            run_flags: dict[str, Any], runners_for: Callable[[str], tuple[str, ...]]) -> Target:
+    """One explained cell: its unchanged rung and one rung per axis."""
+    cid, case, res, doc = key
+    rec = cell["record"]
+    requested = dict(rec.requested_config or rec.config or {})
+    # every rung measures the same prompt: a budget rung would otherwise change what
+    # --modulus auto resolves to, and so the length behind the residue
+    pin = (rec.modulus if requested.get("max_num_batched_tokens")
+           and parent_ns.modulus == "auto" else None)
+    run = _run_opts(parent_ns, res, pin, run_flags)
+    chosen = _chosen_for(parent_ns, run.served_fields, cid)
+    if chosen is None:
+        raise CannotRun(f"run {run_id}: the command line no longer builds configuration "
+                        f"{cid} ({rec.config_label}); was it made by another harness version?")
+    base = _rung_opts(run, parent_ns, chosen, {})
+    t = Target(cid, rec.config_label or base.configs[0].label(), res,
+               cell["phases"], [RungSpec(UNCHANGED, UNCHANGED, base)], doc, case)
+    for change in axis_changes(base.configs[0], runners=runners_for(base.engine),
+                               ran_on=(rec.config or {}).get("model_runner")):
+        t.rungs.append(_rung(run, parent_ns, chosen, change, cid))
+    return t
 
 
 def check_resume(xp: ExplainPlan, run_id: str, out_dir: str) -> None:
@@ -315,11 +323,13 @@ def unexplained_cells(records: list[PhaseRecord]) -> dict[str, int]:
     return dict(sorted(out.items()))
 
 
-def _rung(ns, res, axis, label, changes, run_flags, base_cid) -> RungSpec:
+def _rung(run: SweepOptions, parent_ns, chosen: dict, change: Change, base_cid: str
+          ) -> RungSpec:
+    axis, label, changes = change
     if isinstance(changes, str):
         return RungSpec(label, axis, None, changes)
     try:
-        opts = _rung_opts(ns, res, changes, run_flags)
+        opts = _rung_opts(run, parent_ns, chosen, changes)
     except HarnessError as e:   # e.g. k-1 outside the preset's range, a residue past the modulus
         if e.exit_code is None:   # handled where it is raised (HandledError): here, a bug
             raise

@@ -25,6 +25,7 @@ from ..serve.slots import Slot
 from ..judge.vocabulary import PHASES, PhaseName
 
 __all__ = ["SweepOptions", "config_id", "modulus_for", "modulus_and_why", "expand_matrix",
+           "matrix_combos",
            "predicted_residues", "select_residues", "parse_slots", "parse_phases",
            "parse_reference", "parse_prompts", "describe"]
 
@@ -137,8 +138,17 @@ def expand_matrix(*, engine: str, model: str | None, prefix_cache: bool | None,
                   axes: dict[str, list[Any]]) -> list[ServingConfig]:
     """Every comma-separated configuration flag is one axis (``flags.matrix_axes``); the
     result is their product, in the flags' declaration order, without duplicates."""
+    return [cfg for _, cfg in matrix_combos(engine=engine, model=model,
+                                            prefix_cache=prefix_cache, axes=axes)]
+
+
+def matrix_combos(*, engine: str, model: str | None, prefix_cache: bool | None,
+                  axes: dict[str, list[Any]]) -> list[tuple[dict[str, Any], ServingConfig]]:
+    """``expand_matrix`` with what each configuration was resolved from: (its one value of
+    every axis, the configuration), the first combination of each configuration kept
+    (``sweep explain`` changes one axis of it and resolves again)."""
     names = list(axes)
-    out: list[ServingConfig] = []
+    out: list[tuple[dict[str, Any], ServingConfig]] = []
     seen: set[str] = set()
     for combo in itertools.product(*(axes[n] for n in names)):
         chosen = dict(zip(names, combo))
@@ -150,7 +160,7 @@ def expand_matrix(*, engine: str, model: str | None, prefix_cache: bool | None,
         cid = config_id(cfg)
         if cid not in seen:
             seen.add(cid)
-            out.append(cfg)
+            out.append((chosen, cfg))
     return out
 
 

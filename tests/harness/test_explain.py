@@ -371,7 +371,7 @@ def test_the_block_rung_is_not_run_where_vllm_refuses_it(tmp_path, cli):
     block = {c[0]: c[2] for c in axis_changes(vllm)}["block size"]
     assert block == HYBRID_BLOCK_NOTE
     lab = resolve("ngram", "huge", engine="lab", patches="none", geometry="hybrid")
-    assert {c[0]: c[2] for c in axis_changes(lab)}["block size"] == {"block_size": "16"}
+    assert {c[0]: c[2] for c in axis_changes(lab)}["block size"] == {"block_size": 16}
 
 
 def test_the_v2_runner_rung_is_not_run_for_ngram_on_vllm():
