@@ -180,19 +180,19 @@ def _rung_opts(run: SweepOptions, parent_ns, chosen: dict, changes: dict) -> Swe
     return dataclasses.replace(run, configs=(cfg,))
 
 
-def _chosen_for(parent_ns, served: dict | None, cid: str) -> dict | None:
-    """The parent's combination of its typed matrix axes (``matrix_combos``) that resolves
-    to configuration ``cid`` (None: this harness no longer builds it from those flags)."""
-    return next((chosen for chosen, cfg in matrix_combos(
-        engine=parent_ns.engine, model=parent_ns.model, prefix_cache=parent_ns.prefix_cache,
-        axes=matrix_axes(parent_ns)) if config_id(declare(cfg, served)) == cid), None)
+def _chosen_for(combos: list[tuple[dict, ServingConfig]], served: dict | None,
+                cid: str) -> dict | None:
+    """The parent's combination of its typed matrix axes that resolves to configuration
+    ``cid`` (None: this harness no longer builds it from those flags)."""
+    return next((chosen for chosen, cfg in combos
+                 if config_id(declare(cfg, served)) == cid), None)
 
 
 def _run_opts(parent_ns, residue: int, modulus: int | None,
               run_flags: dict[str, Any]) -> SweepOptions:
     """The parent's flags with the explain invocation's run flags over them, at one
     residue: validated once by the sweep's own options (``build_options``)."""
-    ns = argparse.Namespace(**{**vars(parent_ns), **run_flags, "residues": "0"})
+    ns = argparse.Namespace(**{**vars(parent_ns), **run_flags, "residues": "0"})  # any modulus
     if modulus is not None:
         ns.modulus = str(modulus)
     opts = build_options(ns, ["explain-rung"], written={})   # a rung's flags are its ns
@@ -262,7 +262,9 @@ def prepare(run_ref: str, out_dir: str, *, residue: int | None, phase: str | Non
                                     f"phase {phase}" if phase else "") if x)
         raise UsageError(f"run {manifest.run_id}: no broken, diverged, crash or timeout "
                          f"cell at {what} (no non-ok cell to explain)")
-    targets = [_target(manifest.run_id, parent_ns, key, cell, run_flags, runners_for)
+    combos = matrix_combos(engine=parent_ns.engine, model=parent_ns.model,   # resolved once
+                           prefix_cache=parent_ns.prefix_cache, axes=matrix_axes(parent_ns))
+    targets = [_target(manifest.run_id, parent_ns, combos, key, cell, run_flags, runners_for)
                for key, cell in cells.items()]
     return ExplainPlan(manifest.run_id, path, targets, ("explain", str(run_ref)),
                        manifest.reference or parent_ns.reference,
@@ -270,7 +272,7 @@ def prepare(run_ref: str, out_dir: str, *, residue: int | None, phase: str | Non
                        unexplained=unexplained)
 
 
-def _target(run_id: str, parent_ns, key: CellKey, cell: dict[str, Any],
+def _target(run_id: str, parent_ns, combos: list, key: CellKey, cell: dict[str, Any],
             run_flags: dict[str, Any], runners_for: Callable[[str], tuple[str, ...]]) -> Target:
     """One explained cell: its unchanged rung and one rung per axis."""
     cid, case, res, doc = key
@@ -281,7 +283,7 @@ def _target(run_id: str, parent_ns, key: CellKey, cell: dict[str, Any],
     pin = (rec.modulus if requested.get("max_num_batched_tokens")
            and parent_ns.modulus == "auto" else None)
     run = _run_opts(parent_ns, res, pin, run_flags)
-    chosen = _chosen_for(parent_ns, run.served_fields, cid)
+    chosen = _chosen_for(combos, run.served_fields, cid)
     if chosen is None:
         raise CannotRun(f"run {run_id}: the command line no longer builds configuration "
                         f"{cid} ({rec.config_label}); was it made by another harness version?")
