@@ -25,6 +25,10 @@ owner's token in its environment from its first instruction (``harness.serve.orp
 ``RESIDUE_LAB_SWEEP``), inherited by whatever it starts, so at an EOF that did not follow
 ``.`` every process whose environment holds that entry is ended as well. After ``.`` it
 is not: another run in the same process (the Python API) may still be using its servers.
+A process inside its ``execve`` has no readable environment for an instant (``carrying``
+waits for it); one between its fork and its exec still shows its spawner's environment,
+without the token, for the few instructions before the exec: the next sweep's
+``end_orphans`` finds it by the token once it runs.
 Standard library only, run by path: it must start even where ``harness`` is not
 importable.
 """
@@ -36,6 +40,7 @@ import sys
 import time
 
 GRACE_S = 5.0
+PF_KTHREAD = 0x00200000   # include/linux/sched.h: a kernel thread (no environment ever)
 
 
 def _alive(pgid: int) -> bool:
@@ -66,19 +71,59 @@ def _running(pid: int) -> bool:
         return False
 
 
-def carrying(entry: str) -> set[int]:
-    """Every process but this one whose environment holds ``entry`` (``NAME=VALUE``)."""
+def _environ(pid: str, proc: str) -> list[bytes] | None:
+    """A process's environment entries; None when it is gone or not ours to read."""
+    try:
+        with open(f"{proc}/{pid}/environ", "rb") as f:
+            return [e for e in f.read().split(b"\0") if e]
+    except OSError:
+        return None
+
+
+def _mid_exec(pid: str, proc: str) -> bool:
+    """The process is in its ``execve`` between the point of no return and the kernel
+    writing the new stack: its close-on-exec descriptors are already closed (so the
+    ``Popen`` that started it has returned, and its spawner may have registered nothing
+    yet), but its environment is not there: ``/proc/PID/environ`` reads empty until
+    ``create_elf_tables`` sets the new image's ``env_end`` (``/proc/PID/stat`` field 51,
+    0 until then). Zombies and kernel threads read empty too and are not waited for."""
+    try:
+        with open(f"{proc}/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()   # fields[0] is field 3, state
+        state, flags, env_end = fields[0], int(fields[6]), int(fields[48])
+    except (OSError, IndexError, ValueError):
+        return False
+    return state not in (b"Z", b"X") and not flags & PF_KTHREAD and env_end == 0
+
+
+def carrying(entry: str, settle: float = GRACE_S, proc: str = "/proc") -> set[int]:
+    """Every process but this one whose environment holds ``entry`` (``NAME=VALUE``). A
+    process caught inside its ``execve`` (``_mid_exec``) has no environment to read yet:
+    it is read again until it has one (at most ``settle`` seconds). CI of 9b651b3 caught
+    that instant: a token-carrying process started just before the owner's pipe closed
+    was not listed, and lived on."""
     want = entry.encode()
-    found = set()
-    for name in os.listdir("/proc"):
+    found: set[int] = set()
+    pending: set[str] = set()
+    for name in os.listdir(proc):
         if not name.isdigit() or int(name) == os.getpid():
             continue
-        try:
-            with open(f"/proc/{name}/environ", "rb") as f:
-                if want in f.read().split(b"\0"):
+        env = _environ(name, proc)
+        if env is None:
+            continue
+        if want in env:
+            found.add(int(name))
+        elif not env and _mid_exec(name, proc):
+            pending.add(name)
+    deadline = time.monotonic() + settle
+    while pending and time.monotonic() < deadline:
+        time.sleep(0.01)   # another process's exec has no event to wait on: poll its stat
+        for name in list(pending):
+            env = _environ(name, proc)
+            if env is None or env or not _mid_exec(name, proc):
+                pending.discard(name)
+                if env and want in env:
                     found.add(int(name))
-        except OSError:
-            continue   # gone, or not ours to read
     return found
 
 

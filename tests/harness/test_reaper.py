@@ -91,10 +91,7 @@ def _why_alive(server: subprocess.Popen, entry: str) -> str:
     """What the reaper could have seen of a server it did not end (CI of 9b651b3,
     2026-12-05: alive 10 s after the reaper exited 0, once): its environment's entry, its
     signal masks, and whether the reaper's own search finds it now."""
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("reaper_script", REAPER)
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = _script()
     try:
         env = open(f"/proc/{server.pid}/environ", "rb").read().split(b"\0")
         status = [ln for ln in open(f"/proc/{server.pid}/status").read().splitlines()
@@ -116,3 +113,67 @@ def test_a_clean_close_writes_the_end_mark(monkeypatch):
         assert server.poll() is None
     finally:
         _end(server)
+
+
+def _script():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("reaper_script", REAPER)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    return script
+
+
+def _fake_process(proc, pid: int, environ: bytes, env_end: int = 0, flags: int = 0) -> None:
+    """``/proc/PID`` as the reaper reads it: ``environ``, and ``stat`` with its state,
+    flags (field 9) and env_end (field 51)."""
+    after = ["S"] + ["0"] * 49        # fields 3..52
+    after[6], after[48] = str(flags), str(env_end)
+    (proc / str(pid)).mkdir(exist_ok=True)
+    for name, data in (("environ", environ), ("stat", f"{pid} (sleep) {' '.join(after)}".encode())):
+        part = proc / str(pid) / f".{name}"
+        part.write_bytes(data)
+        os.replace(part, proc / str(pid) / name)   # the reader sees either version, whole
+
+
+def test_a_process_caught_inside_its_exec_is_read_again_until_it_has_an_environment(tmp_path):
+    """CI of 9b651b3: ``Popen`` returns once the child's exec closed its descriptors, before
+    the kernel wrote its new stack, so for that instant ``/proc/PID/environ`` reads empty.
+    The reaper waits for such a process (env_end 0) instead of passing it by; a zombie, a
+    kernel thread or a process started with no environment at all is not waited for."""
+    import threading
+    entry = f"{OWNER_ENV}=7:3.000"
+    _fake_process(tmp_path, 101, b"")                               # ours, mid-exec
+    _fake_process(tmp_path, 102, b"")                               # another's, mid-exec
+    _fake_process(tmp_path, 103, b"", env_end=4096)                 # started with env -i
+    _fake_process(tmp_path, 104, b"", flags=0x00208040)             # a kernel thread
+    _fake_process(tmp_path, 105, b"A=1\0" + entry.encode() + b"\0")  # ours, settled
+    script = _script()
+    assert script.carrying(entry, settle=0, proc=str(tmp_path)) == {105}   # the old search
+
+    def exec_finishes():
+        for pid, env in ((101, entry), (102, f"{OWNER_ENV}=8:1.000")):
+            _fake_process(tmp_path, pid, b"A=1\0" + env.encode() + b"\0", env_end=8192)
+    later = threading.Timer(0.3, exec_finishes)
+    later.start()
+    try:
+        assert script.carrying(entry, settle=30, proc=str(tmp_path)) == {101, 105}
+    finally:
+        later.cancel()
+
+
+def test_the_stat_fields_the_reaper_reads_are_where_this_kernel_puts_them():
+    """env_start and env_end (fields 50, 51) bound exactly what ``environ`` reads, for this
+    process and for one started with no environment (env_end set: not waited for)."""
+    script = _script()
+    empty = subprocess.Popen(["/bin/sleep", "60"], env={})
+    try:
+        for pid in (os.getpid(), empty.pid):
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                size = len(f.read())
+            assert int(fields[48]) - int(fields[47]) == size and int(fields[48]) > 0
+            assert not script._mid_exec(str(pid), "/proc")
+        assert size == 0   # the env -i process: empty, and still not mid-exec
+    finally:
+        _end(empty)
