@@ -20,6 +20,7 @@ from typing import Any, Iterable, Iterator
 # point_key: the data point a record belongs to (``plan.Point.key`` is the same tuple)
 from ..errors import NoSpace, StoreError, UsageError
 from .manifest import RunManifest, as_manifest
+from .record_check import gc_paused
 from .recordkeys import cell_key, point_key
 
 __all__ = ["resolve_sources", "RECORD_SUFFIX", "ARCHIVED_SUFFIX", "MANIFEST_SUFFIX", "StoreError",
@@ -208,8 +209,8 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
     (a sweep killed mid-write) is skipped."""
     out = []
     opener = gzip.open if str(path).endswith(".gz") else open
-    with opener(path, "rt", encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
+    with opener(path, "rt", encoding="utf-8") as fh, gc_paused():
+        for line in fh:
             line = line.strip()
             if not line:
                 continue

@@ -16,10 +16,12 @@ import functools
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from ..records.recordkeys import auto_pass, cell_key, document_of, point_key, value_of
 from ..records.manifest import RunManifest, as_manifest
+from ..records.record_check import gc_paused
 from ..records.store import load_records, read_jsonl
 
 from ..judge.vocabulary import (BUG_VERDICTS, CLEAN, EXPLAINED, JUDGED, NOT_FAILED, NOT_LONE, OPEN,
@@ -247,7 +249,8 @@ def as_record(r: Mapping[str, Any] | PhaseRecord) -> PhaseRecord:
 
 def typed(records: Iterable[Mapping[str, Any] | PhaseRecord]) -> list[PhaseRecord]:
     """Records as ``PhaseRecord``s (a record already typed is kept as it is)."""
-    return [as_record(r) for r in records]
+    with gc_paused():   # an archive's records are many small objects and no cycle
+        return [as_record(r) for r in records]
 
 
 def read_phase_records(path: str | Path) -> list[PhaseRecord]:
