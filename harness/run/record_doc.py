@@ -217,7 +217,9 @@ FIELD_DOCS: dict[str, str] = {
     "load": ('`--load N`: `n`, `mode`, `running_before` / `running_after` '
              '(`vllm:num_requests_running`), `preemptions` (`vllm:num_preemptions_total` '
              "delta), `measured_preempted` (the log's `preempted request=` lines for this "
-             'request), `restarts` (cancel mode), `beside` (the batch of its final prefill '
+             'request), `restarts` (cancel mode), `ended` (steady backgrounds that finished '
+             'before they were cut; records before 2026-12-05 lack it), `beside` (the batch '
+             'of its final prefill '
              "chunk from the server's log: `final_chunk`, `prompt`, `computed_before`, "
              '`batch_reqs`, `batch_tokens`, `decode_reqs`, `prefill_reqs`, `dispatch`; null '
              'where the server logs none), `proven`, `drained` (docs/shapes.md, "Load")'),
