@@ -32,6 +32,8 @@ def load_cell(load: dict | None) -> str:
         body += f" ({load['measured_preempted']} of the measured request)"
     if load.get("restarts"):
         body += f", {load['restarts']} background restart(s)"
+    if load.get("ended"):
+        body += f", {load['ended']} background(s) ended before it returned"
     if not load.get("proven"):
         body += ", **not proven beside decode steps**"
     return f"{head}: {body}"

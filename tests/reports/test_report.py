@@ -381,6 +381,18 @@ def test_under_load_mode_cancel_each_break_is_checked_against_its_batch(shaped_a
     assert agrees in line, line
 
 
+def test_a_load_whose_backgrounds_ended_says_so_and_is_not_proven():
+    """load.ended (steady backgrounds that ran out before they were cut) is in the load
+    column, and such a cell is not called proven."""
+    recs = [{**r, "load": {"n": 4, "mode": "steady", "running_before": 4, "running_after": 0,
+                           "ended": 4, "proven": False,
+                           "beside": {**_beside(100, 0), "dispatch": "PIECEWISE"}}}
+            for r in synth.sweep(FULL, [4])]
+    md = render_markdown(recs)
+    assert ("4 steady: chunk 100 beside 0 decode, 0 prefill (100 tokens, `PIECEWISE`), "
+            "4 background(s) ended before it returned, **not proven beside decode steps**") in md
+
+
 def test_long_boot_fail_reason_is_capped_in_the_cell_not_the_footnote():
     reason = "server exited with code 1 during boot: " + "x" * 200
     r = synth.record(FULL, 4, "cold", verdict="boot-fail", answer="", reason=reason)
