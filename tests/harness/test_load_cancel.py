@@ -79,8 +79,10 @@ def test_steady_backgrounds_ask_for_the_whole_context_and_one_that_ends_unproves
         async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as h:
             client = EngineClient("http://engine", http=h)
             async with BackgroundLoad(client, "m", n=3, max_model_len=245_760) as bg:
-                while bg.ended < 3:   # each stream ends after its five tokens
-                    await asyncio.sleep(0.01)
+                async def all_ended():   # each stream ends after its five tokens
+                    while bg.ended < 3:
+                        await asyncio.sleep(0.01)
+                await asyncio.wait_for(all_ended(), 30)   # a hang is a failure, not a stall
                 gauges = await server_gauges(client)
             return bg, gauges
 
