@@ -109,22 +109,34 @@ def carrying(entry: str, settle: float = GRACE_S, proc: str = "/proc") -> set[in
         if not name.isdigit() or int(name) == os.getpid():
             continue
         env = _environ(name, proc)
-        if env is None:
-            continue
-        if want in env:
+        if env == []:
+            env = _after_exec(name, proc)
+        if env is not None and want in env:
             found.add(int(name))
-        elif not env and _mid_exec(name, proc):
+        elif env == []:
             pending.add(name)
     deadline = time.monotonic() + settle
     while pending and time.monotonic() < deadline:
         time.sleep(0.01)   # another process's exec has no event to wait on: poll its stat
         for name in list(pending):
-            env = _environ(name, proc)
-            if env is None or env or not _mid_exec(name, proc):
+            env = _after_exec(name, proc)
+            if env != []:
                 pending.discard(name)
-                if env and want in env:
+                if env is not None and want in env:
                     found.add(int(name))
     return found
+
+
+def _after_exec(pid: str, proc: str) -> list[bytes] | None:
+    """The environment of a process that read empty: ``[]`` while it is still inside its
+    exec, its entries (or None) once it is out. The stat is read before the environment so
+    an exec that ends between the two reads is seen with its new environment, not passed
+    by as empty (CI of c8df02b caught that order the other way round)."""
+    busy = _mid_exec(pid, proc)
+    env = _environ(pid, proc)
+    if busy and env == []:
+        return []
+    return env if env else None
 
 
 def kill_groups(groups: set[int], grace: float = GRACE_S, pids: set[int] = frozenset()) -> None:

@@ -161,6 +161,27 @@ def test_a_process_caught_inside_its_exec_is_read_again_until_it_has_an_environm
         later.cancel()
 
 
+def test_an_exec_that_ends_between_the_reapers_two_reads_is_not_passed_by(tmp_path):
+    """CI of c8df02b: the reaper read ``environ`` (empty: still inside the exec), the exec
+    ended, and then ``stat`` said "out of the exec": the process was dropped as one with no
+    environment. Here the exec ends at that exact instant, on every run."""
+    entry = f"{OWNER_ENV}=7:3.000"
+    _fake_process(tmp_path, 101, b"")
+    script = _script()
+    read = script._environ
+    calls = []
+
+    def environ_then_exec_ends(pid, proc):
+        env = read(pid, proc)
+        if not calls:
+            calls.append(pid)
+            _fake_process(tmp_path, 101, b"A=1\0" + entry.encode() + b"\0", env_end=8192)
+        return env
+    script._environ = environ_then_exec_ends
+    assert script.carrying(entry, settle=30, proc=str(tmp_path)) == {101}
+    assert calls == ["101"]
+
+
 def test_the_stat_fields_the_reaper_reads_are_where_this_kernel_puts_them():
     """env_start and env_end (fields 50, 51) bound exactly what ``environ`` reads, for this
     process and for one started with no environment (env_end set: not waited for)."""
