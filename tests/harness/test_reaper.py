@@ -186,8 +186,13 @@ def test_the_stat_fields_the_reaper_reads_are_where_this_kernel_puts_them():
     """env_start and env_end (fields 50, 51) bound exactly what ``environ`` reads, for this
     process and for one started with no environment (env_end set: not waited for)."""
     script = _script()
-    empty = subprocess.Popen(["/bin/sleep", "60"], env={})
+    # Popen returns while the child may still be inside its exec (env_end 0: the very window
+    # the reaper waits out; README run 5 of d69ad9e caught it here). A shell with no
+    # environment that has printed a line is past its exec: read that line first.
+    empty = subprocess.Popen(["/bin/sh", "-c", "echo up; read line"], env={},
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     try:
+        assert empty.stdout.readline() == b"up\n"
         for pid in (os.getpid(), empty.pid):
             with open(f"/proc/{pid}/stat", "rb") as f:
                 fields = f.read().rsplit(b")", 1)[1].split()
@@ -198,3 +203,5 @@ def test_the_stat_fields_the_reaper_reads_are_where_this_kernel_puts_them():
         assert size == 0   # the env -i process: empty, and still not mid-exec
     finally:
         _end(empty)
+        empty.stdin.close()
+        empty.stdout.close()
