@@ -110,20 +110,20 @@ def carrying(entry: str, settle: float = GRACE_S, proc: str = "/proc") -> set[in
             continue
         env = _environ(name, proc)
         if env == []:
-            env = _after_exec(name, proc)
-        if env is not None and want in env:
-            found.add(int(name))
-        elif env == []:
             pending.add(name)
+        elif env is not None and want in env:
+            found.add(int(name))
     deadline = time.monotonic() + settle
-    while pending and time.monotonic() < deadline:
-        time.sleep(0.01)   # another process's exec has no event to wait on: poll its stat
+    while pending:
         for name in list(pending):
             env = _after_exec(name, proc)
             if env != []:
                 pending.discard(name)
                 if env is not None and want in env:
                     found.add(int(name))
+        if not pending or time.monotonic() >= deadline:
+            break
+        time.sleep(0.01)   # another process's exec has no event to wait on: poll its stat
     return found
 
 
