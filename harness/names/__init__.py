@@ -1,0 +1,7 @@
+"""The names the records, reports and flags share, apart from the machinery that acts on them.
+
+One leaf module per kind of name (history, isolation, engine, verdict, phase): each holds the
+table of its values and what each means, and imports nothing of the harness but other modules
+of this package (tests/harness/test_layout.py checks it). The code that *does* a history, an
+isolation or an engine lives in run/, serve/ and backends/ and reads its row here.
+"""
