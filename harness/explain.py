@@ -9,8 +9,7 @@ axis changed, so it resolves exactly as ``sweep`` would (a preset-derived field 
 the preset); nothing is spelled back into flags and parsed again. All rungs of all
 cells are one linked run: one ``Driver``, one backend, the slots in parallel, records in
 the same results store, and a manifest whose ``explains`` block names the parent run and,
-per cell, which configuration ran which rung (``report.explained`` reads it back).
-"""
+per cell, which configuration ran which rung (``report.explained`` reads it back)."""
 from __future__ import annotations
 
 import argparse
@@ -26,17 +25,18 @@ from engine.presets import ServingConfig
 from .settings.configs import (SweepOptions, config_id, expand_matrix, matrix_combos,
                                modulus_for, select_residues)
 from .serve.cmd_config import declare
-from .errors import CannotRun, ExitCode, HarnessError, UsageError
+from .errors import CannotRun, ExitCode, HarnessError, StoreError, UsageError
 from .settings.flag_manifest import namespace_of
 from .settings.flags import UNSET, matrix_axes
 from .options import build_options
 from .report.explained import EXPLAINED, UNCHANGED
 from .run.plan import SweepPlan, plan_with_probes
-from .run.records import PhaseRecord, document_of, latest_records, phase_key, read_jsonl_records, worst
-from .residue_sweep import Sweep
-from .judge.vocabulary import CLEAN
+from .records.phase_record import PhaseRecord
+from .records.recordkeys import document_of, latest_records
 from .records.manifest import RunManifest
-from .records.store import ResultStore, StoreError, resolve_results, run_manifest_for
+from .records.store import ResultStore, read_jsonl_records, resolve_results, run_manifest_for
+from .residue_sweep import Sweep
+from .judge.vocabulary import CLEAN, phase_key, worst
 from .serve.engines import EngineName
 
 __all__ = ["ExplainPlan", "Target", "RungSpec", "ExplainSweep", "prepare", "ladder_options",

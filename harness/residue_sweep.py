@@ -39,7 +39,8 @@ from .run.driver import Driver
 from .run.live import connect
 from .run.golden import check_golden_covers, load_golden
 from .run.plan import Point, SweepPlan, plan_with_probes
-from .run.records import PhaseRecord, latest_records
+from .records.phase_record import PhaseRecord
+from .records.recordkeys import latest_records
 from .serve.orphans import end_orphans
 from .run.resume import check_resumed_records
 from .server_pool import Observer, ServerGroup, server_pids

@@ -4,7 +4,7 @@
     >>> df = frame("reports/h200/results")            # a folder, a run id, or files
     >>> df[df.verdict != "ok"].groupby(["config.method", "config.draft_tokens", "residue"]).size()
 
-``frame`` reads records through the typed readers of ``run/records.py`` (``.jsonl`` and
+``frame`` reads records through the typed readers of ``records/store.py`` (``.jsonl`` and
 archived ``.jsonl.gz``, every line checked), keeps the latest record of each (run, cell) as
 ``sweep report`` does, and returns a DataFrame whose columns are
 
@@ -29,8 +29,9 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
-from .run.records import PhaseRecord, document_of, load_phase_records, typed
-from .records.store import resolve_sources
+from .records.phase_record import PhaseRecord, typed
+from .records.recordkeys import document_of
+from .records.store import load_records, resolve_sources
 from .judge.vocabulary import ISOLATIONS, PHASES, SEVERITY
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -106,7 +107,7 @@ def frame(*sources: str | Path, out_dir: str | Path = "results",
     if records is None:
         if not sources:
             raise TypeError("frame() needs a run id, a results file, a folder or records=")
-        records = load_phase_records(resolve_sources(sources, out_dir), out_dir)
+        records = load_records(resolve_sources(sources, out_dir), out_dir)
     rows = record_rows(records)
     columns = list(KEYS) + list(MEASURED) + list(BUILD)
     df = pd.DataFrame(rows, columns=columns + sorted({k for row in rows for k in row}

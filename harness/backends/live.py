@@ -21,7 +21,7 @@ from ..run.live import LiveServer, LiveTarget, requests_per_point
 from ..run.driver import Driver
 from ..run.plan import Point
 from ..run.point import PointRunner
-from ..run.records import timing_record
+from ..run.record_builder import timing_record
 from ..run.scheduling import PointQueue
 from ..serve.slots import Slot
 from .base import run_slot_workers

@@ -30,12 +30,13 @@ from ..run.plan import Point
 from ..run.point import PointRunner, Server
 from ..run.auto import (MATRIX_REFERENCES, fresh_twin, late_confirmations, more_servers,
                         needs_confirmation, settle)
-from ..run.records import PhaseRecord, point_key, timing_record
-from ..serve.isolation import POLICIES, policy
+from ..records.phase_record import PhaseRecord
+from ..records.recordkeys import point_key
+from ..run.record_builder import timing_record
+from ..serve.isolation import IsolationName, POLICIES, policy
 from ..run.scheduling import PointQueue
 from ..server_pool import BootFailure, Slot
 from .base import run_slot_workers
-from ..serve.isolation import IsolationName
 
 __all__ = ["LocalBackend", "BOOT_FAILURES_ALLOWED", "boot_failures_allowed", "BootGate",
            "COLD_BOOT_FACTOR"]

@@ -38,13 +38,12 @@ from ..text.plaintext import markdown_to_plain
 from ..publish.posting import PostError, check_can_post, post_report
 from ..publish.preflight import check_output_file
 from ..run.plan import Point
-from ..run.records import PhaseRecord, read_jsonl_records
+from ..records.phase_record import PhaseRecord
+from ..records.store import (StoreError, linked_runs, load_records, read_jsonl_records,
+                             resolve_results, resolve_sources, run_manifest_for)
 from ..server_pool import kill_all_servers
 from ..residue_sweep import Callbacks, Sweep
-from ..records.store import (StoreError, linked_runs, run_manifest_for, load_records,
-                             resolve_results, resolve_sources)
-from ..judge.vocabulary import PHASES
-from ..judge.vocabulary import CLEAN
+from ..judge.vocabulary import CLEAN, PHASES
 
 __all__ = ["EXIT_ABORT", "build_options", "sweep_parser", "run_sweep", "run_report",
            "run_compare", "run_presets", "run_explain", "SUBCOMMANDS", "Terminal", "main"]
@@ -253,8 +252,8 @@ def _compare_many(ns, filters: dict) -> int:
         _print_markdown(compare.render_trend_markdown(df, changed_only=not ns.all))
     if len(runs) < 2:
         return EXIT_OK
-    last = compare.compare_records([r for r in records if r.get("run_id") == runs[-2]],
-                                   [r for r in records if r.get("run_id") == runs[-1]])
+    last = compare.compare_records([r for r in records if r.run_id == runs[-2]],
+                                   [r for r in records if r.run_id == runs[-1]])
     return EXIT_NOT_OK if last.get("regressed") else EXIT_OK
 
 

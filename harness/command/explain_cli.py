@@ -17,7 +17,7 @@ from ..errors import ExitCode
 from ..settings.flag_checks import Asked, rule_of
 from ..settings.flags import Parser, add_flags, positive_int, sweep_parser
 from ..run.plan import Point
-from ..run.records import PhaseRecord
+from ..records.phase_record import PhaseRecord
 from ..residue_sweep import Callbacks, adapter_for
 from ..judge.vocabulary import PHASES
 

@@ -1,11 +1,10 @@
 """The one vocabulary of records: phases, verdicts and what each verdict means, graph modes.
 
-Every module that names a phase or a verdict imports it from here (``run.records``
-re-exports it for record code). A verdict is one row of ``VERDICT_TABLE``: what it says
-(judged, tested, a bug, a failure, explained, provisional) and how a report cell shows
-it; the groups the gate, bisect, the report, auto, explain and the matrix reference ask
-(``JUDGED``, ``UNTESTED``, ``BUG_VERDICTS``, ...) are read off the table, so adding a
-verdict is one row here (docs/architecture.md). What each isolation does:
+Every module that names a phase or a verdict imports it from here. A verdict is one row
+of ``VERDICT_TABLE``: what it says (judged, tested, a bug, a failure, explained,
+provisional) and how a report cell shows it; the groups the gate, bisect, the report,
+auto, explain and the matrix reference ask (``JUDGED``, ``UNTESTED``, ``BUG_VERDICTS``,
+...) are read off the table, so adding a verdict is one row here (docs/architecture.md). What each isolation does:
 ``harness/serve/isolation.py``.
 """
 from __future__ import annotations

@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import sys
 from collections import Counter
-from typing import Any, Iterable
+from typing import Iterable
 
 from ..errors import EXIT_CANNOT_RUN, EXIT_USAGE, BisectExit, ExitCode
-from ..records.recordkeys import document_of, value_of
-from ..judge.vocabulary import OPEN, UNTESTED
-from ..judge.vocabulary import CLEAN
+from ..records.phase_record import PhaseRecord
+from ..records.recordkeys import document_of
+from ..judge.vocabulary import CLEAN, OPEN, UNTESTED
 
 __all__ = ["UNTESTED", "EXIT_GOOD", "EXIT_BAD", "EXIT_SKIP", "EXIT_ABORT_BISECT",
            "bisect_exit_code", "bisect_verdict_line", "map_exit", "internal_error"]
@@ -37,23 +37,22 @@ EXIT_GOOD, EXIT_BAD, EXIT_SKIP, EXIT_ABORT_BISECT = (BisectExit.GOOD, BisectExit
 # build misbehaved); unjudged too, unless another answer was judged against it (``_untested``).
 
 
-def _prompt_of(r: Any, sha: str | None) -> tuple:
-    return (value_of(r, "residue"), document_of(r), value_of(r, "case_id"), sha)
+def _prompt_of(r: PhaseRecord, sha: str | None) -> tuple:
+    return (r.residue, document_of(r), r.case_id, sha)
 
 
-def _untested(recs: list[Any]) -> list[Any]:
+def _untested(recs: list[PhaseRecord]) -> list[PhaseRecord]:
     """The records that say their point was not tested: UNTESTED verdicts, less the
     unjudged answers some judged answer of the same prompt used as its reference."""
-    used = {_prompt_of(r, value_of(r, "reference_sha1")) for r in recs
-            if value_of(r, "verdict") not in UNTESTED and value_of(r, "reference_sha1")}
-    return [r for r in recs if value_of(r, "verdict") in UNTESTED
-            and not (value_of(r, "verdict") in OPEN
-                     and _prompt_of(r, value_of(r, "sha1")) in used)]
+    used = {_prompt_of(r, r.reference_sha1) for r in recs
+            if r.verdict not in UNTESTED and r.reference_sha1}
+    return [r for r in recs if r.verdict in UNTESTED
+            and not (r.verdict in OPEN and _prompt_of(r, r.sha1) in used)]
 
 
-def bisect_exit_code(records: Iterable[Any]) -> int:
+def bisect_exit_code(records: Iterable[PhaseRecord]) -> int:
     recs = list(records)
-    verdicts = Counter(value_of(r, "verdict") for r in recs)
+    verdicts = Counter(r.verdict for r in recs)
     if any(v not in UNTESTED and v not in CLEAN for v in verdicts):
         return EXIT_BAD
     if not verdicts or _untested(recs):
@@ -61,11 +60,11 @@ def bisect_exit_code(records: Iterable[Any]) -> int:
     return EXIT_GOOD
 
 
-def bisect_verdict_line(records: Iterable[Any]) -> str:
+def bisect_verdict_line(records: Iterable[PhaseRecord]) -> str:
     """One stderr line: what the bisect exit code rests on."""
     recs = list(records)
     code = bisect_exit_code(recs)
-    counts = Counter(value_of(r, "verdict") for r in recs)
+    counts = Counter(r.verdict for r in recs)
     said = " ".join(f"{k}={v}" for k, v in sorted(counts.items())) or "no records"
     word = {EXIT_GOOD: "good", EXIT_BAD: "bad", EXIT_SKIP: "skip (untestable)"}[code]
     return f"bisect: {word}, exit {code} ({said})"

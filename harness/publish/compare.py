@@ -28,9 +28,9 @@ from typing import Any
 from ..text.ghmarkdown import bold, code, escape_text, table
 from ..text.ranges import residues_phrase
 from ..serve.isolation import REUSE_ISOLATIONS
-from ..run.records import (BUG_VERDICTS, PHASES, PhaseRecord, auto_pass, document_of,
-                           latest_records, phase_key, record_identity, sha12, typed, worst)
-from ..judge.vocabulary import CLEAN
+from ..judge.vocabulary import BUG_VERDICTS, CLEAN, PHASES, phase_key, worst
+from ..records.phase_record import PhaseRecord, record_identity, sha12, typed
+from ..records.recordkeys import auto_pass, document_of, latest_records
 
 STATUSES = ("regressed", "fixed", "still_broken", "newly_covered", "no_longer_covered",
             "unchanged_ok")

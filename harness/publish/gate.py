@@ -5,7 +5,7 @@
   baseline and still broken does not fail the gate (it is a known bug, and the report says
   so); neither does a newly covered cell (there is nothing to regress from).
 - Without a baseline, any non-ok cell fails, but for the cells that are the reference
-  (``run.records.reference_cells``: under ``--reference cold`` the cold answers the hits
+  (``records.recordkeys.reference_cells``: under ``--reference cold`` the cold answers the hits
   were judged against, under ``first`` the first configuration's): they are the measure,
   not judged, and the cells judged against them decide. A run with no judged cell fails.
 - A sweep with no records at all fails either way, and with a baseline so does a sweep
@@ -30,11 +30,10 @@ import xml.etree.ElementTree as ET
 from ..text.ghmarkdown import cap
 from .outfile import write_output
 from .compare import compare_records
-from ..run.records import (PhaseRecord, as_record, auto_pass, cell_key, document_of,
-                           latest_records, phase_key, reference_cells, typed)
+from ..records.phase_record import PhaseRecord, as_record, typed
+from ..records.recordkeys import auto_pass, cell_key, document_of, latest_records, reference_cells
+from ..judge.vocabulary import CLEAN, JUDGED, NOT_FAILED, OPEN, UNJUDGED, phase_key
 from ..errors import ExitCode, HandledError
-from ..judge.vocabulary import JUDGED, NOT_FAILED, OPEN
-from ..judge.vocabulary import CLEAN, UNJUDGED
 
 EXIT_OK, EXIT_FAIL = ExitCode.OK, ExitCode.NOT_OK
 EXCERPT_CHARS = 200
@@ -105,15 +104,15 @@ def _cell(entry: dict) -> dict:
     return {k: entry.get(k) for k in keys if k != "document" or "document" in entry}
 
 
-def gate_block(baseline: list[dict], records: list[dict], *, source: str,
-               allow_fewer: bool = False) -> dict:
+def gate_block(baseline: list[dict] | list[PhaseRecord], records: list[dict] | list[PhaseRecord],
+               *, source: str, allow_fewer: bool = False) -> dict:
     """What the gate found against ``baseline``, cell by cell (JSON-able; the manifest's
     ``baseline`` block): ``source`` (the --baseline value), ``runs`` (the baseline's run
     ids), ``regressions`` and ``losses`` (one entry per cell: configuration, residue,
     phase, old and new verdict, the rerun line), ``allow_fewer`` and ``passed``."""
     regs = [_cell(r) for r in find_regressions(baseline, records)]
     losses = [_cell(loss) for loss in find_coverage_losses(baseline, records)]
-    runs = sorted({str(r.get("run_id")) for r in baseline if r.get("run_id")})
+    runs = sorted({str(r.run_id) for r in typed(baseline) if r.run_id})
     judged = judged_any(records)
     passed = judged and not regs and (allow_fewer or not losses)
     return {"source": str(source), "runs": runs, "regressions": regs, "losses": losses,

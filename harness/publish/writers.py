@@ -17,7 +17,7 @@ from typing import Any, Protocol
 from . import gate, posting
 from ..errors import OutputFailed, UsageError
 from .outfile import write_output
-from ..run.records import PhaseRecord
+from ..records.phase_record import PhaseRecord
 
 __all__ = ["Output", "Writer", "WRITERS", "MarkdownWriter", "JunitWriter", "GithubWriter"]
 

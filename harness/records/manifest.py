@@ -1,5 +1,5 @@
 """The run manifest (``<run-id>.manifest.json``, docs/records.md "Manifest") typed and
-versioned: ``RunManifest`` mirrors what ``run/records.PhaseRecord`` is to a phase record.
+versioned: ``RunManifest`` mirrors what ``records/phase_record.PhaseRecord`` is to a phase record.
 
 ``run/driver.Driver`` is its only writer: it builds a ``RunManifest`` when a run starts
 and updates its attributes as the run goes (``plan``, ``ended_at``, ``timing``,
@@ -72,7 +72,7 @@ class RunManifest:
     plan: dict | None = None              # {points, by_config: {config_id: {pass: n}}}
     wall_s: float | None = None
     backend: dict | None = None           # the backend's describe() (+ the launcher's)
-    timing: dict | None = None            # run/driver.timing_summary (run/records.RunTiming)
+    timing: dict | None = None            # run/driver.timing_summary (phase_record.RunTiming)
     baseline: dict | None = None          # --baseline: publish/gate.gate_block
     # every key of a manifest read that this model does not name (another link, a
     # benchmark's own keys), and a new manifest's links other than ``explains``

@@ -10,11 +10,10 @@ from dataclasses import dataclass, field
 
 from ..text.ghmarkdown import code, escape_text
 from ..records.manifest import RunManifest
-from ..records.recordkeys import point_key
-from ..run.records import PhaseRecord, cell_key, typed
-from ..judge.vocabulary import REUSE_ISOLATIONS, UNTESTED
+from ..records.recordkeys import cell_key, point_key
+from ..records.phase_record import PhaseRecord, typed
+from ..judge.vocabulary import CLEAN, REUSE_ISOLATIONS, UNTESTED
 from ..serve.isolation import IsolationName
-from ..judge.vocabulary import CLEAN
 
 __all__ = ["Agreement", "agreement_line", "agreement_of", "config_auto_line", "fresh_reasons",
            "stability"]

@@ -10,12 +10,12 @@ from typing import Any, Mapping
 from ..text.ghmarkdown import code, escape_text, table
 from ..text.phrase import Code, Emph, Phrase, Strong, Text
 from ..text.ranges import fmt_ranges
-from ..run.records import (BUG_VERDICTS, NOT_FAILED, OPEN, SERVER_LOGGED, PhaseRecord,
-                           as_record, phase_key, verdict_info)
+from ..judge.vocabulary import (BUG_VERDICTS, CLEAN, NOT_FAILED, OPEN, SERVER_LOGGED, VerdictName,
+                                phase_key, verdict_info)
+from ..records.phase_record import PhaseRecord, as_record
 from .explain import divergence_of, divergence_phrase
 from .model import Cell, ConfigData, sha12
 from ..serve.isolation import IsolationName
-from ..judge.vocabulary import CLEAN, VerdictName
 from .traffic import beside_phrase
 
 __all__ = ["cell_phrase", "cell_words", "cell_markdown", "cell_view", "cell_annotations",

@@ -9,7 +9,7 @@ comment and the GitHub step summary (both the report itself) carry it too.
 """
 from __future__ import annotations
 
-from ..run.records import PhaseRecord
+from ..records.phase_record import PhaseRecord
 from ..serve.engines import EngineName
 from ..serve.isolation import IsolationName
 

@@ -17,11 +17,11 @@ from ..judge import bugb
 from ..records.manifest import RunManifest, as_manifest
 from ..text.ghmarkdown import bold, code, escape_text, table
 from ..text.plaintext import align_table, display_width, inline_to_plain
-from ..run.records import (BUG_VERDICTS, EXPLAINED, PhaseRecord, document_of, latest_records,
-                           phase_key, typed)
+from ..judge.vocabulary import BUG_VERDICTS, CLEAN, EXPLAINED, PhaseName, VerdictName, phase_key
+from ..records.phase_record import PhaseRecord, typed
+from ..records.recordkeys import document_of, latest_records
 from .cells import cell_markdown
 from .model import Cell
-from ..judge.vocabulary import CLEAN, PhaseName, VerdictName
 
 __all__ = ["UNCHANGED", "EXPLAINED", "Rung", "Ladder", "ladders", "render_ladder",
            "render_ladder_plain",

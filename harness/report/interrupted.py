@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from ..text.ghmarkdown import bold, code
 from ..records.manifest import RunManifest
 from ..records.recordkeys import point_key
-from ..run.records import PhaseRecord
+from ..records.phase_record import PhaseRecord
 from ..serve.isolation import IsolationName
 
 __all__ = ["finished_points", "interrupted_line", "interrupted_manifests", "is_interrupted",

@@ -3,7 +3,7 @@ nodes, isolation (and how each restore was proven), poison, dates: what was meas
 which engine, and what it cannot see."""
 from __future__ import annotations
 
-from ..run.records import PhaseRecord
+from ..records.phase_record import PhaseRecord
 from ..records.manifest import RunManifest
 from ..serve.isolation import POLICIES, IsolationName
 from ..text.ghmarkdown import bold, cap, code, escape_text, table

@@ -8,7 +8,7 @@ from collections.abc import Iterable
 
 from ..text.ghmarkdown import escape_text
 from ..records.recordkeys import point_key
-from ..run.records import PhaseRecord
+from ..records.phase_record import PhaseRecord
 from ..serve.isolation import IsolationName
 
 __all__ = ["restore_summary", "poison_summary"]

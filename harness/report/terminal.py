@@ -19,7 +19,9 @@ import unicodedata
 from ..text.phrase import Phrase
 from ..text.plaintext import align_table, display_width, inline_to_plain
 from ..text.ranges import fmt_ranges
-from ..run.records import UNANSWERED, PhaseRecord, latest_records, phase_key, typed
+from ..judge.vocabulary import UNANSWERED, phase_key
+from ..records.phase_record import PhaseRecord, typed
+from ..records.recordkeys import latest_records
 from ..records.manifest import RunManifest, typed_manifests
 from .auto import agreement_line
 from .bugb_analysis import agreement, predict_bug_b

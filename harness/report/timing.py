@@ -18,7 +18,7 @@ from typing import Any
 
 from ..text.ghmarkdown import escape_text, table
 from ..serve.isolation import AUTO_PASSES
-from ..run.records import PhaseRecord, RunTiming
+from ..records.phase_record import PhaseRecord, RunTiming
 from ..records.manifest import RunManifest
 
 __all__ = ["STAGE_NAMES", "booted_servers", "render_timing"]

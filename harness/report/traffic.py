@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from ..text.ghmarkdown import code, escape_text
 from ..serve.isolation import POLICIES
-from ..run.records import NOT_LONE, PhaseRecord
+from ..judge.vocabulary import NOT_LONE
+from ..records.phase_record import PhaseRecord
 from .model import ConfigData
 
 __all__ = ["beside_phrase", "traffic_line"]

@@ -43,7 +43,7 @@ from ..serve.engines import auto_reuse_pass
 from ..records.recordkeys import point_key
 from ..judge.vocabulary import NOT_FAILED, REUSE_ISOLATIONS, worst
 from .matrix_reference import rejudge
-from .records import PhaseRecord
+from ..records.phase_record import PhaseRecord
 from ..serve.isolation import IsolationName
 
 __all__ = ["AUTO_MIN_DOCUMENTS", "rule_neighbourhood", "auto_extra_documents", "auto_passes",

@@ -22,7 +22,7 @@ from typing import Any, Callable
 from ..settings.configs import SweepOptions, config_id
 from ..serve.engines import EngineAdapter
 from ..errors import UsageError
-from ..serve.isolation import AUTO_PASSES
+from ..serve.isolation import AUTO_PASSES, IsolationName
 from ..provenance import harness_version
 from ..server_pool import ServerGroup
 from ..records.manifest import RunManifest
@@ -30,9 +30,8 @@ from ..records.store import ResultStore, now_iso
 from .plan import Point, SweepPlan
 from .point import RunnerSpec
 from .auto import resume_confirmations
-from .record_builder import RecordBuilder
-from .records import PhaseRecord, timing_record, typed
-from ..serve.isolation import IsolationName
+from .record_builder import RecordBuilder, timing_record
+from ..records.phase_record import PhaseRecord
 
 __all__ = ["Driver", "Counters", "timing_summary"]
 
@@ -83,9 +82,9 @@ class Driver:
         return self.store.logs_dir
 
     def records_so_far(self) -> list[PhaseRecord]:
-        """Every record of this run on disk now (a resumed run's earlier ones included),
-        read typed: the one place the driver reads its store's records."""
-        return typed(self.store.read())
+        """Every record of this run on disk now (a resumed run's earlier ones included):
+        the one place the driver reads its store's records."""
+        return self.store.read()
 
     def point_runner(self, http: Any) -> Any:
         """A ``run.point.PointRunner`` for this run, its logs in ``logs_dir``, its requests

@@ -8,9 +8,9 @@ from pathlib import Path
 from ..errors import CannotRun
 from ..judge.vocabulary import NOT_FAILED
 from ..prompts import PlanError
-from ..records.store import resolve_results
+from ..records.store import read_jsonl_records, resolve_results
 from .plan import Point, SweepPlan
-from .records import latest_records, read_jsonl_records
+from ..records.recordkeys import latest_records
 
 __all__ = ["load_golden", "golden_key", "golden_answer", "check_golden_covers"]
 

@@ -23,9 +23,8 @@ from typing import Iterable
 from ..judge.divergence import first_divergence
 from ..records.recordkeys import cell_key, document_of
 from ..judge.verdict import judge, sha1
-from ..judge.vocabulary import OPEN
-from .records import PhaseRecord
-from ..judge.vocabulary import CLEAN
+from ..judge.vocabulary import CLEAN, OPEN
+from ..records.phase_record import PhaseRecord
 
 __all__ = ["CONSENSUS_MIN", "rejudge", "first_references", "consensus_references"]
 

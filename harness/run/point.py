@@ -28,14 +28,13 @@ from ..serve.engines import EngineAdapter
 from ..provenance import harness_version
 from ..server_pool import BootFailure, PortAllocator, ServerProcess, Slot, log_excerpt
 from ..judge.verdict import judge
-from ..judge.vocabulary import NOT_LONE
+from ..judge.vocabulary import CLEAN, NOT_LONE, PhaseName, UNJUDGED
 from .load import (BackgroundLoad, LoadError, beside_from_log, load_facts, preempted_in_log,
                    server_gauges)
 from .golden import golden_answer
 from .plan import Point
-from .record_builder import RecordBuilder
-from .records import PhaseRecord, timing_record
-from ..judge.vocabulary import CLEAN, UNJUDGED, PhaseName
+from .record_builder import RecordBuilder, timing_record
+from ..records.phase_record import PhaseRecord
 from .phase_judge import invalid_reason, measured_fields, not_lone
 from .traffic import traffic_facts
 

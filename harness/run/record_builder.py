@@ -11,9 +11,9 @@ from typing import Any, Mapping
 from ..records.store import now_iso
 from ..serve.cmd_config import cmd_label
 from ..serve.engines import EngineName
-from .records import PhaseRecord, failure_fields, mismatches
+from ..records.phase_record import PhaseRecord
 
-__all__ = ["RecordBuilder"]
+__all__ = ["RecordBuilder", "mismatches", "failure_fields", "timing_record"]
 
 
 @dataclass(frozen=True)
@@ -91,3 +91,36 @@ def _copied(poison: dict | None) -> dict | None:
         return None
     return {**poison, "fills": [dict(f) for f in poison.get("fills") or ()]} \
         if "fills" in poison else dict(poison)
+
+
+# Fields compared between requested and effective configuration.
+COMPARED = ("cudagraph_mode", "prefix_caching", "block_size", "prefix_match_unit",
+            "max_model_len", "method", "draft_tokens")
+
+
+def mismatches(requested: dict[str, Any], effective: dict[str, Any]) -> list[str]:
+    out = []
+    for key in COMPARED:
+        if key in effective and effective.get(key) != requested.get(key):
+            out.append(f"{key}: requested {requested.get(key)!r}, server runs {effective.get(key)!r}")
+    return out
+
+
+def failure_fields(verdict: str, reason: str, excerpt: list, expected_chars: int) -> dict:
+    """The measured fields of a phase that produced no answer (boot-fail, crash, ...)."""
+    return {"prompt_tokens": None, "cached_tokens": None, "computed_tail": None,
+            "answer": "", "content_was_null": False, "sha1": None,
+            "reference_sha1": None, "expected_chars": expected_chars,
+            "verbatim_n": 0, "verbatim_total": 0, "repeats": 0, "finish_reason": None,
+            "completion_tokens": None, "tok_per_step": None, "latency_s": None,
+            "verdict": verdict, "reason": reason, "log_excerpt": list(excerpt)}
+
+
+def timing_record(*, boot: float = 0.0, requests: float = 0.0, teardown: float = 0.0,
+                  point: float | None = None) -> dict[str, float]:
+    """Where one point's time went (the driver sums these into the manifest's timing);
+    a restored point adds ``restore`` (the seconds its server took to be restored)."""
+    t = {"boot": boot, "requests": requests, "teardown": teardown}
+    if point is not None:
+        t["point"] = point
+    return t

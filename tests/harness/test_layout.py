@@ -119,12 +119,13 @@ def test_run_layer_never_imports_a_backend():
 
 
 def test_reports_compare_and_gate_read_records_not_the_run_runtime():
+    """The record model is in ``records/``: the report, publish/ and results.py read it
+    there and import nothing of the run layer."""
     g = graph()
-    allowed = {"harness.run", "harness.run.records"}
     for m, deps in g.items():
-        if m.startswith(("harness.report", "harness.publish.compare", "harness.publish.gate")):
+        if m.startswith(("harness.report", "harness.publish", "harness.results")):
             used = {d for d in deps if d.startswith("harness.run")}
-            assert used <= allowed, (m, used - allowed)
+            assert not used, (m, used)
             assert "harness.report" not in deps or m.startswith("harness.report"), m
 
 
@@ -328,7 +329,7 @@ def test_the_driver_is_the_only_writer():
 
 
 # The modules a record passes through from where it is built to where it is written and
-# handed to the caller: each passes ``run.records.PhaseRecord``s, never a dict.
+# handed to the caller: each passes ``records.phase_record.PhaseRecord``s, never a dict.
 _RECORD_PATH = ("run/record_builder.py", "run/point.py", "run/driver.py", "run/auto.py",
                 "run/matrix_reference.py", "backends/local.py", "backends/live.py",
                 "backends/ray.py", "backends/ray_task.py", "residue_sweep.py",
@@ -338,16 +339,15 @@ _RECORD_NAMES = {"record", "records", "rec", "recs"}
 # the typed readers, the driver's one read of its store, Ray's process boundary, and the
 # public entry points that take records as read or typed (tests and users give dicts).
 _TYPED_AT = {
-    "run/records.py": {"as_record", "typed", "replaced", "read_phase_records",
-                       "read_jsonl_records", "load_phase_records"},
-    "run/driver.py": {"records_so_far"},
+    "records/phase_record.py": {"as_record", "typed", "replaced"},
+    "records/store.py": {"read_jsonl_records", "read_phase_records"},
     "backends/ray.py": {"_write"},
     "report/render.py": {"render_markdown"}, "report/terminal.py": {"render_terminal"},
     "report/explained.py": {"ladders"}, "report/nodes.py": {"render_nodes"},
     "report/explain.py": {"reference_texts"},
     "report/auto.py": {"agreement_of", "_stability"},   # agreement_line: reports/h200/summarize.py
     "report/model.py": {"__post_init__", "combine_cell", "group_configs"},
-    "publish/gate.py": {"judged_any", "gate_exit_code", "write_junit"},
+    "publish/gate.py": {"judged_any", "gate_exit_code", "write_junit", "gate_block"},
     "publish/compare.py": {"compare_records"}, "results.py": {"record_rows"},
 }
 
@@ -780,7 +780,7 @@ def test_cli_main_maps_errors_by_the_base_class_once():
 def _layers() -> dict[str, str]:
     """The "Layers" block of this page as ``{path: its entry's text}``. An entry is a line
     that starts, indented two spaces per folder level, with ``name.py`` or ``name/``; its
-    path is its folder's path and its name (``harness/run/records.py``); the lines below it
+    path is its folder's path and its name (``harness/records/store.py``); the lines below it
     indented deeper than any entry could be (its description's continuation) are its
     text."""
     block = re.search(r"## Layers\n+```\n(.*?)```", ARCH.read_text(), re.S).group(1)
@@ -812,12 +812,12 @@ def _mapped_by_registry() -> set[Path]:
 
 def test_every_harness_module_is_on_the_map():
     """Every module of ``harness/`` (``__init__.py`` and ``__main__.py`` aside) is on the
-    "Layers" map: an entry of its own (``harness/run/records.py``: ``records.py`` under
-    ``run/``), or, in a sub-package, its stem is a word of the package's entry (``base``
+    "Layers" map: an entry of its own (``harness/records/store.py``: ``store.py`` under
+    ``records/``), or, in a sub-package, its stem is a word of the package's entry (``base``
     in ``backends/``'s); a module of ``harness/`` itself has an entry of its own. Every
     file the map names exists."""
     entries = _layers()
-    assert {"harness/", "harness/command/cli.py", "harness/run/", "harness/run/records.py",
+    assert {"harness/", "harness/command/cli.py", "harness/run/", "harness/records/store.py",
             "harness/backends/"} <= set(entries)   # the checker reads the block's shape
     assert "base.py" in entries["harness/backends/"] and "harness/backends/base.py" not in entries
     missing = []

@@ -70,7 +70,7 @@ class Heard(Callbacks):
         self.started_with = points
 
     def point_done(self, point, records: list, verdicts: Counter) -> None:
-        from harness.run.records import PhaseRecord
+        from harness.records.phase_record import PhaseRecord
         assert records and all(isinstance(r, PhaseRecord) for r in records)  # one shape
         self.points.append(point.residue)
 

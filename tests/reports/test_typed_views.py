@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from harness.run.records import BootSplit, PassTiming, PhaseRecord, RunTiming, ServerBoot
+from harness.records.phase_record import BootSplit, PassTiming, PhaseRecord, RunTiming, ServerBoot
 from tests.reports import synth
 
 ROOT = Path(__file__).resolve().parents[2]
