@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from harness.records.phase_record import PhaseRecord  # noqa: E402
 from harness.records.recordkeys import document_of  # noqa: E402
 from harness.records.store import StoreError, load_records  # noqa: E402
-from harness.judge.vocabulary import BUG_VERDICTS  # noqa: E402
+from harness.names.verdict import BUG_VERDICTS  # noqa: E402
 
 __all__ = ["cell_of", "compare", "main"]
 

@@ -14,8 +14,8 @@ from .errors import CannotRun, ExitCode, UsageError
 from .prompts import PlanError, TemplateError
 from .text.ranges import fmt_ranges
 from .run.plan import plan_points
-from .serve.engines import EngineName
-from .serve.isolation import IsolationName
+from .names.engine import EngineName
+from .names.isolation import IsolationName
 
 __all__ = ["dry_run", "preset_warnings"]
 

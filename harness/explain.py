@@ -36,8 +36,9 @@ from .records.recordkeys import document_of, latest_records
 from .records.manifest import RunManifest
 from .records.store import ResultStore, read_jsonl_records, resolve_results, run_manifest_for
 from .residue_sweep import Sweep
-from .judge.vocabulary import CLEAN, phase_key, worst
-from .serve.engines import EngineName
+from .names.engine import EngineName
+from .names.phase import phase_key
+from .names.verdict import CLEAN, worst
 
 __all__ = ["ExplainPlan", "Target", "RungSpec", "ExplainSweep", "prepare", "ladder_options",
            "axis_changes", "non_ok_cells", "parent_golden", "check_resume",
@@ -317,9 +318,8 @@ def check_resume(xp: ExplainPlan, run_id: str, out_dir: str) -> None:
 
 
 def unexplained_cells(records: list[PhaseRecord]) -> dict[str, int]:
-    """verdict -> how many of the run's latest cells have it, for the not-ok verdicts
-    explain does not rerun (nothing in their answer to explain: boot-fail, invalid, infra,
-    unjudged)."""
+    """verdict -> how many of the run's latest cells have it, for the not-ok verdicts explain
+    does not rerun (nothing in their answer to explain: boot-fail, invalid, infra, unjudged)."""
     recs, _ = latest_records(records)
     out = Counter(r.verdict for r in recs if r.verdict not in CLEAN | EXPLAINED)
     return dict(sorted(out.items()))

@@ -30,8 +30,8 @@ from .settings.flags import matrix_axes
 from .run.resume import resumed_namespace
 from .serve.serve_line import parse_serve_line, vllm_spellings
 from .records.store import ResultStore, StoreError
-from .serve.engines import EngineName
-from .serve.isolation import IsolationName
+from .names.engine import EngineName
+from .names.isolation import IsolationName
 
 __all__ = ["DEFAULT_OUT", "DEFAULT_REPORTS", "build_options", "parse_sweep_argv",
            "options_from_argv"]

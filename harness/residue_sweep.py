@@ -46,7 +46,7 @@ from .run.resume import check_resumed_records
 from .server_pool import Observer, ServerGroup, server_pids
 from .records.manifest import RunManifest
 from .records.store import ResultStore, StoreError, load_records, new_run_id, run_lock
-from .judge.vocabulary import CLEAN
+from .names.verdict import CLEAN
 
 __all__ = ["Sweep", "RunResult", "Callbacks", "adapter_for"]
 

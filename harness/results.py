@@ -11,7 +11,7 @@ archived ``.jsonl.gz``, every line checked), keeps the latest record of each (ru
 - the keys: ``run_id``, ``config_id``, ``config_label``, ``case_id``, ``document``,
   ``isolation`` (for an ``--isolation auto`` run the pass that wrote the record),
   ``isolation_run`` (``auto`` or empty), ``residue``, ``phase``;
-- ``verdict``, an *ordered* categorical worst first (``vocabulary.SEVERITY``), so
+- ``verdict``, an *ordered* categorical worst first (``names/verdict.SEVERITY``), so
   ``df.groupby(...).verdict.min()`` is the worst verdict of a group; ``phase`` ordered as
   the phases run, ``isolation`` a categorical;
 - what was measured (``templated_len``, ``prompt_tokens``, ``cached_tokens``, ``sha1``,
@@ -32,7 +32,9 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping
 from .records.phase_record import PhaseRecord, typed
 from .records.recordkeys import document_of
 from .records.store import load_records, resolve_sources
-from .judge.vocabulary import ISOLATIONS, PHASES, SEVERITY
+from .names.isolation import ISOLATIONS
+from .names.phase import PHASES
+from .names.verdict import SEVERITY
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd

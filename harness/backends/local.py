@@ -33,7 +33,8 @@ from ..run.auto import (MATRIX_REFERENCES, fresh_twin, late_confirmations, more_
 from ..records.phase_record import PhaseRecord
 from ..records.recordkeys import point_key
 from ..run.record_builder import timing_record
-from ..serve.isolation import IsolationName, POLICIES, policy
+from ..names.isolation import IsolationName, POLICIES, policy
+from ..serve.isolation import machinery
 from ..run.scheduling import PointQueue
 from ..server_pool import BootFailure, Slot
 from .base import run_slot_workers
@@ -43,7 +44,7 @@ __all__ = ["LocalBackend", "BOOT_FAILURES_ALLOWED", "boot_failures_allowed", "Bo
 
 # Boot failures of one configuration, per isolation (the pass's own under auto), before
 # that pass's remaining points of it are recorded boot-fail without booting: each
-# isolation's policy says how many (harness/serve/isolation.py).
+# isolation's policy says how many (harness/names/isolation.py).
 BOOT_FAILURES_ALLOWED = {n: p.boot_failures_allowed for n, p in POLICIES.items() if not p.passes}
 
 
@@ -290,8 +291,9 @@ class _LocalRun:
         reuse = (how.reuses_server and held.server is not None and held.iso == iso
                  and held.cfg == point.cfg_id and held.server.tree_alive())
         replaced: str | None = None
-        if reuse and how.prepare is not None:   # reset: the prefix cache; restore
-            spent = await how.prepare(held.client, held.server, held.info)
+        prepare = machinery(iso).prepare
+        if reuse and prepare is not None:   # reset: the prefix cache; restore
+            spent = await prepare(held.client, held.server, held.info)
             if spent is not None:
                 timing[iso] = spent
             # a server that could not be prepared (a failed restore) is replaced:
@@ -321,8 +323,9 @@ class _LocalRun:
             return False
         held.cfg, held.iso, held.timing = point.cfg_id, iso, timing
         timing["boot"] = held.server.boot_s or 0.0
-        if how.booted is not None:   # e.g. restore: nothing to restore yet
-            how.booted(held.info, replaced)
+        booted = machinery(iso).booted
+        if booted is not None:   # e.g. restore: nothing to restore yet
+            booted(held.info, replaced)
         return True
 
     async def _confirm_again(self, point: Point, slot: Slot, first: list[PhaseRecord]

@@ -44,7 +44,7 @@ from ..records.phase_record import PhaseRecord
 from ..records.recordkeys import by_node
 from .ray_task import Watchdog, gpu_engine, node_label, run_point_task
 from .ray_task import one_line as _one_line
-from ..serve.isolation import IsolationName
+from ..names.isolation import IsolationName
 
 __all__ = ["RayBackend", "check_available", "runtime_env", "task_resources", "node_label",
            "records_by_node", "is_infra_error", "node_id_in", "Watchdog", "gpu_engine",

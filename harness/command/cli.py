@@ -43,7 +43,8 @@ from ..records.store import (StoreError, linked_runs, load_records, read_jsonl_r
                              resolve_results, resolve_sources, run_manifest_for)
 from ..server_pool import kill_all_servers
 from ..residue_sweep import Callbacks, Sweep
-from ..judge.vocabulary import CLEAN, PHASES
+from ..names.verdict import CLEAN
+from ..names.phase import PHASES
 
 __all__ = ["EXIT_ABORT", "build_options", "sweep_parser", "run_sweep", "run_report",
            "run_compare", "run_presets", "run_explain", "SUBCOMMANDS", "Terminal", "main"]

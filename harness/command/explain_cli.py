@@ -19,7 +19,7 @@ from ..settings.flags import Parser, add_flags, positive_int, sweep_parser
 from ..run.plan import Point
 from ..records.phase_record import PhaseRecord
 from ..residue_sweep import Callbacks, adapter_for
-from ..judge.vocabulary import PHASES
+from ..names.phase import PHASES
 
 __all__ = ["run_explain"]
 

@@ -37,13 +37,16 @@ from typing import Any, Iterable, Mapping
 
 from ..text.phrase import Code, Phrase, Text
 from ..text.ranges import residues_phrase
-from .vocabulary import FULL_GRAPH_MODES, PREFILL_FIX
-from ..serve.engines import EngineName
+from ..names.engine import EngineName
 
 __all__ = ["Prediction", "Shape", "predict", "hit_granularity", "prefill_fix_applied",
            "drops_hit_blocks", "DROPS_HIT_BLOCKS", "vllm_dispatch", "final_chunk",
-           "chunk_budget", "shapes_of", "auto_modulus", "hit_unit", "armed_batch"]
+           "chunk_budget", "shapes_of", "auto_modulus", "hit_unit", "armed_batch",
+           "FULL_GRAPH_MODES", "PREFILL_FIX"]
 
+# cudagraph modes that capture a FULL graph for the speculative verify step (Bug B).
+FULL_GRAPH_MODES = frozenset({"FULL", "FULL_AND_PIECEWISE", "FULL_DECODE_ONLY"})
+PREFILL_FIX = "prefill-discriminator"   # the patch that gives the dispatch a prefill check
 # Speculative methods whose drafter state makes the engine drop matched blocks on a hit.
 DROPS_HIT_BLOCKS = frozenset({"mtp", "eagle", "eagle3", "dflash", "dflash2"})
 

@@ -4,4 +4,9 @@ One leaf module per kind of name (history, isolation, engine, verdict, phase): e
 table of its values and what each means, and imports nothing of the harness but other modules
 of this package (tests/harness/test_layout.py checks it). The code that *does* a history, an
 isolation or an engine lives in run/, serve/ and backends/ and reads its row here.
+
+- ``verdict.py``    ``VERDICT_TABLE``: what each verdict means, its groups, ``VerdictName``
+- ``phase.py``      ``PHASES`` in run order, ``PhaseName``
+- ``isolation.py``  ``POLICIES``: what each ``--isolation`` value is, ``IsolationName``
+- ``engine.py``     ``ENGINES``: the engines by name, ``EngineName``
 """

@@ -26,14 +26,14 @@ from typing import Iterable
 from ..errors import EXIT_CANNOT_RUN, EXIT_USAGE, BisectExit, ExitCode
 from ..records.phase_record import PhaseRecord
 from ..records.recordkeys import document_of
-from ..judge.vocabulary import CLEAN, OPEN, UNTESTED
+from ..names.verdict import CLEAN, OPEN, UNTESTED
 
 __all__ = ["UNTESTED", "EXIT_GOOD", "EXIT_BAD", "EXIT_SKIP", "EXIT_ABORT_BISECT",
            "bisect_exit_code", "bisect_verdict_line", "map_exit", "internal_error"]
 
 EXIT_GOOD, EXIT_BAD, EXIT_SKIP, EXIT_ABORT_BISECT = (BisectExit.GOOD, BisectExit.BAD,
                                                    BisectExit.SKIP, BisectExit.ABORT)
-# UNTESTED (harness.judge.vocabulary): verdicts that say the point was not tested (not that the
+# UNTESTED (harness.names.verdict): verdicts that say the point was not tested (not that the
 # build misbehaved); unjudged too, unless another answer was judged against it (``_untested``).
 
 

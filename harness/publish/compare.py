@@ -27,8 +27,9 @@ from typing import Any
 
 from ..text.ghmarkdown import bold, code, escape_text, table
 from ..text.ranges import residues_phrase
-from ..serve.isolation import REUSE_ISOLATIONS
-from ..judge.vocabulary import BUG_VERDICTS, CLEAN, PHASES, phase_key, worst
+from ..names.isolation import REUSE_ISOLATIONS
+from ..names.verdict import BUG_VERDICTS, CLEAN, worst
+from ..names.phase import PHASES, phase_key
 from ..records.phase_record import PhaseRecord, record_identity, sha12, typed
 from ..records.recordkeys import auto_pass, document_of, latest_records
 

@@ -32,7 +32,8 @@ from .outfile import write_output
 from .compare import compare_records
 from ..records.phase_record import PhaseRecord, as_record, typed
 from ..records.recordkeys import auto_pass, cell_key, document_of, latest_records, reference_cells
-from ..judge.vocabulary import CLEAN, JUDGED, NOT_FAILED, OPEN, UNJUDGED, phase_key
+from ..names.verdict import CLEAN, JUDGED, NOT_FAILED, OPEN, UNJUDGED
+from ..names.phase import phase_key
 from ..errors import ExitCode, HandledError
 
 EXIT_OK, EXIT_FAIL = ExitCode.OK, ExitCode.NOT_OK

@@ -20,7 +20,8 @@ from typing import Any
 
 from .manifest import RunManifest, as_manifest
 from .record_check import gc_paused
-from ..judge.vocabulary import PHASES, VERDICTS
+from ..names.phase import PHASES
+from ..names.verdict import VERDICTS
 
 __all__ = ["SCHEMA_VERSION", "PhaseRecord", "CONFIG_FIELDS", "NOT_IDENTITY", "WRITTEN_WHEN_SET",
            "schema_of", "data_fields", "ServerBoot", "RunTiming", "PassTiming", "BootSplit",

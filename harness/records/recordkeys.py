@@ -12,8 +12,8 @@ import re
 from collections import Counter
 from collections.abc import Iterable
 
-from ..judge.vocabulary import JUDGED, OPEN
-from ..serve.isolation import IsolationName
+from ..names.verdict import JUDGED, OPEN
+from ..names.isolation import IsolationName
 from .phase_record import PhaseRecord
 
 __all__ = ["document_of", "auto_pass", "cell_key", "point_key", "latest_records",

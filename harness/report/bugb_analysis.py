@@ -5,7 +5,8 @@ from __future__ import annotations
 from ..judge.bugb import Prediction, armed_batch, hit_granularity, predict
 from ..text.phrase import Phrase
 from ..text.ranges import residues_phrase
-from ..judge.vocabulary import BUG_VERDICTS, CLEAN, NOT_LONE, PhaseName, UNJUDGED
+from ..names.verdict import BUG_VERDICTS, CLEAN, NOT_LONE, UNJUDGED
+from ..names.phase import PhaseName
 from .model import ConfigData
 
 __all__ = ["predict_bug_b", "config_hit_granularity", "agreement"]

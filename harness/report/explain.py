@@ -22,7 +22,8 @@ from typing import Iterable
 from ..judge.divergence import first_divergence
 from ..text.ghmarkdown import code, escape_text
 from ..records.recordkeys import document_of
-from ..judge.vocabulary import BUG_VERDICTS, CLEAN, PhaseName, UNJUDGED
+from ..names.verdict import BUG_VERDICTS, CLEAN, UNJUDGED
+from ..names.phase import PhaseName
 from ..records.phase_record import PhaseRecord, as_record, typed
 from .model import ConfigData
 

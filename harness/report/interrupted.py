@@ -18,7 +18,7 @@ from ..text.ghmarkdown import bold, code
 from ..records.manifest import RunManifest
 from ..records.recordkeys import point_key
 from ..records.phase_record import PhaseRecord
-from ..serve.isolation import IsolationName
+from ..names.isolation import IsolationName
 
 __all__ = ["finished_points", "interrupted_line", "interrupted_manifests", "is_interrupted",
            "planned_points"]

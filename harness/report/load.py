@@ -8,7 +8,7 @@ Empty for runs without load, so every report of a lone-request run reads as befo
 from __future__ import annotations
 
 from ..text.ghmarkdown import code, escape_text, table
-from ..judge.vocabulary import phase_key
+from ..names.phase import phase_key
 
 __all__ = ["render_load", "load_cell"]
 

@@ -11,9 +11,10 @@ from typing import Any, Iterable, Mapping, NamedTuple
 
 from ..records.phase_record import (CONFIG_FIELDS, NOT_IDENTITY, PhaseRecord, as_record, sha12,
                                     typed)
-from ..judge.vocabulary import CLEAN, SEVERITY, UNJUDGED, phase_key, worst
+from ..names.verdict import CLEAN, SEVERITY, UNJUDGED, worst
+from ..names.phase import phase_key
 from ..records.recordkeys import cell_key, document_of, reference_cells
-from ..serve.isolation import IsolationName
+from ..names.isolation import IsolationName
 
 __all__ = ["ConfigData", "Cell", "Disagreement", "group_configs", "combine_cell", "sha12", "fmt_percent", "miss_probability",
            "miss_sentence", "fmt_value", "describe_dim", "config_fields", "varying_fields",

@@ -9,7 +9,7 @@ from __future__ import annotations
 from ..text.ghmarkdown import bold, code, escape_text, table
 from ..records.phase_record import PhaseRecord, typed
 from ..records.recordkeys import by_node
-from ..judge.vocabulary import CLEAN
+from ..names.verdict import CLEAN
 
 __all__ = ["by_node", "render_nodes"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ..records.phase_record import PhaseRecord
 from ..records.manifest import RunManifest
-from ..serve.isolation import POLICIES, IsolationName
+from ..names.isolation import IsolationName, POLICIES
 from ..text.ghmarkdown import bold, cap, code, escape_text, table
 from .model import ConfigData
 from .restore import poison_summary, restore_summary

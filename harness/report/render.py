@@ -8,7 +8,8 @@ from ..text.ghmarkdown import bold, code, escape_text
 from ..records.manifest import RunManifest, as_manifest, typed_manifests
 from ..records.phase_record import PhaseRecord, typed
 from ..records.recordkeys import cell_key, latest_records, reference_cells
-from ..judge.vocabulary import CLEAN, PhaseName, phase_key
+from ..names.verdict import CLEAN
+from ..names.phase import PhaseName, phase_key
 from .auto import agreement_line
 from .baseline import render_baseline
 from .cases import case_groups, case_note, case_suffix

@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from ..text.ghmarkdown import escape_text
 from ..records.recordkeys import point_key
 from ..records.phase_record import PhaseRecord
-from ..serve.isolation import IsolationName
+from ..names.isolation import IsolationName
 
 __all__ = ["restore_summary", "poison_summary"]
 

@@ -8,7 +8,8 @@ from collections import defaultdict
 from ..text.ghmarkdown import bold, code, escape_text, fence, table
 from ..text.phrase import Code, Phrase, Strong, Text
 from ..text.ranges import residues_phrase
-from ..judge.vocabulary import BUG_VERDICTS, CLEAN, SEVERITY, phase_key
+from ..names.verdict import BUG_VERDICTS, CLEAN, SEVERITY
+from ..names.phase import phase_key
 from ..records.phase_record import NOT_IDENTITY
 from ..records.recordkeys import cell_key
 from ..records.manifest import RunManifest
@@ -20,7 +21,7 @@ from .cells import Footnotes, cell_markdown, cell_view
 from .columns import COLUMNS, Column
 from .model import (SHORT_NAMES, VOLATILE, ConfigData, config_fields, describe_dim, fmt_value,
                     miss_sentence, varying_fields)
-from ..serve.isolation import IsolationName
+from ..names.isolation import IsolationName
 
 __all__ = ["short_labels", "short_words", "render_results_table", "results_rows", "render_thread_view", "summary_counts",
            "render_config_summary", "render_reruns", "render_ladder",

@@ -19,7 +19,8 @@ import unicodedata
 from ..text.phrase import Phrase
 from ..text.plaintext import align_table, display_width, inline_to_plain
 from ..text.ranges import fmt_ranges
-from ..judge.vocabulary import UNANSWERED, phase_key
+from ..names.verdict import UNANSWERED
+from ..names.phase import phase_key
 from ..records.phase_record import PhaseRecord, typed
 from ..records.recordkeys import latest_records
 from ..records.manifest import RunManifest, typed_manifests

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ..text.ghmarkdown import escape_text, table
-from ..serve.isolation import AUTO_PASSES
+from ..names.isolation import AUTO_PASSES
 from ..records.phase_record import PhaseRecord, RunTiming
 from ..records.manifest import RunManifest
 

@@ -22,7 +22,7 @@ from typing import Any, Callable
 from ..settings.configs import SweepOptions, config_id
 from ..serve.engines import EngineAdapter
 from ..errors import UsageError
-from ..serve.isolation import AUTO_PASSES, IsolationName
+from ..names.isolation import AUTO_PASSES, IsolationName
 from ..provenance import harness_version
 from ..server_pool import ServerGroup
 from ..records.manifest import RunManifest

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import CannotRun
-from ..judge.vocabulary import NOT_FAILED
+from ..names.verdict import NOT_FAILED
 from ..prompts import PlanError
 from ..records.store import read_jsonl_records, resolve_results
 from .plan import Point, SweepPlan

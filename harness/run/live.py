@@ -38,8 +38,8 @@ from ..errors import CannotRun, UsageError
 from ..settings.configs import SweepOptions, modulus_for, select_residues
 from ..settings.flags import ENGINE, FLAGS
 from ..serve.slots import Slot
-from ..serve.isolation import IsolationName
-from ..judge.vocabulary import PhaseName
+from ..names.isolation import IsolationName
+from ..names.phase import PhaseName
 
 __all__ = ["live_target", "connect", "API_KEY_ENVS", "DEFAULT_MAX_REQUESTS", "RequestBudget", "LiveTarget",
            "LiveConfig", "LiveAdapter", "LiveServer", "read_server", "live_config",

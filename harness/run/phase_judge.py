@@ -8,8 +8,9 @@ from typing import Any
 
 from ..judge.divergence import first_divergence
 from ..judge.verdict import sha1
-from ..judge.vocabulary import CLEAN, PhaseName
-from ..serve.isolation import POLICIES
+from ..names.verdict import CLEAN
+from ..names.phase import PhaseName
+from ..names.isolation import POLICIES
 from .hits import budget_final_chunk, intended_tail, tail_note
 from .plan import Point
 from .traffic import not_lone_reason

@@ -39,10 +39,10 @@ from .live import LiveTarget, requests_per_point
 from ..prompts import (CaseTooLong, ChatTokenizer, PlanError, PromptPlan, approx_line_counts,
                        calibrate, calibrate_case, own_document_plan, plan_case_residues, plan_residue)
 from ..server_pool import BootFailure, PortAllocator, ServerProcess, Slot
-from ..judge.vocabulary import PhaseName
+from ..names.phase import PhaseName
 from .hits import hit_unit
 from .auto import auto_extra_documents, auto_passes
-from ..serve.isolation import IsolationName
+from ..names.isolation import IsolationName
 
 __all__ = ["Point", "SweepPlan", "plan_points", "plan_with_probes", "RemoteCounter",
            "probe_server", "plan_live", "document_seed", "live_rerun"]

@@ -28,7 +28,8 @@ from ..serve.engines import EngineAdapter
 from ..provenance import harness_version
 from ..server_pool import BootFailure, PortAllocator, ServerProcess, Slot, log_excerpt
 from ..judge.verdict import judge
-from ..judge.vocabulary import CLEAN, NOT_LONE, PhaseName, UNJUDGED
+from ..names.verdict import CLEAN, NOT_LONE, UNJUDGED
+from ..names.phase import PhaseName
 from .load import (BackgroundLoad, LoadError, beside_from_log, load_facts, preempted_in_log,
                    server_gauges)
 from .golden import golden_answer

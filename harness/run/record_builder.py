@@ -10,7 +10,7 @@ from typing import Any, Mapping
 
 from ..records.store import now_iso
 from ..serve.cmd_config import cmd_label
-from ..serve.engines import EngineName
+from ..names.engine import EngineName
 from ..records.phase_record import PhaseRecord
 
 __all__ = ["RecordBuilder", "mismatches", "failure_fields", "timing_record"]

@@ -10,7 +10,7 @@ from engine.presets import ServingConfig
 from ..errors import UsageError
 from .adapter import EngineAdapter, PreforkSpec, after_module
 from .cmd_config import normalise_reported
-from .isolation import restores as isolation_restores
+from ..names.isolation import restores as isolation_restores
 from .restore import SLEEP_MEANS
 from .slots import Slot
 

@@ -30,9 +30,9 @@ from typing import Any
 
 from engine.presets import PATCHES, SPEC_TABLE, ServingConfig
 
-from .engines import EngineName
+from ..names.engine import EngineName
 from ..errors import HandledError, UsageError
-from .isolation import POLICIES, IsolationName
+from ..names.isolation import IsolationName, POLICIES
 
 __all__ = ["ServeLine", "parse_serve_line", "vllm_spellings", "added_flags", "added_lines",
            "FORMS"]

@@ -22,7 +22,7 @@ from .flag_values import choices_of, parse_phases, split
 from .flags import UNSET
 from ..prompts.cases import PromptCase, load_cases, select_cases
 from ..serve.slots import Slot
-from ..judge.vocabulary import PHASES, PhaseName
+from ..names.phase import PHASES, PhaseName
 
 __all__ = ["SweepOptions", "config_id", "modulus_for", "modulus_and_why", "expand_matrix",
            "matrix_combos",

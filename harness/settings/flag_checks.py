@@ -12,10 +12,11 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from ..errors import UsageError
-from ..judge.vocabulary import PhaseName
+from ..names.phase import PhaseName
 from ..serve.engine_help import can_fork, for_engines
-from ..serve.engines import ADAPTERS, EngineName
-from ..serve.isolation import IsolationName
+from ..serve.engines import ADAPTERS
+from ..names.engine import EngineName
+from ..names.isolation import IsolationName
 
 __all__ = ["Asked", "Rule", "RULES", "check_flag_use", "rule_of"]
 

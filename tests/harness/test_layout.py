@@ -118,6 +118,26 @@ def test_run_layer_never_imports_a_backend():
             assert not {d for d in deps if d.startswith("harness.backends")}, m
 
 
+def test_the_names_are_leaves():
+    """``names/*`` imports nothing of the harness outside ``names/`` (the package's rule,
+    its ``__init__`` docstring): a module that needs a verdict's, a phase's, an isolation's
+    or an engine's name gets it without the machinery. So ``judge/`` imports nothing of
+    ``serve/``, and the Bug B rule and the report's opening lines take ``EngineName``
+    without the adapter registry; ``records/recordkeys.py`` reads ``IsolationName`` there."""
+    g = graph()
+    names = {m for m in g if m.startswith("harness.names")}
+    assert {"harness.names.verdict", "harness.names.phase", "harness.names.isolation",
+            "harness.names.engine"} <= names
+    found = [f"{m} -> {d}" for m in names for d in g[m]
+             if d.startswith("harness") and not d.startswith("harness.names")]
+    found += [f"{m} -> {d}" for m, deps in g.items() if m.startswith("harness.judge")
+              for d in deps if d.startswith("harness.serve")]
+    found += [f"{m} -> {d}" for m in ("harness.judge.bugb", "harness.report.engine_notice",
+                                      "harness.records.recordkeys")
+              for d in g[m] if d in ("harness.serve.engines", "harness.serve.isolation")]
+    assert not found, found
+
+
 def test_reports_compare_and_gate_read_records_not_the_run_runtime():
     """The record model is in ``records/``: the report, publish/ and results.py read it
     there and import nothing of the run layer."""
@@ -168,10 +188,11 @@ def _string_groups(path: Path):
 
 def test_verdict_and_isolation_groups_are_declared_once():
     """A group of verdicts (judged, untested, bugs, ...) is a column of
-    ``vocabulary.VERDICT_TABLE``, and what an isolation does is its ``isolation.POLICIES``
-    entry: no other module spells a group of them again."""
-    from harness.judge.vocabulary import ISOLATIONS, VERDICTS
-    homes = {HARNESS / "judge/vocabulary.py", HARNESS / "serve/isolation.py"}
+    ``names/verdict.VERDICT_TABLE``, and what an isolation is its
+    ``names/isolation.POLICIES`` entry: no other module spells a group of them again."""
+    from harness.names.isolation import ISOLATIONS
+    from harness.names.verdict import VERDICTS
+    homes = {HARNESS / "names/verdict.py", HARNESS / "names/isolation.py"}
     found = []
     for p in HARNESS.rglob("*.py"):
         if p in homes:
@@ -184,18 +205,20 @@ def test_verdict_and_isolation_groups_are_declared_once():
 
 def test_the_vocabulary_groups_are_the_tables_columns():
     """The groups the gate, bisect, explain and the matrix reference ask are read off
-    the table (and an isolation value has exactly one policy)."""
+    the table (and an isolation value has exactly one policy; what a value does to a
+    server, ``serve/isolation.MACHINERY``, is only for a value the policies name)."""
     from harness.publish import bisect, gate
-    from harness.serve import isolation
-    from harness.judge import vocabulary as v
+    from harness.names import isolation
+    from harness.names import verdict as v
     from harness.report import explained
     from harness.run import matrix_reference
+    from harness.serve.isolation import MACHINERY
     assert gate.JUDGED is v.JUDGED and bisect.UNTESTED is v.UNTESTED
     assert explained.EXPLAINED is v.EXPLAINED and matrix_reference.OPEN is v.OPEN
     assert v.VERDICTS == tuple(row.name for row in v.VERDICT_TABLE)
-    assert set(v.ISOLATIONS) == set(isolation.POLICIES)
+    assert set(isolation.ISOLATIONS) == set(isolation.POLICIES) >= set(MACHINERY)
     for name, pol in isolation.POLICIES.items():
-        assert pol.name == name and set(pol.passes) <= set(v.RECORD_ISOLATIONS)
+        assert pol.name == name and set(pol.passes) <= set(isolation.RECORD_ISOLATIONS)
 
 
 def test_exit_codes_are_declared_in_errors_only():
@@ -577,17 +600,19 @@ def test_a_new_verdict_isolation_engine_or_writer_is_one_entry():
     values too, and ``make_adapter`` builds whichever adapter ``ADAPTERS`` names)."""
     table = _section("Where a change goes")
     row = {ln.split("|")[1].strip(): ln for ln in table.splitlines() if ln.startswith("| ")}
-    assert "one row of `judge/vocabulary.VERDICT_TABLE`" in row["a new verdict or a change of what a verdict means"]
-    assert "one `Isolation(...)` entry in `serve/isolation.POLICIES`" in row["a new isolation mode"]
+    assert "one row of `names/verdict.VERDICT_TABLE`" in row["a new verdict or a change of what a verdict means"]
+    assert "one `Isolation(...)` entry in `names/isolation.POLICIES`" in row["a new isolation mode"]
     assert "one entry in `serve/engines.ADAPTERS`" in row["a new engine"]
     assert "one entry in `publish/writers.WRITERS`" in row["a new output format"]
-    from harness.serve import engines, isolation
-    from harness.judge import vocabulary
+    from harness.serve import engines
+    from harness.names import engine, isolation, phase
+    from harness.names import verdict as vocabulary
     from harness.publish import writers
     assert [m.value for m in vocabulary.VerdictName] == [v.name for v in vocabulary.VERDICT_TABLE]
-    assert [m.value for m in vocabulary.PhaseName] == list(vocabulary.PHASES)
+    assert [m.value for m in phase.PhaseName] == list(phase.PHASES)
     assert [m.value for m in isolation.IsolationName] == list(isolation.POLICIES)
-    assert [m.value for m in engines.EngineName] == list(engines.ADAPTERS)
+    # the engines by name (names/engine.py) are the adapters' engines, in the same order
+    assert [m.value for m in engine.EngineName] == list(engine.ENGINES) == list(engines.ADAPTERS)
     tree = ast.parse((HARNESS / "serve/engines.py").read_text())
     builders = [n for n in tree.body if isinstance(n, ast.FunctionDef)
                 and n.name in ("make_adapter", "_make_adapter")]
@@ -596,7 +621,7 @@ def test_a_new_verdict_isolation_engine_or_writer_is_one_entry():
     assert builders and not named & adapters, named & adapters   # no engine built by name
     from harness.settings.flags import FLAGS
     (iso_flag,) = [f for f in FLAGS if f.name == "--isolation"]
-    assert tuple(iso_flag.kw["choices"]) == isolation.ISOLATIONS == vocabulary.ISOLATIONS
+    assert tuple(iso_flag.kw["choices"]) == isolation.ISOLATIONS == tuple(isolation.POLICIES)
     assert vocabulary.VERDICTS == tuple(v.name for v in vocabulary.VERDICT_TABLE)
     assert all(w.name == n and callable(w.wanted) and callable(w.write)
                for n, w in writers.WRITERS.items())
@@ -613,8 +638,8 @@ def test_the_rule_returns_structure_not_markdown():
 
 # -- values are types ------------------------------------------------------------------
 # Each vocabulary's home: the table its StrEnum is read off, where its words are declared.
-_VOCABULARY_HOMES = {"verdict": HARNESS / "judge/vocabulary.py", "phase": HARNESS / "judge/vocabulary.py",
-                     "isolation": HARNESS / "serve/isolation.py", "engine": HARNESS / "serve/engines.py"}
+_VOCABULARY_HOMES = {"verdict": HARNESS / "names/verdict.py", "phase": HARNESS / "names/phase.py",
+                     "isolation": HARNESS / "names/isolation.py", "engine": HARNESS / "names/engine.py"}
 # Comparisons with such a word that is another vocabulary's value, by what is compared
 # (the other side's name, attribute or key), each with why.
 _OTHER_VOCABULARIES = {
@@ -623,7 +648,7 @@ _OTHER_VOCABULARIES = {
     "poison": "--poison auto: fill where the engine can, not the isolation",
     "owned_by": "GET /v1/models' owned_by: the word a vLLM server writes of itself",
     # --reference cold judges the hits against the same server's cold answer: a word of
-    # vocabulary.REFERENCES (passage, cold, first, ...), not the phase
+    # --reference's words (passage, cold, first, ...), not the phase
     "reference": "--reference cold: the reference word, not the phase",
     "ref": "--reference cold (run/point.py's self.opts.reference): not the phase",
     "refs": "--reference cold among the records' references (report/explain.py): not the phase",
@@ -631,11 +656,12 @@ _OTHER_VOCABULARIES = {
 
 
 def _vocabularies() -> dict[str, set[str]]:
-    from harness.serve.engines import ADAPTERS
-    from harness.serve.isolation import POLICIES
-    from harness.judge.vocabulary import PHASES, VERDICT_TABLE
+    from harness.names.engine import ENGINES
+    from harness.names.isolation import POLICIES
+    from harness.names.phase import PHASES
+    from harness.names.verdict import VERDICT_TABLE
     return {"verdict": {v.name for v in VERDICT_TABLE}, "phase": set(PHASES), "isolation": set(POLICIES),
-            "engine": set(ADAPTERS)}
+            "engine": set(ENGINES)}
 
 
 def _strings(node: ast.AST) -> list[str]:
@@ -920,14 +946,16 @@ def _measured(row: str) -> int:
 
 
 def test_engines_isolations_and_columns_are_read_off_their_tables():
-    """``--engine``'s choices and help are ``serve/engines.ADAPTERS``' (no other module
-    spells a group of engine names), ``--isolation``'s are ``serve/isolation.POLICIES``',
+    """``--engine``'s choices and help are ``serve/engines.ADAPTERS``' (no module but
+    ``names/engine.py`` spells a group of engine names), ``--isolation``'s are
+    ``names/isolation.POLICIES``',
     and the results table's columns after its phase cells are ``report/columns.COLUMNS``:
     only ``columns.py`` builds a ``Column``, ``sections.results_rows`` reads the table (the
     markdown table and the terminal's are its rows) and every legend of ``render.py`` says
     ``columns.legend()``. The page's rows state what each change measured: at most 2, 2
     and 3 files."""
-    from harness.serve import engines, isolation
+    from harness.serve import engines
+    from harness.names import isolation
     from harness.settings.flags import FLAGS
     flag = {f.name: f for f in FLAGS}
     assert tuple(flag["--engine"].kw["choices"]) == tuple(engines.ADAPTERS)
@@ -935,7 +963,7 @@ def test_engines_isolations_and_columns_are_read_off_their_tables():
     assert tuple(flag["--isolation"].kw["choices"]) == tuple(isolation.POLICIES)
     assert flag["--isolation"].help == isolation.isolation_help(default="fresh")
     found = [f"{p.relative_to(ROOT)}:{line} {sorted(names)}"
-             for p in HARNESS.rglob("*.py") if p != HARNESS / "serve/engines.py"
+             for p in HARNESS.rglob("*.py") if p != HARNESS / "names/engine.py"
              for line, names in _string_groups(p) if len(names & set(engines.ADAPTERS)) >= 2]
     assert not found, found
     report = HARNESS / "report"
