@@ -34,6 +34,7 @@ from ..records.phase_record import PhaseRecord
 from ..records.recordkeys import point_key
 from ..run.record_builder import timing_record
 from ..names.isolation import IsolationName, POLICIES, policy
+from ..serve.facts import ServerFacts
 from ..serve.isolation import machinery
 from ..run.scheduling import PointQueue
 from ..server_pool import BootFailure, Slot
@@ -97,7 +98,7 @@ class _Held:
     cfg: str | None = None
     iso: str | None = None
     timing: dict[str, float] | None = None
-    info: dict[str, Any] = field(default_factory=dict)
+    info: ServerFacts = field(default_factory=ServerFacts)
 
     def serves_next(self) -> str | None:
         """The configuration this slot's server can take next without a boot (None where
@@ -298,7 +299,7 @@ class _LocalRun:
                 timing[iso] = spent
             # a server that could not be prepared (a failed restore) is replaced:
             # the point, not sent yet, runs on a just-booted server instead
-            replaced = held.info.pop("unusable", None)
+            replaced, held.info.unusable = held.info.unusable, None
             reuse = replaced is None
         return reuse, replaced
 

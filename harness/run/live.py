@@ -34,6 +34,7 @@ import httpx
 from engine.presets import ServingConfig
 
 from ..serve.engines import ADAPTERS, EngineAdapter, normalise_reported
+from ..serve.facts import ServerFacts
 from ..errors import CannotRun, UsageError
 from ..settings.configs import SweepOptions, modulus_for, select_residues
 from ..settings.flags import ENGINE, FLAGS
@@ -365,9 +366,9 @@ class LiveAdapter(EngineAdapter):
         # as --engine lab / vllm ask (their answers do not change); an unknown server: not
         known = ADAPTERS.get(cfg.engine)
         self.logprobs_default = known.logprobs_default if known else 0
-        self.info = {"config": cfg.as_dict(), "engine_version": facts["engine_version"],
-                     "patch_status": facts.get("patch_status"), "model": facts.get("model"),
-                     "boot_s": None, "server_boot": None}
+        self.info = ServerFacts(config=cfg.as_dict(), engine_version=facts["engine_version"],
+                                patch_status=facts.get("patch_status"),
+                                model=facts.get("model"))
 
     def check(self, configs, slot) -> None:
         """Nothing to build: the server exists."""

@@ -11,6 +11,7 @@ from ..judge.verdict import sha1
 from ..names.verdict import CLEAN
 from ..names.phase import PhaseName
 from ..names.isolation import POLICIES
+from ..serve.facts import ServerFacts
 from .hits import budget_final_chunk, intended_tail, tail_note
 from .plan import Point
 from .traffic import not_lone_reason
@@ -18,7 +19,7 @@ from .traffic import not_lone_reason
 __all__ = ["invalid_reason", "not_lone", "cold_by_construction", "measured_fields"]
 
 
-def invalid_reason(point: Point, phase: str, res, templated: int | None, info: dict,
+def invalid_reason(point: Point, phase: str, res, templated: int | None, info: ServerFacts,
                    isolation: str) -> str | None:
     """Why a phase's answer cannot be judged: its prompt was not the planned length, its
     server's restore was not proven, or its cold or hit was not what the phase is
@@ -28,7 +29,7 @@ def invalid_reason(point: Point, phase: str, res, templated: int | None, info: d
         return f"templated length {templated} by the server's /tokenize, target {target}"
     if res.prompt_tokens is not None and res.prompt_tokens != target:
         return f"usage.prompt_tokens {res.prompt_tokens} != target {target}"
-    restore = info.get("restore") or {}
+    restore = info.restore or {}
     if restore.get("error"):
         return f"restore not proven: {restore['error']}"
     cached = res.cached_tokens
@@ -44,8 +45,8 @@ def invalid_reason(point: Point, phase: str, res, templated: int | None, info: d
     if phase == PhaseName.COLD and cached > 0:
         why = (f"cold request hit the cache ({cached} tokens): "
                f"{point.isolation or isolation} isolation not proven")
-        if info.get("reset_error"):
-            why += f"; /reset_prefix_cache failed: {info['reset_error']}"
+        if info.reset_error:
+            why += f"; /reset_prefix_cache failed: {info.reset_error}"
         return why
     if phase != PhaseName.COLD and hits and cached == 0:
         return f"{phase}: no prefix-cache hit (cached_tokens 0)"
@@ -69,7 +70,7 @@ def cold_by_construction(point: Point, isolation: str) -> bool:
 
 
 def measured_fields(point: Point, phase: str, res, tps, j, verdict: str, reason: str,
-                    expected: str | None, ref_tokens, info: dict,
+                    expected: str | None, ref_tokens, info: ServerFacts,
                     traffic: dict | None) -> dict[str, Any]:
     """What a judged phase's record holds of its answer: the answer and its judgement
     (``j``, the verdict and reason as the checks left them), the hit measured against the
@@ -94,9 +95,9 @@ def measured_fields(point: Point, phase: str, res, tps, j, verdict: str, reason:
         "reference_chars": len(expected) if expected is not None else None,
         "first_divergence": divergence, "token_logprobs": res.token_logprobs,
         "intended_tail": want,
-        "tail_note": tail_note(point.cfg.as_dict(), info.get("config") or {}, phase,
+        "tail_note": tail_note(point.cfg.as_dict(), info.config or {}, phase,
                                want, tail, point.modulus),
-        "final_chunk": budget_final_chunk(info.get("config") or point.cfg.as_dict(),
+        "final_chunk": budget_final_chunk(info.config or point.cfg.as_dict(),
                                           res.prompt_tokens, cached),
         "traffic": traffic,
     }

@@ -25,6 +25,7 @@ from ..serve.client import (BadResponse, ClientError, EngineClient, RequestTimeo
 from ..serve import poison
 from ..settings.configs import SweepOptions
 from ..serve.engines import EngineAdapter
+from ..serve.facts import ServerFacts
 from ..provenance import harness_version
 from ..server_pool import BootFailure, PortAllocator, ServerProcess, Slot, log_excerpt
 from ..judge.verdict import judge
@@ -148,7 +149,7 @@ class PointRunner:
 
     # -- servers -----------------------------------------------------------------------
     async def boot(self, point: Point, slot: Slot, *, timeout: float | None = None
-                   ) -> tuple[Server, EngineClient, dict]:
+                   ) -> tuple[Server, EngineClient, ServerFacts]:
         case = f"-{point.case}" if point.case else ""
         # a restore point's server starts in sleep mode, a fresh one plain (for_isolation)
         adapter = self.adapter.for_isolation(point.isolation or self.opts.isolation)
@@ -166,13 +167,13 @@ class PointRunner:
                                   port_conflict=e.port_conflict, retryable=e.retryable,
                                   attempts=len(failed)) from None
             if failed:   # the record says the boot needed more than one try, and why
-                info["server_boot"]["attempts"] = len(failed) + 1
-                info["server_boot"]["failed_attempts"] = failed
+                info.server_boot["attempts"] = len(failed) + 1
+                info.server_boot["failed_attempts"] = failed
             return server, client, info
 
     async def boot_config(self, cfg: ServingConfig, slot: Slot, log_name: str,
                           adapter: EngineAdapter | None = None, *,
-                          timeout: float | None = None) -> tuple[Server, EngineClient, dict]:
+                          timeout: float | None = None) -> tuple[Server, EngineClient, ServerFacts]:
         """Start a server for ``cfg`` on ``slot`` and wait until it is ready; a port taken
         by another program between our pick and its bind is retried on a new port."""
         last: BootFailure | None = None
@@ -189,18 +190,17 @@ class PointRunner:
                 await server.prepare()
                 server.start()
                 await server.wait_ready(client, timeout or self.opts.boot_timeout)
-                info: dict[str, Any] = {"boot_s": round(server.boot_s or 0.0, 4),
-                                        "server_boot": self._boot_notes(server, log_path)}
+                info = ServerFacts(boot_s=round(server.boot_s or 0.0, 4),
+                                   server_boot=self._boot_notes(server, log_path))
                 # --poison: filled before its first request (harness/serve/poison.py)
                 served = adapter or self.adapter
-                info["poison"] = (await poison.at_boot(client, served.poison_kernels())
-                                  if served.poison
-                                  else poison.off_record(self.opts.poison))
-                info["_fill_restores"] = served.poison and served.fill_restores
+                info.poison = (await poison.at_boot(client, served.poison_kernels())
+                               if served.poison else poison.off_record(self.opts.poison))
+                info.fill_restores = bool(served.poison and served.fill_restores)
                 # What the server says it runs is read while the first requests go out
                 # (it is needed for the records, not for the requests), unless the model
                 # name to put in the requests can only come from the server.
-                info["_probe"] = asyncio.create_task(self._probe(info, client, cfg, log_path))
+                info.probe = asyncio.create_task(self._probe(info, client, cfg, log_path))
                 if not self.model_name(cfg):
                     await self.settle(info)
                 return server, client, info
@@ -234,17 +234,17 @@ class PointRunner:
             notes["boot_log_error"] = f"{type(e).__name__}: {e}"
         return notes
 
-    async def _probe(self, info: dict, client: EngineClient, cfg: ServingConfig,
+    async def _probe(self, info: ServerFacts, client: EngineClient, cfg: ServingConfig,
                      log_path: Path) -> None:
         try:
-            info.update(await self.adapter.effective(client, cfg, _read(log_path)))
+            info.learn(await self.adapter.effective(client, cfg, _read(log_path)))
         except ClientError as e:  # a server that dies now shows up in the first request
-            info["probe_error"] = str(e)
+            info.probe_error = str(e)
 
     @staticmethod
-    async def settle(info: dict) -> dict:
+    async def settle(info: ServerFacts) -> ServerFacts:
         """Wait for the effective-configuration probe started at boot, if still running."""
-        task = info.pop("_probe", None)
+        task, info.probe = info.probe, None
         if task is not None:
             await task
         return info
@@ -268,11 +268,11 @@ class PointRunner:
 
     # -- the phases of one point -------------------------------------------------------
     async def run_phases(self, point: Point, slot: Slot, server: Server,
-                         client: EngineClient, info: dict,
+                         client: EngineClient, info: ServerFacts,
                          emit: Emit | None = None) -> tuple[list[PhaseRecord], bool]:
         """Every requested phase on a booted server; (records, server died)."""
         emit = emit or (lambda rec: None)
-        model = self.model_name(point.cfg) or info.get("model") or point.cfg.model or "default"
+        model = self.model_name(point.cfg) or info.model or point.cfg.model or "default"
         records: list[PhaseRecord] = []
         templated: int | None = None
         tokenize_error: str | None = None
@@ -299,7 +299,7 @@ class PointRunner:
         return records, dead is not None
 
     async def _phase(self, point: Point, slot: Slot, phase: str, server: Server,
-                     client: EngineClient, info: dict, model: str, templated: int | None,
+                     client: EngineClient, info: ServerFacts, model: str, templated: int | None,
                      tokenize_error: str | None, cold: PhaseRecord | None):
         """One phase's record, and (verdict, why, log) when the server is gone."""
         opts = self.opts
@@ -403,7 +403,7 @@ class PointRunner:
         invalid = invalid_reason(point, phase, res, templated, info, self.opts.isolation)
         if invalid:
             verdict, reason = "invalid", f"{invalid} (answer judged {j.verdict}: {j.reason})"
-        elif unfilled := poison.failure(info.get("poison")):
+        elif unfilled := poison.failure(info.poison):
             # the server ran, but not as the record's poison field claims: not ok
             verdict, reason = "infra", f"{unfilled} (answer judged {j.verdict}: {j.reason})"
         elif verdict in CLEAN and (alone := not_lone(point, traffic, self.opts.isolation)):

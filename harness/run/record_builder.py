@@ -6,10 +6,11 @@ poison) and the records of a phase that produced no answer. Each record is a
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from ..records.store import now_iso
 from ..serve.cmd_config import cmd_label
+from ..serve.facts import ServerFacts
 from ..names.engine import EngineName
 from ..records.phase_record import PhaseRecord
 
@@ -27,38 +28,38 @@ class RecordBuilder:
     reference: str
     phases: tuple[str, ...]
 
-    def base(self, point: Any, slot: str, node: str, phase: str, info: Mapping[str, Any],
+    def base(self, point: Any, slot: str, node: str, phase: str, info: ServerFacts,
              templated: int | None) -> dict[str, Any]:
         """The fields every record of the point shares (keyword arguments of ``build``)."""
         requested = point.cfg.as_dict()
-        effective = info.get("config") or requested
+        effective = info.config or requested
         cmd = point.cfg.engine == EngineName.CMD   # presets never reach a cmd server: cmd_config
         return {
             "run_id": self.run_id, "harness_version": self.harness_version,
-            "config_id": point.cfg_id, "config_label": info.get("config_label") or (
+            "config_id": point.cfg_id, "config_label": info.config_label or (
                 cmd_label(point.cfg, None) if cmd else point.cfg.label()),
             "config": effective, "requested_config": requested,
             "config_mismatch": (list(effective.get("declared_differs") or ()) if cmd
                                 else mismatches(requested, effective)),
-            "engine": point.cfg.engine, "engine_version": info.get("engine_version"),
+            "engine": point.cfg.engine, "engine_version": info.engine_version,
             "patches": effective.get("patches") if cmd else point.cfg.patches,
-            "patch_status": info.get("patch_status"),
-            "model": info.get("model") or point.cfg.model, "slot": slot, "node": node,
+            "patch_status": info.patch_status,
+            "model": info.model or point.cfg.model, "slot": slot, "node": node,
             "isolation": getattr(point, "isolation", None) or self.isolation,
             "isolation_run": "auto" if getattr(point, "isolation", None) else None,
             "confirms": getattr(point, "confirms", None),
             "document_seed": getattr(point, "document_seed", None),
-            "server_boot": info.get("server_boot"),
+            "server_boot": info.server_boot,
             "residue": point.residue,
             "modulus": point.modulus, "target_len": point.plan.target_len,
             "templated_len": templated if templated is not None else point.plan.target_len,
             "templated_len_source": ("server /tokenize" if templated is not None
                                      else "local tokenizer"),
             "phase": phase, "reference": self.reference,
-            "boot_s": info.get("boot_s"), "started_at": now_iso(), "rerun": point.rerun,
+            "boot_s": info.boot_s, "started_at": now_iso(), "rerun": point.rerun,
             "case_id": point.plan.case_id, "prompt_sha1": point.plan.prompt_sha1,
             "modulus_why": getattr(point, "modulus_why", None),
-            "restore": info.get("restore"), "poison": _copied(info.get("poison")),
+            "restore": info.restore, "poison": _copied(info.poison),
         }
 
     def build(self, base: dict[str, Any], measured: dict[str, Any],
@@ -68,10 +69,10 @@ class RecordBuilder:
         return PhaseRecord(**base, **measured, extra=dict(extra or {}))
 
     def failure(self, point: Any, slot: str, node: str, phase: str, verdict: str,
-                reason: str, excerpt: list, info: Mapping[str, Any] | None = None,
+                reason: str, excerpt: list, info: ServerFacts | None = None,
                 templated: int | None = None) -> PhaseRecord:
         expected_chars = len(point.plan.expected or "")   # a prompt case may have none
-        return self.build(self.base(point, slot, node, phase, info or {}, templated),
+        return self.build(self.base(point, slot, node, phase, info or ServerFacts(), templated),
                           failure_fields(verdict, reason, excerpt, expected_chars))
 
     def failures(self, point: Any, slot: str, node: str, verdict: str, reason: str,
