@@ -402,7 +402,7 @@ class ExplainSweep(Sweep):
         from .report.explained import ladders, render_ladder
         return "\n\n".join(render_ladder(lad, "##") for lad in ladders(manifest, records))
 
-    def judge(self, records: list[PhaseRecord], baseline, cb) -> int:
+    def judge(self, records: list[PhaseRecord], block, cb) -> int:
         return ExitCode.OK
 
 

@@ -39,6 +39,7 @@ from .run.driver import Driver
 from .run.live import connect
 from .run.golden import check_golden_covers, load_golden
 from .run.plan import Point, SweepPlan, plan_with_probes
+from .records.gate_block import BaselineBlock
 from .records.phase_record import PhaseRecord
 from .records.recordkeys import latest_records
 from .serve.orphans import end_orphans
@@ -143,6 +144,7 @@ class Sweep:
         self.signals = signals
         self.servers = ServerGroup(observers)
         self._checked = False
+        self._baseline: list[PhaseRecord] = []   # --baseline's records, read once by check()
         self._held = contextlib.ExitStack()   # the run's lock (store.run_lock) while it runs
         self._locked = False
 
@@ -156,8 +158,8 @@ class Sweep:
         opts = self.options
         check_outputs(opts)
         if opts.baseline:  # a gate that cannot be evaluated must not cost a whole sweep
-            try:
-                load_records([opts.baseline], opts.out)
+            try:   # read once: the gate at the end compares against these
+                self._baseline = load_records([opts.baseline], opts.out)
             except StoreError as e:
                 raise UsageError(f"--baseline: {e}") from None
         check_can_post(opts.gh_issue, opts.gh_repo, opts.gh_dry_run)
@@ -201,16 +203,17 @@ class Sweep:
         from . import report
         return report.render_markdown(records, [manifest], full=self.options.full)
 
-    def judge(self, records: list[PhaseRecord], baseline: list[dict] | None,
+    def judge(self, records: list[PhaseRecord], block: BaselineBlock | None,
               cb: Callbacks) -> int:
-        """The run's own exit code: git bisect's under ``--bisect``, else the gate's."""
+        """The run's own exit code: git bisect's under ``--bisect``, else the gate's (against
+        ``--baseline``: the verdict ``block`` carries, decided by ``gate.gate_block``)."""
         from .publish import gate
         opts = self.options
         if opts.bisect:
             from .publish.bisect import bisect_exit_code, bisect_verdict_line
             cb.say(bisect_verdict_line(records))
             return bisect_exit_code(records)
-        return gate.gate_exit_code(records, baseline, allow_fewer=opts.allow_fewer)
+        return gate.gate_exit_code(records, block=block)
 
     # -- the lifecycle -----------------------------------------------------------------
     def run(self, callbacks: Callbacks | None = None) -> RunResult:
@@ -388,10 +391,9 @@ class Sweep:
         from .publish import gate
         from .publish.writers import WRITERS, Output
         opts, records = self.options, result.records
-        baseline = load_records([opts.baseline], opts.out) if opts.baseline else None
         block = None
-        if baseline is not None and not opts.bisect:  # the report's baseline section reads it
-            block = gate.gate_block(baseline, records, source=opts.baseline,
+        if opts.baseline and not opts.bisect:  # the report's baseline section reads it
+            block = gate.gate_block(self._baseline, records, source=opts.baseline,
                                     allow_fewer=opts.allow_fewer)
             result.manifest.baseline = block
         result.report_markdown = self.render(records, result.manifest)
@@ -416,7 +418,7 @@ class Sweep:
         if opts.bisect:
             for msg in result.failed_outputs:
                 cb.say(f"sweep: output failed: {msg}")
-        code = self.judge(records, baseline, cb)
+        code = self.judge(records, block, cb)
         if block is not None:   # the cells themselves: the terminal report, the report file
             cb.say(gate.gate_summary(block))
         if result.failed_outputs and not opts.bisect:

@@ -25,8 +25,8 @@ from typing import Iterable
 
 from ..errors import EXIT_CANNOT_RUN, EXIT_USAGE, BisectExit, ExitCode
 from ..records.phase_record import PhaseRecord
-from ..records.recordkeys import document_of
-from ..names.verdict import CLEAN, OPEN, UNTESTED
+from ..records.recordkeys import cell_key, reference_cells
+from ..names.verdict import CLEAN, UNTESTED
 
 __all__ = ["UNTESTED", "EXIT_GOOD", "EXIT_BAD", "EXIT_SKIP", "EXIT_ABORT_BISECT",
            "bisect_exit_code", "bisect_verdict_line", "map_exit", "internal_error"]
@@ -37,17 +37,12 @@ EXIT_GOOD, EXIT_BAD, EXIT_SKIP, EXIT_ABORT_BISECT = (BisectExit.GOOD, BisectExit
 # build misbehaved); unjudged too, unless another answer was judged against it (``_untested``).
 
 
-def _prompt_of(r: PhaseRecord, sha: str | None) -> tuple:
-    return (r.residue, document_of(r), r.case_id, sha)
-
-
 def _untested(recs: list[PhaseRecord]) -> list[PhaseRecord]:
     """The records that say their point was not tested: UNTESTED verdicts, less the
-    unjudged answers some judged answer of the same prompt used as its reference."""
-    used = {_prompt_of(r, r.reference_sha1) for r in recs
-            if r.verdict not in UNTESTED and r.reference_sha1}
-    return [r for r in recs if r.verdict in UNTESTED
-            and not (r.verdict in OPEN and _prompt_of(r, r.sha1) in used)]
+    reference cells (``recordkeys.reference_cells``: the unjudged answers some judged
+    answer of the same prompt was judged against; the gate and the report ask the same)."""
+    refs = reference_cells(recs)
+    return [r for r in recs if r.verdict in UNTESTED and cell_key(r) not in refs]
 
 
 def bisect_exit_code(records: Iterable[PhaseRecord]) -> int:

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
 from ..errors import StoreError
+from .gate_block import BaselineBlock
 
 __all__ = ["MANIFEST_VERSION", "WRITTEN_WHEN_SET", "RunManifest", "manifest_fields",
            "version_of", "as_manifest", "typed_manifests"]
@@ -73,7 +74,7 @@ class RunManifest:
     wall_s: float | None = None
     backend: dict | None = None           # the backend's describe() (+ the launcher's)
     timing: dict | None = None            # run/driver.timing_summary (phase_record.RunTiming)
-    baseline: dict | None = None          # --baseline: publish/gate.gate_block
+    baseline: BaselineBlock | None = None   # --baseline: publish/gate.gate_block (typed)
     # every key of a manifest read that this model does not name (another link, a
     # benchmark's own keys), and a new manifest's links other than ``explains``
     extra: dict = field(default_factory=dict)
@@ -100,7 +101,7 @@ class RunManifest:
             out = {f.name: getattr(self, f.name) for f in manifest_fields()
                    if not (f.name in WRITTEN_WHEN_SET and getattr(self, f.name) is None)}
             out.update(self.extra)
-            return out
+            return _blocks_written(out)
         out = {k: getattr(self, k) if k in _NAMES else self.extra[k]
                for k in self._keys if k in _NAMES or k in self.extra}
         for f in manifest_fields():
@@ -108,7 +109,7 @@ class RunManifest:
             if f.name not in out and value != self._filled.get(f.name):
                 out[f.name] = value
         out.update((k, v) for k, v in self.extra.items() if k not in out)
-        return out
+        return _blocks_written(out)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], where: str = "") -> "RunManifest":
@@ -123,9 +124,18 @@ class RunManifest:
         filled = {f.name: (version if f.name == "manifest_version" else None)
                   for f in manifest_fields() if f.name not in d}
         known = {f.name: d.get(f.name, filled.get(f.name)) for f in manifest_fields()}
+        if isinstance(known["baseline"], Mapping):
+            known["baseline"] = BaselineBlock.from_dict(known["baseline"])
         m = cls(**known, extra={k: v for k, v in d.items() if k not in _NAMES})
         m._keys, m._filled = tuple(d), filled
         return m
+
+
+def _blocks_written(out: dict[str, Any]) -> dict[str, Any]:
+    """A manifest's typed blocks as their JSON (the ``baseline`` block's ``as_dict``)."""
+    if isinstance(out.get("baseline"), BaselineBlock):
+        out["baseline"] = out["baseline"].as_dict()
+    return out
 
 
 def manifest_fields() -> tuple[dataclasses.Field, ...]:

@@ -428,6 +428,45 @@ def test_records_travel_as_phase_records():
     assert not found, found
 
 
+def _calls_of(path: Path) -> list[tuple[str, str]]:
+    """(enclosing function, called name) of every call in ``path``."""
+    return [(fn, ast.unparse(c.func).rsplit(".", 1)[-1])
+            for fn, c in _calls_by_function(ast.parse(path.read_text()))]
+
+
+def test_each_decision_is_made_once():
+    """The gate's verdict against a baseline is ``gate.gate_block``'s ``passed``, decided
+    there (``gate_exit_code`` reads it); a ``--baseline`` run reads the baseline once (its
+    check) and compares with it once (``gate_block``); the reference-cell rule is
+    ``recordkeys.reference_cells``, which the gate, bisect and the report ask."""
+    sweep = _calls_of(HARNESS / "residue_sweep.py")
+    assert [fn for fn, name in sweep if name == "load_records"] == ["check"]
+    assert [fn for fn, name in sweep if name == "gate_block"] == ["_finish"]
+    assert not [c for c in sweep if c[1] in ("compare_records", "find_regressions",
+                                             "find_coverage_losses")]
+    exits = [c for _, c in _calls_by_function(ast.parse((HARNESS / "residue_sweep.py")
+                                                        .read_text()))
+             if ast.unparse(c.func).endswith("gate_exit_code")]
+    assert exits and all([k.arg for k in c.keywords] == ["block"] for c in exits)
+    gate = _calls_of(HARNESS / "publish/gate.py")
+    assert sorted(fn for fn, name in gate if name == "compare_records") == [
+        "find_coverage_losses", "find_regressions", "gate_block"]
+    tree = ast.parse((HARNESS / "publish/gate.py").read_text())
+    deciders = {fn for fn, c in _calls_by_function(tree) if isinstance(c, ast.Call)
+                and ast.unparse(c.func) == "BaselineBlock"}
+    assert deciders == {"gate_block"}
+    exit_code = next(n for n in tree.body if isinstance(n, ast.FunctionDef)
+                     and n.name == "gate_exit_code")
+    assert "block.passed" in ast.unparse(exit_code)
+    assert not any(name in ("find_regressions", "find_coverage_losses") for _, name in
+                   ((fn, n) for fn, n in gate if fn == "gate_exit_code"))
+    for rel in ("publish/gate.py", "publish/bisect.py", "report/render.py"):
+        assert "reference_cells" in {name for _, name in _calls_of(HARNESS / rel)}, rel
+    assert not [p for p in HARNESS.rglob("*.py") if p.name != "recordkeys.py"
+                and any(isinstance(n, ast.FunctionDef) and n.name == "reference_cells"
+                        for n in ast.walk(ast.parse(p.read_text())))]
+
+
 def test_one_lifecycle_runs_every_sweep():
     """``sweep``, ``--resume``, ``--bisect`` and ``explain`` all run ``residue_sweep.Sweep``: only
     the session constructs a Driver or starts a backend's points."""
