@@ -1,7 +1,7 @@
 """One sweep from its first server to its exit code: ``Sweep(options, adapter, backend)``.
 
 Every way of running a sweep goes through this one lifecycle: the command line
-(``sweep``, ``--resume``, ``--bisect``), ``sweep explain`` (``explain.ExplainSweep``
+(``sweep``, ``--resume``, ``--bisect``), ``sweep explain`` (``explain/plan.ExplainSweep``
 changes only its plan, its manifest links, its report and its exit code) and a Python
 caller (a test suite: ``from harness import Sweep, options_from_argv``):
 
@@ -183,7 +183,7 @@ class Sweep:
             self.options = connect(self.options)
             self.adapter = adapter_for(self.options)
 
-    # -- the steps a kind of run may change (explain.ExplainSweep) -----------------------
+    # -- the steps a kind of run may change (explain/plan.ExplainSweep) ------------------
     async def plan(self, store: ResultStore) -> SweepPlan:
         """The data points, with probe servers where the prompt length needs them."""
         return await plan_with_probes(self.options, self.adapter, logs_dir=store.logs_dir,

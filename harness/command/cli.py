@@ -1,5 +1,5 @@
-"""``sweep``: the command line. Each verb's argv is read here (``explain``'s in
-``explain_cli.py``), the sweep verb's once, by ``settings/flag_manifest.parse_flags``.
+"""``sweep``: the command line. Each verb's argv is read here (``explain``'s in its room,
+``harness/explain/cli.py``), the sweep verb's once, by ``settings/flag_manifest.parse_flags``.
 
     sweep [options]                 run a residue sweep (the default verb)
     sweep report RESULTS... [-o F]  markdown report from results files / run ids
@@ -269,8 +269,8 @@ def run_presets(argv: Sequence[str]) -> int:
 
 
 def run_explain(argv: Sequence[str]) -> int:
-    """``sweep explain``: the ablation ladder (harness/command/explain_cli.py parses and prints)."""
-    from .explain_cli import run_explain as run
+    """``sweep explain``: the ablation ladder (harness/explain/cli.py parses and prints)."""
+    from ..explain.cli import run_explain as run
     return run(argv)
 
 

@@ -14,7 +14,7 @@ from ..names.phase import phase_key
 from ..names.verdict import (BUG_VERDICTS, CLEAN, NOT_FAILED, OPEN, SERVER_LOGGED, VerdictName,
                              verdict_info)
 from ..records.phase_record import PhaseRecord, as_record
-from .explain import divergence_of, divergence_phrase
+from .divergence import divergence_of, divergence_phrase
 from .model import Cell, ConfigData, sha12
 from ..names.isolation import IsolationName
 from .traffic import beside_phrase

@@ -16,7 +16,7 @@ from .cases import case_groups, case_note, case_suffix
 from .cells import Footnotes
 from .columns import legend as columns_legend
 from .engine_notice import engine_notice, live_notice
-from .explain import reference_lines, reference_texts
+from .divergence import reference_lines, reference_texts
 from .interrupted import interrupted_line, interrupted_manifests
 from .model import group_configs, varying_fields
 from .provenance import render_provenance

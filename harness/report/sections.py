@@ -14,7 +14,7 @@ from ..records.phase_record import NOT_IDENTITY
 from ..records.recordkeys import cell_key
 from ..records.manifest import RunManifest
 from .auto import config_auto_line
-from .explain import final_chunk_line
+from .divergence import final_chunk_line
 from .traffic import traffic_line
 from .bugb_analysis import agreement, config_hit_granularity, predict_bug_b
 from .cells import Footnotes, cell_markdown, cell_view

@@ -313,7 +313,7 @@ def test_the_terminal_table_is_the_reports_rows_as_plain_text():
 # Where an argparse parser reads a command line: the verbs (command/), the sweep verb's one
 # parse (settings/flag_manifest.parse_flags), and the `python -m` entry points of two tools;
 # serve_line reads a --serve server line with vLLM's (or the lab's) own parser, not argv.
-_PARSERS = {"command/cli.py", "command/explain_cli.py", "settings/flag_manifest.py",
+_PARSERS = {"command/cli.py", "explain/cli.py", "settings/flag_manifest.py",
             "run/record_doc.py", "publish/github_rest.py", "serve/serve_line.py"}
 
 
@@ -356,7 +356,7 @@ def test_the_driver_is_the_only_writer():
 _RECORD_PATH = ("run/record_builder.py", "run/point.py", "run/driver.py", "run/auto.py",
                 "run/matrix_reference.py", "backends/local.py", "backends/live.py",
                 "backends/ray.py", "backends/ray_task.py", "residue_sweep.py",
-                "command/cli.py", "command/explain_cli.py", "publish/writers.py")
+                "command/cli.py", "explain/cli.py", "publish/writers.py")
 _RECORD_NAMES = {"record", "records", "rec", "recs"}
 # Where records as read (dicts) become PhaseRecords (``typed``, ``PhaseRecord.from_dict``):
 # the typed readers, the driver's one read of its store, Ray's process boundary, and the
@@ -367,7 +367,7 @@ _TYPED_AT = {
     "backends/ray.py": {"_write"},
     "report/render.py": {"render_markdown"}, "report/terminal.py": {"render_terminal"},
     "report/explained.py": {"ladders"}, "report/nodes.py": {"render_nodes"},
-    "report/explain.py": {"reference_texts"},
+    "report/divergence.py": {"reference_texts"},
     "report/auto.py": {"agreement_of", "_stability"},   # agreement_line: reports/h200/summarize.py
     "report/model.py": {"__post_init__", "combine_cell", "group_configs"},
     "publish/gate.py": {"judged_any", "gate_exit_code", "write_junit", "gate_block"},
@@ -690,7 +690,7 @@ _OTHER_VOCABULARIES = {
     # --reference's words (passage, cold, first, ...), not the phase
     "reference": "--reference cold: the reference word, not the phase",
     "ref": "--reference cold (run/point.py's self.opts.reference): not the phase",
-    "refs": "--reference cold among the records' references (report/explain.py): not the phase",
+    "refs": "--reference cold among the records' references (report/divergence.py): not the phase",
 }
 
 

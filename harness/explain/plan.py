@@ -22,23 +22,23 @@ from typing import Any, Callable
 
 from engine.presets import ServingConfig
 
-from .settings.configs import (SweepOptions, config_id, expand_matrix, matrix_combos,
+from ..settings.configs import (SweepOptions, config_id, expand_matrix, matrix_combos,
                                modulus_for, select_residues)
-from .serve.cmd_config import declare
-from .errors import CannotRun, ExitCode, HarnessError, StoreError, UsageError
-from .settings.flag_manifest import namespace_of
-from .settings.flags import UNSET, matrix_axes
-from .options import build_options
-from .report.explained import EXPLAINED, UNCHANGED
-from .run.plan import SweepPlan, plan_with_probes
-from .records.phase_record import PhaseRecord
-from .records.recordkeys import document_of, latest_records
-from .records.manifest import RunManifest
-from .records.store import ResultStore, read_jsonl_records, resolve_results, run_manifest_for
-from .residue_sweep import Sweep
-from .names.engine import EngineName
-from .names.phase import phase_key
-from .names.verdict import CLEAN, worst
+from ..serve.cmd_config import declare
+from ..errors import CannotRun, ExitCode, HarnessError, StoreError, UsageError
+from ..settings.flag_manifest import namespace_of
+from ..settings.flags import UNSET, matrix_axes
+from ..options import build_options
+from ..report.explained import EXPLAINED, UNCHANGED
+from ..run.plan import SweepPlan, plan_with_probes
+from ..records.phase_record import PhaseRecord
+from ..records.recordkeys import document_of, latest_records
+from ..records.manifest import RunManifest
+from ..records.store import ResultStore, read_jsonl_records, resolve_results, run_manifest_for
+from ..residue_sweep import Sweep
+from ..names.engine import EngineName
+from ..names.phase import phase_key
+from ..names.verdict import CLEAN, worst
 
 __all__ = ["ExplainPlan", "Target", "RungSpec", "ExplainSweep", "prepare", "ladder_options",
            "axis_changes", "non_ok_cells", "parent_golden", "check_resume",
@@ -399,7 +399,7 @@ class ExplainSweep(Sweep):
                              "targets": [t.manifest_entry() for t in xp.targets]}}
 
     def render(self, records: list[PhaseRecord], manifest: RunManifest) -> str:
-        from .report.explained import ladders, render_ladder
+        from ..report.explained import ladders, render_ladder
         return "\n\n".join(render_ladder(lad, "##") for lad in ladders(manifest, records))
 
     def judge(self, records: list[PhaseRecord], block, cb) -> int:

@@ -1,8 +1,8 @@
 """``sweep explain``: its flags, the run, and the ladder printed on the terminal.
 
-The ladder itself is planned by ``harness.explain`` and rendered by
+The ladder itself is planned by ``plan.py`` beside it and rendered by
 ``harness.report.explained``; this module only parses argv and says what happened.
-The rungs run through the sweep's own lifecycle (``explain.ExplainSweep``, a
+The rungs run through the sweep's own lifecycle (``plan.ExplainSweep``, a
 ``residue_sweep.Sweep``): launcher, signals, rejudging, manifest, exit code as ``sweep``.
 """
 from __future__ import annotations
@@ -73,7 +73,7 @@ def run_explain(argv: Sequence[str]) -> int:
     p.add_argument("--dry-run", action="store_true", help="print each cell's rungs and their "
                    "server commands; start nothing")
     ns = p.parse_args(list(argv))
-    from .. import explain
+    from . import plan as explain
     rule_of("--slots", "--gpus").check(Asked(ns))   # the sweep's own rule
     # the rungs run on fresh servers: the parent's auto-only flags do not apply to them
     run_flags = {"out": ns.out, "isolation": "fresh",
