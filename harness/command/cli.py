@@ -223,10 +223,10 @@ def _compare_two(ns) -> int:
         raise UsageError(str(e)) from None
     result = compare.compare_records(old, new)
     if ns.json:
-        print(json.dumps(result, indent=2, sort_keys=True))
+        print(json.dumps(result.as_dict(), indent=2, sort_keys=True))
     else:
         _print_markdown(compare.render_compare_markdown(result))
-    return EXIT_NOT_OK if result.get("regressed") else EXIT_OK
+    return EXIT_NOT_OK if result.regressed else EXIT_OK
 
 
 def _compare_many(ns, filters: dict) -> int:
@@ -255,7 +255,7 @@ def _compare_many(ns, filters: dict) -> int:
         return EXIT_OK
     last = compare.compare_records([r for r in records if r.run_id == runs[-2]],
                                    [r for r in records if r.run_id == runs[-1]])
-    return EXIT_NOT_OK if last.get("regressed") else EXIT_OK
+    return EXIT_NOT_OK if last.regressed else EXIT_OK
 
 
 def _print_markdown(md: str) -> None:

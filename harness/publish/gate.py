@@ -31,6 +31,7 @@ from typing import Iterable
 from ..text.ghmarkdown import cap
 from .outfile import write_output
 from .compare import compare_records
+from .comparison import Comparison
 from ..records.phase_record import PhaseRecord, as_record, typed
 from ..records.recordkeys import auto_pass, cell_key, document_of, latest_records, reference_cells
 from ..names.verdict import CLEAN, JUDGED, NOT_FAILED, OPEN, UNJUDGED
@@ -53,32 +54,29 @@ class GhNotFound(GateError):
     pass
 
 
-def _cells(entries: list[dict]) -> list[GateCell]:
-    """The gate's cells of ``compare_records``' entries (their cell, verdicts and rerun)."""
-    return [GateCell(**{k: e[k] for k in GateCell.ORDER if k in e}) for e in entries]
+def _regressions(comparison: Comparison) -> list[GateCell]:
+    """The gate's cells of the comparison's regressions (their cell, verdicts, rerun)."""
+    return [GateCell(config_id=r.config_id, config_label=r.config_label, residue=r.residue,
+                     phase=r.phase, old_verdict=r.old_verdict, new_verdict=r.new_verdict,
+                     document=r.document, rerun=r.rerun) for r in comparison.regressions]
 
 
-def _regressions(comparison: dict) -> list[GateCell]:
-    return _cells(comparison["regressions"])
-
-
-def _losses(comparison: dict) -> list[GateCell]:
+def _losses(comparison: Comparison) -> list[GateCell]:
     out = []
-    for c in comparison["configs"]:
-        for pt in c["points"]:
-            for phase, cell in pt["phases"].items():
-                old, now = cell["old"], cell["new"]
-                if old is None or old.get("verdict") not in JUDGED:
+    for c in comparison.configs:
+        for pt in c.points:
+            for phase, cell in pt.phases.items():
+                old, now = cell.old, cell.new
+                if old is None or old.verdict not in JUDGED:
                     continue
-                if now is not None and (now.get("verdict") in JUDGED
-                                        or old.get("verdict") in CLEAN):
+                if now is not None and (now.verdict in JUDGED or old.verdict in CLEAN):
                     continue
-                out.append({"config_id": c["config_id"], "config_label": c["config_label"],
-                            "residue": pt["residue"], "phase": phase,
-                            "old_verdict": old.get("verdict"),
-                            "new_verdict": now.get("verdict") if now else None,
-                            "rerun": (now or old).get("rerun")})
-    return _cells(out)
+                out.append(GateCell(config_id=c.config_id, config_label=c.config_label,
+                                    residue=pt.residue, phase=phase,
+                                    old_verdict=old.verdict,
+                                    new_verdict=now.verdict if now else None,
+                                    rerun=(now or old).rerun))
+    return out
 
 
 def find_regressions(baseline: list[dict] | list[PhaseRecord],

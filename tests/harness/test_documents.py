@@ -94,7 +94,7 @@ def test_golden_answers_are_per_document(tmp_path):
 def test_compare_keys_by_document():
     old = [_rec(4, 0, "a"), _rec(4, 1, "b")]
     new = [_rec(4, 0, "a"), _rec(4, 1, "x", verdict="broken")]
-    res = compare_records(old, new)
+    res = compare_records(old, new).as_dict()
     assert res["regressed"] == 1 and res["regressions"][0]["document"] == 1
     statuses = {(p["residue"], p["document"]): p["status"] for p in res["configs"][0]["points"]}
     assert statuses == {(4, 0): "unchanged_ok", (4, 1): "regressed"}
