@@ -467,6 +467,47 @@ def test_each_decision_is_made_once():
                         for n in ast.walk(ast.parse(p.read_text())))]
 
 
+def _returns(path: Path, name: str) -> str:
+    """The return annotation of function ``name`` (at any depth) in ``path``."""
+    fn = next(n for n in ast.walk(ast.parse(path.read_text()))
+              if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name)
+    return ast.unparse(fn.returns) if fn.returns else ""
+
+
+def test_data_between_rooms_is_typed():
+    """The store hands out ``PhaseRecord``s and every reader takes them: no module keeps
+    ``value_of``'s duck typing (a dict as read or a record alike), and what identifies a
+    record reads attributes. The side channels are objects: the per-server facts
+    (``serve/facts.ServerFacts``, no ``info[...]`` / ``info.get`` left where they pass), the
+    compare result (``publish/comparison.Comparison``), the gate's block
+    (``records/gate_block.BaselineBlock``, the manifest's ``baseline``)."""
+    found = [f"{p.relative_to(ROOT)}:{n.lineno}" for p in HARNESS.rglob("*.py")
+             for n in ast.walk(ast.parse(p.read_text()))
+             if (isinstance(n, ast.FunctionDef) and n.name == "value_of")
+             or (isinstance(n, ast.Name) and n.id == "value_of")]
+    assert not found, found
+    store = HARNESS / "records/store.py"
+    for name in ("load_records", "read_phase_records", "read_jsonl_records", "read"):
+        assert _returns(store, name) == "list[PhaseRecord]", name
+    keys = HARNESS / "records/recordkeys.py"
+    for fn in ast.parse(keys.read_text()).body:
+        if isinstance(fn, ast.FunctionDef) and not fn.name.startswith("_"):
+            assert "PhaseRecord" in ast.unparse(fn.args.args[0].annotation), fn.name
+    assert _returns(HARNESS / "publish/compare.py", "compare_records") == "Comparison"
+    assert _returns(HARNESS / "publish/gate.py", "gate_block") == "BaselineBlock"
+    assert _returns(HARNESS / "run/point.py", "boot_config").endswith("ServerFacts]")
+    from harness.records.manifest import RunManifest
+    assert RunManifest.__dataclass_fields__["baseline"].type.startswith("BaselineBlock")
+    facts = ("run/point.py", "run/phase_judge.py", "run/record_builder.py",
+             "serve/isolation.py", "backends/local.py", "backends/live.py")
+    found = [f"{rel}:{n.lineno} {ast.unparse(n)}" for rel in facts
+             for n in ast.walk(ast.parse((HARNESS / rel).read_text()))
+             if (isinstance(n, ast.Subscript) and ast.unparse(n.value).endswith("info"))
+             or (isinstance(n, ast.Call) and ast.unparse(n.func).endswith(("info.get",
+                                                                           "info.pop")))]
+    assert not found, found
+
+
 def test_one_lifecycle_runs_every_sweep():
     """``sweep``, ``--resume``, ``--bisect`` and ``explain`` all run ``residue_sweep.Sweep``: only
     the session constructs a Driver or starts a backend's points."""
