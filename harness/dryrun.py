@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 
 from .judge import bugb
-from .settings.configs import SweepOptions, config_id, describe, modulus_for, select_residues
+from .settings.configs import SweepOptions, choose_residues, config_id, describe
 from .serve.cmd_config import DECLARED_NOTE
 from .errors import CannotRun, ExitCode, UsageError
 from .prompts import PlanError, TemplateError
@@ -44,8 +44,8 @@ def dry_run(opts: SweepOptions, adapter) -> int:
         raise UsageError(str(e)) from None
     total = 0
     for cfg in opts.configs:
-        mod = modulus_for(cfg, opts.modulus)
-        residues, note = select_residues(opts.residues, cfg, mod, seed=opts.seed)
+        chosen = choose_residues(opts.residues, cfg, opts.modulus, seed=opts.seed)
+        mod, residues, note = chosen.modulus, chosen.residues, chosen.note
         total += len(residues) * max(1, len(opts.cases))
         print(f"\n[{config_id(cfg)}] {cfg.label()}", file=out)
         print(f"  residues: {fmt_ranges(residues)} (mod {mod}){'  -- ' + note if note else ''}",

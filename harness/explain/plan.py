@@ -23,7 +23,7 @@ from typing import Any, Callable
 from engine.presets import ServingConfig
 
 from ..settings.configs import (SweepOptions, config_id, expand_matrix, matrix_combos,
-                               modulus_for, select_residues)
+                               choose_residues)
 from ..serve.cmd_config import declare
 from ..errors import CannotRun, ExitCode, HarnessError, StoreError, UsageError
 from ..settings.flag_manifest import namespace_of
@@ -177,7 +177,7 @@ def _rung_opts(run: SweepOptions, parent_ns, chosen: dict, changes: dict) -> Swe
     (cfg,) = expand_matrix(engine=parent_ns.engine, model=parent_ns.model,
                            prefix_cache=prefix_cache, axes={k: [v] for k, v in axes.items()})
     cfg = declare(cfg, run.served_fields)
-    select_residues(run.residues, cfg, modulus_for(cfg, run.modulus), seed=run.seed)
+    choose_residues(run.residues, cfg, run.modulus, seed=run.seed)
     return dataclasses.replace(run, configs=(cfg,))
 
 

@@ -36,7 +36,7 @@ from engine.presets import ServingConfig
 from ..serve.engines import ADAPTERS, EngineAdapter, normalise_reported
 from ..serve.facts import ServerFacts
 from ..errors import CannotRun, UsageError
-from ..settings.configs import SweepOptions, modulus_for, select_residues
+from ..settings.configs import SweepOptions, choose_residues
 from ..settings.flags import ENGINE, FLAGS
 from ..serve.slots import Slot
 from ..names.isolation import IsolationName
@@ -91,7 +91,7 @@ def connect(opts: SweepOptions) -> SweepOptions:
     if opts.modulus is None and not (cfg.prefix_match_unit or cfg.block_size):
         raise UsageError(f"--modulus auto: {target.url} does not report its block size or "
                          "match unit; give --modulus N")
-    select_residues(opts.residues, cfg, modulus_for(cfg, opts.modulus), seed=opts.seed)
+    choose_residues(opts.residues, cfg, opts.modulus, seed=opts.seed)
     target = dataclasses.replace(target, report=report, cfg=cfg, facts=facts)
     default = target.adapter().logprobs_default
     return dataclasses.replace(

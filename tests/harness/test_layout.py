@@ -438,7 +438,9 @@ def test_each_decision_is_made_once():
     """The gate's verdict against a baseline is ``gate.gate_block``'s ``passed``, decided
     there (``gate_exit_code`` reads it); a ``--baseline`` run reads the baseline once (its
     check) and compares with it once (``gate_block``); the reference-cell rule is
-    ``recordkeys.reference_cells``, which the gate, bisect and the report ask."""
+    ``recordkeys.reference_cells``, which the gate, bisect and the report ask; a
+    configuration's residues are ``settings/configs.choose_residues``' (the options'
+    check, ``--url``, explain's rungs, the plan and the dry run ask it)."""
     sweep = _calls_of(HARNESS / "residue_sweep.py")
     assert [fn for fn, name in sweep if name == "load_records"] == ["check"]
     assert [fn for fn, name in sweep if name == "gate_block"] == ["_finish"]
@@ -465,6 +467,10 @@ def test_each_decision_is_made_once():
     assert not [p for p in HARNESS.rglob("*.py") if p.name != "recordkeys.py"
                 and any(isinstance(n, ast.FunctionDef) and n.name == "reference_cells"
                         for n in ast.walk(ast.parse(p.read_text())))]
+    # the residues of a configuration: settings/configs.choose_residues, for every asker
+    selects = [f"{p.relative_to(HARNESS)}:{fn}" for p in HARNESS.rglob("*.py")
+               for fn, name in _calls_of(p) if name == "select_residues"]
+    assert selects == ["settings/configs.py:choose_residues"], selects
 
 
 def _returns(path: Path, name: str) -> str:
