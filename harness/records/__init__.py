@@ -3,12 +3,13 @@ versioned, append-only JSONL read back as ``PhaseRecord``s, what identifies a re
 check that a file is one (no machinery: nothing here starts, asks or judges).
 
 - ``phase_record.py``  ``PhaseRecord`` + ``SCHEMA_VERSION``: one phase record typed, read
-  losslessly whatever its version; typed boot and timing views (``ServerBoot``, ``RunTiming``)
+  losslessly whatever its version; its server's boot typed (``ServerBoot``)
 - ``store.py``         ``ResultStore``: one record per phase, flushed as it completes; the
   run manifest written and read; the typed readers (``load_records``,
   ``read_phase_records``, ``read_jsonl_records``)
 - ``manifest.py``      ``RunManifest``: the run manifest typed and versioned
   (``MANIFEST_VERSION``), read losslessly whatever its version
+- ``run_timing.py``    ``RunTiming``: the manifest's ``timing`` block typed (passes, boot split)
 - ``gate_block.py``    ``BaselineBlock`` / ``GateCell``: the manifest's ``baseline`` block typed
 - ``recordkeys.py``    a record's cell: configuration, case, residue, phase, document; the
   latest of each cell, the reference cells, the verdicts per node

@@ -26,6 +26,7 @@ from typing import Any, Iterable, Mapping
 
 from ..errors import StoreError
 from .gate_block import BaselineBlock
+from .run_timing import RunTiming
 
 __all__ = ["MANIFEST_VERSION", "WRITTEN_WHEN_SET", "RunManifest", "manifest_fields",
            "version_of", "as_manifest", "typed_manifests"]
@@ -73,7 +74,7 @@ class RunManifest:
     plan: dict | None = None              # {points, by_config: {config_id: {pass: n}}}
     wall_s: float | None = None
     backend: dict | None = None           # the backend's describe() (+ the launcher's)
-    timing: dict | None = None            # run/driver.timing_summary (phase_record.RunTiming)
+    timing: RunTiming | None = None       # run/driver.timing_summary, typed
     baseline: BaselineBlock | None = None   # --baseline: publish/gate.gate_block (typed)
     # every key of a manifest read that this model does not name (another link, a
     # benchmark's own keys), and a new manifest's links other than ``explains``
@@ -126,15 +127,18 @@ class RunManifest:
         known = {f.name: d.get(f.name, filled.get(f.name)) for f in manifest_fields()}
         if isinstance(known["baseline"], Mapping):
             known["baseline"] = BaselineBlock.from_dict(known["baseline"])
+        if isinstance(known["timing"], Mapping):
+            known["timing"] = RunTiming.from_dict(known["timing"])
         m = cls(**known, extra={k: v for k, v in d.items() if k not in _NAMES})
         m._keys, m._filled = tuple(d), filled
         return m
 
 
 def _blocks_written(out: dict[str, Any]) -> dict[str, Any]:
-    """A manifest's typed blocks as their JSON (the ``baseline`` block's ``as_dict``)."""
-    if isinstance(out.get("baseline"), BaselineBlock):
-        out["baseline"] = out["baseline"].as_dict()
+    """A manifest's typed blocks as their JSON (``baseline``, ``timing``: ``as_dict``)."""
+    for key, cls in (("baseline", BaselineBlock), ("timing", RunTiming)):
+        if isinstance(out.get(key), cls):
+            out[key] = out[key].as_dict()
     return out
 
 

@@ -18,13 +18,12 @@ from dataclasses import dataclass, field
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .manifest import RunManifest, as_manifest
 from .record_check import gc_paused
 from ..names.phase import PHASES
 from ..names.verdict import VERDICTS
 
 __all__ = ["SCHEMA_VERSION", "PhaseRecord", "CONFIG_FIELDS", "NOT_IDENTITY", "WRITTEN_WHEN_SET",
-           "schema_of", "data_fields", "ServerBoot", "RunTiming", "PassTiming", "BootSplit",
+           "schema_of", "data_fields", "ServerBoot",
            "as_record", "typed", "record_identity", "sha12"]
 
 # 3: the cold phase under --reference cold is `unjudged` (was `ok`), a collapse is measured
@@ -260,64 +259,6 @@ class ServerBoot:
     attempts: int | None = None            # boots tried when not 1 (0: never started)
     failed_attempts: list | None = None    # the reasons of the boots that failed first
     extra: dict = field(default_factory=dict)   # what else the engine's boot notes said
-
-
-@dataclass(frozen=True)
-class PassTiming:
-    """One ``--isolation auto`` pass of a manifest's ``timing.passes``."""
-
-    points: int | None = None
-    sum_boot_s: float | None = None
-    median_boot_s: float | None = None
-    median_requests_s: float | None = None
-    restored_points: int | None = None
-    median_restore_s: float | None = None
-    extra: dict = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class BootSplit:
-    """A manifest's ``timing.boot_split``: how its servers started (``run.driver.boot_summary``)."""
-
-    servers: int | None = None
-    launchers: dict = field(default_factory=dict)        # launcher -> servers
-    fallback_reasons: list = field(default_factory=list)
-    compile_cache: dict = field(default_factory=dict)    # hit / miss / mixed -> servers
-    median_s: dict = field(default_factory=dict)         # boot stage -> median seconds
-    extra: dict = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class RunTiming:
-    """Where a run's wall time went: a manifest's ``timing`` (``run.driver.timing_summary``)
-    read typed, with its auto passes and its servers' boot split."""
-
-    wall_s: float | None = None
-    slots: int | None = None
-    points: int | None = None
-    median_boot_s: float | None = None
-    passes: dict = field(default_factory=dict)   # pass name -> PassTiming
-    all_fresh_estimate_s: float | None = None    # auto: every reuse point run fresh
-    ratio_to_all_fresh: float | None = None
-    boot_split: BootSplit | None = None
-    extra: dict = field(default_factory=dict)
-
-    @classmethod
-    def of(cls, manifest: Mapping[str, Any] | RunManifest | None) -> "RunTiming":
-        """The timing of a run manifest, as read or typed (empty for one without: an
-        interrupted run)."""
-        t = dict((as_manifest(manifest).timing if manifest else None) or {})
-        passes = dict(t.pop("passes", None) or {})
-        estimate = {k: passes.pop(k) for k in ("all_fresh_estimate_s", "ratio_to_all_fresh")
-                    if k in passes}
-        split = t.pop("boot_split", None)
-        return cls(**{k: v for k, v in t.items() if k in _RUN_TIMING},
-                   passes={k: _view(PassTiming, p) for k, p in passes.items() if p},
-                   boot_split=_view(BootSplit, split) if split else None,
-                   extra={k: v for k, v in t.items() if k not in _RUN_TIMING}, **estimate)
-
-
-_RUN_TIMING = frozenset({"wall_s", "slots", "points", "median_boot_s"})
 
 
 def schema_of(record: Mapping[str, Any]) -> int:

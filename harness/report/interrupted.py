@@ -16,6 +16,7 @@ from collections.abc import Iterable
 
 from ..text.ghmarkdown import bold, code
 from ..records.manifest import RunManifest
+from ..records.run_timing import RunTiming
 from ..records.recordkeys import point_key
 from ..records.phase_record import PhaseRecord
 from ..names.isolation import IsolationName
@@ -39,7 +40,7 @@ def interrupted_manifests(manifests: Iterable[RunManifest], run_ids: Iterable[st
 def finished_points(m: RunManifest, records: Iterable[PhaseRecord]) -> int:
     """Points of run ``m`` that finished: the manifest's count (``timing.points``, written
     as the run stops), else the distinct points of its records on disk."""
-    n = (m.timing or {}).get("points")
+    n = RunTiming.of(m).points
     if isinstance(n, int):
         return n
     return len({point_key(r) for r in records if r.run_id == m.run_id})

@@ -26,6 +26,7 @@ from ..names.isolation import AUTO_PASSES, IsolationName
 from ..provenance import harness_version
 from ..server_pool import ServerGroup
 from ..records.manifest import RunManifest
+from ..records.run_timing import RunTiming
 from ..records.store import ResultStore, now_iso
 from .plan import Point, SweepPlan
 from .point import RunnerSpec
@@ -270,7 +271,7 @@ class Driver:
             backend = {**backend, **self.runner_spec.launcher.describe()}
         m = self.manifest
         m.ended_at, m.interrupted, m.wall_s = now_iso(), interrupted, round(wall, 3)
-        m.backend, m.timing = backend, timing
+        m.backend, m.timing = backend, RunTiming.from_dict(timing)
         self.store.write_manifest(self.manifest)
         return self.manifest
 
