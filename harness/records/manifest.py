@@ -26,7 +26,7 @@ from typing import Any, Iterable, Mapping
 
 from ..errors import StoreError
 from .gate_block import BaselineBlock
-from .run_timing import RunTiming
+from .run_timing import RunPlan, RunTiming
 
 __all__ = ["MANIFEST_VERSION", "WRITTEN_WHEN_SET", "RunManifest", "manifest_fields",
            "version_of", "as_manifest", "typed_manifests"]
@@ -71,7 +71,7 @@ class RunManifest:
     auto_sample: Any = None               # --isolation auto
     explains: dict | None = None          # sweep explain: the parent run (a link)
     prompts: dict | None = None           # --prompts: {file, cases}
-    plan: dict | None = None              # {points, by_config: {config_id: {pass: n}}}
+    plan: RunPlan | None = None           # {points, by_config: {config_id: {pass: n}}}
     wall_s: float | None = None
     backend: dict | None = None           # the backend's describe() (+ the launcher's)
     timing: RunTiming | None = None       # run/driver.timing_summary, typed
@@ -129,14 +129,16 @@ class RunManifest:
             known["baseline"] = BaselineBlock.from_dict(known["baseline"])
         if isinstance(known["timing"], Mapping):
             known["timing"] = RunTiming.from_dict(known["timing"])
+        if isinstance(known["plan"], Mapping):
+            known["plan"] = RunPlan.from_dict(known["plan"])
         m = cls(**known, extra={k: v for k, v in d.items() if k not in _NAMES})
         m._keys, m._filled = tuple(d), filled
         return m
 
 
 def _blocks_written(out: dict[str, Any]) -> dict[str, Any]:
-    """A manifest's typed blocks as their JSON (``baseline``, ``timing``: ``as_dict``)."""
-    for key, cls in (("baseline", BaselineBlock), ("timing", RunTiming)):
+    """A manifest's typed blocks as their JSON (``baseline``, ``timing``, ``plan``)."""
+    for key, cls in (("baseline", BaselineBlock), ("timing", RunTiming), ("plan", RunPlan)):
         if isinstance(out.get(key), cls):
             out[key] = out[key].as_dict()
     return out

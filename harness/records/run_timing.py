@@ -1,6 +1,7 @@
-"""A run's timing, typed: the manifest's ``timing`` block (``run/driver.timing_summary``:
-where the wall time went; under ``--isolation auto`` its ``passes``; its servers'
-``boot_split``), ``RunManifest.timing``. Read as written and written back as read.
+"""A run's timing and plan, typed: the manifest's ``timing`` block
+(``run/driver.timing_summary``: where the wall time went; under ``--isolation auto`` its
+``passes``; its servers' ``boot_split``), ``RunManifest.timing``; and its ``plan`` (the points
+planned), ``RunManifest.plan``. Read as written and written back as read.
 """
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 if TYPE_CHECKING:
     from .manifest import RunManifest
 
-__all__ = ["RunTiming", "PassTiming", "BootSplit"]
+__all__ = ["RunTiming", "PassTiming", "BootSplit", "RunPlan"]
 
 
 def _view(cls, d: Mapping[str, Any] | None):
@@ -100,3 +101,47 @@ class RunTiming:
 
 
 _RUN_TIMING = frozenset({"wall_s", "slots", "points", "median_boot_s"})
+
+
+@dataclass
+class RunPlan:
+    """A manifest's ``plan``: the points a run planned, in all and per configuration and
+    pass (``{config_id: {isolation: points}}``), kept up to date by ``run/driver.Driver`` as
+    a backend adds points, so an interrupted run's report can say how many ran and
+    ``--resume`` goes on from it. Read as written, written back in the order read."""
+
+    points: int | None = None
+    by_config: dict | None = None         # as written (None: the manifest had none)
+    extra: dict = field(default_factory=dict)
+    _keys: tuple = field(default=(), repr=False, compare=False)
+
+    def add(self, config_id: str, isolation: str) -> None:
+        """One more point of ``config_id`` in pass ``isolation``."""
+        if not isinstance(self.by_config, dict):
+            self.by_config = {}
+        n = self.by_config.setdefault(config_id, {})
+        n[isolation] = n.get(isolation, 0) + 1
+        self.points = (self.points or 0) + 1
+
+    def planned(self, config_id: str | None = None, isolation: str | None = None
+                ) -> int | None:
+        """Points planned (of one configuration and pass, when given)."""
+        if config_id is None:
+            return self.points
+        by = (self.by_config or {}).get(config_id) or {}
+        return sum(n for iso, n in by.items() if isolation is None or iso == isolation)
+
+    def as_dict(self) -> dict[str, Any]:
+        known = {"points": self.points, "by_config": self.by_config}
+        keys = self._keys or tuple(known)
+        out = {k: known[k] if k in known else self.extra[k]
+               for k in keys if k in known or k in self.extra}
+        out.update((k, v) for k, v in self.extra.items() if k not in out)
+        return out
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "RunPlan":
+        plan = cls(points=d.get("points"), by_config=d.get("by_config"),
+                   extra={k: v for k, v in d.items() if k not in ("points", "by_config")})
+        plan._keys = tuple(d)
+        return plan

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 
 from ..text.ghmarkdown import bold, code
 from ..records.manifest import RunManifest
-from ..records.run_timing import RunTiming
+from ..records.run_timing import RunPlan, RunTiming
 from ..records.recordkeys import point_key
 from ..records.phase_record import PhaseRecord
 from ..names.isolation import IsolationName
@@ -50,13 +50,9 @@ def planned_points(m: RunManifest, config_id: str | None = None, isolation: str 
                    ) -> int | None:
     """Points run ``m`` planned (of one configuration and pass, when given); None when its
     manifest has no plan (runs before the plan was recorded)."""
-    plan = m.plan
-    if not isinstance(plan, dict):
+    if not isinstance(m.plan, RunPlan):
         return None
-    if config_id is None:
-        return plan.get("points")
-    by = (plan.get("by_config") or {}).get(config_id) or {}
-    return sum(n for iso, n in by.items() if isolation is None or iso == isolation)
+    return m.plan.planned(config_id, isolation)
 
 
 def _runs_phrase(ms: list[RunManifest], records: list[PhaseRecord]) -> str:

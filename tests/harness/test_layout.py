@@ -504,6 +504,8 @@ def test_data_between_rooms_is_typed():
     assert _returns(HARNESS / "run/point.py", "boot_config").endswith("ServerFacts]")
     from harness.records.manifest import RunManifest
     assert RunManifest.__dataclass_fields__["baseline"].type.startswith("BaselineBlock")
+    assert RunManifest.__dataclass_fields__["timing"].type.startswith("RunTiming")
+    assert RunManifest.__dataclass_fields__["plan"].type.startswith("RunPlan")
     facts = ("run/point.py", "run/phase_judge.py", "run/record_builder.py",
              "serve/isolation.py", "backends/local.py", "backends/live.py")
     found = [f"{rel}:{n.lineno} {ast.unparse(n)}" for rel in facts

@@ -142,7 +142,7 @@ def test_the_driver_writes_a_run_manifest(tmp_path: Path):
     assert on_disk["explains"] == {"run_id": "parent"} and on_disk["ended_at"] is None
     assert on_disk["plan"]["points"] == 2 and "timing" not in on_disk
     driver.point_added(driver.plan.points[0])
-    assert store.read_manifest().plan["points"] == 3
+    assert store.read_manifest().plan.points == 3
     m = driver.finish(wall=1.5, interrupted=False, backend={"backend": "local"})
     driver.set_exit_code(0)
     back = store.read_manifest()
