@@ -136,6 +136,10 @@ def axis_changes(cfg: ServingConfig, *, runners: tuple[str, ...] = (),
         ("block size", "block size → 16", {"block_size": 16}
          if not _vllm_hybrid_with_unit(cfg) else HYBRID_BLOCK_NOTE),
     ]
+    if cfg.history != "none":
+        # what ran before the measured request (names/history.py): without it, the server
+        # as a fresh one; the budget or pool the history chose goes with it
+        out.insert(0, ("history", "history → none", {"history": "none"}))
     if cfg.max_num_batched_tokens:
         # the chunk budget cuts a final chunk of L mod B (docs/shapes.md): without it the
         # prompt is one chunk (at the engine's default budget)
@@ -174,7 +178,8 @@ def _rung_opts(run: SweepOptions, parent_ns, chosen: dict, changes: dict) -> Swe
     axes = {**chosen, **changes}
     prefix_cache = axes.pop(PREFIX_CACHE, parent_ns.prefix_cache)
     (cfg,) = expand_matrix(engine=parent_ns.engine, model=parent_ns.model,
-                           prefix_cache=prefix_cache, axes={k: [v] for k, v in axes.items()})
+                           prefix_cache=prefix_cache, axes={k: [v] for k, v in axes.items()},
+                           context=run.context, max_tokens=run.max_tokens)
     cfg = declare(cfg, run.served_fields)
     select_residues(run.residues, cfg, modulus_for(cfg, run.modulus), seed=run.seed)
     return dataclasses.replace(run, configs=(cfg,))
@@ -263,7 +268,8 @@ def prepare(run_ref: str, out_dir: str, *, residue: int | None, phase: str | Non
         raise UsageError(f"run {manifest.run_id}: no broken, diverged, crash or timeout "
                          f"cell at {what} (no non-ok cell to explain)")
     combos = matrix_combos(engine=parent_ns.engine, model=parent_ns.model,   # resolved once
-                           prefix_cache=parent_ns.prefix_cache, axes=matrix_axes(parent_ns))
+                           prefix_cache=parent_ns.prefix_cache, axes=matrix_axes(parent_ns),
+                           context=parent_ns.context, max_tokens=parent_ns.max_tokens)
     targets = [_target(manifest.run_id, parent_ns, combos, key, cell, run_flags, runners_for)
                for key, cell in cells.items()]
     return ExplainPlan(manifest.run_id, path, targets, ("explain", str(run_ref)),

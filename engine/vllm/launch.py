@@ -200,6 +200,13 @@ def _engine_flags(cfg: ServingConfig, spec: dict | None, compilation: dict) -> l
     if getattr(cfg, "max_num_batched_tokens", None):
         # the chunked-prefill budget: a prompt ends in a final chunk of L mod B tokens
         argv += ["--max-num-batched-tokens", str(int(cfg.max_num_batched_tokens))]
+    if getattr(cfg, "num_gpu_blocks", None):
+        # a small KV pool (the evict history): eviction after a few prompts
+        argv += ["--num-gpu-blocks-override", str(int(cfg.num_gpu_blocks))]
+    if getattr(cfg, "async_scheduling", None):
+        # vllm/engine/arg_utils.py: SchedulerConfig.async_scheduling, a BooleanOptionalAction
+        argv.append("--async-scheduling" if cfg.async_scheduling == "on"
+                    else "--no-async-scheduling")
     # cached_tokens in usage proves which phases hit the cache (DESIGN §3).
     argv.append("--enable-prompt-tokens-details")
     argv += ["--seed", "0"]

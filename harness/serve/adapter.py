@@ -52,6 +52,7 @@ class EngineAdapter:
     compile_caches = False       # --cache-dir: its servers compile into caches worth sharing
     # what `sweep --help` says of this engine under a flag (settings/flags.py builds the help text)
     help_notes: dict[str, str] = {}
+    async_scheduling = False     # the engine has an asynchronous-scheduling switch
     serve = None   # --serve: the user's server line (harness/serve/serve_line.py)
 
     def poison_kernels(self) -> dict[str, Any] | None:
@@ -98,6 +99,9 @@ class EngineAdapter:
         for cfg in configs:
             if cfg.runner != "auto" and cfg.runner not in self.runners:
                 raise UsageError(self.runner_refusal(cfg.runner))
+            if cfg.async_scheduling and not self.async_scheduling:
+                raise UsageError(f"--async-scheduling: --engine {self.name} has no switch for "
+                                 "it (vLLM's --async-scheduling / --no-async-scheduling)")
             check_model_path(cfg.model)
             argv, _ = self.command(cfg, PORT_SENTINEL, slot)
             if (why := dummy_weights_refusal(argv)) is not None:

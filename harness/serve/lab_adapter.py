@@ -88,6 +88,8 @@ class LabAdapter(EngineAdapter):
             argv += ["--kv-cache-memory-bytes", str(cfg.kv_cache_memory_bytes)]
         if cfg.max_num_batched_tokens:
             argv += ["--max-num-batched-tokens", str(cfg.max_num_batched_tokens)]
+        if cfg.num_gpu_blocks:
+            argv += ["--num-gpu-blocks-override", str(cfg.num_gpu_blocks)]
         if cfg.geometry:
             argv += ["--geometry", cfg.geometry]
         if self.sleep_mode:

@@ -33,6 +33,7 @@ class VllmAdapter(EngineAdapter):
     runners = ("v1", "v2")       # VLLM_USE_V2_MODEL_RUNNER (engine.vllm.patches.releases)
     logprobs_default = 5    # V1 Sampler: logprobs are a side computation, greedy is argmax
     takes_draft_model = True
+    async_scheduling = True      # --async-scheduling / --no-async-scheduling (arg_utils.py)
     compile_caches = True        # torch.compile, Inductor and Triton (engine/vllm/caches)
     help_notes = {"--engine": "a vLLM install, on GPU; needs --model",
                   "--model": "required, a local model directory or HF id",
