@@ -19,13 +19,17 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
 
 __all__ = ["History", "HISTORIES", "HISTORY_NAMES", "NONE", "history_row", "HistorySend",
-           "HistoryProof", "ABORT_CHUNK_BUDGET", "EVICT_POOL_PROMPTS"]
+           "HistoryProof", "ABORT_CHUNK_BUDGET", "SIBLING_CHUNK_BUDGET", "EVICT_POOL_PROMPTS"]
 
 NONE = "none"
 # abort-retry: the chunked-prefill budget its servers get when the sweep sets none; a
 # prompt of the default --context (4,096) is then ~16 chunks, so an abort seen after the
 # first chunk lands mid-prefill with room to spare
 ABORT_CHUNK_BUDGET = 256
+# sibling: the budget its servers get when the sweep sets none; the sibling's prompt is
+# longer than the measured one, so both prefill over many steps and the measured request's
+# chunks (its final one too) are scheduled beside the sibling's
+SIBLING_CHUNK_BUDGET = 512
 # evict: the KV pool its servers get when the sweep sets none, in measured prompts (the
 # prompt + its answer): room for the measured prompt and one unrelated prompt beside it,
 # so that a few unrelated prompts evict every block of it
@@ -71,14 +75,16 @@ HISTORIES: tuple[History, ...] = (
             "A-B-A prefix patterns; a stale block B's prefill overwrote",
             "a B that shares a prefix of another length than half of A",
             "A's resend is a hit: residue k+1 as for any hit", False),
-    History("sibling", "another cold prefill (an unrelated document) sent with the "
-            "measured cold request so that both prefill in one engine step", "cold",
+    History("sibling", "another cold prefill (an unrelated document, longer than the "
+            "measured prompt) sent with the measured cold request, under a chunk budget, so "
+            "that both prefill over the same engine steps", "cold",
             "the measured request's final-chunk trace line: prefill_reqs >= 2 (it shared a "
             "step with another prefill)", "sglang #22819 (prefix length == page size, "
             "corrupt only beside another request in one batch)",
             "steps the measured final chunk did not share; a server that writes no trace",
             "nothing for the cold phase: a step with two prefills is not shape-uniform "
-            "(num_tokens != num_reqs x (1 + k)); the self-hit as none", False),
+            "(num_tokens != num_reqs x (1 + k)); the self-hit as none", False,
+            chunk_budget=SIBLING_CHUNK_BUDGET),
     History("evict", "the measured prompt served (cold), then unrelated prompts until "
             "their tokens exceed the KV pool, then the measured prompt again (measured)",
             "self-hit", "the measured send's cached_tokens: 0 (a miss) or below the cold "

@@ -18,10 +18,11 @@ __all__ = ["invalid_reason", "not_lone", "cold_by_construction", "measured_field
 
 
 def invalid_reason(point: Point, phase: str, res, templated: int | None, info: dict,
-                   isolation: str) -> str | None:
+                   isolation: str, proof=None) -> str | None:
     """Why a phase's answer cannot be judged: its prompt was not the planned length, its
     server's restore was not proven, or its cold or hit was not what the phase is
-    (``invalid``); ``isolation``: the run's (a point of auto carries its own)."""
+    (``invalid``); ``isolation``: the run's (a point of auto carries its own); ``proof``:
+    the phase's history (``names/history.HistoryProof``), when one ran before it."""
     target = point.plan.target_len
     if templated is not None and templated != target:
         return f"templated length {templated} by the server's /tokenize, target {target}"
@@ -30,6 +31,10 @@ def invalid_reason(point: Point, phase: str, res, templated: int | None, info: d
     restore = info.get("restore") or {}
     if restore.get("error"):
         return f"restore not proven: {restore['error']}"
+    if proof is not None:
+        # --history: its proof decides what the phase's cache state had to be (an
+        # abort-retry's "cold" retry may hit, an evicted send may miss)
+        return None if proof.proven else f"history {proof.name} not proven: {proof.reason}"
     cached = res.cached_tokens
     # None: a live server that does not say; its hits must be proven all the same
     hits = point.cfg.prefix_caching is not False

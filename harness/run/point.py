@@ -26,12 +26,14 @@ from ..serve import poison
 from ..settings.configs import SweepOptions
 from ..serve.engines import EngineAdapter
 from ..provenance import harness_version
-from ..server_pool import BootFailure, PortAllocator, ServerProcess, Slot, log_excerpt
+from ..server_pool import (BootFailure, PortAllocator, ServerProcess, Slot, attempts_said,
+                           log_excerpt)
 from ..judge.verdict import judge
 from ..judge.vocabulary import NOT_LONE
 from .load import (BackgroundLoad, LoadError, beside_from_log, load_facts, preempted_in_log,
                    server_gauges)
 from .golden import golden_answer
+from .history import HistoryRun, drives, pool_tokens, run_history
 from .plan import Point
 from .record_builder import RecordBuilder
 from .records import PhaseRecord, timing_record
@@ -162,7 +164,7 @@ class PointRunner:
                 failed.append(e.reason)
                 if e.retryable and len(failed) < BOOT_ATTEMPTS:
                     continue
-                raise BootFailure(_attempts_said(e.reason, failed), e.log_excerpt,
+                raise BootFailure(attempts_said(e.reason, failed), e.log_excerpt,
                                   port_conflict=e.port_conflict, retryable=e.retryable,
                                   attempts=len(failed)) from None
             if failed:   # the record says the boot needed more than one try, and why
@@ -308,7 +310,8 @@ class PointRunner:
                 await client.chat(point.plan.warmup_messages, model=model,
                                   max_tokens=WARMUP_MAX_TOKENS, seed=point.document_seed)
             before = await client.scrape()
-            res, load = await self._measured(point, client, model, server)
+            res, load, hist = await self._measured(point, phase, client, model, server,
+                                                   templated)
             after = await client.scrape()
         except LoadError as e:
             return self._failure(point, slot, phase, "invalid", f"--load: {e}", [], info,
@@ -330,9 +333,11 @@ class PointRunner:
             dead = ("crash", why, log_excerpt(server.log_path))
             return self._failure(point, slot, phase, "crash", why, dead[2], info,
                                  templated), dead
+        proof, point, templated = hist or (None, point, templated)   # next-turn: its turn
         rec = self._judged(point, slot, phase, res, tok_per_step(before.spec, after.spec),
                            info, templated, tokenize_error, cold,
-                           traffic_facts(before, after))
+                           traffic_facts(before, after), proof)
+        rec.history = proof
         if load is not None:
             rec.load = load
             # beside other requests the lone arithmetic does not hold: only the server's
@@ -340,17 +345,25 @@ class PointRunner:
             rec.final_chunk = (load.get("beside") or {}).get("final_chunk")
         return rec, None
 
-    async def _measured(self, point: Point, client: EngineClient, model: str,
-                        server: Server) -> tuple[Any, dict | None]:
-        """The measured request, alone or (``--load N``) beside N background
+    async def _measured(self, point: Point, phase: str, client: EngineClient, model: str,
+                        server: Server, templated: int | None) -> tuple[Any, dict | None, Any]:
+        """The measured request, alone, after its history (``--history``: run/history.py;
+        its proof, and the point as measured) or (``--load N``) beside N background
         conversations, and then what ran beside it (run/load.py)."""
         opts = self.opts
 
-        def ask():
-            return client.chat(point.plan.messages, model=model, max_tokens=opts.max_tokens,
-                               seed=point.document_seed, logprobs=opts.logprobs)
+        def ask(messages=None, request_id=None):
+            return client.chat(messages or point.plan.messages, model=model,
+                               max_tokens=opts.max_tokens, seed=point.document_seed,
+                               logprobs=opts.logprobs, request_id=request_id,
+                               prompt_logprobs=int(opts.prompt_logprobs))
+        if drives(point, phase):
+            res, proof, point, templated = await run_history(HistoryRun(
+                point, client, model, server.log_path, templated, opts.timeout,
+                opts.answer_lines, ask, pool_tokens(point.cfg)))
+            return res, None, (proof, point, templated)
         if not opts.load:
-            return await ask(), None
+            return await ask(), None, None
         await server_gauges(client)   # the first scrape can be slow (lab: an import)
         async with BackgroundLoad(client, model, opts.load, opts.load_mode, point.document_seed,
                                   opts.timeout, point.cfg.max_model_len) as bg:
@@ -359,7 +372,7 @@ class PointRunner:
             g1 = await server_gauges(client)
         beside = beside_from_log(server.log_path, res.request_id)
         return res, load_facts(bg, g0, g1, beside,
-                               preempted_in_log(server.log_path, res.request_id))
+                               preempted_in_log(server.log_path, res.request_id)), None
 
     # -- records -----------------------------------------------------------------------
     def _failure(self, point, slot, phase, verdict, reason, excerpt, info, templated):
@@ -389,7 +402,7 @@ class PointRunner:
         return point.plan.expected, None
 
     def _judged(self, point, slot, phase, res, tps, info, templated, tokenize_error,
-                cold, traffic: dict | None = None) -> PhaseRecord:
+                cold, traffic: dict | None = None, proof=None) -> PhaseRecord:
         base = self.records.base(point, slot.id, self.node, phase, info, templated)
         expected, ref_tokens = self._reference(point, phase, cold)
         if (ref_tokens is None and cold is not None and cold.verdict in CLEAN
@@ -400,7 +413,8 @@ class PointRunner:
         j = judge(res.answer, source=point.plan.document, expected=expected,
                   finish_reason=res.finish_reason)
         verdict, reason = j.verdict, j.reason
-        invalid = invalid_reason(point, phase, res, templated, info, self.opts.isolation)
+        invalid = invalid_reason(point, phase, res, templated, info, self.opts.isolation,
+                                 proof)
         if invalid:
             verdict, reason = "invalid", f"{invalid} (answer judged {j.verdict}: {j.reason})"
         elif unfilled := poison.failure(info.get("poison")):
@@ -431,12 +445,3 @@ async def _still_alive(server: Server) -> bool:
             return False
         await asyncio.sleep(0.05)
     return server.tree_alive()
-
-
-def _attempts_said(reason: str, failed: list[str]) -> str:
-    """A boot-fail's reason with how many boots were tried (the first one's reason too,
-    when it differs from the last)."""
-    if len(failed) < 2:
-        return reason
-    first = "" if failed[0] == reason else f"; attempt 1: {failed[0][:200]}"
-    return f"{reason} (failed {len(failed)} of {len(failed)} boot attempts{first})"
