@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import re
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +32,7 @@ __all__ = ["HistoryRun", "Measured", "DRIVERS", "drives", "run_history", "NEXT_T
 # length to the residue)
 NEXT_TURN_LINES = 12
 EVICT_SEED_BASE = 700_000    # evictors', siblings' and B's documents: seeds no point uses
-EVICT_MAX_SENDS = 16         # evictors sent at most (a pool larger than that is not evicted)
+EVICT_MAX_SENDS = 48         # evictors sent at most (a pool larger than that is not evicted)
 ABORT_MAX_TOKENS = 16        # the aborted stream's budget (it is cut during its prefill)
 
 
@@ -178,7 +179,7 @@ async def evict(h: HistoryRun) -> Measured:
     """Unrelated prompts until their tokens exceed the pool, then the measured prompt."""
     lines = max(len(h.point.plan.document.splitlines()), 8)
     sends: list[HistorySend] = []
-    pool = h.pool_tokens
+    pool = await _served_pool(h.client) or h.pool_tokens
     while len(sends) < EVICT_MAX_SENDS and (pool is None and len(sends) < 4 or pool is not None
                                             and sum(s.prompt_tokens or 0 for s in sends) <= pool):
         msgs = [{"role": "user", "content": INSTRUCTION.format(n=h.answer_lines) + "\n\n"
@@ -269,6 +270,22 @@ async def _aborts(client: EngineClient) -> float | None:
         if line.startswith("vllm:request_success") and 'finished_reason="abort"' in line:
             total = (total or 0.0) + float(line.rsplit(" ", 1)[1])
     return total
+
+
+async def _served_pool(client: EngineClient) -> int | None:
+    """The KV pool in tokens as vLLM's ``vllm:cache_config_info`` labels say it
+    (``num_gpu_blocks`` x ``block_size``, v1/metrics/loggers.py); None where not served."""
+    try:
+        text = await client.metrics_text()
+    except Exception:   # no /metrics: the configuration's pool is used
+        return None
+    for line in text.splitlines():
+        if line.startswith("vllm:cache_config_info{"):
+            labels = dict(re.findall(r'(\w+)="([^"]*)"', line))
+            blocks, size = labels.get("num_gpu_blocks"), labels.get("block_size")
+            if blocks and size and blocks.isdigit() and size.isdigit():
+                return int(blocks) * int(size)
+    return None
 
 
 def _delta(a: float | None, b: float | None) -> float | None:

@@ -89,6 +89,8 @@ class VllmAdapter(EngineAdapter):
                 **({"cache_dir": self.cache_dir} if self.cache_dir else {}))
         except self._launch.LaunchError as e:
             raise UsageError(f"--engine vllm: {e}") from None
+        if cfg.history != "none":   # a history is proven from the scheduler's own trace
+            env = {**env, "RESIDUE_LAB_SCHED_TRACE": "1"}   # (engine/vllm/patches/sched_trace.py)
         if self.serve is not None:   # --serve: the user's line, the stack's environment
             argv = self.serve.argv(self, port, slot)
         if self.kernels_fixed:

@@ -171,6 +171,9 @@ def matrix_combos(*, engine: str, model: str | None, prefix_cache: bool | None,
     return out
 
 
+VLLM_POOL_GROUPS = 4   # evict on vLLM: KV groups a small hybrid's pool is sized for
+
+
 def history_server(cfg: ServingConfig, context: int, max_tokens: int) -> ServingConfig:
     """What a history's servers need that the sweep left unset (its ``names/history.py``
     row): abort-retry a chunk budget below the prompt, evict a small KV pool; each said in
@@ -183,7 +186,11 @@ def history_server(cfg: ServingConfig, context: int, max_tokens: int) -> Serving
         notes.append(f"history {row.name}: --max-num-batched-tokens {row.chunk_budget}, so the "
                      "prompt prefills in chunks and an abort can land after the first")
     if row.pool_prompts and cfg.num_gpu_blocks is None:
-        tokens = row.pool_prompts * (context + max_tokens + 2 * cfg.block_size)
+        # vLLM's hybrid takes a block per KV group (attention and mamba) from one pool, and
+        # may promote the block: room for the groups of a small hybrid; the evictors are
+        # counted against the pool /metrics reports (run/history.py)
+        groups = VLLM_POOL_GROUPS if cfg.engine == "vllm" else 1
+        tokens = groups * row.pool_prompts * (context + max_tokens + 2 * cfg.block_size)
         changes["num_gpu_blocks"] = -(-int(tokens) // cfg.block_size)
         notes.append(f"history {row.name}: a KV pool of {changes['num_gpu_blocks']} blocks "
                      f"(~{row.pool_prompts:g} measured prompts), so unrelated prompts evict it")
