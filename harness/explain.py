@@ -1,15 +1,13 @@
 """``sweep explain``: why a cell is what it is, by the thread's ablation ladder.
 
 For each non-ok cell of a finished run (or the one named), the residue is rerun on fresh
-servers once unchanged (does it reproduce?) and once per axis with only that axis
-changed (graph mode, patches, prefix caching, match unit, spec, block size, k ± 1, the
-vLLM model runner). A rung's configuration is resolved again from the typed values the
-parent's own options resolved the cell from (``settings/configs.matrix_combos``), one
-axis changed, so it resolves exactly as ``sweep`` would (a preset-derived field follows
-the preset); nothing is spelled back into flags and parsed again. All rungs of all
-cells are one linked run: one ``Driver``, one backend, the slots in parallel, records in
-the same results store, and a manifest whose ``explains`` block names the parent run and,
-per cell, which configuration ran which rung (``report.explained`` reads it back).
+servers once unchanged (does it reproduce?) and once per axis with only that axis changed
+(history, graph mode, patches, prefix caching, match unit, spec, block size, k ± 1, the
+vLLM model runner), resolved again from the typed values the parent's options resolved
+the cell from (``settings/configs.matrix_combos``), so exactly as ``sweep`` would; nothing
+is spelled back into flags and parsed again. All rungs of all cells are one linked run:
+one ``Driver``, one backend, records in the same store, and a manifest whose ``explains``
+block names the parent run and, per cell, which configuration ran which rung.
 """
 from __future__ import annotations
 
@@ -136,9 +134,7 @@ def axis_changes(cfg: ServingConfig, *, runners: tuple[str, ...] = (),
         ("block size", "block size → 16", {"block_size": 16}
          if not _vllm_hybrid_with_unit(cfg) else HYBRID_BLOCK_NOTE),
     ]
-    if cfg.history != "none":
-        # what ran before the measured request (names/history.py): without it, the server
-        # as a fresh one; the budget or pool the history chose goes with it
+    if cfg.history != "none":   # a fresh server's request (the history's budget, pool go too)
         out.insert(0, ("history", "history → none", {"history": "none"}))
     if cfg.max_num_batched_tokens:
         # the chunk budget cuts a final chunk of L mod B (docs/shapes.md): without it the
@@ -177,9 +173,9 @@ def _rung_opts(run: SweepOptions, parent_ns, chosen: dict, changes: dict) -> Swe
     parent resolved it from (``chosen``: typed matrix axes) with ``changes`` over them."""
     axes = {**chosen, **changes}
     prefix_cache = axes.pop(PREFIX_CACHE, parent_ns.prefix_cache)
-    (cfg,) = expand_matrix(engine=parent_ns.engine, model=parent_ns.model,
+    (cfg,) = expand_matrix(engine=parent_ns.engine, model=parent_ns.model, context=run.context,
                            prefix_cache=prefix_cache, axes={k: [v] for k, v in axes.items()},
-                           context=run.context, max_tokens=run.max_tokens)
+                           max_tokens=run.max_tokens)
     cfg = declare(cfg, run.served_fields)
     select_residues(run.residues, cfg, modulus_for(cfg, run.modulus), seed=run.seed)
     return dataclasses.replace(run, configs=(cfg,))
@@ -187,16 +183,15 @@ def _rung_opts(run: SweepOptions, parent_ns, chosen: dict, changes: dict) -> Swe
 
 def _chosen_for(combos: list[tuple[dict, ServingConfig]], served: dict | None,
                 cid: str) -> dict | None:
-    """The parent's combination of its typed matrix axes that resolves to configuration
-    ``cid`` (None: this harness no longer builds it from those flags)."""
+    """The parent's typed matrix axes that resolve to ``cid`` (None: no longer built)."""
     return next((chosen for chosen, cfg in combos
                  if config_id(declare(cfg, served)) == cid), None)
 
 
 def _run_opts(parent_ns, residue: int, modulus: int | None,
               run_flags: dict[str, Any]) -> SweepOptions:
-    """The parent's flags with the explain invocation's run flags over them, at one
-    residue: validated once by the sweep's own options (``build_options``)."""
+    """The parent's flags with explain's run flags over them, at one residue (validated
+    once by ``build_options``)."""
     ns = argparse.Namespace(**{**vars(parent_ns), **run_flags, "residues": "0"})  # any modulus
     if modulus is not None:
         ns.modulus = str(modulus)
@@ -323,9 +318,8 @@ def check_resume(xp: ExplainPlan, run_id: str, out_dir: str) -> None:
 
 
 def unexplained_cells(records: list[PhaseRecord]) -> dict[str, int]:
-    """verdict -> how many of the run's latest cells have it, for the not-ok verdicts
-    explain does not rerun (nothing in their answer to explain: boot-fail, invalid, infra,
-    unjudged)."""
+    """verdict -> the run's latest cells with it, for the not-ok verdicts explain does not
+    rerun (nothing in their answer to explain: boot-fail, invalid, infra, unjudged)."""
     recs, _ = latest_records(records)
     out = Counter(r.verdict for r in recs if r.verdict not in CLEAN | EXPLAINED)
     return dict(sorted(out.items()))

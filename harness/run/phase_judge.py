@@ -8,13 +8,14 @@ from typing import Any
 
 from ..judge.divergence import first_divergence
 from ..judge.verdict import sha1
-from ..judge.vocabulary import CLEAN, PhaseName
+from ..judge.vocabulary import CLEAN, UNJUDGED, PhaseName
+from .golden import golden_answer
 from ..serve.isolation import POLICIES
 from .hits import budget_final_chunk, intended_tail, tail_note
 from .plan import Point
 from .traffic import not_lone_reason
 
-__all__ = ["invalid_reason", "not_lone", "cold_by_construction", "measured_fields"]
+__all__ = ["reference_of", "invalid_reason", "not_lone", "cold_by_construction", "measured_fields"]
 
 
 def invalid_reason(point: Point, phase: str, res, templated: int | None, info: dict,
@@ -105,3 +106,25 @@ def measured_fields(point: Point, phase: str, res, tps, j, verdict: str, reason:
         "traffic": traffic,
     }
     return measured
+
+
+def reference_of(ref: str, golden: dict, point: Point, phase: str,
+                 cold: Any) -> tuple[str | None, list | None]:
+    """(reference text, its token logprobs) for this phase; (None, None) when there is
+    nothing to judge against (the answer is then ``unjudged`` unless it collapsed)."""
+    if ref == "passage" or point.plan.passage_wins:
+        return point.plan.expected, None
+    if ref == "cold":
+        # Only a cold answer that did not collapse is a reference: a collapse repeated
+        # on the hit must not read as ok.
+        if phase == PhaseName.COLD or cold is None or cold.verdict != UNJUDGED:
+            return None, None
+        return cold.answer or "", cold.token_logprobs
+    if ref in ("first", "consensus"):
+        return None, None  # judged across the matrix after the run (run/matrix_reference)
+    gold = golden_answer(golden, point)
+    # A prompt the golden run did not answer (another context or seed) falls back to
+    # the passage; the record's reference_sha1 says which was used.
+    if gold:
+        return gold["text"], gold.get("tokens")
+    return point.plan.expected, None

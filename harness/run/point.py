@@ -32,13 +32,13 @@ from ..judge.verdict import judge
 from ..judge.vocabulary import NOT_LONE
 from .load import (BackgroundLoad, LoadError, beside_from_log, load_facts, preempted_in_log,
                    server_gauges)
-from .golden import golden_answer
 from .history import HistoryRun, drives, pool_tokens, run_history
 from .plan import Point
 from .record_builder import RecordBuilder
 from .records import PhaseRecord, timing_record
-from ..judge.vocabulary import CLEAN, UNJUDGED, PhaseName
-from .phase_judge import invalid_reason, measured_fields, not_lone
+from ..judge.vocabulary import CLEAN, PhaseName
+from .phase_judge import invalid_reason, measured_fields, not_lone, reference_of
+from .prompt_logprobs import canonical, compared
 from .traffic import traffic_facts
 
 __all__ = ["PointRunner", "PointResult", "RunnerSpec", "Launcher", "Server",
@@ -114,6 +114,7 @@ class PointRunner:
         self.launcher = launcher
         self.ports = PortAllocator()
         self.node = node or socket.gethostname()
+        self._cold_plp: dict = {}   # --prompt-logprobs: the cold phase's, per point
         self.records = RecordBuilder(run_id, version or harness_version(), opts.isolation,
                                      opts.reference, tuple(opts.phases))
 
@@ -379,32 +380,11 @@ class PointRunner:
         return self.records.failure(point, slot.id, self.node, phase, verdict, reason,
                                     excerpt, info, templated)
 
-    def _reference(self, point: Point, phase: str,
-                   cold: PhaseRecord | None) -> tuple[str | None, list | None]:
-        """(reference text, its token logprobs) for this phase; (None, None) when there is
-        nothing to judge against (the answer is then ``unjudged`` unless it collapsed)."""
-        ref = self.opts.reference
-        if ref == "passage" or point.plan.passage_wins:
-            return point.plan.expected, None
-        if ref == "cold":
-            # Only a cold answer that did not collapse is a reference: a collapse repeated
-            # on the hit must not read as ok.
-            if phase == PhaseName.COLD or cold is None or cold.verdict != UNJUDGED:
-                return None, None
-            return cold.answer or "", cold.token_logprobs
-        if ref in ("first", "consensus"):
-            return None, None  # judged across the matrix after the run (run/matrix_reference)
-        gold = golden_answer(self.golden, point)
-        # A prompt the golden run did not answer (another context or seed) falls back to
-        # the passage; the record's reference_sha1 says which was used.
-        if gold:
-            return gold["text"], gold.get("tokens")
-        return point.plan.expected, None
-
     def _judged(self, point, slot, phase, res, tps, info, templated, tokenize_error,
                 cold, traffic: dict | None = None, proof=None) -> PhaseRecord:
         base = self.records.base(point, slot.id, self.node, phase, info, templated)
-        expected, ref_tokens = self._reference(point, phase, cold)
+        expected, ref_tokens = reference_of(self.opts.reference, self.golden, point, phase,
+                                            cold)
         if (ref_tokens is None and cold is not None and cold.verdict in CLEAN
                 and expected is not None and (cold.answer or "") == expected):
             # the passage has no logprobs; this server's clean cold answer to the same
@@ -426,8 +406,14 @@ class PointRunner:
             verdict, reason = NOT_LONE, f"{alone} (answer judged ok: {j.reason})"
         measured = measured_fields(point, phase, res, tps, j, verdict, reason, expected,
                                    ref_tokens, info, traffic)
-        extra = {"tokenize_error": tokenize_error} if tokenize_error else None
-        return self.records.build(base, measured, extra)
+        extra = {"tokenize_error": tokenize_error} if tokenize_error else {}
+        if self.opts.prompt_logprobs:   # run/prompt_logprobs.py: the cold one is the reference
+            mine = canonical(res.prompt_logprobs)
+            if phase == PhaseName.COLD:
+                self._cold_plp[point.key] = mine
+            else:
+                extra["prompt_logprobs"] = compared(mine, self._cold_plp.get(point.key))
+        return self.records.build(base, measured, extra or None)
 
 
 def _read(path: Path) -> str:

@@ -23,6 +23,7 @@ from .flag_values import choices_of, parse_phases, split
 from .flags import UNSET
 from ..prompts.cases import PromptCase, load_cases, select_cases
 from ..serve.slots import Slot
+from ..serve.engines import EngineName
 from ..judge.vocabulary import PHASES, PhaseName
 from ..names.history import history_row
 
@@ -189,7 +190,7 @@ def history_server(cfg: ServingConfig, context: int, max_tokens: int) -> Serving
         # vLLM's hybrid takes a block per KV group (attention and mamba) from one pool, and
         # may promote the block: room for the groups of a small hybrid; the evictors are
         # counted against the pool /metrics reports (run/history.py)
-        groups = VLLM_POOL_GROUPS if cfg.engine == "vllm" else 1
+        groups = VLLM_POOL_GROUPS if cfg.engine == EngineName.VLLM else 1
         tokens = groups * row.pool_prompts * (context + max_tokens + 2 * cfg.block_size)
         changes["num_gpu_blocks"] = -(-int(tokens) // cfg.block_size)
         notes.append(f"history {row.name}: a KV pool of {changes['num_gpu_blocks']} blocks "
