@@ -99,9 +99,6 @@ class EngineAdapter:
         for cfg in configs:
             if cfg.runner != "auto" and cfg.runner not in self.runners:
                 raise UsageError(self.runner_refusal(cfg.runner))
-            if cfg.async_scheduling and not self.async_scheduling:
-                raise UsageError(f"--async-scheduling: --engine {self.name} has no switch for "
-                                 "it (vLLM's --async-scheduling / --no-async-scheduling)")
             check_model_path(cfg.model)
             argv, _ = self.command(cfg, PORT_SENTINEL, slot)
             if (why := dummy_weights_refusal(argv)) is not None:

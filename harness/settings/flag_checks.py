@@ -132,6 +132,10 @@ RULES: tuple[Rule, ...] = (
          lambda a: "--seed lists are documents and --prompts cases have none: give one --seed"),
     Rule(("--bisect", "--baseline"), lambda a: bool(a.bisect) and bool(a.baseline),
          lambda a: "--bisect and --baseline are exclusive: a bisect judges each build alone"),
+    Rule(("--async-scheduling", "--engine"),
+         lambda a: bool(a.async_scheduling) and not getattr(_engine(a), "async_scheduling", True),
+         lambda a: f"--async-scheduling: --engine {a.engine} has no switch for it (vLLM's "
+                   "--async-scheduling / --no-async-scheduling)"),
     Rule(("--history", "--phases"), lambda a: bool(_history_missing(a)),
          lambda a: "--history {0} runs at the {1} phase: --phases must have {2}".format(
              *_history_missing(a), ", ".join(dict.fromkeys(("cold", _history_missing(a)[1]))))),
