@@ -64,9 +64,10 @@ HISTORIES: tuple[History, ...] = (
             "vllm PR #56525 (align-mode state hashes published at schedule time, an abort "
             "before the write); sglang #23392 (cancel + retry)",
             "an abort at any other chunk than the first seen; aborts of other clients' "
-            "requests", "the retry is a hit on whole hash units of the aborted prefill: its "
-            "final chunk is L minus that hit, so residue k+1 as for any hit; the history's "
-            "own break (a never-written state) is not a Bug B residue", False,
+            "requests", "the retry's final chunk is L minus its hit (whole hash units the "
+            "aborted prefill computed), cut by the history's chunk budget: the budget's "
+            "residues, as the rule line says for the configuration; the history's own break "
+            "(a state that was never written) is not a Bug B residue", False,
             chunk_budget=ABORT_CHUNK_BUDGET),
     History("interleave", "A (the cold phase), then a different document B sharing A's "
             "first half (a whole number of hash units), then A again: the A-B-A pattern",
@@ -93,8 +94,9 @@ HISTORIES: tuple[History, ...] = (
             "stale hits after eviction under churn (local-inference-lab/vllm #480; vllm "
             "#50702's pinned pool with eviction active)",
             "preemption of a running request (nothing runs beside it)",
-            "a miss is a cold prefill (the chunk budget's cut); a partial hit's tail is L "
-            "minus whole hash units: residue k+1 as for any hit", False,
+            "a miss prefills the whole prompt (the cold rule: only a chunk budget cuts a "
+            "final chunk); a partial hit's final chunk is L minus the hit, k+1 tokens only "
+            "where that is under one unit: the record's computed_tail says which", False,
             pool_prompts=EVICT_POOL_PROMPTS),
     History("next-turn", "the conversation continued: the first turn answered (the cold "
             "phase), then its answer and a new user turn appended; the new turn's "
@@ -103,8 +105,11 @@ HISTORIES: tuple[History, ...] = (
             "hit on the previous turn (> 0) plus a tail",
             "the agent / chat pattern: a hit on the previous turn plus a tail",
             "turns whose answer differs from the passage (the next turn is built from it)",
-            "the residue is the new turn's templated length: its hit covers the previous "
-            "turn in whole hash units, so residue k+1 of the new turn's length", False),
+            "the residue is of the new turn's templated length L2; its hit covers the previous "
+            "turn in whole hash units, so its final chunk (L2 minus the hit) is congruent to "
+            "L2 but is k+1 tokens only where the new turn adds under one unit past the hit: "
+            "with the document-sized new turn this sweeps, it predicts nothing for the "
+            "measured phase (the cold first turn as none)", False),
 )
 
 HISTORY_NAMES: tuple[str, ...] = tuple(h.name for h in HISTORIES)
