@@ -157,9 +157,9 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--runner", ENGINE, runner_help, {"metavar": "RUNNER"}, axis="runner",
          items=or_none(choices_of(RUNNERS)),
          rerun=lambda r: ["--runner", r.cfg.runner] if r.cfg.runner != "auto" else []),
-    Flag("--async-scheduling", ENGINE, "on | off, or both (matrix): the engine's "
-         "asynchronous scheduling (vLLM's --async-scheduling / --no-async-scheduling; "
-         "default: the engine's own; recorded in the effective configuration)",
+    Flag("--async-scheduling", ENGINE, lambda: "on | off, or both (matrix): the engine's "
+         f"asynchronous scheduling ({for_engines('async_scheduling')}: --async-scheduling / "
+         "--no-async-scheduling; default: the engine's own; recorded in the configuration)",
          {"metavar": "on|off"}, axis="async_scheduling", items=or_none(choices_of(("on", "off"))),
          rerun=lambda r: (["--async-scheduling", r.cfg.async_scheduling]
                           if r.cfg.async_scheduling else [])),
@@ -209,8 +209,8 @@ FLAGS: tuple[Flag, ...] = (
          rerun=lambda r: ["--history", r.cfg.history] if r.cfg.history != "none" else []),
     Flag("--prompt-logprobs", MEASURE, "ask the measured requests' prompt logprobs and compare "
          "them with the cold reference's at each position: the first position that differs "
-         "is the finding (vllm #53488: MTP corrupting prompt_logprobs while the text looks "
-         "fine)", {"action": "store_true"},
+         "is the finding (upstream #53488: MTP corrupting prompt_logprobs while the text "
+         "looks fine)", {"action": "store_true"},
          rerun=lambda r: ["--prompt-logprobs"] if r.opts.prompt_logprobs else []),
     Flag("--reference", MEASURE, "what an answer is judged against: passage (the "
          "document's own lines, default) | cold (the point's cold answer judges its hits; "
