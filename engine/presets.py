@@ -24,7 +24,10 @@ RUNNERS = ("v1", "v2", "auto")  # vLLM's model runners (engine.vllm.patches.rele
 CUDAGRAPH_MODES = ("NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE")
 # Named fixes, spelled the same for the lab engine (--patches) and the vLLM plugin
 # (RESIDUE_LAB_PATCHES): one vocabulary across engines.
-PATCHES = ("prefill-discriminator", "sliding-window-guard")
+# the lab's fixes of the history mechanisms (engine/lab, issue 52): vLLM's plugin has no
+# such patch (engine/vllm/launch.py leaves them out of its selection)
+LAB_ONLY_PATCHES = ("align-publish-after-copy", "evict-group-key", "prefill-row-offsets")
+PATCHES = ("prefill-discriminator", "sliding-window-guard") + LAB_ONLY_PATCHES
 
 # SPEC -> (speculative method as the engines spell it, default draft tokens, why)
 SPEC_TABLE: dict[str, tuple[str | None, int, str]] = {

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from engine.presets import ServingConfig, normalise_patches
+from engine.presets import LAB_ONLY_PATCHES, ServingConfig, normalise_patches
 from . import API_SERVER_MODULE  # declared in the package: prefork reads it without this module
 from .caches import cache_env
 from .checkpoint import language_model_only_reason, mtp_head_problem
@@ -217,7 +217,10 @@ def _server_env(cfg: ServingConfig, base_env: Mapping[str, str] | None, *, runne
                 gpu: str | None, plugin_path, cache_dir) -> dict[str, str]:
     """The environment variables this configuration sets for its server."""
     env = dict(base_env or {})
-    env[PATCHES_ENV] = normalise_patches(cfg.patches)
+    selected = normalise_patches(cfg.patches)
+    if selected not in ("all", "none"):   # the lab's history fixes are no patch of vLLM's
+        selected = ",".join(p for p in selected.split(",") if p not in LAB_ONLY_PATCHES) or "none"
+    env[PATCHES_ENV] = selected
     try:
         env.update(runner_env(runner))
     except ValueError as exc:
