@@ -143,8 +143,6 @@ def _add_vllm_flags(a) -> None:
            '"FULL_AND_PIECEWISE"} (default FULL_AND_PIECEWISE), "max_cudagraph_capture_size":'
            ' N (default 512: a uniform decode batch of more tokens runs PIECEWISE)')
     a("--max-model-len", type=_pos_int, default=32768, help="max tokens per request")
-    a("--num-gpu-blocks-override", type=int, default=None, metavar="N",
-      help="KV pool of N blocks whatever the memory says (vLLM's flag; the evict history)")
     a("--kv-cache-memory-bytes", type=_size, default=None,
       help="KV cache memory in bytes; sizes the block pool (tokens = bytes // bytes per token) "
            "and the boot check. Default: a pool comfortably larger than --max-model-len")
@@ -233,7 +231,6 @@ def config_from_args(argv: list[str] | None = None, *,
         prefix_match_unit=ns.prefix_match_unit, speculative_config=spec, cudagraph_mode=mode,
         max_cudagraph_capture_size=capture,
         max_model_len=ns.max_model_len, kv_cache_memory_bytes=ns.kv_cache_memory_bytes,
-        num_gpu_blocks_override=ns.num_gpu_blocks_override,
         max_num_batched_tokens=ns.max_num_batched_tokens, max_num_seqs=ns.max_num_seqs,
         enable_prompt_tokens_details=ns.enable_prompt_tokens_details,
         api_key=ns.api_key or os.environ.get("VLLM_API_KEY") or None, seed=ns.seed,

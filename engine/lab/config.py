@@ -151,7 +151,6 @@ class LabConfig:
     cudagraph_mode: str = "FULL_AND_PIECEWISE"
     max_model_len: int = 32768
     kv_cache_memory_bytes: int | None = None
-    num_gpu_blocks_override: int | None = None   # vLLM's --num-gpu-blocks-override
     max_num_batched_tokens: int = 8192
     max_num_seqs: int = 256
     enable_prompt_tokens_details: bool = False
@@ -242,8 +241,6 @@ class LabConfig:
                                                              self.block_size)
         self._derive_mamba_caching()
         self._size_pool()
-        if self.num_gpu_blocks_override:   # as vLLM: after the memory check, the pool's size
-            self.num_gpu_blocks = int(self.num_gpu_blocks_override)
         return self
 
     @property

@@ -22,14 +22,14 @@ __all__ = ["History", "HISTORIES", "HISTORY_NAMES", "NONE", "history_row", "Hist
            "HistoryProof", "ABORT_CHUNK_BUDGET", "SIBLING_CHUNK_BUDGET", "EVICT_POOL_PROMPTS"]
 
 NONE = "none"
-# abort-retry: the chunked-prefill budget its servers get when the sweep sets none; a
-# prompt of the default --context (4,096) is then ~16 chunks, so an abort seen after the
-# first chunk lands mid-prefill with room to spare
-ABORT_CHUNK_BUDGET = 256
-# sibling: the budget its servers get when the sweep sets none; the sibling's prompt is
-# longer than the measured one, so both prefill over many steps and the measured request's
-# chunks (its final one too) are scheduled beside the sibling's
-SIBLING_CHUNK_BUDGET = 512
+# abort-retry: the chunked-prefill budget its servers get when the sweep sets none: the
+# lab hybrid's mamba (page) block at k = 3, block 128, so that every chunk ends where align
+# mode publishes a state block (vllm PR #56525); on vLLM give the model's own mamba block
+# with --max-num-batched-tokens. A prompt of the default --context (4,096) is 3 chunks
+ABORT_CHUNK_BUDGET = 2048
+# sibling: the budget its servers get when the sweep sets none: room for both prompts of
+# the default --context whole in the one step they share
+SIBLING_CHUNK_BUDGET = 16384
 # evict: the KV pool its servers get when the sweep sets none, in measured prompts (the
 # prompt + its answer): room for the measured prompt and one unrelated prompt beside it,
 # so that a few unrelated prompts evict every block of it
@@ -59,8 +59,8 @@ HISTORIES: tuple[History, ...] = (
             "disconnects) once the server's log shows its first prefill chunk, then sent "
             "again: the retry is the measured cold phase", "cold",
             "the server's trace: a prefill chunk of the aborted request, then its abort line "
-            "with computed < prompt (mid-prefill); the retry's cached_tokens (what the "
-            "aborted prefill left in the cache)",
+            "with computed < prompt (mid-prefill; scheduling paused between the two where the "
+            "server can); the retry's cached_tokens (what the aborted prefill left cached)",
             "vllm PR #56525 (align-mode state hashes published at schedule time, an abort "
             "before the write); sglang #23392 (cancel + retry)",
             "an abort at any other chunk than the first seen; aborts of other clients' "
@@ -76,9 +76,10 @@ HISTORIES: tuple[History, ...] = (
             "A-B-A prefix patterns; a stale block B's prefill overwrote",
             "a B that shares a prefix of another length than half of A",
             "A's resend is a hit: residue k+1 as for any hit", False),
-    History("sibling", "another cold prefill (an unrelated document, longer than the "
-            "measured prompt) sent with the measured cold request, under a chunk budget, so "
-            "that both prefill over the same engine steps", "cold",
+    History("sibling", "another cold prefill (another document, the measured prompt's "
+            "templated length) sent first, the measured cold request while it waits, both "
+            "scheduled in one step (the server paused until both wait, where it can pause)",
+            "cold",
             "the measured request's final-chunk trace line: prefill_reqs >= 2 (it shared a "
             "step with another prefill)", "sglang #22819 (prefix length == page size, "
             "corrupt only beside another request in one batch)",
@@ -88,9 +89,9 @@ HISTORIES: tuple[History, ...] = (
             chunk_budget=SIBLING_CHUNK_BUDGET),
     History("evict", "the measured prompt served (cold), then unrelated prompts until "
             "their tokens exceed the KV pool, then the measured prompt again (measured)",
-            "self-hit", "the measured send's cached_tokens: 0 (a miss) or below the cold "
-            "prompt's hit (a partial hit), never the whole hit; the pool size from the "
-            "configuration and the evictors' tokens",
+            "self-hit", "the server's eviction lines naming the measured prompt's blocks "
+            "(a full hit then is the finding: a phantom hit); without such lines, the "
+            "measured send's cached_tokens: a miss or a partial hit, never the whole",
             "stale hits after eviction under churn (local-inference-lab/vllm #480; vllm "
             "#50702's pinned pool with eviction active)",
             "preemption of a running request (nothing runs beside it)",

@@ -21,7 +21,7 @@ from typing import Any, Awaitable, Callable
 
 from ..names.history import HistoryProof, HistorySend, history_row
 from ..prompts import INSTRUCTION, PAD_CANDIDATES, document_lines
-from ..serve.client import ChatResult, EngineClient
+from ..serve.client import ChatResult, ClientError, EngineClient
 from .history_log import LogWatch, TraceEvent
 from .plan import Point
 
@@ -86,8 +86,9 @@ def _other_doc(h: HistoryRun, i: int, lines: int) -> str:
 
 
 async def abort_retry(h: HistoryRun) -> Measured:
-    """The measured prompt streamed and cut once the log shows its first prefill chunk,
-    then sent again (measured)."""
+    """The measured prompt streamed and cut once the log shows its first prefill chunk
+    (scheduling paused meanwhile where the server can: the abort then lands before the
+    next chunk), then sent again (measured)."""
     messages, n = h.point.plan.messages, h.length
     watch, rid = LogWatch(h.log_path), f"{h.tag}-aborted"
     aborts0 = await _aborts(h.client)
@@ -96,15 +97,18 @@ async def abort_retry(h: HistoryRun) -> Measured:
         request_id=rid, ignore_eos=False))
     first = await watch.wait(lambda e: e.kind in ("chunk", "final") and e.of_send(rid, n),
                              h.timeout, until=task)
+    paused = first is not None and first.kind == "chunk" and await _paused(h.client)
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
+    if paused:
+        await h.client.wake_up()
     abort = await watch.wait(lambda e: e.kind in ("abort", "final") and e.of_send(rid, n)
                              and e is not first, min(h.timeout, 30.0) if first else 0.0)
     aborts = _delta(aborts0, await _aborts(h.client))
     res = await h.ask(request_id=f"{h.tag}-retry")
     sends = (HistorySend("aborted", n, None, rid, "abort"), _sent("retry", res))
     log = tuple(e for e in (first, abort) if e is not None)
-    metrics = {"abort_requests": aborts} if aborts is not None else {}
+    metrics = {"abort_requests": aborts, "paused": paused}
     if first is None:
         why = "no prefill chunk of the aborted request in the server's log (no trace)"
     elif first.kind == "final":
@@ -141,16 +145,26 @@ async def interleave(h: HistoryRun) -> Measured:
 
 
 async def sibling(h: HistoryRun) -> Measured:
-    """Another cold prefill sent with the measured one; proven when they shared a step."""
+    """Another cold prefill of the measured prompt's templated length (another document),
+    sent first; the measured one sent while it waits; both scheduled in one step (the
+    server's scheduling paused until both wait, where it can pause)."""
     watch = LogWatch(h.log_path)
-    lines = max(len(h.point.plan.document.splitlines()), 8) * 3 // 2   # longer than A
-    s_msgs = [{"role": "user", "content": INSTRUCTION.format(n=h.answer_lines) + "\n\n"
-               + _other_doc(h, 1, lines) + "\n"}]
-    sib, res = await asyncio.gather(h.send("sibling", s_msgs), h.ask(request_id=f"{h.tag}-m"))
+    lines = max(len(h.point.plan.document.splitlines()), 8)
+    s_msgs = await _padded_to(h, INSTRUCTION.format(n=h.answer_lines) + "\n\n"
+                              + _other_doc(h, 1, lines) + "\n", h.length)
+    paused = await _paused(h.client)
+    sib_task = asyncio.ensure_future(h.send("sibling", s_msgs))
+    if paused:
+        await _until_waiting(h.client, 1, h.timeout)
+    res_task = asyncio.ensure_future(h.ask(request_id=f"{h.tag}-m"))
+    if paused:
+        await _until_waiting(h.client, 2, h.timeout)
+        await h.client.wake_up()
+    sib, res = await asyncio.gather(sib_task, res_task)
     sends = (sib, _sent("measured", res))
     watch.read()
-    mine = [e for e in watch.seen if e.of_send(f"{h.tag}-m", h.length)]
-    theirs = [e for e in watch.seen if e.of_send(f"{h.tag}-sibling", sib.prompt_tokens)]
+    mine = [e for e in watch.seen if _is_send(e, f"{h.tag}-m", res.request_id)]
+    theirs = [e for e in watch.seen if _is_send(e, f"{h.tag}-sibling", sib.request_id)]
     shared = ({e.step for e in mine if e.step is not None}
               & {e.step for e in theirs if e.step is not None})
     final = next((e for e in mine if e.kind == "final"), None)
@@ -178,7 +192,7 @@ async def sibling(h: HistoryRun) -> Measured:
 async def evict(h: HistoryRun) -> Measured:
     """Unrelated prompts until their tokens exceed the pool, then the measured prompt."""
     lines = max(len(h.point.plan.document.splitlines()), 8)
-    sends: list[HistorySend] = []
+    watch, sends = LogWatch(h.log_path), []
     pool = await _served_pool(h.client) or h.pool_tokens
     while len(sends) < EVICT_MAX_SENDS and (pool is None and len(sends) < 4 or pool is not None
                                             and sum(s.prompt_tokens or 0 for s in sends) <= pool):
@@ -187,20 +201,30 @@ async def evict(h: HistoryRun) -> Measured:
         sends.append(await h.send("evictor", msgs))
     res = await h.ask(request_id=f"{h.tag}-m")
     sends.append(_sent("measured", res))
+    watch.read()
+    evictions = [e for e in watch.seen if e.kind == "evict"]
+    mine = [e for e in evictions if any(h.tag not in f for f in e.batch)]   # A's blocks
     c, n = res.cached_tokens, res.prompt_tokens or h.length
     unit = h.point.cfg.prefix_match_unit or h.point.cfg.block_size
     full = (n - 1) // unit * unit
-    metrics = {"pool_tokens": pool, "evictor_tokens": sum(s.prompt_tokens or 0 for s in sends[:-1])}
+    metrics = {"pool_tokens": pool, "evictor_tokens": sum(s.prompt_tokens or 0 for s in sends[:-1]),
+               "evictions": len(evictions)}
+    log = tuple(mine[:1] + mine[-1:]) if mine else ()
     if c is None:
-        return res, h.proof(False, "cached_tokens not reported", sends, metrics=metrics), \
+        return res, h.proof(False, "cached_tokens not reported", sends, log, metrics), \
             h.point, h.templated
+    finding = ("miss (cached_tokens 0)" if c == 0 else f"partial hit {c} of {n}" if c < full
+               else f"phantom hit: {c} of {n} cached although its blocks were evicted")
+    if mine:   # the server's own log: the measured prompt's blocks were evicted
+        return res, h.proof(True, f"{len(sends) - 1} evictors evicted the measured prompt's "
+                            f"blocks ({len(mine)} eviction line(s)); {finding}", sends, log,
+                            metrics, finding), h.point, h.templated
     if c >= full:
         return res, h.proof(False, f"not evicted: the measured send hit {c} of {n} tokens "
-                            f"after {len(sends) - 1} evictors", sends, metrics=metrics), \
+                            f"after {len(sends) - 1} evictors", sends, log, metrics), \
             h.point, h.templated
-    finding = "miss (cached_tokens 0)" if c == 0 else f"partial hit {c} of {n}"
     return res, h.proof(True, f"{len(sends) - 1} evictors, then the measured send: {finding}",
-                        sends, metrics=metrics, finding=finding), h.point, h.templated
+                        sends, log, metrics, finding), h.point, h.templated
 
 
 async def next_turn(h: HistoryRun) -> Measured:
@@ -256,6 +280,43 @@ def drives(point: Point, phase: str) -> bool:
 
 async def run_history(h: HistoryRun) -> Measured:
     return await DRIVERS[h.point.cfg.history](h)
+
+
+def _is_send(e: TraceEvent, tag: str, answered_id: str | None) -> bool:
+    """The event is of the send tagged ``tag``, or of the request the server answered as
+    ``answered_id`` (a server that names requests itself: its trace uses that id)."""
+    return tag in e.request or bool(answered_id) and (
+        e.request == answered_id or e.request.startswith(f"{answered_id}-"))
+
+
+async def _paused(client: EngineClient) -> bool:
+    """Scheduling paused (``EngineClient.pause``); False where the server cannot (then the
+    history runs unpaused and its proof says whether it happened all the same)."""
+    try:
+        await client.pause()
+    except ClientError:
+        return False
+    return True
+
+
+async def _until_waiting(client: EngineClient, n: int, timeout: float) -> None:
+    """Until /metrics shows ``n`` requests waiting (they arrived while paused)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while ((await client.scrape()).waiting or 0) < n and loop.time() < deadline:
+        await asyncio.sleep(LogWatch.POLL_S)
+
+
+async def _padded_to(h: HistoryRun, content: str, target: int) -> list[dict[str, str]]:
+    """``content`` padded to ``target`` templated tokens (a pad unit that adds one token
+    each, checked by /tokenize); as near as it gets where none does."""
+    conv = lambda m, unit: [{"role": "user", "content": content + unit * m}]  # noqa: E731
+    base = await h.client.tokenize(conv(0, ""), h.model) or target
+    for unit in PAD_CANDIDATES:
+        msgs = conv(max(target - base, 0), unit)
+        if await h.client.tokenize(msgs, h.model) == target:
+            return msgs
+    return conv(0, "")
 
 
 async def _aborts(client: EngineClient) -> float | None:

@@ -4,6 +4,7 @@ lab (``engine/lab/sched_log.py``) and of vLLM's opt-in trace
 
     prefill chunk: request=<id> start=<s> tokens=<n> of=<L> step=<step> batch=<id>,<id>
     aborted request=<id> computed=<c> of=<L> step=<step>
+    evicted blocks=<n> from=<id>,<id> request=<id> step=<step>
     final prefill chunk: request=<id> tokens=<n> prompt=<L> computed=<c> ... prefill_reqs=<p> ...
 
 A send is found by its tag (the harness's ``X-Request-Id``, which vLLM puts into its request
@@ -26,6 +27,8 @@ _CHUNK = re.compile(r"(?<!final )prefill chunk: request=(?P<id>\S+) start=(?P<st
                     r"(?: batch=(?P<batch>\S*))?")
 _ABORT = re.compile(r"aborted request=(?P<id>\S+) computed=(?P<computed>\d+) of=(?P<of>\d+)"
                     r"(?: step=(?P<step>\d+))?")
+_EVICT = re.compile(r"evicted blocks=(?P<n>\d+) from=(?P<from>\S*) request=(?P<id>\S+)"
+                    r"(?: step=(?P<step>\d+))?")
 _FINAL = re.compile(r"final prefill chunk: request=(?P<id>\S+) tokens=(?P<tokens>\d+) "
                     r"prompt=(?P<of>\d+) computed=(?P<computed>\d+) batch_reqs=(?P<reqs>\d+) "
                     r"batch_tokens=\d+ decode_reqs=\d+ prefill_reqs=(?P<pre>\d+)")
@@ -33,7 +36,7 @@ _FINAL = re.compile(r"final prefill chunk: request=(?P<id>\S+) tokens=(?P<tokens
 
 @dataclass(frozen=True)
 class TraceEvent:
-    kind: str                 # chunk | abort | final
+    kind: str                 # chunk | abort | final | evict
     request: str
     of: int                   # the request's prompt length
     line: str                 # the log line as written (the record keeps it)
@@ -59,6 +62,9 @@ def parse_line(line: str) -> TraceEvent | None:
         return TraceEvent("chunk", m["id"], int(m["of"]), text, start=int(m["start"]),
                           tokens=int(m["tokens"]), step=_int(m["step"]),
                           batch=tuple(b for b in (m["batch"] or "").split(",") if b))
+    if m := _EVICT.search(text):   # batch: the requests whose cached blocks were evicted
+        return TraceEvent("evict", m["id"], 0, text, tokens=int(m["n"]), step=_int(m["step"]),
+                          batch=tuple(b for b in m["from"].split(",") if b))
     if m := _ABORT.search(text):
         return TraceEvent("abort", m["id"], int(m["of"]), text, start=int(m["computed"]),
                           step=_int(m["step"]))

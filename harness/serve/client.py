@@ -143,6 +143,11 @@ class EngineClient:
     async def sleep(self, level: int = 1) -> None:
         await self._request("POST", "/sleep", params={"level": str(level)}, timeout=120)
 
+    async def pause(self) -> None:
+        """Scheduling paused, requests kept (``/sleep?level=0&mode=keep``, dev mode): the
+        requests sent meanwhile wait, and are scheduled together at ``wake_up``."""
+        await self._request("POST", "/sleep", params={"level": "0", "mode": "keep"}, timeout=120)
+
     async def wake_up(self) -> None:
         await self._request("POST", "/wake_up", timeout=120)
 
