@@ -48,6 +48,8 @@ class History:
     live_ok: bool        # a shared live server (--url) can prove it
     chunk_budget: int | None = None      # its servers' --max-num-batched-tokens, if unset
     pool_prompts: float | None = None    # its servers' KV pool in measured prompts, if unset
+    align_mode: bool = False   # its servers run a hybrid's state cache in align mode (the
+                               # lab's default is ``all``; vLLM's hybrids run align always)
 
 
 HISTORIES: tuple[History, ...] = (
@@ -59,8 +61,8 @@ HISTORIES: tuple[History, ...] = (
             "disconnects) once the server's log shows its first prefill chunk, then sent "
             "again: the retry is the measured cold phase", "cold",
             "the server's trace: a prefill chunk of the aborted request, then its abort line "
-            "with computed < prompt (mid-prefill; scheduling paused between the two where the "
-            "server can); the retry's cached_tokens (what the aborted prefill left cached)",
+            "with computed < prompt (mid-prefill: a long prompt, --context 16384, leaves the "
+            "hang-up room); the retry's cached_tokens (what the aborted prefill left cached)",
             "vllm PR #56525 (align-mode state hashes published at schedule time, an abort "
             "before the write); sglang #23392 (cancel + retry)",
             "an abort at any other chunk than the first seen; aborts of other clients' "
@@ -68,7 +70,7 @@ HISTORIES: tuple[History, ...] = (
             "aborted prefill computed), cut by the history's chunk budget: the budget's "
             "residues, as the rule line says for the configuration; the history's own break "
             "(a state that was never written) is not a Bug B residue", False,
-            chunk_budget=ABORT_CHUNK_BUDGET),
+            chunk_budget=ABORT_CHUNK_BUDGET, align_mode=True),
     History("interleave", "A (the cold phase), then a different document B sharing A's "
             "first half (a whole number of hash units), then A again: the A-B-A pattern",
             "self-hit", "B's cached_tokens: a positive multiple of the hash unit below A's "

@@ -86,9 +86,10 @@ def _other_doc(h: HistoryRun, i: int, lines: int) -> str:
 
 
 async def abort_retry(h: HistoryRun) -> Measured:
-    """The measured prompt streamed and cut once the log shows its first prefill chunk
-    (scheduling paused meanwhile where the server can: the abort then lands before the
-    next chunk), then sent again (measured)."""
+    """The measured prompt streamed and cut once the log shows its first prefill chunk,
+    then sent again (measured). Where the abort lands is the server's: a prompt of a few
+    chunks may finish its prefill first (the proof says so); a long one (``--context``
+    16384 at the budget of 2,048) leaves room."""
     messages, n = h.point.plan.messages, h.length
     watch, rid = LogWatch(h.log_path), f"{h.tag}-aborted"
     aborts0 = await _aborts(h.client)
@@ -97,18 +98,15 @@ async def abort_retry(h: HistoryRun) -> Measured:
         request_id=rid, ignore_eos=False))
     first = await watch.wait(lambda e: e.kind in ("chunk", "final") and e.of_send(rid, n),
                              h.timeout, until=task)
-    paused = first is not None and first.kind == "chunk" and await _paused(h.client)
-    task.cancel()
+    task.cancel()   # the hang-up at once: the server sees it between two steps
     await asyncio.gather(task, return_exceptions=True)
-    if paused:
-        await h.client.wake_up()
     abort = await watch.wait(lambda e: e.kind in ("abort", "final") and e.of_send(rid, n)
                              and e is not first, min(h.timeout, 30.0) if first else 0.0)
     aborts = _delta(aborts0, await _aborts(h.client))
     res = await h.ask(request_id=f"{h.tag}-retry")
     sends = (HistorySend("aborted", n, None, rid, "abort"), _sent("retry", res))
     log = tuple(e for e in (first, abort) if e is not None)
-    metrics = {"abort_requests": aborts, "paused": paused}
+    metrics = {"abort_requests": aborts}
     if first is None:
         why = "no prefill chunk of the aborted request in the server's log (no trace)"
     elif first.kind == "final":
