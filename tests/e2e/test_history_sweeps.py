@@ -3,10 +3,11 @@ servers, its proof in the record, and the verdict what the proof allows: a histo
 did not happen as planned is ``invalid`` with its reason, never ``ok``.
 
 The expectations are what the proofs show, not a fixed verdict table: interleave, evict,
-next-turn and sibling are proven on the lab as it is (the sends' ``cached_tokens`` and the
-final-chunk trace suffice); abort-retry is proven only where the server's log shows the
-aborted request's prefill chunk and its abort mid-prefill (the lab's per-chunk trace and
-abort line, issue 52's lab side), and is ``invalid`` saying why where it does not.
+next-turn and sibling are proven on the lab (the sends' ``cached_tokens``, the trace lines);
+abort-retry is proven only where the server's log shows the aborted request's prefill chunk
+and its abort mid-prefill, and is ``invalid`` saying why where it does not (a prompt of the
+default --context is two chunks at its budget: the hang-up may come after the prefill).
+With ``--patches all`` (the default) a proven history answers ok.
 """
 from __future__ import annotations
 

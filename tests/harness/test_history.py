@@ -154,8 +154,8 @@ def test_the_vllm_trace_writes_chunk_and_abort_lines_in_that_format():
 
 
 @pytest.mark.parametrize("history, flags", [
-    ("abort-retry", ["--max-num-batched-tokens", str(ABORT_CHUNK_BUDGET)]),
-    ("sibling", ["--max-num-batched-tokens", "512"]),
+    ("abort-retry", ["--max-num-batched-tokens", str(ABORT_CHUNK_BUDGET)]),   # lab: + align
+    ("sibling", ["--max-num-batched-tokens", "16384"]),
     ("evict", ["--num-gpu-blocks-override"]),
     ("interleave", []), ("next-turn", []),
 ])
