@@ -136,6 +136,10 @@ RULES: tuple[Rule, ...] = (
          lambda a: bool(a.async_scheduling) and not getattr(_engine(a), "async_scheduling", True),
          lambda a: f"--async-scheduling: --engine {a.engine} has no switch for it (vLLM's "
                    "--async-scheduling / --no-async-scheduling)"),
+    Rule(("--history", "--load"),
+         lambda a: bool(a.load) and any(h != "none" for h in split(a.history or "")),
+         lambda a: "--history and --load are exclusive: a history proves what ran before the "
+                   "measured request, and background load would be part of it"),
     Rule(("--history", "--phases"), lambda a: bool(_history_missing(a)),
          lambda a: "--history {0} runs at the {1} phase: --phases must have {2}".format(
              *_history_missing(a), ", ".join(dict.fromkeys(("cold", _history_missing(a)[1]))))),

@@ -186,3 +186,11 @@ def test_prompt_logprobs_name_the_first_position_that_differs():
     found = compared(off, cold)
     assert found["first_difference"] == 2 and found["cold"] == [["9", -1.0]]
     assert compared(None, cold)["why"] == "the server returned no prompt logprobs"
+
+
+def test_explain_tries_history_none_first(tmp_path):
+    from harness.explain import axis_changes
+    (cfg,) = _opts(tmp_path, "--history", "evict", "--residues", "3").configs
+    assert axis_changes(cfg)[0] == ("history", "history → none", {"history": "none"})
+    (plain,) = _opts(tmp_path, "--residues", "3").configs
+    assert all(axis != "history" for axis, _, _ in axis_changes(plain))
