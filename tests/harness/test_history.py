@@ -194,3 +194,13 @@ def test_explain_tries_history_none_first(tmp_path):
     assert axis_changes(cfg)[0] == ("history", "history → none", {"history": "none"})
     (plain,) = _opts(tmp_path, "--residues", "3").configs
     assert all(axis != "history" for axis, _, _ in axis_changes(plain))
+
+
+def test_the_effective_configuration_says_when_vllm_turned_async_scheduling_off():
+    from engine.vllm.effective import parse_effective_config
+    line = ("WARNING 12-06 10:00:00 [vllm.py:1113] Async scheduling not supported with "
+            "ngram-based speculative decoding and will be disabled.")
+    got = parse_effective_config(line + "\n")
+    assert got["async_scheduling"] == "off" and got["async_scheduling_why"].startswith(
+        "Async scheduling not supported with ngram")
+    assert "async_scheduling" not in parse_effective_config("INFO nothing of it\n")
