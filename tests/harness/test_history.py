@@ -173,6 +173,7 @@ def test_each_historys_servers_get_their_flags(cli, tmp_path, engine, history, f
     assert f"history={history}" in proc.stdout
     if engine == "vllm":
         assert "RESIDUE_LAB_SCHED_TRACE=1" in server and "--no-async-scheduling" in server
+        assert "VLLM_SERVER_DEV_MODE=1" in server   # sibling's pause is a dev endpoint
 
 
 def test_prompt_logprobs_name_the_first_position_that_differs():
