@@ -82,8 +82,8 @@ HISTORIES: tuple[History, ...] = (
             "templated length) sent first, the measured cold request while it waits, both "
             "scheduled in one step (the server paused until both wait, where it can pause)",
             "cold",
-            "the measured request's final-chunk trace line: prefill_reqs >= 2 (it shared a "
-            "step with another prefill)", "sglang #22819 (prefix length == page size, "
+            "the server's trace: a prefill chunk of each with one step= (else the final-chunk "
+            "lines: the measured one, or the sibling's before it, with prefill_reqs >= 2)", "sglang #22819 (prefix length == page size, "
             "corrupt only beside another request in one batch)",
             "steps the measured final chunk did not share; a server that writes no trace",
             "nothing for the cold phase: a step with two prefills is not shape-uniform "

@@ -89,7 +89,7 @@ class VllmAdapter(EngineAdapter):
                 **({"cache_dir": self.cache_dir} if self.cache_dir else {}))
         except self._launch.LaunchError as e:
             raise UsageError(f"--engine vllm: {e}") from None
-        if cfg.history != "none":   # proven from the scheduler's own trace (sched_trace.py);
+        if cfg.history != "none":   # proven from the scheduler's own trace (the plugin's);
             # sibling pauses scheduling (/sleep?level=0&mode=keep: a development endpoint)
             env = {**env, "RESIDUE_LAB_SCHED_TRACE": "1", "VLLM_SERVER_DEV_MODE": "1"}
         if self.serve is not None:   # --serve: the user's line, the stack's environment

@@ -184,8 +184,8 @@ def history_server(cfg: ServingConfig, context: int, max_tokens: int) -> Serving
     notes = list(cfg.notes)
     if row.chunk_budget and cfg.max_num_batched_tokens is None:
         changes["max_num_batched_tokens"] = row.chunk_budget
-        notes.append(f"history {row.name}: --max-num-batched-tokens {row.chunk_budget}, so the "
-                     "prompt prefills in chunks and an abort can land after the first")
+        notes.append(f"history {row.name}: --max-num-batched-tokens {row.chunk_budget} "
+                     "(harness/names/history.py says why)")
     if row.pool_prompts and cfg.num_gpu_blocks is None:
         # vLLM's hybrid takes a block per KV group (attention and mamba) from one pool, and
         # may promote the block: room for the groups of a small hybrid; the evictors are
