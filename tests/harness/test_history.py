@@ -3,6 +3,7 @@ round trip through a record, the trace lines a history is proven by, the server 
 history's servers get (lab and vLLM, by dry run), and --prompt-logprobs' comparison."""
 from __future__ import annotations
 
+import dataclasses
 import json
 from types import SimpleNamespace
 
@@ -205,3 +206,14 @@ def test_the_effective_configuration_says_when_vllm_turned_async_scheduling_off(
     assert got["async_scheduling"] == "off" and got["async_scheduling_why"].startswith(
         "Async scheduling not supported with ngram")
     assert "async_scheduling" not in parse_effective_config("INFO nothing of it\n")
+
+
+def test_the_pytest_plugins_failure_names_the_history_and_its_proof():
+    from harness.pytest_plugin import failure_message
+    rec = PhaseRecord.from_dict({**_record(), "verdict": "invalid",
+                                 "reason": "history evict not proven: not evicted"})
+    rec.history = dataclasses.replace(_proof(), proven=False, reason="not evicted")
+    result = SimpleNamespace(not_ok=[rec], exit_code=1, run_id="r", report_path="rep.md",
+                             records_path=None, manifest=None)
+    said = failure_message(result, ["--history", "evict"])
+    assert "      history evict: not evicted" in said.splitlines()
