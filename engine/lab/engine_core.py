@@ -193,7 +193,7 @@ class AsyncEngine:
                        ) -> AsyncIterator[tuple[list[int], str | None, Request]]:
         if self.dead is not None:
             raise EngineDeadError()
-        req_id = self.request_id(request_id)
+        req_id = request_id or self.request_id(None)   # request_id: from request_id()
         # vLLM's SamplingParams.ignore_eos: the stop tokens do not end the request
         stops = () if ignore_eos else self.core.tokenizer.stop_token_ids
         req = Request(req_id, prompt_ids, max_tokens, stops,

@@ -303,12 +303,13 @@ async def sse_events(st: AppState, p: ChatParams, primed, gen) -> AsyncIterator[
 async def chat_completions(st: AppState, request: HTTPRequest) -> Response:
     st.check_auth(request)
     p = parse_chat_request(st, await st.read_json(request))
-    p.request_id = request.headers.get("x-request-id") or p.request_id
     if st.engine.dead is not None:
         raise EngineDeadError()
+    rid = st.engine.request_id(request.headers.get("x-request-id") or p.request_id)
     gen = st.engine.generate(p.ids, p.max_tokens, p.num_logprobs, p.ignore_eos,
-                             p.request_id, p.prompt_logprobs)
-    return await _cancelled_on_disconnect(request, _answer(st, p, gen, request))
+                             rid, p.prompt_logprobs)
+    return await _cancelled_on_disconnect(request, _answer(st, p, gen, request),
+                                          lambda: st.engine.core.abort(rid))
 
 
 async def _answer(st: AppState, p: ChatParams, gen, request: HTTPRequest) -> Response:
@@ -321,14 +322,16 @@ async def _answer(st: AppState, p: ChatParams, gen, request: HTTPRequest) -> Res
                           media_type="text/event-stream")
 
 
-async def _cancelled_on_disconnect(request: HTTPRequest, answer) -> Response:
+async def _cancelled_on_disconnect(request: HTTPRequest, answer, abort) -> Response:
     """vLLM's ``entrypoints/utils.py`` ``with_cancellation``: the answer races the client's
     ``http.disconnect``; a client that hangs up (mid-prefill too, before any token) cancels
     it, and the cancelled generator aborts the request in the engine (blocks freed, the
     ``aborted`` trace line, ``finished_reason="abort"``). The engine steps one at a time
-    with the event loop in between, so the hang-up is seen between two steps."""
+    with the event loop in between, and the watcher aborts the engine request as soon as it
+    sees the hang-up (as vLLM's AsyncLLM.abort on the API side), so the abort lands within
+    a step or two of the disconnect, not after the cancellation has unwound."""
     task = asyncio.ensure_future(answer)
-    watcher = asyncio.ensure_future(_disconnected(request))
+    watcher = asyncio.ensure_future(_disconnected(request, abort))
     done, _ = await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
     if task in done:
         watcher.cancel()
@@ -341,9 +344,10 @@ async def _cancelled_on_disconnect(request: HTTPRequest, answer) -> Response:
     return Response(status_code=499)   # nobody reads it: the client is gone
 
 
-async def _disconnected(request: HTTPRequest) -> None:
+async def _disconnected(request: HTTPRequest, abort) -> None:
     while (await request.receive())["type"] != "http.disconnect":
         pass
+    abort()
 
 
 class AbortingStream(StreamingResponse):
