@@ -159,3 +159,51 @@ def test_sibling_row_after_a_whole_block_row_reads_a_page_late(server, residue, 
     assert (text != EXPECTED) == broken
     alone = _answer(srv, measured + " ", "rl-alone")   # the same length alone: clean
     assert alone["choices"][0]["message"]["content"] == EXPECTED
+
+
+def _prompt_lps(srv, content: str, rid: str) -> list:
+    r = srv.http.post("/v1/chat/completions", headers={"X-Request-Id": rid},
+                      json={"model": "lab-copy", "max_tokens": 200, "prompt_logprobs": 1,
+                            "messages": [{"role": "user", "content": content}]})
+    r.raise_for_status()
+    return r.json()["prompt_logprobs"]
+
+
+def _first_difference(a: list, b: list) -> int | None:
+    assert len(a) == len(b)
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None)
+
+
+@pytest.mark.parametrize("patches", ["none", "evict-group-key"])
+def test_prompt_logprobs_show_the_first_position_read_wrong(server, patches):
+    """The cold send's prompt logprobs are the reference; a patched resend (a partial hit)
+    repeats them exactly, a phantom hit differs from the first block it reads wrong."""
+    srv = server(*EVICT_ARGS, "--patches", patches)
+    content, length = pad_to_residue(srv, lambda n: _content(130, n), 5, minimum=4096)
+    cold = _prompt_lps(srv, content, "rl-p")
+    assert len(cold) == length and cold[0] is None
+    assert all(len(e) >= 1 for e in cold[1:])
+    for i in range(3):
+        _answer(srv, _content(200, 5, head=f"Unrelated {i}. ", doc=OTHER), f"rl-q{i}")
+    first = _first_difference(cold, _prompt_lps(srv, content, "rl-p2"))
+    if patches == "none":
+        assert first is not None and first < 128   # the prompt's first block was reused
+    else:
+        assert first is None
+
+
+def test_prompt_logprobs_are_refused_with_a_stream(server):
+    srv = server(*HUGE)
+    r = srv.http.post("/v1/chat/completions", json={
+        "model": "lab-copy", "stream": True, "prompt_logprobs": 1,
+        "messages": [{"role": "user", "content": "Copy the first line.\n\nx"}]})
+    assert r.status_code == 400 and "prompt_logprobs" in r.text
+
+
+def test_async_scheduling_and_pool_override_are_reported(server):
+    srv = server(*HUGE, "--no-async-scheduling", "--num-gpu-blocks-override", "100")
+    eff = srv.http.get("/version").json()["effective_config"]
+    assert eff["async_scheduling"] is False and eff["num_gpu_blocks_override"] == 100
+    assert eff["kv_cache_tokens"] == 100 * 128
+    plain = server(*HUGE).http.get("/version").json()["effective_config"]
+    assert "async_scheduling" not in plain and "num_gpu_blocks_override" not in plain
