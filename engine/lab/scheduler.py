@@ -181,18 +181,22 @@ class Scheduler:
             self.running.append(req)
             out.items.append((req, n, []))
             budget -= n
-        if out.items:
+        self._scheduled(out.items)
+        return out
+
+    def _scheduled(self, items) -> None:
+        """The step's trace lines, align mode's publication, counters and gauges."""
+        if items:
             self.step_no += 1
-            log_chunks(out.items, self.step_no)
-            self._publish_states(out.items)
-        for req, n, spec in out.items:
+            log_chunks(items, self.step_no)
+            self._publish_states(items)
+        for req, n, spec in items:
             if spec:
                 self.metrics.spec_decode_num_drafts += 1
                 self.metrics.spec_decode_num_draft_tokens += len(spec)
             if req.is_prefill:
                 self.metrics.prompt_tokens += min(n, req.num_prompt_tokens - req.num_computed_tokens)
         self._gauges()
-        return out
 
     def _allocate(self, req: Request, n: int, blocks: list[int] | None = None) -> bool:
         ok = self.kvm.allocate_slots(req, n, self.k, blocks)
