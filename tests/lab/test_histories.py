@@ -43,9 +43,9 @@ def _wait_log(srv, pattern: str, timeout: float = 30.0) -> re.Match:
     raise AssertionError(f"no log line {pattern!r}")
 
 
-def _post_raw(srv, content: str, rid: str) -> socket.socket:
+def _post_raw(srv, content: str, rid: str, stream: bool = False) -> socket.socket:
     """A chat request on a raw socket, left unread: closing the socket is the hang-up."""
-    body = json.dumps({"model": "lab-copy", "max_tokens": 200,
+    body = json.dumps({"model": "lab-copy", "max_tokens": 200, "stream": stream,
                        "messages": [{"role": "user", "content": content}]}).encode()
     s = socket.create_connection(("127.0.0.1", srv.port))
     s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
@@ -86,6 +86,21 @@ def test_abort_retry_hits_a_state_block_never_written(server, patches, broken):
         assert cached == computed and text == ""
     else:        # nothing was published: no hit where no state was written
         assert cached < computed and text == EXPECTED
+
+
+def test_a_streamed_request_hung_up_mid_prefill_is_aborted_and_frees_its_blocks(server):
+    """No token was streamed yet (the prefill is not done): the hang-up still aborts it."""
+    srv = server(*ABORT_ARGS)
+    content, length = pad_to_residue(srv, lambda n: _content(900, n), 5)
+    before = srv.counters()
+    sock = _post_raw(srv, content, "rl-st", stream=True)
+    _wait_log(srv, r"prefill chunk: request=chatcmpl-rl-st start=0 ")
+    sock.close()
+    m = _wait_log(srv, r"aborted request=chatcmpl-rl-st computed=(\d+) of=(\d+) ")
+    assert 0 < int(m.group(1)) < int(m.group(2)) == length
+    after = srv.counters()
+    assert after["vllm:request_success_total"] == before["vllm:request_success_total"] + 1
+    assert after["vllm:num_requests_running"] == 0 and after["vllm:kv_cache_usage_perc"] == 0
 
 
 EVICT_ARGS = [*HUGE, "--speculative-config", MTP, "--num-gpu-blocks-override", "82"]
