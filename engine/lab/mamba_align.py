@@ -25,6 +25,7 @@ from __future__ import annotations
 from typing import Any
 
 from .block_pool import BlockPool
+from .model import State
 
 __all__ = ["PATCH", "AlignStateBlocks"]
 
@@ -78,9 +79,4 @@ class AlignStateBlocks:
     def read(self, published: Any) -> Any:
         """What a hit resumes from: the published block's state memory."""
         state = self.pool.state_mem.get(published)
-        return state if state is not None else self.zero_state()
-
-    @staticmethod
-    def zero_state():
-        from .model import State
-        return State()
+        return state if state is not None else State()   # never written since boot: zeros
