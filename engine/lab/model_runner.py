@@ -38,9 +38,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .batch_layout import read_rows
 from .block_pool import BlockPool
 from .config import FULL_DECODE_MODES, LabConfig
 from .model import CopyModel, SeqView, State, logprobs_of
+from .prompt_logprobs import prompt_logprobs
 from .request import Request
 from .sched_log import log_final_chunks
 from .spec_decode import Drafter
@@ -70,6 +72,7 @@ class ModelRunner:
         self.model, self.drafter = model, drafter
         self.full_decode = cfg.cudagraph_mode in FULL_DECODE_MODES
         self.discriminator = cfg.patch_on("prefill-discriminator")
+        self.row_offsets_patch = cfg.patch_on("prefill-row-offsets")
         self.snapshot_every = (cfg.effective_hash_unit
                                if cfg.geometry == "hybrid" and cfg.enable_prefix_caching else 0)
         # align mode: the state is only materialised where a chunk ends on a cacheable
@@ -122,13 +125,17 @@ class ModelRunner:
         self.dispatch_counts[plan] += 1
         log_final_chunks(items, plan)
 
+        prefill = iter(read_rows([req.token_array()[req.num_computed_tokens:
+                                                    req.num_computed_tokens + n]
+                                  for req, n, _ in items if req.is_prefill],
+                                 self.bs, self.row_offsets_patch) if plan != CAPTURED else [])
         inputs = []
         for (req, n, spec), row in zip(items, rows):
             start = req.num_computed_tokens
             if plan == CAPTURED:
                 toks = np.concatenate(([self.stage_last[row]], self.stage_drafts[row, :self.k]))
             elif req.is_prefill:
-                toks = req.token_array()[start:start + n]
+                toks = next(prefill)   # the flat batch buffer (batch_layout.py)
             else:
                 toks = np.asarray([req.last_token()] + spec, dtype=np.int32)
             pos = np.arange(start, start + n)
@@ -142,7 +149,7 @@ class ModelRunner:
             outs[req.request_id] = self._forward(req, n, spec, toks, plan)
         return outs
 
-    def _boundaries(self, req: Request, start: int, n: int) -> list[int]:
+    def boundaries(self, req: Request, start: int, n: int) -> list[int]:
         u = self.snapshot_every
         if not u:
             return []
@@ -165,7 +172,7 @@ class ModelRunner:
             req.state = State()
             if start:
                 model.advance(req.state, view, 0, view.tokens(start), [])
-        boundaries = self._boundaries(req, start, n)
+        boundaries = self.boundaries(req, start, n)
         prefill_end = start + n >= req.num_prompt_tokens and not req.output_token_ids
         a = 0
         if plan == CAPTURED or not req.is_prefill:
@@ -198,6 +205,10 @@ class ModelRunner:
                        if prefill_end else [])
             scored = [(state, int(toks[-1]), start + n - 1)] if emitted else []
         out = RunnerOutput(emitted, accepted, a, state, snaps)
+        if prefill_end and req.num_prompt_logprobs is not None:
+            req.prompt_logprobs = prompt_logprobs(model, view, req.prompt_token_ids,
+                                                  req.resumed_at, req.resumed_state,
+                                                  req.num_prompt_logprobs)
         if req.num_logprobs is not None:
             # read-only: the head's votes at the very states and slots that chose each token
             out.logprobs = [logprobs_of(model.votes(st, view, x, p)) for st, x, p in scored]
