@@ -172,6 +172,10 @@ class LabConfig:
     # shard anything: one CPU process computes every token either way
     tensor_parallel_size: int = 1
     visible_devices: str | None = None
+    # lab only (issue 48): which "compile" this server runs, a seeded choice of the captured
+    # verify plan's staging layout (model_runner.compile_lanes); 0 is the layout of every
+    # lab before it
+    compile_seed: int = 0
     # derived (filled by finalize)
     bytes_per_token: int = 0
     num_gpu_blocks: int = 0

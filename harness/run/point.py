@@ -23,6 +23,7 @@ from engine.presets import ServingConfig
 from ..serve.client import (BadResponse, ClientError, EngineClient, RequestTimeout, ServerError,
                             ServerGone, tok_per_step)
 from ..serve import poison
+from ..serve.gpu_info import gpu_record
 from ..settings.configs import SweepOptions
 from ..serve.engines import EngineAdapter
 from ..provenance import harness_version
@@ -191,6 +192,8 @@ class PointRunner:
                 await server.wait_ready(client, timeout or self.opts.boot_timeout)
                 info: dict[str, Any] = {"boot_s": round(server.boot_s or 0.0, 4),
                                         "server_boot": self._boot_notes(server, log_path)}
+                if slot.gpu is not None:   # issue 48: the GPU, as the driver names it
+                    info["server_boot"]["gpu"] = gpu_record(slot.gpu)
                 # --poison: filled before its first request (harness/serve/poison.py)
                 served = adapter or self.adapter
                 info["poison"] = (await poison.at_boot(client, served.poison_kernels())
