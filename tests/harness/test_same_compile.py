@@ -116,3 +116,29 @@ def test_lab_compiles_break_with_other_bytes_and_compare_and_gate_honour_it(cli)
     assert "Still broken (known, not a regression)" in report
     assert "bytes hold for servers sharing this compile (fingerprint " in report
     assert json.dumps(block)   # the manifest's block stays JSON
+
+
+def test_a_golden_answer_nobody_judged_is_compared_only_under_its_compile(monkeypatch, tmp_path):
+    """``--reference golden:RUN``: an ok golden answer judges every server; an unjudged one
+    (``--reference cold``'s cold answers, which a cold break is among) only a server of
+    the same compile fingerprint; elsewhere the point falls back to the passage."""
+    from types import SimpleNamespace
+    from harness.run import golden
+
+    def rec(residue, verdict, text, fp):
+        return PhaseRecord.from_dict({"run_id": "g", "config_id": "c", "residue": residue,
+                                      "target_len": 1000 + residue, "document_seed": 0,
+                                      "phase": "cold", "verdict": verdict, "answer": text,
+                                      "server_boot": {"compile": {"fingerprint": fp}}})
+    recs = [rec(4, "ok", "the passage", "f1"), rec(5, "unjudged", "a wrong continuation", "f1")]
+    monkeypatch.setattr(golden, "resolve_results", lambda ref, out: tmp_path / "x.jsonl")
+    monkeypatch.setattr(golden, "read_jsonl_records", lambda path: recs)
+    table = golden.load_golden("g", tmp_path)
+
+    def point(residue):
+        return SimpleNamespace(residue=residue, document_seed=0,
+                               plan=SimpleNamespace(prompt_sha1=None, target_len=1000 + residue))
+    assert golden.golden_answer(table, point(4), "f2")["text"] == "the passage"
+    assert golden.golden_answer(table, point(5), "f1")["text"] == "a wrong continuation"
+    assert golden.golden_answer(table, point(5), "f2") is None
+    assert golden.golden_answer(table, point(5), None) is None
