@@ -6,7 +6,7 @@
 # Usage (repository root of the device's copy): bash benchmarks/gpu_bytes_experiment.sh LIMIT_S MACHINE
 # A cache from another machine (this script's $OUT/bytes-cache-*.tar.xz of an earlier call,
 # carried as .gpu/bytes-cache/) adds a server started from it.
-LIMIT=${1:-250}; MACHINE=${2:-m1}; shift 2
+LIMIT=${1:-250}; MACHINE=${2:-m1}; shift $(( $# < 2 ? $# : 2 ))
 R=$PWD; S=$R
 source "$R/engine/tinymodel/scripts/device_lib.sh"
 dev_probe_start bytes
@@ -31,8 +31,9 @@ kill "$MON" 2>/dev/null
 python3 benchmarks/gpu_bytes_summary.py "$W/records.jsonl" > "$OUT/bytes-summary-$MACHINE.md" 2>&1
 gzip -k "$W/records.jsonl" 2>/dev/null; cp "$W/records.jsonl.gz" "$OUT/bytes-records-$MACHINE.jsonl.gz" 2>/dev/null
 rm -f "$W/records.jsonl"
-# k4-own0's whole cache (vLLM's, Inductor's, Triton's), to carry to the next machine
-( cd /tmp/rl-bytes-caches 2>/dev/null && tar -cJf "$OUT/bytes-cache-$MACHINE.tar.xz" k4-own0 )
+# k4-own0's compile cache (vLLM's folder: torch.compile's artefacts and, AOT, their Inductor
+# cache; Triton's JIT kernels are rebuilt from source where it lands), to carry elsewhere
+( cd /tmp/rl-bytes-caches 2>/dev/null && tar -cJf "$OUT/bytes-cache-$MACHINE.tar.xz" k4-own0/vllm )
 if [ "$(stat -c %s "$OUT/bytes-cache-$MACHINE.tar.xz" 2>/dev/null || echo 0)" -gt 15500000 ]; then
   split -b 15000000 -d "$OUT/bytes-cache-$MACHINE.tar.xz" "$OUT/bytes-cache-$MACHINE.tar.xz.part" \
     && rm "$OUT/bytes-cache-$MACHINE.tar.xz"

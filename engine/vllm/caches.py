@@ -105,9 +105,10 @@ def cache_use(log_text: str, *, root: str | os.PathLike[str] | None = None,
 # vLLM 0.26.0 logs every compile cache a server uses ("Using cache directory: ROOT/
 # torch_compile_cache/HASH/rank_0_0/backbone", backends.py) and, with torch >= 2.10 where
 # VLLM_USE_AOT_COMPILE defaults on, where it saved or loaded the AOT-compiled function
-# (ROOT/torch_compile_cache/torch_aot_compile/HASH/rank_0_0/model, decorators.py; its
+# (ROOT/torch_compile_cache/torch_aot_compile/HASH/rank_0_0/model: "saved AOT compiled
+# function to" on a miss, "Directly load AOT compilation from path" on a hit, decorators.py; its
 # Inductor cache is HASH/inductor_cache, envs TORCHINDUCTOR_CACHE_DIR pointed there).
-_AOT_DIR = re.compile(r"AOT[- ]compiled function (?:to|from) (\S+)")
+_AOT_DIR = re.compile(r"(?:saved AOT compiled function to|Directly load AOT compilation from path) (\S+)")
 # files the compile does not decide: locks, and the factors' raw dump (same on every run)
 _VOLATILE = re.compile(r"(\.lock$|^\.|\.tmp)")
 

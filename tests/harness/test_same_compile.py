@@ -61,6 +61,10 @@ def test_the_vllm_fingerprint_follows_the_artefacts_not_where_they_live(tmp_path
     assert a["fingerprint"] and a["fingerprint"] == b["fingerprint"] != c["fingerprint"]
     assert a["files"] == 3 and len(a["dirs"]) == 2
     assert [d.name for d in compile_dirs(_cache(tmp_path / "d", "k"))] == ["1f4f224191", "96099"]
+    # a server that loaded the cache names the same folders ("Directly load ...")
+    hit = _cache(tmp_path / "e", "kernels-1").replace(
+        "saved AOT compiled function to", "Directly load AOT compilation from path")
+    assert compile_fingerprint(hit)["fingerprint"] == a["fingerprint"]
     eager = compile_fingerprint("INFO no compile here\n")
     assert eager["fingerprint"] is None and "no torch.compile" in eager["why"]
 
