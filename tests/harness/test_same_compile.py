@@ -146,3 +146,18 @@ def test_a_golden_answer_nobody_judged_is_compared_only_under_its_compile(monkey
     assert golden.golden_answer(table, point(5), "f1")["text"] == "a wrong continuation"
     assert golden.golden_answer(table, point(5), "f2") is None
     assert golden.golden_answer(table, point(5), None) is None
+
+
+def test_records_and_the_manifest_name_the_gpu_of_a_gpu_slot(cli):
+    """Every record of a GPU slot, and the manifest, name its GPUs (here the CI box's answer:
+    the model nvidia-smi reports, or why there is none)."""
+    cli.sweep("--gpus", "1", "--residues", "3", "--spec", "mtp", "--patches", "none", rc=0)
+    recs, manifest = cli.records(), cli.manifest()
+    gpus, why = gpu_info.gpus()
+    for r in recs:
+        (g,) = r["server_boot"]["gpu"]
+        assert g["index"] == "1" and ("model" in g) and (g["model"] or g["why"])
+        assert g == (gpus.get("1") or {"index": "1", "model": None,
+                                        "why": why or "not in nvidia-smi's list"})
+        assert r["server_boot"]["compile"]["fingerprint"]   # the lab's compile
+    assert manifest["gpus"] == {"gpu1": recs[0]["server_boot"]["gpu"]}
