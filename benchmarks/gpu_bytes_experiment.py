@@ -14,10 +14,15 @@ ok control). Kinds of server, all booted at once, then the copies:
   count from the GPU's SM count: ``flash_attn_max_num_splits_for_cuda_graph``, vLLM's own
   knob) and cuBLAS split-K off (``CUBLAS_WORKSPACE_CONFIG=:16:8``,
   ``CUBLASLT_WORKSPACE_SIZE=1``: what vLLM's batch-invariant mode sets on Hopper; that mode
-  itself refuses the GDN backend);
+  itself refuses the GDN backend), both chosen at run time from the GPU; and Inductor's split
+  reductions off (``TORCHINDUCTOR_SPLIT_REDUCTIONS=0``: ``Reduction.num_splits`` in
+  torch/_inductor/ir.py sizes a split from the GPU's SM count at compile time, so it travels
+  with a cache);
 - ``copy``: started from a copy of the first own server's cache, once it is done (a cache
   hit: the compile's artefacts with this machine's GPU);
-- ``carried`` (``--from-cache DIR``): a vLLM cache made on another machine.
+- ``carried`` (``--from-cache DIR``): a vLLM cache made on another machine: its answer is
+  that machine's if what differs is baked into the compile (Inductor's SM-sized splits), this
+  machine's if it is chosen at run time (FA3's split count, cuBLAS's algorithm).
 
 Each record names the GPU (``harness.serve.gpu_info``) and the server's compile fingerprint
 (``engine.vllm.caches.compile_fingerprint``, after readiness); the file list behind each
@@ -54,7 +59,8 @@ SENDS = {4: ((5, "cold"), (5, "self-hit"), (4, "reset-cold")), 3: ((4, "cold"), 
 FIRST = ([(f"k4-own{i}", 4, "own") for i in range(3)] + [("k4-pin", 4, "pin")]
          + [(f"k3-own{i}", 3, "own") for i in range(2)] + [("k3-pin", 3, "pin")])
 COPIES = {"k4-copy0": "k4-own0", "k3-copy0": "k3-own0"}   # copy: its source
-PIN_ENV = {"CUBLAS_WORKSPACE_CONFIG": ":16:8", "CUBLASLT_WORKSPACE_SIZE": "1"}
+PIN_ENV = {"CUBLAS_WORKSPACE_CONFIG": ":16:8", "CUBLASLT_WORKSPACE_SIZE": "1",
+           "TORCHINDUCTOR_SPLIT_REDUCTIONS": "0"}
 PIN_FA = {"flash_attn_max_num_splits_for_cuda_graph": 1}
 
 
