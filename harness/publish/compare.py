@@ -377,9 +377,14 @@ def _runs_legend(df) -> list[str]:
     started = df.groupby("run_id")["started_at"].min()
     harness, engine, patches = joined("harness_version"), joined("engine_version"), \
         joined("patches")
+    # a non-ok cell's sha1 is comparable between runs only under one compile (issue 48)
+    compiled, gpu = joined("compile"), joined("gpu")
     rows = [[code(r), started[r] or "–", code(harness[r] or "–"), engine[r] or "–",
-             patches[r] or "–"] for r in run_order(df)]
-    return [table(["run", "started", "harness", "engine", "patches"], rows), ""]
+             patches[r] or "–", escape_text(gpu[r] or "–"), code(compiled[r] or "–")]
+            for r in run_order(df)]
+    return [table(["run", "started", "harness", "engine", "patches", "GPU", "compile"], rows),
+            "A non-ok cell's sha1 is comparable between runs only where the compile column "
+            "agrees (docs/isolation.md, \"What a broken cell's bytes depend on\").", ""]
 
 
 def _cells(values) -> list[str]:

@@ -120,6 +120,12 @@ def test_lab_compiles_break_with_other_bytes_and_compare_and_gate_honour_it(cli)
     assert "Still broken (known, not a regression)" in report
     assert "bytes hold for servers sharing this compile (fingerprint " in report
     assert json.dumps(block)   # the manifest's block stays JSON
+    # several runs: the legend names each run's compile beside its sha1s
+    from harness.publish.compare import render_trend_markdown
+    from harness.results import frame
+    trend = render_trend_markdown(frame(cli.results_file("a"), cli.results_file("c")))
+    assert all(f"`{next(iter(fp[o]))}`" in trend for o in "ac")
+    assert "comparable between runs only where the compile column agrees" in trend
 
 
 def test_a_golden_answer_nobody_judged_is_compared_only_under_its_compile(monkeypatch, tmp_path):
