@@ -59,6 +59,7 @@ SENDS = {4: ((5, "cold"), (5, "self-hit"), (4, "reset-cold")), 3: ((4, "cold"), 
 FIRST = ([(f"k4-own{i}", 4, "own") for i in range(3)] + [("k4-pin", 4, "pin")]
          + [(f"k3-own{i}", 3, "own") for i in range(2)] + [("k3-pin", 3, "pin")])
 COPIES = {"k4-copy0": "k4-own0", "k3-copy0": "k3-own0"}   # copy: its source
+MAX_BESIDE_COPY = 4   # first-wave servers still up when a copy may boot
 PIN_ENV = {"CUBLAS_WORKSPACE_CONFIG": ":16:8", "CUBLASLT_WORKSPACE_SIZE": "1",
            "TORCHINDUCTOR_SPLIT_REDUCTIONS": "0"}
 PIN_FA = {"flash_attn_max_num_splits_for_cuda_graph": 1}
@@ -225,6 +226,9 @@ def run_all(args) -> int:
     def one(i: int, name: str, k: int, kind: str, source: str | None = None) -> None:
         if source:   # a copy starts from its source's cache once the source is done
             done[source].wait(max(run.left() - 80, 0))
+            # and once the first wave has mostly stopped: ~8.5 GB a server, 80 GB on an H100
+            while sum(not e.is_set() for e in done.values()) > MAX_BESIDE_COPY and run.left() > 80:
+                time.sleep(1)
             if not done[source].is_set() or run.left() < 80:
                 run.write({"server": name, "skipped": "no time for a copy"})
                 return

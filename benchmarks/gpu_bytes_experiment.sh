@@ -12,7 +12,6 @@ source "$R/engine/tinymodel/scripts/device_lib.sh"
 dev_probe_start bytes
 { nvidia-smi -q | grep -E 'Product Name|Driver Version|CUDA Version|MIG Mode|Current  *:|Multiprocessor|Serial|Bus Id' 
   python3 -c "import torch; p=torch.cuda.get_device_properties(0); print('sm_count', p.multi_processor_count, 'L2', getattr(p, 'L2_cache_size', '?'), 'cc', p.major, p.minor, 'name', p.name); print('torch', torch.__version__, 'cuda', torch.version.cuda, 'cudnn', torch.backends.cudnn.version())"
-  python3 -c "import vllm, flash_attn" 2>&1 | tail -1
   ls /tmp/site/vllm/vllm_flash_attn 2>/dev/null | head -5
 } >> "$W/env.txt" 2>&1
 FROM=()

@@ -74,3 +74,36 @@ def test_the_summary_says_what_the_bytes_follow(tmp_path):
     cli = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_bytes_experiment.py"),
                           "--summarize", str(tmp_path)], capture_output=True, text=True)
     assert cli.returncode == 0 and "k4-copy0" in cli.stdout, cli.stderr[-2000:]
+
+
+def test_the_whole_run_on_lab_servers_records_every_server_and_copy(tmp_path, monkeypatch):
+    """run_all end to end with the lab engine standing in for vLLM (the same routes: health,
+    chat, /collective_rpc, /reset_prefix_cache): every server boots, records its GPU and
+    fingerprint fields, answers its cells; the copies start from their source's cache."""
+    import argparse
+    import gpu_bytes_experiment as exp
+    from harness.serve.engines import LAB_MODEL_DIR
+
+    def lab_command(model, port, k, kind, cache, site):
+        spec = json.dumps({"method": "ngram", "num_speculative_tokens": k})
+        argv = [sys.executable, "-m", "engine.lab", "--model", str(LAB_MODEL_DIR), "--port",
+                str(port), "--enable-prefix-caching", "--block-size", "128",
+                "--prefix-match-unit", "128", "--speculative-config", spec,
+                "--mamba-cache-mode", "align", "--patches", "none",
+                "--enable-prompt-tokens-details"]
+        (cache / "vllm").mkdir(parents=True, exist_ok=True)
+        return argv, {"PYTHONPATH": str(ROOT)}, ({"fa_splits": "lab"} if kind == "pin" else {})
+    monkeypatch.setattr(exp, "command", lab_command)
+    args = argparse.Namespace(out=tmp_path / "out", caches=tmp_path / "caches", limit=200.0,
+                              model=str(LAB_MODEL_DIR), machine="cpu", site=None,
+                              from_cache=None)
+    assert exp.run_all(args) == 0
+    srv = servers([json.loads(line) for line in (tmp_path / "out" / "records.jsonl").open()])
+    assert set(srv) == {n for n, _, _ in FIRST} | set(exp.COPIES)
+    for name, s in srv.items():
+        assert "problem" not in s, (name, s.get("problem"))
+        assert set(s["cells"]) == {(r, p) for r, p in exp.SENDS[s["k"]]}, name
+    assert srv["k4-copy0"]["source"] == "k4-own0"
+    assert (tmp_path / "caches" / "k4-copy0" / "vllm").is_dir()
+    table = summarize([tmp_path / "out" / "records.jsonl"])
+    assert "ngram k = 4: 3 own-cache servers" in table
