@@ -5,7 +5,7 @@
 # then copies of another server's cache), and pack what came back into $OUT.
 # Usage (repository root of the device's copy): bash benchmarks/gpu_bytes_experiment.sh LIMIT_S MACHINE
 # A cache from another machine (this script's $OUT/bytes-cache-*.tar.xz of an earlier call,
-# carried as .gpu/bytes-cache/) adds a server started from it.
+# carried as .gpu/bytes-cache/: one machine's file, or its .partNN pieces) adds a server started from it.
 LIMIT=${1:-250}; MACHINE=${2:-m1}; shift $(( $# < 2 ? $# : 2 ))
 R=$PWD; S=$R
 source "$R/engine/tinymodel/scripts/device_lib.sh"
@@ -15,9 +15,9 @@ dev_probe_start bytes
   ls /tmp/site/vllm/vllm_flash_attn 2>/dev/null | head -5
 } >> "$W/env.txt" 2>&1
 FROM=()
-if compgen -G "$R/.gpu/bytes-cache/*.tar.xz" > /dev/null; then
+if compgen -G "$R/.gpu/bytes-cache/*.tar.xz*" > /dev/null; then
   rm -rf /tmp/rl-bytes-carried; mkdir -p /tmp/rl-bytes-carried
-  cat "$R"/.gpu/bytes-cache/*.tar.xz | tar -xJ -C /tmp/rl-bytes-carried && FROM=(--from-cache /tmp/rl-bytes-carried/k4-own0)
+  cat "$R"/.gpu/bytes-cache/*.tar.xz* | tar -xJ -C /tmp/rl-bytes-carried && FROM=(--from-cache /tmp/rl-bytes-carried/k4-own0)
   echo "carried cache $(du -sh /tmp/rl-bytes-carried | cut -f1) $(el)s" >> "$W/timings.txt"
 fi
 timeout --signal=INT -k 10 $(( LIMIT - 30 )) python3 benchmarks/gpu_bytes_experiment.py \
@@ -32,7 +32,7 @@ gzip -k "$W/records.jsonl" 2>/dev/null; cp "$W/records.jsonl.gz" "$OUT/bytes-rec
 rm -f "$W/records.jsonl"
 # k4-own0's compile cache (vLLM's folder: torch.compile's artefacts and, AOT, their Inductor
 # cache; Triton's JIT kernels are rebuilt from source where it lands), to carry elsewhere
-( cd /tmp/rl-bytes-caches 2>/dev/null && tar -cJf "$OUT/bytes-cache-$MACHINE.tar.xz" k4-own0/vllm )
+( cd /tmp/rl-bytes-caches 2>/dev/null && XZ_OPT="-T0 -3" tar -cJf "$OUT/bytes-cache-$MACHINE.tar.xz" k4-own0/vllm )
 if [ "$(stat -c %s "$OUT/bytes-cache-$MACHINE.tar.xz" 2>/dev/null || echo 0)" -gt 15500000 ]; then
   split -b 15000000 -d "$OUT/bytes-cache-$MACHINE.tar.xz" "$OUT/bytes-cache-$MACHINE.tar.xz.part" \
     && rm "$OUT/bytes-cache-$MACHINE.tar.xz"
