@@ -9,6 +9,7 @@ from collections.abc import Iterable
 from ..text.ghmarkdown import escape_text
 from ..records.recordkeys import point_key
 from ..run.records import PhaseRecord
+from ..records.same_compile import compile_phrase
 from ..serve.isolation import IsolationName
 
 __all__ = ["restore_summary", "poison_summary"]
@@ -102,6 +103,7 @@ def poison_summary(records: Iterable[PhaseRecord]) -> str:
     engine`` (``--poison auto``), ``off (--poison off)``; "" for
     records written before the field (their reports stay as they were)."""
     fills: dict[tuple, dict] = {}
+    on: list[PhaseRecord] = []
     offs: list[str] = []
     what: set[str] = set()
     kinds: set[str] = set()
@@ -112,6 +114,7 @@ def poison_summary(records: Iterable[PhaseRecord]) -> str:
         if p.get("mode") != "on":
             offs.append(str(p.get("why") or "off"))
             continue
+        on.append(r)
         what.add(f"{p.get('regions')} filled with pattern {p.get('pattern')}")
         kernels = p.get("kernels")
         if isinstance(kernels, dict):   # vLLM: kernel choices fixed, or why not
@@ -133,7 +136,7 @@ def poison_summary(records: Iterable[PhaseRecord]) -> str:
                                                         f"{'s' if restores != 1 else ''}" if restores else "")
                      + (f"; {bad} fill{'s' if bad != 1 else ''} not proven (those points are infra)"
                         if bad else "; every fill proven") + cost
-                     + "".join(f"; {k}" for k in sorted(kinds)))
+                     + "".join(f"; {k}" for k in sorted(kinds)) + "; " + compile_phrase(on))
     for why in sorted(set(offs)):
         parts.append(why if why != "off" else "off (--poison off)")
     return escape_text("; ".join(parts))
@@ -145,7 +148,8 @@ def _kernels_phrase(kernels: dict) -> str:
         return f"kernel choices not fixed: {kernels.get('why')}"
     inductor = kernels.get("inductor")
     words = ", ".join(sorted(kernels.get("env") or ()))
-    if inductor:   # combo kernels off too: every compile of one build gave one answer
-        return (f"kernel choices fixed ({words}; Inductor {', '.join(f'{k}={v}' for k, v in sorted(inductor.items()))}): "
-                "a broken cell's bytes hold for every compile of this vLLM build")
-    return f"kernel choices fixed ({words}): a broken cell's bytes hold for servers of this compile cache"
+    # what the bytes hold for is the compile's fingerprint (compile_phrase): two H100
+    # machines disagreed at ngram k >= 3 with these switches (issue 48)
+    if inductor:
+        return f"kernel choices fixed ({words}; Inductor {', '.join(f'{k}={v}' for k, v in sorted(inductor.items()))})"
+    return f"kernel choices fixed ({words})"
