@@ -25,15 +25,11 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from engine.poison_pattern import seed_of
+from engine.poison_pattern import AUDIT_EVERY, RESTORE_HOWS as HOWS, seed_of
 from engine.vllm import pool_fill
 
 __all__ = ["PoolRestore", "AUDIT_EVERY", "HOWS", "dirty_ids"]
 
-# a whole-pool read every 16 dirty restores: at the 27B shape one read of the 20 GiB pool
-# is ~7 ms at an H100's bandwidth, so ~0.4 ms a point, and a stray write is found within 16
-AUDIT_EVERY = 16
-HOWS = ("auto", "whole")
 NULL_BLOCK = 0
 
 
