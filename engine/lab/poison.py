@@ -211,6 +211,19 @@ class StaleMemory:
         out["rows"] = rows.tolist()
         return out
 
+    def residue_lab_copy_bandwidth(self, mib: int = 64) -> dict[str, Any]:
+        """The host's copy bandwidth (the lab's pool is host memory), read + write counted,
+        as the vLLM worker reports its GPU's."""
+        src = np.ones(int(mib) << 20, dtype=np.uint8)
+        dst = np.empty_like(src)
+        np.copyto(dst, src)
+        t0 = time.perf_counter()
+        np.copyto(dst, src)
+        secs = time.perf_counter() - t0
+        return {"bytes": src.nbytes, "repeats": 1, "s": round(secs, 6), "device": "host",
+                "bytes_per_s": 2 * src.nbytes / secs if secs > 0 else None,
+                "timer": "perf_counter"}
+
     def residue_lab_audit(self, pattern: str = "A") -> dict[str, Any]:
         """Every state slot and KV slot against the pattern, nothing written; a miss is
         repaired by the whole fill so the next point starts clean."""

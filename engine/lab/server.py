@@ -118,7 +118,8 @@ async def is_sleeping(st: AppState, request: HTTPRequest) -> Response:
 
 
 RPC_METHODS = ("residue_lab_arm", "residue_lab_poison", "residue_lab_describe",
-               "residue_lab_restore_pool", "residue_lab_audit")
+               "residue_lab_restore_pool", "residue_lab_audit",
+               "residue_lab_copy_bandwidth")
 
 
 async def collective_rpc(st: AppState, request: HTTPRequest) -> Response:

@@ -244,6 +244,7 @@ def copy_bandwidth(device: Any, nbytes: int, repeats: int = 5) -> dict:
     else:
         secs = time.perf_counter() - t0
     moved = 2 * nbytes * repeats
-    return {"bytes": nbytes, "repeats": repeats, "s": round(secs, 6),
+    name = torch.cuda.get_device_name(src.device) if cuda else "cpu"
+    return {"bytes": nbytes, "repeats": repeats, "s": round(secs, 6), "device": name,
             "bytes_per_s": moved / secs if secs > 0 else None,
             "timer": "cuda events" if cuda else "perf_counter"}
