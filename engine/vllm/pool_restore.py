@@ -65,6 +65,7 @@ class PoolRestore:
         """Wrap this worker's ``execute_model`` to collect the dirty set (once)."""
         self._rl_dirty: set[int] = set()
         self._rl_restores = 0
+        self._rl_steps = 0      # steps seen since the last restore
         if getattr(self, "_rl_tracking", False):
             return
         run = getattr(self, "execute_model", None)
@@ -73,6 +74,7 @@ class PoolRestore:
             return
 
         def execute_model(scheduler_output, *args, **kwargs):
+            self._rl_steps += 1
             if self._rl_dirty_why is None:
                 try:
                     self._rl_dirty |= dirty_ids(scheduler_output)
@@ -94,7 +96,7 @@ class PoolRestore:
             torch.cuda.synchronize()       # nothing in flight may race the writes
         with torch.inference_mode():
             storages = self._rl_pool()
-            why = self._rl_why_whole(storages, how)
+            why, steps = self._rl_why_whole(storages, how), getattr(self, "_rl_steps", None)
             audit = None
             if why is None:
                 pool = pool_fill.restore_blocks(storages, self._rl_dirty | {NULL_BLOCK}, seed,
@@ -104,13 +106,13 @@ class PoolRestore:
                     audit = self._rl_audit(storages, seed)
             else:
                 pool = pool_fill.fill_whole(storages, seed, self._rl_tiles)
-            self._rl_dirty = set()
+            self._rl_dirty, self._rl_steps = set(), 0
             builders = self._rl_restore_builders()
             if torch.cuda.is_available():
                 torch.cuda.synchronize()
         means = "dirty" if why is None else "storage-fill"
         restored = {"bytes": pool["bytes"], "blocks": pool.get("blocks", "all"),
-                    "storages": len(storages)}
+                    "storages": len(storages), "steps_seen": steps}
         ok = bool(pool["ok"] and builders["ok"] and (audit is None or audit["ok"]))
         return {"pattern": pattern, "seed": seed, "means": means, "why": why, "ok": ok,
                 "regions": {"pool": pool, "builders": builders}, "restored": restored,
@@ -123,6 +125,8 @@ class PoolRestore:
             return "the dirty set is not tracked (residue_lab_arm was not called)"
         if self._rl_dirty_why is not None:
             return self._rl_dirty_why
+        if not self._rl_steps:    # a point ran since the last restore, or the wrap is off the path
+            return "no step was seen since the last restore"
         return pool_fill.restorable(storages)
 
     def _rl_audit(self, storages: list, seed: int) -> dict:

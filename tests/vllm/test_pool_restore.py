@@ -162,6 +162,27 @@ def test_an_unknown_scheduler_output_falls_back_to_the_whole_fill_and_says_why()
     assert "not tracked" in untracked.residue_lab_restore_pool("A")["why"]
 
 
+def test_no_step_seen_since_the_last_restore_is_the_whole_fill():
+    """The wrap off the worker's path would leave an empty dirty set: never trusted."""
+    _, views = _pool()
+    w = _Worker(views)
+    w._rl_track()
+    w.residue_lab_restore_pool("A", "whole")
+    out = w.residue_lab_restore_pool("A")
+    assert out["means"] == "storage-fill" and "no step was seen" in out["why"]
+
+
+def test_this_vllm_routes_execute_model_through_the_worker_instance():
+    """The executor calls the wrapper's ``execute_model``, which looks the worker's up on
+    the instance (``self.worker.execute_model``), where the attribute the arm sets wins."""
+    import inspect
+
+    from tests._vllm import require_vllm
+    require_vllm()
+    from vllm.v1.worker.worker_base import WorkerWrapperBase
+    assert "self.worker.execute_model(" in inspect.getsource(WorkerWrapperBase.execute_model)
+
+
 def test_the_block_ids_are_read_from_this_vllm_scheduler_output():
     from tests._vllm import require_vllm
     require_vllm()
