@@ -149,9 +149,9 @@ class StaleMemory:
     def _track(self) -> None:
         """Follow the runner's ``execute``: the blocks each item's tokens go to, the row it
         runs in (wrapped on the instance once, as the vLLM worker's ``execute_model`` is)."""
-        if self._tracking:
+        run, runner = getattr(self.runner, "execute", None), self.runner
+        if self._tracking or not callable(run):     # a runner without execute: not tracked
             return
-        run, runner = self.runner.execute, self.runner
 
         def execute(items):
             bs = self.pool.block_size
