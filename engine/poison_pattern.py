@@ -13,8 +13,9 @@ PATTERNS = {"A": 0x5EED, "B": 0xB0B5}
 # bookkeeping put back to its boot copy (never filled with a pattern)
 MODE_REGIONS = ("state", "kv", "builders")
 # a restore by the dirty set re-proves the whole pool every AUDIT_EVERY restores (and at a
-# run's end), so a write outside the tracked blocks is found within 16 points: at the 27B
-# shape one read of the 20 GiB pool is ~7 ms at an H100's bandwidth, ~0.4 ms a point
+# run's end), so a write outside the tracked blocks is found within 16 points, while the
+# read of the whole pool (the 27B shape: 20 GiB, one pass at memory speed) is paid once
+# every 16 points
 AUDIT_EVERY = 16
 # residue_lab_restore_pool's ``how``: the dirty set where it is known, else every storage
 RESTORE_HOWS = ("auto", "whole")
