@@ -25,7 +25,7 @@ POOL_METHOD = "residue_lab_restore_pool"
 # before one was measured: what an action of each kind may take (the deadline's guess)
 KIND_GUESS_S = {"bandwidth": 30.0, "storage_fill": 20.0, "dirty_restore": 20.0,
                 "audit": 20.0, "arm": 20.0}
-BANDWIDTH_MIB = 2048
+BANDWIDTH_MIB = 1024
 
 
 def pool_in_tree() -> bool:

@@ -78,7 +78,12 @@ def resolve(tensors: Iterable[Any], num_blocks: int | None) -> list[Storage]:
         if key not in out:
             flat = torch.empty(0, dtype=torch.uint8, device=t.device).set_(st)
             out[key] = Storage(flat=flat, salt=len(out))
-        out[key].views.append(View(t, _block_dim(t, num_blocks)))
+        same = (t.storage_offset(), tuple(t.shape), tuple(t.stride()), t.dtype)
+        if all((v.tensor.storage_offset(), tuple(v.tensor.shape), tuple(v.tensor.stride()),
+                v.tensor.dtype) != same for v in out[key].views):
+            # the GDN layers of different groups that share a storage have the same view:
+            # one is enough to write and prove its bytes
+            out[key].views.append(View(t, _block_dim(t, num_blocks)))
     for s in out.values():
         p = MAX_PERIOD
         for v in s.views:
@@ -94,9 +99,20 @@ class TileCache:
 
     def __init__(self) -> None:
         self._tiles: dict[tuple, tuple[Any, int]] = {}
+        self._refs: dict[tuple, Any] = {}
         self.made = 0
 
+    def ref(self, s: Storage, v: "View", seed: int):
+        """One block of ``v`` as the fill leaves it, contiguous, kept on the device."""
+        t = v.tensor
+        key = (str(s.flat.device), s.salt, seed, t.storage_offset(), tuple(t.shape),
+               tuple(t.stride()), t.dtype)
+        if key not in self._refs:
+            self._refs[key] = block_ref(s, v, self.get(s, seed)[0]).contiguous()
+        return self._refs[key]
+
     def get(self, s: Storage, seed: int) -> tuple[Any, int]:
+        """The storage's tile and its word sum."""
         import torch
         key = (str(s.flat.device), s.period, s.word, seed, s.salt)
         if key not in self._tiles:
@@ -107,9 +123,17 @@ class TileCache:
         return self._tiles[key]
 
 
+class _IntOf(dict):
+    def __missing__(self, size: int):
+        import torch
+        return {8: torch.int64, 4: torch.int32, 2: torch.int16, 1: torch.uint8}[size]
+
+
+_INT = _IntOf()
+
+
 def _words(flat, word: int):
-    import torch
-    return flat.view({8: torch.int64, 4: torch.int32, 2: torch.int16, 1: torch.uint8}[word])
+    return flat.view(_INT[word])
 
 
 def _word_sum(flat, word: int) -> int:
@@ -190,18 +214,17 @@ def restore_blocks(storages: list[Storage], block_ids: Iterable[int], seed: int,
     t0 = time.perf_counter()
     ids = sorted({int(b) for b in block_ids})
     bad, written, checks = [], 0, 0
+    index: dict[str, Any] = {}      # one host-to-device copy of the ids per device
     for s in storages:
-        tile, _ = tiles.get(s, seed)
-        for v in s.views:
-            if not ids:
-                break
-            idx = torch.tensor(ids, dtype=torch.int64, device=v.tensor.device)
+        for v in s.views if ids else ():
+            dev = str(v.tensor.device)
+            if dev not in index:
+                index[dev] = torch.tensor(ids, dtype=torch.int64).to(v.tensor.device)
             rows = v.tensor.movedim(v.block_dim, 0)
-            ref = block_ref(s, v, tile).contiguous()
-            rows[idx] = ref.unsqueeze(0).expand(len(ids), *ref.shape)
-            got = _words(rows[idx].contiguous().view(torch.uint8).flatten(), 1)
-            want = ref.view(torch.uint8).flatten().repeat(len(ids))
-            bad.append(torch.sum(got != want))
+            ref = tiles.ref(s, v, seed)
+            rows[index[dev]] = ref.unsqueeze(0).expand(len(ids), *ref.shape)
+            as_int = _INT[ref.element_size()]   # compared as integers: bytes, not values
+            bad.append(torch.sum(rows[index[dev]].view(as_int) != ref.view(as_int)))
             written += len(ids) * ref.numel() * ref.element_size()
             checks += 1
     wrong = int(torch.stack(bad).sum().item()) if bad else 0

@@ -157,8 +157,12 @@ class PoolRestore:
         return {"tensors": len(saved), "bytes": sum(b.numel() * b.element_size() for _, b in saved),
                 "checksum": wrong, "expected": 0, "ok": wrong == 0}
 
-    def residue_lab_copy_bandwidth(self, mib: int = 2048) -> dict:
-        """The GPU's copy bandwidth, measured now (the fill's physical limit)."""
+    def residue_lab_copy_bandwidth(self, mib: int = 1024) -> dict:
+        """The GPU's copy bandwidth, measured now (the fill's physical limit); the two
+        buffers go back to the device afterwards, not to the allocator's cache."""
         import torch
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-        return pool_fill.copy_bandwidth(device, int(mib) << 20)
+        cuda = torch.cuda.is_available()
+        out = pool_fill.copy_bandwidth("cuda" if cuda else "cpu", int(mib) << 20)
+        if cuda:
+            torch.cuda.empty_cache()
+        return out
