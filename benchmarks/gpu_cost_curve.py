@@ -603,7 +603,10 @@ def run(opts: Options) -> int:
 
 def describe(opts: Options) -> None:
     print(f"# {NOTE}; deadline {opts.deadline_s:.0f} s, {opts.points} rounds per kind; state "
-          f"fill: {'yes (' + POISON_CLS + ')' if opts.fill else 'no: the sleep cycle only'}")
+          f"fill: {'yes (' + POISON_CLS + ')' if opts.fill else 'no: the sleep cycle only'}"
+          + ("; beside it the once-per-storage fill, the dirty restore and the copy bandwidth"
+             if opts.pool else "") + ("; servers in turn" if opts.in_turn else "")
+          + ("" if opts.sleep else "; no sleep cycles"))
     for spec in opts.servers:
         argv, env = server_command(opts, spec, 8000)
         facts = spec.facts()
