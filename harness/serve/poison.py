@@ -100,11 +100,10 @@ def restored(proof: Any) -> dict[str, Any] | None:
             "audit": None if audit is None else bool(isinstance(audit, dict) and audit.get("ok"))}
 
 
-async def _fill(client: Any, at: str) -> dict[str, Any]:
+async def _fill(client: Any, at: str, how: str) -> dict[str, Any]:
     t0 = time.monotonic()
     try:
-        proof = await client.collective_rpc(RESTORE_METHOD, PATTERN,
-                                            "whole" if at == "boot" else "auto")
+        proof = await client.collective_rpc(RESTORE_METHOD, PATTERN, how)
     except ClientError as e:
         return {"at": at, "ok": False, "error": f"{RESTORE_METHOD}: {e}"}
     ok = proven(proof)
@@ -127,13 +126,14 @@ async def at_boot(client: Any, kernels: dict[str, Any] | None = None) -> dict[st
     except ClientError as e:
         out["fills"] = [{"at": "boot", "ok": False, "error": f"residue_lab_arm: {e}"}]
         return out
-    out["fills"] = [await _fill(client, "boot")]
+    out["fills"] = [await _fill(client, "boot", "whole")]
     return out
 
 
-async def refill(client: Any, poison: dict[str, Any]) -> dict[str, Any]:
-    """The fill at a restore; the record keeps the boot fill and this one."""
-    fill = await _fill(client, "restore")
+async def refill(client: Any, poison: dict[str, Any], whole: bool = False) -> dict[str, Any]:
+    """The fill at a restore; the record keeps the boot fill and this one. ``whole``: every
+    storage (after a sleep cycle, which discarded the pool), else the dirty set."""
+    fill = await _fill(client, "restore", "whole" if whole else "auto")
     poison["fills"] = [*poison.get("fills", [])[:1], fill]
     return fill
 

@@ -231,8 +231,9 @@ def test_a_poisoned_server_that_cannot_restore_by_fill_sleeps_then_is_filled_aga
         calls.append("fill-means")
         return {"means": "reset+poison-fill"}
 
-    async def refill(client, rec):
-        calls.append("refill")
+    async def refill(client, rec, whole=False):
+        # after a sleep cycle the pool was discarded: every storage, never the dirty set
+        calls.append("refill" if whole else "refill-dirty")
         return {"at": "restore", "ok": True}
     monkeypatch.setattr(restore, "restore_server", sleep_cycle)
     monkeypatch.setattr(restore, "restore_by_fill", by_fill)
