@@ -194,3 +194,14 @@ def test_the_block_ids_are_read_from_this_vllm_scheduler_output():
     out.scheduled_cached_reqs = CachedRequestData.make_empty()
     out.scheduled_cached_reqs.new_block_ids.extend([([6], [10]), None])
     assert R.dirty_ids(out) == {4, 5, 6, 9, 10}
+
+
+def test_the_worker_extension_has_no_name_vllms_worker_has():
+    """vLLM refuses an extension any of whose names its worker already has
+    (``worker_base.py``): the dirty set's wrap is set on the instance at arm instead."""
+    from tests._vllm import require_vllm
+    require_vllm()
+    from vllm.v1.worker.gpu_worker import Worker
+
+    from engine.vllm.poison import PoisonWorker
+    assert [a for a in dir(PoisonWorker) if not a.startswith("__") and hasattr(Worker, a)] == []
