@@ -6,8 +6,9 @@ measured in the same process, with the time that bandwidth allows for a fill and
 
 The pool is laid out as vLLM lays out a Qwen3.5 hybrid's (``benchmarks/shapes/``): 16
 storages (one per layer position of the 4 KV cache groups: 16 attention and 48 GDN layers),
-each ``blocks x page`` bytes and shared by one attention layer (K then V across the whole
-storage, FlashAttention's ``(2, blocks, block_size, heads, head_dim)``) and three GDN layers
+each ``blocks x page`` bytes and shared by one attention layer (FlashAttention's ``(2, blocks,
+block_size, heads, head_dim)`` with vLLM's hybrid strides: block i's K and V in page i) and
+three GDN layers
 (bf16 conv and fp32 SSM state, block-major: 3.27 MB of the 3.67 MB page). No vLLM needed:
 
     python3 benchmarks/gpu_fill_bench.py                    # on a GPU: 27B at 20 GiB
@@ -56,7 +57,12 @@ def build_pool(shape: Shape, pool_bytes: int, device: str):
     views = []
     for _ in range(shape.storages):
         raw = torch.zeros(blocks * shape.page // 2, dtype=torch.bfloat16, device=device)
-        views.append(raw.view(2, blocks, shape.block_size, shape.kv_heads, shape.head_dim))
+        # blocks first, K and V side by side in each page (vLLM's hybrid layout:
+        # _update_hybrid_attention_mamba_layout), so block i is page i for every layer
+        hd = shape.kv_heads * shape.head_dim
+        views.append(torch.as_strided(
+            raw, (2, blocks, shape.block_size, shape.kv_heads, shape.head_dim),
+            (half, 2 * half, hd, shape.head_dim, 1)))
         for _ in range(shape.gdn_per_storage):
             views.append(torch.as_strided(raw, (blocks, *shape.conv), (2 * half, shape.conv[1], 1)))
             ssm_strides = (half, shape.ssm[1] * shape.ssm[2], shape.ssm[2], 1)   # fp32

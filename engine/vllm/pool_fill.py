@@ -50,6 +50,8 @@ class Storage:
     views: list[View] = field(default_factory=list)
     period: int = MAX_PERIOD
     salt: int = 0
+    page: int | None = None   # bytes of block i's page [i*page, (i+1)*page) in every view
+    blocks: int = 0
 
     @property
     def nbytes(self) -> int:
@@ -64,6 +66,37 @@ class Storage:
 def _block_dim(t, num_blocks: int | None) -> int | None:
     dims = [d for d, n in enumerate(t.shape) if n == num_blocks]
     return dims[0] if len(dims) == 1 else None
+
+
+def _page_stride(t, page: int, num_blocks: int) -> int | None:
+    """The byte stride of ``t``'s block dim where block i of the pool lies wholly inside
+    page i of the storage (a dim of ``num_blocks * m`` kernel blocks, m of them a page:
+    vLLM's hybrid layout, blocks first), else None."""
+    es = t.element_size()
+    off = es * t.storage_offset()
+    for d, n in enumerate(t.shape):
+        if n == 0 or n % num_blocks or es * t.stride(d) * (n // num_blocks) != page:
+            continue
+        inner = es + sum((k - 1) * es * abs(t.stride(j)) for j, k in enumerate(t.shape) if j != d)
+        if off + (n // num_blocks - 1) * es * t.stride(d) + inner <= page:
+            return es * t.stride(d)
+    return None
+
+
+def _paging(s: Storage, num_blocks: int | None) -> None:
+    """``s.page`` and ``s.period``: every view paged (block i inside page i), or not."""
+    p = MAX_PERIOD
+    for v in s.views:
+        if v.block_dim is not None:
+            p = math.gcd(p, v.tensor.element_size() * v.tensor.stride(v.block_dim))
+    page = s.nbytes // num_blocks if num_blocks and s.nbytes >= num_blocks else 0
+    strides = [_page_stride(v.tensor, page, num_blocks) for v in s.views] if page else [None]
+    if all(strides):
+        s.page, s.blocks = page, int(num_blocks)
+        for st in strides:
+            p = math.gcd(p, st)
+        p = math.gcd(p, page)
+    s.period = p
 
 
 def resolve(tensors: Iterable[Any], num_blocks: int | None) -> list[Storage]:
@@ -85,11 +118,7 @@ def resolve(tensors: Iterable[Any], num_blocks: int | None) -> list[Storage]:
             # one is enough to write and prove its bytes
             out[key].views.append(View(t, _block_dim(t, num_blocks)))
     for s in out.values():
-        p = MAX_PERIOD
-        for v in s.views:
-            if v.block_dim is not None:
-                p = math.gcd(p, v.tensor.element_size() * v.tensor.stride(v.block_dim))
-        s.period = p
+        _paging(s, num_blocks)
     return list(out.values())
 
 
@@ -109,6 +138,13 @@ class TileCache:
                tuple(t.stride()), t.dtype)
         if key not in self._refs:
             self._refs[key] = block_ref(s, v, self.get(s, seed)[0]).contiguous()
+        return self._refs[key]
+
+    def page(self, s: Storage, seed: int):
+        """One page as the fill leaves it (the tile repeated: the period divides the page)."""
+        key = ("page", str(s.flat.device), s.salt, seed, s.page, s.period)
+        if key not in self._refs:
+            self._refs[key] = self.get(s, seed)[0].repeat(s.page // s.period)
         return self._refs[key]
 
     def get(self, s: Storage, seed: int) -> tuple[Any, int]:
@@ -207,15 +243,28 @@ def block_ref(s: Storage, v: View, tile):
 
 def restore_blocks(storages: list[Storage], block_ids: Iterable[int], seed: int,
                    tiles: TileCache) -> dict:
-    """Rewrite the named blocks of every view with the fill's bytes and prove them: the
-    blocks read back against the tile's block, mismatches counted on the device, one host
-    read at the end. Needs every view's block dim (``restorable``)."""
+    """Rewrite the named blocks with the fill's bytes and prove them: read back against
+    the tile's block, mismatches counted on the device, one host read at the end. Where
+    every storage is paged, one page per block per storage; else through every view's
+    block dim (``restorable`` says whether either holds)."""
     import torch
     t0 = time.perf_counter()
     ids = sorted({int(b) for b in block_ids})
     bad, written, checks = [], 0, 0
     index: dict[str, Any] = {}      # one host-to-device copy of the ids per device
-    for s in storages:
+    paged = all(s.page for s in storages)
+    for s in storages if paged and ids else ():
+        dev = str(s.flat.device)
+        if dev not in index:
+            index[dev] = torch.tensor(ids, dtype=torch.int64).to(s.flat.device)
+        pages = s.flat[: s.blocks * s.page].view(s.blocks, s.page)
+        ref = tiles.page(s, seed)
+        pages[index[dev]] = ref.expand(len(ids), s.page)
+        as_int = _INT[next(w for w in (8, 4, 2, 1) if s.page % w == 0)]
+        bad.append(torch.sum(pages[index[dev]].view(as_int) != ref.view(as_int)))
+        written += len(ids) * s.page
+        checks += 1
+    for s in storages if not paged else ():
         for v in s.views if ids else ():
             dev = str(v.tensor.device)
             if dev not in index:
@@ -228,7 +277,8 @@ def restore_blocks(storages: list[Storage], block_ids: Iterable[int], seed: int,
             written += len(ids) * ref.numel() * ref.element_size()
             checks += 1
     wrong = int(torch.stack(bad).sum().item()) if bad else 0
-    return {"blocks": len(ids), "views": checks, "bytes": written, "mismatched_bytes": wrong,
+    return {"blocks": len(ids), "by": "pages" if paged else "views", "writes": checks,
+            "bytes": written, "mismatched_bytes": wrong,
             "checksum": wrong, "expected": 0, "ok": wrong == 0,
             "s": round(time.perf_counter() - t0, 6)}
 
@@ -237,6 +287,8 @@ def restorable(storages: list[Storage]) -> str | None:
     """Why the dirty restore cannot run on these storages (None: it can)."""
     if not storages:
         return "no KV storage found"
+    if all(s.page for s in storages):
+        return None
     for s in storages:
         for v in s.views:
             if v.block_dim is None:

@@ -19,7 +19,7 @@ def test_the_27b_layout_shares_each_storage_among_four_layers():
     assert len(views) == B.SHAPE_TINY.storages * (1 + 2 * B.SHAPE_TINY.gdn_per_storage)
     # the GDN layers sharing a storage have the same views: written and proven once
     assert all(len(st.views) == 3 for st in storages)
-    assert F.restorable(storages) is None
+    assert F.restorable(storages) is None and storages[0].page == B.SHAPE_TINY.page
 
 
 def test_the_bench_runs_on_cpu_and_proves_every_fill(capsys):

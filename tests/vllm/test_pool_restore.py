@@ -64,9 +64,41 @@ def test_a_dirty_restore_rewrites_the_named_blocks_and_proves_them():
     ssm[4] = -2.0
     other[2] = 1.0
     out = F.restore_blocks(storages, [2, 4], SEED, tiles)
-    assert out["ok"] and out["blocks"] == 2 and out["views"] == 4
+    assert out["ok"] and out["blocks"] == 2 and out["by"] == "views" and out["writes"] == 4
     assert out["bytes"] < sum(s.nbytes for s in storages) / 2
     assert F.prove(storages, SEED, tiles)["ok"]                     # back to the whole fill
+
+
+def _hybrid_pool(m: int = 2):
+    """vLLM's hybrid layout: every layer's block i inside page i of the storage; the
+    attention layer's blocks first, ``m`` kernel blocks a page, K and V side by side
+    (``_update_hybrid_attention_mamba_layout``), beside a GDN layer's state views."""
+    page = 4096
+    raw = torch.zeros(BLOCKS * page, dtype=torch.uint8)
+    bf = raw.view(torch.bfloat16)
+    hidden = page // 2 // 2 // m                 # elements of one kernel block's K (or V)
+    attn = torch.as_strided(bf, (2, BLOCKS * m, hidden // 64, 2, 32),
+                            (hidden, 2 * hidden, 64, 32, 1))
+    conv = torch.as_strided(bf, (BLOCKS, 3, 16), (page // 2, 16, 1))
+    ssm = torch.as_strided(raw.view(torch.float32), (BLOCKS, 2, 8, 8), (page // 4, 64, 8, 1), 24)
+    return raw, [attn, conv, ssm]
+
+
+def test_the_hybrid_layout_restores_whole_pages_even_with_kernel_blocks():
+    raw, views = _hybrid_pool(m=2)
+    storages, tiles = F.resolve(views, BLOCKS), F.TileCache()
+    assert storages[0].page == 4096 and F.restorable(storages) is None
+    assert views[0].movedim(1, 0)[0].data_ptr() != views[0].movedim(1, 0)[1].data_ptr()
+    F.fill_whole(storages, SEED, tiles)
+    views[0][:, 2 * 3] = 1.0                     # kernel block 6: pool block 3
+    views[0][:, 2 * 3 + 1] = 1.0                 # kernel block 7: pool block 3
+    views[2][3] = 2.0
+    out = F.restore_blocks(storages, [3], SEED, tiles)
+    assert out["ok"] and out["by"] == "pages" and out["writes"] == 1 and out["bytes"] == 4096
+    assert F.prove(storages, SEED, tiles)["ok"]
+    views[0][:, 0] = 1.0                         # pool block 0, not restored
+    F.restore_blocks(storages, [3], SEED, tiles)
+    assert not F.prove(storages, SEED, tiles)["ok"]
 
 
 def test_a_write_outside_the_restored_blocks_fails_the_audit():
