@@ -14,7 +14,7 @@
 # Usage (repository root of the device's copy):
 #   bash benchmarks/gpu_cost_curve.sh [LIMIT_S] [ARGS...]    # ARGS: gpu_cost_curve.py's
 # Issue 51 on one 80 GB H100 (the 27B shape alone, no sleep cycles):
-#   bash benchmarks/gpu_cost_curve.sh 590 --servers 27b@20 --no-sleep --gpu-gib 79
+#   bash benchmarks/gpu_cost_curve.sh 570 --servers 27b@20 --no-sleep --gpu-gib 79
 # The mechanism on a CPU box, the lab engine standing in for every shape (no fills):
 #   ENGINE=lab OUT=/tmp/cc-out PYTHON=python3 bash benchmarks/gpu_cost_curve.sh 120 --points 3
 # (the lab serves the fills' RPCs: every restore kind runs; --in-turn --no-sleep work too)
