@@ -61,7 +61,7 @@ def _filled_point(tmp_path, tok_dir, proof):
 def test_the_fill_runs_before_the_first_request_and_every_record_keeps_its_proof(tmp_path, tok_dir):
     recs, rpcs = _filled_point(tmp_path, tok_dir, _proof())
     assert rpcs == [{"method": "residue_lab_arm", "args": []},
-                    {"method": "residue_lab_poison", "args": ["state,kv,builders", "A"]}]
+                    {"method": "residue_lab_restore_pool", "args": ["A", "whole"]}]
     for rec in recs.values():
         assert rec["verdict"] == "ok"
         p = rec["poison"]
