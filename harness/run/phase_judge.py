@@ -108,8 +108,8 @@ def measured_fields(point: Point, phase: str, res, tps, j, verdict: str, reason:
     return measured
 
 
-def reference_of(ref: str, golden: dict, point: Point, phase: str,
-                 cold: Any) -> tuple[str | None, list | None]:
+def reference_of(ref: str, golden: dict, point: Point, phase: str, cold: Any,
+                 info: dict) -> tuple[str | None, list | None]:
     """(reference text, its token logprobs) for this phase; (None, None) when there is
     nothing to judge against (the answer is then ``unjudged`` unless it collapsed)."""
     if ref == "passage" or point.plan.passage_wins:
@@ -122,7 +122,8 @@ def reference_of(ref: str, golden: dict, point: Point, phase: str,
         return cold.answer or "", cold.token_logprobs
     if ref in ("first", "consensus"):
         return None, None  # judged across the matrix after the run (run/matrix_reference)
-    gold = golden_answer(golden, point)
+    compiled = (info.get("server_boot") or {}).get("compile") or {}
+    gold = golden_answer(golden, point, compiled.get("fingerprint"))
     # A prompt the golden run did not answer (another context or seed) falls back to
     # the passage; the record's reference_sha1 says which was used.
     if gold:

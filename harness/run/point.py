@@ -23,6 +23,7 @@ from engine.presets import ServingConfig
 from ..serve.client import (BadResponse, ClientError, EngineClient, RequestTimeout, ServerError,
                             ServerGone, tok_per_step)
 from ..serve import poison
+from ..serve.gpu_info import gpu_record
 from ..settings.configs import SweepOptions
 from ..serve.engines import EngineAdapter
 from ..provenance import harness_version
@@ -194,6 +195,8 @@ class PointRunner:
                 await server.wait_ready(client, timeout or self.opts.boot_timeout)
                 info: dict[str, Any] = {"boot_s": round(server.boot_s or 0.0, 4),
                                         "server_boot": self._boot_notes(server, log_path)}
+                if slot.gpu is not None:   # issue 48: the GPU, as the driver names it
+                    info["server_boot"]["gpu"] = gpu_record(slot.gpu)
                 # --poison: filled before its first request (harness/serve/poison.py)
                 served = adapter or self.adapter
                 info["poison"] = (await poison.at_boot(client, served.poison_kernels())
@@ -384,7 +387,7 @@ class PointRunner:
                 cold, traffic: dict | None = None, proof=None) -> PhaseRecord:
         base = self.records.base(point, slot.id, self.node, phase, info, templated)
         expected, ref_tokens = reference_of(self.opts.reference, self.golden, point, phase,
-                                            cold)
+                                            cold, info)
         if (ref_tokens is None and cold is not None and cold.verdict in CLEAN
                 and expected is not None and (cold.answer or "") == expected):
             # the passage has no logprobs; this server's clean cold answer to the same

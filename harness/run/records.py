@@ -264,15 +264,13 @@ def typed(records: Iterable[Mapping[str, Any] | PhaseRecord]) -> list[PhaseRecor
 
 
 def read_phase_records(path: str | Path) -> list[PhaseRecord]:
-    """The typed records of one results file (``.jsonl`` / ``.jsonl.gz``), checked line by
-    line (``record_check``: a line that is not a record raises ``RecordFileError``)."""
+    """The typed records of one results file, checked line by line (``record_check``)."""
     from ..records.record_check import read_record_file
     return typed(read_record_file(path))
 
 
 def read_jsonl_records(path: str | Path) -> list[PhaseRecord]:
-    """``store.read_jsonl`` typed: one results file as a run's store reads it back (a torn
-    last line skipped, nothing else checked)."""
+    """``store.read_jsonl`` typed: a results file as the store reads it (torn last line cut)."""
     return typed(read_jsonl(path))
 
 
@@ -308,6 +306,8 @@ class ServerBoot:
     cache_dir_shared: bool | None = None
     attempts: int | None = None            # boots tried when not 1 (0: never started)
     failed_attempts: list | None = None    # the reasons of the boots that failed first
+    gpu: list | None = None                # issue 48: per GPU index, model, uuid (gpu_info)
+    compile: dict | None = None            # issue 48: the compile fingerprint and its source
     extra: dict = field(default_factory=dict)   # what else the engine's boot notes said
 
 
