@@ -59,7 +59,8 @@ def build_options(ns: argparse.Namespace, argv: Sequence[str],
         ns = argparse.Namespace(**{**vars(ns), **decided})   # the caller's stays as parsed
     else:
         configs = expand_matrix(engine=ns.engine, model=ns.model, prefix_cache=ns.prefix_cache,
-                                axes=matrix_axes(ns))
+                                axes=matrix_axes(ns), context=ns.context,
+                                max_tokens=ns.max_tokens)
     served = parse_served_config(getattr(ns, "served_config", None))   # --engine cmd
     configs = [declare(c, served) for c in configs]
     modulus = _modulus(ns.modulus)

@@ -139,6 +139,8 @@ def failure_message(result: Any, argv: Sequence[str]) -> str:
                 cached = f" (cached {r.cached_tokens}, tail {r.computed_tail})"
             lines.append(f"    residue {r.residue} {r.phase}: {r.verdict}"
                          f"{cached}: {str(r.reason or '')[:200]}")
+            if r.history is not None:   # --history: what ran before, and its proof
+                lines.append(f"      history {r.history.name}: {r.history.reason}")
             lines.append(f"      rerun: {r.rerun}")
     from .records.manifest import as_manifest
     manifest = getattr(result, "manifest", None)   # a RunManifest, or a manifest as read

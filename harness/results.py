@@ -10,7 +10,8 @@ archived ``.jsonl.gz``, every line checked), keeps the latest record of each (ru
 
 - the keys: ``run_id``, ``config_id``, ``config_label``, ``case_id``, ``document``,
   ``isolation`` (for an ``--isolation auto`` run the pass that wrote the record),
-  ``isolation_run`` (``auto`` or empty), ``residue``, ``phase``;
+  ``isolation_run`` (``auto`` or empty), ``residue``, ``phase``; ``history`` (``none``
+  unless ``--history``) and ``history_proven`` (on the phase the history ran at);
 - ``verdict``, an *ordered* categorical worst first (``vocabulary.SEVERITY``), so
   ``df.groupby(...).verdict.min()`` is the worst verdict of a group; ``phase`` ordered as
   the phases run, ``isolation`` a categorical;
@@ -78,6 +79,10 @@ def record_rows(records: Iterable[PhaseRecord | Mapping[str, Any]]) -> list[dict
         row: dict[str, Any] = {k: getattr(r, k) for k in KEYS if k != "document"}
         row["document"] = document_of(r)
         row["isolation_run"] = r.isolation_run or ""
+        # --history: the configuration's (none when absent) and, on the phase it ran at,
+        # whether its proof held (None elsewhere)
+        row["history"] = (r.config or {}).get("history") or "none"
+        row["history_proven"] = r.history.proven if r.history is not None else None
         row.update((k, getattr(r, k)) for k in MEASURED + BUILD)
         row.update((k, read(r)) for k, read in SERVER)
         for k, v in (r.config or {}).items():

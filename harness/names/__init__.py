@@ -4,4 +4,7 @@ One leaf module per kind of name (history, isolation, engine, verdict, phase): e
 table of its values and what each means, and imports nothing of the harness but other modules
 of this package (tests/harness/test_layout.py checks it). The code that *does* a history, an
 isolation or an engine lives in run/, serve/ and backends/ and reads its row here.
+
+- ``history``: ``HISTORIES`` (the ``--history`` names, what each runs, proves, targets and
+  cannot see, what the rule predicts) and ``HistoryProof``, a history's proof in a record.
 """

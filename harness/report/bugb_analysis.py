@@ -8,8 +8,9 @@ from ..text.ranges import residues_phrase
 from ..run.records import BUG_VERDICTS, NOT_LONE
 from .model import ConfigData
 from ..judge.vocabulary import CLEAN, UNJUDGED, PhaseName
+from ..names.history import HISTORY_NAMES, NONE, history_row
 
-__all__ = ["predict_bug_b", "config_hit_granularity", "agreement"]
+__all__ = ["predict_bug_b", "config_hit_granularity", "agreement", "history_rule"]
 
 
 def config_hit_granularity(cd: ConfigData) -> tuple[int | None, int]:
@@ -82,7 +83,16 @@ def agreement(cd: ConfigData, pred: Prediction) -> str:
     if crowded and judged_residues(cd)[0]:
         said += (f" ({crowded} `not-lone` cell{'s' if crowded != 1 else ''}, beside other "
                  "requests, not counted)")
-    return said
+    return said + history_rule(cd)
+
+
+def history_rule(cd: ConfigData) -> str:
+    """What the rule predicts under the configuration's ``--history`` (names/history.py);
+    nothing for ``none``."""
+    name = (cd.config or {}).get("history") or NONE
+    if name == NONE or name not in HISTORY_NAMES:
+        return ""
+    return f"; under history {name} the rule predicts: {history_row(name).rule}"
 
 
 def _agreement(cd: ConfigData, pred: Prediction) -> str:

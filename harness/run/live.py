@@ -33,6 +33,8 @@ import httpx
 
 from engine.presets import ServingConfig
 
+from ..names.history import HISTORY_NAMES, history_row
+from ..settings.flag_values import split
 from ..serve.engines import ADAPTERS, EngineAdapter, normalise_reported
 from ..errors import CannotRun, UsageError
 from ..settings.configs import SweepOptions, modulus_for, select_residues
@@ -65,6 +67,12 @@ def live_target(ns: argparse.Namespace, written: dict[str, Any]) -> LiveTarget:
     if refused:
         raise UsageError(f"--url sweeps a server that is already running, as it runs; "
                          f"these flags configure or start a server: {', '.join(refused)}")
+    unproven = [h for h in split(getattr(ns, "history", None) or "")
+                if h in HISTORY_NAMES and not history_row(h).live_ok]
+    if unproven:
+        raise UsageError(f"--url: --history {','.join(unproven)} cannot be proven on a server "
+                         "shared with other traffic (its proof needs the server's own log, its "
+                         "prefix cache and its pool to itself); sweep it on started servers")
     key, source = api_key_from_env(ns.api_key)
     return LiveTarget(check_url(ns.url), key, source, ns.concurrency or 1,
                       RequestBudget(ns.max_requests or DEFAULT_MAX_REQUESTS),

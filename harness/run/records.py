@@ -19,6 +19,7 @@ from pathlib import Path
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ..names.history import HistoryProof
 from ..records.recordkeys import auto_pass, cell_key, document_of, point_key, value_of
 from ..records.manifest import RunManifest, as_manifest
 from ..records.record_check import gc_paused
@@ -69,7 +70,7 @@ def mismatches(requested: dict[str, Any], effective: dict[str, Any]) -> list[str
 # that does not use them) round-trips unchanged.
 WRITTEN_WHEN_SET = frozenset({"document_seed", "isolation_run", "confirms", "server_boot",
                               "case_id", "prompt_sha1", "final_chunk", "modulus_why",
-                              "load", "restore", "poison", "confirmed_on", "traffic"})
+                              "load", "restore", "poison", "confirmed_on", "traffic", "history"})
 
 
 @dataclass
@@ -156,6 +157,8 @@ class PhaseRecord:
     # schema 5, on every phase that got an answer (written only when set): the other
     # requests /metrics showed the server holding around the phase (run/traffic.py)
     traffic: dict | None = None
+    # --history (written only when set): what ran before the phase, and its proof
+    history: HistoryProof | None = None
     # written only when set (docs/records.md): the server's /tokenize failed, Ray facts;
     # and every key of a record read from a file that this model does not name
     extra: dict = field(default_factory=dict)
@@ -186,11 +189,11 @@ class PhaseRecord:
         if not self._keys:
             return self._new_dict()
         known = {f.name for f in data_fields()}
-        out = {k: getattr(self, k) if k in known else self.extra[k]
+        out = {k: _written(getattr(self, k)) if k in known else self.extra[k]
                for k in self._keys if k in known or k in self.extra}
         for f in data_fields():
             if f.name not in out and getattr(self, f.name) != self._filled.get(f.name):
-                out[f.name] = getattr(self, f.name)
+                out[f.name] = _written(getattr(self, f.name))
         out.update((k, v) for k, v in self.extra.items() if k not in out)
         return out
 
@@ -198,7 +201,7 @@ class PhaseRecord:
         # an older schema's record built in memory stays as that schema wrote it: the
         # schema-3 fields it never had are not added
         old = self.schema_version < 3
-        out = {f.name: getattr(self, f.name) for f in data_fields()
+        out = {f.name: _written(getattr(self, f.name)) for f in data_fields()
                if not (f.name in WRITTEN_WHEN_SET and getattr(self, f.name) is None)
                and not (old and f.name in SCHEMA3_FIELDS and getattr(self, f.name) is None)}
         out.update(self.extra)
@@ -217,9 +220,16 @@ class PhaseRecord:
         fields = data_fields()
         filled = {f.name: _absent(f, d) for f in fields if f.name not in d}
         known = {f.name: d.get(f.name, filled.get(f.name)) for f in fields}
+        if isinstance(known["history"], Mapping):   # typed: names/history.HistoryProof
+            known["history"] = HistoryProof.from_dict(known["history"])
         rec = cls(**known, extra={k: v for k, v in d.items() if k not in known})
         rec._keys, rec._filled = tuple(d), filled
         return rec
+
+
+def _written(value: Any) -> Any:
+    """A field's value as a results file holds it (a typed part as its dict)."""
+    return value.as_dict() if isinstance(value, HistoryProof) else value
 
 
 @functools.cache
@@ -254,15 +264,13 @@ def typed(records: Iterable[Mapping[str, Any] | PhaseRecord]) -> list[PhaseRecor
 
 
 def read_phase_records(path: str | Path) -> list[PhaseRecord]:
-    """The typed records of one results file (``.jsonl`` / ``.jsonl.gz``), checked line by
-    line (``record_check``: a line that is not a record raises ``RecordFileError``)."""
+    """The typed records of one results file, checked line by line (``record_check``)."""
     from ..records.record_check import read_record_file
     return typed(read_record_file(path))
 
 
 def read_jsonl_records(path: str | Path) -> list[PhaseRecord]:
-    """``store.read_jsonl`` typed: one results file as a run's store reads it back (a torn
-    last line skipped, nothing else checked)."""
+    """``store.read_jsonl`` typed: a results file as the store reads it (torn last line cut)."""
     return typed(read_jsonl(path))
 
 
@@ -392,8 +400,7 @@ def reference_cells(records: Iterable[Any]) -> set[tuple]:
     them (its ``reference_sha1`` is their sha1). Under ``--reference cold`` those are the
     cold cells whose hits were judged, under ``first`` the first configuration's cells.
     Such a cell is the measure, not a measurement: the gate and the report count the
-    cells judged against it, and say which cells were the reference. Dicts or
-    ``PhaseRecord``s alike."""
+    cells judged against it, and say which cells were the reference."""
     recs = list(records)
     prompt = lambda r, sha: (value_of(r, "residue"), document_of(r),  # noqa: E731
                              value_of(r, "case_id"), sha)
@@ -406,9 +413,8 @@ def reference_cells(records: Iterable[Any]) -> set[tuple]:
 
 
 def latest_records(records: Iterable[Any]) -> tuple[list[Any], int]:
-    """One record per cell (``cell_key``: configuration, case, residue, phase, document,
-    auto pass): the latest by ``started_at`` (so a report over several runs shows the
-    newest measurement). Returns (records, superseded); dicts or ``PhaseRecord``s alike."""
+    """One record per cell (``cell_key``), the latest by ``started_at`` (a report over
+    several runs shows the newest measurement); (records, superseded)."""
     best: dict[tuple, dict] = {}
     n = 0
     for r in records:
@@ -421,8 +427,7 @@ def latest_records(records: Iterable[Any]) -> tuple[list[Any], int]:
 
 
 def record_identity(r: PhaseRecord) -> dict:
-    """The fields that define a record's configuration: those the sweep asked for
-    (``requested_config``), else the known ServingConfig fields."""
+    """The fields that define a record's configuration: those asked for, else the known."""
     config = r.config or {}
     requested = r.requested_config or {}
     keys = [k for k in requested if k not in NOT_IDENTITY] or [
@@ -431,16 +436,13 @@ def record_identity(r: PhaseRecord) -> dict:
 
 
 def sha12(record: Any) -> str:
-    """The first 12 hex of a record's answer sha1 (``–`` when it has none); a dict or a
-    ``PhaseRecord``."""
+    """The first 12 hex of a record's answer sha1 (``–`` when it has none)."""
     return (value_of(record, "sha1") or "")[:12] or "–"
 
 
 def by_node(records: Iterable[Any]) -> dict[str, Counter]:
-    """Verdict counts per node (every record has ``node``): ``{"gpu-07/10.0.0.17/3590ecc1":
-    Counter(ok=30, broken=2)}``. The report's "By node" section and the Ray backend's
-    summary both read it, so it lives with the records, below both. Dicts (the backend's)
-    or ``PhaseRecord``s (the report's)."""
+    """Verdict counts per node: ``{"gpu-07/10.0.0.17/3590ecc1": Counter(ok=30, broken=2)}``;
+    read by the report's "By node" section and the Ray backend's summary (dicts or typed)."""
     out: dict[str, Counter] = {}
     for r in records:
         out.setdefault(str(value_of(r, "node") or "?"), Counter())[

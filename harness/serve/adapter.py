@@ -52,6 +52,7 @@ class EngineAdapter:
     compile_caches = False       # --cache-dir: its servers compile into caches worth sharing
     # what `sweep --help` says of this engine under a flag (settings/flags.py builds the help text)
     help_notes: dict[str, str] = {}
+    async_scheduling = False     # the engine has an asynchronous-scheduling switch
     serve = None   # --serve: the user's server line (harness/serve/serve_line.py)
 
     def poison_kernels(self) -> dict[str, Any] | None:

@@ -9,6 +9,7 @@ from pathlib import Path
 from engine.presets import ServingConfig
 
 from ..errors import UsageError
+from ..names.history import history_row
 from .adapter import EngineAdapter, PreforkSpec, after_module
 from .cmd_config import normalise_reported
 from .isolation import restores as isolation_restores
@@ -96,8 +97,12 @@ class LabAdapter(EngineAdapter):
             argv += ["--kv-cache-memory-bytes", str(cfg.kv_cache_memory_bytes)]
         if cfg.max_num_batched_tokens:
             argv += ["--max-num-batched-tokens", str(cfg.max_num_batched_tokens)]
+        if cfg.num_gpu_blocks:
+            argv += ["--num-gpu-blocks-override", str(cfg.num_gpu_blocks)]
         if cfg.geometry:
             argv += ["--geometry", cfg.geometry]
+        if history_row(cfg.history).align_mode and cfg.geometry != "dense":
+            argv += ["--mamba-cache-mode", "align"]   # what vLLM runs a hybrid with
         if self.sleep_mode:
             argv.append("--enable-sleep-mode")
         if self.serve is not None:   # --serve: the user's lab line as written

@@ -33,6 +33,7 @@ class VllmAdapter(EngineAdapter):
     runners = ("v1", "v2")       # VLLM_USE_V2_MODEL_RUNNER (engine.vllm.patches.releases)
     logprobs_default = 5    # V1 Sampler: logprobs are a side computation, greedy is argmax
     takes_draft_model = True
+    async_scheduling = True      # --async-scheduling / --no-async-scheduling (arg_utils.py)
     compile_caches = True        # torch.compile, Inductor and Triton (engine/vllm/caches)
     help_notes = {"--engine": "a vLLM install, on GPU; needs --model",
                   "--model": "required, a local model directory or HF id",
@@ -88,6 +89,9 @@ class VllmAdapter(EngineAdapter):
                 **({"cache_dir": self.cache_dir} if self.cache_dir else {}))
         except self._launch.LaunchError as e:
             raise UsageError(f"--engine vllm: {e}") from None
+        if cfg.history != "none":   # proven from the scheduler's own trace (the plugin's);
+            # sibling pauses scheduling (/sleep?level=0&mode=keep: a development endpoint)
+            env = {**env, "RESIDUE_LAB_SCHED_TRACE": "1", "VLLM_SERVER_DEV_MODE": "1"}
         if self.serve is not None:   # --serve: the user's line, the stack's environment
             argv = self.serve.argv(self, port, slot)
         if self.kernels_fixed:

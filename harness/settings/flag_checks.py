@@ -13,11 +13,15 @@ from typing import Callable, Sequence
 
 from ..errors import UsageError
 from ..judge.vocabulary import PhaseName
+from ..names.history import HISTORIES
+from .flag_values import split
 from ..serve.engine_help import can_fork, for_engines
 from ..serve.engines import ADAPTERS, EngineName
 from ..serve.isolation import IsolationName
 
 __all__ = ["Asked", "Rule", "RULES", "check_flag_use", "rule_of"]
+
+HISTORY_ROWS = {h.name: h for h in HISTORIES}
 
 
 @dataclass(frozen=True)
@@ -128,7 +132,30 @@ RULES: tuple[Rule, ...] = (
          lambda a: "--seed lists are documents and --prompts cases have none: give one --seed"),
     Rule(("--bisect", "--baseline"), lambda a: bool(a.bisect) and bool(a.baseline),
          lambda a: "--bisect and --baseline are exclusive: a bisect judges each build alone"),
+    Rule(("--async-scheduling", "--engine"),
+         lambda a: bool(a.async_scheduling) and not getattr(_engine(a), "async_scheduling", True),
+         lambda a: f"--async-scheduling: --engine {a.engine} has no switch for it (vLLM's "
+                   "--async-scheduling / --no-async-scheduling)"),
+    Rule(("--history", "--load"),
+         lambda a: bool(a.load) and any(h != "none" for h in split(a.history or "")),
+         lambda a: "--history and --load are exclusive: a history proves what ran before the "
+                   "measured request, and background load would be part of it"),
+    Rule(("--history", "--phases"), lambda a: bool(_history_missing(a)),
+         lambda a: "--history {0} runs at the {1} phase: --phases must have {2}".format(
+             *_history_missing(a), ", ".join(dict.fromkeys(("cold", _history_missing(a)[1]))))),
 )
+
+
+def _history_missing(a: Asked) -> tuple[str, str] | None:
+    """(history, its phase) for the first ``--history`` whose phases ``--phases`` lacks: each
+    runs at its row's phase (names/history.py), and those at a hit after the cold one."""
+    for name in split(a.history or ""):
+        row = HISTORY_ROWS.get(name)
+        if row is None or row.at is None:
+            continue
+        if row.at not in a.phases or PhaseName.COLD not in a.phases:
+            return name, row.at
+    return None
 
 
 def check_flag_use(ns: argparse.Namespace, argv: Sequence[str], phases: Sequence[str]) -> None:

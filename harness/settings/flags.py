@@ -29,6 +29,7 @@ from .flag_values import (choices_of, int_in, ints, or_none, patch_sets, positiv
                           positive_int, seed_list)
 from ..serve.slots import one_slot_args
 from ..judge.vocabulary import ISOLATIONS, LOAD_MODES
+from ..names.history import HISTORIES, HISTORY_NAMES
 
 __all__ = ["Flag", "FLAGS", "GROUPS", "UNSET", "sweep_parser", "matrix_axes",
            "rerun_command", "Rerun", "positive_int", "positive_float", "Parser",
@@ -156,6 +157,12 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--runner", ENGINE, runner_help, {"metavar": "RUNNER"}, axis="runner",
          items=or_none(choices_of(RUNNERS)),
          rerun=lambda r: ["--runner", r.cfg.runner] if r.cfg.runner != "auto" else []),
+    Flag("--async-scheduling", ENGINE, lambda: "on | off, or both (matrix): the engine's "
+         f"asynchronous scheduling ({for_engines('async_scheduling')}: --async-scheduling / "
+         "--no-async-scheduling; default: the engine's own; recorded in the configuration)",
+         {"metavar": "on|off"}, axis="async_scheduling", items=or_none(choices_of(("on", "off"))),
+         rerun=lambda r: (["--async-scheduling", r.cfg.async_scheduling]
+                          if r.cfg.async_scheduling else [])),
     Flag("--model", ENGINE, lambda: f"model directory ({notes('--model')})",
          rerun=_opt("--model", "model")),
     Flag("--served-model-name", ENGINE, "model name for requests (default: /v1/models)",
@@ -194,6 +201,17 @@ FLAGS: tuple[Flag, ...] = (
          "measured prompt: a hit through another request's blocks), self-hit (the same prompt again: the final chunk is the uncached tail) "
          "(default cold,self-hit)",
          {"default": "cold,self-hit"}, rerun=_always("--phases", lambda r: ",".join(r.opts.phases))),
+    Flag("--history", MEASURE, "what the server does right before the measured request "
+         "(matrix, comma list; default none): " + "; ".join(
+             f"{h.name} ({h.before})" for h in HISTORIES[1:]) + ". Each proven per point "
+         "or the point is invalid (docs/histories.md)", {"default": "none", "metavar": "NAME"},
+         axis="history", items=or_none(choices_of(HISTORY_NAMES)),
+         rerun=lambda r: ["--history", r.cfg.history] if r.cfg.history != "none" else []),
+    Flag("--prompt-logprobs", MEASURE, "ask the measured requests' prompt logprobs and compare "
+         "them with the cold reference's at each position: the first position that differs "
+         "is the finding (upstream #53488: MTP corrupting prompt_logprobs while the text "
+         "looks fine)", {"action": "store_true"},
+         rerun=lambda r: ["--prompt-logprobs"] if r.opts.prompt_logprobs else []),
     Flag("--reference", MEASURE, "what an answer is judged against: passage (the "
          "document's own lines, default) | cold (the point's cold answer judges its hits; "
          "the cold phase is the reference) | first (the first configuration's answer to the "

@@ -14,6 +14,9 @@ from harness.settings.flags import FLAGS
 
 # a command line that breaks each rule (keyed by the flags it relates)
 BROKEN = {
+    ("--history", "--load"): ["--history", "sibling", "--load", "2"],
+    ("--async-scheduling", "--engine"): ["--async-scheduling", "on"],
+    ("--history", "--phases"): ["--history", "evict", "--phases", "cold"],
     ("--url", "--prompts", "--seed"): ["--url", "http://127.0.0.1:9", "--seed", "0,1"],
     ("--url", "--load"): ["--url", "http://127.0.0.1:9", "--load", "2"],
     ("--url", "--reference"): ["--url", "http://127.0.0.1:9", "--reference", "consensus"],
