@@ -191,6 +191,11 @@ def _add_lab_flags(a) -> None:
     a("--disable-log-stats", action="store_true",
       help="vLLM's flag: no stat logger, so /metrics serves no vllm:* metric (the counters, "
            "the pool gauges and the sleep-state gauge are all absent)")
+    a("--compile-seed", type=int, default=int(os.environ.get("RESIDUE_LAB_COMPILE_SEED") or 0),
+      help="lab only: which compile of the captured verify plan this server runs (the "
+           "staging lanes' layout; env RESIDUE_LAB_COMPILE_SEED): correct rows read what they "
+           "staged whatever the layout, a stale read reads other bytes; logged and served as "
+           "the compile fingerprint")
     a("--tensor-parallel-size", "-tp", type=_pos_int, default=1,
       help="vLLM's flag, recorded only: the lab reports it (and CUDA_VISIBLE_DEVICES) in its "
            "effective config and refuses more than the visible devices, but computes every "
@@ -243,7 +248,7 @@ def config_from_args(argv: list[str] | None = None, *,
         patches=ns.patches, geometry=ns.geometry, mamba_cache_mode=ns.mamba_cache_mode,
         enable_sleep_mode=ns.enable_sleep_mode, fail_sleep_at=ns.fail_sleep_at,
         quiet_allocator=ns.quiet_allocator, disable_log_stats=ns.disable_log_stats,
-        tensor_parallel_size=ns.tensor_parallel_size,
+        tensor_parallel_size=ns.tensor_parallel_size, compile_seed=ns.compile_seed,
         num_gpu_blocks_override=ns.num_gpu_blocks_override, async_scheduling=ns.async_scheduling,
         visible_devices=(os.environ.get("CUDA_VISIBLE_DEVICES") if devices is _FROM_ENV
                          else devices) or None)

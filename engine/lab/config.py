@@ -177,6 +177,10 @@ class LabConfig:
     num_gpu_blocks_override: int | None = None
     # vLLM's --async-scheduling / --no-async-scheduling: recorded only (None: not given)
     async_scheduling: bool | None = None
+    # lab only (issue 48): which "compile" this server runs, a seeded choice of the captured
+    # verify plan's staging layout (model_runner.compile_lanes); 0 is the layout of every
+    # lab before it
+    compile_seed: int = 0
     # derived (filled by finalize)
     bytes_per_token: int = 0
     num_gpu_blocks: int = 0
