@@ -15,6 +15,7 @@ Module map (each file's docstring names the vLLM code path it mirrors):
 - ``scheduler.py``      token budget, chunked prefill, prefix-hit lookup, preemption
 - ``sched_log.py``      the scheduler trace: every prefill chunk, the final one, aborts, evictions
 - ``mamba_align.py``    align mode's state blocks: published when scheduled, written a step later
+- ``mamba_chunks.py``   mode all's state blocks: written per kernel chunk, cached once full (#34587)
 - ``evict_key.py``      which hash-map entry an evicted block takes with it (phantom hits)
 - ``batch_layout.py``   where each prefill row of a batch reads its tokens (sibling rows)
 - ``prompt_logprobs.py`` vLLM's ``prompt_logprobs`` from what the request's cache holds

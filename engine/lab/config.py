@@ -26,7 +26,7 @@ from typing import Any
 GiB = 1 << 30
 MODEL_DIR = Path(__file__).resolve().parent / "model"
 PATCHES = ("prefill-discriminator", "sliding-window-guard", "align-publish-after-copy",
-           "evict-group-key", "prefill-row-offsets")
+           "evict-group-key", "prefill-row-offsets", "mamba-chunk-grid")
 CUDAGRAPH_MODES = ("NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE")
 # Modes that capture FULL graphs for uniform decode (spec-verify) batches.
 FULL_DECODE_MODES = ("FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE")

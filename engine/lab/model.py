@@ -63,7 +63,7 @@ _FENCE = re.compile(r"^\s*(```.*|-{3,}\s*)$")
 class State:
     """Per-request recurrent state (fixed size, like a GDN/Mamba state)."""
 
-    __slots__ = ("mode", "role", "role_toks", "ptr", "end", "lines_left", "user_start")
+    __slots__ = ("mode", "role", "role_toks", "ptr", "end", "lines_left", "user_start", "user_len")
 
     def __init__(self) -> None:
         self.mode = OUTSIDE
@@ -71,6 +71,9 @@ class State:
         # instruction reader starts from, kept across turns. A state that never saw the
         # prompt (a block never written, a zero state) knows no user turn.
         self.user_start = -1
+        # and how many of its tokens the state read (another count: a stretch skipped or
+        # read twice, as in a state block cached before it was complete: mamba_chunks.py)
+        self.user_len = 0
         self.role = ""
         self.role_toks: tuple[int, ...] = ()
         self.ptr = -1          # copy pointer (a context position), -1: none
@@ -81,7 +84,7 @@ class State:
         s = State.__new__(State)
         s.mode, s.role, s.role_toks = self.mode, self.role, self.role_toks
         s.ptr, s.end, s.lines_left = self.ptr, self.end, self.lines_left
-        s.user_start = self.user_start
+        s.user_start, s.user_len = self.user_start, self.user_len
         return s
 
     @property
@@ -90,7 +93,7 @@ class State:
 
     def __repr__(self) -> str:  # debugging aid
         return (f"State(mode={self.mode}, role={self.role!r}, ptr={self.ptr}, end={self.end}, "
-                f"lines_left={self.lines_left}, user_start={self.user_start})")
+                f"lines_left={self.lines_left}, user={self.user_start}+{self.user_len})")
 
 
 class SeqView:
@@ -263,12 +266,14 @@ class CopyModel:
                 s.role = self._role_name(s.role_toks)
                 s.mode = TURN
                 if s.role == "user":
-                    s.user_start = p + 1
+                    s.user_start, s.user_len = p + 1, 0
                 elif s.role == "assistant":
                     self.read_instruction(s, view, p)
             elif len(s.role_toks) < MAX_ROLE_TOKENS:
                 s.role_toks = s.role_toks + (x,)
             return
+        if s.mode == TURN and s.role == "user":
+            s.user_len += 1
         if s.copying:
             if s.ptr < s.end and view.tok(s.ptr) == x:
                 s.ptr += 1
@@ -326,6 +331,8 @@ class CopyModel:
             if bi < len(boundaries):
                 j = min(j, max(boundaries[bi] - start, i))
             if j > i:
+                if s.mode == TURN and s.role == "user":
+                    s.user_len += j - i
                 i = j
                 continue
             self.step(s, view, int(toks[i]), start + i)
@@ -348,14 +355,17 @@ class CopyModel:
     # -- the instruction reader (attention over the last user turn) ------------------------
     def read_instruction(self, s: State, view: SeqView, p: int) -> None:
         """Attend over the last user turn, from where the state remembers it began to its
-        ``<|im_end|>``. The state, not a scan of the KV, says where that turn is: a state
-        that never saw it (``user_start`` -1) finds no instruction and ends at once."""
+        ``<|im_end|>``: a state that never saw it (``user_start`` -1), or read another length
+        of it than the KV holds (``user_len``), finds no instruction and ends at once."""
         s.ptr, s.end, s.lines_left = 0, 0, 0
         cs = s.user_start
         if cs < 0 or cs > p:
             return
         ctx = view.tokens(p + 1)
         tail = ctx[cs:p + 1]
+        read = np.flatnonzero((tail == IM_END) | (tail == IM_START) | (tail == ENDOFTEXT))
+        if (int(read[0]) if len(read) else len(tail)) != s.user_len:
+            return
         ends = np.flatnonzero((tail == IM_END) | (tail == IM_START))
         ce = cs + (int(ends[0]) if len(ends) else len(tail))
         self._plan_copy(s, ctx, cs, ce)

@@ -102,6 +102,9 @@ class ModelRunner:
         # align mode: the state is only materialised where a chunk ends on a cacheable
         # position (a mamba block boundary, or the prompt's last hash boundary)
         self.align_block = cfg.mamba_block_size if cfg.align_mode else None
+        # mode all: a prefill chunk's states land where its kernel chunks end (mamba_chunks);
+        # the scheduler sets it (None: decode steps, dense, no caching, mode none)
+        self.chunk_states = None
         self.rows: dict[str, int] = {}
         self.free_rows = list(range(cfg.max_num_seqs))
         # Persistent per-row decode inputs, what a replayed verify graph reads: the rows'
@@ -184,6 +187,8 @@ class ModelRunner:
         u = self.snapshot_every
         if not u:
             return []
+        if self.chunk_states is not None and req.is_prefill:
+            return self.chunk_states.boundaries(start, n)
         if self.align_block:
             end, block = start + n, self.align_block
             tail = req.num_prompt_tokens // u * u if u < block else -1

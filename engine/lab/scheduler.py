@@ -18,6 +18,7 @@ from .config import EAGLE_STYLE_METHODS, LabConfig
 from ._log import log
 from .kv_cache_manager import KVCacheManager
 from .mamba_align import AlignStateBlocks
+from .mamba_chunks import PATCH as CHUNK_GRID, ChunkStateBlocks
 from .metrics import EngineMetrics
 from .model_runner import ModelRunner, RunnerOutput
 from .request import FINISHED, RUNNING, WAITING, Request
@@ -77,6 +78,12 @@ class Scheduler:
                                        cfg.patch_on("align-publish-after-copy"))
                       if self.align_block is not None and cfg.enable_prefix_caching else None)
         kvm.align = self.align
+        # mode all: a prefill chunk's states written per kernel chunk, cached once full
+        self.chunk_states = (ChunkStateBlocks(kvm.pool, cfg.block_size, cfg.effective_hash_unit,
+                                              cfg.patch_on(CHUNK_GRID))
+                             if (cfg.geometry == "hybrid" and cfg.enable_prefix_caching
+                                 and cfg.mamba_cache_mode == "all") else None)
+        runner.chunk_states = self.chunk_states
 
     def has_work(self) -> bool:
         return bool(self.waiting or self.running)
@@ -104,8 +111,7 @@ class Scheduler:
             self.running.remove(req)
         self.kvm.free(req)
         self.runner.release(req.request_id)
-        if self.align is not None:
-            self.align.forget(req.request_id)
+        self._forget_states(req)
         self.requests.pop(req.request_id, None)
         self.metrics.request_success[reason] = self.metrics.request_success.get(reason, 0) + 1
 
@@ -117,14 +123,18 @@ class Scheduler:
         self.running.remove(req)
         self.kvm.free(req)
         self.runner.release(req.request_id)
-        if self.align is not None:
-            self.align.forget(req.request_id)
+        self._forget_states(req)
         req.num_computed_tokens = 0
         req.num_cached_tokens = max(req.num_cached_tokens, 0)
         req.spec_token_ids = []
         req.state = None
         req.status = WAITING
         self.waiting.appendleft(req)
+
+    def _forget_states(self, req: Request) -> None:
+        for states in (self.align, self.chunk_states):
+            if states is not None:
+                states.forget(req.request_id)
 
     def _gauges(self) -> None:
         self.metrics.num_requests_running = len(self.running)
@@ -232,6 +242,7 @@ class Scheduler:
         max_len = self.cfg.max_model_len
         for req, n, spec in so.items:
             o = outs[req.request_id]
+            start, was_prefill = req.num_computed_tokens, req.is_prefill
             req.num_computed_tokens += o.num_inputs_accepted
             req.state = o.state
             if spec:
@@ -253,6 +264,8 @@ class Scheduler:
             self.kvm.cache_blocks(req)
             if self.align is not None:
                 self.align.computed(req, o.snapshots)
+            elif self.chunk_states is not None and was_prefill:
+                self.chunk_states.computed(req, start, o.num_inputs_accepted, o.snapshots)
             elif o.snapshots:
                 self.kvm.store_snapshots(req, o.snapshots)
             if reason:
