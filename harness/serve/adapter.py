@@ -53,6 +53,13 @@ class EngineAdapter:
     # what `sweep --help` says of this engine under a flag (settings/flags.py builds the help text)
     help_notes: dict[str, str] = {}
     serve = None   # --serve: the user's server line (harness/serve/serve_line.py)
+    # where a reused server's prefix cache is emptied (--isolation reset): vLLM's route
+    reset_path = "/reset_prefix_cache"
+
+    def read_usage(self, res: Any, config: dict[str, Any]) -> Any:
+        """A chat answer's usage as this engine means it (``config``: the server's
+        effective configuration); the answer as it came unless the engine says otherwise."""
+        return res
 
     def poison_kernels(self) -> dict[str, Any] | None:
         """--poison: what fixes kernel choices on its servers (None: nothing to fix)."""
