@@ -58,8 +58,11 @@ def build_options(ns: argparse.Namespace, argv: Sequence[str],
         configs, decided = serve_configs(ns, written, line)
         ns = argparse.Namespace(**{**vars(ns), **decided})   # the caller's stays as parsed
     else:
+        axes = matrix_axes(ns)
+        if "--patches" not in written and adapter_class(ns.engine).default_patches:
+            axes["patches"] = [adapter_class(ns.engine).default_patches]   # SGLang: none
         configs = expand_matrix(engine=ns.engine, model=ns.model, prefix_cache=ns.prefix_cache,
-                                axes=matrix_axes(ns))
+                                axes=axes)
     served = parse_served_config(getattr(ns, "served_config", None))   # --engine cmd
     configs = [declare(c, served) for c in configs]
     modulus = _modulus(ns.modulus)
@@ -108,6 +111,8 @@ def _check_poison(ns: argparse.Namespace, line) -> None:
     if ns.poison != "on":
         return
     cls = ADAPTERS.get(ns.engine)
+    if getattr(cls, "poison_refusal", None):   # said by its flag_checks.RULES row
+        return
     args = tuple(ns.engine_arg)
     if line is not None and line.has("--worker-extension-cls"):
         args += ("--worker-extension-cls",)   # the line's own extension

@@ -53,6 +53,8 @@ class EngineAdapter:
     # what `sweep --help` says of this engine under a flag (settings/flags.py builds the help text)
     help_notes: dict[str, str] = {}
     serve = None   # --serve: the user's server line (harness/serve/serve_line.py)
+    # the --patches an unwritten flag means on this engine (None: the flag's default)
+    default_patches: str | None = None
     # where a reused server's prefix cache is emptied (--isolation reset): vLLM's route
     reset_path = "/reset_prefix_cache"
 

@@ -1,17 +1,19 @@
 """``--engine sglang``: ``python -m sglang.launch_server`` from the shared presets, in
-SGLang's spellings (read from sglang 0.5.12's ``python/sglang/srt/server_args.py``,
-``ServerArgs.add_cli_args``), and what its server says back.
+SGLang's spellings (read from sglang 0.5.12's source: SGLang modules are cited by their
+dotted names, ``sglang.srt.server_args.ServerArgs.add_cli_args``), and what its server says
+back.
 
 - Readiness: ``GET /health`` answers 503 while the server's status is ``Starting`` and 200
-  once its warm-up request has run (``entrypoints/http_server.py``, ``health_generate``):
+  once its warm-up request has run (``sglang.srt.entrypoints.http_server.health_generate``):
   the pool's ordinary /health poll.
 - The templated length: SGLang's ``POST /tokenize`` (and ``/v1/tokenize``) takes chat
-  ``messages`` and renders them as a chat completion does (``serving_tokenize.py``,
-  ``_tokenize_chat_request``), answering ``{tokens, count, max_model_len}``; every answer's
+  ``messages`` and renders them as a chat completion does
+  (``sglang.srt.entrypoints.openai.serving_tokenize``, ``_tokenize_chat_request``), answering ``{tokens, count, max_model_len}``; every answer's
   ``usage.prompt_tokens`` is checked against it as on vLLM.
 - The hit: ``--enable-cache-report`` puts ``usage.prompt_tokens_details.cached_tokens`` in
   the OpenAI usage, and leaves the details out when nothing was cached
-  (``usage_processor.py``, ``UsageProcessor._details_if_cached``): ``read_usage`` reads that
+  (``sglang.srt.entrypoints.openai.usage_processor.UsageProcessor._details_if_cached``):
+  ``read_usage`` reads that
   absence as 0 where the server reports the flag on.
 - The effective configuration: ``GET /server_info`` (``/get_server_info`` before it):
   ``ServerArgs`` as a dict, the scheduler's pool size, and each scheduler's own view of the
@@ -52,8 +54,8 @@ MODE_OF_SWITCHES = {(bool(f.count("--disable-cuda-graph")),
                      bool(f.count("--disable-piecewise-cuda-graph"))): m
                     for m, f in GRAPH_FLAGS.items()}
 # the harness's speculative method -> SGLang's algorithm; k drafts verify k + 1 tokens
-# (--speculative-num-draft-tokens counts the verify window: cuda_graph_runner.py's
-# num_tokens_per_bs); NEXTN is SGLang's name for a model's own MTP head (an EAGLE alias)
+# (--speculative-num-draft-tokens counts the verify window: the num_tokens_per_bs of
+# sglang.srt.model_executor.cuda_graph_runner.CudaGraphRunner); NEXTN is SGLang's name for a model's own MTP head (an EAGLE alias)
 ALGORITHM_OF_METHOD = {"ngram": "NGRAM", "mtp": "NEXTN", "dflash": "DFLASH"}
 METHOD_OF_ALGORITHM = {"NGRAM": "ngram", "NEXTN": "mtp", "EAGLE": "mtp", "DFLASH": "dflash"}
 
@@ -79,7 +81,7 @@ def sglang_fields(args: Mapping[str, Any]) -> dict[str, Any]:
     """``ServerArgs`` fields (a parsed line's, or ``/server_info``'s) as configuration
     fields: only those ``args`` holds."""
     out: dict[str, Any] = {}
-    if args.get("page_size") is not None:   # hits are whole pages (radix_cache.py)
+    if args.get("page_size") is not None:   # hits are whole pages (RadixKey.page_aligned)
         out["block_size"] = out["prefix_match_unit"] = int(args["page_size"])
     if "disable_radix_cache" in args:
         out["prefix_caching"] = not args["disable_radix_cache"]
@@ -137,10 +139,11 @@ class SglangAdapter(EngineAdapter):
     boot_timeout_s = 900.0
     needs_gpu = True
     takes_draft_model = True      # DFLASH's drafter: --speculative-draft-model-path
-    reset_path = "/flush_cache"   # http_server.py: flush_cache (GET or POST)
+    default_patches = "none"      # the residue-lab fixes are a vLLM plugin: none here
+    reset_path = "/flush_cache"   # sglang.srt.entrypoints.http_server.flush_cache (GET, POST)
     poison_refusal = NOT_SUPPORTED   # no residue_lab_poison RPC (flag_checks.RULES)
     help_notes = {"--engine": "an SGLang install (python -m sglang.launch_server), on GPU; "
-                              "needs --model and --patches none",
+                              "needs --model; runs unpatched",
                   "--model": "required, a local model directory or HF id",
                   "--engine-arg": "--engine-arg=--attention-backend=triton"}
 

@@ -128,6 +128,10 @@ RULES: tuple[Rule, ...] = (
          lambda a: "--seed lists are documents and --prompts cases have none: give one --seed"),
     Rule(("--bisect", "--baseline"), lambda a: bool(a.bisect) and bool(a.baseline),
          lambda a: "--bisect and --baseline are exclusive: a bisect judges each build alone"),
+    Rule(("--poison", "--engine"),   # an engine that refuses the fill outright (SGLang)
+         lambda a: a.poison == "on" and bool(getattr(_engine(a), "poison_refusal", None)),
+         lambda a: f"--poison on: --engine {a.engine}: {_engine(a).poison_refusal}; use "
+                   "--poison auto or off"),
 )
 
 

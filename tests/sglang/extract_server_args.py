@@ -17,8 +17,8 @@ import sys
 KEPT = ("type", "action", "nargs", "choices", "required", "dest", "const")
 
 
-def _literal(node: ast.AST):
-    if isinstance(node, ast.Name):   # a type (int, str, float) or an action class, by name
+def _literal(node: ast.AST, key: str):
+    if isinstance(node, ast.Name) and key in ("type", "action"):   # int, an action class...
         return node.id
     try:
         return ast.literal_eval(node)
@@ -51,7 +51,7 @@ def extract(source: str) -> list[dict]:
         arg = {"names": names}
         for kw in call.keywords:
             if kw.arg in KEPT:
-                value = _literal(kw.value)
+                value = _literal(kw.value, kw.arg)
                 if value is not None:
                     arg[kw.arg] = value
         dest = arg.get("dest") or names[0].lstrip("-").replace("-", "_")
