@@ -138,25 +138,23 @@ class SglangAdapter(EngineAdapter):
     name = "sglang"
     boot_timeout_s = 900.0
     needs_gpu = True
-    takes_draft_model = True      # DFLASH's drafter: --speculative-draft-model-path
     default_patches = "none"      # the residue-lab fixes are a vLLM plugin: none here
     reset_path = "/flush_cache"   # sglang.srt.entrypoints.http_server.flush_cache (GET, POST)
     poison_refusal = NOT_SUPPORTED   # no residue_lab_poison RPC (flag_checks.RULES)
     help_notes = {"--engine": "an SGLang install (python -m sglang.launch_server), on GPU; "
                               "needs --model; runs unpatched",
                   "--model": "required, a local model directory or HF id",
-                  "--engine-arg": "--engine-arg=--attention-backend=triton"}
+                  # a drafter checkpoint (DFLASH, EAGLE) is SGLang's own flag
+                  "--engine-arg": "--engine-arg=--speculative-draft-model-path=DIR"}
 
-    def __init__(self, *, draft_model: str | None = None, extra_args: tuple[str, ...] = (),
+    def __init__(self, *, extra_args: tuple[str, ...] = (),
                  served_model_name: str | None = None) -> None:
-        self.draft_model = draft_model
         self.extra_args = tuple(extra_args)
         self.served_model_name = served_model_name
 
     @classmethod
-    def build(cls, *, draft_model, extra_args, served_model_name, **_):
-        return cls(draft_model=draft_model, extra_args=extra_args,
-                   served_model_name=served_model_name)
+    def build(cls, *, extra_args, served_model_name, **_):
+        return cls(extra_args=extra_args, served_model_name=served_model_name)
 
     @classmethod
     def restore_refusal(cls) -> str:
@@ -204,8 +202,6 @@ class SglangAdapter(EngineAdapter):
             argv.append("--disable-radix-cache")
         if cfg.max_num_batched_tokens:
             argv += ["--chunked-prefill-size", str(cfg.max_num_batched_tokens)]
-        if self.draft_model:
-            argv += ["--speculative-draft-model-path", self.draft_model]
         if self.served_model_name:
             argv += ["--served-model-name", self.served_model_name]
         return argv + self.serve_flags(slot), env

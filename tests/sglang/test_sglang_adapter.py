@@ -57,8 +57,9 @@ def test_graph_modes_are_sglangs_two_switches_and_read_back(mode, decode_off, pi
 
 
 def test_caching_off_budget_drafter_name_tp_and_engine_args():
-    a = make_adapter("sglang", draft_model="/d", served_model_name="tiny",
-                     extra_args=("--attention-backend", "triton"))
+    a = make_adapter("sglang", served_model_name="tiny",
+                     extra_args=("--attention-backend", "triton",
+                                 "--speculative-draft-model-path", "/d"))
     argv, _ = a.command(cfg(spec="dflash2", prefix_caching=False, max_num_batched_tokens=512),
                         1, Slot("g01", "0,1"))
     ns = parsed(argv)
