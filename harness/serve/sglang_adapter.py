@@ -144,6 +144,7 @@ class SglangAdapter(EngineAdapter):
     help_notes = {"--engine": "an SGLang install (python -m sglang.launch_server), on GPU; "
                               "needs --model; runs unpatched",
                   "--model": "required, a local model directory or HF id",
+                  "--geometry": "hybrid adds --mamba-scheduler-strategy extra_buffer",
                   # a drafter checkpoint (DFLASH, EAGLE) is SGLang's own flag
                   "--engine-arg": "--engine-arg=--speculative-draft-model-path=DIR"}
 
@@ -202,6 +203,10 @@ class SglangAdapter(EngineAdapter):
             argv.append("--disable-radix-cache")
         if cfg.max_num_batched_tokens:
             argv += ["--chunked-prefill-size", str(cfg.max_num_batched_tokens)]
+        if cfg.geometry == "hybrid" and cfg.prefix_caching:
+            # ServerArgs._handle_mamba_radix_cache: the default (no_buffer) sets page_size 1
+            # and refuses speculative decoding beside the radix cache
+            argv += ["--mamba-scheduler-strategy", "extra_buffer"]
         if self.served_model_name:
             argv += ["--served-model-name", self.served_model_name]
         return argv + self.serve_flags(slot), env

@@ -69,6 +69,16 @@ def test_caching_off_budget_drafter_name_tp_and_engine_args():
     assert ns.tensor_parallel_size == 2 and ns.attention_backend == "triton"
 
 
+def test_a_hybrid_keeps_its_pages_and_drafts_beside_the_radix_cache():
+    """SGLang's default mamba strategy (no_buffer) sets page_size 1 and refuses speculative
+    decoding beside the radix cache (ServerArgs._handle_mamba_radix_cache): extra_buffer."""
+    ns = parsed(make_adapter("sglang").command(cfg(geometry="hybrid"), 1, GPU)[0])
+    assert ns.mamba_scheduler_strategy == "extra_buffer" and ns.page_size == 128
+    off = parsed(make_adapter("sglang").command(cfg(geometry="hybrid", prefix_caching=False),
+                                                1, GPU)[0])
+    assert off.mamba_scheduler_strategy in (None, "auto")   # SGLang's default
+
+
 @pytest.mark.parametrize("kw,needle", [
     (dict(cudagraph_mode="FULL"), "SGLang has no such mode"),
     (dict(patches="all"), "give --patches none"),
