@@ -176,8 +176,9 @@ class SglangAdapter(EngineAdapter):
 
     def check_can_start(self) -> None:
         import importlib.util
-        try:
-            found = importlib.util.find_spec("sglang") is not None
+        try:   # a folder named sglang on the path is a namespace package, not SGLang
+            spec = importlib.util.find_spec("sglang")
+            found = spec is not None and spec.origin not in (None, "namespace")
         except (ImportError, ValueError):
             found = False
         if not found:

@@ -96,3 +96,19 @@ def test_dry_run_prints_the_launch_line(tmp_path):
     assert "-m sglang.launch_server --model-path" in r.stdout
     assert "--speculative-algorithm NGRAM --speculative-num-draft-tokens 4" in r.stdout
     assert "--enable-cache-report" in r.stdout
+
+
+def test_without_sglang_the_sweep_stops_in_one_line_before_any_server(tmp_path):
+    full = {**os.environ, "PYTHONPATH": str(ROOT)}   # no fake: no sglang at all
+    r = subprocess.run([sys.executable, "-m", "harness", "--engine", "sglang", "--model",
+                        str(TOKENIZER), "--residues", "3", "--out", str(tmp_path / "out")],
+                       cwd=ROOT, env=full, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 3, r.stderr[-2000:]
+    assert "SGLang is not installed" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_serve_line_needs_sglangs_own_parser(tmp_path):
+    r = sweep(tmp_path, "--serve", f"sglang serve --model-path {TOKENIZER} --page-size 64")
+    assert r.returncode == 3, r.stderr[-2000:]
+    (line,) = r.stderr.strip().splitlines()
+    assert "SGLang's own argument parser cannot be built here" in line
