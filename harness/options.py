@@ -58,11 +58,11 @@ def build_options(ns: argparse.Namespace, argv: Sequence[str],
         configs, decided = serve_configs(ns, written, line)
         ns = argparse.Namespace(**{**vars(ns), **decided})   # the caller's stays as parsed
     else:
-        axes = matrix_axes(ns)
         if "--patches" not in written and adapter_class(ns.engine).default_patches:
-            axes["patches"] = [adapter_class(ns.engine).default_patches]   # SGLang: none
+            # the engine's own (SGLang: none), kept in the manifest's flags for explain/resume
+            ns = argparse.Namespace(**{**vars(ns), "patches": adapter_class(ns.engine).default_patches})
         configs = expand_matrix(engine=ns.engine, model=ns.model, prefix_cache=ns.prefix_cache,
-                                axes=axes)
+                                axes=matrix_axes(ns))
     served = parse_served_config(getattr(ns, "served_config", None))   # --engine cmd
     configs = [declare(c, served) for c in configs]
     modulus = _modulus(ns.modulus)

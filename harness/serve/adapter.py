@@ -101,6 +101,13 @@ class EngineAdapter:
         """This engine's adapter for a sweep's options (``make_adapter`` checked them)."""
         raise NotImplementedError
 
+    @classmethod
+    def config_refusal(cls, cfg: ServingConfig) -> str | None:
+        """Why this engine cannot run ``cfg`` at all (None: it can), said as the configuration
+        is built (``settings.configs.matrix_combos``): a sweep stops in one line, an
+        ``explain`` rung becomes a note."""
+        return None
+
     def check(self, configs, slot: Slot) -> None:
         """Every configuration can be turned into a server command: raises
         ``UsageError`` while the sweep is built, never when a point boots."""

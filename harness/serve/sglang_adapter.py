@@ -163,16 +163,19 @@ class SglangAdapter(EngineAdapter):
                 "just-booted state (/release_memory_occupation + /resume_memory_occupation "
                 "are not shown equal to a fresh boot); use --isolation fresh")
 
-    def check(self, configs, slot: Slot) -> None:
-        super().check(configs, slot)
-        for cfg in configs:
-            if cfg.patches != "none":
-                raise UsageError(f"{cfg.label()}: --engine sglang runs SGLang as installed "
-                                 "(the residue-lab fixes are a vLLM plugin): give --patches none")
-            if cfg.prefix_caching and cfg.prefix_match_unit not in (None, cfg.block_size):
-                raise UsageError(f"{cfg.label()}: SGLang's prefix hits are whole pages: "
-                                 f"--prefix-match-unit {cfg.prefix_match_unit} must equal "
-                                 f"--block-size {cfg.block_size} (its --page-size)")
+    @classmethod
+    def config_refusal(cls, cfg: ServingConfig) -> str | None:
+        if cfg.patches != "none":
+            return ("--engine sglang runs SGLang as installed (the residue-lab fixes are a "
+                    "vLLM plugin): give --patches none")
+        if cfg.prefix_caching and cfg.prefix_match_unit not in (None, cfg.block_size):
+            return (f"SGLang's prefix hits are whole pages: --prefix-match-unit "
+                    f"{cfg.prefix_match_unit} must equal --block-size {cfg.block_size} "
+                    "(its --page-size)")
+        if cfg.cudagraph_mode not in GRAPH_FLAGS:
+            return (f"--cudagraph {cfg.cudagraph_mode}: SGLang has no such mode (its decode "
+                    f"graph and its piecewise prefill graph give {', '.join(GRAPH_FLAGS)})")
+        return None
 
     def check_can_start(self) -> None:
         import importlib.util

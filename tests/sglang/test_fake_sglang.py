@@ -72,13 +72,25 @@ def test_reset_empties_the_radix_cache_with_flush_cache(tmp_path):
     assert all(x["verdict"] == "ok" and not x.get("reset_error") for x in recs)
 
 
-def test_a_broken_hit_is_found_and_measured_not_predicted(tmp_path):
-    r = sweep(tmp_path, "--residues", "3-5", env={"FAKE_SGLANG_BREAK_RESIDUE": "4"})
+def test_a_broken_hit_is_found_measured_not_predicted_and_explained(tmp_path):
+    broken = {"FAKE_SGLANG_BREAK_RESIDUE": "4"}
+    r = sweep(tmp_path, "--residues", "3-5", env=broken)
     assert r.returncode == 1, r.stderr[-2000:]
     bad = [(x["residue"], x["phase"]) for x in records(tmp_path) if x["verdict"] != "ok"]
     assert bad == [(4, "self-hit")]
-    assert "no rule: measured only" in report(tmp_path)
-    assert "broken at residue 4" in report(tmp_path)
+    text = report(tmp_path)
+    assert "no rule: measured only" in text and "broken at residue 4" in text
+    assert "the final prefill chunk the rule names" not in text   # no rule names one
+    (run,) = [p.stem for p in (tmp_path / "out").glob("*.jsonl")]
+    full = {**os.environ, **broken, "PYTHONPATH": f"{FAKE}{os.pathsep}{ROOT}"}
+    e = subprocess.run([sys.executable, "-m", "harness", "explain", run, "--out",
+                        str(tmp_path / "out")], cwd=ROOT, env=full, capture_output=True,
+                       text=True, timeout=240)
+    assert e.returncode == 0, e.stderr[-2000:]
+    rows = {ln.split("  ")[0]: ln for ln in e.stdout.splitlines()}
+    assert "276/276" in rows["prefix caching → off"]   # the one discriminator
+    assert "not run" in rows["patches → all"] and "--patches none" in rows["patches → all"]
+    assert "not run" in rows["block size → 16"]
 
 
 @pytest.mark.parametrize("args,needles", [

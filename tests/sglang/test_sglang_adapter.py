@@ -14,7 +14,8 @@ from harness.judge.bugb import predict
 from harness.serve.client import ChatResult
 from harness.serve.engines import make_adapter
 from harness.serve.serve_line import _sglang_line
-from harness.serve.sglang_adapter import SGLANG_MODULE, effective_from_info, sglang_fields
+from harness.serve.sglang_adapter import (SGLANG_MODULE, SglangAdapter, effective_from_info,
+                                         sglang_fields)
 from harness.serve.slots import Slot
 from tests.sglang.args import listed_or_real, real_parser_importable
 
@@ -84,8 +85,12 @@ def test_a_hybrid_keeps_its_pages_and_drafts_beside_the_radix_cache():
     (dict(patches="all"), "give --patches none"),
     (dict(block_size=64), "must equal --block-size 64")])
 def test_what_sglang_cannot_run_is_one_line_before_any_server(kw, needle):
-    with pytest.raises(UsageError, match=needle):
-        make_adapter("sglang").check([cfg(**kw)], GPU)
+    from harness.settings.configs import expand_matrix
+    assert needle in SglangAdapter.config_refusal(cfg(**kw))
+    axes = {k: [v] for k, v in {"spec": "ngram", "ctx": "huge", "patches": "none", **kw}.items()}
+    with pytest.raises(UsageError, match=needle):   # said as the configuration is built
+        expand_matrix(engine="sglang", model="owner/tiny", prefix_cache=None, axes=axes)
+    assert SglangAdapter.config_refusal(cfg()) is None
 
 
 SERVER_INFO = {   # sglang.srt.entrypoints.http_server.server_info's shape, abridged
