@@ -157,6 +157,17 @@ def test_a_serve_line_is_read_by_sglangs_parser():
     assert "--model-path" not in argv[5:] and argv[-4:] == ["--host", "127.0.0.1", "--port", "9100"]
 
 
+def test_a_serve_lines_servers_get_sglangs_additions_once():
+    line = _line("sglang serve --model-path owner/tiny --page-size 64 --enable-metrics")
+    a = make_adapter("sglang", extra_args=("--attention-backend", "triton"))
+    a.serve = line
+    argv, _ = a.command(line.config("none"), 9100, Slot("g01", "0,1"))
+    ns = parsed(argv)
+    assert ns.enable_cache_report and ns.enable_metrics and ns.tensor_parallel_size == 2
+    assert argv.count("--enable-metrics") == 1 and ns.attention_backend == "triton"
+    assert (ns.port, ns.page_size, ns.model_path) == (9100, 64, "owner/tiny")
+
+
 @pytest.mark.parametrize("text,needle", [
     ("sglang serve --model-path /m --no-such-flag", "--no-such-flag"),
     ("sglang serve --model-path /m --speculative-algorithm EAGLE3", "EAGLE3"),
