@@ -26,6 +26,7 @@ back.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import sys
 from typing import Any, Mapping
 
@@ -50,12 +51,12 @@ GRAPH_FLAGS: dict[str, tuple[str, ...]] = {
     "NONE": ("--disable-cuda-graph", "--disable-piecewise-cuda-graph"),
 }
 # (decode graph off, piecewise prefill graph off) -> the mode, as the server reports them
-MODE_OF_SWITCHES = {(bool(f.count("--disable-cuda-graph")),
-                     bool(f.count("--disable-piecewise-cuda-graph"))): m
+MODE_OF_SWITCHES = {("--disable-cuda-graph" in f, "--disable-piecewise-cuda-graph" in f): m
                     for m, f in GRAPH_FLAGS.items()}
 # the harness's speculative method -> SGLang's algorithm; k drafts verify k + 1 tokens
 # (--speculative-num-draft-tokens counts the verify window: the num_tokens_per_bs of
-# sglang.srt.model_executor.cuda_graph_runner.CudaGraphRunner); NEXTN is SGLang's name for a model's own MTP head (an EAGLE alias)
+# sglang.srt.model_executor.cuda_graph_runner.CudaGraphRunner); NEXTN is SGLang's name for
+# a model's own MTP head (an EAGLE alias)
 ALGORITHM_OF_METHOD = {"ngram": "NGRAM", "mtp": "NEXTN", "dflash": "DFLASH"}
 METHOD_OF_ALGORITHM = {"NGRAM": "ngram", "NEXTN": "mtp", "EAGLE": "mtp", "DFLASH": "dflash"}
 
@@ -240,7 +241,6 @@ class SglangAdapter(EngineAdapter):
         tokens (``UsageProcessor._details_if_cached``); from any other, still unknown."""
         reports = (config.get("sglang") or {}).get("enable_cache_report") is True
         if reports and res.cached_tokens is None and res.prompt_tokens is not None:
-            import dataclasses
             return dataclasses.replace(res, cached_tokens=0)
         return res
 
