@@ -112,6 +112,8 @@ class EngineAdapter:
         """Every configuration can be turned into a server command: raises
         ``UsageError`` while the sweep is built, never when a point boots."""
         for cfg in configs:
+            if (why := self.config_refusal(cfg)) is not None:   # a --serve line's, too
+                raise UsageError(f"{cfg.label()}: {why}")
             if cfg.runner != "auto" and cfg.runner not in self.runners:
                 raise UsageError(self.runner_refusal(cfg.runner))
             check_model_path(cfg.model)

@@ -91,6 +91,8 @@ def test_what_sglang_cannot_run_is_one_line_before_any_server(kw, needle):
     with pytest.raises(UsageError, match=needle):   # said as the configuration is built
         expand_matrix(engine="sglang", model="owner/tiny", prefix_cache=None, axes=axes)
     assert SglangAdapter.config_refusal(cfg()) is None
+    with pytest.raises(UsageError, match=needle):   # a --serve line's configuration too
+        make_adapter("sglang").check([cfg(**kw)], GPU)
 
 
 SERVER_INFO = {   # sglang.srt.entrypoints.http_server.server_info's shape, abridged
