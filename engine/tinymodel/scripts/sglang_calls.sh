@@ -41,7 +41,10 @@ sgl_smoke() {   # $1: the work folder
   done
   echo "health after ${t}s (call at $(el)s)" >> "$w/timings.txt"
   curl -s "127.0.0.1:$port/server_info" > "$w/server_info.json"
-  local body='{"model":"'$MODEL'","messages":[{"role":"user","content":"Copy the first line.\n\nalpha beta gamma\ndelta"}],"max_tokens":16,"temperature":0}'
+  local body   # a prompt of several pages (64 tokens each): the second send hits them
+  body=$(python3 -c "import json,sys; print(json.dumps({'model': sys.argv[1], 'max_tokens': 16,
+    'temperature': 0, 'messages': [{'role': 'user', 'content': 'Copy the first line.\n\n'
+    + '\n'.join(f'line {i} of the document' for i in range(60))}]}))" "$MODEL")
   for t in 1 2; do   # the second send must report cached_tokens
     curl -s "127.0.0.1:$port/v1/chat/completions" -H 'Content-Type: application/json' \
       -d "$body" >> "$w/chat.jsonl"; echo >> "$w/chat.jsonl"
