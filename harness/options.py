@@ -58,6 +58,9 @@ def build_options(ns: argparse.Namespace, argv: Sequence[str],
         configs, decided = serve_configs(ns, written, line)
         ns = argparse.Namespace(**{**vars(ns), **decided})   # the caller's stays as parsed
     else:
+        if "--patches" not in written and adapter_class(ns.engine).default_patches:
+            # the engine's own (SGLang: none), kept in the manifest's flags for explain/resume
+            ns = argparse.Namespace(**{**vars(ns), "patches": adapter_class(ns.engine).default_patches})
         configs = expand_matrix(engine=ns.engine, model=ns.model, prefix_cache=ns.prefix_cache,
                                 axes=matrix_axes(ns), context=ns.context,
                                 max_tokens=ns.max_tokens)
@@ -109,6 +112,8 @@ def _check_poison(ns: argparse.Namespace, line) -> None:
     if ns.poison != "on":
         return
     cls = ADAPTERS.get(ns.engine)
+    if getattr(cls, "poison_refusal", None):   # said by its flag_checks.RULES row
+        return
     args = tuple(ns.engine_arg)
     if line is not None and line.has("--worker-extension-cls"):
         args += ("--worker-extension-cls",)   # the line's own extension

@@ -103,6 +103,8 @@ def _agreement(cd: ConfigData, pred: Prediction) -> str:
         return _untested(cd, statuses)
     if pred.per_batch:
         return _per_batch_agreement(cd, pred.per_batch, covered, broken)
+    if pred.measured_only:
+        return f"broken at {residues_phrase(broken)}" if broken else "no break seen"
     if pred.residues is None:
         if broken:
             return f"broken at {residues_phrase(broken)}; the rule cannot be checked here"

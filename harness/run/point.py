@@ -188,7 +188,8 @@ class PointRunner:
             log_path = self.logs_dir / f"{log_name}-{slot.id}-{port}.log"
             server = self.launcher(argv, env, port, log_path, slot)
             client = EngineClient(server.base_url, timeout=self.opts.timeout,
-                                  api_key=self.opts.api_key, http=self.http)
+                                  api_key=self.opts.api_key, http=self.http,
+                                  reset_path=(adapter or self.adapter).reset_path)
             try:
                 await server.prepare()
                 server.start()
@@ -316,6 +317,7 @@ class PointRunner:
             before = await client.scrape()
             res, load, hist = await self._measured(point, phase, client, model, server,
                                                    templated)
+            res = self.adapter.read_usage(res, info.get("config") or {})   # SGLang's 0 hits
             after = await client.scrape()
         except LoadError as e:
             return self._failure(point, slot, phase, "invalid", f"--load: {e}", [], info,

@@ -54,6 +54,15 @@ class EngineAdapter:
     help_notes: dict[str, str] = {}
     async_scheduling = False     # the engine has an asynchronous-scheduling switch
     serve = None   # --serve: the user's server line (harness/serve/serve_line.py)
+    # the --patches an unwritten flag means on this engine (None: the flag's default)
+    default_patches: str | None = None
+    # where a reused server's prefix cache is emptied (--isolation reset): vLLM's route
+    reset_path = "/reset_prefix_cache"
+
+    def read_usage(self, res: Any, config: dict[str, Any]) -> Any:
+        """A chat answer's usage as this engine means it (``config``: the server's
+        effective configuration); the answer as it came unless the engine says otherwise."""
+        return res
 
     def poison_kernels(self) -> dict[str, Any] | None:
         """--poison: what fixes kernel choices on its servers (None: nothing to fix)."""
@@ -93,10 +102,19 @@ class EngineAdapter:
         """This engine's adapter for a sweep's options (``make_adapter`` checked them)."""
         raise NotImplementedError
 
+    @classmethod
+    def config_refusal(cls, cfg: ServingConfig) -> str | None:
+        """Why this engine cannot run ``cfg`` at all (None: it can), said as the configuration
+        is built (``settings.configs.matrix_combos``): a sweep stops in one line, an
+        ``explain`` rung becomes a note."""
+        return None
+
     def check(self, configs, slot: Slot) -> None:
         """Every configuration can be turned into a server command: raises
         ``UsageError`` while the sweep is built, never when a point boots."""
         for cfg in configs:
+            if (why := self.config_refusal(cfg)) is not None:   # a --serve line's, too
+                raise UsageError(f"{cfg.label()}: {why}")
             if cfg.runner != "auto" and cfg.runner not in self.runners:
                 raise UsageError(self.runner_refusal(cfg.runner))
             check_model_path(cfg.model)

@@ -86,9 +86,13 @@ def shared_http() -> httpx.AsyncClient:
 
 class EngineClient:
     def __init__(self, base_url: str, *, timeout: float = 120.0, api_key: str | None = None,
-                 http: httpx.AsyncClient | None = None):
+                 http: httpx.AsyncClient | None = None,
+                 reset_path: str = "/reset_prefix_cache"):
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
+        # where the engine empties its prefix cache (vLLM's; SGLang's is /flush_cache:
+        # EngineAdapter.reset_path)
+        self.reset_path = reset_path
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._owns_http = http is None
         self._http = http if http is not None else shared_http()
@@ -137,7 +141,19 @@ class EngineClient:
             return {}
 
     async def reset_prefix_cache(self) -> None:
-        await self._request("POST", "/reset_prefix_cache", timeout=30)
+        await self._request("POST", self.reset_path, timeout=30)
+
+    async def server_info(self, paths: Sequence[str]) -> dict[str, Any]:
+        """The first of ``paths`` that answers a JSON object (SGLang: ``/server_info``,
+        before it ``/get_server_info``); {} when none does."""
+        for path in paths:
+            try:
+                data = (await self._request("GET", path, timeout=30)).json()
+            except (ServerError, ValueError):
+                continue
+            if isinstance(data, dict):
+                return data
+        return {}
 
     # -- sleep mode (vLLM's development endpoints; --isolation restore) ------------------
     async def sleep(self, level: int = 1) -> None:

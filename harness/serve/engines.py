@@ -4,7 +4,9 @@ engine (``adapter.py`` says what an adapter is), and everything else reads it: t
 
 - ``lab``: the CPU lab engine (``lab_adapter.py``), the embedded default;
 - ``vllm``: ``vllm serve`` from the shared presets (``vllm_adapter.py``);
-- ``cmd``: any OpenAI-compatible server from a user template (``cmd_adapter.py``).
+- ``cmd``: any OpenAI-compatible server from a user template (``cmd_adapter.py``);
+- ``sglang``: ``python -m sglang.launch_server`` from the shared presets
+  (``sglang_adapter.py``).
 """
 from __future__ import annotations
 
@@ -21,9 +23,10 @@ from .isolation import restores as isolation_restores
 from .lab_adapter import LAB_MODEL_DIR, LabAdapter
 from .poison import mode_for as poison_mode, why_not as poison_why_not
 from .restore import vllm_serves_sleep
+from .sglang_adapter import SglangAdapter
 from .vllm_adapter import VllmAdapter
 
-__all__ = ["EngineAdapter", "LabAdapter", "VllmAdapter", "CmdAdapter", "ADAPTERS", "EngineName",
+__all__ = ["EngineAdapter", "LabAdapter", "VllmAdapter", "CmdAdapter", "SglangAdapter", "ADAPTERS", "EngineName",
            "adapter_class", "make_adapter", "LAB_MODEL_DIR", "PreforkSpec", "normalise_reported",
            "vllm_serves_sleep", "auto_reuse_pass", "engines_where",
            "dummy_weights_refusal"]
@@ -31,7 +34,7 @@ __all__ = ["EngineAdapter", "LabAdapter", "VllmAdapter", "CmdAdapter", "ADAPTERS
 
 # Adding an engine is one entry here (its adapter class: facts, ``build``, ``command``).
 ADAPTERS: dict[str, type[EngineAdapter]] = {"lab": LabAdapter, "vllm": VllmAdapter,
-                                             "cmd": CmdAdapter}
+                                             "cmd": CmdAdapter, "sglang": SglangAdapter}
 # An engine as a value, one member per entry: EngineName.VLLM == "vllm" (a StrEnum, written
 # as the word), so comparisons name the member or ask the adapter, never the string.
 EngineName = StrEnum("EngineName", [(n.upper(), n) for n in ADAPTERS], module=__name__)

@@ -22,6 +22,7 @@ from ..errors import UsageError
 from .flag_values import choices_of, parse_phases, split
 from .flags import UNSET
 from ..prompts.cases import PromptCase, load_cases, select_cases
+from ..serve.engines import adapter_class
 from ..serve.slots import Slot
 from ..serve.engines import EngineName
 from ..judge.vocabulary import PHASES, PhaseName
@@ -165,6 +166,8 @@ def matrix_combos(*, engine: str, model: str | None, prefix_cache: bool | None,
         except PresetError as e:
             raise UsageError(f"configuration {chosen.get('spec')}/{chosen.get('ctx')}: {e}") from None
         cfg = history_server(cfg, context, max_tokens)
+        if (why := adapter_class(engine).config_refusal(cfg)) is not None:   # SGLang: FULL...
+            raise UsageError(f"{cfg.label()}: {why}")
         cid = config_id(cfg)
         if cid not in seen:
             seen.add(cid)

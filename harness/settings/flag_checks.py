@@ -143,6 +143,10 @@ RULES: tuple[Rule, ...] = (
     Rule(("--history", "--phases"), lambda a: bool(_history_missing(a)),
          lambda a: "--history {0} runs at the {1} phase: --phases must have {2}".format(
              *_history_missing(a), ", ".join(dict.fromkeys(("cold", _history_missing(a)[1]))))),
+    Rule(("--poison", "--engine"),   # an engine that refuses the fill outright (SGLang)
+         lambda a: a.poison == "on" and bool(getattr(_engine(a), "poison_refusal", None)),
+         lambda a: f"--poison on: --engine {a.engine}: {_engine(a).poison_refusal}; use "
+                   "--poison auto or off"),
 )
 
 

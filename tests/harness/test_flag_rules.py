@@ -40,6 +40,7 @@ BROKEN = {
     ("--served-config", "--engine"): ["--served-config", "{}"],
     ("--seed", "--prompts"): ["--prompts", "{prompts}", "--seed", "0,1"],
     ("--bisect", "--baseline"): ["--bisect", "--baseline", "x.jsonl"],
+    ("--poison", "--engine"): ["--engine", "sglang", "--model", "owner/m", "--poison", "on"],
 }
 
 
