@@ -280,6 +280,8 @@ SUBCOMMANDS = {"report": run_report, "compare": run_compare, "presets": run_pres
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
+    # a sweep under git bisect run (--bisect): read here, where the command line is
+    bisecting = "--bisect" in args and not (args and args[0] in SUBCOMMANDS)
     try:
         if args and args[0] in SUBCOMMANDS:
             code = SUBCOMMANDS[args[0]](args[1:])
@@ -287,7 +289,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             code = run_sweep(args)
     except HarnessError as e:   # the tree of harness/errors.py: each carries its exit code
         if e.exit_code is None:   # a HandledError that escaped where it is handled: a bug
-            code = internal_error(args, kill_all_servers)
+            code = internal_error(bisecting, kill_all_servers)
         else:
             print(f"sweep: {e.prefix}: {e}", file=sys.stderr)
             code = e.exit_code
@@ -300,8 +302,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         print("sweep: interrupted", file=sys.stderr)
         code = EXIT_INTERRUPTED
     except Exception:   # a harness bug: re-raised; under --bisect 125 (1 is "bad"), map_exit: 2 -> 128
-        code = internal_error(args, kill_all_servers)
-    sys.exit(map_exit(code) if "--bisect" in args and args[0] not in SUBCOMMANDS else code)
+        code = internal_error(bisecting, kill_all_servers)
+    sys.exit(map_exit(code) if bisecting else code)
 
 
 if __name__ == "__main__":

@@ -5,8 +5,9 @@ import pathlib
 from typing import Any, Iterable
 
 from ..text.ghmarkdown import bold, code, escape_text
+from ..text.phrase import plural
 from ..records.manifest import RunManifest, as_manifest, typed_manifests
-from ..run.records import PhaseRecord, cell_key, latest_records, phase_key, reference_cells, typed
+from ..run.records import PhaseRecord, latest_records, phase_key, reference_cells, typed
 from .auto import agreement_line
 from .baseline import render_baseline
 from .cases import case_groups, case_note, case_suffix
@@ -140,11 +141,6 @@ def headline_markdown(recs: list[PhaseRecord]) -> str:
     return headline[:-2] + ref_said + ": " + (
         bold(f"{plural(bad_points, 'point')} not ok ({plural(bad_cells, 'cell')})")
         if bad_points else "every judged cell ok" if refs else "all ok")
-
-
-def plural(n: int, word: str) -> str:
-    """``1 cell``, ``2 cells``."""
-    return f"{n} {word}{'' if n == 1 else 's'}"
 
 
 def _body(configs, planned, full, short, corner, texts, summary) -> list[str]:
