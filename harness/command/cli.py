@@ -241,6 +241,10 @@ def _compare_many(ns, filters: dict) -> int:
     df = results.frame(records=records)
     if filters:
         hist = compare.cell_history(df, **filters)
+        if hist.empty:   # a cell named that no run has: a mistake, not "no change" (issue 50)
+            said = " ".join(f"--{k} {v}" for k, v in filters.items())
+            raise UsageError(f"sweep compare: no record of {len(ns.runs)} run(s) is the cell "
+                             f"{said}; `sweep report RUN` shows a run's cells")
         if ns.json:
             print(hist.to_json(orient="records", indent=2))
         else:
