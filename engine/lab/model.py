@@ -58,6 +58,15 @@ _SINGLE_LINE = re.compile(r"\b(first|opening|top|initial|1st)\s+line\b", re.I)
 _VERB = re.compile(r"\b(reproduce|copy|repeat|write|output|print|return|give|transcribe|echo|"
                    r"type|quote|recite|show|list|provide|reply|respond|duplicate)\b", re.I)
 _FENCE = re.compile(r"^\s*(```.*|-{3,}\s*)$")
+# A line that names the document rather than being part of it, as a trained model reads a
+# prompt: "Document:", "Source text (verbatim):", "### Passage", "<document>", "[TEXT]",
+# "DOCUMENT" (a user's own prompt format; issue 50: the lab copied "Document:" too)
+_LABEL = re.compile(r"^\s*(?:#{1,6}\s*)?[A-Za-z][\w '\-()/]{0,40}:\s*$"   # Document:
+                    r"|^\s*#{1,6}\s+\S.{0,60}$"                           # ### Passage
+                    r"|^\s*</?\s*[A-Za-z][\w\-]*(?:\s[^>]*)?>\s*$"          # <document>
+                    r"|^\s*\[[A-Za-z][\w \-]{0,40}\]\s*$"                  # [Document]
+                    r"|^\s*[A-Z][A-Z \-]{1,30}\s*$")                       # DOCUMENT
+_LABEL_WORDS = 5   # a label is a few words; a longer line is the document's own
 
 
 class State:
@@ -221,12 +230,17 @@ def parse_instruction(lines: list[str]) -> tuple[int, int, int]:
         else:
             first = 0
             end = li if li > a else a
-    skip = lambda k: blank[k] or bool(_FENCE.match(lines[k]))  # noqa: E731
+    skip = lambda k: blank[k] or bool(_FENCE.match(lines[k])) or _is_label(lines[k])  # noqa: E731
     while first < end and skip(first):
         first += 1
     while end > first and skip(end - 1):
         end -= 1
     return first, end, count
+
+
+def _is_label(line: str) -> bool:
+    """A header or closing line around the document (``_LABEL``), never its text."""
+    return len(line.split()) <= _LABEL_WORDS and bool(_LABEL.match(line))
 
 
 class CopyModel:
