@@ -59,10 +59,10 @@ def run_sweep(argv: Sequence[str]) -> int:
     opts = parse_sweep_argv(argv)
     sweep = Sweep(opts)
     for note in sweep.check():   # outputs, inputs, a way to post, a resumed file, the engine
-        _say(note)
+        _say_wrapped(note)
     opts = sweep.options   # --url: with the configuration the server reported (check)
     for line in preset_warnings(opts):
-        _say(line)
+        _say_wrapped(line)
     if opts.serve:   # the line as read, and what the harness adds to it
         from ..serve.serve_line import added_lines
         for line in added_lines(opts, sweep.adapter):
@@ -133,6 +133,13 @@ def _progress(total: int, enabled: bool):
 
 def _say(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
+
+
+def _say_wrapped(msg: str) -> None:
+    """A long note (a preset's warning) in the terminal's width, continued indented."""
+    from ..report.terminal import terminal_width
+    from ..text.plaintext import wrap_prose
+    _say("\n".join(wrap_prose(msg, terminal_width(), "  ")))
 
 
 # -- sub-verbs -----------------------------------------------------------------------------
