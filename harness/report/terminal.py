@@ -52,26 +52,28 @@ def terminal_width() -> int:
 
 def render_terminal(records: list[dict] | list[PhaseRecord],
                     manifests: list[dict] | list[RunManifest] | None = None, *,
-                    width: int | None = None) -> str:
+                    width: int | None = None, wrap: int | None | bool = True) -> str:
     """The short plain-text report of ``records`` (and their manifests). ``width``: the
     columns a results table may take (``terminal_width()``); a table of several
-    configurations wider than that is split, one table per configuration."""
+    configurations wider than that is split, one table per configuration. ``wrap``: the
+    columns prose lines wrap in (True: ``width``; None: none, one line each)."""
+    wrap = width if wrap is True else (wrap or None)
     manifests = typed_manifests(manifests)
     if not records:
         return "No records: nothing was measured."
     recs, _ = latest_records(typed(records))
     title = inline_to_plain(title_markdown(recs))
-    out = [*wrap_prose(title, width), "=" * min(display_width(title), width or 100, 100), ""]
+    out = [*wrap_prose(title, wrap), "=" * min(display_width(title), wrap or 100, 100), ""]
     for notice in (live_notice(recs), engine_notice(recs)):
         if notice:
-            out += [*wrap_prose(inline_to_plain(notice), width), ""]
-    out += wrap_prose(inline_to_plain(headline_markdown(recs)) + ".", width)
+            out += [*wrap_prose(inline_to_plain(notice), wrap), ""]
+    out += wrap_prose(inline_to_plain(headline_markdown(recs)) + ".", wrap)
     for line in (interrupted_line(manifests, recs), agreement_line(recs)):
         if line:
-            out += wrap_prose(inline_to_plain(line), width)
+            out += wrap_prose(inline_to_plain(line), wrap)
     out.append("")
     for case, cds in case_groups(recs):
-        out += _group(case, cds, width)
+        out += _group(case, cds, width, wrap)
     out += _baseline(manifests)
     return "\n".join(out).rstrip() + "\n"
 
@@ -86,7 +88,8 @@ def _baseline(manifests: list[RunManifest]) -> list[str]:
     return out
 
 
-def _group(case: str | None, cds: list, width: int | None = None) -> list[str]:
+def _group(case: str | None, cds: list, width: int | None = None,
+           wrap: int | None = None) -> list[str]:
     """One configuration group (a --prompts case, or the whole run): the lines per
     configuration, the table (split per configuration past ``width``), the non-ok cells."""
     out = []
@@ -96,15 +99,15 @@ def _group(case: str | None, cds: list, width: int | None = None) -> list[str]:
         pred = predict_bug_b(cd)
         out += wrap_prose(inline_to_plain(f"{cd.label}{case_suffix(case)}: {summary_counts(cd)}. "
                                      f"Bug B rule: {pred.why}; {agreement(cd, pred)}."),
-                     width, "  ")
+                         wrap, "  ")
     short, corner = short_words(cds)
     notes = Footnotes()
     out += ["", *_tables(cds, notes, short, corner, width), ""]
     if notes.items:
         out.append("Not ok:")
         for item in notes.items[:MAX_CELL_LINES]:
-            out += wrap_prose("  " + _cell_line(item, short if len(cds) > 1 else None), width,
-                         "      ")
+            out += wrap_prose("  " + _cell_line(item, short if len(cds) > 1 else None), wrap,
+                              "      ")
         if len(notes.items) > MAX_CELL_LINES:
             out.append(f"  ... and {len(notes.items) - MAX_CELL_LINES} more (the report "
                        "file lists them all)")
