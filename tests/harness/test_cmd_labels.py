@@ -49,7 +49,7 @@ def test_a_lab_server_run_as_cmd_is_labelled_by_what_it_reports(tmp_path):
     assert "from the server's /version" in label
     assert all(r["config"]["cudagraph_mode"] == "FULL_AND_PIECEWISE" for r in recs)
     assert {r["residue"] for r in recs if r["verdict"] != "ok"} == {4}
-    assert "the sweep agrees: broken exactly at residue 4" in proc.stdout
+    assert "the sweep agrees: broken exactly at residue 4" in " ".join(proc.stdout.split())
     assert "another bug" not in proc.stdout + (tmp_path / "o").joinpath(
         recs[0]["run_id"] + ".md").read_text()
 
@@ -84,7 +84,7 @@ def test_served_config_declares_what_the_server_cannot_say(tmp_path, tok_dir):
     recs = records(tmp_path)
     assert all("(from --served-config)" in r["config_label"] for r in recs)
     assert all(r["config"]["config_source"] == "--served-config" for r in recs)
-    assert "the sweep agrees: broken exactly at residue 4" in proc.stdout
+    assert "the sweep agrees: broken exactly at residue 4" in " ".join(proc.stdout.split())
     bad = sweep(tmp_path, "--served-config", "{\"speed\": 1}", "--server-cmd",
                 fake_cmd(tok_dir), "--model", tok_dir, "--dry-run")
     assert bad.returncode == 2 and "unknown field(s) speed" in bad.stderr
