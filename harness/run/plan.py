@@ -128,10 +128,8 @@ def plan_points(opts: SweepOptions, adapter: EngineAdapter,
                 calibrations[key + (seed,)] = calibrate(
                     counter, opts.context, modulus, answer_lines=opts.answer_lines,
                     seed=seed, line_counts=line_counts)
+                check_answer_fits(counter, calibrations[key + (seed,)], modulus, opts, cfg)
             cal = calibrations[key + (seed,)]
-            if cid not in pad_units:   # once per configuration: its reference's length
-                check_answer_fits(counter, plan_residue(cal, residues[0] if residues else 0,
-                                                        modulus).expected, opts, cfg)
             pad_units.setdefault(cid, cal.pad_unit)
             for r in doc_residues:
                 points.append(Point(cfg, cid, r, modulus, plan_residue(cal, r, modulus),
@@ -142,12 +140,13 @@ def plan_points(opts: SweepOptions, adapter: EngineAdapter,
     return SweepPlan(points, sampled, time.monotonic() - t0, pad_units, cases)
 
 
-def check_answer_fits(counter: Callable, expected: str | None, opts: SweepOptions,
+def check_answer_fits(counter: Callable, cal: Any, modulus: int, opts: SweepOptions,
                       cfg: ServingConfig) -> None:
     """The reference a correct answer reproduces fits ``--max-tokens``: a budget that cuts
     every answer short makes every cell look broken, an engine's bug it is not (issue 50:
     ``--max-tokens 1``, ``--answer-lines 1000``). Counted with the configuration's own
     tokenizer, as the text inside a user turn (the template's tokens taken off)."""
+    expected = plan_residue(cal, 0, modulus).expected   # the same lines at every residue
     if not expected:
         return
     empty, full = counter([[{"role": "user", "content": ""}],
