@@ -9,7 +9,6 @@ import re
 import pytest
 
 from engine.lab.cli import build_parser
-from harness.report.model import shown_model
 from harness.report.render import headline_markdown
 from harness.run.records import typed
 from tests.reports import synth
@@ -49,6 +48,7 @@ def test_the_headline_counts_the_tables_cells_and_says_the_records_beside():
     ("Qwen/Qwen3-8B", "Qwen/Qwen3-8B"),
     ("engine/tinymodel/weights/hybrid", "engine/tinymodel/weights/hybrid")])
 def test_a_report_names_a_model_without_the_machines_folders(path, shown):
+    from harness.report.model import shown_model
     assert shown_model(path) == shown
 
 
