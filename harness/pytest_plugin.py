@@ -74,11 +74,14 @@ def configurations(matrix: str | Sequence[str], *, ids: Sequence[str] | None = N
     takes it: ``"--cudagraph FULL_AND_PIECEWISE,PIECEWISE --patches none,all"`` gives
     four, in the order ``sweep`` would run them, each id the values that vary
     (``FULL_AND_PIECEWISE-none``)."""
+    from .settings.flags import FLAGS
     argv = shlex.split(matrix) if isinstance(matrix, str) else list(matrix)
+    names = {f.name for f in FLAGS}   # the sweep's flag table, not a scan of the tokens
     pairs = []
     for flag, value in zip(argv[::2], argv[1::2]):
-        if not flag.startswith("--"):
-            raise ValueError(f"configurations: expected --flag VALUE pairs, got {flag!r}")
+        if flag not in names:
+            raise ValueError(f"configurations: expected --flag VALUE pairs of sweep flags, "
+                             f"got {flag!r}")
         pairs.append((flag, [v for v in value.split(",") if v]))
     if len(argv) % 2:
         raise ValueError(f"configurations: {argv[-1]!r} has no value")

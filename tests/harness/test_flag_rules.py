@@ -147,3 +147,32 @@ def test_no_module_but_the_table_checks_flags_against_each_other():
             if len(flags) >= 2 and where not in _NOT_CROSS_FLAG:
                 found.append(f"{where[0]}:{node.lineno} {' '.join(flags)}")
     assert found == []
+
+
+def test_argv_is_scanned_only_in_the_command_room():
+    """Issue 47 point 3: no module reads flags off raw tokens (``"--x" in argv``,
+    ``a.startswith("--x")``) but the command room, where each verb's argv is read, and
+    ``settings/flag_manifest.py``, where the sweep's is parsed once; the rules read the
+    flags ``parse_flags`` says were written."""
+    import ast
+    from tests.conftest import ROOT
+    harness = ROOT / "harness"
+    allowed = {"command", "settings/flag_manifest.py", "serve/serve_line.py"}
+    found = []
+    for p in sorted(harness.rglob("*.py")):
+        rel = str(p.relative_to(harness))
+        if rel.split("/")[0] in allowed or rel in allowed:
+            continue
+        for node in ast.walk(ast.parse(p.read_text())):
+            consts = []
+            if isinstance(node, ast.Compare) and isinstance(node.left, ast.Constant) \
+                    and isinstance(node.comparators[0], ast.Name) \
+                    and node.comparators[0].id in ("argv", "args", "flags", "tokens"):
+                consts = [node.left]
+            elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                  and node.func.attr == "startswith" and node.args):
+                a = node.args[0]
+                consts = a.elts if isinstance(a, ast.Tuple) else [a]
+            if any(isinstance(c, ast.Constant) and str(c.value).startswith("--") for c in consts):
+                found.append(f"{rel}:{node.lineno} {ast.unparse(node)[:80]}")
+    assert found == []
