@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from .run.records import PhaseRecord, document_of, load_phase_records, typed
 from .records.store import resolve_sources
+from .records.same_compile import fingerprint_of, gpu_models
 from .judge.vocabulary import ISOLATIONS, PHASES, SEVERITY
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -47,6 +48,8 @@ MEASURED = ("modulus", "target_len", "templated_len", "prompt_tokens", "cached_t
             "latency_s", "boot_s", "reason", "reference", "slot", "node", "rerun")
 BUILD = ("engine", "engine_version", "harness_version", "patches", "model", "started_at",
          "schema_version")
+# issue 48: what a broken answer's bytes depend on (the server's compile and its GPUs)
+SERVER = (("compile", fingerprint_of), ("gpu", gpu_models))
 CONFIG_PREFIX = "config."
 INTEGERS = ("modulus", "target_len", "templated_len", "prompt_tokens", "cached_tokens",
             "computed_tail", "final_chunk", "verbatim_n", "verbatim_total", "repeats",
@@ -76,6 +79,7 @@ def record_rows(records: Iterable[PhaseRecord | Mapping[str, Any]]) -> list[dict
         row["document"] = document_of(r)
         row["isolation_run"] = r.isolation_run or ""
         row.update((k, getattr(r, k)) for k in MEASURED + BUILD)
+        row.update((k, read(r)) for k, read in SERVER)
         for k, v in (r.config or {}).items():
             if k not in _NOT_CONFIG:
                 _flat(CONFIG_PREFIX + k, v, row)
@@ -108,7 +112,7 @@ def frame(*sources: str | Path, out_dir: str | Path = "results",
             raise TypeError("frame() needs a run id, a results file, a folder or records=")
         records = load_phase_records(resolve_sources(sources, out_dir), out_dir)
     rows = record_rows(records)
-    columns = list(KEYS) + list(MEASURED) + list(BUILD)
+    columns = list(KEYS) + list(MEASURED) + list(BUILD) + [k for k, _ in SERVER]
     df = pd.DataFrame(rows, columns=columns + sorted({k for row in rows for k in row}
                                                      - set(columns)))
     if df.empty:

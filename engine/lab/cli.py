@@ -166,6 +166,12 @@ def _add_vllm_flags(a) -> None:
     a("--api-key", default=None,
       help="require 'Authorization: Bearer KEY' on /v1/* (also read from VLLM_API_KEY)")
     a("--seed", type=int, default=0, help="seed of the drafters' deterministic imperfection")
+    a("--num-gpu-blocks-override", type=_pos_int, default=None, metavar="N",
+      help="the KV pool is N blocks, whatever the memory says (vLLM's flag; after the boot "
+           "capacity check): a small pool where eviction is active")
+    a("--async-scheduling", action=argparse.BooleanOptionalAction, default=None,
+      help="vLLM's flag, recorded only: reported in the effective config; the lab schedules "
+           "each step after the last one's outputs either way (docs/lab-engine.md)")
 
 
 def _add_lab_flags(a) -> None:
@@ -197,6 +203,11 @@ def _add_lab_flags(a) -> None:
     a("--disable-log-stats", action="store_true",
       help="vLLM's flag: no stat logger, so /metrics serves no vllm:* metric (the counters, "
            "the pool gauges and the sleep-state gauge are all absent)")
+    a("--compile-seed", type=int, default=int(os.environ.get("RESIDUE_LAB_COMPILE_SEED") or 0),
+      help="lab only: which compile of the captured verify plan this server runs (the "
+           "staging lanes' layout; env RESIDUE_LAB_COMPILE_SEED): correct rows read what they "
+           "staged whatever the layout, a stale read reads other bytes; logged and served as "
+           "the compile fingerprint")
     a("--tensor-parallel-size", "-tp", type=_pos_int, default=1,
       help="vLLM's flag, recorded only: the lab reports it (and CUDA_VISIBLE_DEVICES) in its "
            "effective config and refuses more than the visible devices, but computes every "
@@ -249,7 +260,8 @@ def config_from_args(argv: list[str] | None = None, *,
         patches=ns.patches, geometry=ns.geometry, mamba_cache_mode=ns.mamba_cache_mode,
         enable_sleep_mode=ns.enable_sleep_mode, fail_sleep_at=ns.fail_sleep_at,
         quiet_allocator=ns.quiet_allocator, disable_log_stats=ns.disable_log_stats,
-        tensor_parallel_size=ns.tensor_parallel_size,
+        tensor_parallel_size=ns.tensor_parallel_size, compile_seed=ns.compile_seed,
+        num_gpu_blocks_override=ns.num_gpu_blocks_override, async_scheduling=ns.async_scheduling,
         visible_devices=(os.environ.get("CUDA_VISIBLE_DEVICES") if devices is _FROM_ENV
                          else devices) or None)
     devices = [d for d in (cfg.visible_devices or "").split(",") if d.strip()]

@@ -58,24 +58,24 @@ _SINGLE_LINE = re.compile(r"\b(first|opening|top|initial|1st)\s+line\b", re.I)
 _VERB = re.compile(r"\b(reproduce|copy|repeat|write|output|print|return|give|transcribe|echo|"
                    r"type|quote|recite|show|list|provide|reply|respond|duplicate)\b", re.I)
 _FENCE = re.compile(r"^\s*(```.*|-{3,}\s*)$")
-# A line that names the document rather than being part of it, as a trained model reads a
-# prompt: "Document:", "Source text (verbatim):", "### Passage", "<document>", "[TEXT]",
-# "DOCUMENT" (a user's own prompt format; issue 50: the lab copied "Document:" too)
-_LABEL = re.compile(r"^\s*(?:#{1,6}\s*)?[A-Za-z][\w '\-()/]{0,40}:\s*$"   # Document:
-                    r"|^\s*#{1,6}\s+\S.{0,60}$"                           # ### Passage
-                    r"|^\s*</?\s*[A-Za-z][\w\-]*(?:\s[^>]*)?>\s*$"          # <document>
-                    r"|^\s*\[[A-Za-z][\w \-]{0,40}\]\s*$"                  # [Document]
-                    r"|^\s*[A-Z][A-Z \-]{1,30}\s*$")                       # DOCUMENT
-_LABEL_WORDS = 5   # a label is a few words; a longer line is the document's own
+# A line that names the document, not part of it (issue 50: the lab copied "Document:"),
+# of at most 5 words: "Document:", "### Passage", "<document>", "[TEXT]", "DOCUMENT"
+_LABEL = re.compile(r"^\s*(?:#{1,6}\s*)?[A-Za-z][\w '\-()/]{0,40}:\s*$|^\s*#{1,6}\s+\S.{0,60}$"
+                    r"|^\s*</?\s*[A-Za-z][\w\-]*(?:\s[^>]*)?>\s*$|^\s*\[[A-Za-z][\w \-]{0,40}\]\s*$"
+                    r"|^\s*[A-Z][A-Z \-]{1,30}\s*$")
 
 
 class State:
     """Per-request recurrent state (fixed size, like a GDN/Mamba state)."""
 
-    __slots__ = ("mode", "role", "role_toks", "ptr", "end", "lines_left")
+    __slots__ = ("mode", "role", "role_toks", "ptr", "end", "lines_left", "user_start")
 
     def __init__(self) -> None:
         self.mode = OUTSIDE
+        # where the last user turn's content began (-1: none seen): the recurrent memory the
+        # instruction reader starts from, kept across turns. A state that never saw the
+        # prompt (a block never written, a zero state) knows no user turn.
+        self.user_start = -1
         self.role = ""
         self.role_toks: tuple[int, ...] = ()
         self.ptr = -1          # copy pointer (a context position), -1: none
@@ -86,6 +86,7 @@ class State:
         s = State.__new__(State)
         s.mode, s.role, s.role_toks = self.mode, self.role, self.role_toks
         s.ptr, s.end, s.lines_left = self.ptr, self.end, self.lines_left
+        s.user_start = self.user_start
         return s
 
     @property
@@ -94,7 +95,7 @@ class State:
 
     def __repr__(self) -> str:  # debugging aid
         return (f"State(mode={self.mode}, role={self.role!r}, ptr={self.ptr}, end={self.end}, "
-                f"lines_left={self.lines_left})")
+                f"lines_left={self.lines_left}, user_start={self.user_start})")
 
 
 class SeqView:
@@ -240,7 +241,7 @@ def parse_instruction(lines: list[str]) -> tuple[int, int, int]:
 
 def _is_label(line: str) -> bool:
     """A header or closing line around the document (``_LABEL``), never its text."""
-    return len(line.split()) <= _LABEL_WORDS and bool(_LABEL.match(line))
+    return len(line.split()) <= 5 and bool(_LABEL.match(line))
 
 
 class CopyModel:
@@ -271,7 +272,9 @@ class CopyModel:
             if x == self.nl:
                 s.role = self._role_name(s.role_toks)
                 s.mode = TURN
-                if s.role == "assistant":
+                if s.role == "user":
+                    s.user_start = p + 1
+                elif s.role == "assistant":
                     self.read_instruction(s, view, p)
             elif len(s.role_toks) < MAX_ROLE_TOKENS:
                 s.role_toks = s.role_toks + (x,)
@@ -354,21 +357,18 @@ class CopyModel:
 
     # -- the instruction reader (attention over the last user turn) ------------------------
     def read_instruction(self, s: State, view: SeqView, p: int) -> None:
-        ctx = view.tokens(p + 1)
-        starts = np.flatnonzero(ctx == IM_START)
+        """Attend over the last user turn, from where the state remembers it began to its
+        ``<|im_end|>``. The state, not a scan of the KV, says where that turn is: a state
+        that never saw it (``user_start`` -1) finds no instruction and ends at once."""
         s.ptr, s.end, s.lines_left = 0, 0, 0
-        for st in starts[::-1][1:]:  # skip this assistant header's own <|im_start|>
-            nls = np.flatnonzero(ctx[st + 1:p + 1] == self.nl)
-            if not len(nls):
-                continue
-            cs = int(st) + 1 + int(nls[0]) + 1
-            if self._role_name(tuple(int(t) for t in ctx[st + 1:cs - 1])) != "user":
-                continue
-            tail = ctx[cs:p + 1]
-            ends = np.flatnonzero((tail == IM_END) | (tail == IM_START))
-            ce = cs + (int(ends[0]) if len(ends) else len(tail))
-            self._plan_copy(s, ctx, cs, ce)
+        cs = s.user_start
+        if cs < 0 or cs > p:
             return
+        ctx = view.tokens(p + 1)
+        tail = ctx[cs:p + 1]
+        ends = np.flatnonzero((tail == IM_END) | (tail == IM_START))
+        ce = cs + (int(ends[0]) if len(ends) else len(tail))
+        self._plan_copy(s, ctx, cs, ce)
 
     def _plan_copy(self, s: State, ctx: np.ndarray, cs: int, ce: int) -> None:
         content = ctx[cs:ce]

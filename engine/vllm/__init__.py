@@ -19,6 +19,10 @@ Module map (each file's docstring names the vLLM code it reads or mirrors):
                        a worker's state at a time to its just-booted value (issue 24)
 - ``poison.py``        the poison fill of a worker's state and KV pool, each region proven
                        (issue 32): ``PoisonWorker``, a ``StateRestore`` extension
+- ``pool_fill.py``     the KV pool's storages each filled once with a byte tile, one
+                       reduction each for the proof, a restore of named blocks (issue 51)
+- ``pool_restore.py``  the worker's dirty set (the blocks its scheduler outputs gave) and
+                       ``residue_lab_restore_pool`` / ``residue_lab_audit`` (issue 51)
 - ``determinism.py``   the kernel choices fixed (vLLM's and PyTorch's own switches, caches
                        apart) so a broken cell answers the same on every server (issue 32)
 - ``patches/``         residue-lab's fixes (and the opt-in scheduler trace) as a vLLM plugin

@@ -20,7 +20,8 @@ from typing import Any
 
 from .bootlog import compile_cache_from_log
 
-__all__ = ["CacheSnapshot", "CacheUse", "cache_env", "cache_use", "snapshot"]
+__all__ = ["CacheSnapshot", "CacheUse", "cache_env", "cache_use", "snapshot", "compile_dirs",
+           "compile_fingerprint"]
 
 _SUBDIRS = {"VLLM_CACHE_ROOT": "vllm", "TRITON_CACHE_DIR": "triton",
             "TORCHINDUCTOR_CACHE_DIR": "inductor"}
@@ -99,3 +100,82 @@ def cache_use(log_text: str, *, root: str | os.PathLike[str] | None = None,
         new = {k: after.files.get(k, 0) - before.files.get(k, 0) for k in after.files}
     return CacheUse(compile=compile_cache_from_log(log_text), compile_dir=compile_dir,
                     compile_dir_shared=shared, new_files=new)
+
+
+# vLLM 0.26.0 logs every compile cache a server uses ("Using cache directory: ROOT/
+# torch_compile_cache/HASH/rank_0_0/backbone", backends.py) and, with torch >= 2.10 where
+# VLLM_USE_AOT_COMPILE defaults on, where it saved or loaded the AOT-compiled function
+# (ROOT/torch_compile_cache/torch_aot_compile/HASH/rank_0_0/model: "saved AOT compiled
+# function to" on a miss, "Directly load AOT compilation from path" on a hit, decorators.py; its
+# Inductor cache is HASH/inductor_cache, envs TORCHINDUCTOR_CACHE_DIR pointed there).
+_AOT_DIR = re.compile(r"(?:saved AOT compiled function to|Directly load AOT compilation from path) (\S+)")
+# files the compile does not decide: locks, and the factors' raw dump (same on every run)
+_VOLATILE = re.compile(r"(\.lock$|^\.|\.tmp)")
+
+
+def compile_dirs(log_text: str) -> list[Path]:
+    """The hash-level folders of the compile caches a vLLM server's log names: the
+    ``torch_compile_cache/HASH`` of each "Using cache directory" line and the
+    ``torch_aot_compile/HASH`` of each saved or loaded AOT function (each once)."""
+    out: list[Path] = []
+    for m in [*_COMPILE_DIR.finditer(log_text), *_AOT_DIR.finditer(log_text)]:
+        p = Path(m[1].rstrip(".,"))
+        parts = p.parts
+        for anchor in ("torch_aot_compile", "torch_compile_cache"):
+            if anchor in parts:
+                i = parts.index(anchor)
+                if i + 1 < len(parts):
+                    p = Path(*parts[:i + 2])
+                    break
+        if p not in out:
+            out.append(p)
+    return out
+
+
+def compile_fingerprint(log_text: str) -> dict[str, Any]:
+    """A digest over the files of the compile caches the server used (its log names them),
+    taken after readiness: ``{"fingerprint": 12 hex | None, "files", "bytes", "dirs"}``.
+    Each file enters as its path under its hash folder and the sha1 of its content with the
+    cache's own location written out (generated code names the folder it was written to),
+    so two servers that loaded or wrote the same artefacts agree wherever their caches live, and
+    two compiles whose generated code, kernels or saved graphs differ do not. None (with
+    ``why``) when the log names no compile cache (``-O0``, eager) or none is readable."""
+    import hashlib
+    dirs = compile_dirs(log_text)
+    entries: list[tuple[str, str, int]] = []
+    for d in dirs:
+        for dirpath, _dirs, names in os.walk(d):
+            for name in names:
+                if _VOLATILE.search(name):
+                    continue
+                path = Path(dirpath) / name
+                try:
+                    data = _unrooted(path.read_bytes(), d)
+                except OSError:      # replaced while we walk: its successor is read next boot
+                    continue
+                rel = f"{d.parent.name}/{path.relative_to(d)}"
+                entries.append((rel, hashlib.sha1(data).hexdigest(), len(data)))
+    out: dict[str, Any] = {"dirs": [str(d) for d in dirs], "files": len(entries),
+                           "bytes": sum(n for _, _, n in entries)}
+    if not entries:
+        out.update(fingerprint=None, why="the log names no compile cache with files"
+                   if dirs else "the log names no compile cache (no torch.compile)")
+        return out
+    h = hashlib.sha1()
+    for rel, sha, _ in sorted(entries):
+        h.update(f"{rel}\0{sha}\n".encode())
+    out["fingerprint"] = h.hexdigest()[:12]
+    return out
+
+
+def _unrooted(data: bytes, hash_dir: Path) -> bytes:
+    """``data`` with the folder that holds the server's caches (``VLLM_CACHE_ROOT``'s
+    parent: the mode puts vLLM's, Inductor's and Triton's caches side by side there)
+    replaced by a placeholder, so the digest says what was compiled, not where."""
+    parts = hash_dir.parts
+    anchor = "torch_compile_cache"
+    if anchor not in parts:
+        return data
+    root = Path(*parts[:parts.index(anchor)])     # VLLM_CACHE_ROOT
+    base = root.parent if len(root.parent.parts) > 2 else root
+    return data.replace(str(base).encode(), b"<cache>")

@@ -31,6 +31,7 @@ from ..serve.isolation import REUSE_ISOLATIONS
 from ..run.records import (BUG_VERDICTS, PHASES, PhaseRecord, auto_pass, document_of,
                            latest_records, phase_key, record_identity, sha12, typed, worst)
 from ..judge.vocabulary import CLEAN
+from ..records.same_compile import bytes_between, bytes_phrase
 
 STATUSES = ("regressed", "fixed", "still_broken", "newly_covered", "no_longer_covered",
             "unchanged_ok")
@@ -129,12 +130,19 @@ def _point(residue: int, old_cells: dict[str, PhaseRecord], new_cells: dict[str,
         status = "still_broken"
     else:
         status = "unchanged_ok"
+    cells = {p: {"old": _cell_summary(old_cells[p]) if p in old_cells else None,
+                 "new": _cell_summary(new_cells[p]) if p in new_cells else None}
+             for p in phases}
+    for p in phases:   # a non-ok cell's bytes: only between runs of one compile (issue 48)
+        if p in old_cells and p in new_cells:
+            b = bytes_between(old_cells[p], new_cells[p])
+            if b is not None:
+                cells[p]["bytes"] = b
+    words = {c["bytes"]["bytes"] for c in cells.values() if "bytes" in c}
     return {
         "residue": residue, "status": status, "old_status": old_status,
-        "new_status": new_status, "regressed_phases": regressed_phases,
-        "phases": {p: {"old": _cell_summary(old_cells[p]) if p in old_cells else None,
-                       "new": _cell_summary(new_cells[p]) if p in new_cells else None}
-                   for p in phases},
+        "new_status": new_status, "regressed_phases": regressed_phases, "phases": cells,
+        "bytes": next((w for w in ("not_comparable", "changed", "same") if w in words), None),
     }
 
 
@@ -231,6 +239,7 @@ def _config_section(c: dict, regressions: list[dict], show_unchanged: bool) -> l
     if rows:
         header = ["residue", "change"] + [f"{escape_text(ph)} (old → new)" for ph in phases]
         out += [table(header, rows), ""]
+    out += _bytes_lines(c)
     seen = []
     for reg in regressions:
         if reg["config_id"] == c["config_id"] and reg.get("rerun") and reg["rerun"] not in seen:
@@ -239,6 +248,20 @@ def _config_section(c: dict, regressions: list[dict], show_unchanged: bool) -> l
         from ..text.ghmarkdown import fence
         out += ["Rerun the regressions:", "", fence("\n".join(seen), "sh"), ""]
     return out
+
+
+def _bytes_lines(c: dict) -> list[str]:
+    """What the still-broken cells' bytes say: the same answer, another one under the same
+    compile, or not comparable and why (harness/records/same_compile.py)."""
+    lines = []
+    for p in c["points"]:
+        for ph, cell in p["phases"].items():
+            if cell.get("bytes"):
+                where = f"residue {p['residue']}" + (f", document {p['document']}"
+                                                      if "document" in p else "")
+                lines.append(f"- {where} {escape_text(ph)}: "
+                             f"{escape_text(bytes_phrase(cell['bytes']))}")
+    return (["Bytes of the cells not ok in both runs:", "", *lines, ""]) if lines else []
 
 
 def _status_bullets(c: dict) -> list[str]:
@@ -354,9 +377,14 @@ def _runs_legend(df) -> list[str]:
     started = df.groupby("run_id")["started_at"].min()
     harness, engine, patches = joined("harness_version"), joined("engine_version"), \
         joined("patches")
+    # a non-ok cell's sha1 is comparable between runs only under one compile (issue 48)
+    compiled, gpu = joined("compile"), joined("gpu")
     rows = [[code(r), started[r] or "–", code(harness[r] or "–"), engine[r] or "–",
-             patches[r] or "–"] for r in run_order(df)]
-    return [table(["run", "started", "harness", "engine", "patches"], rows), ""]
+             patches[r] or "–", escape_text(gpu[r] or "–"), code(compiled[r] or "–")]
+            for r in run_order(df)]
+    return [table(["run", "started", "harness", "engine", "patches", "GPU", "compile"], rows),
+            "A non-ok cell's sha1 is comparable between runs only where the compile column "
+            "agrees (docs/isolation.md, \"What a broken cell's bytes depend on\").", ""]
 
 
 def _cells(values) -> list[str]:

@@ -117,7 +117,25 @@ def gate_block(baseline: list[dict], records: list[dict], *, source: str,
     judged = judged_any(records)
     passed = judged and not regs and (allow_fewer or not losses)
     return {"source": str(source), "runs": runs, "regressions": regs, "losses": losses,
+            "still_broken": still_broken_bytes(baseline, records),
             "allow_fewer": allow_fewer, "judged_any": judged, "passed": passed}
+
+
+def still_broken_bytes(baseline: list[dict], new: list[dict]) -> list[dict]:
+    """Cells not ok in the baseline and now (they do not fail the gate), each with what its
+    bytes say (``run/same_compile.bytes_between``): ``bytes`` same / changed /
+    not_comparable and ``why``; bytes are compared only under one compile fingerprint."""
+    out = []
+    for c in compare_records(baseline, new)["configs"]:
+        for pt in c["points"]:
+            for phase, cell in pt["phases"].items():
+                if cell.get("bytes"):
+                    out.append({"config_id": c["config_id"], "config_label": c["config_label"],
+                                "residue": pt["residue"], "phase": phase,
+                                "old_verdict": cell["old"]["verdict"],
+                                "new_verdict": cell["new"]["verdict"],
+                                "bytes": cell["bytes"]["bytes"], "why": cell["bytes"]["why"]})
+    return out
 
 
 def gate_summary(block: dict) -> str:

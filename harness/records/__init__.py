@@ -7,4 +7,6 @@ file is one. The record's shape itself is ``harness/run/records.py`` (``PhaseRec
   (``MANIFEST_VERSION``), read losslessly whatever its version
 - ``recordkeys.py``    a record's cell: configuration, case, residue, phase, document
 - ``record_check.py``  is this file a results file? every line checked before it is read
+- ``same_compile.py``  whose broken bytes may be compared: records of one compile
+  fingerprint (issue 48), for compare, the gate and the report
 """

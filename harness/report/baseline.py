@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from ..text.ghmarkdown import bold, code, escape_text, fence, table
 from ..records.manifest import RunManifest
+from ..records.same_compile import bytes_phrase
 
 __all__ = ["render_baseline"]
 
@@ -47,6 +48,13 @@ def _section(block: dict) -> str:
             if more > 0:
                 lines += [f"... and {more} more (the JUnit's `{_suite(title)}` suite lists "
                           "every one).", ""]
+    still = block.get("still_broken") or []
+    if still:   # issue 48: a broken answer's bytes hold only within one compile
+        lines += [f"Still broken (known, not a regression): {len(still)} cell"
+                  f"{'s' if len(still) != 1 else ''}; their bytes:", ""]
+        lines += [f"- {code(c.get('config_label') or '?')} residue {c.get('residue')} "
+                  f"{escape_text(str(c.get('phase')))}: {escape_text(bytes_phrase(c))}"
+                  for c in still[:SHOWN]] + [""]
     reruns = list(dict.fromkeys(c["rerun"] for c in regs + losses if c.get("rerun")))
     if reruns:
         lines += ["Rerun them:", "", fence("\n".join(reruns[:SHOWN]), "sh"), ""]

@@ -23,6 +23,7 @@ from engine.presets import ServingConfig
 from ..serve.client import (BadResponse, ClientError, EngineClient, RequestTimeout, ServerError,
                             ServerGone, tok_per_step)
 from ..serve import poison
+from ..serve.gpu_info import gpu_record
 from ..settings.configs import SweepOptions
 from ..serve.engines import EngineAdapter
 from ..provenance import harness_version
@@ -191,6 +192,8 @@ class PointRunner:
                 await server.wait_ready(client, timeout or self.opts.boot_timeout)
                 info: dict[str, Any] = {"boot_s": round(server.boot_s or 0.0, 4),
                                         "server_boot": self._boot_notes(server, log_path)}
+                if slot.gpu is not None:   # issue 48: the GPU, as the driver names it
+                    info["server_boot"]["gpu"] = gpu_record(slot.gpu)
                 # --poison: filled before its first request (harness/serve/poison.py)
                 served = adapter or self.adapter
                 info["poison"] = (await poison.at_boot(client, served.poison_kernels())
@@ -366,8 +369,8 @@ class PointRunner:
         return self.records.failure(point, slot.id, self.node, phase, verdict, reason,
                                     excerpt, info, templated)
 
-    def _reference(self, point: Point, phase: str,
-                   cold: PhaseRecord | None) -> tuple[str | None, list | None]:
+    def _reference(self, point: Point, phase: str, cold: PhaseRecord | None,
+                   info: dict) -> tuple[str | None, list | None]:
         """(reference text, its token logprobs) for this phase; (None, None) when there is
         nothing to judge against (the answer is then ``unjudged`` unless it collapsed)."""
         ref = self.opts.reference
@@ -381,7 +384,8 @@ class PointRunner:
             return cold.answer or "", cold.token_logprobs
         if ref in ("first", "consensus"):
             return None, None  # judged across the matrix after the run (run/matrix_reference)
-        gold = golden_answer(self.golden, point)
+        compiled = (info.get("server_boot") or {}).get("compile") or {}
+        gold = golden_answer(self.golden, point, compiled.get("fingerprint"))
         # A prompt the golden run did not answer (another context or seed) falls back to
         # the passage; the record's reference_sha1 says which was used.
         if gold:
@@ -391,7 +395,7 @@ class PointRunner:
     def _judged(self, point, slot, phase, res, tps, info, templated, tokenize_error,
                 cold, traffic: dict | None = None) -> PhaseRecord:
         base = self.records.base(point, slot.id, self.node, phase, info, templated)
-        expected, ref_tokens = self._reference(point, phase, cold)
+        expected, ref_tokens = self._reference(point, phase, cold, info)
         if (ref_tokens is None and cold is not None and cold.verdict in CLEAN
                 and expected is not None and (cold.answer or "") == expected):
             # the passage has no logprobs; this server's clean cold answer to the same

@@ -124,7 +124,11 @@ FIELD_DOCS: dict[str, str] = {
                     '(`plain` / `forked`), `fallback_reason`, `boot_s`; `--engine vllm`: '
                     "`split` (engine/vllm/bootlog durations against the harness's own start "
                     'time), `compile_cache` (`hit` / `miss` / `mixed`), and with `--cache-dir`'
-                    ' `cache_dir`, `cache_dir_shared`; `attempts` (boots tried, when a '
+                    ' `cache_dir`, `cache_dir_shared`; `compile` (issue 48: `fingerprint`, 12 hex'
+                    ' of a digest over the compile caches the log names, read after readiness,'
+                    ' with `files`, `bytes`, `dirs`, or null and `why`; the lab: its '
+                    '`--compile-seed` plan); `gpu` (a GPU slot: per GPU `index`, `model` as '
+                    '`nvidia-smi` names it, `uuid`, `pci`, or `why` not); `attempts` (boots tried, when a '
                     'boot that exited was started again: `run.point.BOOT_ATTEMPTS`; 0 on a '
                     'boot-fail point never started because its configuration was given up) '
                     'and `failed_attempts` (their reasons); read typed as `PhaseRecord.boot` '

@@ -298,6 +298,8 @@ class ServerBoot:
     cache_dir_shared: bool | None = None
     attempts: int | None = None            # boots tried when not 1 (0: never started)
     failed_attempts: list | None = None    # the reasons of the boots that failed first
+    gpu: list | None = None                # issue 48: per GPU index, model, uuid (gpu_info)
+    compile: dict | None = None            # issue 48: the compile fingerprint and its source
     extra: dict = field(default_factory=dict)   # what else the engine's boot notes said
 
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from .slots import Slot
 __all__ = ["LabAdapter", "LAB_MODEL_DIR"]
 
 LAB_MODEL_DIR = Path(__file__).resolve().parents[2] / "engine" / "lab" / "model"
+_COMPILE = re.compile(r"compile fingerprint ([0-9a-f]{12})")
 
 
 class LabAdapter(EngineAdapter):
@@ -50,6 +52,12 @@ class LabAdapter(EngineAdapter):
         return (f"--runner {runner}: the lab engine has one model runner (V1's shape-only "
                 "dispatch; --patches prefill-discriminator adds the prefill check V2 has); "
                 "only --runner auto, v1/v2 are for --engine vllm")
+
+    def boot_notes(self, log_text, *, started_epoch, ready_epoch):
+        """The lab compile's fingerprint its log states (``--compile-seed``, issue 48)."""
+        m = _COMPILE.search(log_text)
+        return {"compile": {"fingerprint": m[1], "source": "the lab's log (--compile-seed)"}
+                if m else {"fingerprint": None, "why": "the log states no compile fingerprint"}}
 
     def model_dir(self, cfg: ServingConfig) -> Path:
         return Path(cfg.model) if cfg.model else LAB_MODEL_DIR

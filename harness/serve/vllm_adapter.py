@@ -164,14 +164,18 @@ class VllmAdapter(EngineAdapter):
                    "weights_to_ready_s", "boot_s")
 
     def boot_notes(self, log_text, *, started_epoch, ready_epoch):
-        """The boot split of engine/vllm/bootlog and, with --cache-dir, whether this
-        server hit the shared compile cache (engine/vllm/caches)."""
+        """The boot split of engine/vllm/bootlog, the compile fingerprint (a digest over
+        the compile caches the log names) and, with --cache-dir, whether this server hit
+        the shared compile cache (engine/vllm/caches)."""
         from engine.vllm.bootlog import parse_boot_log
-        from engine.vllm.caches import cache_use
+        from engine.vllm.caches import cache_use, compile_fingerprint
         split = parse_boot_log(log_text, started_at=started_epoch, health_at=ready_epoch)
         notes: dict[str, Any] = {"split": split.durations(),
                                  "compile_cache": split.compile_cache,
-                                 "engine_core_spawn_forced": split.engine_core_spawn_forced}
+                                 "engine_core_spawn_forced": split.engine_core_spawn_forced,
+                                 # issue 48: what a broken cell's bytes depend on, read
+                                 # from the caches after readiness
+                                 "compile": compile_fingerprint(log_text)}
         if self.cache_dir is not None:
             use = cache_use(log_text, root=self.cache_dir)
             notes["cache_dir"] = str(self.cache_dir)
