@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import ROOT, fake_cmd
 
 LAB_MODEL = ROOT / "engine" / "lab" / "model"
@@ -37,6 +39,8 @@ def lab_as_cmd() -> str:
             "--enable-prompt-tokens-details")
 
 
+# a real sweep in a subprocess with real servers: e2e (issue 50: the auto mark missed it)
+@pytest.mark.e2e
 def test_a_lab_server_run_as_cmd_is_labelled_by_what_it_reports(tmp_path):
     proc = sweep(tmp_path, "--model", LAB_MODEL, "--server-cmd", lab_as_cmd(),
                  "--residues", "3-5", "--slots", "2")
@@ -54,6 +58,8 @@ def test_a_lab_server_run_as_cmd_is_labelled_by_what_it_reports(tmp_path):
         recs[0]["run_id"] + ".md").read_text()
 
 
+# a real sweep in a subprocess with real servers: e2e (issue 50: the auto mark missed it)
+@pytest.mark.e2e
 def test_a_server_that_reports_nothing_runs_as_the_command_ran(tmp_path, tok_dir):
     dry = sweep(tmp_path, "--model", tok_dir, "--server-cmd", fake_cmd(tok_dir),
                 "--residues", "4", "--context", "800", "--dry-run")
@@ -73,6 +79,8 @@ def test_a_server_that_reports_nothing_runs_as_the_command_ran(tmp_path, tok_dir
     assert "agrees" not in proc.stdout
 
 
+# a real sweep in a subprocess with real servers: e2e (issue 50: the auto mark missed it)
+@pytest.mark.e2e
 def test_served_config_declares_what_the_server_cannot_say(tmp_path, tok_dir):
     declared = json.dumps({"method": "mtp", "draft_tokens": 3, "cudagraph_mode":
                            "FULL_AND_PIECEWISE", "patches": "none", "block_size": 128,
