@@ -24,6 +24,7 @@ Module map (each file's docstring names the vLLM code path it mirrors):
 - ``model_runner.py``   persistent batch, cudagraph dispatch (Bug B), verify, drafting
 - ``poison.py``         the stale state a replayed verify plan reads, and its fill (#32)
 - ``model.py``          the deterministic hybrid copy model
+- ``instruction.py``    the copy model's reading of an instruction: which lines to copy
 - ``spec_decode.py``    mtp / dflash / ngram drafters
 - ``tokenizer.py``      tokenizer, chat template, incremental detokenizer
 - ``metrics.py``        vLLM-named Prometheus metrics

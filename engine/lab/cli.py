@@ -86,6 +86,18 @@ class Refused(ValueError):
     """A flag value the server would refuse at boot (``check_args``)."""
 
 
+class _DefaultsFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """A flag's default after its help, once: not where the help says its own default (a
+    default computed at run time) nor where there is none (issue 50: "(default: lab-copy)
+    (default: None)")."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if action.default is None or "default" in text:
+            return text
+        return super()._get_help_string(action)
+
+
 class _QuietParser(argparse.ArgumentParser):
     def error(self, message: str):
         raise Refused(message)
@@ -112,7 +124,7 @@ def build_parser(parser_cls: type[argparse.ArgumentParser] = _Parser) -> argpars
         description="residue-lab CPU lab engine: an OpenAI-compatible server that replicates "
                     "vLLM's scheduler, paged KV cache, prefix cache, spec decode and cudagraph "
                     "dispatch around a deterministic copy model (not a model of quality).",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        formatter_class=_DefaultsFormatter)
     a = p.add_argument
     _add_vllm_flags(a)
     _add_lab_flags(a)

@@ -287,6 +287,13 @@ class LabConfig:
             return
         available = int(self.kv_cache_memory_bytes)
         self.num_gpu_blocks = available // self.bytes_per_token // self.block_size
+        if self.num_gpu_blocks < 1:
+            # not one block: no request of any length can be served, a value that cannot
+            # work (refused before boot, issue 50), unlike a pool too small for
+            # --max-model-len, which is the boot failure the thread measured
+            raise ConfigError(f"--kv-cache-memory-bytes {available} holds no KV cache block "
+                              f"({self.bytes_per_token * self.block_size} bytes each at "
+                              f"--block-size {self.block_size}): no request can be served")
         if needed > available:
             est = (available // self.bytes_per_token) // self.block_size * self.block_size
             est_msg = (f"Based on the available memory, the estimated maximum model length is "

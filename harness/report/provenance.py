@@ -7,7 +7,7 @@ from ..run.records import PhaseRecord
 from ..records.same_compile import gpu_models
 from ..records.manifest import RunManifest
 from ..serve.isolation import POLICIES, IsolationName
-from ..text.ghmarkdown import bold, cap, code, escape_text, table
+from ..text.ghmarkdown import bold, cap, code, details, escape_text, table
 from .model import ConfigData
 from .restore import poison_summary, restore_summary
 
@@ -20,7 +20,8 @@ def render_provenance(configs: list[ConfigData], records: list[PhaseRecord],
     for m in manifests:
         rows += _manifest_rows(m, configs)
     notes = _notes(_distinct(records, "isolation"), superseded)
-    text = "## Provenance\n\n" + table(["", "value"], rows)
+    text = "## Provenance\n\n" + details(f"Runs, engine, versions, slots, isolation, command "
+                                          f"({len(rows)} rows)", table(["", "value"], rows))
     if notes:
         text += "\n\n" + "\n".join(f"- {n}" for n in notes)
     return text

@@ -81,10 +81,24 @@ def golden_answer(golden: dict[tuple, dict], point: Point,
     return gold
 
 
+def _shares_prompt(golden: dict[tuple, dict], point: Point) -> bool:
+    """The golden run answered ``point``'s prompt (whether a server may use the answer is
+    ``golden_answer``'s: a compile's)."""
+    key = golden_key(point)
+    return key in golden or (key[0] != "prompt" and key[:2] + (None,) in golden)
+
+
 def check_golden_covers(plan: SweepPlan, golden: dict[tuple, dict], run_ref: str) -> None:
     """A prompt case without ``expected`` is judged by the golden run alone: every one of
     its prompts must have a golden answer, or the sweep is a usage error now (there is no
-    passage to fall back on)."""
+    passage to fall back on). A golden run that shares no prompt with this plan (another
+    --context, --seed or model) is one too: every point would fall back on the passage,
+    judged as if no golden run were named (issue 50)."""
+    if plan.points and not any(_shares_prompt(golden, p) for p in plan.points):
+        raise PlanError(f"--reference golden:{run_ref}: that run shares no prompt with this "
+                        "one (answers are looked up by residue, templated length and "
+                        "document); sweep with its --context, --seed and --model, or give "
+                        "another --reference")
     for p in plan.points:
         if p.case is not None and p.plan.expected is None and golden_key(p) not in golden:
             raise PlanError(f"--reference golden:{run_ref}: no ok answer for case {p.case!r} "

@@ -33,14 +33,11 @@ import httpx
 
 from engine.presets import ServingConfig
 
-from ..names.history import HISTORY_NAMES, history_row
-from ..settings.flag_values import split
 from ..serve.engines import ADAPTERS, EngineAdapter, normalise_reported
 from ..errors import CannotRun, UsageError
 from ..settings.configs import SweepOptions, modulus_for, select_residues
-from ..settings.flags import ENGINE, FLAGS
+from ..settings.flag_facts import url_refused
 from ..serve.slots import Slot
-from ..serve.isolation import IsolationName
 from ..judge.vocabulary import PhaseName
 
 __all__ = ["live_target", "connect", "API_KEY_ENVS", "DEFAULT_MAX_REQUESTS", "RequestBudget", "LiveTarget",
@@ -50,12 +47,6 @@ __all__ = ["live_target", "connect", "API_KEY_ENVS", "DEFAULT_MAX_REQUESTS", "Re
 # The bearer token for the server: --api-key, else the first of these that is set.
 API_KEY_ENVS = ("RESIDUE_LAB_API_KEY", "OPENAI_API_KEY")
 DEFAULT_MAX_REQUESTS = 2000
-# Flags of other groups that start or place servers (the whole "engine and configuration"
-# group configures one, except the two that only shape requests).
-_REQUEST_SIDE = ("--served-model-name", "--api-key")
-_SERVER_RUN_FLAGS = ("--isolation", "--auto-sample", "--cache-dir", "--launcher",
-                     "--backend", "--ray-address", "--slots", "--gpus", "--boot-timeout",
-                     "--resume")
 
 
 def live_target(ns: argparse.Namespace, written: dict[str, Any]) -> LiveTarget:
@@ -63,16 +54,7 @@ def live_target(ns: argparse.Namespace, written: dict[str, Any]) -> LiveTarget:
     the command line wrote; the flags it cannot take with it are ``settings/flag_checks``
     rules), the URL and the key read, the run's document nonce drawn; nothing is sent (the
     session connects: ``connect``)."""
-    refused = refused_flags(written)
-    if refused:
-        raise UsageError(f"--url sweeps a server that is already running, as it runs; "
-                         f"these flags configure or start a server: {', '.join(refused)}")
-    unproven = [h for h in split(getattr(ns, "history", None) or "")
-                if h in HISTORY_NAMES and not history_row(h).live_ok]
-    if unproven:
-        raise UsageError(f"--url: --history {','.join(unproven)} cannot be proven on a server "
-                         "shared with other traffic (its proof needs the server's own log, its "
-                         "prefix cache and its pool to itself); sweep it on started servers")
+    # the server flags it cannot honour are refused by settings/flag_checks.RULES
     key, source = api_key_from_env(ns.api_key)
     return LiveTarget(check_url(ns.url), key, source, ns.concurrency or 1,
                       RequestBudget(ns.max_requests or DEFAULT_MAX_REQUESTS),
@@ -110,12 +92,7 @@ def refused_flags(given: dict[str, Any]) -> list[str]:
     """The flags ``given`` (those a command line wrote: ``flag_manifest.parse_flags``) that
     configure or start a server (``--url`` cannot honour them: the server is already
     running as it is)."""
-    server = {f.name for f in FLAGS if f.group == ENGINE and f.name not in _REQUEST_SIDE}
-    server |= set(_SERVER_RUN_FLAGS)
-    out = [name for name in given if name in server]
-    if given.get("--isolation") == IsolationName.LIVE:   # what --url runs anyway
-        out.remove("--isolation")
-    return out
+    return url_refused(given)
 
 
 def check_url(url: str) -> str:

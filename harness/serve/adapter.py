@@ -48,6 +48,7 @@ class EngineAdapter:
     # choices are fixed too (VllmAdapter.fill_restores, reports/h200/determinism/)
     fill_restores = False
     takes_draft_model = False    # --draft-model: a drafter checkpoint for its servers
+    needs_model = False          # --model: none of its own (a --serve line may name one)
     takes_engine_args = True     # --engine-arg: extra arguments on its server command
     compile_caches = False       # --cache-dir: its servers compile into caches worth sharing
     # what `sweep --help` says of this engine under a flag (settings/flags.py builds the help text)

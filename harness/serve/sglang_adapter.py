@@ -139,6 +139,7 @@ class SglangAdapter(EngineAdapter):
     name = "sglang"
     boot_timeout_s = 900.0
     needs_gpu = True
+    needs_model = True            # --model or the --serve line's (a flag_checks.RULES row)
     default_patches = "none"      # the residue-lab fixes are a vLLM plugin: none here
     reset_path = "/flush_cache"   # sglang.srt.entrypoints.http_server.flush_cache (GET, POST)
     poison_refusal = NOT_SUPPORTED   # no residue_lab_poison RPC (flag_checks.RULES)
@@ -195,8 +196,6 @@ class SglangAdapter(EngineAdapter):
         return self.served_model_name or cfg.model
 
     def command(self, cfg, port, slot):
-        if not cfg.model:
-            raise UsageError("--engine sglang needs --model (a local model directory or HF id)")
         env = {"PYTHONUNBUFFERED": "1"}
         if self.serve is not None:   # --serve: the user's line, what the harness adds
             return self.serve.argv(self, port, slot), env

@@ -34,6 +34,7 @@ class VllmAdapter(EngineAdapter):
     logprobs_default = 5    # V1 Sampler: logprobs are a side computation, greedy is argmax
     takes_draft_model = True
     async_scheduling = True      # --async-scheduling / --no-async-scheduling (arg_utils.py)
+    needs_model = True           # no model of its own: --model or the --serve line's
     compile_caches = True        # torch.compile, Inductor and Triton (engine/vllm/caches)
     help_notes = {"--engine": "a vLLM install, on GPU; needs --model",
                   "--model": "required, a local model directory or HF id",
@@ -74,8 +75,7 @@ class VllmAdapter(EngineAdapter):
                    served_model_name=served_model_name, cache_dir=cache_dir)
 
     def command(self, cfg, port, slot):
-        if not cfg.model:
-            raise UsageError("--engine vllm needs --model (a local model directory or HF id)")
+        # a configuration without a model was refused by settings/flag_checks.RULES
         try:
             argv, env = self._launch.build_command(
                 cfg, port=int(port), model=cfg.model, gpu=slot.gpu,

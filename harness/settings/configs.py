@@ -56,6 +56,7 @@ class SweepOptions:
     resume: str | None
     dry_run: bool
     answer_lines: int = 3
+    flag_notes: tuple[str, ...] = ()   # the warning lines of settings/flag_checks.RULES
     seed: int = 0
     baseline: str | None = None
     junit: Path | None = None
@@ -349,9 +350,7 @@ def _check_groups(spelled: str, groups: list[list[str]]) -> None:
 
 
 def parse_reference(reference: str, phases: Sequence[str]) -> str:
-    if reference in ("passage", "cold"):
-        if reference == "cold" and PhaseName.COLD not in phases:
-            raise UsageError("--reference cold needs the cold phase in --phases")
+    if reference in ("passage", "cold"):   # cold without a cold phase: flag_checks.RULES
         return reference
     if reference in ("first", "consensus"):
         return reference
@@ -365,9 +364,7 @@ def parse_prompts(path: str | None, case_ids: str | None,
                   reference: str) -> tuple[PromptCase, ...]:
     """The cases of ``--prompts FILE`` (``--case`` picks some), checked against the
     reference: a case without ``expected`` needs a reference that is not the passage."""
-    if path is None:
-        if case_ids:
-            raise UsageError("--case is only for --prompts FILE")
+    if path is None:   # --case without --prompts: refused by settings/flag_checks.RULES
         return ()
     cases = select_cases(load_cases(path), split(case_ids), path)
     if reference == "passage":

@@ -25,7 +25,7 @@ from ..serve.engine_help import (can_fork, ctx_words, engine_help, for_engines, 
 from ..serve.engines import ADAPTERS
 from ..errors import UsageError
 from ..serve.isolation import isolation_help
-from .flag_values import (choices_of, int_in, ints, or_none, patch_sets, positive_float,
+from .flag_values import (a_path, seconds_at_least, choices_of, int_in, ints, or_none, patch_sets, positive_float,
                           positive_int, seed_list)
 from ..serve.slots import one_slot_args
 from ..judge.vocabulary import ISOLATIONS, LOAD_MODES
@@ -108,6 +108,7 @@ def _always(name: str, get: Callable[[Rerun], Any]) -> Callable[[Rerun], list[st
 
 
 DEFAULT_ENGINE = "lab"
+DEFAULT_OUT = "results"   # --out unset (options.py; a --baseline run id is looked up there)
 
 
 # -- the flags, in the order of the matrix product and of a rerun command ---------------
@@ -295,14 +296,14 @@ FLAGS: tuple[Flag, ...] = (
          "tensor-parallel server across each (0+1,2+3: --tensor-parallel-size 2)",
          {"metavar": "LIST"}, resume=True),
     Flag("--timeout", RUN, "per request, seconds (default 120)",
-         {"type": positive_float, "default": 120.0}, resume=True),
+         {"type": seconds_at_least(1, "any answer"), "default": 120.0}, resume=True),
     Flag("--boot-timeout", RUN, lambda: "server boot, seconds (default: "
          f"{per_engine(lambda c: f'{c.boot_timeout_s:g}')})",
-         {"type": positive_float}),
+         {"type": seconds_at_least(1, "any server to boot")}),
     Flag("--out", RUN, "results directory (default results/); the reports go there too "
-         "unless --reports-dir says otherwise", {"metavar": "DIR"}, resume=True),
+         "unless --reports-dir says otherwise", {"metavar": "DIR", "type": a_path}, resume=True),
     Flag("--reports-dir", RUN, "report directory (default: the --out folder when --out is "
-         "given, else reports/)", {"metavar": "DIR"}, resume=True),
+         "given, else reports/)", {"metavar": "DIR", "type": a_path}, resume=True),
     Flag("--resume", RUN, "continue an interrupted run", {"metavar": "RUN_ID"}),
     Flag("--dry-run", RUN, "print the plan and server commands; start nothing",
          {"action": "store_true"}),
@@ -311,7 +312,8 @@ FLAGS: tuple[Flag, ...] = (
          "coverage (judged there, missing or not judged now) against it, each cell named", {"metavar": "RUN_OR_FILE"}),
     Flag("--allow-fewer", OUTPUT, "with --baseline: do not fail when a cell the baseline "
          "judged is missing or unjudged now", {"action": "store_true"}),
-    Flag("--junit", OUTPUT, "write JUnit XML (one testcase per point x phase)", {"metavar": "PATH"}),
+    Flag("--junit", OUTPUT, "write JUnit XML (one testcase per point x phase)",
+         {"metavar": "PATH", "type": a_path}),
     Flag("--full", OUTPUT, "do not fold clean rows in the report", {"action": "store_true"}),
     Flag("--bisect", OUTPUT, "exit for git bisect run: 0 every cell tested and ok, 1 a cell "
          "not ok, 125 untestable (a boot-fail, infra or invalid point, an unjudged answer "

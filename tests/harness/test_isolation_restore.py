@@ -12,6 +12,8 @@ import re
 
 import pytest
 
+from harness.options import options_from_argv
+
 from engine.vllm.effective import parse_effective_config
 from engine.presets import resolve
 from harness.serve.client import EngineClient
@@ -186,7 +188,9 @@ def test_vllm_adapter_turns_sleep_mode_and_dev_mode_on(monkeypatch, tmp_path):
 def test_a_vllm_without_sleep_mode_is_refused(monkeypatch, tmp_path):
     monkeypatch.setattr("harness.serve.vllm_adapter.vllm_serves_sleep", lambda: False)
     with pytest.raises(UsageError, match="no sleep-mode endpoints.*--isolation fresh"):
-        make_adapter("vllm", isolation="restore", work_dir=tmp_path)
+        # an engine's refusal is a row of settings/flag_checks.RULES (issue 47)
+        options_from_argv(["--engine", "vllm", "--model", "/m", "--isolation", "restore",
+                           "--out", str(tmp_path / "o")])
     # auto falls back to reset there, and starts no server in sleep mode
     adapter = make_adapter("vllm", isolation="auto", work_dir=tmp_path)
     cfg = resolve("ngram", "huge", engine="vllm", model="/m", patches="none")
