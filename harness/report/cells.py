@@ -24,7 +24,7 @@ __all__ = ["cell_phrase", "cell_words", "cell_markdown", "cell_view", "cell_anno
 
 REPEAT_MIN = 3              # the most frequent 40-char block this often = degenerate repetition
 EXCERPT_CHARS = 80          # answer excerpt in the footnotes
-REASON_CHARS = 60           # reason inside a bad cell (boot-fail / invalid): a cell of ~75 columns beside the others fits 120 (issue 50)
+REASON_CHARS = 90           # reason inside a bad cell (boot-fail / invalid)
 
 
 def _is_repetition(r: PhaseRecord) -> bool:
