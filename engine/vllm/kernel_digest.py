@@ -40,7 +40,15 @@ def _skip(data: bytes) -> None:
     return None
 
 
+# a folder a source names: the compile cache it was written to (a carried cache keeps the
+# other machine's), and where vLLM is installed ("# Original path: .../vllm/...")
+_FOLDERS = ((re.compile(rb"[^\s'\"]*/torch_compile_cache/"), b"<cache>/torch_compile_cache/"),
+            (re.compile(rb"(Original path: )[^\s'\"]*?/vllm/"), rb"\1<site>/vllm/"))
+
+
 def _source(data: bytes) -> bytes:
+    for pattern, placeholder in _FOLDERS:
+        data = pattern.sub(placeholder, data)
     return data
 
 

@@ -70,6 +70,17 @@ def test_every_own_compile_of_one_machine_shares_one_fingerprint(prints):
     assert fp["k4-own0"]["kernels"] and fp["k4-own0"]["files"] < len(servers["k4-own0"])
 
 
+def test_a_cache_carried_from_another_folder_keeps_its_fingerprint(prints, tmp_path):
+    """A carried cache's sources still name the folder they were compiled in."""
+    servers, fp = prints
+    moved = [[rel, sha, size] for rel, sha, size in servers["k4-own0"]]
+    log = _server(tmp_path, "k4-carried", moved)
+    for wrapper in (tmp_path / "k4-carried").rglob("c*.py"):
+        wrapper.write_text(wrapper.read_text().replace(str(tmp_path / "k4-carried"),
+                                                       "/tmp/rl-bytes-caches/k4-own0"))
+    assert compile_fingerprint(log)["fingerprint"] == fp["k4-own0"]["fingerprint"]
+
+
 def test_a_pinned_compile_whose_kernels_differ_gets_another(prints):
     _servers, fp = prints
     assert fp["k4-pin"]["fingerprint"] != fp["k4-own0"]["fingerprint"]
