@@ -13,12 +13,12 @@ __all__ = ["KNOWN", "load", "servers", "verdict_of", "answer", "summarize"]
 
 #: answers already seen for doc 0 (issue 48's table, reports/h200/bytes): a cell's sha1 is
 #: named by where it was seen, so a run on another machine says which class it fell in
-KNOWN = {"95c227a4fecf": "H200 own compiles, r5 / r4 cold",
-         "5f2f1596bf8d": "the document (ok)",
-         "5d12df70bf43": "H200 own compiles, k3 r4 self-hit",
-         "d09a0f59410e": "H100 machine B; H200 k4-pin",
-         "e68577bf47a4": "H100 machine A, k4 r5 cold",
-         "d6dde30c60b9": "H100 machines A and B, k3 r4 self-hit"}
+KNOWN = {"95c227a4fecf": "H200s' class",
+         "5f2f1596bf8d": "the document",
+         "5d12df70bf43": "h200a's k3 self-hit",
+         "d09a0f59410e": "H100 B's class",
+         "e68577bf47a4": "H100 A's class",
+         "d6dde30c60b9": "H100 A and B, k3 sweep rerun"}
 
 
 def load(paths) -> list[dict]:
