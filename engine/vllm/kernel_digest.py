@@ -127,9 +127,10 @@ def entries(hash_dir: Path, unroot: Callable[[bytes, Path], bytes]) -> list[tupl
 
 
 def kernel_digest(rows: list[tuple[str, str]]) -> str:
-    """12 hex over the sorted ``(key, sha1)`` rows (a multiset: order of the walk is moot)."""
+    """12 hex over the distinct ``(key, sha1)`` rows, sorted: a server that loaded a cache
+    may write the same sources again under its own folder's names, which adds no kernel."""
     h = hashlib.sha1()
-    for key, sha in sorted(rows):
+    for key, sha in sorted(set(rows)):
         h.update(f"{key}\0{sha}\n".encode())
     return h.hexdigest()[:12]
 

@@ -79,6 +79,13 @@ def test_a_cache_carried_from_another_folder_keeps_its_fingerprint(prints, tmp_p
         wrapper.write_text(wrapper.read_text().replace(str(tmp_path / "k4-carried"),
                                                        "/tmp/rl-bytes-caches/k4-own0"))
     assert compile_fingerprint(log)["fingerprint"] == fp["k4-own0"]["fingerprint"]
+    # on a hit the server writes the wrappers again under names of its own folder
+    sources = list((tmp_path / "k4-carried").rglob("inductor_cache/*/c*.py"))
+    assert len(sources) == 27
+    for wrapper in sources:
+        (wrapper.parent / f"x{wrapper.name}").write_text(
+            wrapper.read_text().replace("/tmp/rl-bytes-caches/k4-own0", str(tmp_path)))
+    assert compile_fingerprint(log)["fingerprint"] == fp["k4-own0"]["fingerprint"]
 
 
 def test_a_pinned_compile_whose_kernels_differ_gets_another(prints):
