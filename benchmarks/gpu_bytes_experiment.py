@@ -7,7 +7,8 @@ FULL_AND_PIECEWISE, no patches, CTX=huge (``gpu_find_state.server_argv``), conte
 and answers doc 0 at the rule residue cold then self-hit (plus residue 4's cold at k = 4, an
 ok control). Kinds of server, all booted at once, then the copies:
 
-- ``own``: ngram k = 4 (three) and k = 3 (two), each compiling into a cache of its own;
+- ``own``: ngram k = 4 (two) and k = 3 (one), each compiling into a cache of its own (on the
+  first H200, 2026-12-06, three k = 4 and two k = 3 own compiles gave one answer per cell);
 - ``pin``: one per k, own cache, plus the candidate pins of what differs between machines:
   FlashAttention's split-KV count in captured graphs fixed at 1 (the FULL verify graph the
   broken cell replays calls FA3 with ``num_splits`` up to 32, and FA3's heuristic picks the
@@ -18,11 +19,14 @@ ok control). Kinds of server, all booted at once, then the copies:
   reductions off (``TORCHINDUCTOR_SPLIT_REDUCTIONS=0``: ``Reduction.num_splits`` in
   torch/_inductor/ir.py sizes a split from the GPU's SM count at compile time, so it travels
   with a cache);
-- ``copy``: started from a copy of the first own server's cache, once it is done (a cache
-  hit: the compile's artefacts with this machine's GPU);
-- ``carried`` (``--from-cache DIR``): a vLLM cache made on another machine: its answer is
-  that machine's if what differs is baked into the compile (Inductor's SM-sized splits), this
-  machine's if it is chosen at run time (FA3's split count, cuBLAS's algorithm).
+- ``copy``: started from a copy of an own server's cache as soon as that server has saved
+  its compile (the "saved AOT compiled function" line of its log, before its graphs are
+  captured): a cache hit with this machine's compile and GPU;
+- ``carried`` (``--from-cache DIR``, one per k, started at once): a vLLM cache made on
+  another machine: its answer is that machine's if what differs is baked into the compile
+  (Inductor's SM-sized splits), this machine's if it is chosen at run time (FA3's split
+  count, cuBLAS's algorithm). Every copy rewrites the cache's index to its own folder
+  (``gpu_bytes_caches.copy_cache``: vLLM loads the artefacts by absolute path).
 
 Each record names the GPU (``harness.serve.gpu_info``) and the server's compile fingerprint
 (``engine.vllm.caches.compile_fingerprint``, after readiness); the file list behind each
@@ -44,8 +48,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gpu_bytes_caches import copy_cache  # noqa: E402
 from gpu_find_state import Server, chat, server_argv  # noqa: E402
-from engine.vllm.caches import compile_dirs, compile_fingerprint  # noqa: E402
+from engine.vllm.caches import _unrooted, compile_dirs, compile_fingerprint  # noqa: E402
+from engine.vllm.kernel_digest import entries  # noqa: E402
 from engine.vllm.determinism import deterministic_env, fixed_compilation_argv  # noqa: E402
 from harness.serve.gpu_info import gpu_record  # noqa: E402
 
@@ -55,11 +61,14 @@ NGRAM = {"method": "ngram", "prompt_lookup_max": 4, "prompt_lookup_min": 2}
 # cell: (k, the sends as (residue, phase)): the issue's table rows on doc 0
 # ("reset-cold": after /reset_prefix_cache, the ok control: another residue of the same doc)
 SENDS = {4: ((5, "cold"), (5, "self-hit"), (4, "reset-cold")), 3: ((4, "cold"), (4, "self-hit"))}
-# (name, k, kind) booted at once; copies start when their source is done
-FIRST = ([(f"k4-own{i}", 4, "own") for i in range(3)] + [("k4-pin", 4, "pin")]
-         + [(f"k3-own{i}", 3, "own") for i in range(2)] + [("k3-pin", 3, "pin")])
+# (name, k, kind) booted at once: compiles first, they take longest (~120 s, 7 at once on
+# the H200); ~6.3 GB of GPU memory a server, 9 fit an H100
+FIRST = [("k4-own0", 4, "own"), ("k4-own1", 4, "own"), ("k4-pin", 4, "pin"),
+         ("k3-own0", 3, "own"), ("k3-pin", 3, "pin")]
+CARRIED = [("k4-carried", 4), ("k3-carried", 3)]   # with --from-cache, started at once
 COPIES = {"k4-copy0": "k4-own0", "k3-copy0": "k3-own0"}   # copy: its source
-MAX_BESIDE_COPY = 4   # first-wave servers still up when a copy may boot
+SAVED = "saved AOT compiled function to"   # the source's compile is on disk: copy it
+COPY_NEEDS_S = 40   # a copy boots from a hit and sends: less left than this, it is skipped
 PIN_ENV = {"CUBLAS_WORKSPACE_CONFIG": ":16:8", "CUBLASLT_WORKSPACE_SIZE": "1",
            "TORCHINDUCTOR_SPLIT_REDUCTIONS": "0"}
 PIN_FA = {"flash_attn_max_num_splits_for_cuda_graph": 1}
@@ -129,31 +138,40 @@ def rpc(srv: Server, method: str, *args) -> dict:
     return r.json() if r.is_success else {"error": r.status_code, "text": r.text[-2000:]}
 
 
-def boot_facts(run: Run, srv: Server, tag: dict) -> dict:
-    """After readiness: the GPU and the compile fingerprint (the file list kept apart)."""
+def boot_facts(run: Run, srv: Server, tag: dict, env: dict) -> dict:
+    """After readiness: the GPU and the compile fingerprint (kernels digest bound to the GPU
+    model and the server's cuBLAS/FA switches); the raw file list and the digest's rows go
+    to ``files-SERVER.json`` (what a next fingerprint question is answered from)."""
     log = (run.out / f"{srv.name}.log").read_text(errors="replace")
-    fp = compile_fingerprint(log)
-    files = []
+    gpu = gpu_record(os.environ.get("CUDA_VISIBLE_DEVICES", "0"))
+    fp = compile_fingerprint(log, [g.get("model") for g in gpu or []], env)
+    files, rows = [], []
     for d in compile_dirs(log):
+        rows += entries(Path(d), _unrooted)
         for p in sorted(Path(d).rglob("*")):
             if p.is_file():
                 files.append([str(p.relative_to(d)), hashlib.sha1(p.read_bytes()).hexdigest(),
                               p.stat().st_size])
-    (run.out / f"files-{srv.name}.json").write_text(json.dumps(files))
+    (run.out / f"files-{srv.name}.json").write_text(json.dumps(
+        {"files": files, "kernel_rows": sorted(rows), "dirs": fp.get("dirs")}))
     from engine.vllm.bootlog import compile_cache_from_log
-    return {**tag, "gpu": gpu_record(os.environ.get("CUDA_VISIBLE_DEVICES", "0")),
-            "compile": fp, "compile_cache": compile_cache_from_log(log)}
+    return {**tag, "gpu": gpu, "compile": fp, "compile_cache": compile_cache_from_log(log)}
 
 
-def serve(run: Run, srv: Server, tag: dict, k: int) -> None:
-    """Wait for readiness, record the boot, fill, send the cell's requests, stop."""
+def serve(run: Run, srv: Server, tag: dict, k: int, env: dict, saved: threading.Event) -> None:
+    """Wait for readiness (``saved`` is set once the log shows the compile on disk), record
+    the boot, fill, send the cell's requests, stop."""
+    log = run.out / f"{srv.name}.log"
     try:
         while not srv.ready():
+            if not saved.is_set() and SAVED in log.read_text(errors="replace"):
+                saved.set()
             if run.left() < 15:
                 run.write({**tag, "boot": "timeout", "after_s": round(time.monotonic() - srv.t0, 1)})
                 return
             time.sleep(1)
-        facts = boot_facts(run, srv, tag)
+        saved.set()   # ready: whatever it compiled is on disk (a hit saves nothing new)
+        facts = boot_facts(run, srv, tag, env)
         run.write({**facts, "boot": "ready", "after_s": round(time.monotonic() - srv.t0, 1)})
         run.write({**tag, "rpc": "arm", "result": rpc(srv, "residue_lab_arm")})
         run.write({**tag, "rpc": "boot-fill", "result": rpc(srv, "residue_lab_poison", FILL, "A")})
@@ -171,19 +189,21 @@ def serve(run: Run, srv: Server, tag: dict, k: int) -> None:
     except Exception as exc:   # one server's failure must not lose the others
         run.write({**tag, "error": repr(exc)[:500]})
     finally:
+        saved.set()
         srv.stop()
 
 
 def start(run: Run, name: str, k: int, kind: str, cache: Path, port: int, site: Path | None,
-          source: str | None = None) -> tuple[Server, dict]:
+          source: dict | None = None) -> tuple[Server, dict, dict]:
     argv, env, pinned = command(run.model, port, k, kind, cache, site)
     srv = Server(name, argv, port, run.out, env=env)
     run.pids.write(f"{srv.proc.pid}\n")
     run.pids.flush()
     tag = {"server": name, "k": k, "kind": kind, "machine": run.machine, "cache": str(cache),
-           **({"source": source} if source else {}), **({"pin": pinned} if pinned else {})}
+           **({"source": source["server"], "copied": source} if source else {}),
+           **({"pin": pinned} if pinned else {})}
     run.write({**tag, "started_s": round(time.monotonic() - run.t0, 1)})
-    return srv, tag
+    return srv, tag, env
 
 
 def main() -> int:
@@ -216,38 +236,57 @@ def main() -> int:
 def run_all(args) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(args.caches, ignore_errors=True)
+    args.caches.mkdir(parents=True)
     run = Run(args.out, args.model, time.monotonic() + args.limit, args.machine)
-    first = list(FIRST)
-    if args.from_cache:
-        shutil.copytree(args.from_cache, args.caches / "k4-carried")
-        first.append(("k4-carried", 4, "carried"))
-    done: dict[str, threading.Event] = {n: threading.Event() for n, _, _ in first}
+    plan = [(n, k, kind, None) for n, k, kind in FIRST]
+    if args.from_cache:   # another machine's compile, started at once beside the compiles
+        plan += [(n, k, "carried", {"server": f"carried:{args.from_cache.name}",
+                                    "dir": args.from_cache}) for n, k in CARRIED]
+    plan += [(n, int(n[1]), "copy", {"server": src}) for n, src in COPIES.items()]
+    saved = {n: threading.Event() for n, *_ in plan}
 
-    def one(i: int, name: str, k: int, kind: str, source: str | None = None) -> None:
-        if source:   # a copy starts from its source's cache once the source is done
-            done[source].wait(max(run.left() - 80, 0))
-            # and once the first wave has mostly stopped: ~8.5 GB a server, 80 GB on an H100
-            while sum(not e.is_set() for e in done.values()) > MAX_BESIDE_COPY and run.left() > 80:
-                time.sleep(1)
-            if not done[source].is_set() or run.left() < 80:
-                run.write({"server": name, "skipped": "no time for a copy"})
-                return
-            shutil.copytree(args.caches / source, args.caches / name)
+    def one(i: int, name: str, k: int, kind: str, source: dict | None) -> None:
         try:
-            srv, tag = start(run, name, k, kind, args.caches / name, 8500 + i, args.site, source)
-            serve(run, srv, tag, k)
+            if source:
+                copied = begin_copy(run, args, name, source, saved)
+                if copied is None:
+                    return
+                source = {**source, **copied, "dir": str(source.get("dir", ""))}
+            srv, tag, env = start(run, name, k, kind, args.caches / name, 8500 + i, args.site,
+                                  source)
+            serve(run, srv, tag, k, env, saved[name])
+        except Exception as exc:   # one server's failure must not lose the others
+            run.write({"server": name, "error": repr(exc)[:500]})
         finally:
-            if name in done:
-                done[name].set()
+            saved[name].set()
 
-    with ThreadPoolExecutor(len(first) + len(COPIES)) as pool:
-        futures = [pool.submit(one, i, n, k, kind) for i, (n, k, kind) in enumerate(first)]
-        futures += [pool.submit(one, 20 + j, n, int(n[1]), "copy", src)
-                    for j, (n, src) in enumerate(COPIES.items())]
-        for f in futures:
+    with ThreadPoolExecutor(len(plan)) as pool:
+        for f in [pool.submit(one, i, *row) for i, row in enumerate(plan)]:
             f.result()
     print(f"done in {time.monotonic() - run.t0:.0f}s", flush=True)
     return 0
+
+
+def begin_copy(run: Run, args, name: str, source: dict, saved: dict) -> dict | None:
+    """The copy's cache in place (its index rewritten), once its source's compile is on disk;
+    None (recorded) when the source never saved one or too little time is left."""
+    src = source["server"]
+    if src in saved:   # a server of this call: wait for its compile
+        saved[src].wait(max(run.left() - COPY_NEEDS_S, 0))
+        root = args.caches / src
+        if not saved[src].is_set() or not (root / "vllm").is_dir():
+            run.write({"server": name, "skipped": f"{src} saved no compile in time",
+                       "at_s": round(time.monotonic() - run.t0, 1)})
+            return None
+    else:
+        root = Path(source["dir"])
+    if run.left() < COPY_NEEDS_S:
+        run.write({"server": name, "skipped": f"{round(run.left())} s left for a copy",
+                   "at_s": round(time.monotonic() - run.t0, 1)})
+        return None
+    # vllm/ only, as a carried cache: Triton JITs its kernels again from the sources
+    copied = copy_cache(root, args.caches / name)
+    return {**copied, "at_s": round(time.monotonic() - run.t0, 1)}
 
 
 if __name__ == "__main__":

@@ -9,7 +9,16 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
-__all__ = ["load", "servers", "verdict_of", "answer", "summarize"]
+__all__ = ["KNOWN", "load", "servers", "verdict_of", "answer", "summarize"]
+
+#: answers already seen for doc 0 (issue 48's table, reports/h200/bytes): a cell's sha1 is
+#: named by where it was seen, so a run on another machine says which class it fell in
+KNOWN = {"95c227a4fecf": "H200s' class",
+         "5f2f1596bf8d": "the document",
+         "5d12df70bf43": "h200a's k3 self-hit",
+         "d09a0f59410e": "H100 B's class",
+         "e68577bf47a4": "H100 A's class",
+         "d6dde30c60b9": "H100 A and B, k3 sweep rerun"}
 
 
 def load(paths) -> list[dict]:
@@ -47,7 +56,7 @@ def verdict_of(cell) -> str:
     if cell is None:
         return "–"
     ok, sha = cell
-    return f"ok {sha}" if ok else f"not ok {sha}"
+    return (f"ok {sha}" if ok else f"not ok {sha}") + (f" ({KNOWN[sha]})" if sha in KNOWN else "")
 
 
 def _broken_cells(group: list[dict]) -> set:
@@ -57,28 +66,33 @@ def _broken_cells(group: list[dict]) -> set:
 def answer(srv: dict[str, dict], k: int) -> str:
     """What the k cells' broken bytes follow, from the own servers (each its own compile on
     this machine), the copies (another server's cache) and the pinned server."""
-    own = [s for s in srv.values() if s.get("k") == k and s.get("kind") == "own" and s["cells"]]
-    if len(own) < 2:
-        return f"ngram k = {k}: fewer than two own-cache servers answered: no answer"
+    own = [s for _, s in sorted(srv.items())
+           if s.get("k") == k and s.get("kind") == "own" and s["cells"]]
+    if not own:
+        return f"ngram k = {k}: no own-cache server answered: no answer"
     cells = sorted(_broken_cells(own))
     if not cells:
         return f"ngram k = {k}: no cell broke on the own-cache servers"
     agree = all(len({s["cells"].get(c) for s in own}) == 1 for c in cells)
     fps = {s.get("fingerprint") for s in own}
-    lines = [f"ngram k = {k}: {len(own)} own-cache servers, {len(fps)} fingerprint"
-             f"{'s' if len(fps) != 1 else ''}; their broken cells "
-             + ("gave one answer each: every compile of this machine agrees (the bytes follow"
-                " the machine, or what its compiles share)" if agree else
-                "gave other answers between compiles")]
+    lines = [f"ngram k = {k}: {len(own)} own-cache server{'s' if len(own) != 1 else ''}, "
+             f"{len(fps)} fingerprint{'s' if len(fps) != 1 else ''}; "
+             + ("one compile only: its broken cells are the reference" if len(own) < 2 else
+                "their broken cells gave one answer each: every compile of this machine agrees"
+                " (the bytes follow the machine, or what its compiles share)" if agree else
+                "their broken cells gave other answers between compiles")]
     names = {n: s for n, s in srv.items()}
     for n, s in names.items():
         if s.get("k") != k or s.get("kind") not in ("copy", "carried", "pin") or not s["cells"]:
             continue
         ref = names.get(s.get("source"), own[0])
         same = all(s["cells"].get(c) == ref["cells"].get(c) for c in cells)
+        whom = ("its source" if s.get("source") in names else
+                "this machine's first own server" + (f" (its cache: {s['source']})"
+                                                     if s.get("source") else ""))
         lines.append(f"- {n} ({s['kind']}, fingerprint {s.get('fingerprint')}, cache "
-                     f"{s.get('compile_cache')}): {'the same bytes as' if same else 'other bytes than'} "
-                     f"{'its source' if s.get('source') else 'the first own server'}")
+                     f"{s.get('compile_cache')}): "
+                     f"{'the same bytes as' if same else 'other bytes than'} {whom}")
     return "\n".join(lines)
 
 

@@ -11,6 +11,8 @@ Module map (each file's docstring names the vLLM code it reads or mirrors):
                        compile, warm-up, graphs) from its log
 - ``caches.py``        compile and Triton caches shared by a run's servers and kept between
                        runs; whether a server hit them
+- ``kernel_digest.py`` the compile fingerprint: a digest over what picks the kernels (sources,
+                       chosen configs, split graph; paths and timings out), bound to the GPU
 - ``checkpoint.py``    what a local checkpoint needs from vLLM, read from its files
                        (``--language-model-only``, an MTP head)
 - ``prefork.py``       vLLM on ``engine.prefork``: the parent's imports, a ``vllm serve``

@@ -109,8 +109,6 @@ def cache_use(log_text: str, *, root: str | os.PathLike[str] | None = None,
 # function to" on a miss, "Directly load AOT compilation from path" on a hit, decorators.py; its
 # Inductor cache is HASH/inductor_cache, envs TORCHINDUCTOR_CACHE_DIR pointed there).
 _AOT_DIR = re.compile(r"(?:saved AOT compiled function to|Directly load AOT compilation from path) (\S+)")
-# files the compile does not decide: locks, and the factors' raw dump (same on every run)
-_VOLATILE = re.compile(r"(\.lock$|^\.|\.tmp)")
 
 
 def compile_dirs(log_text: str) -> list[Path]:
@@ -132,40 +130,26 @@ def compile_dirs(log_text: str) -> list[Path]:
     return out
 
 
-def compile_fingerprint(log_text: str) -> dict[str, Any]:
-    """A digest over the files of the compile caches the server used (its log names them),
-    taken after readiness: ``{"fingerprint": 12 hex | None, "files", "bytes", "dirs"}``.
-    Each file enters as its path under its hash folder and the sha1 of its content with the
-    cache's own location written out (generated code names the folder it was written to),
-    so two servers that loaded or wrote the same artefacts agree wherever their caches live, and
-    two compiles whose generated code, kernels or saved graphs differ do not. None (with
-    ``why``) when the log names no compile cache (``-O0``, eager) or none is readable."""
-    import hashlib
+def compile_fingerprint(log_text: str, gpu_models: list[str] | None = None,
+                        env: dict[str, str] | None = None) -> dict[str, Any]:
+    """What decided the server's kernels, read from the compile caches its log names after
+    readiness: ``{"fingerprint", "kernels", "facts", "files", "dirs"}``. ``kernels`` is a
+    digest over the kernel sources, chosen configs and split graph, normalised
+    (``kernel_digest``: paths, timings and per-compile pickles left out, so every compile of
+    one configuration on one machine agrees); ``fingerprint`` adds the GPU models and the
+    run-time kernel switches in ``env`` (``kernel_digest.bind``; the harness binds them once
+    it knows the slot's GPU). None (with ``why``) when the log names no compile cache
+    (``-O0``, eager) or none is readable."""
+    from .kernel_digest import bind, entries, kernel_digest
     dirs = compile_dirs(log_text)
-    entries: list[tuple[str, str, int]] = []
-    for d in dirs:
-        for dirpath, _dirs, names in os.walk(d):
-            for name in names:
-                if _VOLATILE.search(name):
-                    continue
-                path = Path(dirpath) / name
-                try:
-                    data = _unrooted(path.read_bytes(), d)
-                except OSError:      # replaced while we walk: its successor is read next boot
-                    continue
-                rel = f"{d.parent.name}/{path.relative_to(d)}"
-                entries.append((rel, hashlib.sha1(data).hexdigest(), len(data)))
-    out: dict[str, Any] = {"dirs": [str(d) for d in dirs], "files": len(entries),
-                           "bytes": sum(n for _, _, n in entries)}
-    if not entries:
+    rows = [row for d in dirs for row in entries(d, _unrooted)]
+    out: dict[str, Any] = {"dirs": [str(d) for d in dirs], "files": len(rows)}
+    if not rows:
         out.update(fingerprint=None, why="the log names no compile cache with files"
                    if dirs else "the log names no compile cache (no torch.compile)")
         return out
-    h = hashlib.sha1()
-    for rel, sha, _ in sorted(entries):
-        h.update(f"{rel}\0{sha}\n".encode())
-    out["fingerprint"] = h.hexdigest()[:12]
-    return out
+    out["kernels"] = kernel_digest(rows)
+    return bind(out, gpu_models, env)
 
 
 def _unrooted(data: bytes, hash_dir: Path) -> bytes:

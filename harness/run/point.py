@@ -196,8 +196,11 @@ class PointRunner:
                 await server.wait_ready(client, timeout or self.opts.boot_timeout)
                 info: dict[str, Any] = {"boot_s": round(server.boot_s or 0.0, 4),
                                         "server_boot": self._boot_notes(server, log_path)}
-                if slot.gpu is not None:   # issue 48: the GPU, as the driver names it
-                    info["server_boot"]["gpu"] = gpu_record(slot.gpu)
+                if slot.gpu is not None:   # issue 48: the GPU, as the driver names it,
+                    boot = info["server_boot"]   # and the fingerprint bound to it
+                    boot["gpu"] = gpu_record(slot.gpu)
+                    boot["compile"] = (adapter or self.adapter).bind_compile(
+                        boot.get("compile"), [g.get("model") for g in boot["gpu"] or []], env)
                 # --poison: filled before its first request (harness/serve/poison.py)
                 served = adapter or self.adapter
                 info["poison"] = (await poison.at_boot(client, served.poison_kernels())

@@ -172,6 +172,13 @@ class EngineAdapter:
         """What the server's log says about its boot (split, caches); {} when nothing."""
         return {}
 
+    def bind_compile(self, compiled: dict[str, Any] | None, gpu_models: list,
+                     env: dict[str, str]) -> dict[str, Any] | None:
+        """``boot_notes``' ``compile`` with its fingerprint bound to the GPU models and the
+        server's run-time kernel switches (issue 48); unchanged where the engine's
+        fingerprint already says all (the lab's)."""
+        return compiled
+
     # the stages of ``boot_notes``' "split" the manifest's boot summary takes medians of
     boot_stages: tuple[str, ...] = ()
 

@@ -187,6 +187,12 @@ class VllmAdapter(EngineAdapter):
         return notes
 
 
+    def bind_compile(self, compiled, gpu_models, env):
+        """The kernels digest plus the GPU models and the cuBLAS/FA switches in ``env``
+        (engine/vllm/kernel_digest.bind): the same kernels on another GPU are another compile."""
+        from engine.vllm.kernel_digest import bind
+        return bind(compiled, gpu_models, env)
+
 
 def _tp_args(slot: Slot) -> tuple[str, ...]:
     """``--tensor-parallel-size N`` for a slot of N GPUs (``--gpus 0+1``); nothing for one."""

@@ -48,7 +48,10 @@ def _cache(root, code: str) -> str:
         d.mkdir(parents=True)
     (hashed / "artifact_compile_range_1_8192").write_text(f"{code} loads {root}/inductor/x.so")
     (hashed / "computation_graph.py").write_text("graph")
-    (aot / "model").write_text(code)
+    (aot / "model").write_text(f"{code} pickled at {root}")   # per compile: left out
+    kernel = aot.parent / "inductor_cache" / "ab" / "cab.py"    # a kernel source: counts
+    kernel.parent.mkdir(parents=True)
+    kernel.write_text(f"# kernel path: {kernel}\n{code}")
     (hashed / "x.lock").write_text(str(root))   # a lock says nothing about the compile
     return (f"INFO [backends.py:1094] Using cache directory: {hashed} for vLLM's torch.compile\n"
             f"INFO [decorators.py:708] saved AOT compiled function to {aot / 'model'}\n")
@@ -59,7 +62,7 @@ def test_the_vllm_fingerprint_follows_the_artefacts_not_where_they_live(tmp_path
     b = compile_fingerprint(_cache(tmp_path / "b", "kernels-1"))
     c = compile_fingerprint(_cache(tmp_path / "c", "kernels-2"))
     assert a["fingerprint"] and a["fingerprint"] == b["fingerprint"] != c["fingerprint"]
-    assert a["files"] == 3 and len(a["dirs"]) == 2
+    assert a["files"] == 2 and len(a["dirs"]) == 2
     assert [d.name for d in compile_dirs(_cache(tmp_path / "d", "k"))] == ["1f4f224191", "96099"]
     # a server that loaded the cache names the same folders ("Directly load ...")
     hit = _cache(tmp_path / "e", "kernels-1").replace(

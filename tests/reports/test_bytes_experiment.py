@@ -36,7 +36,7 @@ def test_every_server_runs_the_mode_in_a_cache_of_its_own_and_only_pin_pins(tmp_
         assert ("--attention-config" in argv) == (kind == "pin") == bool(pinned)
         assert ("CUBLASLT_WORKSPACE_SIZE" in env) == (kind == "pin")
     assert len(roots) == len(FIRST)
-    assert sum(1 for _, k, kind in FIRST if k == 4 and kind == "own") == 3
+    assert sum(1 for _, k, kind in FIRST if k == 4 and kind == "own") == 2
 
 
 def test_the_fa_pin_follows_the_vllm_on_the_path(tmp_path):
@@ -94,16 +94,25 @@ def test_the_whole_run_on_lab_servers_records_every_server_and_copy(tmp_path, mo
         (cache / "vllm").mkdir(parents=True, exist_ok=True)
         return argv, {"PYTHONPATH": str(ROOT)}, ({"fa_splits": "lab"} if kind == "pin" else {})
     monkeypatch.setattr(exp, "command", lab_command)
+    carried = tmp_path / "carried" / "k4-own0"   # as another machine's cache unpacks
+    index = carried / "vllm" / "torch_compile_cache" / "1f4f224191" / "vllm_compile_cache.py"
+    index.parent.mkdir(parents=True)
+    index.write_text("{'graph_handle': ('a0', '/tmp/rl-bytes-caches/k4-own0/vllm/"
+                     "torch_compile_cache/1f4f224191/a0')}")
     args = argparse.Namespace(out=tmp_path / "out", caches=tmp_path / "caches", limit=200.0,
                               model=str(LAB_MODEL_DIR), machine="cpu", site=None,
-                              from_cache=None)
+                              from_cache=carried)
     assert exp.run_all(args) == 0
     srv = servers([json.loads(line) for line in (tmp_path / "out" / "records.jsonl").open()])
-    assert set(srv) == {n for n, _, _ in FIRST} | set(exp.COPIES)
+    assert set(srv) == {n for n, _, _ in FIRST} | set(exp.COPIES) | {n for n, _ in exp.CARRIED}
+    # a carried copy loads its own artefacts: the index names its folder, not the source's
+    moved = (tmp_path / "caches" / "k3-carried" / index.relative_to(carried)).read_text()
+    assert f"'{tmp_path / 'caches' / 'k3-carried'}/vllm/" in moved and "rl-bytes" not in moved
     for name, s in srv.items():
         assert "problem" not in s, (name, s.get("problem"))
         assert set(s["cells"]) == {(r, p) for r, p in exp.SENDS[s["k"]]}, name
     assert srv["k4-copy0"]["source"] == "k4-own0"
     assert (tmp_path / "caches" / "k4-copy0" / "vllm").is_dir()
     table = summarize([tmp_path / "out" / "records.jsonl"])
-    assert "ngram k = 4: 3 own-cache servers" in table
+    assert "ngram k = 4: 2 own-cache servers" in table
+    assert "k4-carried (carried" in table and "(its cache: carried:k4-own0)" in table
