@@ -169,6 +169,7 @@ def table(recs: list[dict], manifest: dict | None = None) -> str:
             f"{_num(r['first'])} | {_fmt(r['point'])} | {_fmt(r['cold'])} | {_fmt(r['hit'])} | "
             f"{_fmt(r['sleep'])} | {_fmt(r['fill'])} | {_pct(_med(r['fill']), _med(r['point']))} | "
             f"{_pct(_med(r['sleep']), _med(r['point']))} |")
+    lines += restore_lines(recs, rows)
     lines += ["", f"## What each restore moves, and how each cost grows (× {base}; {NOTE})", "",
               "| server | sleep: weights to host and back GiB | sleep: KV discarded GiB | "
               "sleep GiB/s | fill GiB written | fill proven | fill GiB/s | fill s (worker) | params × | "
@@ -221,6 +222,89 @@ def table(recs: list[dict], manifest: dict | None = None) -> str:
                      f"{(bt.get('error') or DASH)[:120]} |")
     lines += ["", *_goal_lines(rows), *_trouble_lines(rows), "", f"_{NOTE}._"]
     return "\n".join(lines) + "\n"
+
+
+POOL_KINDS = ("storage_fill", "dirty_restore", "bandwidth", "audit")
+
+
+def _worker_s(r: dict) -> float | None:
+    res = r.get("result")
+    return float(res["s"]) if isinstance(res, dict) and isinstance(res.get("s"), (int, float)) else None
+
+
+def _pool_row(recs: list[dict], name: str, point: float | None) -> dict[str, Any]:
+    """One server's issue-51 numbers: pool bytes, bandwidth and its limit, each fill."""
+    mine = [r for r in recs if r.get("server") == name and not r.get("error")]
+    kind = lambda k: [r for r in mine if r["kind"] == k]   # noqa: E731
+    bw = next((r["result"] for r in kind("bandwidth") if isinstance(r.get("result"), dict)), {})
+    whole = [r for r in kind("storage_fill") if r.get("round", 0) > 0] or kind("storage_fill")
+    pool = next((r["result"]["restored"]["bytes"] for r in whole
+                 if isinstance(r.get("result"), dict) and r["result"].get("restored")), None)
+    rate = bw.get("bytes_per_s")
+    dirty = kind("dirty_restore")
+    ran: dict[str, int] = {}
+    for r in dirty:
+        res = r.get("result") or {}
+        key = res.get("means", "?") + (f" ({res['why']})" if res.get("why") else "")
+        ran[key] = ran.get(key, 0) + 1
+    audits = [r["result"] for r in kind("audit") if isinstance(r.get("result"), dict)]
+    audits += [r["result"]["audit"] for r in dirty
+               if isinstance(r.get("result"), dict) and isinstance(r["result"].get("audit"), dict)]
+    restored = [(r.get("result") or {}).get("restored") or {} for r in dirty
+                if (r.get("result") or {}).get("means") == "dirty"]
+    return {"device": bw.get("device"), "pool": pool, "bw": rate,
+            "limit": 2 * pool / rate if pool and rate else None,
+            "old": _stats([fill_seconds(r.get("result")) for r in kind("fill")]),
+            "whole": _stats([_worker_s(r) for r in whole]),
+            "dirty": _stats([r["s"] for r in dirty]),
+            "dirty_worker": _stats([_worker_s(r) for r in dirty]),
+            "blocks": _stats([x.get("blocks") for x in restored
+                              if isinstance(x.get("blocks"), (int, float))]),
+            "mib": _stats([x["bytes"] / 2**20 for x in restored if x.get("bytes") is not None]),
+            "ran": ran, "audits": (sum(bool(a.get("ok")) for a in audits), len(audits)),
+            "proven": (sum(bool(r.get("proven")) for r in whole + dirty), len(whole + dirty)),
+            "point": point}
+
+
+def restore_lines(recs: list[dict], rows: dict) -> list[str]:
+    """The issue-51 section (only for records that have its kinds): the pool, the GPU's
+    copy bandwidth measured in the same call and the time it allows for a fill and its
+    proof (one write and one read of every byte), beside each way of restoring."""
+    if not any(r.get("kind") in POOL_KINDS for r in recs):
+        return []
+    out = ["", f"## Restore at the speed of memory: the fills beside the bandwidth limit ({NOTE})", "",
+           "| server | device | pool GiB | copy GB/s | limit ms | per-view fill s (worker) | "
+           "once-per-storage fill s (worker) | × limit | dirty restore s (call) | "
+           "dirty s (worker) | dirty / point | blocks | MiB restored | which ran | proven | "
+           "audits ok |", "|" + "---|" * 16]
+    goals = []
+    for n, r in rows.items():
+        p = _pool_row(recs, n, _med(r["point"]))
+        if p["pool"] is None and not p["ran"]:
+            continue
+        whole = _med(p["whole"])
+        out.append(
+            f"| {n} | {p['device'] or DASH} | {_num(p['pool'] / 2**30 if p['pool'] else None)} | "
+            f"{_num(p['bw'] / 1e9 if p['bw'] else None)} | "
+            f"{_num(p['limit'] * 1e3 if p['limit'] else None)} | {_fmt(p['old'])} | "
+            f"{_fmt(p['whole'])} | {_ratio(whole, p['limit'])} | {_fmt(p['dirty'])} | "
+            f"{_fmt(p['dirty_worker'])} | {_pct(_med(p['dirty']), p['point'])} | "
+            f"{_num(_med(p['blocks']))} | {_num(_med(p['mib']))} | "
+            f"{'; '.join(f'{k}: {v}' for k, v in sorted(p['ran'].items())) or DASH} | "
+            f"{p['proven'][0]}/{p['proven'][1]} | {p['audits'][0]}/{p['audits'][1]} |")
+        if _med(p["dirty"]) is not None and p["point"]:
+            pct = 100 * _med(p["dirty"]) / p["point"]
+            goals.append(f"- {n}: dirty restore (the call, proof and prefix reset included) "
+                         f"{pct:.2f}% of the point ({'met' if pct <= 1 else 'not met'}: ≤ 1%)")
+        if whole is not None and p["limit"]:
+            x = whole / p["limit"]
+            goals.append(f"- {n}: once-per-storage fill and proof {x:.2f}× the bandwidth limit "
+                         f"({'met' if x <= 2 else 'not met'}: ≤ 2×)")
+    return out + ["", "Limit: twice the pool's bytes (the fill writes every byte, its proof "
+                  "reads it) over the copy bandwidth the worker measured in the same call "
+                  "(a device-to-device copy, CUDA events; read + write counted). Dirty: the "
+                  "blocks the point's requests were given, plus the null block; which ran "
+                  "says where the whole fill stood in and why.", "", *goals]
 
 
 def _goal_lines(rows: dict) -> list[str]:

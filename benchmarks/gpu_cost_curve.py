@@ -55,6 +55,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.cost_restore import KIND_GUESS_S, PoolKinds, pool_in_tree  # noqa: E402
 from benchmarks.cost_table import NOTE, write_table  # noqa: E402
 from benchmarks.shapes.make_shapes import count_params, kv_geometry, text_config  # noqa: E402
 
@@ -70,7 +71,8 @@ DEVICE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE
               "VLLM_USE_FLASHINFER_SAMPLER": "0", "PYTHONUNBUFFERED": "1",
               "VLLM_SERVER_DEV_MODE": "1"}
 LAB_PRELOAD = ("engine.lab.cli", "engine.lab.serve", "engine.lab.server")
-FIRST_GUESS_S = {"point": 60.0, "fill": 20.0, "sleep": 60.0}   # before one was measured
+FIRST_GUESS_S = {"point": 60.0, "fill": 20.0, "sleep": 60.0,   # before one was measured
+                 **KIND_GUESS_S}
 RESERVE_S = 25.0       # kept for the teardown and the files
 MIN_SLEEPS = 3         # sleep cycles per server before the points and fills come first
 
@@ -145,6 +147,9 @@ class Options:
     dry_run: bool
     fill: bool = field(default=False)
     engine: str = "vllm"      # "lab": the CPU lab engine serves every shape (the mechanism)
+    sleep: bool = True        # --no-sleep: no sleep cycles (the 27B one's first takes ~60 s)
+    in_turn: bool = False     # --in-turn: boot, measure and stop one server at a time
+    pool: bool = False        # issue 51's kinds: storage fill, dirty restore, bandwidth
 
 
 def parse_args(argv: list[str] | None) -> Options | Path:
@@ -167,6 +172,11 @@ def parse_args(argv: list[str] | None) -> Options | Path:
     ap.add_argument("--no-fill", action="store_true", help="no worker extension, no fills")
     ap.add_argument("--engine", choices=("vllm", "lab"), default="vllm",
                     help="lab: the CPU lab engine stands in for every shape (no fills)")
+    ap.add_argument("--no-sleep", action="store_true", help="no sleep cycles")
+    ap.add_argument("--in-turn", action="store_true",
+                    help="boot, measure and stop one server at a time (an 80 GB GPU)")
+    ap.add_argument("--no-pool", action="store_true",
+                    help="no once-per-storage fill, dirty restore or bandwidth (issue 51)")
     ap.add_argument("--dry-run", action="store_true", help="print the commands; start nothing")
     ap.add_argument("--summarize", help="write DIR/cost_curve.md from DIR's records; print it")
     a = ap.parse_args(argv)
@@ -177,16 +187,20 @@ def parse_args(argv: list[str] | None) -> Options | Path:
     if a.points < 1 or a.context < 200:
         raise UserError("--points must be at least 1 and --context at least 200")
     servers = parse_servers(a.servers)
-    need = sum(s.facts()["weights_gib_est"] + s.kv_gib + OVERHEAD_GIB for s in servers)
+    each = [s.facts()["weights_gib_est"] + s.kv_gib + OVERHEAD_GIB for s in servers]
+    need = max(each) if a.in_turn else sum(each)
     if need > a.gpu_gib and a.engine == "vllm":
         raise UserError(f"--servers need about {need:.0f} GiB at once (weights + KV + "
-                        f"{OVERHEAD_GIB:g} GiB each), more than --gpu-gib {a.gpu_gib:g}")
-    fill = not a.no_fill and a.engine == "vllm" and _poison_in_tree()
+                        f"{OVERHEAD_GIB:g} GiB each), more than --gpu-gib {a.gpu_gib:g}"
+                        + ("" if a.in_turn else "; --in-turn boots one at a time"))
+    # the lab serves the fill's RPCs itself (engine/lab/poison.py)
+    fill = not a.no_fill and (a.engine == "lab" or _poison_in_tree())
     return Options(servers=servers, out=Path(a.out), deadline_s=a.deadline_s, points=a.points,
                    context=a.context, max_tokens=a.max_tokens, boot_timeout=a.boot_timeout,
                    cache_dir=Path(a.cache_dir) if a.cache_dir else None, gpu=a.gpu,
                    gpu_gib=a.gpu_gib, util=a.util, python=a.python, dry_run=a.dry_run,
-                   fill=fill, engine=a.engine)
+                   fill=fill, engine=a.engine, sleep=not a.no_sleep, in_turn=a.in_turn,
+                   pool=fill and not a.no_pool and pool_in_tree())
 
 
 def _poison_in_tree() -> bool:
@@ -199,9 +213,7 @@ def _poison_in_tree() -> bool:
 
 
 def _no_fill_why(opts: Options) -> str:
-    if opts.engine == "lab":
-        return "--engine lab has no worker extension: the sleep cycle only"
-    if not _poison_in_tree():
+    if not _poison_in_tree() and opts.engine == "vllm":
         return ("engine/vllm/poison.py (PoisonWorker.residue_lab_poison) is not in this tree: "
                 "the sleep cycle only")
     return "--no-fill: the sleep cycle only"
@@ -245,7 +257,7 @@ def free_port() -> int:
 
 
 # -- the run ---------------------------------------------------------------------------
-class Run:
+class Run(PoolKinds):
     """One call's servers, clock and records (every line written at once: a kill keeps them)."""
 
     def __init__(self, opts: Options) -> None:
@@ -291,6 +303,8 @@ class Run:
             return self.fits(name, "sleep")
         per_round = sum(self.slowest.get((m, "point"), FIRST_GUESS_S["point"])
                         + (self.slowest.get((m, "fill"), 1.0) if self.opts.fill else 0.0)
+                        + sum(self.slowest.get((m, k), 1.0) for k in ("storage_fill",
+                              "dirty_restore") if self.opts.pool)
                         for m in live)
         return self.fits(name, "sleep", keep=per_round * (self.opts.points - rnd + 1))
 
@@ -299,14 +313,15 @@ class Run:
         self.done[(name, kind)] = self.done.get((name, kind), 0) + 1
 
     # -- boot ----------------------------------------------------------------------------
-    def start_all(self) -> None:
+    def start_all(self, specs: list[ServerSpec] | None = None) -> None:
         """Every plain server first, then the pre-imported parent (in this thread: a child
         started with PR_SET_PDEATHSIG dies with the thread that started it), whose imports
         take as long as a plain start-up, then the forked servers."""
         from engine.prefork import start_child
 
-        forked = [s for s in self.opts.servers if s.launcher == "prefork"]
-        for spec in [s for s in self.opts.servers if s.launcher == "plain"] + forked:
+        specs = self.opts.servers if specs is None else specs
+        forked = [s for s in specs if s.launcher == "prefork"]
+        for spec in [s for s in specs if s.launcher == "plain"] + forked:
             port = free_port()
             argv, add = server_command(self.opts, spec, port)
             env = {**os.environ, **add}
@@ -360,7 +375,7 @@ class Run:
         beside the others' sleep cycles), within the deadline."""
         import httpx
 
-        pending = dict(self.servers)
+        pending = {n: s for n, s in self.servers.items() if "boot" not in s}
         while pending and self.left() > RESERVE_S and not self.stop_reason:
             for name, s in list(pending.items()):
                 rc = s["child"].poll()
@@ -407,19 +422,23 @@ class Run:
             **spec.facts())
 
     # -- measurements --------------------------------------------------------------------
-    async def measure(self) -> None:
+    async def measure(self, names: set[str] | None = None) -> None:
         import httpx
 
         from harness.serve.client import EngineClient
         from harness.prompts import ChatTokenizer, plan
 
-        live = {n: s for n, s in self.servers.items()
-                if s["healthy_at"] and not s["spec"].boot_only}
+        live = {n: s for n, s in self.servers.items() if s["healthy_at"]
+                and not s["spec"].boot_only and (names is None or n in names)}
         for n, s in self.servers.items():
-            if s["spec"].boot_only:
+            if s["spec"].boot_only and "survivors" not in s:
                 s["survivors"] = s["child"].kill(grace=10)      # its boot is all it measures
         if not live:
-            self.stop_reason = "no server to measure booted"
+            if self.opts.in_turn:      # the next server may still boot
+                self.record("skip", ",".join(sorted(names or ())), what="server",
+                            why="did not boot")
+            else:
+                self.stop_reason = "no server to measure booted"
             return
         tok = ChatTokenizer.from_dir(next(iter(live.values()))["spec"].model
                                      if self.opts.engine == "vllm" else LAB_MODEL_DIR)
@@ -433,19 +452,28 @@ class Run:
         self.rpc = httpx.AsyncClient(timeout=120, trust_env=False)   # /collective_rpc
         try:
             for n in live:
+                if self.opts.pool:
+                    await self.pool_boot(n, clients[n])
                 if self.fits(n, "point"):
                     await self.point(n, clients[n], plans[0], max_tokens, first=True)
             for r in range(1, self.opts.points + 1):
-                for n in live:     # one round: a sleep cycle, a state fill, a point
-                    if not live[n].get("sleep_failed") and self.sleep_fits(n, live, r):
+                for n in live:     # one round: a sleep cycle, the restores, a point
+                    if (self.opts.sleep and not live[n].get("sleep_failed")
+                            and self.sleep_fits(n, live, r)):
                         await self.sleep(n, clients[n], r)
+                    if self.opts.pool:     # the last point's blocks, then the whole fills
+                        await self.dirty_restore(n, clients[n], r)
                     filled = self.opts.fill and self.fits(n, "fill")
                     if filled:
                         await self.fill(n, clients[n], r)
+                    if self.opts.pool:
+                        await self.storage_fill(n, clients[n], r)
                     if self.fits(n, "point"):
                         if not filled:      # the cold request must be cold: no earlier prefix
                             await clients[n].reset_prefix_cache()
                         await self.point(n, clients[n], plans[r], max_tokens, rnd=r)
+            for n in live if self.opts.pool else ():
+                await self.audit(n, clients[n], self.opts.points + 1)
         finally:
             for c in clients.values():
                 await c.aclose()
@@ -511,6 +539,13 @@ class Run:
         self.record("sleep", name, round=rnd, s=s, steps=info["steps"],
                     allocator=lines[-1] if lines else None, metrics=info.get("metrics"))
 
+    def stop(self, names: set[str]) -> None:
+        """Stop the named servers (in turn: the next one needs the GPU)."""
+        for n in names:
+            s = self.servers.get(n)
+            if s is not None and "survivors" not in s:
+                s["survivors"] = s["child"].kill(grace=10)
+
     def teardown(self) -> None:
         with ThreadPoolExecutor(max(1, len(self.servers))) as pool:
             left = dict(zip(self.servers, pool.map(
@@ -524,7 +559,8 @@ class Run:
 
     def manifest(self) -> dict:
         return {"note": NOTE, "argv": sys.argv, "deadline_s": self.opts.deadline_s,
-                "points": self.opts.points, "fill": self.opts.fill,
+                "points": self.opts.points, "fill": self.opts.fill, "pool": self.opts.pool,
+                "in_turn": self.opts.in_turn, "sleep": self.opts.sleep,
                 "fill_call": {"method": POISON_METHOD, "args": POISON_ARGS, "cls": POISON_CLS}
                 if self.opts.fill else None,
                 "fill_missing_why": None if self.opts.fill else _no_fill_why(self.opts),
@@ -544,9 +580,15 @@ def run(opts: Options) -> int:
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
     try:
-        r.start_all()
-        r.wait_healthy()
-        asyncio.run(r.measure())
+        for specs in [[s] for s in opts.servers] if opts.in_turn else [opts.servers]:
+            if r.stop_reason:
+                break
+            r.start_all(specs)
+            r.wait_healthy()
+            names = {s.name for s in specs}
+            asyncio.run(r.measure(names))
+            if opts.in_turn:
+                r.stop(names)
     except Exception as exc:     # a bug here must still leave the servers killed, the files
         import traceback
         r.stop_reason = f"driver error: {type(exc).__name__}: {exc}"
@@ -561,7 +603,10 @@ def run(opts: Options) -> int:
 
 def describe(opts: Options) -> None:
     print(f"# {NOTE}; deadline {opts.deadline_s:.0f} s, {opts.points} rounds per kind; state "
-          f"fill: {'yes (' + POISON_CLS + ')' if opts.fill else 'no: the sleep cycle only'}")
+          f"fill: {'yes (' + POISON_CLS + ')' if opts.fill else 'no: the sleep cycle only'}"
+          + ("; beside it the once-per-storage fill, the dirty restore and the copy bandwidth"
+             if opts.pool else "") + ("; servers in turn" if opts.in_turn else "")
+          + ("" if opts.sleep else "; no sleep cycles"))
     for spec in opts.servers:
         argv, env = server_command(opts, spec, 8000)
         facts = spec.facts()

@@ -1,16 +1,23 @@
 #!/bin/bash
-# Issue 35's cost curve in ONE device call (one H200): boot the dummy-weight shapes of
-# benchmarks/shapes at once, then measure, one at a time, each server's point (cold +
-# self-hit), state fill and sleep cycle (benchmarks/gpu_cost_curve.py), and pack what came
-# back into $OUT: cost_curve.md (the table), records.jsonl, manifest.json and
-# cost_curve.tgz (all of it, server logs gzipped, timings, GPU monitor): 4 files.
+# Issue 35's cost curve in ONE device call (one GPU): boot the dummy-weight shapes of
+# benchmarks/shapes (at once, or --in-turn one at a time), then measure, one at a time, each
+# server's point (cold + self-hit), its restores side by side (the old per-view state fill,
+# the once-per-storage fill, the dirty restore: issue 51) and sleep cycle
+# (benchmarks/gpu_cost_curve.py), and pack what came back into $OUT: cost_curve.md (the
+# table), records.jsonl, manifest.json, fill_bench.md and cost_curve.tgz (all of it, server
+# logs gzipped, timings, GPU monitor): 5 files. FILL_BENCH=1 (the default with vLLM) first
+# runs benchmarks/gpu_fill_bench.py (torch only, the 27B layout at 20 GiB) before any server
+# holds the GPU.
 # Dummy weights: cost only, no verdicts.
 # Needs vLLM 0.26.0 in /tmp/site (docs/gpu-notes.md, "How to rerun on the device"); half b2
 # of the bundle is unpacked first when _C is missing and .gpu/bundle/b2 was carried.
 # Usage (repository root of the device's copy):
 #   bash benchmarks/gpu_cost_curve.sh [LIMIT_S] [ARGS...]    # ARGS: gpu_cost_curve.py's
+# Issue 51 on one 80 GB H100 (the 27B shape alone, no sleep cycles):
+#   bash benchmarks/gpu_cost_curve.sh 570 --servers 27b@20 --no-sleep --gpu-gib 79
 # The mechanism on a CPU box, the lab engine standing in for every shape (no fills):
 #   ENGINE=lab OUT=/tmp/cc-out PYTHON=python3 bash benchmarks/gpu_cost_curve.sh 120 --points 3
+# (the lab serves the fills' RPCs: every restore kind runs; --in-turn --no-sleep work too)
 LIMIT=${1:-530}; shift
 ENGINE=${ENGINE:-vllm}; PY=${PYTHON:-python3}
 R=$PWD; S=$R
@@ -28,6 +35,11 @@ if [ "$ENGINE" = vllm ]; then
 else
   export PYTHONPATH=$R PYTHONUNBUFFERED=1
 fi
+if [ "${FILL_BENCH:-$([ "$ENGINE" = vllm ] && echo 1 || echo 0)}" = 1 ]; then
+  timeout 150 "$PY" benchmarks/gpu_fill_bench.py > "$W/fill_bench.md" 2> "$W/fill_bench.err"
+  echo "fill bench rc=$? $(el)s" >> "$W/timings.txt"
+  cp "$W/fill_bench.md" "$OUT/" 2>/dev/null
+fi
 START=$(el)
 timeout --signal=INT -k 15 $(( LIMIT - 15 - START )) "$PY" benchmarks/gpu_cost_curve.py \
   --engine "$ENGINE" --out "$W" --deadline-s $(( LIMIT - 40 - START )) "$@" \
@@ -39,4 +51,4 @@ echo "cost curve rc=$? $(el)s (started at ${START}s)" >> "$W/timings.txt"
   > /dev/null 2>> "$W/stderr.txt"
 cp "$W/cost_curve.md" "$W/records.jsonl" "$W/manifest.json" "$OUT/" 2>/dev/null
 dev_pack cost_curve
-cat "$W/timings.txt" "$W/cost_curve.md" 2>/dev/null; tail -c 1500 "$W/stderr.txt"
+cat "$W/timings.txt" "$W/fill_bench.md" "$W/cost_curve.md" 2>/dev/null; tail -c 1500 "$W/stderr.txt"

@@ -6,12 +6,19 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["PATTERNS", "MODE_REGIONS", "seed_of", "hash24", "parse_regions"]
+__all__ = ["PATTERNS", "MODE_REGIONS", "AUDIT_EVERY", "RESTORE_HOWS", "seed_of", "hash24", "parse_regions"]
 
 PATTERNS = {"A": 0x5EED, "B": 0xB0B5}
 # what `--poison` fills on every engine: the state a stale index reaches, the KV, and the
 # bookkeeping put back to its boot copy (never filled with a pattern)
 MODE_REGIONS = ("state", "kv", "builders")
+# a restore by the dirty set re-proves the whole pool every AUDIT_EVERY restores (and at a
+# run's end), so a write outside the tracked blocks is found within 16 points, while the
+# read of the whole pool (the 27B shape: 20 GiB, one pass at memory speed) is paid once
+# every 16 points
+AUDIT_EVERY = 16
+# residue_lab_restore_pool's ``how``: the dirty set where it is known, else every storage
+RESTORE_HOWS = ("auto", "whole")
 
 
 def seed_of(pattern: str) -> int:

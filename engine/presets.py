@@ -24,7 +24,10 @@ RUNNERS = ("v1", "v2", "auto")  # vLLM's model runners (engine.vllm.patches.rele
 CUDAGRAPH_MODES = ("NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE")
 # Named fixes, spelled the same for the lab engine (--patches) and the vLLM plugin
 # (RESIDUE_LAB_PATCHES): one vocabulary across engines.
-PATCHES = ("prefill-discriminator", "sliding-window-guard")
+# the lab's fixes of the history mechanisms (engine/lab, issue 52): vLLM's plugin has no
+# such patch (engine/vllm/launch.py leaves them out of its selection)
+LAB_ONLY_PATCHES = ("align-publish-after-copy", "evict-group-key", "prefill-row-offsets")
+PATCHES = ("prefill-discriminator", "sliding-window-guard") + LAB_ONLY_PATCHES
 
 # SPEC -> (speculative method as the engines spell it, default draft tokens, why)
 SPEC_TABLE: dict[str, tuple[str | None, int, str]] = {
@@ -51,7 +54,7 @@ HUGE_CAPPED_MAX_MODEL_LEN = 221_184  # boots at DFLASH_TOKENS=15 (245,760 needs 
 # Fields a user may set explicitly, overriding the preset.
 OVERRIDABLE = ("cudagraph_mode", "prefix_caching", "block_size", "prefix_match_unit",
                "max_model_len", "kv_cache_memory_bytes", "draft_tokens",
-               "max_num_batched_tokens")
+               "max_num_batched_tokens", "num_gpu_blocks")
 
 
 class PresetError(ValueError):
@@ -86,6 +89,13 @@ class ServingConfig:
     # engine's default. Left out of as_dict/identity when None (configuration ids from
     # before the field existed are unchanged).
     max_num_batched_tokens: int | None = None
+    # What ran before the measured request (``--history``, harness/names/history.py), the
+    # engine's asynchronous scheduling (on / off; None = the engine's default) and a KV pool
+    # of this many blocks (vLLM's --num-gpu-blocks-override; the evict history's small
+    # pool). Each left out of as_dict/identity at its default, as max_num_batched_tokens.
+    history: str = "none"
+    async_scheduling: str | None = None
+    num_gpu_blocks: int | None = None
     notes: tuple[str, ...] = field(default=(), compare=False)
     overrides: tuple[str, ...] = field(default=(), compare=False)
 
@@ -93,8 +103,9 @@ class ServingConfig:
         d = dataclasses.asdict(self)
         if d.get("runner") == "auto":
             d.pop("runner")
-        if d.get("max_num_batched_tokens") is None:
-            d.pop("max_num_batched_tokens")
+        for name, default in _DEFAULTED:
+            if d.get(name) == default:
+                d.pop(name)
         return d
 
     def identity(self) -> dict[str, Any]:
@@ -122,6 +133,12 @@ class ServingConfig:
             parts.append(f"runner={self.runner}")
         if self.max_num_batched_tokens:
             parts.append(f"budget={self.max_num_batched_tokens}")
+        if self.num_gpu_blocks:
+            parts.append(f"kv_blocks={self.num_gpu_blocks}")
+        if self.async_scheduling:
+            parts.append(f"async={self.async_scheduling}")
+        if self.history != "none":
+            parts.append(f"history={self.history}")
         return " ".join(parts)
 
     def speculative_config(self) -> dict[str, Any] | None:
@@ -136,6 +153,11 @@ class ServingConfig:
 
     def to_json(self) -> str:
         return json.dumps(self.as_dict(), sort_keys=True)
+
+
+# fields written only away from their default (configuration ids from before them unchanged)
+_DEFAULTED = (("max_num_batched_tokens", None), ("history", "none"),
+              ("async_scheduling", None), ("num_gpu_blocks", None))
 
 
 def normalise_patches(value: str) -> str:
@@ -159,7 +181,8 @@ GEOMETRIES = ("hybrid", "dense")
 
 def resolve(spec: str = "mtp", ctx: str = "huge", *, engine: str = "lab",
             model: str | None = None, patches: str = "all", geometry: str | None = None,
-            runner: str | None = None, **overrides: Any) -> ServingConfig:
+            runner: str | None = None, history: str | None = None,
+            async_scheduling: str | None = None, **overrides: Any) -> ServingConfig:
     """Resolve a preset plus explicit overrides (``None`` means 'not given').
 
     Returns the configuration with ``notes`` (why each preset decision was made, and
@@ -200,6 +223,9 @@ def resolve(spec: str = "mtp", ctx: str = "huge", *, engine: str = "lab",
         kv_cache_memory_bytes=preset["kv_cache_memory_bytes"],
         patches=normalise_patches(patches), runner=runner,
         max_num_batched_tokens=None if budget is None else int(budget),
+        history=history or "none", async_scheduling=async_scheduling,
+        num_gpu_blocks=None if given.get("num_gpu_blocks") is None
+        else int(given["num_gpu_blocks"]),
         notes=tuple(notes), overrides=tuple(forced),
     )
 

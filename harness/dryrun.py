@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import sys
 
+from .names.history import history_row
 from .judge import bugb
 from .settings.configs import SweepOptions, choose_residues, config_id, describe
 from .serve.cmd_config import DECLARED_NOTE
@@ -55,6 +56,10 @@ def dry_run(opts: SweepOptions, adapter) -> int:
             if p.cfg_id == config_id(cfg):
                 lengths.setdefault(p.residue, set()).add(p.plan.target_len)
         print(f"  rule predicts: {_rule_line(cfg, mod, opts.load, lengths, opts.load_mode)}", file=out)
+        if cfg.history != "none":   # names/history.py: what runs before, what proves it
+            row = history_row(cfg.history)
+            print(f"  history {row.name} (at {row.at}): {row.before}; proven by {row.proof}; "
+                  f"the rule under it: {row.rule}", file=out)
         print(f"  server: {adapter.shell_line(cfg, opts.slots[0])}", file=out)
         restoring = adapter.for_isolation("restore") if opts.isolation == IsolationName.AUTO else adapter
         if restoring is not adapter:   # auto's restore pass starts its servers in sleep mode

@@ -20,23 +20,22 @@ from .run import live as attached
 from .backends import make_backend
 from .settings.configs import (SweepOptions, choose_residues, expand_matrix, parse_phases,
                              parse_prompts, parse_reference, parse_slots)
-from .serve.engines import ADAPTERS, adapter_class
+from .serve.engines import adapter_class
 from .serve.cmd_config import declare, parse_served_config
 from .errors import UsageError
-from .serve.poison import why_not as poison_why_not
-from .settings.flag_checks import check_flag_use
+from .settings.flags import DEFAULT_OUT
+from .settings.flag_checks import Asked, check_flag_use
 from .settings.flag_manifest import explicit_flags, flags_json, parse_flags
 from .settings.flags import matrix_axes
 from .run.resume import resumed_namespace
 from .serve.serve_line import parse_serve_line, vllm_spellings
 from .records.store import ResultStore, StoreError
-from .names.engine import EngineName
 from .names.isolation import IsolationName
 
 __all__ = ["DEFAULT_OUT", "DEFAULT_REPORTS", "build_options", "parse_sweep_argv",
            "options_from_argv"]
 
-DEFAULT_OUT, DEFAULT_REPORTS = "results", "reports"
+DEFAULT_REPORTS = "reports"
 
 
 def build_options(ns: argparse.Namespace, argv: Sequence[str],
@@ -46,20 +45,22 @@ def build_options(ns: argparse.Namespace, argv: Sequence[str],
     ``ns`` (else read from ``argv`` here)."""
     written = explicit_flags(argv) if written is None else written
     line = parse_serve_line(ns.serve) if ns.serve else None   # --serve LINE, read once
-    _check_poison(ns, line)
+    phases = parse_phases(ns.phases)   # --phases, read once
+    built: dict[str, tuple] = {}
+
+    def configs_and_decided() -> tuple:
+        if "configs" not in built:
+            built["configs"] = _configs(ns, written, line)
+        return built["configs"]
+
+    # every cross-flag rule, engine's too, before anything runs (settings/flag_checks.RULES)
+    notes = check_flag_use(Asked(ns, written, phases, line,
+                                 configs_of=lambda: configs_and_decided()[0]))
     # --url: a running server (harness/run/live.py); the session reads it (live.connect)
     live = attached.live_target(ns, written) if ns.url else None
-    phases = parse_phases(ns.phases)   # --phases, read once
-    _check_pairs(ns, argv, phases)
     seeds = tuple(ns.seed)
-    if live:
-        configs = []   # the server's own, read when the session connects
-    elif ns.serve:   # --serve LINE: the line's one configuration (harness/serve/serve_line.py)
-        configs, decided = serve_configs(ns, written, line)
-        ns = argparse.Namespace(**{**vars(ns), **decided})   # the caller's stays as parsed
-    else:
-        configs = expand_matrix(engine=ns.engine, model=ns.model, prefix_cache=ns.prefix_cache,
-                                axes=matrix_axes(ns))
+    configs, decided = configs_and_decided()
+    ns = argparse.Namespace(**{**vars(ns), **decided})   # the caller's stays as parsed
     served = parse_served_config(getattr(ns, "served_config", None))   # --engine cmd
     configs = [declare(c, served) for c in configs]
     modulus = _modulus(ns.modulus)
@@ -72,7 +73,7 @@ def build_options(ns: argparse.Namespace, argv: Sequence[str],
         engine=engine.name, configs=tuple(configs), modulus=modulus, phases=phases,
         reference=reference, live=live, cases=cases, argv=tuple(argv),
         flags=flags_json(ns, **_LIVE_FLAGS if live else {}),
-        served_fields=served, serve_line=line,
+        served_fields=served, serve_line=line, flag_notes=notes,
         slots=live.slots if live else parse_slots(ns.slots, ns.gpus, engine.default_slots()),
         boot_timeout=ns.boot_timeout or engine.boot_timeout_s,
         out=Path(ns.out or DEFAULT_OUT), reports_dir=_reports_dir(ns),
@@ -96,76 +97,35 @@ def build_options(ns: argparse.Namespace, argv: Sequence[str],
 _LIVE_FLAGS = {"isolation": IsolationName.LIVE, "backend": "live"}
 
 
-def _check_pairs(ns: argparse.Namespace, argv: Sequence[str], phases: tuple[str, ...]) -> None:
-    """The flags that only make sense with (or without) another one: the rule table
-    (``settings/flag_checks.RULES``), then what one flag's value says (a TP size)."""
-    check_flag_use(ns, argv, phases)
-    _check_tensor_parallel(ns.engine_arg)
-
-
-def _check_poison(ns: argparse.Namespace, line) -> None:
-    """--poison on where the servers cannot be filled: one line (auto says it in the report)."""
-    if ns.poison != "on":
-        return
-    cls = ADAPTERS.get(ns.engine)
-    args = tuple(ns.engine_arg)
-    if line is not None and line.has("--worker-extension-cls"):
-        args += ("--worker-extension-cls",)   # the line's own extension
-    why = poison_why_not(cls, args, bool(ns.url)) if cls else None
-    if why:
-        raise UsageError(f"--poison on: {why}; use --poison auto or off")
-
-
-TP_SPELLINGS = ("--tensor-parallel-size", "-tp")
-
-
-def _check_tensor_parallel(engine_args: Sequence[str]) -> None:
-    """A TP size comes from a GPU group, never from --engine-arg: a server across two
-    GPUs needs a slot of two (``--gpus 0+1``), or it boots on one and fails."""
-    for a in engine_args:
-        name = a.split("=", 1)[0]
-        if name in TP_SPELLINGS or (name.startswith("-tp") and name[3:].isdigit()):
-            raise UsageError(f"--engine-arg={a}: the tensor-parallel size comes from the GPU "
-                             "groups: --gpus 0+1,2+3 runs each server across two GPUs with "
-                             "--tensor-parallel-size 2")
-
-
-# what a sweep flag written beside --serve must agree with: the line's configuration
-_SERVE_FIELDS = {"--engine": "engine", "--model": "model", "--spec": "spec",
-                 "--draft-tokens": "draft_tokens", "--cudagraph": "cudagraph_mode",
-                 "--prefix-cache": "prefix_caching", "--no-prefix-cache": "prefix_caching",
-                 "--block-size": "block_size", "--prefix-match-unit": "prefix_match_unit",
-                 "--max-model-len": "max_model_len", "--geometry": "geometry",
-                 "--kv-cache-memory-bytes": "kv_cache_memory_bytes",
-                 "--max-num-batched-tokens": "max_num_batched_tokens"}
+def _configs(ns: argparse.Namespace, written: dict[str, Any], line) -> tuple[list, dict]:
+    """The configurations the flags ask for, and what a ``--serve`` line decides for
+    other flags: none for ``--url`` (the server's own, read when the session connects)."""
+    if ns.url:
+        return [], {}
+    if line is not None:   # --serve LINE: the line's one configuration (serve/serve_line.py)
+        return serve_configs(ns, written, line)
+    decided: dict[str, Any] = {}
+    if "--patches" not in written and adapter_class(ns.engine).default_patches:
+        # the engine's own (SGLang: none), kept in the manifest's flags for explain/resume
+        decided["patches"] = adapter_class(ns.engine).default_patches
+        ns = argparse.Namespace(**{**vars(ns), **decided})
+    return expand_matrix(engine=ns.engine, model=ns.model, prefix_cache=ns.prefix_cache,
+                         axes=matrix_axes(ns), context=ns.context,
+                         max_tokens=ns.max_tokens), decided
 
 
 def serve_configs(ns: argparse.Namespace, written: dict[str, Any], line) -> tuple[list, dict]:
     """--serve LINE: the line's configuration, one per --patches set (vLLM: none unless
     asked, your vLLM as it is; the lab: the line's --patches), and the flags the line
-    decides (engine, model, a GPU group). A configuration flag written beside it must say
-    what the line says (a rerun line repeats them); a TP size in the line takes a GPU
-    group of that size (``--gpus 0+1`` unless given)."""
-    if ns.url or ns.engine == EngineName.CMD:
-        raise UsageError("--serve starts your server line: not with --url or --engine cmd")
+    decides (engine, model, a GPU group). What the flags beside it may not say (another
+    configuration, GPU groups of another TP size) is ``RULES``'."""
     patches = (matrix_axes(ns)["patches"] if "--patches" in written
                else [line.values.get("patches", "none")])
     configs = [line.config(p) for p in patches]
-    for flag, value in written.items():
-        have = getattr(configs[0], _SERVE_FIELDS.get(flag, ""), value)
-        if str(value).lower() not in (str(have).lower(), "none" if have is None else "-"):
-            raise UsageError(f"--serve: {flag} {value} contradicts the line ({have}); the "
-                             "configuration is the line's: change it there")
-    if line.engine == EngineName.LAB and "--patches" in written and "patches" in line.values \
-            and patches != [line.values["patches"]]:
-        raise UsageError("--serve: --patches contradicts the lab line's own --patches")
     decided = {"engine": line.engine, "model": line.model}
     tp = line.tensor_parallel_size
     if tp > 1 and not ns.gpus:
         decided["gpus"] = "+".join(str(g) for g in range(tp))
-    elif tp > 1 and any(len(g.split("+")) != tp for g in ns.gpus.split(",")):
-        raise UsageError(f"--serve: the line runs --tensor-parallel-size {tp}: give GPU "
-                         f"groups of {tp} (--gpus {'+'.join(str(g) for g in range(tp))})")
     return configs, decided
 
 

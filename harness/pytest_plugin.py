@@ -74,11 +74,14 @@ def configurations(matrix: str | Sequence[str], *, ids: Sequence[str] | None = N
     takes it: ``"--cudagraph FULL_AND_PIECEWISE,PIECEWISE --patches none,all"`` gives
     four, in the order ``sweep`` would run them, each id the values that vary
     (``FULL_AND_PIECEWISE-none``)."""
+    from .settings.flags import FLAGS
     argv = shlex.split(matrix) if isinstance(matrix, str) else list(matrix)
+    names = {f.name for f in FLAGS}   # the sweep's flag table, not a scan of the tokens
     pairs = []
     for flag, value in zip(argv[::2], argv[1::2]):
-        if not flag.startswith("--"):
-            raise ValueError(f"configurations: expected --flag VALUE pairs, got {flag!r}")
+        if flag not in names:
+            raise ValueError(f"configurations: expected --flag VALUE pairs of sweep flags, "
+                             f"got {flag!r}")
         pairs.append((flag, [v for v in value.split(",") if v]))
     if len(argv) % 2:
         raise ValueError(f"configurations: {argv[-1]!r} has no value")
@@ -103,8 +106,7 @@ def residue_blocks(size: int, modulus: int = 128) -> list:
 def worker_slot_flags(flags: Sequence[str], worker: str | None, gpus: str | None) -> list[str]:
     """Where this worker's servers run, unless ``flags`` say so: the GPU its xdist worker
     id picks from ``gpus``, else one CPU slot per worker (workers are the parallelism)."""
-    if any(f in ("--slots", "--gpus", "--url") or f.startswith(("--slots=", "--gpus=", "--url="))
-           for f in flags):
+    if {"--slots", "--gpus", "--url"} & set(_written(flags)):
         return []
     index = int(worker[2:]) if worker and worker.startswith("gw") and worker[2:].isdigit() else 0
     if gpus:
@@ -118,9 +120,20 @@ def sweep_argv(flags: Sequence[str], config: pytest.Config, out: Path) -> list[s
     argv = [*shlex.split(config.getoption("residue_args") or ""), *map(str, flags)]
     argv += worker_slot_flags(argv, os.environ.get("PYTEST_XDIST_WORKER"),
                               config.getoption("residue_gpus"))
-    if "--out" not in argv and not any(a.startswith("--out=") for a in argv):
+    if "--out" not in _written(argv):
         argv += ["--out", str(out)]
     return argv + ["--no-progress"]
+
+
+def _written(flags: Sequence[str]) -> dict[str, Any]:
+    """The sweep flags ``flags`` write, read by the sweep's own parser (no scan of the
+    tokens here); flags it refuses write nothing here: the sweep says why when it runs."""
+    from .serve.serve_line import vllm_spellings
+    from .settings.flag_manifest import explicit_flags
+    try:
+        return explicit_flags(vllm_spellings([str(f) for f in flags]))
+    except HarnessError:
+        return {}
 
 
 def failure_message(result: Any, argv: Sequence[str]) -> str:
@@ -139,6 +152,8 @@ def failure_message(result: Any, argv: Sequence[str]) -> str:
                 cached = f" (cached {r.cached_tokens}, tail {r.computed_tail})"
             lines.append(f"    residue {r.residue} {r.phase}: {r.verdict}"
                          f"{cached}: {str(r.reason or '')[:200]}")
+            if r.history is not None:   # --history: what ran before, and its proof
+                lines.append(f"      history {r.history.name}: {r.history.reason}")
             lines.append(f"      rerun: {r.rerun}")
     from .records.gate_block import BaselineBlock
     from .records.manifest import as_manifest

@@ -48,6 +48,7 @@ from .server_pool import Observer, ServerGroup, server_pids
 from .records.manifest import RunManifest
 from .records.store import ResultStore, StoreError, load_records, new_run_id, run_lock
 from .names.verdict import CLEAN
+from .text.phrase import plural
 
 __all__ = ["Sweep", "RunResult", "Callbacks", "adapter_for"]
 
@@ -166,8 +167,9 @@ class Sweep:
         if opts.resume and not opts.dry_run:   # before its file is read, let alone cut
             self._lock(opts.resume)
         try:
-            notes = ([f"sweep: --resume: {n}" for n in check_resumed_records(opts)]
-                     if opts.resume else [])
+            notes = [f"sweep: warning: {n}" for n in opts.flag_notes]   # RULES' warns rows
+            notes += ([f"sweep: --resume: {n}" for n in check_resumed_records(opts)]
+                      if opts.resume else [])
             self.adapter.check(opts.configs, opts.slots[0])
         except BaseException:
             self._held.close()
@@ -277,7 +279,7 @@ class Sweep:
             raise UsageError(f"--reference: {e}") from None
         try:
             plan = await self.plan(store)
-            if golden is not None and opts.cases:
+            if golden is not None:   # every case covered, some prompt shared
                 check_golden_covers(plan, golden, opts.golden_run)
         except PlanError as e:
             raise UsageError(str(e)) from None
@@ -378,10 +380,12 @@ class Sweep:
             cb.say(f"resuming {run_id}: {driver.resumed} points already complete, "
                    f"{to_run} to run")
         slots_said = ("the Ray cluster's slots" if opts.backend == "ray"
-                      else f"{len(opts.slots)} slot(s)")
-        cb.say(f"run {run_id}: {len(plan.points)} data points x {len(opts.phases)} phases "
-               f"over {len(opts.configs)} configuration(s), {slots_said}, isolation "
-               f"{opts.isolation}; records -> {driver.store.records_path}")
+                      else plural(len(opts.slots), "slot"))
+        # two lines: the records path alone on the second (a 120-column terminal, issue 50)
+        cb.say(f"run {run_id}: {plural(len(plan.points), 'data point')} x "
+               f"{plural(len(opts.phases), 'phase')} over "
+               f"{plural(len(opts.configs), 'configuration')}, {slots_said}, isolation "
+               f"{opts.isolation}\n  records -> {driver.store.records_path}")
         for cid, note in plan.sampled.items():
             if note:
                 cb.say(f"  sampled ({cid}): {note}")

@@ -10,7 +10,8 @@ archived ``.jsonl.gz``, every line checked), keeps the latest record of each (ru
 
 - the keys: ``run_id``, ``config_id``, ``config_label``, ``case_id``, ``document``,
   ``isolation`` (for an ``--isolation auto`` run the pass that wrote the record),
-  ``isolation_run`` (``auto`` or empty), ``residue``, ``phase``;
+  ``isolation_run`` (``auto`` or empty), ``residue``, ``phase``; ``history`` (``none``
+  unless ``--history``) and ``history_proven`` (on the phase the history ran at);
 - ``verdict``, an *ordered* categorical worst first (``names/verdict.SEVERITY``), so
   ``df.groupby(...).verdict.min()`` is the worst verdict of a group; ``phase`` ordered as
   the phases run, ``isolation`` a categorical;
@@ -32,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping
 from .records.phase_record import PhaseRecord, typed
 from .records.recordkeys import document_of
 from .records.store import load_records, resolve_sources
+from .records.same_compile import fingerprint_of, gpu_models
 from .names.isolation import ISOLATIONS
 from .names.phase import PHASES
 from .names.verdict import SEVERITY
@@ -50,6 +52,8 @@ MEASURED = ("modulus", "target_len", "templated_len", "prompt_tokens", "cached_t
             "latency_s", "boot_s", "reason", "reference", "slot", "node", "rerun")
 BUILD = ("engine", "engine_version", "harness_version", "patches", "model", "started_at",
          "schema_version")
+# issue 48: what a broken answer's bytes depend on (the server's compile and its GPUs)
+SERVER = (("compile", fingerprint_of), ("gpu", gpu_models))
 CONFIG_PREFIX = "config."
 INTEGERS = ("modulus", "target_len", "templated_len", "prompt_tokens", "cached_tokens",
             "computed_tail", "final_chunk", "verbatim_n", "verbatim_total", "repeats",
@@ -78,7 +82,12 @@ def record_rows(records: Iterable[PhaseRecord | Mapping[str, Any]]) -> list[dict
         row: dict[str, Any] = {k: getattr(r, k) for k in KEYS if k != "document"}
         row["document"] = document_of(r)
         row["isolation_run"] = r.isolation_run or ""
+        # --history: the configuration's (none when absent) and, on the phase it ran at,
+        # whether its proof held (None elsewhere)
+        row["history"] = (r.config or {}).get("history") or "none"
+        row["history_proven"] = r.history.proven if r.history is not None else None
         row.update((k, getattr(r, k)) for k in MEASURED + BUILD)
+        row.update((k, read(r)) for k, read in SERVER)
         for k, v in (r.config or {}).items():
             if k not in _NOT_CONFIG:
                 _flat(CONFIG_PREFIX + k, v, row)
@@ -111,7 +120,7 @@ def frame(*sources: str | Path, out_dir: str | Path = "results",
             raise TypeError("frame() needs a run id, a results file, a folder or records=")
         records = load_records(resolve_sources(sources, out_dir), out_dir)
     rows = record_rows(records)
-    columns = list(KEYS) + list(MEASURED) + list(BUILD)
+    columns = list(KEYS) + list(MEASURED) + list(BUILD) + [k for k, _ in SERVER]
     df = pd.DataFrame(rows, columns=columns + sorted({k for row in rows for k in row}
                                                      - set(columns)))
     if df.empty:

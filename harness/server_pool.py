@@ -38,7 +38,7 @@ from .serve.orphans import OWNER_ENV, GroupReaper, PidFile, die_with_parent, own
 from .serve.slots import Slot  # noqa: F401  (re-exported: where a server runs)
 from .errors import HandledError
 
-__all__ = ["Observer", "ServerGroup", "READY_POLL_S", "READY_POLL_FAST_FOR_S", "READY_POLL_MAX_S",
+__all__ = ["attempts_said", "Observer", "ServerGroup", "READY_POLL_S", "READY_POLL_FAST_FOR_S", "READY_POLL_MAX_S",
            "TERM_GRACE_S", "BootFailure", "Slot", "PortAllocator", "live_servers", "kill_all_servers",
            "log_excerpt", "ServerProcess", "server_pids"]
 
@@ -403,3 +403,12 @@ def _signal_group(pgid: int, sig: int) -> None:
         os.killpg(pgid, sig)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def attempts_said(reason: str, failed: list[str]) -> str:
+    """A boot-fail's reason with how many boots were tried (the first one's reason too,
+    when it differs from the last)."""
+    if len(failed) < 2:
+        return reason
+    first = "" if failed[0] == reason else f"; attempt 1: {failed[0][:200]}"
+    return f"{reason} (failed {len(failed)} of {len(failed)} boot attempts{first})"

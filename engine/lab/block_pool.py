@@ -36,13 +36,20 @@ from typing import Any
 
 import numpy as np
 
+from .evict_key import evict_key
+
 __all__ = ["BlockPool"]
 
 
 class BlockPool:
     def __init__(self, num_blocks: int, block_size: int, enable_caching: bool,
-                 num_rows: int = 1, num_spec_tokens: int = 0) -> None:
+                 num_rows: int = 1, num_spec_tokens: int = 0, group_id: int = 0,
+                 evict_group_key: bool = True) -> None:
         self.num_blocks = num_blocks
+        # the attention group's id in the hash map's keys (evict_key.py): 1 in the hybrid,
+        # whose recurrent group is group 0; 0 in the dense geometry
+        self.group_id = group_id
+        self.evict_group_key = evict_group_key
         self.block_size = block_size
         self.enable_caching = enable_caching
         n_slots = num_blocks * block_size
@@ -59,8 +66,13 @@ class BlockPool:
         self.block_hash: list[int | None] = [None] * num_blocks
         # Insertion order = eviction order (front is evicted first).
         self.free_queue: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
-        self.cached: dict[int, int] = {}          # block hash -> block id
+        self.cached: dict[tuple[int, int], int] = {}   # (block hash, group id) -> block id
         self.state_snapshots: dict[int, Any] = {}  # block hash -> recurrent state
+        # align mode's state blocks: what each block's recurrent-state memory holds
+        # (mamba_align.py); absent: never written since boot
+        self.state_mem: dict[int, Any] = {}
+        self.cached_by: dict[int, str] = {}        # block id -> the request that cached it
+        self.evicted: list[str] = []               # owners of blocks evicted, until read
 
     @property
     def num_free_blocks(self) -> int:
@@ -70,13 +82,15 @@ class BlockPool:
         return 1.0 - len(self.free_queue) / self.num_blocks
 
     def get_cached_block(self, block_hash: int) -> int | None:
-        return self.cached.get(block_hash)
+        return self.cached.get((block_hash, self.group_id))
 
     def _evict(self, block_id: int) -> None:
         h = self.block_hash[block_id]
         if h is not None:
-            if self.cached.get(h) == block_id:
-                del self.cached[h]
+            self.evicted.append(self.cached_by.pop(block_id, "?"))
+            key = evict_key(h, self.group_id, self.evict_group_key)
+            if self.cached.get(key) == block_id:
+                del self.cached[key]
                 self.state_snapshots.pop(h, None)
             self.block_hash[block_id] = None
 
@@ -104,21 +118,23 @@ class BlockPool:
             if self.ref_cnt[b] == 0:
                 self.free_queue[b] = None
 
-    def cache_block(self, block_id: int, block_hash: int) -> None:
+    def cache_block(self, block_id: int, block_hash: int, owner: str = "") -> None:
         if not self.enable_caching or self.block_hash[block_id] is not None:
             return
-        if block_hash in self.cached:  # an identical block is already cached: keep that one
+        key = (block_hash, self.group_id)
+        if key in self.cached:  # an identical block is already cached: keep that one
             return
         self.block_hash[block_id] = block_hash
-        self.cached[block_hash] = block_id
+        self.cached[key] = block_id
+        self.cached_by[block_id] = owner
 
     def store_snapshot(self, block_hash: int, state: Any) -> None:
-        if self.enable_caching and block_hash in self.cached:
+        if self.enable_caching and (block_hash, self.group_id) in self.cached:
             self.state_snapshots[block_hash] = state
 
     def reset_prefix_cache(self) -> bool:
         """Forget every hash: metadata only, the memory keeps its contents."""
-        for h, b in list(self.cached.items()):
+        for _, b in list(self.cached.items()):
             self.block_hash[b] = None
         self.cached.clear()
         self.state_snapshots.clear()
@@ -136,6 +152,7 @@ class BlockPool:
         else:
             self.slot_last[:], self.slot_drafts[:] = self.boot_slots
         self.state_snapshots.clear()
+        self.state_mem.clear()
         self.discards += 1
         return self.nbytes
 

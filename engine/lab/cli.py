@@ -86,6 +86,18 @@ class Refused(ValueError):
     """A flag value the server would refuse at boot (``check_args``)."""
 
 
+class _DefaultsFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """A flag's default after its help, once: not where the help says its own default (a
+    default computed at run time) nor where there is none (issue 50: "(default: lab-copy)
+    (default: None)")."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if action.default is None or "default" in text:
+            return text
+        return super()._get_help_string(action)
+
+
 class _QuietParser(argparse.ArgumentParser):
     def error(self, message: str):
         raise Refused(message)
@@ -112,7 +124,7 @@ def build_parser(parser_cls: type[argparse.ArgumentParser] = _Parser) -> argpars
         description="residue-lab CPU lab engine: an OpenAI-compatible server that replicates "
                     "vLLM's scheduler, paged KV cache, prefix cache, spec decode and cudagraph "
                     "dispatch around a deterministic copy model (not a model of quality).",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        formatter_class=_DefaultsFormatter)
     a = p.add_argument
     _add_vllm_flags(a)
     _add_lab_flags(a)
@@ -154,6 +166,12 @@ def _add_vllm_flags(a) -> None:
     a("--api-key", default=None,
       help="require 'Authorization: Bearer KEY' on /v1/* (also read from VLLM_API_KEY)")
     a("--seed", type=int, default=0, help="seed of the drafters' deterministic imperfection")
+    a("--num-gpu-blocks-override", type=_pos_int, default=None, metavar="N",
+      help="the KV pool is N blocks, whatever the memory says (vLLM's flag; after the boot "
+           "capacity check): a small pool where eviction is active")
+    a("--async-scheduling", action=argparse.BooleanOptionalAction, default=None,
+      help="vLLM's flag, recorded only: reported in the effective config; the lab schedules "
+           "each step after the last one's outputs either way (docs/lab-engine.md)")
 
 
 def _add_lab_flags(a) -> None:
@@ -185,6 +203,11 @@ def _add_lab_flags(a) -> None:
     a("--disable-log-stats", action="store_true",
       help="vLLM's flag: no stat logger, so /metrics serves no vllm:* metric (the counters, "
            "the pool gauges and the sleep-state gauge are all absent)")
+    a("--compile-seed", type=int, default=int(os.environ.get("RESIDUE_LAB_COMPILE_SEED") or 0),
+      help="lab only: which compile of the captured verify plan this server runs (the "
+           "staging lanes' layout; env RESIDUE_LAB_COMPILE_SEED): correct rows read what they "
+           "staged whatever the layout, a stale read reads other bytes; logged and served as "
+           "the compile fingerprint")
     a("--tensor-parallel-size", "-tp", type=_pos_int, default=1,
       help="vLLM's flag, recorded only: the lab reports it (and CUDA_VISIBLE_DEVICES) in its "
            "effective config and refuses more than the visible devices, but computes every "
@@ -237,7 +260,8 @@ def config_from_args(argv: list[str] | None = None, *,
         patches=ns.patches, geometry=ns.geometry, mamba_cache_mode=ns.mamba_cache_mode,
         enable_sleep_mode=ns.enable_sleep_mode, fail_sleep_at=ns.fail_sleep_at,
         quiet_allocator=ns.quiet_allocator, disable_log_stats=ns.disable_log_stats,
-        tensor_parallel_size=ns.tensor_parallel_size,
+        tensor_parallel_size=ns.tensor_parallel_size, compile_seed=ns.compile_seed,
+        num_gpu_blocks_override=ns.num_gpu_blocks_override, async_scheduling=ns.async_scheduling,
         visible_devices=(os.environ.get("CUDA_VISIBLE_DEVICES") if devices is _FROM_ENV
                          else devices) or None)
     devices = [d for d in (cfg.visible_devices or "").split(",") if d.strip()]

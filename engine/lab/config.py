@@ -25,7 +25,8 @@ from typing import Any
 
 GiB = 1 << 30
 MODEL_DIR = Path(__file__).resolve().parent / "model"
-PATCHES = ("prefill-discriminator", "sliding-window-guard")
+PATCHES = ("prefill-discriminator", "sliding-window-guard", "align-publish-after-copy",
+           "evict-group-key", "prefill-row-offsets", "mamba-chunk-grid")
 CUDAGRAPH_MODES = ("NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE")
 # Modes that capture FULL graphs for uniform decode (spec-verify) batches.
 FULL_DECODE_MODES = ("FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE")
@@ -172,6 +173,14 @@ class LabConfig:
     # shard anything: one CPU process computes every token either way
     tensor_parallel_size: int = 1
     visible_devices: str | None = None
+    # vLLM's --num-gpu-blocks-override: the pool's size in blocks, after the capacity check
+    num_gpu_blocks_override: int | None = None
+    # vLLM's --async-scheduling / --no-async-scheduling: recorded only (None: not given)
+    async_scheduling: bool | None = None
+    # lab only (issue 48): which "compile" this server runs, a seeded choice of the captured
+    # verify plan's staging layout (model_runner.compile_lanes); 0 is the layout of every
+    # lab before it
+    compile_seed: int = 0
     # derived (filled by finalize)
     bytes_per_token: int = 0
     num_gpu_blocks: int = 0
@@ -265,6 +274,11 @@ class LabConfig:
                                  and self.method in EAGLE_STYLE_METHODS)
 
     def _size_pool(self) -> None:
+        self._size_pool_from_memory()
+        if self.num_gpu_blocks_override:
+            self.num_gpu_blocks = self.num_gpu_blocks_override
+
+    def _size_pool_from_memory(self) -> None:
         needed = self.max_model_len * self.bytes_per_token
         if self.kv_cache_memory_bytes is None:
             # No explicit budget: a pool comfortably larger than one max-length request.
@@ -273,6 +287,13 @@ class LabConfig:
             return
         available = int(self.kv_cache_memory_bytes)
         self.num_gpu_blocks = available // self.bytes_per_token // self.block_size
+        if self.num_gpu_blocks < 1:
+            # not one block: no request of any length can be served, a value that cannot
+            # work (refused before boot, issue 50), unlike a pool too small for
+            # --max-model-len, which is the boot failure the thread measured
+            raise ConfigError(f"--kv-cache-memory-bytes {available} holds no KV cache block "
+                              f"({self.bytes_per_token * self.block_size} bytes each at "
+                              f"--block-size {self.block_size}): no request can be served")
         if needed > available:
             est = (available // self.bytes_per_token) // self.block_size * self.block_size
             est_msg = (f"Based on the available memory, the estimated maximum model length is "
@@ -294,6 +315,9 @@ class LabConfig:
         d["api_key_required"] = bool(self.api_key)
         for flag in ("quiet_allocator", "disable_log_stats"):
             if not d[flag]:   # off, as every server before them: reported as it always was
+                del d[flag]
+        for flag in ("num_gpu_blocks_override", "async_scheduling"):
+            if d[flag] is None:   # not given: reported as it always was
                 del d[flag]
         if self.tensor_parallel_size == 1:   # a server of one slot reports as it always did
             del d["tensor_parallel_size"], d["visible_devices"]

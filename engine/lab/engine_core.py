@@ -47,7 +47,9 @@ class EngineCore:
         self.tokenizer = tokenizer
         self.metrics = EngineMetrics(cfg.served_model_name)
         self.pool = BlockPool(cfg.num_gpu_blocks, cfg.block_size, cfg.enable_prefix_caching,
-                              cfg.max_num_seqs, cfg.num_spec_tokens)
+                              cfg.max_num_seqs, cfg.num_spec_tokens,
+                              group_id=1 if cfg.geometry == "hybrid" else 0,
+                              evict_group_key=cfg.patch_on("evict-group-key"))
         self.kvm = KVCacheManager(
             self.pool, block_size=cfg.block_size, alignment=cfg.effective_hash_unit,
             hybrid=cfg.geometry == "hybrid", enable_caching=cfg.enable_prefix_caching,
@@ -177,16 +179,26 @@ class AsyncEngine:
         if self.on_dead:
             self.on_dead()
 
+    def request_id(self, base: str | None) -> str:
+        """vLLM's ``chatcmpl-<X-Request-Id or request_id>``; a counter where none is given,
+        or where that id is still in flight."""
+        rid = f"chatcmpl-{base}" if base else f"chatcmpl-{next(self._ids):08x}"
+        while rid in self.queues:
+            rid = f"{rid}-{next(self._ids):x}"
+        return rid
+
     async def generate(self, prompt_ids: np.ndarray, max_tokens: int,
-                       num_logprobs: int | None = None, ignore_eos: bool = False
+                       num_logprobs: int | None = None, ignore_eos: bool = False,
+                       request_id: str | None = None, num_prompt_logprobs: int | None = None
                        ) -> AsyncIterator[tuple[list[int], str | None, Request]]:
         if self.dead is not None:
             raise EngineDeadError()
-        req_id = f"chatcmpl-{next(self._ids):08x}"
+        req_id = request_id or self.request_id(None)   # request_id: from request_id()
         # vLLM's SamplingParams.ignore_eos: the stop tokens do not end the request
         stops = () if ignore_eos else self.core.tokenizer.stop_token_ids
         req = Request(req_id, prompt_ids, max_tokens, stops,
                       num_logprobs)
+        req.num_prompt_logprobs = num_prompt_logprobs
         q: asyncio.Queue = asyncio.Queue()
         self.queues[req_id] = q
         finished = False

@@ -71,6 +71,7 @@ class KVCacheManager:
                  sliding_window_guard: bool, metrics: Any, drop_eagle_block: bool = False,
                  cache_states: bool = True, attention_block: int | None = None) -> None:
         self.pool = pool
+        self.align = None   # align mode's state blocks (mamba_align.py), set by the scheduler
         self.drop_eagle_block = drop_eagle_block
         # the hybrid's attention block as vLLM promotes it (the page block in align mode)
         self.attention_block = attention_block or block_size
@@ -135,6 +136,8 @@ class KVCacheManager:
             snapshot = None
             if self.hybrid and hit > 0:
                 snapshot = self.pool.state_snapshots.get(req.block_hashes[hit // bs - 1])
+                if snapshot is not None and self.align is not None:
+                    snapshot = self.align.read(snapshot)   # the published block's memory
                 if snapshot is None:
                     hit -= self.alignment
                     continue
@@ -176,7 +179,7 @@ class KVCacheManager:
         n_full = min(req.num_computed_tokens // self.block_size, len(req.block_hashes),
                      len(req.block_ids))
         for i in range(req.num_cached_blocks, n_full):
-            self.pool.cache_block(req.block_ids[i], req.block_hashes[i])
+            self.pool.cache_block(req.block_ids[i], req.block_hashes[i], req.request_id)
         req.num_cached_blocks = max(req.num_cached_blocks, n_full)
 
     def store_snapshots(self, req: Request, snapshots: dict[int, Any]) -> None:

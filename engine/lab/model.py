@@ -32,41 +32,35 @@ wrongly -- for that reason alone.
 from __future__ import annotations
 
 import bisect
-import re
 
 import numpy as np
+
+from .instruction import NO_LIMIT, parse_instruction  # noqa: F401 (re-exported)
 
 ENDOFTEXT, IM_START, IM_END = 0, 1, 2
 NUM_SPECIAL = 3
 OUTSIDE, ROLE, TURN = 0, 1, 2
-NO_LIMIT = 1 << 30
 MAX_ROLE_TOKENS = 16  # a role name is a few tokens; longer header lines are not roles
 # Votes the output head weighs beyond its decision: the most recent earlier occurrences of
 # the input token (an older one weighs 2**-rank: below 2**-16 it cannot change a logprob
 # printed to 4 decimals by more than 1e-4)
 MAX_VOTES = 16
 
-NUMBER_WORDS = {w: i + 1 for i, w in enumerate(
-    "one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
-    "fifteen sixteen seventeen eighteen nineteen twenty".split())}
-_NUM = r"(\d+|" + "|".join(NUMBER_WORDS) + r")"
-# "the first 3 lines", "the opening two lines", "3 first lines", "first twenty lines"
-_COUNT_BEFORE = re.compile(_NUM + r"(?:[\s\-]+[A-Za-z'\-]+){0,3}?[\s\-]+lines?\b", re.I)
-# "lines 1-3", "lines 1 to 3", "lines one through three"
-_RANGE = re.compile(r"\blines?\s+(?:1|one)\s*(?:-|\u2013|to|through|thru)\s*" + _NUM + r"\b", re.I)
-_SINGLE_LINE = re.compile(r"\b(first|opening|top|initial|1st)\s+line\b", re.I)
-_VERB = re.compile(r"\b(reproduce|copy|repeat|write|output|print|return|give|transcribe|echo|"
-                   r"type|quote|recite|show|list|provide|reply|respond|duplicate)\b", re.I)
-_FENCE = re.compile(r"^\s*(```.*|-{3,}\s*)$")
-
 
 class State:
     """Per-request recurrent state (fixed size, like a GDN/Mamba state)."""
 
-    __slots__ = ("mode", "role", "role_toks", "ptr", "end", "lines_left")
+    __slots__ = ("mode", "role", "role_toks", "ptr", "end", "lines_left", "user_start", "user_len")
 
     def __init__(self) -> None:
         self.mode = OUTSIDE
+        # where the last user turn's content began (-1: none seen): the recurrent memory the
+        # instruction reader starts from, kept across turns. A state that never saw the
+        # prompt (a block never written, a zero state) knows no user turn.
+        self.user_start = -1
+        # and how many of its tokens the state read (another count: a stretch skipped or
+        # read twice, as in a state block cached before it was complete: mamba_chunks.py)
+        self.user_len = 0
         self.role = ""
         self.role_toks: tuple[int, ...] = ()
         self.ptr = -1          # copy pointer (a context position), -1: none
@@ -77,6 +71,7 @@ class State:
         s = State.__new__(State)
         s.mode, s.role, s.role_toks = self.mode, self.role, self.role_toks
         s.ptr, s.end, s.lines_left = self.ptr, self.end, self.lines_left
+        s.user_start, s.user_len = self.user_start, self.user_len
         return s
 
     @property
@@ -85,7 +80,7 @@ class State:
 
     def __repr__(self) -> str:  # debugging aid
         return (f"State(mode={self.mode}, role={self.role!r}, ptr={self.ptr}, end={self.end}, "
-                f"lines_left={self.lines_left})")
+                f"lines_left={self.lines_left}, user={self.user_start}+{self.user_len})")
 
 
 class SeqView:
@@ -146,89 +141,6 @@ class SeqView:
         return int(group[k]) if k >= 0 else -1
 
 
-def _paragraphs(blank: list[bool]) -> list[tuple[int, int]]:
-    """(first, end) line of each run of non-blank lines."""
-    paras: list[tuple[int, int]] = []
-    i = 0
-    while i < len(blank):
-        if blank[i]:
-            i += 1
-            continue
-        j = i
-        while j < len(blank) and not blank[j]:
-            j += 1
-        paras.append((i, j))
-        i = j
-    return paras
-
-
-def _count_of(line: str) -> int | None:
-    if "line" not in line.lower():
-        return None
-    m = _RANGE.search(line) or _COUNT_BEFORE.search(line)
-    if m:
-        w = m.group(1).lower()
-        return int(w) if w.isdigit() else NUMBER_WORDS[w]
-    if _SINGLE_LINE.search(line):
-        return 1
-    return None
-
-
-def _instruction_lines(lines: list[str], paras: list[tuple[int, int]]) -> list[tuple]:
-    """Each line of the first or last paragraph that names a count: (score, line index,
-    count, at_top, its paragraph), the higher score the likelier the instruction."""
-    candidates = []  # (score, line index, count, at_top)
-    for pi, (a, b) in enumerate(paras):
-        if pi not in (0, len(paras) - 1):
-            continue
-        for li in range(a, b):
-            n = _count_of(lines[li])
-            if n is None:
-                continue
-            score = 2 if _VERB.search(lines[li]) else 0
-            low = lines[li].lower()
-            at_top = pi == 0 and not (pi == len(paras) - 1 and
-                                      re.search(r"\b(above|preceding|previous)\b", low))
-            if re.search(r"\b(below|following|follows|next)\b", low) and pi == 0:
-                score += 1
-            if re.search(r"\b(above|preceding|previous)\b", low) and pi == len(paras) - 1:
-                score += 1
-            candidates.append((score, li, n, at_top, (a, b)))
-    return candidates
-
-
-def parse_instruction(lines: list[str]) -> tuple[int, int, int]:
-    """(first doc line, end doc line (exclusive), count) for a user message split in lines.
-
-    The instruction is a line with a count (digits or one..twenty) near "line(s)", in the
-    first or last paragraph; the document is the rest of the message, without surrounding
-    blank lines and ``` / --- fences. No instruction: the whole message, no line limit.
-    """
-    blank = [not ln.strip() for ln in lines]
-    paras = _paragraphs(blank)
-    if not paras:
-        return 0, 0, 0
-    candidates = _instruction_lines(lines, paras)
-    if not candidates:
-        first, end = 0, len(lines)
-        count = NO_LIMIT
-    else:
-        score, li, count, at_top, (a, b) = max(candidates, key=lambda c: (c[0], -c[1]))
-        if at_top:
-            # "Copy the first 2 lines of this text:" directly followed by the text
-            first = li + 1 if (lines[li].rstrip().endswith(":") and li + 1 < b) else b
-            end = len(lines)
-        else:
-            first = 0
-            end = li if li > a else a
-    skip = lambda k: blank[k] or bool(_FENCE.match(lines[k]))  # noqa: E731
-    while first < end and skip(first):
-        first += 1
-    while end > first and skip(end - 1):
-        end -= 1
-    return first, end, count
-
-
 class CopyModel:
     """The forward pass: state update, instruction reader and output rule."""
 
@@ -257,11 +169,15 @@ class CopyModel:
             if x == self.nl:
                 s.role = self._role_name(s.role_toks)
                 s.mode = TURN
-                if s.role == "assistant":
+                if s.role == "user":
+                    s.user_start, s.user_len = p + 1, 0
+                elif s.role == "assistant":
                     self.read_instruction(s, view, p)
             elif len(s.role_toks) < MAX_ROLE_TOKENS:
                 s.role_toks = s.role_toks + (x,)
             return
+        if s.mode == TURN and s.role == "user":
+            s.user_len += 1
         if s.copying:
             if s.ptr < s.end and view.tok(s.ptr) == x:
                 s.ptr += 1
@@ -319,6 +235,8 @@ class CopyModel:
             if bi < len(boundaries):
                 j = min(j, max(boundaries[bi] - start, i))
             if j > i:
+                if s.mode == TURN and s.role == "user":
+                    s.user_len += j - i
                 i = j
                 continue
             self.step(s, view, int(toks[i]), start + i)
@@ -340,21 +258,21 @@ class CopyModel:
 
     # -- the instruction reader (attention over the last user turn) ------------------------
     def read_instruction(self, s: State, view: SeqView, p: int) -> None:
-        ctx = view.tokens(p + 1)
-        starts = np.flatnonzero(ctx == IM_START)
+        """Attend over the last user turn, from where the state remembers it began to its
+        ``<|im_end|>``: a state that never saw it (``user_start`` -1), or read another length
+        of it than the KV holds (``user_len``), finds no instruction and ends at once."""
         s.ptr, s.end, s.lines_left = 0, 0, 0
-        for st in starts[::-1][1:]:  # skip this assistant header's own <|im_start|>
-            nls = np.flatnonzero(ctx[st + 1:p + 1] == self.nl)
-            if not len(nls):
-                continue
-            cs = int(st) + 1 + int(nls[0]) + 1
-            if self._role_name(tuple(int(t) for t in ctx[st + 1:cs - 1])) != "user":
-                continue
-            tail = ctx[cs:p + 1]
-            ends = np.flatnonzero((tail == IM_END) | (tail == IM_START))
-            ce = cs + (int(ends[0]) if len(ends) else len(tail))
-            self._plan_copy(s, ctx, cs, ce)
+        cs = s.user_start
+        if cs < 0 or cs > p:
             return
+        ctx = view.tokens(p + 1)
+        tail = ctx[cs:p + 1]
+        read = np.flatnonzero((tail == IM_END) | (tail == IM_START) | (tail == ENDOFTEXT))
+        if (int(read[0]) if len(read) else len(tail)) != s.user_len:
+            return
+        ends = np.flatnonzero((tail == IM_END) | (tail == IM_START))
+        ce = cs + (int(ends[0]) if len(ends) else len(tail))
+        self._plan_copy(s, ctx, cs, ce)
 
     def _plan_copy(self, s: State, ctx: np.ndarray, cs: int, ce: int) -> None:
         content = ctx[cs:ce]

@@ -38,9 +38,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .batch_layout import read_rows
 from .block_pool import BlockPool
 from .config import FULL_DECODE_MODES, LabConfig
 from .model import CopyModel, SeqView, State, logprobs_of
+from .prompt_logprobs import prompt_logprobs
 from .request import Request
 from .sched_log import log_final_chunks
 from .spec_decode import Drafter
@@ -60,6 +62,30 @@ class RunnerOutput:
     logprobs: list[list[tuple[int, float]]] | None = None
 
 
+def compile_lanes(seed: int, lanes: int) -> np.ndarray:
+    """Which of the captured verify plan's ``lanes`` (1 + k) input lanes one "compile" fused
+    with the step's prepared input buffer instead of reading the row's persistent staging
+    (issue 48). A real compile picks its own fusions and layouts; here the choice is seeded
+    (``--compile-seed``; 0: none fused, the lab before issue 48) and never fuses every
+    lane. For a decode row staging and prepared input hold the same tokens, so every compile
+    answers alike; a prefill tail replaying the plan mixes its real tokens with stale ones
+    (the boot's contents or the poison's pattern) in the compile's proportions: other broken
+    bytes per compile, the same on every server of one compile."""
+    if seed == 0 or lanes < 2:
+        return np.zeros(lanes, dtype=bool)
+    live = np.random.default_rng(seed).random(lanes) < 0.5
+    live[0] = False      # at least the last token's lane reads the staging
+    return live
+
+
+def lanes_fingerprint(live: np.ndarray) -> str:
+    """The lab compile's fingerprint: a digest of its artefact (which lanes are fused), so
+    two seeds that compile the same plan share it."""
+    import hashlib
+    word = "".join("1" if x else "0" for x in live.tolist())
+    return hashlib.sha1(f"lab-plan:{word}".encode()).hexdigest()[:12]
+
+
 class ModelRunner:
     def __init__(self, cfg: LabConfig, pool: BlockPool, model: CopyModel,
                  drafter: Drafter | None) -> None:
@@ -70,17 +96,25 @@ class ModelRunner:
         self.model, self.drafter = model, drafter
         self.full_decode = cfg.cudagraph_mode in FULL_DECODE_MODES
         self.discriminator = cfg.patch_on("prefill-discriminator")
+        self.row_offsets_patch = cfg.patch_on("prefill-row-offsets")
         self.snapshot_every = (cfg.effective_hash_unit
                                if cfg.geometry == "hybrid" and cfg.enable_prefix_caching else 0)
         # align mode: the state is only materialised where a chunk ends on a cacheable
         # position (a mamba block boundary, or the prompt's last hash boundary)
         self.align_block = cfg.mamba_block_size if cfg.align_mode else None
+        # mode all: a prefill chunk's states land where its kernel chunks end (mamba_chunks);
+        # the scheduler sets it (None: decode steps, dense, no caching, mode none)
+        self.chunk_states = None
         self.rows: dict[str, int] = {}
         self.free_rows = list(range(cfg.max_num_seqs))
         # Persistent per-row decode inputs, what a replayed verify graph reads: the rows'
         # state slots in the KV pool (views: sleep empties them in place).
         assert len(pool.slot_last) >= cfg.max_num_seqs
         self.stage_last, self.stage_drafts = pool.slot_last, pool.slot_drafts
+        # issue 48: which of the plan's 1 + k input lanes this compile fused with the
+        # prepared input (the rest read the row's staging)
+        self.live_lanes = compile_lanes(cfg.compile_seed, 1 + self.k)
+        self.compile_fingerprint = lanes_fingerprint(self.live_lanes)
         self.dispatch_counts = {CAPTURED: 0, EAGER: 0}
 
     # -- persistent batch ---------------------------------------------------------------
@@ -122,15 +156,22 @@ class ModelRunner:
         self.dispatch_counts[plan] += 1
         log_final_chunks(items, plan)
 
+        prefill = iter(read_rows([req.token_array()[req.num_computed_tokens:
+                                                    req.num_computed_tokens + n]
+                                  for req, n, _ in items if req.is_prefill],
+                                 self.bs, self.row_offsets_patch) if plan != CAPTURED else [])
         inputs = []
         for (req, n, spec), row in zip(items, rows):
             start = req.num_computed_tokens
-            if plan == CAPTURED:
-                toks = np.concatenate(([self.stage_last[row]], self.stage_drafts[row, :self.k]))
-            elif req.is_prefill:
+            if req.is_prefill and plan != CAPTURED:
+                toks = next(prefill)   # the flat batch buffer (batch_layout.py)
+            elif req.is_prefill:       # the captured plan: its live lanes read these
                 toks = req.token_array()[start:start + n]
             else:
                 toks = np.asarray([req.last_token()] + spec, dtype=np.int32)
+            if plan == CAPTURED:   # decode rows staged exactly their inputs: no lane differs
+                staged = np.concatenate(([self.stage_last[row]], self.stage_drafts[row, :self.k]))
+                toks = np.where(self.live_lanes, toks, staged).astype(np.int32)
             pos = np.arange(start, start + n)
             slots = req.block_table[pos // bs].astype(np.int64) * bs + pos % bs
             self.kv_tok[slots] = toks
@@ -142,10 +183,12 @@ class ModelRunner:
             outs[req.request_id] = self._forward(req, n, spec, toks, plan)
         return outs
 
-    def _boundaries(self, req: Request, start: int, n: int) -> list[int]:
+    def boundaries(self, req: Request, start: int, n: int) -> list[int]:
         u = self.snapshot_every
         if not u:
             return []
+        if self.chunk_states is not None and req.is_prefill:
+            return self.chunk_states.boundaries(start, n)
         if self.align_block:
             end, block = start + n, self.align_block
             tail = req.num_prompt_tokens // u * u if u < block else -1
@@ -165,7 +208,7 @@ class ModelRunner:
             req.state = State()
             if start:
                 model.advance(req.state, view, 0, view.tokens(start), [])
-        boundaries = self._boundaries(req, start, n)
+        boundaries = self.boundaries(req, start, n)
         prefill_end = start + n >= req.num_prompt_tokens and not req.output_token_ids
         a = 0
         if plan == CAPTURED or not req.is_prefill:
@@ -198,6 +241,10 @@ class ModelRunner:
                        if prefill_end else [])
             scored = [(state, int(toks[-1]), start + n - 1)] if emitted else []
         out = RunnerOutput(emitted, accepted, a, state, snaps)
+        if prefill_end and req.num_prompt_logprobs is not None:
+            req.prompt_logprobs = prompt_logprobs(model, view, req.prompt_token_ids,
+                                                  req.resumed_at, req.resumed_state,
+                                                  req.num_prompt_logprobs)
         if req.num_logprobs is not None:
             # read-only: the head's votes at the very states and slots that chose each token
             out.logprobs = [logprobs_of(model.votes(st, view, x, p)) for st, x, p in scored]

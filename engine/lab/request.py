@@ -31,6 +31,11 @@ class Request:
         self.block_hashes: list[int] = []
         self.num_cached_blocks = 0
         self.state = None               # recurrent state (model.State)
+        # prompt_logprobs (vLLM's extra parameter): None, not asked; N: the top N too
+        self.num_prompt_logprobs: int | None = None
+        self.prompt_logprobs: list | None = None
+        self.resumed_at = 0             # the prefix-cache hit it was first scheduled with
+        self.resumed_state = None       # and the state it resumed from there (None: derived)
         self.status = WAITING
         self.finish_reason: str | None = None
         self.arrival_time = time.monotonic()

@@ -1,19 +1,32 @@
-"""The scheduler trace of final prefill chunks: one log line per request whose last prompt
-chunk runs this step, naming what it was batched with and which plan the step took.
+"""The scheduler trace: what each step ran, as log lines a sweep reads back.
 
-vLLM has no such line (its ``vllm/v1/core/sched/scheduler.py`` ``SchedulerOutput`` is
-not logged per step); the lab writes one so a sweep can prove, from the server's own log,
-the shape it meant to exercise: the final chunk's size and the batch composition the
-uniform-decode check of ``gpu_model_runner`` saw (``num_tokens == num_reqs * (1 + k)``).
-The harness reads it back (``harness/run/load.py``) into the record's ``load.beside``.
+vLLM has no such lines (its ``vllm/v1/core/sched/scheduler.py`` ``SchedulerOutput`` is
+not logged per step); the lab writes them so a sweep can prove, from the server's own log,
+the shape and the history it meant to exercise (the vLLM plugin's
+``RESIDUE_LAB_SCHED_TRACE=1`` writes the same lines, engine/vllm/patches/sched_trace.py):
+
+- ``final prefill chunk:``, one per request whose last prompt chunk runs this step, naming
+  what it was batched with and which plan the step took (the uniform-decode check of
+  ``gpu_model_runner`` saw ``num_tokens == num_reqs * (1 + k)``); the harness reads it into
+  the record's ``load.beside`` (``harness/run/load.py``);
+- ``prefill chunk:``, one per scheduled prefill chunk (every chunk, the final one too), with
+  the step number and the ids of the whole batch: a history's order of events (an abort
+  after the first chunk, two cold prefills in one step);
+- ``aborted request=``, one per abort (client disconnect, sleep's abort mode), with how much
+  of the prompt was computed: an abort mid-prefill says ``computed < of``;
+- ``evicted blocks=``, one per allocation that evicted cached blocks, naming the requests
+  that had cached them.
 """
 from __future__ import annotations
 
 from ._log import log
 
-__all__ = ["FINAL_CHUNK_PREFIX", "log_final_chunks"]
+__all__ = ["FINAL_CHUNK_PREFIX", "CHUNK_PREFIX", "log_final_chunks", "log_chunks",
+           "log_abort", "log_evicted"]
 
 FINAL_CHUNK_PREFIX = "final prefill chunk:"
+CHUNK_PREFIX = "prefill chunk:"
+WHERE = "scheduler.py:0"
 
 
 def log_final_chunks(items, plan: str) -> None:
@@ -25,8 +38,29 @@ def log_final_chunks(items, plan: str) -> None:
     tokens = sum(n for _, n, _ in items)
     decode = sum(1 for req, _, _ in items if not req.is_prefill)
     for req, n in finals:
-        log("INFO", "scheduler.py:0",
+        log("INFO", WHERE,
             f"{FINAL_CHUNK_PREFIX} request={req.request_id} tokens={n} "
             f"prompt={req.num_prompt_tokens} computed={req.num_computed_tokens} "
             f"batch_reqs={len(items)} batch_tokens={tokens} decode_reqs={decode} "
             f"prefill_reqs={len(items) - decode} dispatch={plan}")
+
+
+def log_chunks(items, step: int) -> None:
+    """One line per prefill chunk of the step (before it runs)."""
+    batch = ",".join(req.request_id for req, _, _ in items)
+    for req, n, _ in items:
+        if req.is_prefill:
+            log("INFO", WHERE, f"{CHUNK_PREFIX} request={req.request_id} "
+                f"start={req.num_computed_tokens} tokens={n} of={req.num_prompt_tokens} "
+                f"step={step} batch={batch}")
+
+
+def log_abort(req, step: int) -> None:
+    log("INFO", WHERE, f"aborted request={req.request_id} computed={req.num_computed_tokens} "
+        f"of={req.num_prompt_tokens} step={step}")
+
+
+def log_evicted(owners: list[str], request_id: str, step: int) -> None:
+    if owners:
+        log("INFO", WHERE, f"evicted blocks={len(owners)} from={','.join(sorted(set(owners)))} "
+            f"request={request_id} step={step}")

@@ -17,9 +17,12 @@ from dataclasses import dataclass, field
 from .config import EAGLE_STYLE_METHODS, LabConfig
 from ._log import log
 from .kv_cache_manager import KVCacheManager
+from .mamba_align import AlignStateBlocks
+from .mamba_chunks import PATCH as CHUNK_GRID, ChunkStateBlocks
 from .metrics import EngineMetrics
 from .model_runner import ModelRunner, RunnerOutput
 from .request import FINISHED, RUNNING, WAITING, Request
+from .sched_log import log_abort, log_chunks, log_evicted
 
 
 def mamba_aligned_chunk(req: Request, start: int, n: int, block: int, hash_unit: int,
@@ -69,6 +72,18 @@ class Scheduler:
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self.requests: dict[str, Request] = {}
+        self.step_no = 0   # steps that ran something (the trace's step=)
+        # align mode: state blocks published at schedule time, written a step later
+        self.align = (AlignStateBlocks(kvm.pool, cfg.block_size,
+                                       cfg.patch_on("align-publish-after-copy"))
+                      if self.align_block is not None and cfg.enable_prefix_caching else None)
+        kvm.align = self.align
+        # mode all: a prefill chunk's states written per kernel chunk, cached once full
+        self.chunk_states = (ChunkStateBlocks(kvm.pool, cfg.block_size, cfg.effective_hash_unit,
+                                              cfg.patch_on(CHUNK_GRID))
+                             if (cfg.geometry == "hybrid" and cfg.enable_prefix_caching
+                                 and cfg.mamba_cache_mode == "all") else None)
+        runner.chunk_states = self.chunk_states
 
     def has_work(self) -> bool:
         return bool(self.waiting or self.running)
@@ -85,6 +100,7 @@ class Scheduler:
             return
         if req.status == WAITING:
             self.waiting.remove(req)
+        log_abort(req, self.step_no)
         self._finish(req, "abort")
         self._gauges()   # an abort can leave the engine idle: no step would update them
 
@@ -95,6 +111,7 @@ class Scheduler:
             self.running.remove(req)
         self.kvm.free(req)
         self.runner.release(req.request_id)
+        self._forget_states(req)
         self.requests.pop(req.request_id, None)
         self.metrics.request_success[reason] = self.metrics.request_success.get(reason, 0) + 1
 
@@ -106,12 +123,18 @@ class Scheduler:
         self.running.remove(req)
         self.kvm.free(req)
         self.runner.release(req.request_id)
+        self._forget_states(req)
         req.num_computed_tokens = 0
         req.num_cached_tokens = max(req.num_cached_tokens, 0)
         req.spec_token_ids = []
         req.state = None
         req.status = WAITING
         self.waiting.appendleft(req)
+
+    def _forget_states(self, req: Request) -> None:
+        for states in (self.align, self.chunk_states):
+            if states is not None:
+                states.forget(req.request_id)
 
     def _gauges(self) -> None:
         self.metrics.num_requests_running = len(self.running)
@@ -134,7 +157,7 @@ class Scheduler:
             else:
                 spec = req.spec_token_ids[:max(0, budget - 1)]
                 n = 1 + len(spec)
-            while not self.kvm.allocate_slots(req, n, self.k):
+            while not self._allocate(req, n):
                 victim = self.running[-1]
                 self._preempt(victim)
                 if victim is req:
@@ -154,25 +177,55 @@ class Scheduler:
             n = self._prefill_chunk(req, hit, budget)
             if n == 0:
                 break
-            if not self.kvm.allocate_slots(req, n, self.k, blocks):
+            if not self._allocate(req, n, blocks):
                 break
             self.waiting.popleft()
             req.num_computed_tokens = hit
             if req.num_cached_tokens < 0:
                 req.num_cached_tokens = hit
             req.state = snapshot  # None: the runner derives it from the cached slots
+            if req.num_prompt_logprobs is not None and not req.output_token_ids:
+                req.resumed_at = hit
+                req.resumed_state = snapshot.copy() if snapshot is not None else None
             req.status = RUNNING
             self.running.append(req)
             out.items.append((req, n, []))
             budget -= n
-        for req, n, spec in out.items:
+        self._scheduled(out.items)
+        return out
+
+    def _scheduled(self, items) -> None:
+        """The step's trace lines, align mode's publication, counters and gauges."""
+        if items:
+            self.step_no += 1
+            log_chunks(items, self.step_no)
+            self._publish_states(items)
+        for req, n, spec in items:
             if spec:
                 self.metrics.spec_decode_num_drafts += 1
                 self.metrics.spec_decode_num_draft_tokens += len(spec)
             if req.is_prefill:
                 self.metrics.prompt_tokens += min(n, req.num_prompt_tokens - req.num_computed_tokens)
         self._gauges()
-        return out
+
+    def _allocate(self, req: Request, n: int, blocks: list[int] | None = None) -> bool:
+        ok = self.kvm.allocate_slots(req, n, self.k, blocks)
+        pool = self.kvm.pool
+        if pool.evicted:
+            log_evicted(pool.evicted, req.request_id, self.step_no + 1)
+            pool.evicted = []
+        return ok
+
+    def _publish_states(self, items) -> None:
+        """Align mode: the mamba group's blocks are cached at allocation (see mamba_align)."""
+        if self.align is None:
+            return
+        for req, n, _ in items:
+            if req.is_prefill:
+                start = req.num_computed_tokens
+                self.align.schedule(req, start + n, bool(self.runner.boundaries(req, start, n)))
+        # the runner's preprocess_mamba at the start of this step: last step's states land
+        self.align.copy_pending([req.request_id for req, _, _ in items])
 
     def _prefill_chunk(self, req: Request, start: int, budget: int) -> int:
         n = min(req.prefill_target - start, budget)
@@ -189,6 +242,7 @@ class Scheduler:
         max_len = self.cfg.max_model_len
         for req, n, spec in so.items:
             o = outs[req.request_id]
+            start, was_prefill = req.num_computed_tokens, req.is_prefill
             req.num_computed_tokens += o.num_inputs_accepted
             req.state = o.state
             if spec:
@@ -208,7 +262,11 @@ class Scheduler:
                     break
             self.metrics.generation_tokens += len(new)
             self.kvm.cache_blocks(req)
-            if o.snapshots:
+            if self.align is not None:
+                self.align.computed(req, o.snapshots)
+            elif self.chunk_states is not None and was_prefill:
+                self.chunk_states.computed(req, start, o.num_inputs_accepted, o.snapshots)
+            elif o.snapshots:
                 self.kvm.store_snapshots(req, o.snapshots)
             if reason:
                 self._finish(req, reason)

@@ -49,7 +49,7 @@ def _import_uvicorn():
     return uvicorn.Config, uvicorn.Server
 
 
-def _log_config(cfg: LabConfig) -> None:
+def _log_config(cfg: LabConfig, compile_fingerprint: str) -> None:
     """The start-up lines vLLM logs, in its words and order: the engine's config line, the
     hybrid block promotion, the cache's hash unit, the KV pool, the graph mode, the patches
     (engine/vllm/effective.py reads them back from a real server's log)."""
@@ -73,6 +73,9 @@ def _log_config(cfg: LabConfig) -> None:
     if cfg.sliding_window_block:
         log("INFO", "kv_cache_utils.py:1000", f"dflash drafter sliding-window group block "
             f"size: {cfg.sliding_window_block} tokens")
+    # issue 48: what a broken cell's bytes depend on (the harness records it)
+    log("INFO", "backends.py", f"compile fingerprint {compile_fingerprint} "
+        f"(lab compile seed {cfg.compile_seed})")
     log("INFO", "kv_cache_utils.py:1087", f"GPU KV cache size: {cfg.kv_cache_tokens:,} tokens")
     log("INFO", "kv_cache_utils.py:1091", f"Maximum concurrency for {cfg.max_model_len:,} tokens "
         f"per request: {cfg.kv_cache_tokens / cfg.max_model_len:.2f}x")
@@ -96,7 +99,7 @@ def serve(cfg: LabConfig, t0: float) -> int:
 
     tokenizer = LabTokenizer(cfg.model)
     core = EngineCore(cfg, tokenizer)
-    _log_config(cfg)
+    _log_config(cfg, core.runner.compile_fingerprint)
 
     state = {"dead": False}
     server = None

@@ -117,7 +117,9 @@ async def is_sleeping(st: AppState, request: HTTPRequest) -> Response:
     return JSONResponse({"is_sleeping": st.engine.is_sleeping()})
 
 
-RPC_METHODS = ("residue_lab_arm", "residue_lab_poison", "residue_lab_describe")
+RPC_METHODS = ("residue_lab_arm", "residue_lab_poison", "residue_lab_describe",
+               "residue_lab_restore_pool", "residue_lab_audit",
+               "residue_lab_copy_bandwidth")
 
 
 async def collective_rpc(st: AppState, request: HTTPRequest) -> Response:

@@ -7,6 +7,7 @@ Mirrors ``vllm/entrypoints/openai/chat_completion/serving.py`` (``OpenAIServingC
 """
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from dataclasses import dataclass
@@ -41,6 +42,8 @@ class ChatParams:
     tokens_as_ids: bool = False       # vLLM's return_tokens_as_token_ids: 'token_id:N'
     ignore_eos: bool = False          # vLLM's extra sampling parameter: decode to max_tokens
     skip_special_tokens: bool = True  # vLLM's: special tokens left out of the text
+    request_id: str | None = None     # X-Request-Id, else the body's request_id (vLLM's)
+    prompt_logprobs: int | None = None  # vLLM's extra parameter: None, or the top N
 
     @property
     def prompt_len(self) -> int:
@@ -105,6 +108,19 @@ def _skip_special(data: dict[str, Any]) -> bool:
     return v
 
 
+def _prompt_logprobs(data: dict[str, Any]) -> int | None:
+    """vLLM's ``prompt_logprobs`` (an int, -1: as many as the lab has; not with a stream)."""
+    n = data.get("prompt_logprobs")
+    if n is None:
+        return None
+    if isinstance(n, bool) or not isinstance(n, int) or n < -1:
+        raise APIError(400, "'prompt_logprobs' must be an integer >= -1", param="prompt_logprobs")
+    if data.get("stream"):
+        raise APIError(400, "`prompt_logprobs` are not available when `stream=True`.",
+                       param="prompt_logprobs")
+    return MAX_TOP_LOGPROBS if n == -1 else n
+
+
 def parse_chat_request(st: AppState, data: dict[str, Any]) -> ChatParams:
     st.check_model(data)
     if "messages" not in data:
@@ -123,7 +139,9 @@ def parse_chat_request(st: AppState, data: dict[str, Any]) -> ChatParams:
                       created=int(time.time()), num_logprobs=_num_logprobs(data),
                       tokens_as_ids=bool(data.get("return_tokens_as_token_ids")),
                       ignore_eos=bool(data.get("ignore_eos")),
-                      skip_special_tokens=_skip_special(data))
+                      skip_special_tokens=_skip_special(data),
+                      request_id=(str(data["request_id"]) if data.get("request_id") else None),
+                      prompt_logprobs=_prompt_logprobs(data))
 
 
 # -- answers ------------------------------------------------------------------------------
@@ -174,7 +192,10 @@ async def full_response(st: AppState, p: ChatParams, gen) -> Response:
     stop_reason = None
     if p.stops and (hit := p.find_stop(text)):
         text, stop_reason = text[:hit[0]], hit[1]
-    return JSONResponse({
+    extra = {}
+    if p.prompt_logprobs is not None:
+        extra["prompt_logprobs"] = _prompt_entries(st, last)
+    return JSONResponse({**extra,
         "id": last.request_id if last else "chatcmpl-none", "object": "chat.completion",
         "created": p.created, "model": p.model_name,
         "choices": [{"index": 0, "message": {"role": "assistant", "content": text,
@@ -182,6 +203,25 @@ async def full_response(st: AppState, p: ChatParams, gen) -> Response:
                      "logprobs": logprobs, "finish_reason": reason,
                      "stop_reason": stop_reason}],
         "usage": usage(st, p, last), "system_fingerprint": None})
+
+
+def _prompt_entries(st: AppState, req) -> list | None:
+    """vLLM's shape: None for the first token, then {token id: {logprob, rank,
+    decoded_token}} with the prompt token and the top N."""
+    if req is None or req.prompt_logprobs is None:
+        return None
+    out: list = [None]
+    for row in req.prompt_logprobs[1:]:
+        (tok, lp), ranked = row[0], row[1:]
+        ranks = {t: i + 1 for i, (t, _) in enumerate(ranked)}
+        entry = {}
+        for t, v in [(tok, lp)] + ranked:
+            entry.setdefault(str(t), {"logprob": max(v, -9999.0),
+                                      "rank": ranks.get(t, len(ranked) + 1),
+                                      "decoded_token": st.tokenizer.decode(
+                                          [t], skip_special_tokens=False)})
+        out.append(entry)
+    return out
 
 
 def _sse_chunk(p: ChatParams, rid: str | None, delta: dict[str, Any], reason: str | None,
@@ -265,7 +305,14 @@ async def chat_completions(st: AppState, request: HTTPRequest) -> Response:
     p = parse_chat_request(st, await st.read_json(request))
     if st.engine.dead is not None:
         raise EngineDeadError()
-    gen = st.engine.generate(p.ids, p.max_tokens, p.num_logprobs, p.ignore_eos)
+    rid = st.engine.request_id(request.headers.get("x-request-id") or p.request_id)
+    gen = st.engine.generate(p.ids, p.max_tokens, p.num_logprobs, p.ignore_eos,
+                             rid, p.prompt_logprobs)
+    return await _cancelled_on_disconnect(request, _answer(st, p, gen, request),
+                                          lambda: st.engine.core.abort(rid))
+
+
+async def _answer(st: AppState, p: ChatParams, gen, request: HTTPRequest) -> Response:
     if not p.stream:
         return await full_response(st, p, gen)
     # Run the first step before answering 200, so an engine that dies on this request
@@ -273,6 +320,34 @@ async def chat_completions(st: AppState, request: HTTPRequest) -> Response:
     primed = await gen.__anext__()
     return AbortingStream(_until_disconnect(request, sse_events(st, p, primed, gen)),
                           media_type="text/event-stream")
+
+
+async def _cancelled_on_disconnect(request: HTTPRequest, answer, abort) -> Response:
+    """vLLM's ``entrypoints/utils.py`` ``with_cancellation``: the answer races the client's
+    ``http.disconnect``; a client that hangs up (mid-prefill too, before any token) cancels
+    it, and the cancelled generator aborts the request in the engine (blocks freed, the
+    ``aborted`` trace line, ``finished_reason="abort"``). The engine steps one at a time
+    with the event loop in between, and the watcher aborts the engine request as soon as it
+    sees the hang-up (as vLLM's AsyncLLM.abort on the API side), so the abort lands within
+    a step or two of the disconnect, not after the cancellation has unwound."""
+    task = asyncio.ensure_future(answer)
+    watcher = asyncio.ensure_future(_disconnected(request, abort))
+    done, _ = await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    if task in done:
+        watcher.cancel()
+        return task.result()
+    task.cancel()
+    try:
+        await task
+    except asyncio.CancelledError:
+        pass
+    return Response(status_code=499)   # nobody reads it: the client is gone
+
+
+async def _disconnected(request: HTTPRequest, abort) -> None:
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+    abort()
 
 
 class AbortingStream(StreamingResponse):

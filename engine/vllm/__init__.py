@@ -11,6 +11,8 @@ Module map (each file's docstring names the vLLM code it reads or mirrors):
                        compile, warm-up, graphs) from its log
 - ``caches.py``        compile and Triton caches shared by a run's servers and kept between
                        runs; whether a server hit them
+- ``kernel_digest.py`` the compile fingerprint: a digest over what picks the kernels (sources,
+                       chosen configs, split graph; paths and timings out), bound to the GPU
 - ``checkpoint.py``    what a local checkpoint needs from vLLM, read from its files
                        (``--language-model-only``, an MTP head)
 - ``prefork.py``       vLLM on ``engine.prefork``: the parent's imports, a ``vllm serve``
@@ -19,6 +21,10 @@ Module map (each file's docstring names the vLLM code it reads or mirrors):
                        a worker's state at a time to its just-booted value (issue 24)
 - ``poison.py``        the poison fill of a worker's state and KV pool, each region proven
                        (issue 32): ``PoisonWorker``, a ``StateRestore`` extension
+- ``pool_fill.py``     the KV pool's storages each filled once with a byte tile, one
+                       reduction each for the proof, a restore of named blocks (issue 51)
+- ``pool_restore.py``  the worker's dirty set (the blocks its scheduler outputs gave) and
+                       ``residue_lab_restore_pool`` / ``residue_lab_audit`` (issue 51)
 - ``determinism.py``   the kernel choices fixed (vLLM's and PyTorch's own switches, caches
                        apart) so a broken cell answers the same on every server (issue 32)
 - ``patches/``         residue-lab's fixes (and the opt-in scheduler trace) as a vLLM plugin

@@ -17,6 +17,10 @@ from typing import Any
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 # v1/engine/core.py: "Initializing a V1 LLM engine (v%s) with config: %s" (VllmConfig.__str__)
+# vllm/config/vllm.py (VllmConfig.__post_init__): the warnings with which vLLM turns
+# asynchronous scheduling off (an unsupported drafter such as ngram, an executor, ...)
+_ASYNC_OFF = re.compile(r"Async scheduling (?:not supported|is not compatible|will be "
+                        r"disabled|is disabled)[^\n]*")
 _INIT = re.compile(r"Initializing a V1 LLM engine \(v(?P<version>[^)]+)\) with config: (?P<cfg>.*)$")
 # config/vllm.py VllmConfig.__str__ fields
 _CFG_MODEL = re.compile(r"(?:^|, )model='(?P<v>[^']*)'")
@@ -106,7 +110,8 @@ def parse_effective_config(log_text: str) -> dict[str, Any]:
     the one requested), ``prefix_match_unit`` (as requested; vLLM does not log a resolved
     one), ``mamba_page_padding_pct``, ``max_num_batched_tokens`` (the chunked-prefill budget
     logged by the scheduler config, else as requested), ``model_runner`` (``v1``/``v2``, with
-    ``model_runner_evidence`` and, on a fallback, vLLM's ``model_runner_reason``), ``patch_status``
+    ``model_runner_evidence`` and, on a fallback, vLLM's ``model_runner_reason``), ``async_scheduling``
+    (``off`` where vLLM logged that it turned it off, with ``async_scheduling_why``), ``patch_status``
     (the plugin's status map; not ``patches``, which names the requested selection), ``boot_error`` (the KV-capacity refusal, parsed).
     """
     text = _ANSI.sub("", log_text or "")
@@ -124,6 +129,9 @@ def parse_effective_config(log_text: str) -> dict[str, Any]:
             out["patch_status"] = json.loads(m["v"])
         except ValueError:
             out["patch_status"] = {"unparsed": m["v"]}
+    if m := _last(_ASYNC_OFF, lines):   # config/vllm.py: asked for or not, turned off
+        out["async_scheduling"] = "off"
+        out["async_scheduling_why"] = m.group(0).strip()
     if m := _last(_KV_REFUSAL, lines):
         out["boot_error"] = {
             "kind": "kv-capacity",

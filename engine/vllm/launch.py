@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from engine.presets import ServingConfig, normalise_patches
+from engine.presets import LAB_ONLY_PATCHES, ServingConfig, normalise_patches
 from . import API_SERVER_MODULE  # declared in the package: prefork reads it without this module
 from .caches import cache_env
 from .checkpoint import language_model_only_reason, mtp_head_problem
@@ -200,6 +200,13 @@ def _engine_flags(cfg: ServingConfig, spec: dict | None, compilation: dict) -> l
     if getattr(cfg, "max_num_batched_tokens", None):
         # the chunked-prefill budget: a prompt ends in a final chunk of L mod B tokens
         argv += ["--max-num-batched-tokens", str(int(cfg.max_num_batched_tokens))]
+    if getattr(cfg, "num_gpu_blocks", None):
+        # a small KV pool (the evict history): eviction after a few prompts
+        argv += ["--num-gpu-blocks-override", str(int(cfg.num_gpu_blocks))]
+    if getattr(cfg, "async_scheduling", None):
+        # vllm/engine/arg_utils.py: SchedulerConfig.async_scheduling, a BooleanOptionalAction
+        argv.append("--async-scheduling" if cfg.async_scheduling == "on"
+                    else "--no-async-scheduling")
     # cached_tokens in usage proves which phases hit the cache (DESIGN §3).
     argv.append("--enable-prompt-tokens-details")
     argv += ["--seed", "0"]
@@ -210,7 +217,10 @@ def _server_env(cfg: ServingConfig, base_env: Mapping[str, str] | None, *, runne
                 gpu: str | None, plugin_path, cache_dir) -> dict[str, str]:
     """The environment variables this configuration sets for its server."""
     env = dict(base_env or {})
-    env[PATCHES_ENV] = normalise_patches(cfg.patches)
+    selected = normalise_patches(cfg.patches)
+    if selected not in ("all", "none"):   # the lab's history fixes are no patch of vLLM's
+        selected = ",".join(p for p in selected.split(",") if p not in LAB_ONLY_PATCHES) or "none"
+    env[PATCHES_ENV] = selected
     try:
         env.update(runner_env(runner))
     except ValueError as exc:

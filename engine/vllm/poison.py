@@ -40,6 +40,7 @@ from typing import Any
 
 from engine.poison_pattern import MODE_REGIONS, PATTERNS, hash24, seed_of
 from engine.poison_pattern import parse_regions as _parse_regions
+from engine.vllm.pool_restore import PoolRestore
 from engine.vllm.state_restore import StateRestore, _tensors
 
 __all__ = ["PoisonWorker", "REGIONS", "PATTERNS", "pattern_tile", "fill", "parse_regions"]
@@ -124,9 +125,11 @@ def _merge(acc: dict, one: dict) -> None:
     acc["ok"] = acc.get("ok", True) and one["ok"]
 
 
-class PoisonWorker(StateRestore):
+class PoisonWorker(PoolRestore, StateRestore):
     """Mixed into vLLM's GPU worker: ``residue_lab_arm`` once after boot, then
-    ``residue_lab_poison("state,kv,builders", "A")`` at boot and at every restore."""
+    ``residue_lab_poison("state,kv,builders", "A")`` at boot and at every restore (the
+    per-view fill), or ``residue_lab_restore_pool`` (each storage once, or the blocks the
+    points were given: engine/vllm/pool_restore.py)."""
 
     # -- where the regions are -------------------------------------------------------
     def _rl_layers(self) -> list[tuple[int, str, str, list]]:
@@ -154,7 +157,9 @@ class PoisonWorker(StateRestore):
 
     # -- the RPC surface ---------------------------------------------------------------
     def residue_lab_arm(self) -> dict:
-        """Copy the builders' bookkeeping as the boot left it (call before any request)."""
+        """Copy the builders' bookkeeping as the boot left it and start following the blocks
+        the scheduler gives (call before any request)."""
+        self._rl_track()
         self._rl_builders_boot = [(t, t.detach().clone()) for t in self._rl_builder_tensors()]
         return {"builders": {"tensors": len(self._rl_builders_boot),
                              "bytes": sum(c.numel() * c.element_size()

@@ -16,7 +16,6 @@ from typing import Any, Sequence
 from ..serve.poison import off_record
 from ..serve.client import EngineClient
 from ..settings.configs import SweepOptions
-from ..errors import UsageError
 from ..run.live import LiveServer, LiveTarget, requests_per_point
 from ..run.driver import Driver
 from ..run.plan import Point
@@ -36,10 +35,8 @@ class LiveBackend:
         self._target: LiveTarget | None = None
 
     def check(self, opts: SweepOptions) -> None:
-        """Only a ``--url`` sweep has a running server to send its points to."""
-        if opts.live is None:
-            raise UsageError("--backend live sweeps the running server of --url URL; give "
-                             "--url (the local and ray backends start their own servers)")
+        """Only a ``--url`` sweep has a running server to send its points to: without
+        ``--url``, ``--backend live`` is refused by ``settings/flag_checks.RULES``."""
 
     def describe(self) -> dict[str, Any]:
         t = self._target

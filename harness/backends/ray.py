@@ -44,7 +44,6 @@ from ..records.phase_record import PhaseRecord
 from ..records.recordkeys import by_node
 from .ray_task import Watchdog, gpu_engine, node_label, run_point_task
 from .ray_task import one_line as _one_line
-from ..names.isolation import IsolationName
 
 __all__ = ["RayBackend", "check_available", "runtime_env", "task_resources", "node_label",
            "records_by_node", "is_infra_error", "node_id_in", "Watchdog", "gpu_engine",
@@ -87,9 +86,7 @@ class RayBackend:
 
     def check(self, opts: SweepOptions) -> None:
         check_available()  # without the extra: one line, exit 2, before anything starts
-        if opts.isolation != IsolationName.FRESH:
-            raise UsageError(f"--isolation {opts.isolation} is for the local backend; "
-                             "--backend ray runs every point on its own fresh server")
+        # --isolation other than fresh: refused by settings/flag_checks.RULES
 
     def describe(self) -> dict[str, Any]:
         return dict(self.info)

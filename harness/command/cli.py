@@ -59,10 +59,10 @@ def run_sweep(argv: Sequence[str]) -> int:
     opts = parse_sweep_argv(argv)
     sweep = Sweep(opts)
     for note in sweep.check():   # outputs, inputs, a way to post, a resumed file, the engine
-        _say(note)
+        _say_wrapped(note)
     opts = sweep.options   # --url: with the configuration the server reported (check)
     for line in preset_warnings(opts):
-        _say(line)
+        _say_wrapped(line)
     if opts.serve:   # the line as read, and what the harness adds to it
         from ..serve.serve_line import added_lines
         for line in added_lines(opts, sweep.adapter):
@@ -133,6 +133,13 @@ def _progress(total: int, enabled: bool):
 
 def _say(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
+
+
+def _say_wrapped(msg: str) -> None:
+    """A long note (a preset's warning) in the terminal's width, continued indented."""
+    from ..report.terminal import terminal_width
+    from ..text.plaintext import wrap_prose
+    _say("\n".join(wrap_prose(msg, terminal_width(), "  ")))
 
 
 # -- sub-verbs -----------------------------------------------------------------------------
@@ -241,6 +248,10 @@ def _compare_many(ns, filters: dict) -> int:
     df = results.frame(records=records)
     if filters:
         hist = compare.cell_history(df, **filters)
+        if hist.empty:   # a cell named that no run has: a mistake, not "no change" (issue 50)
+            said = " ".join(f"--{k} {v}" for k, v in filters.items())
+            raise UsageError(f"sweep compare: no record of {len(ns.runs)} run(s) is the cell "
+                             f"{said}; `sweep report RUN` shows a run's cells")
         if ns.json:
             print(hist.to_json(orient="records", indent=2))
         else:
@@ -280,6 +291,8 @@ SUBCOMMANDS = {"report": run_report, "compare": run_compare, "presets": run_pres
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
+    # a sweep under git bisect run (--bisect): read here, where the command line is
+    bisecting = "--bisect" in args and not (args and args[0] in SUBCOMMANDS)
     try:
         if args and args[0] in SUBCOMMANDS:
             code = SUBCOMMANDS[args[0]](args[1:])
@@ -287,7 +300,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             code = run_sweep(args)
     except HarnessError as e:   # the tree of harness/errors.py: each carries its exit code
         if e.exit_code is None:   # a HandledError that escaped where it is handled: a bug
-            code = internal_error(args, kill_all_servers)
+            code = internal_error(bisecting, kill_all_servers)
         else:
             print(f"sweep: {e.prefix}: {e}", file=sys.stderr)
             code = e.exit_code
@@ -300,8 +313,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         print("sweep: interrupted", file=sys.stderr)
         code = EXIT_INTERRUPTED
     except Exception:   # a harness bug: re-raised; under --bisect 125 (1 is "bad"), map_exit: 2 -> 128
-        code = internal_error(args, kill_all_servers)
-    sys.exit(map_exit(code) if "--bisect" in args and args[0] not in SUBCOMMANDS else code)
+        code = internal_error(bisecting, kill_all_servers)
+    sys.exit(map_exit(code) if bisecting else code)
 
 
 if __name__ == "__main__":

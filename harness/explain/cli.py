@@ -18,6 +18,7 @@ from ..settings.flag_checks import Asked, rule_of
 from ..settings.flags import Parser, add_flags, positive_int, sweep_parser
 from ..run.plan import Point
 from ..records.phase_record import PhaseRecord
+from ..settings.flags import DEFAULT_OUT
 from ..residue_sweep import Callbacks, adapter_for
 from ..names.phase import PHASES
 
@@ -61,8 +62,9 @@ def run_explain(argv: Sequence[str]) -> int:
     p.add_argument("run", help="run id (or results file) of the finished run")
     p.add_argument("--residue", type=int, metavar="R", help="only this residue's cells")
     p.add_argument("--phase", choices=PHASES, help="only this phase's cells")
-    p.add_argument("--out", default="results", help="where run ids are looked up and the "
-                   "explain run is written (default results/)")
+    p.add_argument("--out", help="where run ids are looked up and the explain run is "
+                   "written (default results/); its report goes beside it when --out is given, "
+                   "else to reports/, as a sweep's")
     add_flags(p, SHARED_FLAGS, default=None)
     p.add_argument("--parallel-boots", type=positive_int("--parallel-boots"), metavar="N",
                    help="rung servers booting at once after the first, which boots alone on "
@@ -76,14 +78,16 @@ def run_explain(argv: Sequence[str]) -> int:
     from . import plan as explain
     rule_of("--slots", "--gpus").check(Asked(ns))   # the sweep's own rule
     # the rungs run on fresh servers: the parent's auto-only flags do not apply to them
-    run_flags = {"out": ns.out, "isolation": "fresh",
+    out = ns.out or DEFAULT_OUT
+    # --out unset stays unset: the report goes to reports/ as a sweep's (issue 50)
+    run_flags = {"out": ns.out, "reports_dir": None, "isolation": "fresh",
                  "auto_sample": sweep_parser().get_default("auto_sample"), "resume": None, "dry_run": False, "baseline": None, "junit": None,
                  "gh_issue": None, "bisect": False}
     if ns.slots or ns.gpus:
         run_flags.update(slots=ns.slots, gpus=ns.gpus)
     run_flags.update({k: getattr(ns, k) for k in ("launcher", "cache_dir", "boot_timeout")
                       if getattr(ns, k) is not None})
-    xp = explain.prepare(ns.run, ns.out, residue=ns.residue, phase=ns.phase,
+    xp = explain.prepare(ns.run, out, residue=ns.residue, phase=ns.phase,
                          run_flags=run_flags, runners_for=lambda e: adapter_class(e).runners)
     if ns.parallel_boots:
         xp.parallel_boots = ns.parallel_boots
@@ -93,7 +97,7 @@ def run_explain(argv: Sequence[str]) -> int:
         return _explain_dry_run(xp)
     n = len(xp.runnable())
     if ns.resume:
-        explain.check_resume(xp, ns.resume, ns.out)
+        explain.check_resume(xp, ns.resume, out)
     sweep = explain.ExplainSweep(xp, resume=ns.resume)
     sweep.check()
     _say(f"explaining {len(xp.targets)} cell(s) of run {xp.parent_run}: {n} rerun(s) on "
@@ -101,7 +105,7 @@ def run_explain(argv: Sequence[str]) -> int:
     result = sweep.run(_Terminal())
     if not result.interrupted:
         _say(f"explain run {result.run_id} (linked to {xp.parent_run}): "
-             f"{Path(ns.out) / result.run_id}.jsonl")
+             f"{Path(out) / result.run_id}.jsonl")
     return result.exit_code
 
 

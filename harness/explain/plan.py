@@ -1,15 +1,13 @@
 """``sweep explain``: why a cell is what it is, by the thread's ablation ladder.
 
 For each non-ok cell of a finished run (or the one named), the residue is rerun on fresh
-servers once unchanged (does it reproduce?) and once per axis with only that axis
-changed (graph mode, patches, prefix caching, match unit, spec, block size, k ± 1, the
-vLLM model runner). A rung's configuration is resolved again from the typed values the
-parent's own options resolved the cell from (``settings/configs.matrix_combos``), one
-axis changed, so it resolves exactly as ``sweep`` would (a preset-derived field follows
-the preset); nothing is spelled back into flags and parsed again. All rungs of all
-cells are one linked run: one ``Driver``, one backend, the slots in parallel, records in
-the same results store, and a manifest whose ``explains`` block names the parent run and,
-per cell, which configuration ran which rung (``report.explained`` reads it back)."""
+servers once unchanged (does it reproduce?) and once per axis with only that axis changed
+(history, graph mode, patches, prefix caching, match unit, spec, block size, k ± 1, the
+vLLM model runner), resolved again from the typed values the parent's options resolved
+the cell from (``settings/configs.matrix_combos``), so exactly as ``sweep`` would; nothing
+is spelled back into flags and parsed again. All rungs of all cells are one linked run:
+one ``Driver``, one backend, records in the same store, and a manifest whose ``explains``
+block names the parent run and, per cell, which configuration ran which rung."""
 from __future__ import annotations
 
 import argparse
@@ -22,8 +20,7 @@ from typing import Any, Callable
 
 from engine.presets import ServingConfig
 
-from ..settings.configs import (SweepOptions, config_id, expand_matrix, matrix_combos,
-                               choose_residues)
+from ..settings.configs import SweepOptions, config_id, expand_matrix, matrix_combos, choose_residues
 from ..serve.cmd_config import declare
 from ..errors import CannotRun, ExitCode, HarnessError, StoreError, UsageError
 from ..settings.flag_manifest import namespace_of
@@ -137,6 +134,8 @@ def axis_changes(cfg: ServingConfig, *, runners: tuple[str, ...] = (),
         ("block size", "block size → 16", {"block_size": 16}
          if not _vllm_hybrid_with_unit(cfg) else HYBRID_BLOCK_NOTE),
     ]
+    if cfg.history != "none":   # a fresh server's request (the history's budget, pool go too)
+        out.insert(0, ("history", "history → none", {"history": "none"}))
     if cfg.max_num_batched_tokens:
         # the chunk budget cuts a final chunk of L mod B (docs/shapes.md): without it the
         # prompt is one chunk (at the engine's default budget)
@@ -174,8 +173,9 @@ def _rung_opts(run: SweepOptions, parent_ns, chosen: dict, changes: dict) -> Swe
     parent resolved it from (``chosen``: typed matrix axes) with ``changes`` over them."""
     axes = {**chosen, **changes}
     prefix_cache = axes.pop(PREFIX_CACHE, parent_ns.prefix_cache)
-    (cfg,) = expand_matrix(engine=parent_ns.engine, model=parent_ns.model,
-                           prefix_cache=prefix_cache, axes={k: [v] for k, v in axes.items()})
+    (cfg,) = expand_matrix(engine=parent_ns.engine, model=parent_ns.model, context=run.context,
+                           prefix_cache=prefix_cache, axes={k: [v] for k, v in axes.items()},
+                           max_tokens=run.max_tokens)
     cfg = declare(cfg, run.served_fields)
     choose_residues(run.residues, cfg, run.modulus, seed=run.seed)
     return dataclasses.replace(run, configs=(cfg,))
@@ -183,16 +183,15 @@ def _rung_opts(run: SweepOptions, parent_ns, chosen: dict, changes: dict) -> Swe
 
 def _chosen_for(combos: list[tuple[dict, ServingConfig]], served: dict | None,
                 cid: str) -> dict | None:
-    """The parent's combination of its typed matrix axes that resolves to configuration
-    ``cid`` (None: this harness no longer builds it from those flags)."""
+    """The parent's typed matrix axes that resolve to ``cid`` (None: no longer built)."""
     return next((chosen for chosen, cfg in combos
                  if config_id(declare(cfg, served)) == cid), None)
 
 
 def _run_opts(parent_ns, residue: int, modulus: int | None,
               run_flags: dict[str, Any]) -> SweepOptions:
-    """The parent's flags with the explain invocation's run flags over them, at one
-    residue: validated once by the sweep's own options (``build_options``)."""
+    """The parent's flags with explain's run flags over them, at one residue (validated
+    once by ``build_options``)."""
     ns = argparse.Namespace(**{**vars(parent_ns), **run_flags, "residues": "0"})  # any modulus
     if modulus is not None:
         ns.modulus = str(modulus)
@@ -264,7 +263,8 @@ def prepare(run_ref: str, out_dir: str, *, residue: int | None, phase: str | Non
         raise UsageError(f"run {manifest.run_id}: no broken, diverged, crash or timeout "
                          f"cell at {what} (no non-ok cell to explain)")
     combos = matrix_combos(engine=parent_ns.engine, model=parent_ns.model,   # resolved once
-                           prefix_cache=parent_ns.prefix_cache, axes=matrix_axes(parent_ns))
+                           prefix_cache=parent_ns.prefix_cache, axes=matrix_axes(parent_ns),
+                           context=parent_ns.context, max_tokens=parent_ns.max_tokens)
     targets = [_target(manifest.run_id, parent_ns, combos, key, cell, run_flags, runners_for)
                for key, cell in cells.items()]
     return ExplainPlan(manifest.run_id, path, targets, ("explain", str(run_ref)),

@@ -39,14 +39,19 @@ from ..text.phrase import Code, Phrase, Text
 from ..text.ranges import residues_phrase
 from ..names.engine import EngineName
 
-__all__ = ["Prediction", "Shape", "predict", "hit_granularity", "prefill_fix_applied",
-           "drops_hit_blocks", "DROPS_HIT_BLOCKS", "vllm_dispatch", "final_chunk",
-           "chunk_budget", "shapes_of", "auto_modulus", "hit_unit", "armed_batch",
-           "FULL_GRAPH_MODES", "PREFILL_FIX"]
-
+__all__ = ["Prediction", "Shape", "NO_RULE", "predict", "hit_granularity", "prefill_fix_applied",
+           "drops_hit_blocks", "DROPS_HIT_BLOCKS", "vllm_dispatch", "final_chunk", "chunk_budget",
+           "shapes_of", "auto_modulus", "hit_unit", "armed_batch", "FULL_GRAPH_MODES", "PREFILL_FIX"]
 # cudagraph modes that capture a FULL graph for the speculative verify step (Bug B).
 FULL_GRAPH_MODES = frozenset({"FULL", "FULL_AND_PIECEWISE", "FULL_DECODE_ONLY"})
 PREFILL_FIX = "prefill-discriminator"   # the patch that gives the dispatch a prefill check
+NO_RULE: dict[str, str] = {EngineName.SGLANG: (   # no lone-request rule in the source
+    "SGLang 0.5.12 picks a CUDA graph by forward mode, not shape: sglang.srt.model_executor."
+    "model_runner.ModelRunner._forward_raw replays one only for ForwardMode.is_cuda_graph "
+    "(DECODE, TARGET_VERIFY, IDLE, DLLM_EXTEND) where CudaGraphRunner.can_run fits the batch "
+    "size, and a prefill chunk is EXTEND; hits are whole pages of at most L - 1 tokens (sglang."
+    "srt.managers.schedule_batch.Req.init_next_round_input): a self-hit computes (L - 1) mod "
+    "page + 1; its open reports (#22819, #23392) need other requests beside it")}
 # Speculative methods whose drafter state makes the engine drop matched blocks on a hit.
 DROPS_HIT_BLOCKS = frozenset({"mtp", "eagle", "eagle3", "dflash", "dflash2"})
 
@@ -63,6 +68,7 @@ class Prediction:
     # request whose final chunk of this many tokens ran in a shape-uniform batch (its
     # record's load.beside): see ``armed_batch``
     per_batch: int | None = None
+    measured_only: bool = False   # the engine has no rule (NO_RULE): what ran is the answer
 
     @property
     def why(self) -> str:
@@ -265,6 +271,9 @@ def _predict(config: Mapping[str, Any], modulus: int, *, patch_status: Any = Non
     if unknown:   # a live server (sweep --url) that does not say what it runs
         return Prediction(None, False, Phrase.of("cannot name a residue: the server does not "
                                                  f"report its {', '.join(unknown)}"))
+    if (why := NO_RULE.get(str(c.get("engine")))) is not None:
+        return Prediction(None, False, Phrase.of("no rule: measured only (", Text(why), ")"),
+                          measured_only=True)
     k = _draft_count(c)
     if not k:
         return Prediction([], False, Phrase.of("predicts no break: no speculative decoding, so "

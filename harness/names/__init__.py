@@ -9,4 +9,6 @@ isolation or an engine lives in run/, serve/ and backends/ and reads its row her
 - ``phase.py``      ``PHASES`` in run order, ``PhaseName``
 - ``isolation.py``  ``POLICIES``: what each ``--isolation`` value is, ``IsolationName``
 - ``engine.py``     ``ENGINES``: the engines by name, ``EngineName``
+- ``history.py``    ``HISTORIES`` (the ``--history`` names, what each runs, proves, targets and
+  cannot see, what the rule predicts) and ``HistoryProof``, a history's proof in a record.
 """

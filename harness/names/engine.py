@@ -17,6 +17,7 @@ ENGINES: dict[str, str] = {
     "lab": "the CPU lab engine (engine/lab), the embedded default",
     "vllm": "vllm serve from the shared presets",
     "cmd": "any OpenAI-compatible server from a user template",
+    "sglang": "python -m sglang.launch_server from the shared presets",
 }
 # An engine as a value, one member per row: EngineName.VLLM == "vllm" (a StrEnum, written
 # as the word), so comparisons name the member or ask the adapter, never the string.

@@ -214,6 +214,9 @@ def select_cases(cases: tuple[PromptCase, ...], ids: list[str],
     if not ids:
         return cases
     known = {c.id for c in cases}
+    twice = next((cid for i, cid in enumerate(ids) if cid in ids[:i]), None)
+    if twice is not None:   # --case a,a ran case a twice under one id (issue 50)
+        raise UsageError(f"--case: {twice!r} is named twice; name each case once")
     for cid in ids:
         if cid not in known:
             shown = ", ".join(c.id for c in cases[:8]) + (", ..." if len(cases) > 8 else "")

@@ -65,11 +65,11 @@ def bisect_verdict_line(records: Iterable[PhaseRecord]) -> str:
     return f"bisect: {word}, exit {code} ({said})"
 
 
-def internal_error(args: list[str], kill_servers) -> int:
+def internal_error(bisecting: bool, kill_servers) -> int:
     """An unexpected exception (called in its ``except``): re-raised outside ``--bisect``;
     under it the traceback, no server left, and 125: the harness failed, the build was
     not judged (git reads 1 as bad)."""
-    if "--bisect" not in args:
+    if not bisecting:   # command/cli.main read --bisect off the command line
         raise
     import traceback
     traceback.print_exc()

@@ -34,6 +34,7 @@ from ..records.phase_record import PhaseRecord, record_identity, sha12, typed
 from ..records.recordkeys import auto_pass, document_of, latest_records
 from .comparison import (CellSummary, Comparison, ConfigChange, PhaseChange, PointChange,
                          Regression)
+from ..records.same_compile import bytes_between, bytes_phrase
 
 STATUSES = ("regressed", "fixed", "still_broken", "newly_covered", "no_longer_covered",
             "unchanged_ok")
@@ -132,12 +133,17 @@ def _point(residue: int, old_cells: dict[str, PhaseRecord], new_cells: dict[str,
         status = "still_broken"
     else:
         status = "unchanged_ok"
+    changes = {}
+    for p in phases:   # a non-ok cell's bytes: only between runs of one compile (issue 48)
+        old, new = old_cells.get(p), new_cells.get(p)
+        changes[p] = PhaseChange(_cell_summary(old) if old else None,
+                                 _cell_summary(new) if new else None,
+                                 bytes_between(old, new) if old and new else None)
+    words = {c.bytes["bytes"] for c in changes.values() if c.bytes}
     return PointChange(
         residue=residue, status=status, old_status=old_status, new_status=new_status,
-        regressed_phases=tuple(regressed_phases),
-        phases={p: PhaseChange(_cell_summary(old_cells[p]) if p in old_cells else None,
-                               _cell_summary(new_cells[p]) if p in new_cells else None)
-                for p in phases},
+        regressed_phases=tuple(regressed_phases), phases=changes,
+        bytes=next((w for w in ("not_comparable", "changed", "same") if w in words), None),
         document=document)
 
 
@@ -227,6 +233,7 @@ def _config_section(c: ConfigChange, regressions: tuple[Regression, ...],
     if rows:
         header = ["residue", "change"] + [f"{escape_text(ph)} (old → new)" for ph in phases]
         out += [table(header, rows), ""]
+    out += _bytes_lines(c)
     seen = []
     for reg in regressions:
         if reg.config_id == c.config_id and reg.rerun and reg.rerun not in seen:
@@ -235,6 +242,20 @@ def _config_section(c: ConfigChange, regressions: tuple[Regression, ...],
         from ..text.ghmarkdown import fence
         out += ["Rerun the regressions:", "", fence("\n".join(seen), "sh"), ""]
     return out
+
+
+def _bytes_lines(c: ConfigChange) -> list[str]:
+    """What the still-broken cells' bytes say: the same answer, another one under the same
+    compile, or not comparable and why (harness/records/same_compile.py)."""
+    lines = []
+    for p in c.points:
+        for ph, cell in p.phases.items():
+            if cell.bytes:
+                where = f"residue {p.residue}" + (f", document {p.document}"
+                                                  if p.document is not None else "")
+                lines.append(f"- {where} {escape_text(ph)}: "
+                             f"{escape_text(bytes_phrase(cell.bytes))}")
+    return (["Bytes of the cells not ok in both runs:", "", *lines, ""]) if lines else []
 
 
 def _status_bullets(c: ConfigChange) -> list[str]:
@@ -350,9 +371,14 @@ def _runs_legend(df) -> list[str]:
     started = df.groupby("run_id")["started_at"].min()
     harness, engine, patches = joined("harness_version"), joined("engine_version"), \
         joined("patches")
+    # a non-ok cell's sha1 is comparable between runs only under one compile (issue 48)
+    compiled, gpu = joined("compile"), joined("gpu")
     rows = [[code(r), started[r] or "–", code(harness[r] or "–"), engine[r] or "–",
-             patches[r] or "–"] for r in run_order(df)]
-    return [table(["run", "started", "harness", "engine", "patches"], rows), ""]
+             patches[r] or "–", escape_text(gpu[r] or "–"), code(compiled[r] or "–")]
+            for r in run_order(df)]
+    return [table(["run", "started", "harness", "engine", "patches", "GPU", "compile"], rows),
+            "A non-ok cell's sha1 is comparable between runs only where the compile column "
+            "agrees (docs/isolation.md, \"What a broken cell's bytes depend on\").", ""]
 
 
 def _cells(values) -> list[str]:

@@ -32,10 +32,16 @@ class CellSummary:
 class PhaseChange:
     old: CellSummary | None      # None: not measured on that side
     new: CellSummary | None
+    # a cell not ok on both sides: whether its bytes may be compared and what they say
+    # (records/same_compile.bytes_between: bytes, why, old/new fingerprint); None otherwise
+    bytes: dict | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        return {"old": self.old.as_dict() if self.old else None,
-                "new": self.new.as_dict() if self.new else None}
+        out = {"old": self.old.as_dict() if self.old else None,
+               "new": self.new.as_dict() if self.new else None}
+        if self.bytes is not None:
+            out["bytes"] = self.bytes
+        return out
 
 
 @dataclass(frozen=True)
@@ -48,12 +54,16 @@ class PointChange:
     new_status: str | None
     regressed_phases: tuple[str, ...]
     phases: dict[str, PhaseChange]
+    # the worst of its phases' bytes words (not_comparable, changed, same); None: no cell
+    # not ok on both sides
+    bytes: str | None = None
     document: int | None = None  # only when the runs measured several documents
 
     def as_dict(self) -> dict[str, Any]:
         out = {"residue": self.residue, "status": self.status, "old_status": self.old_status,
                "new_status": self.new_status, "regressed_phases": list(self.regressed_phases),
-               "phases": {p: c.as_dict() for p, c in self.phases.items()}}
+               "phases": {p: c.as_dict() for p, c in self.phases.items()},
+               "bytes": self.bytes}
         if self.document is not None:
             out["document"] = self.document
         return out

@@ -37,7 +37,7 @@ from ..records.recordkeys import auto_pass, cell_key, document_of, latest_record
 from ..names.verdict import CLEAN, JUDGED, NOT_FAILED, OPEN, UNJUDGED
 from ..names.phase import phase_key
 from ..errors import ExitCode, HandledError
-from ..records.gate_block import BaselineBlock, GateCell
+from ..records.gate_block import BaselineBlock, GateCell, StillBroken
 
 EXIT_OK, EXIT_FAIL = ExitCode.OK, ExitCode.NOT_OK
 EXCERPT_CHARS = 200
@@ -123,8 +123,20 @@ def gate_block(baseline: list[dict] | list[PhaseRecord], records: list[dict] | l
     judged = judged_any(records)
     passed = judged and not regs and (allow_fewer or not losses)
     return BaselineBlock(source=str(source), runs=runs, regressions=tuple(regs),
-                         losses=tuple(losses), allow_fewer=allow_fewer, judged_any=judged,
-                         passed=passed)
+                         losses=tuple(losses), still_broken=still_broken_bytes(comparison),
+                         allow_fewer=allow_fewer, judged_any=judged, passed=passed)
+
+
+def still_broken_bytes(comparison: Comparison) -> tuple[StillBroken, ...]:
+    """Cells not ok in the baseline and now (they do not fail the gate), each with what its
+    bytes say (``records/same_compile.bytes_between``): ``bytes`` same / changed /
+    not_comparable and ``why``; bytes are compared only under one compile fingerprint."""
+    return tuple(StillBroken(config_id=c.config_id, config_label=c.config_label,
+                             residue=pt.residue, phase=phase, old_verdict=cell.old.verdict,
+                             new_verdict=cell.new.verdict, bytes=cell.bytes["bytes"],
+                             why=cell.bytes["why"])
+                 for c in comparison.configs for pt in c.points
+                 for phase, cell in pt.phases.items() if cell.bytes)
 
 
 def gate_summary(block: BaselineBlock) -> str:

@@ -81,9 +81,7 @@ def choose_way(repo: str | None = None, *, dry_run: bool = False) -> PostWay | N
 
 def check_can_post(issue: int | None, repo: str | None, dry_run: bool) -> PostWay | None:
     """Raise ``UsageError`` now when ``--gh-issue`` cannot be carried out at the end."""
-    if not issue:
-        if repo or dry_run:
-            raise UsageError("--gh-repo and --gh-dry-run go with --gh-issue N")
+    if not issue:   # --gh-repo or --gh-dry-run alone: refused by settings/flag_checks.RULES
         return None
     if repo is not None and not re.fullmatch(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+", repo):
         raise UsageError(f"--gh-repo: {repo!r} is not OWNER/NAME")

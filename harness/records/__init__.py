@@ -14,4 +14,6 @@ check that a file is one (no machinery: nothing here starts, asks or judges).
 - ``recordkeys.py``    a record's cell: configuration, case, residue, phase, document; the
   latest of each cell, the reference cells, the verdicts per node
 - ``record_check.py``  is this file a results file? every line checked before it is read
+- ``same_compile.py``  whose broken bytes may be compared: records of one compile
+  fingerprint (issue 48), for compare, the gate and the report
 """

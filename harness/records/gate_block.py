@@ -10,7 +10,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-__all__ = ["GateCell", "BaselineBlock"]
+__all__ = ["GateCell", "StillBroken", "BaselineBlock"]
 
 
 def _read(cls, d: Mapping[str, Any]):
@@ -61,6 +61,37 @@ class GateCell:
 
 
 @dataclass(frozen=True)
+class StillBroken:
+    """A cell not ok in the baseline nor now (it does not fail the gate) and what its bytes
+    say: ``bytes`` same / changed / not_comparable and ``why`` (records/same_compile.py:
+    bytes are compared only under one compile fingerprint)."""
+
+    config_id: str | None = None
+    config_label: str | None = None
+    residue: int | None = None
+    phase: str | None = None
+    old_verdict: str | None = None
+    new_verdict: str | None = None
+    bytes: str | None = None
+    why: str | None = None
+    extra: dict = field(default_factory=dict, compare=False)
+    _keys: tuple = field(default=(), repr=False, compare=False)
+
+    ORDER = ("config_id", "config_label", "residue", "phase", "old_verdict", "new_verdict",
+             "bytes", "why")
+
+    def as_dict(self) -> dict[str, Any]:
+        return _written(self, self.ORDER, frozenset())
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "StillBroken":
+        return _read(cls, d)
+
+
+_CELLS = {"regressions": GateCell, "losses": GateCell, "still_broken": StillBroken}
+
+
+@dataclass(frozen=True)
 class BaselineBlock:
     """What the gate found against ``--baseline`` (the run's ``passed`` is decided once,
     by ``publish/gate.gate_block``)."""
@@ -69,13 +100,15 @@ class BaselineBlock:
     runs: list = field(default_factory=list)        # the baseline's run ids
     regressions: tuple[GateCell, ...] = ()           # ok in the baseline, not ok now
     losses: tuple[GateCell, ...] = ()                # judged then, missing or not judged now
+    still_broken: tuple[StillBroken, ...] = ()       # not ok then nor now, with the bytes
     allow_fewer: bool = False
     judged_any: bool = True             # a run that judged no cell does not pass
     passed: bool = False
     extra: dict = field(default_factory=dict, compare=False)
     _keys: tuple = field(default=(), repr=False, compare=False)
 
-    ORDER = ("source", "runs", "regressions", "losses", "allow_fewer", "judged_any", "passed")
+    ORDER = ("source", "runs", "regressions", "losses", "still_broken", "allow_fewer",
+             "judged_any", "passed")
 
     @property
     def failing_losses(self) -> tuple[GateCell, ...]:
@@ -84,14 +117,14 @@ class BaselineBlock:
 
     def as_dict(self) -> dict[str, Any]:
         out = _written(self, self.ORDER, frozenset())
-        for key in ("regressions", "losses"):
+        for key in _CELLS:
             if key in out:
                 out[key] = [c.as_dict() for c in out[key]]
         return out
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "BaselineBlock":
-        cells = {k: tuple(GateCell.from_dict(c) for c in d.get(k) or ())
-                 for k in ("regressions", "losses") if k in d}
+        cells = {k: tuple(cell.from_dict(c) for c in d.get(k) or ())
+                 for k, cell in _CELLS.items() if k in d}
         block = _read(cls, {**d, **cells})
         return block

@@ -61,6 +61,7 @@ class RunManifest:
     reference: str | None = None
     context: str | None = None
     slots: list | None = None
+    gpus: dict | None = None              # issue 48: {slot id: its GPUs as nvidia-smi names them}
     sampled: Any = None                   # {config_id: note} (older runs: a description)
     planning_s: float | None = None
     interrupted: bool | None = None

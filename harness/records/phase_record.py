@@ -19,6 +19,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .record_check import gc_paused
+from ..names.history import HistoryProof
 from ..names.phase import PHASES
 from ..names.verdict import VERDICTS
 
@@ -49,7 +50,7 @@ SCHEMA3_FIELDS = frozenset({"reference_chars", "first_divergence", "token_logpro
 # that does not use them) round-trips unchanged.
 WRITTEN_WHEN_SET = frozenset({"document_seed", "isolation_run", "confirms", "server_boot",
                               "case_id", "prompt_sha1", "final_chunk", "modulus_why",
-                              "load", "restore", "poison", "confirmed_on", "traffic"})
+                              "load", "restore", "poison", "confirmed_on", "traffic", "history"})
 
 
 @dataclass
@@ -136,6 +137,8 @@ class PhaseRecord:
     # schema 5, on every phase that got an answer (written only when set): the other
     # requests /metrics showed the server holding around the phase (run/traffic.py)
     traffic: dict | None = None
+    # --history (written only when set): what ran before the phase, and its proof
+    history: HistoryProof | None = None
     # written only when set (docs/records.md): the server's /tokenize failed, Ray facts;
     # and every key of a record read from a file that this model does not name
     extra: dict = field(default_factory=dict)
@@ -166,11 +169,11 @@ class PhaseRecord:
         if not self._keys:
             return self._new_dict()
         known = {f.name for f in data_fields()}
-        out = {k: getattr(self, k) if k in known else self.extra[k]
+        out = {k: _written(getattr(self, k)) if k in known else self.extra[k]
                for k in self._keys if k in known or k in self.extra}
         for f in data_fields():
             if f.name not in out and getattr(self, f.name) != self._filled.get(f.name):
-                out[f.name] = getattr(self, f.name)
+                out[f.name] = _written(getattr(self, f.name))
         out.update((k, v) for k, v in self.extra.items() if k not in out)
         return out
 
@@ -178,7 +181,7 @@ class PhaseRecord:
         # an older schema's record built in memory stays as that schema wrote it: the
         # schema-3 fields it never had are not added
         old = self.schema_version < 3
-        out = {f.name: getattr(self, f.name) for f in data_fields()
+        out = {f.name: _written(getattr(self, f.name)) for f in data_fields()
                if not (f.name in WRITTEN_WHEN_SET and getattr(self, f.name) is None)
                and not (old and f.name in SCHEMA3_FIELDS and getattr(self, f.name) is None)}
         out.update(self.extra)
@@ -197,9 +200,16 @@ class PhaseRecord:
         fields = data_fields()
         filled = {f.name: _absent(f, d) for f in fields if f.name not in d}
         known = {f.name: d.get(f.name, filled.get(f.name)) for f in fields}
+        if isinstance(known["history"], Mapping):   # typed: names/history.HistoryProof
+            known["history"] = HistoryProof.from_dict(known["history"])
         rec = cls(**known, extra={k: v for k, v in d.items() if k not in known})
         rec._keys, rec._filled = tuple(d), filled
         return rec
+
+
+def _written(value: Any) -> Any:
+    """A field's value as a results file holds it (a typed part as its dict)."""
+    return value.as_dict() if isinstance(value, HistoryProof) else value
 
 
 @functools.cache
@@ -258,6 +268,8 @@ class ServerBoot:
     cache_dir_shared: bool | None = None
     attempts: int | None = None            # boots tried when not 1 (0: never started)
     failed_attempts: list | None = None    # the reasons of the boots that failed first
+    gpu: list | None = None                # issue 48: per GPU index, model, uuid (gpu_info)
+    compile: dict | None = None            # issue 48: the compile fingerprint and its source
     extra: dict = field(default_factory=dict)   # what else the engine's boot notes said
 
 
@@ -267,8 +279,7 @@ def schema_of(record: Mapping[str, Any]) -> int:
 
 
 def record_identity(r: PhaseRecord) -> dict:
-    """The fields that define a record's configuration: those the sweep asked for
-    (``requested_config``), else the known ServingConfig fields."""
+    """The fields that define a record's configuration: those asked for, else the known."""
     config = r.config or {}
     requested = r.requested_config or {}
     keys = [k for k in requested if k not in NOT_IDENTITY] or [

@@ -10,6 +10,7 @@ from __future__ import annotations
 from ..text.ghmarkdown import bold, code, escape_text, fence, table
 from ..records.gate_block import BaselineBlock, GateCell
 from ..records.manifest import RunManifest
+from ..records.same_compile import bytes_phrase
 
 __all__ = ["render_baseline"]
 
@@ -47,6 +48,14 @@ def _section(block: BaselineBlock) -> str:
             if more > 0:
                 lines += [f"... and {more} more (the JUnit's `{_suite(title)}` suite lists "
                           "every one).", ""]
+    still = block.still_broken
+    if still:   # issue 48: a broken answer's bytes hold only within one compile
+        lines += [f"Still broken (known, not a regression): {len(still)} cell"
+                  f"{'s' if len(still) != 1 else ''}; their bytes:", ""]
+        lines += [f"- {code(c.config_label or '?')} residue {c.residue} "
+                  f"{escape_text(str(c.phase))}: "
+                  f"{escape_text(bytes_phrase({'bytes': c.bytes, 'why': c.why}))}"
+                  for c in still[:SHOWN]] + [""]
     reruns = list(dict.fromkeys(c.rerun for c in regs + losses if c.rerun))
     if reruns:
         lines += ["Rerun them:", "", fence("\n".join(reruns[:SHOWN]), "sh"), ""]

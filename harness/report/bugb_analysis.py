@@ -8,8 +8,9 @@ from ..text.ranges import residues_phrase
 from ..names.verdict import BUG_VERDICTS, CLEAN, NOT_LONE, UNJUDGED
 from ..names.phase import PhaseName
 from .model import ConfigData
+from ..names.history import HISTORY_NAMES, NONE, history_row
 
-__all__ = ["predict_bug_b", "config_hit_granularity", "agreement"]
+__all__ = ["predict_bug_b", "config_hit_granularity", "agreement", "history_rule"]
 
 
 def config_hit_granularity(cd: ConfigData) -> tuple[int | None, int]:
@@ -82,7 +83,16 @@ def agreement(cd: ConfigData, pred: Prediction) -> str:
     if crowded and judged_residues(cd)[0]:
         said += (f" ({crowded} `not-lone` cell{'s' if crowded != 1 else ''}, beside other "
                  "requests, not counted)")
-    return said
+    return said + history_rule(cd)
+
+
+def history_rule(cd: ConfigData) -> str:
+    """What the rule predicts under the configuration's ``--history`` (names/history.py);
+    nothing for ``none``."""
+    name = (cd.config or {}).get("history") or NONE
+    if name == NONE or name not in HISTORY_NAMES:
+        return ""
+    return f"; under history {name} the rule predicts: {history_row(name).rule}"
 
 
 def _agreement(cd: ConfigData, pred: Prediction) -> str:
@@ -93,6 +103,8 @@ def _agreement(cd: ConfigData, pred: Prediction) -> str:
         return _untested(cd, statuses)
     if pred.per_batch:
         return _per_batch_agreement(cd, pred.per_batch, covered, broken)
+    if pred.measured_only:
+        return f"broken at {residues_phrase(broken)}" if broken else "no break seen"
     if pred.residues is None:
         if broken:
             return f"broken at {residues_phrase(broken)}; the rule cannot be checked here"

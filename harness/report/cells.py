@@ -227,12 +227,15 @@ class Footnotes:
     def render(self, multi: bool, short: dict[str, str]) -> str:
         if not self.items:
             return ""
+        # seven columns (eight with several configurations), not twelve: GitHub's page is
+        # about 900 pixels wide (issue 50); what travels together shares a cell
         header = ["†"] + (["configuration"] if multi else []) + [
-            "residue", "phase", "verdict", "sha1", "finish", "tok/step", "cached / tail",
-            "first divergence", "reason", "answer (excerpt)"]
+            "cell", "verdict", "sha1", "measured", "why", "answer (excerpt)"]
         rows = [self._row(item, multi, short) for item in self.items]
-        return ("Non-ok cells (sha1 is the first 12 hex of the answer's sha1; identical cells "
-                "share a mark):\n\n" + table(header, rows))
+        return ("Non-ok cells (cell: residue and phase; verdict and finish reason; sha1: the "
+                "first 12 hex of the answer's sha1; measured: cached / computed tail tokens "
+                "and tok/step; why: the reason, then the first divergence from the "
+                "reference; identical cells share a mark):\n\n" + table(header, rows))
 
     def _row(self, item: Footnote, multi: bool, short: dict[str, str]) -> list[str]:
         cd, r = item.cd, item.record
@@ -244,14 +247,15 @@ class Footnotes:
         if r.log_excerpt and r.verdict in SERVER_LOGGED:
             reason += " — log: " + escape_text(failure_gist(r), limit=160)
         several = len(item.residues) > 1 or len(item.phases) > 1
+        measured = (f"{cached if cached is not None else '–'} / "
+                    f"{tail if tail is not None else '–'}"
+                    + (f", final chunk {r.final_chunk}" if r.final_chunk is not None else "")
+                    + (f" (residue {r.residue} {escape_text(r.phase)})"
+                       if several and cached is not None else "")
+                    + (f"; {float(tps):.2f} tok/step" if tps is not None else ""))
         return [item.mark] + ([short.get(cd.config_id, code(cd.label))] if multi else []) + [
-            fmt_ranges(item.residues),
-            escape_text(", ".join(sorted(item.phases, key=phase_key))),
-            escape_text(r.verdict), code(sha12(r)) if r.sha1 else "–",
-            code(r.finish_reason) if r.finish_reason else "–",
-            f"{float(tps):.2f}" if tps is not None else "–",
-            (f"{cached if cached is not None else '–'} / {tail if tail is not None else '–'}"
-             + (f", final chunk {r.final_chunk}" if r.final_chunk is not None else "")
-             + (f" (residue {r.residue} {escape_text(r.phase)})"
-                if several and cached is not None else "")),
-            divergence_phrase(divergence_of(r, self.texts)), reason, excerpt]
+            f"{fmt_ranges(item.residues)} "
+            + escape_text(", ".join(sorted(item.phases, key=phase_key))),
+            escape_text(r.verdict) + (f", {code(r.finish_reason)}" if r.finish_reason else ""),
+            code(sha12(r)) if r.sha1 else "–", measured,
+            f"{reason}; {divergence_phrase(divergence_of(r, self.texts))}", excerpt]

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Iterable
 
+from ..judge.bugb import NO_RULE
 from ..judge.divergence import first_divergence
 from ..text.ghmarkdown import code, escape_text
 from ..records.recordkeys import document_of
@@ -196,8 +197,9 @@ def final_chunk_line(cd: ConfigData, k1: int | None) -> str | None:
              f"{length}, computed tail {tail}")
         if note:
             s += f" ({escape_text(note)})"
-        elif k1 is not None and tail == k1:
-            s += f" = k + 1, the final prefill chunk the rule names"
+        elif k1 is not None and tail == k1:   # an engine with no rule names no chunk
+            s += " = k + 1" + ("" if str(cd.config.get("engine")) in NO_RULE
+                               else ", the final prefill chunk the rule names")
         elif k1 is not None:
             s += (f", not k + 1 = {k1}: the final chunk that hit the bug is the tail itself "
                   "only if nothing split the prefill")

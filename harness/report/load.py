@@ -8,6 +8,7 @@ Empty for runs without load, so every report of a lone-request run reads as befo
 from __future__ import annotations
 
 from ..text.ghmarkdown import code, escape_text, table
+from ..text.phrase import plural
 from ..names.phase import phase_key
 
 __all__ = ["render_load", "load_cell"]
@@ -57,5 +58,6 @@ def render_load(configs) -> str:
     proven = sum(1 for cd in configs for r in cd.records if (r.load or {}).get("proven"))
     return ("## Load\n\nEach measured request ran beside background conversations "
             "(`--load`); the load column says what ran beside it, from the server's own "
-            f"log or /metrics ({proven} of {len(rows)} cells proven beside decode steps).\n\n"
+            f"log or /metrics ({proven} of {plural(len(rows), 'cell')} proven beside decode "
+            "steps).\n\n"
             + table(header, rows))

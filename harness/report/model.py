@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
+from pathlib import PurePosixPath
 from typing import Any, Iterable, Mapping, NamedTuple
 
 from ..records.phase_record import (CONFIG_FIELDS, NOT_IDENTITY, PhaseRecord, as_record, sha12,
@@ -62,7 +63,27 @@ def fmt_value(name: str, value: Any) -> str:
         return "on" if value else "off"
     if name == "kv_cache_memory_bytes" and isinstance(value, (int, float)):
         return f"{value / 1024 ** 3:.2f} GiB".replace(".00 GiB", " GiB")
+    if name == "model":
+        return shown_model(str(value))
     return str(value)
+
+
+def shown_model(path: str) -> str:
+    """A model as a report may show it, without the machine's own folders (issue 50: a
+    report embedded ``/home/.../engine/lab/model``): this repository's own model from its
+    ``engine/`` folder, a Hugging Face cache snapshot as its repository id, another local
+    directory by its name; a model id (``Qwen/Qwen3-8B``) as it is."""
+    p = PurePosixPath(path)
+    if not p.is_absolute():
+        return path
+    parts = p.parts
+    if "engine" in parts:
+        return "/".join(parts[len(parts) - 1 - parts[::-1].index("engine"):])
+    if "snapshots" in parts and parts.index("snapshots") > 0:
+        repo = parts[parts.index("snapshots") - 1]
+        if repo.startswith("models--"):
+            return repo.removeprefix("models--").replace("--", "/")
+    return p.name or path
 
 
 def describe_dim(name: str, value: Any) -> str:
@@ -185,6 +206,10 @@ class ConfigData:
 
     def cell(self, residue: int, phase: str) -> Cell | None:
         return self._index().get((residue, phase))
+
+    def table_cells(self) -> list[Cell]:
+        """The table's cells: one per residue and phase, however many records speak."""
+        return list(self._index().values())
 
     def _index(self) -> dict[tuple[int, str], Cell]:
         idx = getattr(self, "_idx", None)

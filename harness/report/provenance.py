@@ -4,9 +4,10 @@ which engine, and what it cannot see."""
 from __future__ import annotations
 
 from ..records.phase_record import PhaseRecord
+from ..records.same_compile import gpu_models
 from ..records.manifest import RunManifest
 from ..names.isolation import IsolationName, POLICIES
-from ..text.ghmarkdown import bold, cap, code, escape_text, table
+from ..text.ghmarkdown import bold, cap, code, details, escape_text, table
 from .model import ConfigData
 from .restore import poison_summary, restore_summary
 
@@ -19,7 +20,8 @@ def render_provenance(configs: list[ConfigData], records: list[PhaseRecord],
     for m in manifests:
         rows += _manifest_rows(m, configs)
     notes = _notes(_distinct(records, "isolation"), superseded)
-    text = "## Provenance\n\n" + table(["", "value"], rows)
+    text = "## Provenance\n\n" + details(f"Runs, engine, versions, slots, isolation, command "
+                                          f"({len(rows)} rows)", table(["", "value"], rows))
     if notes:
         text += "\n\n" + "\n".join(f"- {n}" for n in notes)
     return text
@@ -69,6 +71,7 @@ def _record_rows(configs: list[ConfigData], records: list[PhaseRecord],
         ["model", _join(distinct("model"))],
         ["patch set", _join(distinct("patches"), True)],
         ["slot (GPU / CPU)", _join(distinct("slot"))],
+        *([["GPU", _join(gpus)]] if (gpus := _gpus(records)) else []),
         ["node", _join(distinct("node"))],
         ["isolation", _join(distinct("isolation"))],
         *([["restore", restored]] if (restored := restore_summary(records)) else []),
@@ -78,6 +81,11 @@ def _record_rows(configs: list[ConfigData], records: list[PhaseRecord],
         *([["modulus: why", _join(distinct("modulus_why"))]] if distinct("modulus_why") else []),
         ["harness", _join(distinct("harness_version"), True)],
     ]
+
+
+def _gpus(records: list[PhaseRecord]) -> list[str]:
+    """The GPUs the records name (issue 48: a broken cell's bytes depend on them)."""
+    return list(dict.fromkeys(g for r in records if (g := gpu_models(r))))
 
 
 def _manifest_rows(m: RunManifest, configs: list[ConfigData]) -> list[list[str]]:

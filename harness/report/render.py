@@ -5,6 +5,7 @@ import pathlib
 from typing import Any, Iterable
 
 from ..text.ghmarkdown import bold, code, escape_text
+from ..text.phrase import plural
 from ..records.manifest import RunManifest, as_manifest, typed_manifests
 from ..records.phase_record import PhaseRecord, typed
 from ..records.recordkeys import cell_key, latest_records, reference_cells
@@ -123,21 +124,24 @@ def title_markdown(recs: list[PhaseRecord]) -> str:
 
 
 def headline_markdown(recs: list[PhaseRecord]) -> str:
-    """``N configurations, P data points, C phase cells: all ok`` (or what is not)."""
+    """``N configurations, P data points, C phase cells: all ok`` (or what is not). A cell
+    is one of the table's (a point's phase); where several records speak for one (documents,
+    auto's reused and fresh servers) the records are counted beside it (issue 50: auto's
+    "1 point not ok (4 cells)" counted records)."""
     configs, groups = group_configs(recs), case_groups(recs)
     refs = reference_cells(recs)   # --reference cold / first: the measure, not judged
-    bad_cells = sum(1 for r in recs if r.verdict not in CLEAN and cell_key(r) not in refs)
+    table = [c for _, cs in groups for cd in cs for c in cd.table_cells()]
+    bad_cells = sum(1 for c in table if c.verdict not in CLEAN and not c.reference)
     points = sum(len(c.residues) for _, cs in groups for c in cs)
     bad_points = sum(1 for _, cs in groups for c in cs for s in c.statuses().values()
                      if s not in CLEAN)
-    headline = (f"{len(configs)} configuration{'s' if len(configs) != 1 else ''}, "
-                f"{points} data point{'s' if points != 1 else ''}, "
-                f"{len(recs)} phase cell{'s' if len(recs) != 1 else ''}: ")
+    measured = f" ({len(recs)} records)" if len(recs) != len(table) else ""
+    headline = (f"{plural(len(configs), 'configuration')}, {plural(points, 'data point')}, "
+                f"{plural(len(table), 'phase cell')}{measured}: ")
     ref_said = (f", {len(refs)} of them the reference the others were judged against (not "
                 "judged)" if refs else "")
     return headline[:-2] + ref_said + ": " + (
-        bold(f"{bad_points} point{'s' if bad_points != 1 else ''} not ok "
-             f"({bad_cells} cell{'s' if bad_cells != 1 else ''})")
+        bold(f"{plural(bad_points, 'point')} not ok ({plural(bad_cells, 'cell')})")
         if bad_points else "every judged cell ok" if refs else "all ok")
 
 

@@ -9,6 +9,7 @@ from collections.abc import Iterable
 from ..text.ghmarkdown import escape_text
 from ..records.recordkeys import point_key
 from ..records.phase_record import PhaseRecord
+from ..records.same_compile import compile_phrase
 from ..names.isolation import IsolationName
 
 __all__ = ["restore_summary", "poison_summary"]
@@ -34,6 +35,9 @@ def restore_summary(records: Iterable[PhaseRecord]) -> str:
         parts.append(f"{len(done)} point{'s' if len(done) != 1 else ''} restored, "
                      f"{_proof(done)} (median {statistics.median(secs):.3g} s per point, "
                      f"{min(secs):.3g}–{max(secs):.3g} s)")
+        what = restored_phrase(done)
+        if what:
+            parts.append(what)
     if failed:
         first = escape_text(str(failed[0].get("error")), limit=160)
         parts.append(f"{len(failed)} restore{'s' if len(failed) != 1 else ''} failed (those "
@@ -45,6 +49,33 @@ def restore_summary(records: Iterable[PhaseRecord]) -> str:
     if booted:
         parts.append(f"{booted} on a just-booted server")
     return f"{escape_text(', '.join(means))}: " + "; ".join(parts)
+
+
+def restored_phrase(done: list[dict]) -> str:
+    """What the fills restored (``restore.restored``, issue 51): ``dirty (the blocks the
+    point was given) on 30 points, median 12 blocks, 1.5 MiB; every storage on 2 (why);
+    whole-pool audits 2/2 proven``; "" for records before the field."""
+    rows = [p["restored"] for p in done if isinstance(p.get("restored"), dict)]
+    if not rows:
+        return ""
+    dirty = [r for r in rows if r.get("means") == "dirty"]
+    whole = [r for r in rows if r.get("means") != "dirty"]
+    out = []
+    if dirty:
+        blocks = [r["blocks"] for r in dirty if isinstance(r.get("blocks"), int)]
+        mib = [r["bytes"] / 2**20 for r in dirty if isinstance(r.get("bytes"), (int, float))]
+        med = (f", median {statistics.median(blocks):g} blocks" if blocks else "") + (
+            f", {statistics.median(mib):.3g} MiB" if mib else "")
+        out.append(f"dirty (the blocks the point was given) on {len(dirty)} "
+                   f"point{'s' if len(dirty) != 1 else ''}{med}")
+    if whole:
+        whys = sorted({str(r.get("why")) for r in whole if r.get("why")})
+        out.append(f"every storage on {len(whole)}" + (f" ({escape_text('; '.join(whys), limit=160)})"
+                                                      if whys else ""))
+    audits = [r["audit"] for r in rows if r.get("audit") is not None]
+    if audits:
+        out.append(f"whole-pool audits {sum(bool(a) for a in audits)}/{len(audits)} proven")
+    return "; ".join(out)
 
 
 # restore.checks (harness/serve/restore.py), as the row names them
@@ -102,6 +133,7 @@ def poison_summary(records: Iterable[PhaseRecord]) -> str:
     engine`` (``--poison auto``), ``off (--poison off)``; "" for
     records written before the field (their reports stay as they were)."""
     fills: dict[tuple, dict] = {}
+    on: list[PhaseRecord] = []
     offs: list[str] = []
     what: set[str] = set()
     kinds: set[str] = set()
@@ -112,6 +144,7 @@ def poison_summary(records: Iterable[PhaseRecord]) -> str:
         if p.get("mode") != "on":
             offs.append(str(p.get("why") or "off"))
             continue
+        on.append(r)
         what.add(f"{p.get('regions')} filled with pattern {p.get('pattern')}")
         kernels = p.get("kernels")
         if isinstance(kernels, dict):   # vLLM: kernel choices fixed, or why not
@@ -133,7 +166,7 @@ def poison_summary(records: Iterable[PhaseRecord]) -> str:
                                                         f"{'s' if restores != 1 else ''}" if restores else "")
                      + (f"; {bad} fill{'s' if bad != 1 else ''} not proven (those points are infra)"
                         if bad else "; every fill proven") + cost
-                     + "".join(f"; {k}" for k in sorted(kinds)))
+                     + "".join(f"; {k}" for k in sorted(kinds)) + "; " + compile_phrase(on))
     for why in sorted(set(offs)):
         parts.append(why if why != "off" else "off (--poison off)")
     return escape_text("; ".join(parts))
@@ -145,7 +178,8 @@ def _kernels_phrase(kernels: dict) -> str:
         return f"kernel choices not fixed: {kernels.get('why')}"
     inductor = kernels.get("inductor")
     words = ", ".join(sorted(kernels.get("env") or ()))
-    if inductor:   # combo kernels off too: every compile of one build gave one answer
-        return (f"kernel choices fixed ({words}; Inductor {', '.join(f'{k}={v}' for k, v in sorted(inductor.items()))}): "
-                "a broken cell's bytes hold for every compile of this vLLM build")
-    return f"kernel choices fixed ({words}): a broken cell's bytes hold for servers of this compile cache"
+    # what the bytes hold for is the compile's fingerprint (compile_phrase): two H100
+    # machines disagreed at ngram k >= 3 with these switches (issue 48)
+    if inductor:
+        return f"kernel choices fixed ({words}; Inductor {', '.join(f'{k}={v}' for k, v in sorted(inductor.items()))})"
+    return f"kernel choices fixed ({words})"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 
-from ..text.ghmarkdown import bold, code, escape_text, fence, table
+from ..text.ghmarkdown import bold, code, details, escape_text, fence, table
 from ..text.phrase import Code, Phrase, Strong, Text
 from ..text.ranges import residues_phrase
 from ..names.verdict import BUG_VERDICTS, CLEAN, SEVERITY
@@ -221,8 +221,10 @@ def render_config_summary(cd: ConfigData, manifest_residues: list[int] | None,
     """``interrupted``: manifests of runs that did not finish (those of this
     configuration's records are named in its auto line)."""
     lines = [f"### {code(cd.label)}", "", *_coverage_lines(cd, manifest_residues),
-             *_result_lines(cd, interrupted), *_cache_lines(cd), _effective_line(cd),
-             *_mismatch_lines(cd), _patches_line(cd), "", render_reruns(cd, full)]
+             *_result_lines(cd, interrupted), *_cache_lines(cd), *_mismatch_lines(cd),
+             _patches_line(cd), "",
+             details("Effective configuration and rerun commands",
+                     _effective_line(cd).removeprefix("- ") + "\n\n" + render_reruns(cd, full))]
     return "\n".join(lines)
 
 

@@ -17,7 +17,7 @@ import sys
 import unicodedata
 
 from ..text.phrase import Phrase
-from ..text.plaintext import align_table, display_width, inline_to_plain
+from ..text.plaintext import align_table, display_width, inline_to_plain, wrap_prose
 from ..text.ranges import fmt_ranges
 from ..names.verdict import UNANSWERED
 from ..names.phase import phase_key
@@ -35,42 +35,49 @@ from .model import sha12
 from .render import headline_markdown, title_markdown
 from .sections import results_rows, short_words, summary_counts
 
-__all__ = ["render_terminal", "terminal_width", "MAX_CELL_LINES"]
+__all__ = ["render_terminal", "terminal_width", "MAX_CELL_LINES", "PIPE_WIDTH"]
 
 MAX_CELL_LINES = 20   # non-ok cells listed on the terminal; the rest are in the report
 
 
-def terminal_width() -> int | None:
-    """The columns a table may take: ``COLUMNS`` when set, else the terminal's width when
-    stdout is one; None (no limit) for a pipe or a file, where nobody reads it wrapped."""
+# a pipe or a file (a CI log, `| tee`) is read in a window too: 120 columns (issue 50: an
+# auto run's one table was 730 wide there)
+PIPE_WIDTH = 120
+
+
+def terminal_width() -> int:
+    """The columns a line or a table may take: ``COLUMNS`` when set, else the terminal's
+    width when stdout is one, else ``PIPE_WIDTH``."""
     env = os.environ.get("COLUMNS", "")
     if env.isdigit() and int(env) > 0:
         return int(env)
-    return shutil.get_terminal_size().columns if sys.stdout.isatty() else None
+    return shutil.get_terminal_size().columns if sys.stdout.isatty() else PIPE_WIDTH
 
 
 def render_terminal(records: list[dict] | list[PhaseRecord],
                     manifests: list[dict] | list[RunManifest] | None = None, *,
-                    width: int | None = None) -> str:
+                    width: int | None = None, wrap: int | None | bool = True) -> str:
     """The short plain-text report of ``records`` (and their manifests). ``width``: the
     columns a results table may take (``terminal_width()``); a table of several
-    configurations wider than that is split, one table per configuration."""
+    configurations wider than that is split, one table per configuration. ``wrap``: the
+    columns prose lines wrap in (True: ``width``; None: none, one line each)."""
+    wrap = width if wrap is True else (wrap or None)
     manifests = typed_manifests(manifests)
     if not records:
         return "No records: nothing was measured."
     recs, _ = latest_records(typed(records))
     title = inline_to_plain(title_markdown(recs))
-    out = [title, "=" * min(display_width(title), 100), ""]
+    out = [*wrap_prose(title, wrap), "=" * min(display_width(title), wrap or 100, 100), ""]
     for notice in (live_notice(recs), engine_notice(recs)):
         if notice:
-            out += [inline_to_plain(notice), ""]
-    out.append(inline_to_plain(headline_markdown(recs)) + ".")
+            out += [*wrap_prose(inline_to_plain(notice), wrap), ""]
+    out += wrap_prose(inline_to_plain(headline_markdown(recs)) + ".", wrap)
     for line in (interrupted_line(manifests, recs), agreement_line(recs)):
         if line:
-            out.append(inline_to_plain(line))
+            out += wrap_prose(inline_to_plain(line), wrap)
     out.append("")
     for case, cds in case_groups(recs):
-        out += _group(case, cds, width)
+        out += _group(case, cds, width, wrap)
     out += _baseline(manifests)
     return "\n".join(out).rstrip() + "\n"
 
@@ -85,7 +92,8 @@ def _baseline(manifests: list[RunManifest]) -> list[str]:
     return out
 
 
-def _group(case: str | None, cds: list, width: int | None = None) -> list[str]:
+def _group(case: str | None, cds: list, width: int | None = None,
+           wrap: int | None = None) -> list[str]:
     """One configuration group (a --prompts case, or the whole run): the lines per
     configuration, the table (split per configuration past ``width``), the non-ok cells."""
     out = []
@@ -93,15 +101,17 @@ def _group(case: str | None, cds: list, width: int | None = None) -> list[str]:
         out += [f"Case {case}", ""]
     for cd in cds:
         pred = predict_bug_b(cd)
-        out.append(inline_to_plain(f"{cd.label}{case_suffix(case)}: {summary_counts(cd)}. "
-                                   f"Bug B rule: {pred.why}; {agreement(cd, pred)}."))
+        out += wrap_prose(inline_to_plain(f"{cd.label}{case_suffix(case)}: {summary_counts(cd)}. "
+                                     f"Bug B rule: {pred.why}; {agreement(cd, pred)}."),
+                         wrap, "  ")
     short, corner = short_words(cds)
     notes = Footnotes()
     out += ["", *_tables(cds, notes, short, corner, width), ""]
     if notes.items:
         out.append("Not ok:")
         for item in notes.items[:MAX_CELL_LINES]:
-            out.append("  " + _cell_line(item, short if len(cds) > 1 else None))
+            out += wrap_prose("  " + _cell_line(item, short if len(cds) > 1 else None), wrap,
+                              "      ")
         if len(notes.items) > MAX_CELL_LINES:
             out.append(f"  ... and {len(notes.items) - MAX_CELL_LINES} more (the report "
                        "file lists them all)")
@@ -115,8 +125,12 @@ def _tables(cds: list, notes: Footnotes, short: dict[str, Phrase], corner: Phras
     past ``width`` columns (the README's bug/fix matrix is 327 wide) one table per
     configuration, under its short label, so each fits a terminal."""
     table = _plain_table(*results_rows(cds, notes, full=False, short=short, corner=corner))
-    if width is None or len(cds) < 2 or max(map(display_width, table.splitlines())) <= width:
+    if width is None or max(map(display_width, table.splitlines())) <= width:
         return [table]
+    if len(cds) < 2:   # one configuration: the title names it, the corner need not
+        rows = results_rows(cds, notes, full=False,
+                            short={cds[0].config_id: Phrase.of()}, corner=Phrase.of())
+        return [_plain_table(*rows)]
     out: list[str] = []
     for cd in cds:
         rows = results_rows([cd], notes, full=False, short={cd.config_id: Phrase.of()},

@@ -16,7 +16,7 @@ import statistics
 from collections.abc import Iterable
 from typing import Any
 
-from ..text.ghmarkdown import escape_text, table
+from ..text.ghmarkdown import details, escape_text, table
 from ..names.isolation import AUTO_PASSES
 from ..records.phase_record import PhaseRecord
 from ..records.run_timing import RunTiming
@@ -120,4 +120,5 @@ def render_timing(manifests: list[RunManifest], records: list[PhaseRecord] | Non
     rows: list[list[str]] = []
     for m, t in shown:
         rows += _run_rows(m, t, records or []) + _boot_rows(m, t)
-    return "## Timing\n\n" + table(["", "value"], rows)
+    return "## Timing\n\n" + details(f"Where the wall time went ({len(rows)} rows)",
+                                      table(["", "value"], rows))

@@ -12,6 +12,9 @@
 - ``traffic``: what else the server ran around each phase (``/metrics`` before and after),
   and whether a match on a server the sweep does not own ran alone (``not-lone``);
 - ``load``: ``--load N``: background conversations, and what ran beside a measured request;
+- ``history``: ``--history``: the drivers (``DRIVERS``) that run what comes before the
+  measured request, and their proofs; ``history_log``: the server's trace lines they read;
+- ``prompt_logprobs``: ``--prompt-logprobs``: a phase's prompt logprobs against the cold one's;
 - ``record_doc``: docs/records.md's field table, generated from ``PhaseRecord``;
 - ``scheduling``: the order in which slots take data points;
 - ``launchers``: how a server process is started (``--launcher plain`` / ``prefork``);

@@ -21,6 +21,7 @@ from typing import Any, Callable
 
 from ..settings.configs import SweepOptions, config_id
 from ..serve.engines import EngineAdapter
+from ..serve.gpu_info import gpu_record
 from ..errors import UsageError
 from ..names.isolation import AUTO_PASSES, IsolationName
 from ..provenance import harness_version
@@ -162,6 +163,7 @@ class Driver:
             phases=list(opts.phases), isolation=opts.isolation,
             reference=opts.reference, context=opts.context,
             slots=[s.id for s in opts.slots],
+            gpus={s.id: gpu_record(s.gpu) for s in opts.slots if s.gpu is not None} or None,
             sampled={k: v for k, v in plan.sampled.items() if v},
             planning_s=round(plan.planning_s, 3), interrupted=False, exit_code=None,
             documents=sorted({p.document_seed for p in plan.points}),

@@ -6,11 +6,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import CannotRun
-from ..names.verdict import NOT_FAILED
+from ..names.verdict import NOT_FAILED, UNJUDGED
+
+UNPROVEN = frozenset({UNJUDGED})
 from ..prompts import PlanError
 from ..records.store import read_jsonl_records, resolve_results
 from .plan import Point, SweepPlan
 from ..records.recordkeys import latest_records
+from ..records.same_compile import fingerprint_of
 
 __all__ = ["load_golden", "golden_key", "golden_answer", "check_golden_covers"]
 
@@ -42,8 +45,10 @@ def load_golden(run_ref: str, out_dir: Path) -> dict[tuple, dict]:
         text = r.answer or ""
         key = (("prompt", r.prompt_sha1) if r.prompt_sha1
                else (r.residue, r.target_len, r.document_seed))
-        seen.setdefault(key, {}).setdefault(
-            sha1(text), {"text": text, "sha1": sha1(text), "tokens": r.token_logprobs})
+        seen.setdefault(key, {}).setdefault(sha1(text), {
+            "text": text, "sha1": sha1(text), "tokens": r.token_logprobs,
+            # an unjudged answer may be a broken one: its bytes hold only for its compile
+            "proven": r.verdict not in UNPROVEN, "fingerprint": fingerprint_of(r)})
     if bad:
         raise CannotRun(f"golden run {run_ref} has {len(bad)} bad cell(s) ({bad[0]}"
                         f"{', ...' if len(bad) > 1 else ''}): a reference must be all ok "
@@ -61,19 +66,39 @@ def golden_key(point: Point) -> tuple:
     return (point.residue, point.plan.target_len, point.document_seed)
 
 
-def golden_answer(golden: dict[tuple, dict], point: Point) -> dict | None:
+def golden_answer(golden: dict[tuple, dict], point: Point,
+                  fingerprint: str | None = None) -> dict | None:
     """The golden answer of ``point``'s prompt on its document (or, from a reference run
-    that predates document seeds, of the same residue and length)."""
+    that predates document seeds, of the same residue and length). An answer the golden run
+    did not judge (``--reference cold``'s cold answers: a cold break is among them) is
+    compared only by a server of the same compile ``fingerprint`` (issue 48: a broken
+    answer's bytes hold for servers sharing a compile); elsewhere there is none (None)."""
     key = golden_key(point)
-    if key in golden or key[0] == "prompt":
-        return golden.get(key)
-    return golden.get(key[:2] + (None,))
+    gold = golden.get(key) if key in golden or key[0] == "prompt" else golden.get(key[:2] + (None,))
+    if gold and not gold.get("proven", True) and (
+            gold.get("fingerprint") is None or gold.get("fingerprint") != fingerprint):
+        return None
+    return gold
+
+
+def _shares_prompt(golden: dict[tuple, dict], point: Point) -> bool:
+    """The golden run answered ``point``'s prompt (whether a server may use the answer is
+    ``golden_answer``'s: a compile's)."""
+    key = golden_key(point)
+    return key in golden or (key[0] != "prompt" and key[:2] + (None,) in golden)
 
 
 def check_golden_covers(plan: SweepPlan, golden: dict[tuple, dict], run_ref: str) -> None:
     """A prompt case without ``expected`` is judged by the golden run alone: every one of
     its prompts must have a golden answer, or the sweep is a usage error now (there is no
-    passage to fall back on)."""
+    passage to fall back on). A golden run that shares no prompt with this plan (another
+    --context, --seed or model) is one too: every point would fall back on the passage,
+    judged as if no golden run were named (issue 50)."""
+    if plan.points and not any(_shares_prompt(golden, p) for p in plan.points):
+        raise PlanError(f"--reference golden:{run_ref}: that run shares no prompt with this "
+                        "one (answers are looked up by residue, templated length and "
+                        "document); sweep with its --context, --seed and --model, or give "
+                        "another --reference")
     for p in plan.points:
         if p.case is not None and p.plan.expected is None and golden_key(p) not in golden:
             raise PlanError(f"--reference golden:{run_ref}: no ok answer for case {p.case!r} "

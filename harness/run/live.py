@@ -37,9 +37,8 @@ from ..serve.engines import ADAPTERS, EngineAdapter, normalise_reported
 from ..serve.facts import ServerFacts
 from ..errors import CannotRun, UsageError
 from ..settings.configs import SweepOptions, choose_residues
-from ..settings.flags import ENGINE, FLAGS
+from ..settings.flag_facts import url_refused
 from ..serve.slots import Slot
-from ..names.isolation import IsolationName
 from ..names.phase import PhaseName
 
 __all__ = ["live_target", "connect", "API_KEY_ENVS", "DEFAULT_MAX_REQUESTS", "RequestBudget", "LiveTarget",
@@ -49,12 +48,6 @@ __all__ = ["live_target", "connect", "API_KEY_ENVS", "DEFAULT_MAX_REQUESTS", "Re
 # The bearer token for the server: --api-key, else the first of these that is set.
 API_KEY_ENVS = ("RESIDUE_LAB_API_KEY", "OPENAI_API_KEY")
 DEFAULT_MAX_REQUESTS = 2000
-# Flags of other groups that start or place servers (the whole "engine and configuration"
-# group configures one, except the two that only shape requests).
-_REQUEST_SIDE = ("--served-model-name", "--api-key")
-_SERVER_RUN_FLAGS = ("--isolation", "--auto-sample", "--cache-dir", "--launcher",
-                     "--backend", "--ray-address", "--slots", "--gpus", "--boot-timeout",
-                     "--resume")
 
 
 def live_target(ns: argparse.Namespace, written: dict[str, Any]) -> LiveTarget:
@@ -62,10 +55,7 @@ def live_target(ns: argparse.Namespace, written: dict[str, Any]) -> LiveTarget:
     the command line wrote; the flags it cannot take with it are ``settings/flag_checks``
     rules), the URL and the key read, the run's document nonce drawn; nothing is sent (the
     session connects: ``connect``)."""
-    refused = refused_flags(written)
-    if refused:
-        raise UsageError(f"--url sweeps a server that is already running, as it runs; "
-                         f"these flags configure or start a server: {', '.join(refused)}")
+    # the server flags it cannot honour are refused by settings/flag_checks.RULES
     key, source = api_key_from_env(ns.api_key)
     return LiveTarget(check_url(ns.url), key, source, ns.concurrency or 1,
                       RequestBudget(ns.max_requests or DEFAULT_MAX_REQUESTS),
@@ -103,12 +93,7 @@ def refused_flags(given: dict[str, Any]) -> list[str]:
     """The flags ``given`` (those a command line wrote: ``flag_manifest.parse_flags``) that
     configure or start a server (``--url`` cannot honour them: the server is already
     running as it is)."""
-    server = {f.name for f in FLAGS if f.group == ENGINE and f.name not in _REQUEST_SIDE}
-    server |= set(_SERVER_RUN_FLAGS)
-    out = [name for name in given if name in server]
-    if given.get("--isolation") == IsolationName.LIVE:   # what --url runs anyway
-        out.remove("--isolation")
-    return out
+    return url_refused(given)
 
 
 def check_url(url: str) -> str:

@@ -8,22 +8,24 @@ from typing import Any
 
 from ..judge.divergence import first_divergence
 from ..judge.verdict import sha1
-from ..names.verdict import CLEAN
+from ..names.verdict import CLEAN, UNJUDGED
 from ..names.phase import PhaseName
 from ..names.isolation import POLICIES
 from ..serve.facts import ServerFacts
+from .golden import golden_answer
 from .hits import budget_final_chunk, intended_tail, tail_note
 from .plan import Point
 from .traffic import not_lone_reason
 
-__all__ = ["invalid_reason", "not_lone", "cold_by_construction", "measured_fields"]
+__all__ = ["reference_of", "invalid_reason", "not_lone", "cold_by_construction", "measured_fields"]
 
 
 def invalid_reason(point: Point, phase: str, res, templated: int | None, info: ServerFacts,
-                   isolation: str) -> str | None:
+                   isolation: str, proof=None) -> str | None:
     """Why a phase's answer cannot be judged: its prompt was not the planned length, its
     server's restore was not proven, or its cold or hit was not what the phase is
-    (``invalid``); ``isolation``: the run's (a point of auto carries its own)."""
+    (``invalid``); ``isolation``: the run's (a point of auto carries its own); ``proof``:
+    the phase's history (``names/history.HistoryProof``), when one ran before it."""
     target = point.plan.target_len
     if templated is not None and templated != target:
         return f"templated length {templated} by the server's /tokenize, target {target}"
@@ -32,6 +34,10 @@ def invalid_reason(point: Point, phase: str, res, templated: int | None, info: S
     restore = info.restore or {}
     if restore.get("error"):
         return f"restore not proven: {restore['error']}"
+    if proof is not None:
+        # --history: its proof decides what the phase's cache state had to be (an
+        # abort-retry's "cold" retry may hit, an evicted send may miss)
+        return None if proof.proven else f"history {proof.name} not proven: {proof.reason}"
     cached = res.cached_tokens
     # None: a live server that does not say; its hits must be proven all the same
     hits = point.cfg.prefix_caching is not False
@@ -102,3 +108,26 @@ def measured_fields(point: Point, phase: str, res, tps, j, verdict: str, reason:
         "traffic": traffic,
     }
     return measured
+
+
+def reference_of(ref: str, golden: dict, point: Point, phase: str, cold: Any,
+                 info: ServerFacts) -> tuple[str | None, list | None]:
+    """(reference text, its token logprobs) for this phase; (None, None) when there is
+    nothing to judge against (the answer is then ``unjudged`` unless it collapsed)."""
+    if ref == "passage" or point.plan.passage_wins:
+        return point.plan.expected, None
+    if ref == "cold":
+        # Only a cold answer that did not collapse is a reference: a collapse repeated
+        # on the hit must not read as ok.
+        if phase == PhaseName.COLD or cold is None or cold.verdict != UNJUDGED:
+            return None, None
+        return cold.answer or "", cold.token_logprobs
+    if ref in ("first", "consensus"):
+        return None, None  # judged across the matrix after the run (run/matrix_reference)
+    compiled = (info.server_boot or {}).get("compile") or {}
+    gold = golden_answer(golden, point, compiled.get("fingerprint"))
+    # A prompt the golden run did not answer (another context or seed) falls back to
+    # the passage; the record's reference_sha1 says which was used.
+    if gold:
+        return gold["text"], gold.get("tokens")
+    return point.plan.expected, None

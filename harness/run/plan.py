@@ -128,6 +128,7 @@ def plan_points(opts: SweepOptions, adapter: EngineAdapter,
                 calibrations[key + (seed,)] = calibrate(
                     counter, opts.context, modulus, answer_lines=opts.answer_lines,
                     seed=seed, line_counts=line_counts)
+                check_answer_fits(counter, calibrations[key + (seed,)], modulus, opts, cfg)
             cal = calibrations[key + (seed,)]
             pad_units.setdefault(cid, cal.pad_unit)
             for r in doc_residues:
@@ -137,6 +138,24 @@ def plan_points(opts: SweepOptions, adapter: EngineAdapter,
     if opts.isolation == IsolationName.AUTO:
         points = auto_passes(points, opts)
     return SweepPlan(points, sampled, time.monotonic() - t0, pad_units, cases)
+
+
+def check_answer_fits(counter: Callable, cal: Any, modulus: int, opts: SweepOptions,
+                      cfg: ServingConfig) -> None:
+    """The reference a correct answer reproduces fits ``--max-tokens``: a budget that cuts
+    every answer short makes every cell look broken, an engine's bug it is not (issue 50:
+    ``--max-tokens 1``, ``--answer-lines 1000``). Counted with the configuration's own
+    tokenizer, as the text inside a user turn (the template's tokens taken off)."""
+    expected = plan_residue(cal, 0, modulus).expected   # the same lines at every residue
+    if not expected:
+        return
+    empty, full = counter([[{"role": "user", "content": ""}],
+                           [{"role": "user", "content": expected}]])
+    need = full - empty
+    if need > opts.max_tokens:
+        raise PlanError(f"--max-tokens {opts.max_tokens} cannot hold the reference of "
+                        f"{cfg.label()}: --answer-lines {opts.answer_lines} is {need} tokens; "
+                        f"give --max-tokens {need + 8} or more, or fewer --answer-lines")
 
 
 def _case_points(opts: SweepOptions, cfg: ServingConfig, cid: str, modulus: int,

@@ -23,21 +23,24 @@ from engine.presets import ServingConfig
 from ..serve.client import (BadResponse, ClientError, EngineClient, RequestTimeout, ServerError,
                             ServerGone, tok_per_step)
 from ..serve import poison
+from ..serve.gpu_info import gpu_record
 from ..settings.configs import SweepOptions
 from ..serve.engines import EngineAdapter
 from ..serve.facts import ServerFacts
 from ..provenance import harness_version
-from ..server_pool import BootFailure, PortAllocator, ServerProcess, Slot, log_excerpt
+from ..server_pool import (BootFailure, PortAllocator, ServerProcess, Slot, attempts_said,
+                           log_excerpt)
 from ..judge.verdict import judge
 from ..names.verdict import CLEAN, NOT_LONE, UNJUDGED
 from ..names.phase import PhaseName
 from .load import (BackgroundLoad, LoadError, beside_from_log, load_facts, preempted_in_log,
                    server_gauges)
-from .golden import golden_answer
+from .history import HistoryRun, drives, pool_tokens, run_history
 from .plan import Point
 from .record_builder import RecordBuilder, timing_record
 from ..records.phase_record import PhaseRecord
-from .phase_judge import invalid_reason, measured_fields, not_lone
+from .phase_judge import invalid_reason, measured_fields, not_lone, reference_of
+from .prompt_logprobs import canonical, compared
 from .traffic import traffic_facts
 
 __all__ = ["PointRunner", "PointResult", "RunnerSpec", "Launcher", "Server",
@@ -113,6 +116,7 @@ class PointRunner:
         self.launcher = launcher
         self.ports = PortAllocator()
         self.node = node or socket.gethostname()
+        self._cold_plp: dict = {}   # --prompt-logprobs: the cold phase's, per point
         self.records = RecordBuilder(run_id, version or harness_version(), opts.isolation,
                                      opts.reference, tuple(opts.phases))
 
@@ -163,7 +167,7 @@ class PointRunner:
                 failed.append(e.reason)
                 if e.retryable and len(failed) < BOOT_ATTEMPTS:
                     continue
-                raise BootFailure(_attempts_said(e.reason, failed), e.log_excerpt,
+                raise BootFailure(attempts_said(e.reason, failed), e.log_excerpt,
                                   port_conflict=e.port_conflict, retryable=e.retryable,
                                   attempts=len(failed)) from None
             if failed:   # the record says the boot needed more than one try, and why
@@ -185,13 +189,19 @@ class PointRunner:
             log_path = self.logs_dir / f"{log_name}-{slot.id}-{port}.log"
             server = self.launcher(argv, env, port, log_path, slot)
             client = EngineClient(server.base_url, timeout=self.opts.timeout,
-                                  api_key=self.opts.api_key, http=self.http)
+                                  api_key=self.opts.api_key, http=self.http,
+                                  reset_path=(adapter or self.adapter).reset_path)
             try:
                 await server.prepare()
                 server.start()
                 await server.wait_ready(client, timeout or self.opts.boot_timeout)
                 info = ServerFacts(boot_s=round(server.boot_s or 0.0, 4),
                                    server_boot=self._boot_notes(server, log_path))
+                if slot.gpu is not None:   # issue 48: the GPU, as the driver names it,
+                    boot = info.server_boot   # and the fingerprint bound to it
+                    boot["gpu"] = gpu_record(slot.gpu)
+                    boot["compile"] = (adapter or self.adapter).bind_compile(
+                        boot.get("compile"), [g.get("model") for g in boot["gpu"] or []], env)
                 # --poison: filled before its first request (harness/serve/poison.py)
                 served = adapter or self.adapter
                 info.poison = (await poison.at_boot(client, served.poison_kernels())
@@ -308,7 +318,9 @@ class PointRunner:
                 await client.chat(point.plan.warmup_messages, model=model,
                                   max_tokens=WARMUP_MAX_TOKENS, seed=point.document_seed)
             before = await client.scrape()
-            res, load = await self._measured(point, client, model, server)
+            res, load, hist = await self._measured(point, phase, client, model, server,
+                                                   templated)
+            res = self.adapter.read_usage(res, info.config or {})   # SGLang's 0 hits
             after = await client.scrape()
         except LoadError as e:
             return self._failure(point, slot, phase, "invalid", f"--load: {e}", [], info,
@@ -330,9 +342,11 @@ class PointRunner:
             dead = ("crash", why, log_excerpt(server.log_path))
             return self._failure(point, slot, phase, "crash", why, dead[2], info,
                                  templated), dead
+        proof, point, templated = hist or (None, point, templated)   # next-turn: its turn
         rec = self._judged(point, slot, phase, res, tok_per_step(before.spec, after.spec),
                            info, templated, tokenize_error, cold,
-                           traffic_facts(before, after))
+                           traffic_facts(before, after), proof)
+        rec.history = proof
         if load is not None:
             rec.load = load
             # beside other requests the lone arithmetic does not hold: only the server's
@@ -340,17 +354,25 @@ class PointRunner:
             rec.final_chunk = (load.get("beside") or {}).get("final_chunk")
         return rec, None
 
-    async def _measured(self, point: Point, client: EngineClient, model: str,
-                        server: Server) -> tuple[Any, dict | None]:
-        """The measured request, alone or (``--load N``) beside N background
+    async def _measured(self, point: Point, phase: str, client: EngineClient, model: str,
+                        server: Server, templated: int | None) -> tuple[Any, dict | None, Any]:
+        """The measured request, alone, after its history (``--history``: run/history.py;
+        its proof, and the point as measured) or (``--load N``) beside N background
         conversations, and then what ran beside it (run/load.py)."""
         opts = self.opts
 
-        def ask():
-            return client.chat(point.plan.messages, model=model, max_tokens=opts.max_tokens,
-                               seed=point.document_seed, logprobs=opts.logprobs)
+        def ask(messages=None, request_id=None):
+            return client.chat(messages or point.plan.messages, model=model,
+                               max_tokens=opts.max_tokens, seed=point.document_seed,
+                               logprobs=opts.logprobs, request_id=request_id,
+                               prompt_logprobs=int(opts.prompt_logprobs))
+        if drives(point, phase):
+            res, proof, point, templated = await run_history(HistoryRun(
+                point, client, model, server.log_path, templated, opts.timeout,
+                opts.answer_lines, ask, pool_tokens(point.cfg)))
+            return res, None, (proof, point, templated)
         if not opts.load:
-            return await ask(), None
+            return await ask(), None, None
         await server_gauges(client)   # the first scrape can be slow (lab: an import)
         async with BackgroundLoad(client, model, opts.load, opts.load_mode, point.document_seed,
                                   opts.timeout, point.cfg.max_model_len) as bg:
@@ -359,39 +381,18 @@ class PointRunner:
             g1 = await server_gauges(client)
         beside = beside_from_log(server.log_path, res.request_id)
         return res, load_facts(bg, g0, g1, beside,
-                               preempted_in_log(server.log_path, res.request_id))
+                               preempted_in_log(server.log_path, res.request_id)), None
 
     # -- records -----------------------------------------------------------------------
     def _failure(self, point, slot, phase, verdict, reason, excerpt, info, templated):
         return self.records.failure(point, slot.id, self.node, phase, verdict, reason,
                                     excerpt, info, templated)
 
-    def _reference(self, point: Point, phase: str,
-                   cold: PhaseRecord | None) -> tuple[str | None, list | None]:
-        """(reference text, its token logprobs) for this phase; (None, None) when there is
-        nothing to judge against (the answer is then ``unjudged`` unless it collapsed)."""
-        ref = self.opts.reference
-        if ref == "passage" or point.plan.passage_wins:
-            return point.plan.expected, None
-        if ref == "cold":
-            # Only a cold answer that did not collapse is a reference: a collapse repeated
-            # on the hit must not read as ok.
-            if phase == PhaseName.COLD or cold is None or cold.verdict != UNJUDGED:
-                return None, None
-            return cold.answer or "", cold.token_logprobs
-        if ref in ("first", "consensus"):
-            return None, None  # judged across the matrix after the run (run/matrix_reference)
-        gold = golden_answer(self.golden, point)
-        # A prompt the golden run did not answer (another context or seed) falls back to
-        # the passage; the record's reference_sha1 says which was used.
-        if gold:
-            return gold["text"], gold.get("tokens")
-        return point.plan.expected, None
-
     def _judged(self, point, slot, phase, res, tps, info, templated, tokenize_error,
-                cold, traffic: dict | None = None) -> PhaseRecord:
+                cold, traffic: dict | None = None, proof=None) -> PhaseRecord:
         base = self.records.base(point, slot.id, self.node, phase, info, templated)
-        expected, ref_tokens = self._reference(point, phase, cold)
+        expected, ref_tokens = reference_of(self.opts.reference, self.golden, point, phase,
+                                            cold, info)
         if (ref_tokens is None and cold is not None and cold.verdict in CLEAN
                 and expected is not None and (cold.answer or "") == expected):
             # the passage has no logprobs; this server's clean cold answer to the same
@@ -400,7 +401,8 @@ class PointRunner:
         j = judge(res.answer, source=point.plan.document, expected=expected,
                   finish_reason=res.finish_reason)
         verdict, reason = j.verdict, j.reason
-        invalid = invalid_reason(point, phase, res, templated, info, self.opts.isolation)
+        invalid = invalid_reason(point, phase, res, templated, info, self.opts.isolation,
+                                 proof)
         if invalid:
             verdict, reason = "invalid", f"{invalid} (answer judged {j.verdict}: {j.reason})"
         elif unfilled := poison.failure(info.poison):
@@ -412,8 +414,14 @@ class PointRunner:
             verdict, reason = NOT_LONE, f"{alone} (answer judged ok: {j.reason})"
         measured = measured_fields(point, phase, res, tps, j, verdict, reason, expected,
                                    ref_tokens, info, traffic)
-        extra = {"tokenize_error": tokenize_error} if tokenize_error else None
-        return self.records.build(base, measured, extra)
+        extra = {"tokenize_error": tokenize_error} if tokenize_error else {}
+        if self.opts.prompt_logprobs:   # run/prompt_logprobs.py: the cold one is the reference
+            mine = canonical(res.prompt_logprobs)
+            if phase == PhaseName.COLD:
+                self._cold_plp[point.key] = mine
+            else:
+                extra["prompt_logprobs"] = compared(mine, self._cold_plp.get(point.key))
+        return self.records.build(base, measured, extra or None)
 
 
 def _read(path: Path) -> str:
@@ -431,12 +439,3 @@ async def _still_alive(server: Server) -> bool:
             return False
         await asyncio.sleep(0.05)
     return server.tree_alive()
-
-
-def _attempts_said(reason: str, failed: list[str]) -> str:
-    """A boot-fail's reason with how many boots were tried (the first one's reason too,
-    when it differs from the last)."""
-    if len(failed) < 2:
-        return reason
-    first = "" if failed[0] == reason else f"; attempt 1: {failed[0][:200]}"
-    return f"{reason} (failed {len(failed)} of {len(failed)} boot attempts{first})"

@@ -124,7 +124,11 @@ FIELD_DOCS: dict[str, str] = {
                     '(`plain` / `forked`), `fallback_reason`, `boot_s`; `--engine vllm`: '
                     "`split` (engine/vllm/bootlog durations against the harness's own start "
                     'time), `compile_cache` (`hit` / `miss` / `mixed`), and with `--cache-dir`'
-                    ' `cache_dir`, `cache_dir_shared`; `attempts` (boots tried, when a '
+                    ' `cache_dir`, `cache_dir_shared`; `compile` (issue 48: `fingerprint`, 12 hex'
+                    ' of a digest over the compile caches the log names, read after readiness,'
+                    ' with `files`, `bytes`, `dirs`, or null and `why`; the lab: its '
+                    '`--compile-seed` plan); `gpu` (a GPU slot: per GPU `index`, `model` as '
+                    '`nvidia-smi` names it, `uuid`, `pci`, or `why` not); `attempts` (boots tried, when a '
                     'boot that exited was started again: `run.point.BOOT_ATTEMPTS`; 0 on a '
                     'boot-fail point never started because its configuration was given up) '
                     'and `failed_attempts` (their reasons); read typed as `PhaseRecord.boot` '
@@ -214,6 +218,19 @@ FIELD_DOCS: dict[str, str] = {
                 'matched with `alone` not true is `not-lone`; on the sweep\'s own servers it is'
                 ' recorded only (`--load`: its backgrounds are in `load`). Absent from failure '
                 'records and from records written before schema 5'),
+    "history": ("`--history` (written only when set, on the phase its history ran at: "
+                "`harness/names/history.py` says which): `name`, `at` (the phase), `proven` "
+                "(false makes the phase `invalid`, the reason prefixed `history NAME not "
+                "proven:`), `reason` (what proved it, or why not), `sends` (the requests it "
+                "sent before or beside the measured one, in order: `role`, `prompt_tokens`, "
+                "`cached_tokens`, `request_id`, `finish_reason`), `log` (the server's trace "
+                "lines that prove it: `prefill chunk:`, `aborted request=`, `final prefill "
+                "chunk:`), `metrics` (e.g. `abort_requests`: the delta of "
+                "`vllm:request_success_total{finished_reason=\"abort\"}`; evict's "
+                "`pool_tokens` and `evictor_tokens`) and `finding` (e.g. `partial hit 2048 "
+                "of 4100`, `miss (cached_tokens 0)`). Typed as `HistoryProof`; under "
+                "next-turn the record's `target_len`, `prompt_tokens` and reference are the "
+                "new turn's"),
     "load": ('`--load N`: `n`, `mode`, `running_before` / `running_after` '
              '(`vllm:num_requests_running`), `preemptions` (`vllm:num_preemptions_total` '
              "delta), `measured_preempted` (the log's `preempted request=` lines for this "

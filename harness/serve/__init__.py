@@ -19,5 +19,6 @@ the names (``harness/names/``).
 - ``restore.py``      a running server returned to its just-booted state, each step proven
 - ``poison.py``       ``--poison``: the fill of the memory a stale read can reach
 - ``slots.py``        where a server runs: a CPU slot, a GPU, a group of GPUs
+- ``gpu_info.py``     which GPU a server ran on, as ``nvidia-smi`` names it (issue 48)
 - ``orphans.py``      servers die with the sweep, or are ended by the next one
 """

@@ -48,11 +48,22 @@ class EngineAdapter:
     # choices are fixed too (VllmAdapter.fill_restores, reports/h200/determinism/)
     fill_restores = False
     takes_draft_model = False    # --draft-model: a drafter checkpoint for its servers
+    needs_model = False          # --model: none of its own (a --serve line may name one)
     takes_engine_args = True     # --engine-arg: extra arguments on its server command
     compile_caches = False       # --cache-dir: its servers compile into caches worth sharing
     # what `sweep --help` says of this engine under a flag (settings/flags.py builds the help text)
     help_notes: dict[str, str] = {}
+    async_scheduling = False     # the engine has an asynchronous-scheduling switch
     serve = None   # --serve: the user's server line (harness/serve/serve_line.py)
+    # the --patches an unwritten flag means on this engine (None: the flag's default)
+    default_patches: str | None = None
+    # where a reused server's prefix cache is emptied (--isolation reset): vLLM's route
+    reset_path = "/reset_prefix_cache"
+
+    def read_usage(self, res: Any, config: dict[str, Any]) -> Any:
+        """A chat answer's usage as this engine means it (``config``: the server's
+        effective configuration); the answer as it came unless the engine says otherwise."""
+        return res
 
     def poison_kernels(self) -> dict[str, Any] | None:
         """--poison: what fixes kernel choices on its servers (None: nothing to fix)."""
@@ -92,10 +103,19 @@ class EngineAdapter:
         """This engine's adapter for a sweep's options (``make_adapter`` checked them)."""
         raise NotImplementedError
 
+    @classmethod
+    def config_refusal(cls, cfg: ServingConfig) -> str | None:
+        """Why this engine cannot run ``cfg`` at all (None: it can), said as the configuration
+        is built (``settings.configs.matrix_combos``): a sweep stops in one line, an
+        ``explain`` rung becomes a note."""
+        return None
+
     def check(self, configs, slot: Slot) -> None:
         """Every configuration can be turned into a server command: raises
         ``UsageError`` while the sweep is built, never when a point boots."""
         for cfg in configs:
+            if (why := self.config_refusal(cfg)) is not None:   # a --serve line's, too
+                raise UsageError(f"{cfg.label()}: {why}")
             if cfg.runner != "auto" and cfg.runner not in self.runners:
                 raise UsageError(self.runner_refusal(cfg.runner))
             check_model_path(cfg.model)
@@ -151,6 +171,13 @@ class EngineAdapter:
                    ready_epoch: float | None) -> dict[str, Any]:
         """What the server's log says about its boot (split, caches); {} when nothing."""
         return {}
+
+    def bind_compile(self, compiled: dict[str, Any] | None, gpu_models: list,
+                     env: dict[str, str]) -> dict[str, Any] | None:
+        """``boot_notes``' ``compile`` with its fingerprint bound to the GPU models and the
+        server's run-time kernel switches (issue 48); unchanged where the engine's
+        fingerprint already says all (the lab's)."""
+        return compiled
 
     # the stages of ``boot_notes``' "split" the manifest's boot summary takes medians of
     boot_stages: tuple[str, ...] = ()

@@ -67,6 +67,14 @@ class ChatResult:
     # [[token, logprob, [[alt, logprob], ...]], ...] when logprobs were asked for and given
     token_logprobs: list | None = None
     request_id: str | None = None     # the completion's ``id`` (the engine's request id)
+    # --prompt-logprobs: vLLM's top-level ``prompt_logprobs`` (per prompt position, None first)
+    prompt_logprobs: list | None = None
+
+
+def _request_id_header(request_id: str | None) -> dict[str, str]:
+    """vLLM names a request after the client's ``X-Request-Id`` (``chatcmpl-<id>``): the
+    server's trace lines of a history's sends are found by it (run/history_log.py)."""
+    return {"X-Request-Id": request_id} if request_id else {}
 
 
 def shared_http() -> httpx.AsyncClient:
@@ -78,9 +86,13 @@ def shared_http() -> httpx.AsyncClient:
 
 class EngineClient:
     def __init__(self, base_url: str, *, timeout: float = 120.0, api_key: str | None = None,
-                 http: httpx.AsyncClient | None = None):
+                 http: httpx.AsyncClient | None = None,
+                 reset_path: str = "/reset_prefix_cache"):
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
+        # where the engine empties its prefix cache (vLLM's; SGLang's is /flush_cache:
+        # EngineAdapter.reset_path)
+        self.reset_path = reset_path
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._owns_http = http is None
         self._http = http if http is not None else shared_http()
@@ -96,9 +108,10 @@ class EngineClient:
         await self.aclose()
 
     async def _request(self, method: str, path: str, *, timeout: float | None = None,
-                       **kw: Any) -> httpx.Response:
+                       extra_headers: dict | None = None, **kw: Any) -> httpx.Response:
         try:
-            resp = await self._http.request(method, self.base_url + path, headers=self._headers,
+            resp = await self._http.request(method, self.base_url + path,
+                                            headers={**self._headers, **(extra_headers or {})},
                                             timeout=timeout or self.timeout, **kw)
         except httpx.TimeoutException as e:
             raise RequestTimeout(f"{method} {path}: no answer in {timeout or self.timeout:g}s") from e
@@ -128,11 +141,28 @@ class EngineClient:
             return {}
 
     async def reset_prefix_cache(self) -> None:
-        await self._request("POST", "/reset_prefix_cache", timeout=30)
+        await self._request("POST", self.reset_path, timeout=30)
+
+    async def server_info(self, paths: Sequence[str]) -> dict[str, Any]:
+        """The first of ``paths`` that answers a JSON object (SGLang: ``/server_info``,
+        before it ``/get_server_info``); {} when none does."""
+        for path in paths:
+            try:
+                data = (await self._request("GET", path, timeout=30)).json()
+            except (ServerError, ValueError):
+                continue
+            if isinstance(data, dict):
+                return data
+        return {}
 
     # -- sleep mode (vLLM's development endpoints; --isolation restore) ------------------
     async def sleep(self, level: int = 1) -> None:
         await self._request("POST", "/sleep", params={"level": str(level)}, timeout=120)
+
+    async def pause(self) -> None:
+        """Scheduling paused, requests kept (``/sleep?level=0&mode=keep``, dev mode): the
+        requests sent meanwhile wait, and are scheduled together at ``wake_up``."""
+        await self._request("POST", "/sleep", params={"level": "0", "mode": "keep"}, timeout=120)
 
     async def wake_up(self) -> None:
         await self._request("POST", "/wake_up", timeout=120)
@@ -198,7 +228,8 @@ class EngineClient:
         return int(data["count"]) if "count" in data else len(data.get("tokens", []))
 
     async def chat(self, messages: Sequence[dict[str, str]], *, model: str, max_tokens: int,
-                   seed: int = 0, logprobs: int = 0) -> ChatResult:
+                   seed: int = 0, logprobs: int = 0, prompt_logprobs: int = 0,
+                   request_id: str | None = None) -> ChatResult:
         """One greedy chat completion. ``logprobs`` > 0 asks for each completion token's
         logprob and its top ``logprobs`` alternatives (OpenAI's ``logprobs`` /
         ``top_logprobs``); 0 leaves them out of the request entirely."""
@@ -207,8 +238,11 @@ class EngineClient:
                                 "stream": False}
         if logprobs > 0:
             body.update(logprobs=True, top_logprobs=int(logprobs))
+        if prompt_logprobs > 0:   # vLLM's extra parameter (its SamplingParams.prompt_logprobs)
+            body["prompt_logprobs"] = int(prompt_logprobs)
         t0 = time.monotonic()
-        resp = await self._request("POST", "/v1/chat/completions", json=body)
+        resp = await self._request("POST", "/v1/chat/completions", json=body,
+                                   extra_headers=_request_id_header(request_id))
         latency = time.monotonic() - t0
         try:
             data = resp.json()
@@ -233,21 +267,24 @@ class EngineClient:
             latency_s=latency,
             token_logprobs=parse_token_logprobs(choice.get("logprobs")) if logprobs > 0 else None,
             request_id=data.get("id") if isinstance(data.get("id"), str) else None,
+            prompt_logprobs=data.get("prompt_logprobs") if prompt_logprobs > 0 else None,
         )
 
     async def stream_chat(self, messages: Sequence[dict[str, str]], *, model: str,
                           max_tokens: int, seed: int = 0, on_token=None,
-                          stop_after: int | None = None) -> int:
+                          stop_after: int | None = None, request_id: str | None = None,
+                          ignore_eos: bool = True) -> int:
         """A streamed greedy completion that ignores EOS (vLLM's ``ignore_eos``), for
         background load: ``on_token()`` is called at each content chunk; with
         ``stop_after`` the stream is closed after that many chunks (the server aborts the
         request). Returns the chunks read."""
         body = {"model": model, "messages": list(messages), "max_tokens": max_tokens,
-                "temperature": 0.0, "seed": seed, "stream": True, "ignore_eos": True}
+                "temperature": 0.0, "seed": seed, "stream": True, "ignore_eos": ignore_eos}
         n = 0
         try:
             async with self._http.stream("POST", self.base_url + "/v1/chat/completions",
-                                         json=body, headers=self._headers,
+                                         json=body, headers={
+                                             **self._headers, **_request_id_header(request_id)},
                                          timeout=self.timeout) as resp:
                 if resp.status_code >= 400:
                     raise ServerError(resp.status_code, (await resp.aread()).decode(errors="replace"))

@@ -26,9 +26,8 @@ class CmdAdapter(EngineAdapter):
         (``SweepOptions.served_fields``), never the JSON again."""
         self.served_model_name = served_model_name
         self.served_config = served_config
-        if not template:
-            raise UsageError("--engine cmd needs --server-cmd 'TEMPLATE' with a {port} placeholder")
-        if "{port}" not in template:
+        # no template at all: refused by settings/flag_checks.RULES
+        if "{port}" not in (template or ""):
             raise UsageError("--server-cmd: the template has no {port} placeholder")
         try:
             template.format(port=1, gpu="0", model="m", tp=1)

@@ -5,7 +5,9 @@ engines ``--help`` names.
 
 - ``lab``: the CPU lab engine (``lab_adapter.py``), the embedded default;
 - ``vllm``: ``vllm serve`` from the shared presets (``vllm_adapter.py``);
-- ``cmd``: any OpenAI-compatible server from a user template (``cmd_adapter.py``).
+- ``cmd``: any OpenAI-compatible server from a user template (``cmd_adapter.py``);
+- ``sglang``: ``python -m sglang.launch_server`` from the shared presets
+  (``sglang_adapter.py``).
 """
 from __future__ import annotations
 
@@ -18,13 +20,13 @@ from .adapter import EngineAdapter, PreforkSpec
 from .cmd_adapter import CmdAdapter
 from .cmd_config import normalise_reported
 from .dummy_weights import dummy_weights_refusal
-from ..names.isolation import restores as isolation_restores
 from .lab_adapter import LAB_MODEL_DIR, LabAdapter
 from .poison import mode_for as poison_mode, why_not as poison_why_not
 from .restore import vllm_serves_sleep
+from .sglang_adapter import SglangAdapter
 from .vllm_adapter import VllmAdapter
 
-__all__ = ["EngineAdapter", "LabAdapter", "VllmAdapter", "CmdAdapter", "ADAPTERS",
+__all__ = ["EngineAdapter", "LabAdapter", "VllmAdapter", "CmdAdapter", "SglangAdapter", "ADAPTERS",
            "adapter_class", "make_adapter", "LAB_MODEL_DIR", "PreforkSpec", "normalise_reported",
            "vllm_serves_sleep", "auto_reuse_pass", "engines_where",
            "dummy_weights_refusal"]
@@ -34,7 +36,8 @@ __all__ = ["EngineAdapter", "LabAdapter", "VllmAdapter", "CmdAdapter", "ADAPTERS
 # class: facts, ``build``, ``command``).
 ADAPTERS: dict[str, type[EngineAdapter]] = {EngineName.LAB: LabAdapter,
                                              EngineName.VLLM: VllmAdapter,
-                                             EngineName.CMD: CmdAdapter}
+                                             EngineName.CMD: CmdAdapter,
+                                             EngineName.SGLANG: SglangAdapter}
 
 
 def engines_where(fact: Callable[[type[EngineAdapter]], Any]) -> str:
@@ -70,15 +73,8 @@ def make_adapter(engine: str, server_cmd: str | None = None, *, draft_model: str
 def _make_adapter(engine, server_cmd, *, draft_model, extra_args, work_dir, isolation,
                   served_model_name, served_config, cache_dir) -> EngineAdapter:
     cls = adapter_class(engine)  # an unknown engine is a usage error
-    if draft_model and not cls.takes_draft_model:
-        raise UsageError("--draft-model is for --engine "
-                         + engines_where(lambda c: c.takes_draft_model))
-    if extra_args and not cls.takes_engine_args:
-        raise UsageError("--engine-arg is for --engine "
-                         f"{engines_where(lambda c: c.takes_engine_args)} "
-                         f"(--engine {engine}: put the argument in --server-cmd)")
-    if isolation_restores(isolation) and not cls.can_restore():
-        raise UsageError(cls.restore_refusal())
+    # what the engine does not take (--draft-model, --engine-arg, a restore) is refused by
+    # settings/flag_checks.RULES before the options exist
     # sleep mode for restore points only: auto's restore pass gets it per point
     # (EngineAdapter.for_isolation), its fresh confirmations stay plain servers
     return cls.build(server_cmd=server_cmd, draft_model=draft_model, extra_args=extra_args,

@@ -56,7 +56,7 @@ async def _restore(client: Any, server: Any, info: ServerFacts) -> float:
             info.restore = await restore_server(client, server.log_path)
             if (info.poison or {}).get("mode") == "on":
                 # a wake maps new memory: fill it again, so the record's poison claim holds
-                info.restore["fill"] = await refill(client, info.poison)
+                info.restore["fill"] = await refill(client, info.poison, whole=True)
     except (RestoreFailed, ClientError) as e:
         info.restore = {"means": "failed", "error": str(e),
                         **({"checks": e.checks} if getattr(e, "checks", None) else {})}

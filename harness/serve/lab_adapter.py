@@ -2,12 +2,14 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
 from engine.presets import ServingConfig
 
 from ..errors import UsageError
+from ..names.history import history_row
 from .adapter import EngineAdapter, PreforkSpec, after_module
 from .cmd_config import normalise_reported
 from ..names.isolation import restores as isolation_restores
@@ -17,6 +19,7 @@ from .slots import Slot
 __all__ = ["LabAdapter", "LAB_MODEL_DIR"]
 
 LAB_MODEL_DIR = Path(__file__).resolve().parents[2] / "engine" / "lab" / "model"
+_COMPILE = re.compile(r"compile fingerprint ([0-9a-f]{12})")
 
 
 class LabAdapter(EngineAdapter):
@@ -50,6 +53,12 @@ class LabAdapter(EngineAdapter):
         return (f"--runner {runner}: the lab engine has one model runner (V1's shape-only "
                 "dispatch; --patches prefill-discriminator adds the prefill check V2 has); "
                 "only --runner auto, v1/v2 are for --engine vllm")
+
+    def boot_notes(self, log_text, *, started_epoch, ready_epoch):
+        """The lab compile's fingerprint its log states (``--compile-seed``, issue 48)."""
+        m = _COMPILE.search(log_text)
+        return {"compile": {"fingerprint": m[1], "source": "the lab's log (--compile-seed)"}
+                if m else {"fingerprint": None, "why": "the log states no compile fingerprint"}}
 
     def model_dir(self, cfg: ServingConfig) -> Path:
         return Path(cfg.model) if cfg.model else LAB_MODEL_DIR
@@ -88,8 +97,12 @@ class LabAdapter(EngineAdapter):
             argv += ["--kv-cache-memory-bytes", str(cfg.kv_cache_memory_bytes)]
         if cfg.max_num_batched_tokens:
             argv += ["--max-num-batched-tokens", str(cfg.max_num_batched_tokens)]
+        if cfg.num_gpu_blocks:
+            argv += ["--num-gpu-blocks-override", str(cfg.num_gpu_blocks)]
         if cfg.geometry:
             argv += ["--geometry", cfg.geometry]
+        if history_row(cfg.history).align_mode and cfg.geometry != "dense":
+            argv += ["--mamba-cache-mode", "align"]   # what vLLM runs a hybrid with
         if self.sleep_mode:
             argv.append("--enable-sleep-mode")
         if self.serve is not None:   # --serve: the user's lab line as written

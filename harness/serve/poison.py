@@ -5,9 +5,14 @@ proof in every record (docs/isolation.md, "Poisoning").
 The fill is the engine's: a vLLM server loads ``engine.vllm.poison.PoisonWorker`` as its
 worker extension and serves vLLM's dev-mode ``POST /collective_rpc``; the lab serves the
 same route and methods (engine/lab/poison.py). The harness calls ``residue_lab_arm`` (the
-bookkeeping as the boot left it) and then ``residue_lab_poison(REGIONS, PATTERN)``, and
-trusts a fill only where every region's checksum after the fill equals the one the pattern
-predicts. A fill that is not proven makes the point ``infra``: the server ran, but not as
+bookkeeping as the boot left it; the worker starts following the blocks its steps are
+given) and then ``residue_lab_restore_pool(PATTERN, "whole")``: every KV storage filled once
+(``engine/vllm/pool_fill.py``). At a restore it calls ``residue_lab_restore_pool(PATTERN,
+"auto")``: the blocks and state slots the point's requests were given, refilled and proven,
+the whole pool re-proven every ``AUDIT_EVERY`` restores (engine/poison_pattern.py), or the
+whole fill where the dirty set cannot be known; ``restored`` in the fill's record says which
+ran, why, the bytes and blocks, and the audit's result (issue 51). A fill is trusted only
+where every region's checksum after the fill equals the one the pattern predicts. A fill that is not proven makes the point ``infra``: the server ran, but not as
 the record would claim.
 
 What it proves on real vLLM (the H200, docs/isolation.md): the fill is invisible to correct
@@ -26,12 +31,14 @@ from engine.poison_pattern import MODE_REGIONS
 
 from .client import ClientError
 
-__all__ = ["MODES", "REGIONS", "PATTERN", "FILL_MEANS", "NOT_SUPPORTED", "WORKER_ARGS",
+__all__ = ["MODES", "REGIONS", "PATTERN", "RESTORE_METHOD", "restored", "FILL_MEANS", "NOT_SUPPORTED", "WORKER_ARGS",
            "why_not", "mode_for", "off_record", "at_boot", "refill", "failure", "proven", "summary"]
 
 MODES = ("auto", "on", "off")
 REGIONS = ",".join(MODE_REGIONS)  # the same on every engine (engine/poison_pattern.py)
 PATTERN = "A"
+RESTORE_METHOD = "residue_lab_restore_pool"     # engine/vllm/pool_restore.py, engine/lab/poison.py
+POOL_REGIONS = {"pool", "builders"}             # its proof's regions: state and kv are the pool
 FILL_MEANS = "reset+poison-fill"  # --isolation restore by the fill: no weights moved
 NOT_SUPPORTED = "not supported by this engine"
 # a vLLM server's worker extension: the fill's RPC methods (engine/vllm/poison.py)
@@ -45,7 +52,7 @@ def why_not(adapter_cls: Any, extra_args: tuple[str, ...] = (), url: bool = Fals
     if url:
         return "--url sweeps a server the sweep did not start (it cannot be filled before its first request)"
     if getattr(adapter_cls, "poison_means", None) is None:
-        return f"--engine {adapter_cls.name} has no fill (it needs the residue_lab_poison RPC)"
+        return f"--engine {adapter_cls.name} has no fill (it needs the residue_lab_restore_pool RPC)"
     if any(a.split("=", 1)[0] == WORKER_ARGS[0] for a in extra_args):
         return f"{WORKER_ARGS[0]} is in --engine-arg: vLLM loads one worker extension"
     return None
@@ -65,24 +72,44 @@ def off_record(requested: str) -> dict[str, Any]:
 
 
 def proven(proof: Any) -> bool:
-    """A fill's answer proves it: every region's checksum is the one predicted."""
+    """A fill's answer proves it: every region's checksum is the one predicted, and the
+    whole-pool audit, where one ran, found the pattern everywhere."""
     if not isinstance(proof, dict) or not proof.get("ok"):
         return False
     regions = proof.get("regions")
-    if not isinstance(regions, dict) or set(regions) != set(REGIONS.split(",")):
+    if not isinstance(regions, dict) or set(regions) not in (set(REGIONS.split(",")), POOL_REGIONS):
+        return False
+    audit = proof.get("audit")
+    if audit is not None and not (isinstance(audit, dict) and audit.get("ok")
+                                  and audit.get("checksum") == audit.get("expected")):
         return False
     return all(isinstance(r, dict) and r.get("ok") and r.get("checksum") == r.get("expected")
                for r in regions.values())
 
 
-async def _fill(client: Any, at: str) -> dict[str, Any]:
+def restored(proof: Any) -> dict[str, Any] | None:
+    """What a fill restored, as the record keeps it: ``means`` (``dirty``: the blocks the
+    point was given; ``storage-fill``: every storage), ``why`` the whole fill stood in,
+    bytes, blocks, and the audit's result (None: no audit at this restore)."""
+    if not isinstance(proof, dict) or "means" not in proof:
+        return None
+    done = proof.get("restored") or {}
+    audit = proof.get("audit")
+    return {"means": proof["means"], "why": proof.get("why"), "bytes": done.get("bytes"),
+            "blocks": done.get("blocks"),
+            "audit": None if audit is None else bool(isinstance(audit, dict) and audit.get("ok"))}
+
+
+async def _fill(client: Any, at: str, how: str) -> dict[str, Any]:
     t0 = time.monotonic()
     try:
-        proof = await client.collective_rpc("residue_lab_poison", REGIONS, PATTERN)
+        proof = await client.collective_rpc(RESTORE_METHOD, PATTERN, how)
     except ClientError as e:
-        return {"at": at, "ok": False, "error": f"residue_lab_poison: {e}"}
+        return {"at": at, "ok": False, "error": f"{RESTORE_METHOD}: {e}"}
     ok = proven(proof)
     out = {"at": at, "ok": ok, "s": round(time.monotonic() - t0, 4), "proof": proof}
+    if restored(proof) is not None:
+        out["restored"] = restored(proof)
     if not ok:
         out["error"] = "the fill's checksums do not prove the pattern in every region"
     return out
@@ -99,13 +126,14 @@ async def at_boot(client: Any, kernels: dict[str, Any] | None = None) -> dict[st
     except ClientError as e:
         out["fills"] = [{"at": "boot", "ok": False, "error": f"residue_lab_arm: {e}"}]
         return out
-    out["fills"] = [await _fill(client, "boot")]
+    out["fills"] = [await _fill(client, "boot", "whole")]
     return out
 
 
-async def refill(client: Any, poison: dict[str, Any]) -> dict[str, Any]:
-    """The fill at a restore; the record keeps the boot fill and this one."""
-    fill = await _fill(client, "restore")
+async def refill(client: Any, poison: dict[str, Any], whole: bool = False) -> dict[str, Any]:
+    """The fill at a restore; the record keeps the boot fill and this one. ``whole``: every
+    storage (after a sleep cycle, which discarded the pool), else the dirty set."""
+    fill = await _fill(client, "restore", "whole" if whole else "auto")
     poison["fills"] = [*poison.get("fills", [])[:1], fill]
     return fill
 

@@ -191,8 +191,11 @@ async def restore_by_fill(client: EngineClient, poison: dict[str, Any]) -> dict[
     # an unproven fill does not fail the restore: the point is infra (harness/serve/poison.py)
     checks["fill"] = {"value": bool(fill["ok"]), "ok": bool(fill["ok"])}
     after = checks.pool(await client.pool_scrape())
-    return {"means": FILL_MEANS, "s": round(time.monotonic() - t0, 4), "steps": steps,
-            "proven": fill["ok"], "metrics": after, "checks": dict(checks)}
+    out = {"means": FILL_MEANS, "s": round(time.monotonic() - t0, 4), "steps": steps,
+           "proven": fill["ok"], "metrics": after, "checks": dict(checks)}
+    if fill.get("restored") is not None:   # which restore ran, its bytes, blocks, audit
+        out["restored"] = fill["restored"]
+    return out
 
 
 async def _discarded_since(log_path: Path, offset: int, checks: Checks) -> float | None:

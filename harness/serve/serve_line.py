@@ -8,6 +8,8 @@ does not know are kept as written, unread). Three forms:
     vllm serve MODEL [FLAGS]
     python -m vllm.entrypoints.openai.api_server --model MODEL [FLAGS]
     python -m engine.lab [FLAGS]                  (the lab engine: CI's end-to-end form)
+    python -m sglang.launch_server --model-path MODEL [FLAGS]   (also ``sglang serve``:
+                                                  SGLang's own parser only, where installed)
 
 What the line says becomes the sweep's one configuration (the label, the Bug B rule, the
 residues it predicts); every server of the sweep runs the line itself, its flags as
@@ -31,18 +33,24 @@ from typing import Any
 from engine.presets import PATCHES, SPEC_TABLE, ServingConfig
 
 from ..names.engine import EngineName
-from ..errors import HandledError, UsageError
+from ..errors import CannotRun, HandledError, UsageError
 from ..names.isolation import IsolationName, POLICIES
+from .sglang_adapter import SGLANG_MODULE, sglang_fields, sglang_parser, written_args
 
 __all__ = ["ServeLine", "parse_serve_line", "vllm_spellings", "added_flags", "added_lines",
            "FORMS"]
 
 FORMS = ("vllm serve MODEL [FLAGS]",
          "python -m vllm.entrypoints.openai.api_server --model MODEL [FLAGS]",
-         "python -m engine.lab [FLAGS]")
+         "python -m engine.lab [FLAGS]",
+         "python -m sglang.launch_server --model-path MODEL [FLAGS] (or sglang serve ...)")
 VLLM_MODULE = "vllm.entrypoints.openai.api_server"
 LAB_MODULE = "engine.lab"
 _VLLM_SERVE = ["vllm", "serve"]   # the program and its verb (not the engine's name)
+_SGLANG_SERVE = ["sglang", "serve"]
+MODULES = {"vllm": VLLM_MODULE, "lab": LAB_MODULE, "sglang": SGLANG_MODULE}
+# the flag that names the model on each engine's line (taken out, put back first)
+MODEL_FLAGS = {"vllm": ("--model",), "sglang": ("--model-path", "--model")}
 # the harness's own: every server listens where the harness says
 REPLACED = ("--port", "--host")
 SPEC_OF_METHOD = {method: spec for spec, (method, _, _) in SPEC_TABLE.items()}
@@ -50,7 +58,10 @@ SPEC_OF_METHOD = {method: spec for spec, (method, _, _) in SPEC_TABLE.items()}
 # defaults; the effective configuration of every record is what the server reports)
 DEFAULTS = {"vllm": {"block_size": 16, "prefix_caching": True, "max_model_len": 245_760,
                      "cudagraph_mode": "FULL_AND_PIECEWISE"},
-            "lab": {}}
+            "lab": {},
+            # sglang 0.5.12's ServerArgs: page_size 1, the radix cache on, both graphs on
+            "sglang": {"block_size": 1, "prefix_match_unit": 1, "prefix_caching": True,
+                       "cudagraph_mode": "FULL_AND_PIECEWISE", "patches": "none"}}
 
 
 @dataclass(frozen=True)
@@ -87,8 +98,9 @@ class ServeLine:
     def server_argv(self, port: int, host: str = "127.0.0.1") -> list[str]:
         """The line as this harness starts it: its python, the engine's module, the model,
         the line's flags, then this server's host and port."""
-        module = VLLM_MODULE if self.engine == EngineName.VLLM else LAB_MODULE
-        model = ["--model", self.model] if self.model and self.engine == EngineName.VLLM else []
+        module = MODULES[self.engine]
+        flag = MODEL_FLAGS.get(self.engine, ())
+        model = [flag[0], self.model] if self.model and flag else []
         return [sys.executable, "-m", module, *model, *self.flags, "--host", host,
                 "--port", str(port)]
 
@@ -109,11 +121,14 @@ def _split(line: str) -> tuple[str, list[str]]:
         raise UsageError(f"--serve: cannot split the line: {e}") from None
     if tokens[:2] == _VLLM_SERVE:
         return "vllm", tokens[2:]
+    if tokens[:2] == _SGLANG_SERVE:
+        return "sglang", tokens[2:]
     if len(tokens) >= 3 and Path(tokens[0]).name.startswith("python") and tokens[1] == "-m":
         if tokens[2] == VLLM_MODULE:
             return "vllm", tokens[3:]
-        if tokens[2] == LAB_MODULE:
-            return "lab", tokens[3:]
+        for engine, module in MODULES.items():
+            if tokens[2] == module:
+                return engine, tokens[3:]
     raise UsageError(f"--serve: {line!r} is not a server line this harness starts; "
                      f"allowed: {'; '.join(FORMS)}")
 
@@ -254,6 +269,8 @@ def parse_serve_line(line: str) -> ServeLine:
     if engine == EngineName.VLLM and tokens and not tokens[0].startswith("-"):
         model, tokens = tokens[0], tokens[1:]      # vllm serve MODEL
     flags, dropped = _without(tokens, REPLACED)
+    if engine == EngineName.SGLANG:
+        return _sglang_line(line, flags, tuple(dropped))
     try:
         ns, words, _unread = _parse(engine, list(flags))
     except _Refuse as e:
@@ -273,6 +290,30 @@ def parse_serve_line(line: str) -> ServeLine:
                      tensor_parallel_size=int(_field(ns, "tensor_parallel_size") or 1),
                      served_model_name=(names[0] if isinstance(names, list) else names) or None,
                      parser=words, dropped=tuple(dropped))
+
+
+def _sglang_line(line: str, flags: list[str], dropped: tuple[str, ...],
+                 parser_of=sglang_parser) -> ServeLine:
+    """An SGLang line, read by SGLang's own parser only (``parser_of``: how it is built;
+    ``CannotRun`` where it cannot be, naming why)."""
+    parser, words = parser_of(_quiet(__import__("argparse").ArgumentParser))
+    if parser is None:
+        raise CannotRun(f"--serve: SGLang's own argument parser cannot be built here "
+                        f"({words}): run the sweep where SGLang is installed")
+    try:
+        ns = parser.parse_args(list(flags))
+    except _Refuse as e:
+        raise UsageError(f"--serve: {e}") from None
+    values = sglang_fields(written_args(parser, ns, list(flags)))
+    if values.get("method", None) not in SPEC_OF_METHOD:
+        raise UsageError(f"--serve: --speculative-algorithm {ns.speculative_algorithm}: the "
+                         "harness knows NGRAM, NEXTN / EAGLE (mtp) and DFLASH (and none)")
+    kept, _ = _without(list(flags), MODEL_FLAGS["sglang"])
+    return ServeLine(line=line, engine="sglang", model=_field(ns, "model_path"),
+                     flags=tuple(kept), values=values,
+                     tensor_parallel_size=int(_field(ns, "tensor_parallel_size") or 1),
+                     served_model_name=_field(ns, "served_model_name") or None,
+                     parser=words, dropped=dropped)
 
 
 # -- vLLM's spellings of the sweep's own flags ------------------------------------------
@@ -344,6 +385,8 @@ def added_flags(adapter: Any, slot: Any) -> list[str]:
     """What the harness adds to a --serve line (its host and port aside): cached token
     counts, sleep mode on a restore point, a GPU group's TP size, the fill's worker
     extension (--poison), the --engine-args."""
+    if hasattr(adapter, "serve_flags"):   # an engine that spells its own (SGLang)
+        return adapter.serve_flags(slot)
     s, out = adapter.serve, []
     if not s.has("--enable-prompt-tokens-details"):
         out.append("--enable-prompt-tokens-details")

@@ -33,6 +33,8 @@ class VllmAdapter(EngineAdapter):
     runners = ("v1", "v2")       # VLLM_USE_V2_MODEL_RUNNER (engine.vllm.patches.releases)
     logprobs_default = 5    # V1 Sampler: logprobs are a side computation, greedy is argmax
     takes_draft_model = True
+    async_scheduling = True      # --async-scheduling / --no-async-scheduling (arg_utils.py)
+    needs_model = True           # no model of its own: --model or the --serve line's
     compile_caches = True        # torch.compile, Inductor and Triton (engine/vllm/caches)
     help_notes = {"--engine": "a vLLM install, on GPU; needs --model",
                   "--model": "required, a local model directory or HF id",
@@ -73,8 +75,7 @@ class VllmAdapter(EngineAdapter):
                    served_model_name=served_model_name, cache_dir=cache_dir)
 
     def command(self, cfg, port, slot):
-        if not cfg.model:
-            raise UsageError("--engine vllm needs --model (a local model directory or HF id)")
+        # a configuration without a model was refused by settings/flag_checks.RULES
         try:
             argv, env = self._launch.build_command(
                 cfg, port=int(port), model=cfg.model, gpu=slot.gpu,
@@ -88,6 +89,9 @@ class VllmAdapter(EngineAdapter):
                 **({"cache_dir": self.cache_dir} if self.cache_dir else {}))
         except self._launch.LaunchError as e:
             raise UsageError(f"--engine vllm: {e}") from None
+        if cfg.history != "none":   # proven from the scheduler's own trace (the plugin's);
+            # sibling pauses scheduling (/sleep?level=0&mode=keep: a development endpoint)
+            env = {**env, "RESIDUE_LAB_SCHED_TRACE": "1", "VLLM_SERVER_DEV_MODE": "1"}
         if self.serve is not None:   # --serve: the user's line, the stack's environment
             argv = self.serve.argv(self, port, slot)
         if self.kernels_fixed:
@@ -164,20 +168,30 @@ class VllmAdapter(EngineAdapter):
                    "weights_to_ready_s", "boot_s")
 
     def boot_notes(self, log_text, *, started_epoch, ready_epoch):
-        """The boot split of engine/vllm/bootlog and, with --cache-dir, whether this
-        server hit the shared compile cache (engine/vllm/caches)."""
+        """The boot split of engine/vllm/bootlog, the compile fingerprint (a digest over
+        the compile caches the log names) and, with --cache-dir, whether this server hit
+        the shared compile cache (engine/vllm/caches)."""
         from engine.vllm.bootlog import parse_boot_log
-        from engine.vllm.caches import cache_use
+        from engine.vllm.caches import cache_use, compile_fingerprint
         split = parse_boot_log(log_text, started_at=started_epoch, health_at=ready_epoch)
         notes: dict[str, Any] = {"split": split.durations(),
                                  "compile_cache": split.compile_cache,
-                                 "engine_core_spawn_forced": split.engine_core_spawn_forced}
+                                 "engine_core_spawn_forced": split.engine_core_spawn_forced,
+                                 # issue 48: what a broken cell's bytes depend on, read
+                                 # from the caches after readiness
+                                 "compile": compile_fingerprint(log_text)}
         if self.cache_dir is not None:
             use = cache_use(log_text, root=self.cache_dir)
             notes["cache_dir"] = str(self.cache_dir)
             notes["cache_dir_shared"] = use.compile_dir_shared
         return notes
 
+
+    def bind_compile(self, compiled, gpu_models, env):
+        """The kernels digest plus the GPU models and the cuBLAS/FA switches in ``env``
+        (engine/vllm/kernel_digest.bind): the same kernels on another GPU are another compile."""
+        from engine.vllm.kernel_digest import bind
+        return bind(compiled, gpu_models, env)
 
 
 def _tp_args(slot: Slot) -> tuple[str, ...]:

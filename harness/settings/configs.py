@@ -6,6 +6,7 @@ allows. Preset resolution is ``engine.presets.resolve`` (one table for every eng
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import itertools
 import json
@@ -21,8 +22,11 @@ from ..errors import UsageError
 from .flag_values import choices_of, parse_phases, split
 from .flags import UNSET
 from ..prompts.cases import PromptCase, load_cases, select_cases
+from ..serve.engines import adapter_class
 from ..serve.slots import Slot
+from ..names.engine import EngineName
 from ..names.phase import PHASES, PhaseName
+from ..names.history import history_row
 
 __all__ = ["SweepOptions", "config_id", "modulus_for", "modulus_and_why", "expand_matrix",
            "matrix_combos",
@@ -53,6 +57,7 @@ class SweepOptions:
     resume: str | None
     dry_run: bool
     answer_lines: int = 3
+    flag_notes: tuple[str, ...] = ()   # the warning lines of settings/flag_checks.RULES
     seed: int = 0
     baseline: str | None = None
     junit: Path | None = None
@@ -97,6 +102,7 @@ class SweepOptions:
     # --resume / sweep explain rebuild the options from them
     flags: dict = field(default_factory=dict, compare=False)
     no_progress: bool = False      # --no-progress: the terminal shows no progress bar
+    prompt_logprobs: bool = False  # --prompt-logprobs: measured vs cold prompt logprobs
 
     def __post_init__(self) -> None:
         if not self.documents:   # one document: the seed's (a caller that gave no list)
@@ -136,15 +142,18 @@ def modulus_and_why(cfg: ServingConfig, modulus: int | None) -> tuple[int, str]:
 
 
 def expand_matrix(*, engine: str, model: str | None, prefix_cache: bool | None,
-                  axes: dict[str, list[Any]]) -> list[ServingConfig]:
+                  axes: dict[str, list[Any]], context: int = 4096,
+                  max_tokens: int = 256) -> list[ServingConfig]:
     """Every comma-separated configuration flag is one axis (``flags.matrix_axes``); the
     result is their product, in the flags' declaration order, without duplicates."""
     return [cfg for _, cfg in matrix_combos(engine=engine, model=model,
-                                            prefix_cache=prefix_cache, axes=axes)]
+                                            prefix_cache=prefix_cache, axes=axes,
+                                            context=context, max_tokens=max_tokens)]
 
 
 def matrix_combos(*, engine: str, model: str | None, prefix_cache: bool | None,
-                  axes: dict[str, list[Any]]) -> list[tuple[dict[str, Any], ServingConfig]]:
+                  axes: dict[str, list[Any]], context: int = 4096, max_tokens: int = 256
+                  ) -> list[tuple[dict[str, Any], ServingConfig]]:
     """``expand_matrix`` with what each configuration was resolved from: (its one value of
     every axis, the configuration), the first combination of each configuration kept
     (``sweep explain`` changes one axis of it and resolves again)."""
@@ -158,11 +167,40 @@ def matrix_combos(*, engine: str, model: str | None, prefix_cache: bool | None,
             cfg = resolve(engine=engine, model=model, prefix_caching=prefix_cache, **overrides)
         except PresetError as e:
             raise UsageError(f"configuration {chosen.get('spec')}/{chosen.get('ctx')}: {e}") from None
+        cfg = history_server(cfg, context, max_tokens)
+        if (why := adapter_class(engine).config_refusal(cfg)) is not None:   # SGLang: FULL...
+            raise UsageError(f"{cfg.label()}: {why}")
         cid = config_id(cfg)
         if cid not in seen:
             seen.add(cid)
             out.append((chosen, cfg))
     return out
+
+
+VLLM_POOL_GROUPS = 4   # evict on vLLM: KV groups a small hybrid's pool is sized for
+
+
+def history_server(cfg: ServingConfig, context: int, max_tokens: int) -> ServingConfig:
+    """What a history's servers need that the sweep left unset (its ``names/history.py``
+    row): abort-retry a chunk budget below the prompt, evict a small KV pool; each said in
+    the configuration's notes."""
+    row = history_row(cfg.history)
+    changes: dict[str, Any] = {}
+    notes = list(cfg.notes)
+    if row.chunk_budget and cfg.max_num_batched_tokens is None:
+        changes["max_num_batched_tokens"] = row.chunk_budget
+        notes.append(f"history {row.name}: --max-num-batched-tokens {row.chunk_budget} "
+                     "(harness/names/history.py says why)")
+    if row.pool_prompts and cfg.num_gpu_blocks is None:
+        # vLLM's hybrid takes a block per KV group (attention and mamba) from one pool, and
+        # may promote the block: room for the groups of a small hybrid; the evictors are
+        # counted against the pool /metrics reports (run/history.py)
+        groups = VLLM_POOL_GROUPS if cfg.engine == EngineName.VLLM else 1
+        tokens = groups * row.pool_prompts * (context + max_tokens + 2 * cfg.block_size)
+        changes["num_gpu_blocks"] = -(-int(tokens) // cfg.block_size)
+        notes.append(f"history {row.name}: a KV pool of {changes['num_gpu_blocks']} blocks "
+                     f"(~{row.pool_prompts:g} measured prompts), so unrelated prompts evict it")
+    return dataclasses.replace(cfg, **changes, notes=tuple(notes)) if changes else cfg
 
 
 def predicted_residues(cfg: ServingConfig, modulus: int) -> list[int]:
@@ -336,9 +374,7 @@ def _check_groups(spelled: str, groups: list[list[str]]) -> None:
 
 
 def parse_reference(reference: str, phases: Sequence[str]) -> str:
-    if reference in ("passage", "cold"):
-        if reference == "cold" and PhaseName.COLD not in phases:
-            raise UsageError("--reference cold needs the cold phase in --phases")
+    if reference in ("passage", "cold"):   # cold without a cold phase: flag_checks.RULES
         return reference
     if reference in ("first", "consensus"):
         return reference
@@ -352,9 +388,7 @@ def parse_prompts(path: str | None, case_ids: str | None,
                   reference: str) -> tuple[PromptCase, ...]:
     """The cases of ``--prompts FILE`` (``--case`` picks some), checked against the
     reference: a case without ``expected`` needs a reference that is not the passage."""
-    if path is None:
-        if case_ids:
-            raise UsageError("--case is only for --prompts FILE")
+    if path is None:   # --case without --prompts: refused by settings/flag_checks.RULES
         return ()
     cases = select_cases(load_cases(path), split(case_ids), path)
     if reference == "passage":

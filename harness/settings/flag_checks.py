@@ -1,36 +1,53 @@
 """The flags that only make sense with another one, or contradict each other, as one table
 (``RULES``): each ``Rule`` names the flags it relates, when they are broken together, and
-the one ``UsageError`` line that says so, never silence (issue 27). Read off the parsed
-namespace of ``flags.FLAGS`` (and, where a default cannot tell, the argv that wrote it);
-``options.build_options`` checks every rule, in the table's order, before anything runs.
-What only a whole request can tell (a ``--serve`` line, ``--poison on`` on an engine) stays
-in ``harness/options.py``."""
+the one ``UsageError`` line that says so, never silence (issue 27). Every cross-flag check
+of a sweep is a row here (issue 47), an engine's too (its adapter's facts: what it takes,
+whether it restores, fills or forks), read off the parsed namespace of ``flags.FLAGS``, the
+flags the command line wrote (``flag_manifest.parse_flags``: no argv is scanned here), a
+``--serve`` line as read once, and, where a rule needs them, the configurations the flags
+expand to. ``options.build_options`` checks every rule, in the table's order, before
+anything runs; a row that ``warns`` says its line once and the sweep goes on (``--gpus
+0,0``). What only the plan can tell (a reference's length against ``--max-tokens``, a
+golden run's prompts) is a ``PlanError`` before any point runs (``run/plan.py``,
+``run/golden.py``)."""
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
-from typing import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, Callable, Mapping, Sequence
 
 from ..errors import UsageError
 from ..names.phase import PhaseName
+from ..names.history import HISTORIES
+from .flag_values import split
 from ..serve.engine_help import can_fork, for_engines
-from ..serve.engines import ADAPTERS
+from ..serve.engines import ADAPTERS, engines_where
 from ..names.engine import EngineName
-from ..names.isolation import IsolationName
+from ..names.isolation import IsolationName, restores as isolation_restores
+from ..serve.poison import why_not as poison_why_not
+from . import flag_facts as facts
+from .backend_registry import LIVE_BACKEND
 
 __all__ = ["Asked", "Rule", "RULES", "check_flag_use", "rule_of"]
+
+HISTORY_ROWS = {h.name: h for h in HISTORIES}
 
 
 @dataclass(frozen=True)
 class Asked:
-    """What a rule reads: the parsed flags, the argv that wrote them, ``--phases`` read."""
+    """What a rule reads: the parsed flags, the flags the command line wrote
+    (``{name: value}``, ``flag_manifest.parse_flags``), ``--phases`` read, the ``--serve``
+    line read, and the configurations (built on first use: ``configs_of``)."""
     ns: argparse.Namespace
-    argv: Sequence[str] = ()
+    given: Mapping[str, Any] = field(default_factory=dict)
     phases: Sequence[str] = ()
+    line: Any = None                                   # serve_line.ServeLine or None
+    configs_of: Callable[[], Sequence[Any]] | None = None
 
     def written(self, name: str) -> bool:
         """``name`` is on the command line (a default cannot tell it from one written)."""
-        return any(a == name or a.startswith(name + "=") for a in self.argv)
+        return name in self.given
 
     def __getattr__(self, dest: str):
         return getattr(self.ns, dest, None)
@@ -39,16 +56,25 @@ class Asked:
     def hit_phases(self) -> list[str]:
         return [p for p in self.phases if p != PhaseName.COLD]
 
+    @cached_property
+    def configs(self) -> list[Any]:
+        return list(self.configs_of()) if self.configs_of else []
+
 
 @dataclass(frozen=True)
 class Rule:
     flags: tuple[str, ...]                 # the flags it relates, as the user writes them
     broken: Callable[[Asked], bool]
     says: Callable[[Asked], str]
+    warns: bool = False                    # a line worth saying once; the sweep goes on
 
-    def check(self, asked: Asked) -> None:
-        if self.broken(asked):
-            raise UsageError(self.says(asked))
+    def check(self, asked: Asked) -> str | None:
+        """The warning line of a broken ``warns`` row; a broken row is a ``UsageError``."""
+        if not self.broken(asked):
+            return None
+        if self.warns:
+            return self.says(asked)
+        raise UsageError(self.says(asked))
 
 
 def _engine(a: Asked):
@@ -59,9 +85,28 @@ def _first_written(a: Asked, names: Sequence[str]) -> str:
     return next(n for n in names if a.written(n))
 
 
+def _poison_why(a: Asked) -> str | None:
+    """Why ``--poison on`` cannot fill this engine's servers (None: it can)."""
+    cls = _engine(a)
+    args = tuple(a.engine_arg or ())
+    if a.line is not None and a.line.has("--worker-extension-cls"):
+        args += ("--worker-extension-cls",)   # the line's own extension
+    return poison_why_not(cls, args, bool(a.url)) if cls else None
+
+
 _PROMPTS_ONLY = ("--context", "--answer-lines")
 
 RULES: tuple[Rule, ...] = (
+    Rule(("--poison", "--engine"),   # an engine that refuses the fill outright (SGLang)
+         lambda a: a.poison == "on" and bool(getattr(_engine(a), "poison_refusal", None)),
+         lambda a: f"--poison on: --engine {a.engine}: {_engine(a).poison_refusal}; use "
+                   "--poison auto or off"),
+    Rule(("--poison", "--engine", "--engine-arg", "--serve", "--url"),
+         lambda a: a.poison == "on" and bool(_poison_why(a)),
+         lambda a: f"--poison on: {_poison_why(a)}; use --poison auto or off"),
+    Rule(("--url", *facts.SERVER_FLAGS), lambda a: bool(a.url) and bool(facts.url_refused(a.given)),
+         lambda a: "--url sweeps a server that is already running, as it runs; these flags "
+                   f"configure or start a server: {', '.join(facts.url_refused(a.given))}"),
     Rule(("--url", "--prompts", "--seed"),
          lambda a: bool(a.url) and (bool(a.prompts) or len(a.seed or ()) > 1),
          lambda a: "--url gives every point a document of its own: --prompts cases and "
@@ -129,16 +174,102 @@ RULES: tuple[Rule, ...] = (
          lambda a: "--seed lists are documents and --prompts cases have none: give one --seed"),
     Rule(("--bisect", "--baseline"), lambda a: bool(a.bisect) and bool(a.baseline),
          lambda a: "--bisect and --baseline are exclusive: a bisect judges each build alone"),
+    Rule(("--engine-arg", "--gpus"), lambda a: bool(facts.tensor_parallel_arg(a.engine_arg)),
+         lambda a: f"--engine-arg={facts.tensor_parallel_arg(a.engine_arg)}: the tensor-parallel "
+                   "size comes from the GPU groups: --gpus 0+1,2+3 runs each server across two "
+                   "GPUs with --tensor-parallel-size 2"),
+    Rule(("--serve", "--url", "--engine"),
+         lambda a: bool(a.serve) and (bool(a.url) or a.engine == EngineName.CMD),
+         lambda a: "--serve starts your server line: not with --url or --engine cmd"),
+    Rule(("--serve", *facts.SERVE_FIELDS), lambda a: bool(facts.serve_contradiction(a)),
+         lambda a: facts.serve_contradiction(a)),
+    Rule(("--serve", "--gpus"), lambda a: bool(facts.serve_gpu_groups(a)),
+         lambda a: facts.serve_gpu_groups(a)),
+    Rule(("--draft-model", "--engine"),
+         lambda a: bool(a.draft_model) and bool(_engine(a)) and not _engine(a).takes_draft_model,
+         lambda a: "--draft-model is for --engine " + engines_where(lambda c: c.takes_draft_model)),
+    Rule(("--engine-arg", "--engine"),
+         lambda a: bool(a.engine_arg) and bool(_engine(a)) and not _engine(a).takes_engine_args,
+         lambda a: "--engine-arg is for --engine "
+                   f"{engines_where(lambda c: c.takes_engine_args)} (--engine {a.engine}: put "
+                   "the argument in --server-cmd)"),
+    Rule(("--isolation", "--engine"),
+         lambda a: isolation_restores(a.isolation) and bool(_engine(a))
+         and not _engine(a).can_restore(),
+         lambda a: _engine(a).restore_refusal()),
+    Rule(("--isolation", "--backend"),
+         lambda a: a.backend == "ray" and a.isolation != IsolationName.FRESH,
+         lambda a: f"--isolation {a.isolation} is for the local backend; --backend ray runs "
+                   "every point on its own fresh server"),
+    Rule(("--backend", "--url"), lambda a: a.backend == LIVE_BACKEND and not a.url,
+         lambda a: "--backend live sweeps the running server of --url URL; give --url (the "
+                   "local and ray backends start their own servers)"),
+    Rule(("--reference", "--phases"),
+         lambda a: a.reference == "cold" and PhaseName.COLD not in a.phases,
+         lambda a: "--reference cold needs the cold phase in --phases"),
+    # every line of the document is at least one token: a budget under the line count
+    # cuts every answer short, which the sweep would judge an engine's break (issue 50)
+    Rule(("--max-tokens", "--answer-lines"),
+         lambda a: not a.prompts and a.max_tokens < a.answer_lines,
+         lambda a: f"--max-tokens {a.max_tokens} cannot hold the reference: --answer-lines "
+                   f"{a.answer_lines} lines are at least {a.answer_lines} tokens; raise "
+                   "--max-tokens or lower --answer-lines"),
+    Rule(("--baseline", *facts.MATRIX_FLAGS), lambda a: bool(facts.baseline_unmatched(a)),
+         lambda a: facts.baseline_unmatched(a)),
+    Rule(("--engine", "--model"),
+         lambda a: bool(_engine(a)) and _engine(a).needs_model and not a.model and not a.serve,
+         lambda a: f"--engine {a.engine} needs --model (a local model directory or HF id)"),
+    Rule(("--engine", "--server-cmd"), lambda a: a.engine == EngineName.CMD and not a.server_cmd,
+         lambda a: "--engine cmd needs --server-cmd 'TEMPLATE' with a {port} placeholder"),
+    Rule(("--gh-repo", "--gh-dry-run", "--gh-issue"),
+         lambda a: not a.gh_issue and (bool(a.gh_repo) or bool(a.gh_dry_run)),
+         lambda a: "--gh-repo and --gh-dry-run go with --gh-issue N"),
+    Rule(("--case", "--prompts"), lambda a: bool(a.case) and not a.prompts,
+         lambda a: "--case is only for --prompts FILE"),
+    Rule(("--gpus",), lambda a: bool(facts.shared_gpus(a.gpus)), warns=True,
+         says=lambda a: f"--gpus {a.gpus}: {facts.shared_gpus(a.gpus)} runs two servers side "
+                        "by side on one GPU (each gets part of its memory); give each GPU "
+                        "once for one server per GPU"),
+    Rule(("--async-scheduling", "--engine"),
+         lambda a: bool(a.async_scheduling) and not getattr(_engine(a), "async_scheduling", True),
+         lambda a: f"--async-scheduling: --engine {a.engine} has no switch for it (vLLM's "
+                   "--async-scheduling / --no-async-scheduling)"),
+    Rule(("--url", "--history"), lambda a: bool(a.url) and bool(_unprovable_live(a)),
+         lambda a: f"--url: --history {','.join(_unprovable_live(a))} cannot be proven on a "
+                   "server shared with other traffic (its proof needs the server's own log, its "
+                   "prefix cache and its pool to itself); sweep it on started servers"),
+    Rule(("--history", "--load"),
+         lambda a: bool(a.load) and any(h != "none" for h in split(a.history or "")),
+         lambda a: "--history and --load are exclusive: a history proves what ran before the "
+                   "measured request, and background load would be part of it"),
+    Rule(("--history", "--phases"), lambda a: bool(_history_missing(a)),
+         lambda a: "--history {0} runs at the {1} phase: --phases must have {2}".format(
+             *_history_missing(a), ", ".join(dict.fromkeys(("cold", _history_missing(a)[1]))))),
 )
 
 
-def check_flag_use(ns: argparse.Namespace, argv: Sequence[str], phases: Sequence[str]) -> None:
-    """Every rule of ``RULES``, in order: the first broken one is a ``UsageError``.
-    ``argv`` tells a flag written from its default; ``phases``: ``--phases`` as the options
-    read it."""
-    asked = Asked(ns, tuple(argv), tuple(phases))
-    for rule in RULES:
-        rule.check(asked)
+def _unprovable_live(a: Asked) -> list[str]:
+    """The ``--history`` names a shared live server cannot prove (names/history.py live_ok)."""
+    return [h for h in split(a.history or "") if h in HISTORY_ROWS and not HISTORY_ROWS[h].live_ok]
+
+
+def _history_missing(a: Asked) -> tuple[str, str] | None:
+    """(history, its phase) for the first ``--history`` whose phases ``--phases`` lacks: each
+    runs at its row's phase (names/history.py), and those at a hit after the cold one."""
+    for name in split(a.history or ""):
+        row = HISTORY_ROWS.get(name)
+        if row is None or row.at is None:
+            continue
+        if row.at not in a.phases or PhaseName.COLD not in a.phases:
+            return name, row.at
+    return None
+
+
+def check_flag_use(asked: Asked) -> tuple[str, ...]:
+    """Every rule of ``RULES``, in order: the first broken one is a ``UsageError``; the
+    lines of the broken ``warns`` rows come back, to be said once."""
+    said = (rule.check(asked) for rule in RULES)
+    return tuple(line for line in said if line)
 
 
 def rule_of(*flags: str) -> Rule:

@@ -89,7 +89,13 @@ def parse_flags(argv: Sequence[str]) -> tuple[argparse.Namespace, dict[str, Any]
     defaults = _defaults()
     ns = argparse.Namespace(**{k: given[k] if k in given else copy.copy(getattr(defaults, k))
                                for k in raw})
-    return ns, _written_names(given)
+    written = _written_names(given)
+    # --prefix-cache and --no-prefix-cache share a dest: the parse keeps the last one
+    # written, so both written is read off the tokens (a rule of flag_checks refuses it)
+    both = ("--prefix-cache", "--no-prefix-cache")
+    if all(any(a == f or a.startswith(f + "=") for a in argv) for f in both):
+        written.update({"--prefix-cache": True, "--no-prefix-cache": False})
+    return ns, written
 
 
 @functools.lru_cache(maxsize=1)

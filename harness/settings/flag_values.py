@@ -11,8 +11,8 @@ from engine.presets import PATCHES, PresetError, normalise_patches
 from ..errors import UsageError
 from ..names.phase import PHASES
 
-__all__ = ["parse_phases", "positive_int", "positive_float", "split", "choices_of", "ints", "seed_list",
-           "patch_sets", "int_in", "or_none", "LOAD_MODES"]
+__all__ = ["parse_phases", "positive_int", "positive_float", "seconds_at_least", "a_path", "split",
+           "choices_of", "ints", "seed_list", "patch_sets", "int_in", "or_none", "LOAD_MODES"]
 
 # --load-mode: background conversations decode on (steady) or are cut and resent (cancel)
 LOAD_MODES = ("steady", "cancel")
@@ -38,6 +38,26 @@ def positive_float(v: str) -> float:
     if x <= 0:
         raise argparse.ArgumentTypeError(f"{x:g} must be positive")
     return x
+
+
+def seconds_at_least(minimum: float, what: str):
+    """A duration in seconds of at least ``minimum`` (``what``: why less cannot work):
+    ``--timeout 0.001`` times out every request before an answer can come (issue 50)."""
+    def conv(v: str) -> float:
+        x = positive_float(v)
+        if x < minimum:
+            raise argparse.ArgumentTypeError(f"{x:g} s is too short for {what}; give at "
+                                             f"least {minimum:g}")
+        return x
+    return conv
+
+
+def a_path(v: str) -> str:
+    """A file or folder the user names: an empty one is a mistake, never the default
+    (``--out ""`` wrote to results/, issue 50)."""
+    if not v.strip():
+        raise argparse.ArgumentTypeError("an empty path; give a folder or leave the flag out")
+    return v
 
 
 def split(value: str | None) -> list[str]:

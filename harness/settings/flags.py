@@ -25,11 +25,12 @@ from ..serve.engine_help import (can_fork, ctx_words, engine_help, for_engines, 
 from ..serve.engines import ADAPTERS
 from ..errors import UsageError
 from ..names.isolation import isolation_help
-from .flag_values import (choices_of, int_in, ints, or_none, patch_sets, positive_float,
-                          positive_int, seed_list)
+from .flag_values import (a_path, seconds_at_least, choices_of, int_in, ints, or_none, patch_sets,
+                          positive_float, positive_int, seed_list)
 from ..serve.slots import one_slot_args
 from ..names.isolation import ISOLATIONS
 from .flag_values import LOAD_MODES
+from ..names.history import HISTORIES, HISTORY_NAMES
 
 __all__ = ["Flag", "FLAGS", "GROUPS", "UNSET", "sweep_parser", "matrix_axes",
            "rerun_command", "Rerun", "positive_int", "positive_float", "Parser",
@@ -108,6 +109,7 @@ def _always(name: str, get: Callable[[Rerun], Any]) -> Callable[[Rerun], list[st
 
 
 DEFAULT_ENGINE = "lab"
+DEFAULT_OUT = "results"   # --out unset (options.py; a --baseline run id is looked up there)
 
 
 # -- the flags, in the order of the matrix product and of a rerun command ---------------
@@ -157,6 +159,12 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--runner", ENGINE, runner_help, {"metavar": "RUNNER"}, axis="runner",
          items=or_none(choices_of(RUNNERS)),
          rerun=lambda r: ["--runner", r.cfg.runner] if r.cfg.runner != "auto" else []),
+    Flag("--async-scheduling", ENGINE, lambda: "on | off, or both (matrix): the engine's "
+         f"asynchronous scheduling ({for_engines('async_scheduling')}: --async-scheduling / "
+         "--no-async-scheduling; default: the engine's own; recorded in the configuration)",
+         {"metavar": "on|off"}, axis="async_scheduling", items=or_none(choices_of(("on", "off"))),
+         rerun=lambda r: (["--async-scheduling", r.cfg.async_scheduling]
+                          if r.cfg.async_scheduling else [])),
     Flag("--model", ENGINE, lambda: f"model directory ({notes('--model')})",
          rerun=_opt("--model", "model")),
     Flag("--served-model-name", ENGINE, "model name for requests (default: /v1/models)",
@@ -195,6 +203,17 @@ FLAGS: tuple[Flag, ...] = (
          "measured prompt: a hit through another request's blocks), self-hit (the same prompt again: the final chunk is the uncached tail) "
          "(default cold,self-hit)",
          {"default": "cold,self-hit"}, rerun=_always("--phases", lambda r: ",".join(r.opts.phases))),
+    Flag("--history", MEASURE, "what the server does right before the measured request "
+         "(matrix, comma list; default none): " + "; ".join(
+             f"{h.name} ({h.before})" for h in HISTORIES[1:]) + ". Each proven per point "
+         "or the point is invalid (docs/histories.md)", {"default": "none", "metavar": "NAME"},
+         axis="history", items=or_none(choices_of(HISTORY_NAMES)),
+         rerun=lambda r: ["--history", r.cfg.history] if r.cfg.history != "none" else []),
+    Flag("--prompt-logprobs", MEASURE, "ask the measured requests' prompt logprobs and compare "
+         "them with the cold reference's at each position: the first position that differs "
+         "is the finding (upstream #53488: MTP corrupting prompt_logprobs while the text "
+         "looks fine)", {"action": "store_true"},
+         rerun=lambda r: ["--prompt-logprobs"] if r.opts.prompt_logprobs else []),
     Flag("--reference", MEASURE, "what an answer is judged against: passage (the "
          "document's own lines, default) | cold (the point's cold answer judges its hits; "
          "the cold phase is the reference) | first (the first configuration's answer to the "
@@ -278,14 +297,14 @@ FLAGS: tuple[Flag, ...] = (
          "tensor-parallel server across each (0+1,2+3: --tensor-parallel-size 2)",
          {"metavar": "LIST"}, resume=True),
     Flag("--timeout", RUN, "per request, seconds (default 120)",
-         {"type": positive_float, "default": 120.0}, resume=True),
+         {"type": seconds_at_least(1, "any answer"), "default": 120.0}, resume=True),
     Flag("--boot-timeout", RUN, lambda: "server boot, seconds (default: "
          f"{per_engine(lambda c: f'{c.boot_timeout_s:g}')})",
-         {"type": positive_float}),
+         {"type": seconds_at_least(1, "any server to boot")}),
     Flag("--out", RUN, "results directory (default results/); the reports go there too "
-         "unless --reports-dir says otherwise", {"metavar": "DIR"}, resume=True),
+         "unless --reports-dir says otherwise", {"metavar": "DIR", "type": a_path}, resume=True),
     Flag("--reports-dir", RUN, "report directory (default: the --out folder when --out is "
-         "given, else reports/)", {"metavar": "DIR"}, resume=True),
+         "given, else reports/)", {"metavar": "DIR", "type": a_path}, resume=True),
     Flag("--resume", RUN, "continue an interrupted run", {"metavar": "RUN_ID"}),
     Flag("--dry-run", RUN, "print the plan and server commands; start nothing",
          {"action": "store_true"}),
@@ -294,7 +313,8 @@ FLAGS: tuple[Flag, ...] = (
          "coverage (judged there, missing or not judged now) against it, each cell named", {"metavar": "RUN_OR_FILE"}),
     Flag("--allow-fewer", OUTPUT, "with --baseline: do not fail when a cell the baseline "
          "judged is missing or unjudged now", {"action": "store_true"}),
-    Flag("--junit", OUTPUT, "write JUnit XML (one testcase per point x phase)", {"metavar": "PATH"}),
+    Flag("--junit", OUTPUT, "write JUnit XML (one testcase per point x phase)",
+         {"metavar": "PATH", "type": a_path}),
     Flag("--full", OUTPUT, "do not fold clean rows in the report", {"action": "store_true"}),
     Flag("--bisect", OUTPUT, "exit for git bisect run: 0 every cell tested and ok, 1 a cell "
          "not ok, 125 untestable (a boot-fail, infra or invalid point, an unjudged answer "

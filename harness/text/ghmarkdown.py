@@ -11,12 +11,13 @@ is invisible in the rendered page.
 """
 from __future__ import annotations
 
+import html
 import re
 import unicodedata
 from typing import Iterable, Sequence
 
 __all__ = ["ZWJ", "ELLIPSIS", "DEFAULT_CAP", "cap", "neutralise", "one_line", "escape_text", "code",
-           "fence", "bold", "table"]
+           "fence", "bold", "table", "details"]
 
 ZWJ = "\u200d"
 ELLIPSIS = "…"
@@ -112,6 +113,14 @@ def fence(text: str, lang: str = "") -> str:
     longest = max((len(m) for m in re.findall(r"`{3,}", text)), default=2)
     f = "`" * max(3, longest + 1)
     return f"{f}{lang}\n{text}\n{f}"
+
+
+def details(summary: str, body: str) -> str:
+    """A folded block: ``summary`` (plain words, HTML-escaped) shown, ``body`` (markdown:
+    blank lines around it so GitHub renders it) behind a click (issue 50: what a maintainer
+    needs first stays open, the configuration, reruns, timing and provenance fold)."""
+    shown = html.escape(summary, quote=False)
+    return f"<details><summary>{shown}</summary>\n\n{body}\n\n</details>"
 
 
 def bold(text: str) -> str:

@@ -14,7 +14,12 @@ from typing import Union
 
 from .ghmarkdown import bold, code, escape_text, one_line
 
-__all__ = ["Phrase", "Code", "Text", "Strong", "Emph"]
+__all__ = ["Phrase", "Code", "Text", "Strong", "Emph", "plural"]
+
+
+def plural(n: int, word: str) -> str:
+    """``1 cell``, ``2 cells``: a count and its noun (issue 50: "1 cells")."""
+    return f"{n} {word}{'' if n == 1 else 's'}"
 
 
 @dataclass(frozen=True)

@@ -11,10 +11,22 @@ as a terminal shows it (``display_width``), so markup taken out never shifts a c
 from __future__ import annotations
 
 import re
+import textwrap
 import unicodedata
 from typing import Sequence
 
-__all__ = ["markdown_to_plain", "inline_to_plain", "display_width", "align_table"]
+__all__ = ["markdown_to_plain", "inline_to_plain", "display_width", "align_table",
+           "wrap_prose"]
+
+
+def wrap_prose(line: str, width: int | None, indent: str = "") -> list[str]:
+    """A prose line in ``width`` columns, continued under ``indent`` (a word longer than
+    the width, a path, stays whole; issue 50: summary lines of 730 columns); a table is
+    never wrapped (the terminal splits it per configuration)."""
+    if width is None or display_width(line) <= width:
+        return [line]
+    return textwrap.wrap(line, width, subsequent_indent=indent, break_long_words=False,
+                         break_on_hyphens=False) or [line]
 
 _CODE_SPAN = re.compile(r"(`+)(.+?)\1")
 _ESCAPE = re.compile(r"\\([\\`*_\[\]|~$#<>!{}()+.-])")

@@ -124,3 +124,7 @@ report poison-off-pw-unpatched-m6.md 20261203-133156-bb6d.jsonl.gz
 page determinism/compare-b-m6.txt python ../../benchmarks/compare_isolation.py $R/20261203-133156-4ea0.jsonl.gz
 page determinism/compare-on-off-m6.txt python ../../benchmarks/compare_isolation.py $R/20261203-133156-4ea0.jsonl.gz --left restore --vs $R/20261203-133156-9a5e.jsonl.gz $R/20261203-133156-bb6d.jsonl.gz --right restore
 page determinism/cost-m6.md python ../../benchmarks/isolation_cost.py $R/20261203-133156-4ea0.jsonl.gz --machine "one H200 (vLLM 0.26.0, tiny hybrid, 10 slots on GPU 0; machine m6 of round 4)"
+# issue 48 (2026-12-06, one H200, bytes/README.md): ngram k = 4 and k = 3 servers with the
+# mode, each compiling its own cache, one per k with the candidate pins
+# (bash benchmarks/gpu_bytes_experiment.sh 250 h200a)
+page bytes/summary-h200a.md python ../../benchmarks/gpu_bytes_summary.py bytes/records-h200a.jsonl.gz

@@ -94,8 +94,19 @@ def test_the_lab_runs_the_whole_curve(tmp_path):
     assert table.startswith(f"# Cost curve: {NOTE}") and table.rstrip().endswith(f"_{NOTE}._")
     assert "| 27b@20 | 24.40 B |" in table and "17.66×" in table
     manifest = json.loads((out / "manifest.json").read_text())
-    assert manifest["note"] == NOTE and manifest["fill"] is False
-    assert "--engine lab" in manifest["fill_missing_why"]
+    # the lab serves the fill's RPCs: the old per-view fill, the once-per-storage fill and
+    # the dirty restore run side by side in every round (issue 51)
+    assert manifest["note"] == NOTE and manifest["fill"] is True and manifest["pool"] is True
+    for name in ("2b@4.9", "27b@20"):
+        mine = [x for x in recs if x["server"] == name and not x.get("error")]
+        kinds = [x["kind"] for x in mine]
+        assert kinds.count("fill") == 3 and kinds.count("storage_fill") == 4     # + the boot's
+        dirty = [x["result"] for x in mine if x["kind"] == "dirty_restore"]
+        assert len(dirty) == 4 and all(d["ok"] and d["means"] == "dirty" for d in dirty)
+        assert all(0 < d["restored"]["blocks"] for d in dirty)
+        assert [x["result"]["ok"] for x in mine if x["kind"] == "audit"] == [True]
+        assert next(x for x in mine if x["kind"] == "bandwidth")["result"]["bytes_per_s"] > 0
+    assert "## Restore at the speed of memory" in table and "dirty: 4" in table
     again = run("--summarize", str(out))
     assert again.returncode == 0 and again.stdout == table + "\n"
 
@@ -218,7 +229,7 @@ def test_past_three_sleep_cycles_the_points_and_fills_come_first(tmp_path):
     import benchmarks.gpu_cost_curve as cc
 
     opts = cc.parse_args(["--out", str(tmp_path), "--servers", "2b@4.9", "--engine", "lab",
-                          "--deadline-s", "100", "--points", "20"])
+                          "--deadline-s", "100", "--points", "20", "--no-fill"])
     r = cc.Run(opts)
     live = {"2b@4.9": {}}
     r.slowest = {("2b@4.9", "point"): 2.0, ("2b@4.9", "sleep"): 40.0}
@@ -267,3 +278,26 @@ def test_the_shell_script_on_the_lab_returns_four_files(tmp_path):
     assert "| 27b@20 | 24.40 B |" in (out / "cost_curve.md").read_text()
     assert len([r for r in records(out) if r["kind"] == "point"]) == 6
     assert "WARNING" not in res.stdout
+
+
+def test_servers_in_turn_boot_one_at_a_time(tmp_path):
+    """--in-turn: each server boots, is measured and is stopped before the next boots (an
+    80 GB H100 holds the 27B shape with a 20 GiB pool, not it and a 2B server)."""
+    out = tmp_path / "o"
+    r = run("--engine", "lab", "--out", str(out), "--servers", "2b@4.9,27b@20", "--in-turn",
+            "--no-sleep", "--points", "1", "--deadline-s", "200", "--cache-dir", "")
+    assert r.returncode == 0, r.stderr[-3000:]
+    recs = records(out)
+    order = [(x["kind"], x["server"]) for x in recs if x["kind"] in ("boot", "point")]
+    assert order == [("boot", "2b@4.9"), ("point", "2b@4.9"), ("point", "2b@4.9"),
+                     ("boot", "27b@20"), ("point", "27b@20"), ("point", "27b@20")]
+    assert not [x for x in recs if x["kind"] == "sleep"]
+    assert json.loads((out / "manifest.json").read_text())["in_turn"] is True
+
+
+def test_in_turn_sizes_the_gpu_by_the_largest_server():
+    import benchmarks.gpu_cost_curve as cc
+    args = ["--out", "/tmp/x", "--servers", "2b@20,27b@20", "--gpu-gib", "79"]
+    with pytest.raises(cc.UserError, match="--in-turn boots one at a time"):
+        cc.parse_args(args)
+    assert cc.parse_args(args + ["--in-turn"]).in_turn

@@ -12,6 +12,8 @@ import re
 
 import pytest
 
+from harness.options import options_from_argv
+
 from engine.vllm.effective import parse_effective_config
 from engine.presets import resolve
 from harness.serve.client import EngineClient
@@ -59,6 +61,8 @@ def test_restore_equals_fresh_where_reset_differs(cli):
     for p, rec in zip(proofs[1:], cold[1:]):
         assert p["means"] == "reset+poison-fill" and p["proven"] is True
         assert set(p["steps"]) == {"reset", "fill"}
+        # issue 51: only the blocks and rows the previous point was given were refilled
+        assert p["restored"]["means"] == "dirty" and p["restored"]["blocks"] > 0
         assert p["metrics"]["running"] == 0 and p["metrics"]["kv_cache_usage"] == 0
         assert [f["at"] for f in rec["poison"]["fills"]] == ["boot", "restore"]
         assert all(f["ok"] for f in rec["poison"]["fills"])
@@ -66,6 +70,7 @@ def test_restore_equals_fresh_where_reset_differs(cli):
     assert runs["restore"][1][0]["config"]["enable_sleep_mode"] is False   # no weights moved
     report = runs["restore"][3]
     assert "| restore " in report and "5 points restored, each proven" in report
+    assert "dirty (the blocks the point was given) on 5 points, median " in report
     assert re.search(r"\| poison +\| on: state,kv,builders filled with pattern A after boot "
                      r"\(1 server\) and at 5 restores; every fill proven", report)
     manifest = runs["restore"][2]
@@ -183,7 +188,9 @@ def test_vllm_adapter_turns_sleep_mode_and_dev_mode_on(monkeypatch, tmp_path):
 def test_a_vllm_without_sleep_mode_is_refused(monkeypatch, tmp_path):
     monkeypatch.setattr("harness.serve.vllm_adapter.vllm_serves_sleep", lambda: False)
     with pytest.raises(UsageError, match="no sleep-mode endpoints.*--isolation fresh"):
-        make_adapter("vllm", isolation="restore", work_dir=tmp_path)
+        # an engine's refusal is a row of settings/flag_checks.RULES (issue 47)
+        options_from_argv(["--engine", "vllm", "--model", "/m", "--isolation", "restore",
+                           "--out", str(tmp_path / "o")])
     # auto falls back to reset there, and starts no server in sleep mode
     adapter = make_adapter("vllm", isolation="auto", work_dir=tmp_path)
     cfg = resolve("ngram", "huge", engine="vllm", model="/m", patches="none")
@@ -229,8 +236,9 @@ def test_a_poisoned_server_that_cannot_restore_by_fill_sleeps_then_is_filled_aga
         calls.append("fill-means")
         return {"means": "reset+poison-fill"}
 
-    async def refill(client, rec):
-        calls.append("refill")
+    async def refill(client, rec, whole=False):
+        # after a sleep cycle the pool was discarded: every storage, never the dirty set
+        calls.append("refill" if whole else "refill-dirty")
         return {"at": "restore", "ok": True}
     monkeypatch.setattr(restore, "restore_server", sleep_cycle)
     monkeypatch.setattr(restore, "restore_by_fill", by_fill)

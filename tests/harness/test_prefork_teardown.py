@@ -10,9 +10,13 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from tests.conftest import ROOT
 
 
+# a real sweep in a subprocess with real servers: e2e (issue 50: the auto mark missed it)
+@pytest.mark.e2e
 def test_a_prefork_point_tears_down_as_fast_as_a_plain_one(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("GITHUB_")}
     env["PYTHONPATH"] = str(ROOT)

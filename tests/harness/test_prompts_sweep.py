@@ -233,6 +233,8 @@ def test_a_case_without_expected_on_a_server_that_does_not_boot_is_boot_fail(tmp
     row.pop("expected")
     bare.write_text(json.dumps(row) + "\n")
     _, recs, _ = sweep(cli, "--prompts", str(bare), "--residues", "1", "--reference",
-                       "cold", "--kv-cache-memory-bytes", "4096", rc=1)
+                       # one KV block, far from max_model_len: the server boots and fails
+                       # (4096 bytes, not one block, is refused up front: issue 50)
+                       "cold", "--kv-cache-memory-bytes", "4000000", rc=1)
     assert [(r["case_id"], r["verdict"]) for r in recs] == [(row["id"], "boot-fail")] * 2
     assert recs[0]["expected_chars"] == 0 and "KV cache" in recs[0]["reason"]

@@ -138,6 +138,8 @@ def _probe(tmp_path, *engine_args: str) -> tuple[subprocess.CompletedProcess, Pa
     return proc, out
 
 
+# a real sweep in a subprocess with real servers: e2e (issue 50: the auto mark missed it)
+@pytest.mark.e2e
 def test_restore_probe_on_the_lab(tmp_path):
     proc, out = _probe(tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -150,6 +152,8 @@ def test_restore_probe_on_the_lab(tmp_path):
     assert "| others+reset |" in (out / "probe.md").read_text()
 
 
+# a real sweep in a subprocess with real servers: e2e (issue 50: the auto mark missed it)
+@pytest.mark.e2e
 def test_restore_probe_stops_in_one_line_when_a_restore_fails(tmp_path):
     """Stage a on the H200 ended in a traceback (ServerGone) after its second restore's sleep
     failed; now that step is a row ('not sent', the error) and the probe ends, rc 1."""

@@ -79,6 +79,8 @@ class Watched:
             self.proc.wait()
 
 
+# a real sweep in a subprocess with real servers: e2e (issue 50: the auto mark missed it)
+@pytest.mark.e2e
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 @pytest.mark.parametrize("moment", ["imports", "first-boot", "mid-sweep"])
 def test_signal_at_any_moment_exits_130_cleanly(tmp_path, sig, moment):
@@ -109,6 +111,8 @@ def test_signal_at_any_moment_exits_130_cleanly(tmp_path, sig, moment):
         read_record_file(f)   # every line a whole record
 
 
+# a real sweep in a subprocess with real servers: e2e (issue 50: the auto mark missed it)
+@pytest.mark.e2e
 def test_sighup_takes_the_interrupt_path(tmp_path):
     """Issue 33 item 12: the terminal closing mid-sweep (SIGHUP) ends like Ctrl-C: exit
     130, every record whole, no server left and no ``servers.json`` left behind."""

@@ -59,6 +59,8 @@ def _grandchildren(tok_dir, sweep_pid: int) -> list[psutil.Process]:
     return out
 
 
+# a real sweep in a subprocess with real servers: e2e (issue 50: the auto mark missed it)
+@pytest.mark.e2e
 def test_a_killed_sweep_takes_a_wrappers_server_with_it(tmp_path, tok_dir):
     # the wrapper forks the server and waits for it (no exec): the kernel's parent-death
     # signal reaches the wrapper only, and the server is its child in the same group

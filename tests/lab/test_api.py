@@ -10,6 +10,7 @@ import openai
 import pytest
 
 from labserver import MTP, lab_server, make_document
+from engine.lab.config import PATCHES
 
 DOC = make_document(30, seed=3)
 KEY = "sk-lab-test"
@@ -215,7 +216,7 @@ def test_metrics_and_version(srv):
     assert 0 < drafted["vllm:spec_decode_num_accepted_tokens_total"] \
         <= drafted["vllm:spec_decode_num_draft_tokens_total"]
     v = srv.http.get("/version").json()
-    assert v["patches"] == {"prefill-discriminator": "applied", "sliding-window-guard": "applied"}
+    assert v["patches"] == {p: "applied" for p in PATCHES}
     eff = v["effective_config"]
     assert eff["speculative_config"] == {"method": "mtp", "num_speculative_tokens": 3}
     assert eff["block_size"] == 16 and eff["prefix_match_unit"] == 16

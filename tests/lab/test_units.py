@@ -219,3 +219,26 @@ def test_hostile_history_is_not_quadratic():
         core.step()
     assert time.monotonic() - t < 10
     assert TOK.decode(req.output_token_ids) == "one\ntwo"
+
+
+def test_batch_layout_shifts_only_a_row_after_a_whole_page_row():
+    from engine.lab.batch_layout import read_rows
+    a, b = np.arange(1, 33, dtype=np.int32), np.arange(100, 120, dtype=np.int32)
+    assert [list(x) for x in read_rows([a], 16, False)] == [list(a)]          # alone: as is
+    got = read_rows([a, b], 16, False)                                         # 32 = 2 pages
+    assert list(got[0]) == list(a) and list(got[1][:16]) == [0] * 16           # a page late
+    assert list(got[1][16:]) == list(b[:4])
+    assert [list(x) for x in read_rows([a, b], 16, True)] == [list(a), list(b)]
+    c = a[:30]                                                                 # not whole pages
+    assert [list(x) for x in read_rows([c, b], 16, False)] == [list(c), list(b)]
+
+
+def test_eviction_key_misses_the_hybrid_attention_group_unpatched():
+    for patched, stale in ((False, True), (True, False)):
+        pool = BlockPool(4, 16, True, group_id=1, evict_group_key=patched)
+        (blk,) = pool.get_new_blocks(1)
+        pool.cache_block(blk, 111, "p")
+        pool.free_blocks([blk])
+        pool.get_new_blocks(4)                       # every block reallocated: blk evicted
+        assert pool.evicted == ["p"]
+        assert (pool.get_cached_block(111) == blk) is stale

@@ -100,7 +100,7 @@ def test_hostile_answers_through_a_real_sweep(tmp_path, cli):
     html = gfm_html(md)
     tags = set(parse_html(html).tags)
     assert tags <= {"h1", "h2", "h3", "p", "ul", "li", "strong", "em", "code", "pre", "table",
-                    "thead", "tbody", "tr", "th", "td"}, tags
+                    "thead", "tbody", "tr", "th", "td", "details", "summary"}, tags
     assert "<script" not in html and "<b>" not in html and "<a " not in html
     assert "@someone" not in html and "#1 " not in html and "GH-2" not in html
     notes = [t for t in gfm_tables(md) if t["head"][0] == "†"][0]

@@ -69,7 +69,10 @@ def test_every_non_ok_cell_has_its_sha1(run128):
     records, manifests = run128
     md = render_markdown(records, manifests)
     notes = [t for t in gfm_tables(md) if t["head"] and t["head"][0] == "†"][0]
-    assert notes["rows"][0][:5] == ["†1", "4", "self-hit", "broken", "da39a3ee5e6b"]
+    # seven columns (issue 50): cell = residue and phase, verdict with its finish reason
+    assert notes["head"] == ["†", "cell", "verdict", "sha1", "measured", "why",
+                             "answer (excerpt)"]
+    assert notes["rows"][0][:4] == ["†1", "4 self-hit", "broken, stop", "da39a3ee5e6b"]
     bad = [r for r in records if r.verdict != "ok"]
     for r in bad:
         assert r.sha1[:12] in md
@@ -162,7 +165,7 @@ def test_hostile_answers_end_to_end(write_run):
         html = gfm_html(md)
         parsed = parse_html(html)
         allowed = {"h1", "h2", "h3", "p", "ul", "li", "strong", "em", "code", "pre", "table",
-                   "thead", "tbody", "tr", "th", "td"}
+                   "thead", "tbody", "tr", "th", "td", "details", "summary"}
         assert set(parsed.tags) <= allowed, set(parsed.tags) - allowed
         assert "<script" not in html and "<b>" not in html and "<!--" not in html
         assert "@someone" not in html and "#1 " not in html and "GH-2" not in html
@@ -193,7 +196,7 @@ def test_identical_failures_share_a_footnote_and_fold():
     assert "<strong>residues 0–127</strong>" in gfm_html(md)
     notes = [x for x in gfm_tables(md) if x["head"][0] == "†"][0]
     assert len(notes["rows"]) == 1
-    assert notes["rows"][0][1:3] == ["0–127", "cold, self-hit"]
+    assert notes["rows"][0][1] == "0–127 cold, self-hit"
     assert "**nothing measured**" in md
     # --full: every residue, still one footnote
     full = render_markdown(recs, full=True)
@@ -207,7 +210,7 @@ def test_bug_b_at_several_residues_shares_one_footnote():
     t = gfm_tables(md)[0]
     assert [r[0] for r in t["rows"]] == ["residues 0–3, 5–19, 21–35, 37–127", "residues 4, 20, 36"]
     notes = [x for x in gfm_tables(md) if x["head"][0] == "†"][0]
-    assert notes["rows"][0][:4] == ["†1", "4, 20, 36", "self-hit", "broken"]
+    assert notes["rows"][0][:3] == ["†1", "4, 20, 36 self-hit", "broken, stop"]
 
 
 def test_excerpts_are_capped():

@@ -1,7 +1,7 @@
 """Issue 36: the terminal's results table of the README's bug/fix matrix (four
 configurations x two phases) was 327 columns wide, unreadable on a 150-column terminal.
-Past the width (``COLUMNS``, else the terminal's) the table is split, one per
-configuration under its short label; a pipe or a file keeps the one table."""
+Past the width (``COLUMNS``, else the terminal's, else 120 for a pipe or a file: issue 50)
+the table is split, one per configuration under its short label."""
 from __future__ import annotations
 
 import os
@@ -52,9 +52,37 @@ def test_the_bug_fix_matrix_fits_a_150_column_terminal():
     assert render_terminal(recs, width=1000) == whole
 
 
-def test_columns_is_the_width_and_a_pipe_has_none(monkeypatch):
-    monkeypatch.setenv("COLUMNS", "120")
-    assert terminal_width() == 120
+def test_columns_is_the_width_and_a_pipe_has_120(monkeypatch):
+    """Issue 50: a pipe or a file (a CI log) is read in a window too."""
+    monkeypatch.setenv("COLUMNS", "100")
+    assert terminal_width() == 100
     monkeypatch.delenv("COLUMNS")
     if not os.isatty(1):
-        assert terminal_width() is None
+        assert terminal_width() == 120
+
+
+def _auto_records(cfgs) -> list[dict]:
+    out = []
+    for cfg in cfgs:
+        broken = [4] if cfg["cudagraph_mode"] != "PIECEWISE" and cfg["patches"] == "none" else []
+        for iso in ("restore", "fresh"):
+            for doc in (0, 1):
+                out += [dict(r, isolation_run="auto", document_seed=doc,
+                             config_id=synth.config_id(cfg), config_label=synth.label(cfg))
+                        for r in synth.sweep(cfg, range(128), broken=broken, isolation=iso)]
+    return out
+
+
+def test_every_line_fits_120_columns():
+    """Issue 50: in 120 columns the summary lines (up to 730 wide), auto's table and a
+    --url table whose row label was 99 wide all fit: prose wraps, tables split, a single
+    configuration's table drops the label the title already says."""
+    long_label = dict(synth.make_config(), spec="ngram", method="ngram")
+    url = [dict(r, config_label="http://inference-gateway.internal.example:8000 · "
+                "Qwen/Qwen3.5-27B-FP8 · ngram k=3 · unit 128 · FULL_AND_PIECEWISE")
+           for r in synth.sweep(long_label, range(128), broken=[4])]
+    for recs in (_records(), _auto_records(MATRIX), url):
+        text = render_terminal(recs, width=120)
+        wide = [ln for ln in text.splitlines() if display_width(ln) > 120]
+        assert wide == []
+    assert "residue 4" in render_terminal(url, width=120)

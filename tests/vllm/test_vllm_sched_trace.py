@@ -58,3 +58,31 @@ def test_install_wraps_the_installed_schedulers_schedule(monkeypatch):
     assert mod.Scheduler.schedule.__wrapped__ is orig
     assert sched_trace.install() == "installed"              # once per process
     assert mod.Scheduler.schedule.__wrapped__ is orig
+
+
+def test_install_wraps_finish_requests_for_the_abort_line(monkeypatch):
+    """--history abort-retry: the abort of a disconnected client lands in the installed
+    vLLM's ``Scheduler.finish_requests(ids, RequestStatus.FINISHED_ABORTED)``."""
+    from vllm.v1.core.sched import scheduler as mod
+    from vllm.v1.request import RequestStatus
+
+    assert RequestStatus.is_finished(RequestStatus.FINISHED_ABORTED)
+    assert "finish_requests" in inspect.getsource(mod.Scheduler)
+    monkeypatch.setattr(mod.Scheduler, "schedule", mod.Scheduler.schedule)
+    monkeypatch.setattr(mod.Scheduler, "finish_requests", mod.Scheduler.finish_requests)
+    orig = mod.Scheduler.finish_requests
+    monkeypatch.setenv(sched_trace.ENV, "1")
+    sched_trace.install()
+    if getattr(orig, "_residue_lab_trace", False):   # wrapped by an earlier install here
+        orig = orig.__wrapped__
+    assert mod.Scheduler.finish_requests.__wrapped__ is orig
+    held = {"r": SimpleNamespace(num_computed_tokens=512, num_prompt_tokens=4100,
+                                 is_finished=lambda: False)}
+    seen = []
+    fake = SimpleNamespace(requests=held)
+    monkeypatch.setattr(sched_trace, "logger", SimpleNamespace(info=seen.append))
+    try:   # the real method needs a real scheduler: only the line written before it matters
+        mod.Scheduler.finish_requests(fake, iter(["r"]), RequestStatus.FINISHED_ABORTED)
+    except Exception:
+        pass
+    assert seen == ["aborted request=r computed=512 of=4100 step=" + seen[0].rsplit("=", 1)[1]]

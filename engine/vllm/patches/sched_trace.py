@@ -13,6 +13,14 @@ has the lab's format (``engine/lab/sched_log.py``), read back by
 process, so the line says ``dispatch=unknown``. The request id is vLLM's internal one (the
 completion id with a suffix). Preempted requests (``SchedulerOutput.preempted_req_ids``,
 where the release has it) get the lab's ``preempted request=`` line too.
+
+For ``--history`` (harness/run/history_log.py, issue 52's contract) it also writes one line
+per scheduled prefill chunk (``prefill chunk: request= start= tokens= of= step= batch=``)
+and, wrapping ``Scheduler.finish_requests`` (where the API server's abort of a
+disconnected client lands, ``RequestStatus.FINISHED_ABORTED``), one per abort of a request
+still held (``aborted request= computed= of= step=``): ``computed`` is the scheduler's
+``num_computed_tokens`` (under asynchronous scheduling it runs one step ahead of the
+model), so ``computed < of`` says the abort landed mid-prefill.
 """
 from __future__ import annotations
 
@@ -23,7 +31,9 @@ from typing import Any
 ENV = "RESIDUE_LAB_SCHED_TRACE"
 logger = logging.getLogger("vllm.residue_lab.trace")
 
-__all__ = ["ENV", "install", "trace_lines"]
+__all__ = ["ENV", "install", "trace_lines", "chunk_lines", "abort_lines"]
+
+_step = [0]   # the scheduler steps this process has traced (the lines' ``step=``)
 
 
 def trace_lines(requests: dict[str, Any], num_scheduled: dict[str, int]) -> list[str]:
@@ -48,6 +58,33 @@ def trace_lines(requests: dict[str, Any], num_scheduled: dict[str, int]) -> list
     return out
 
 
+def chunk_lines(requests: dict[str, Any], num_scheduled: dict[str, int], step: int) -> list[str]:
+    """One ``prefill chunk:`` line per request whose prompt is still prefilling this step."""
+    batch = ",".join(num_scheduled)
+    out = []
+    for rid, n in num_scheduled.items():
+        req = requests.get(rid)
+        if req is None:
+            continue
+        prompt, before = int(req.num_prompt_tokens), int(req.num_computed_tokens) - int(n)
+        if before < prompt:
+            out.append(f"prefill chunk: request={rid} start={before} tokens={int(n)} "
+                       f"of={prompt} step={step} batch={batch}")
+    return out
+
+
+def abort_lines(requests: dict[str, Any], request_ids: Any, step: int) -> list[str]:
+    """One ``aborted`` line per request still held that ``finish_requests`` aborts."""
+    ids = (request_ids,) if isinstance(request_ids, str) else (request_ids or ())
+    out = []
+    for rid in ids:
+        req = requests.get(rid)
+        if req is not None and not req.is_finished():
+            out.append(f"aborted request={rid} computed={int(req.num_computed_tokens)} "
+                       f"of={int(req.num_prompt_tokens)} step={step}")
+    return out
+
+
 def install() -> str:
     """Wrap ``Scheduler.schedule`` once in this process; returns what happened."""
     if os.environ.get(ENV) != "1":
@@ -61,7 +98,11 @@ def install() -> str:
     def schedule(self, *args: Any, **kwargs: Any):
         out = orig(self, *args, **kwargs)
         try:
-            for line in trace_lines(self.requests, dict(out.num_scheduled_tokens)):
+            scheduled = dict(out.num_scheduled_tokens)
+            if scheduled:
+                _step[0] += 1
+            for line in (chunk_lines(self.requests, scheduled, _step[0])
+                         + trace_lines(self.requests, scheduled)):
                 logger.info(line)
             # the lab's preemption line; the field exists where SchedulerOutput has it
             for rid in sorted(getattr(out, "preempted_req_ids", None) or ()):
@@ -73,4 +114,28 @@ def install() -> str:
     schedule._residue_lab_trace = True  # type: ignore[attr-defined]
     schedule.__wrapped__ = orig  # type: ignore[attr-defined]
     mod.Scheduler.schedule = schedule
+    _wrap_finish(mod)
     return "installed"
+
+
+def _wrap_finish(mod: Any) -> None:
+    """``finish_requests``: the abort lines, written before the requests are freed."""
+    orig = getattr(mod.Scheduler, "finish_requests", None)
+    if orig is None or getattr(orig, "_residue_lab_trace", False):
+        return
+    from vllm.v1.request import RequestStatus
+
+    def finish_requests(self, request_ids: Any, finished_status: Any, *args: Any, **kw: Any):
+        if request_ids is not None and not isinstance(request_ids, str):
+            request_ids = list(request_ids)   # read twice: here and by vLLM
+        try:
+            if finished_status == RequestStatus.FINISHED_ABORTED and request_ids is not None:
+                for line in abort_lines(self.requests, request_ids, _step[0]):
+                    logger.info(line)
+        except Exception:  # a trace must never take the engine down
+            pass
+        return orig(self, request_ids, finished_status, *args, **kw)
+
+    finish_requests._residue_lab_trace = True  # type: ignore[attr-defined]
+    finish_requests.__wrapped__ = orig  # type: ignore[attr-defined]
+    mod.Scheduler.finish_requests = finish_requests

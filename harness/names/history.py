@@ -1,0 +1,204 @@
+"""The ``--history`` names: what the server did right before the measured request (issue 52).
+
+One row per history in ``HISTORIES``: what runs before the measured request, which phase it
+precedes, what proves it happened, which report or lab mechanism it targets, what it cannot
+see, what the Bug B rule predicts for it, whether a shared live server (``--url``) can prove
+it, and what its servers need (a chunk budget, a small KV pool). The code that *drives* a
+history is ``run/history.py`` (a table of drivers keyed by these names); the proof it
+leaves in a record is ``HistoryProof`` (a frozen shape that round-trips a record's
+``history`` key exactly, as ``PhaseRecord`` does a record). ``--phases warm`` and
+``--load N --load-mode cancel`` stay flags of their own: they are histories of a kind, but
+they change what runs *beside* or *as* a phase, not before it, and folding them in made the
+model larger, not simpler.
+
+Leaf module: imports nothing of the harness.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any, Mapping
+
+__all__ = ["History", "HISTORIES", "HISTORY_NAMES", "NONE", "history_row", "HistorySend",
+           "HistoryProof", "ABORT_CHUNK_BUDGET", "SIBLING_CHUNK_BUDGET", "EVICT_POOL_PROMPTS"]
+
+NONE = "none"
+# abort-retry: the chunked-prefill budget its servers get when the sweep sets none: the
+# lab hybrid's mamba (page) block at k = 3, block 128, so that every chunk ends where align
+# mode publishes a state block (vllm PR #56525); on vLLM give the model's own mamba block
+# with --max-num-batched-tokens. A prompt of the default --context (4,096) is 3 chunks
+ABORT_CHUNK_BUDGET = 2048
+# sibling: the budget its servers get when the sweep sets none: room for both prompts of
+# the default --context whole in the one step they share
+SIBLING_CHUNK_BUDGET = 16384
+# evict: the KV pool its servers get when the sweep sets none, in measured prompts (the
+# prompt + its answer): room for the measured prompt and one unrelated prompt beside it,
+# so that a few unrelated prompts evict every block of it
+EVICT_POOL_PROMPTS = 2.5
+
+
+@dataclass(frozen=True)
+class History:
+    name: str
+    before: str          # what runs before the measured request
+    at: str | None       # the phase it precedes (or runs beside / replaces); None: nothing
+    proof: str           # what proves, per point, that it happened as planned
+    targets: str         # the report / lab mechanism it is built for
+    blind: str           # what it cannot see
+    rule: str            # what the Bug B rule predicts under it
+    live_ok: bool        # a shared live server (--url) can prove it
+    chunk_budget: int | None = None      # its servers' --max-num-batched-tokens, if unset
+    pool_prompts: float | None = None    # its servers' KV pool in measured prompts, if unset
+    align_mode: bool = False   # its servers run a hybrid's state cache in align mode (the
+                               # lab's default is ``all``; vLLM's hybrids run align always)
+
+
+HISTORIES: tuple[History, ...] = (
+    History(NONE, "nothing: the fresh server's phases as --phases says", None,
+            "the phases' own checks (cached_tokens 0 cold, a proven hit)",
+            "Bug B and the shapes of docs/shapes.md", "every bug that needs a history",
+            "as the rule says for the configuration", True),
+    History("abort-retry", "the measured prompt sent as a stream and cut (the client "
+            "disconnects) once the server's log shows its first prefill chunk, then sent "
+            "again: the retry is the measured cold phase", "cold",
+            "the server's trace: a prefill chunk of the aborted request, then its abort line "
+            "with computed < prompt (mid-prefill: a long prompt, --context 16384, leaves the "
+            "hang-up room); the retry's cached_tokens (what the aborted prefill left cached)",
+            "vllm PR #56525 (align-mode state hashes published at schedule time, an abort "
+            "before the write); sglang #23392 (cancel + retry)",
+            "an abort at any other chunk than the first seen; aborts of other clients' "
+            "requests", "the retry's final chunk is L minus its hit (whole hash units the "
+            "aborted prefill computed), cut by the history's chunk budget: the budget's "
+            "residues, as the rule line says for the configuration; the history's own break "
+            "(a state that was never written) is not a Bug B residue", False,
+            chunk_budget=ABORT_CHUNK_BUDGET, align_mode=True),
+    History("interleave", "A (the cold phase), then a different document B sharing A's "
+            "first half (a whole number of hash units), then A again: the A-B-A pattern",
+            "self-hit", "B's cached_tokens: a positive multiple of the hash unit below A's "
+            "length (B hit A's shared prefix); the order of sends; A's hit after B",
+            "A-B-A prefix patterns; a stale block B's prefill overwrote",
+            "a B that shares a prefix of another length than half of A",
+            "A's resend is a hit: residue k+1 as for any hit", False),
+    History("sibling", "another cold prefill (another document, the measured prompt's "
+            "templated length) sent first, the measured cold request while it waits, both "
+            "scheduled in one step (the server paused until both wait, where it can pause)",
+            "cold",
+            "the server's trace: a prefill chunk of each with one step= (else the final-chunk "
+            "lines: the measured one, or the sibling's before it, with prefill_reqs >= 2)", "sglang #22819 (prefix length == page size, "
+            "corrupt only beside another request in one batch)",
+            "steps the measured final chunk did not share; a server that writes no trace",
+            "nothing for the cold phase: a step with two prefills is not shape-uniform "
+            "(num_tokens != num_reqs x (1 + k)); the self-hit as none", False,
+            chunk_budget=SIBLING_CHUNK_BUDGET),
+    History("evict", "the measured prompt served (cold), then unrelated prompts until "
+            "their tokens exceed the KV pool, then the measured prompt again (measured)",
+            "self-hit", "the server's eviction lines naming the measured prompt's blocks "
+            "(a full hit then is the finding: a phantom hit); without such lines, the "
+            "measured send's cached_tokens: a miss or a partial hit, never the whole",
+            "stale hits after eviction under churn (local-inference-lab/vllm #480; vllm "
+            "#50702's pinned pool with eviction active)",
+            "preemption of a running request (nothing runs beside it)",
+            "a miss prefills the whole prompt (the cold rule: only a chunk budget cuts a "
+            "final chunk); a partial hit's final chunk is L minus the hit, k+1 tokens only "
+            "where that is under one unit: the record's computed_tail says which", False,
+            pool_prompts=EVICT_POOL_PROMPTS),
+    History("next-turn", "the conversation continued: the first turn answered (the cold "
+            "phase), then its answer and a new user turn appended; the new turn's "
+            "templated length hits the residue (measured in the self-hit phase)",
+            "self-hit", "the new turn's templated length by /tokenize; its cached_tokens: a "
+            "hit on the previous turn (> 0) plus a tail",
+            "the agent / chat pattern: a hit on the previous turn plus a tail",
+            "turns whose answer differs from the passage (the next turn is built from it)",
+            "the residue is of the new turn's templated length L2; its hit covers the previous "
+            "turn in whole hash units, so its final chunk (L2 minus the hit) is congruent to "
+            "L2 but is k+1 tokens only where the new turn adds under one unit past the hit: "
+            "with the document-sized new turn this sweeps, it predicts nothing for the "
+            "measured phase (the cold first turn as none)", False),
+)
+
+HISTORY_NAMES: tuple[str, ...] = tuple(h.name for h in HISTORIES)
+_BY_NAME = {h.name: h for h in HISTORIES}
+
+
+def history_row(name: str | None) -> History:
+    """The row of ``name`` (``None`` is ``none``); KeyError for a name not in the table."""
+    return _BY_NAME[name or NONE]
+
+
+class _RoundTrip:
+    """A frozen record shape read from and written back to its JSON exactly: the keys it
+    does not name kept in ``extra``, the file's key order kept in ``_keys``."""
+
+    @classmethod
+    def _names(cls) -> list[str]:
+        return [f.name for f in fields(cls) if f.name != "extra" and not f.name.startswith("_")]
+
+    def as_dict(self) -> dict[str, Any]:
+        names = self._names()
+        vals = {n: _plain(getattr(self, n)) for n in names}
+        extra: dict = self.extra   # type: ignore[attr-defined]
+        order = self._keys or tuple(names)   # type: ignore[attr-defined]
+        out = {k: vals[k] if k in vals else extra[k] for k in order if k in vals or k in extra}
+        if not self._keys:   # type: ignore[attr-defined]  (one read keeps what it had)
+            out.update((k, v) for k, v in vals.items() if k not in out)
+        out.update((k, v) for k, v in extra.items() if k not in out)
+        return out
+
+    @classmethod
+    def _read(cls, d: Mapping[str, Any], convert: Mapping[str, Any]):
+        names = cls._names()
+        known = {n: convert.get(n, lambda v: v)(d[n]) for n in names if n in d}
+        obj = cls(**known, extra={k: v for k, v in d.items() if k not in names})
+        object.__setattr__(obj, "_keys", tuple(d))
+        return obj
+
+
+def _plain(v: Any) -> Any:
+    if isinstance(v, _RoundTrip):
+        return v.as_dict()
+    if isinstance(v, tuple):
+        return [_plain(x) for x in v]
+    return v
+
+
+@dataclass(frozen=True)
+class HistorySend(_RoundTrip):
+    """One request the history sent before (or beside) the measured one, as the server
+    answered it."""
+
+    role: str                          # aborted, retry, B, evictor, sibling, turn-1, ...
+    prompt_tokens: int | None = None
+    cached_tokens: int | None = None
+    request_id: str | None = None
+    finish_reason: str | None = None   # "abort": cut by the client
+    extra: dict = field(default_factory=dict, compare=False)
+    _keys: tuple = field(default=(), compare=False, repr=False)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "HistorySend":
+        return cls._read(d, {})
+
+
+@dataclass(frozen=True)
+class HistoryProof(_RoundTrip):
+    """What a record's ``history`` key holds: the history that ran, the phase it preceded,
+    whether it is proven (``proven`` false makes the phase ``invalid`` with ``reason``),
+    the sends in their order, the server's trace lines and /metrics deltas that prove it,
+    and what it found (``finding``: e.g. ``partial hit 2048 of 4100``)."""
+
+    name: str
+    at: str
+    proven: bool
+    reason: str
+    sends: tuple[HistorySend, ...] = ()
+    log: tuple[str, ...] = ()
+    metrics: dict = field(default_factory=dict)
+    finding: str | None = None
+    extra: dict = field(default_factory=dict, compare=False)
+    _keys: tuple = field(default=(), compare=False, repr=False)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "HistoryProof":
+        return cls._read(d, {
+            "sends": lambda v: tuple(HistorySend.from_dict(s) for s in v),
+            "log": tuple})
+

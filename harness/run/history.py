@@ -1,0 +1,356 @@
+"""``--history``: what the server does right before the measured request, driven and proven
+per point (the names and what each proves: ``names/history.py``).
+
+``DRIVERS`` maps a history's name to its driver. A driver is given the measured request as
+``HistoryRun.ask`` and the server's log; it runs what comes before (or beside) the
+measured request, sends it, and returns the answer with a ``HistoryProof``: the sends in
+their order with the server's ``cached_tokens``, the trace lines (``history_log.py``) and
+/metrics deltas that prove the history happened as planned. A proof that is not
+``proven`` makes the phase ``invalid`` with its reason (``phase_judge.invalid_reason``);
+the measured request is always sent, so the record has its answer all the same.
+"""
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import re
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Awaitable, Callable
+
+from ..names.history import HistoryProof, HistorySend, history_row
+from ..prompts import INSTRUCTION, PAD_CANDIDATES, document_lines
+from ..serve.client import ChatResult, ClientError, EngineClient
+from .history_log import LogWatch, TraceEvent
+from .plan import Point
+
+__all__ = ["HistoryRun", "Measured", "DRIVERS", "drives", "run_history", "NEXT_TURN_LINES",
+           "EVICT_SEED_BASE", "EVICT_MAX_SENDS"]
+
+# next-turn: the new user turn's document, in lines (its padding brings the new templated
+# length to the residue)
+NEXT_TURN_LINES = 12
+EVICT_SEED_BASE = 700_000    # evictors', siblings' and B's documents: seeds no point uses
+EVICT_MAX_SENDS = 48         # evictors sent at most (a pool larger than that is not evicted)
+ABORT_MAX_TOKENS = 16        # the aborted stream's budget (it is cut during its prefill)
+
+
+@dataclass
+class HistoryRun:
+    """What a driver is given: the point, the server (client, model, log), the measured
+    prompt's templated length and the request that measures it."""
+
+    point: Point
+    client: EngineClient
+    model: str
+    log_path: Path
+    templated: int | None
+    timeout: float
+    answer_lines: int
+    ask: Callable[..., Awaitable[ChatResult]]   # ask(messages=None, request_id=None)
+    pool_tokens: int | None = None              # evict: the KV pool, in tokens
+
+    def __post_init__(self) -> None:
+        self.tag = f"rl-{uuid.uuid4().hex[:12]}"   # X-Request-Id prefix of this point's sends
+
+    @property
+    def length(self) -> int:
+        return self.templated or self.point.plan.target_len
+
+    def proof(self, proven: bool, reason: str, sends=(), log=(), metrics=None,
+              finding: str | None = None) -> HistoryProof:
+        row = history_row(self.point.cfg.history)
+        return HistoryProof(row.name, row.at or "", proven, reason, tuple(sends),
+                            tuple(e.line if isinstance(e, TraceEvent) else e for e in log),
+                            dict(metrics or {}), finding)
+
+    async def send(self, role: str, messages, max_tokens: int = 1) -> HistorySend:
+        r = await self.client.chat(messages, model=self.model, max_tokens=max_tokens,
+                                   seed=self.point.document_seed, request_id=f"{self.tag}-{role}")
+        return HistorySend(role, r.prompt_tokens, r.cached_tokens, r.request_id,
+                           r.finish_reason)
+
+
+# (answer, proof, the point as measured, its templated length)
+Measured = tuple[ChatResult, HistoryProof, Point, "int | None"]
+
+
+def _sent(role: str, r: ChatResult) -> HistorySend:
+    return HistorySend(role, r.prompt_tokens, r.cached_tokens, r.request_id, r.finish_reason)
+
+
+def _other_doc(h: HistoryRun, i: int, lines: int) -> str:
+    return "\n".join(document_lines(lines, EVICT_SEED_BASE + 97 * h.point.document_seed
+                                    + 13 * h.point.residue + i))
+
+
+async def abort_retry(h: HistoryRun) -> Measured:
+    """The measured prompt streamed and cut once the log shows its first prefill chunk,
+    then sent again (measured). Where the abort lands is the server's: a prompt of a few
+    chunks may finish its prefill first (the proof says so); a long one (``--context``
+    16384 at the budget of 2,048) leaves room."""
+    messages, n = h.point.plan.messages, h.length
+    watch, rid = LogWatch(h.log_path), f"{h.tag}-aborted"
+    aborts0 = await _aborts(h.client)
+    task = asyncio.ensure_future(h.client.stream_chat(
+        messages, model=h.model, max_tokens=ABORT_MAX_TOKENS, seed=h.point.document_seed,
+        request_id=rid, ignore_eos=False))
+    first = await watch.wait(lambda e: e.kind in ("chunk", "final") and e.of_send(rid, n),
+                             h.timeout, until=task)
+    task.cancel()   # the hang-up at once: the server sees it between two steps
+    await asyncio.gather(task, return_exceptions=True)
+    abort = await watch.wait(lambda e: e.kind in ("abort", "final") and e.of_send(rid, n)
+                             and e is not first, min(h.timeout, 30.0) if first else 0.0)
+    aborts = _delta(aborts0, await _aborts(h.client))
+    res = await h.ask(request_id=f"{h.tag}-retry")
+    sends = (HistorySend("aborted", n, None, rid, "abort"), _sent("retry", res))
+    log = tuple(e for e in (first, abort) if e is not None)
+    metrics = {"abort_requests": aborts}
+    if first is None:
+        why = "no prefill chunk of the aborted request in the server's log (no trace)"
+    elif first.kind == "final":
+        why = "the first line of the aborted request was its final chunk: the prefill ended before the abort"
+    elif abort is None or abort.kind != "abort":
+        why = "no abort line of the request before its prefill ended"
+    elif abort.start is not None and abort.start >= abort.of:
+        why = f"the abort landed after the prefill ({abort.start} of {abort.of} computed)"
+    else:
+        return res, h.proof(True, f"aborted mid-prefill at {abort.start} of {abort.of} "
+                            "tokens, then retried", sends, log, metrics,
+                            f"retry hit {res.cached_tokens} of {res.prompt_tokens}"), h.point, h.templated
+    return res, h.proof(False, why, sends, log, metrics), h.point, h.templated
+
+
+async def interleave(h: HistoryRun) -> Measured:
+    """B (A's first half, then another document), then A again (measured)."""
+    content = h.point.plan.messages[-1]["content"]
+    half = content[: len(content) // 2]
+    b_msgs = [*h.point.plan.messages[:-1], {"role": "user", "content": half + "\n"
+                                            + _other_doc(h, 0, 40)}]
+    b = await h.send("B", b_msgs)
+    res = await h.ask(request_id=f"{h.tag}-A")
+    sends = (b, _sent("A", res))
+    c = b.cached_tokens
+    if c is None:
+        return res, h.proof(False, "B's cached_tokens not reported", sends), h.point, h.templated
+    if not 0 < c < h.length:
+        return res, h.proof(False, f"B hit {c} tokens of A (wanted a part of A's prefix)",
+                            sends), h.point, h.templated
+    return res, h.proof(True, f"B hit A's first {c} tokens, then A was sent again", sends,
+                        finding=f"A after B hit {res.cached_tokens} of {res.prompt_tokens}"), \
+        h.point, h.templated
+
+
+async def sibling(h: HistoryRun) -> Measured:
+    """Another cold prefill of the measured prompt's templated length (another document),
+    sent first; the measured one sent while it waits; both scheduled in one step (the
+    server's scheduling paused until both wait, where it can pause)."""
+    watch = LogWatch(h.log_path)
+    lines = max(len(h.point.plan.document.splitlines()), 8)
+    s_msgs = await _padded_to(h, INSTRUCTION.format(n=h.answer_lines) + "\n\n"
+                              + _other_doc(h, 1, lines) + "\n", h.length)
+    paused = await _paused(h.client)
+    sib_task = asyncio.ensure_future(h.send("sibling", s_msgs))
+    if paused:
+        await _until_waiting(h.client, 1, h.timeout)
+    res_task = asyncio.ensure_future(h.ask(request_id=f"{h.tag}-m"))
+    if paused:
+        await _until_waiting(h.client, 2, h.timeout)
+        await h.client.wake_up()
+    sib, res = await asyncio.gather(sib_task, res_task)
+    sends = (sib, _sent("measured", res))
+    watch.read()
+    mine = [e for e in watch.seen if _is_send(e, f"{h.tag}-m", res.request_id)]
+    theirs = [e for e in watch.seen if _is_send(e, f"{h.tag}-sibling", sib.request_id)]
+    shared = ({e.step for e in mine if e.step is not None}
+              & {e.step for e in theirs if e.step is not None})
+    final = next((e for e in mine if e.kind == "final"), None)
+    log = tuple(e for e in (final, *theirs[-1:]) if e is not None)
+    if shared:
+        return res, h.proof(True, f"both prefilled in step {min(shared)}", sends, log,
+                            finding=f"{len(shared)} shared step(s)"), h.point, h.templated
+    if final is not None and (final.prefill_reqs or 0) >= 2:
+        return res, h.proof(True, f"the measured final chunk ran beside "
+                            f"{final.prefill_reqs - 1} other prefill(s)", sends, log,
+                            finding="shared the final chunk's step"), h.point, h.templated
+    their_final = next((e for e in theirs if e.kind == "final"), None)
+    if (final is not None and their_final is not None and (their_final.prefill_reqs or 0) >= 2
+            and watch.seen.index(their_final) < watch.seen.index(final)):
+        # no step numbers (a final-chunk trace only): the sibling's last chunk ran beside
+        # another prefill while the measured one had not finished, and nothing else ran
+        return res, h.proof(True, "the sibling's final chunk ran beside the measured "
+                            "request's prefill (which ended later)", sends, log,
+                            finding="shared the sibling's final step"), h.point, h.templated
+    why = ("no final-chunk line of the measured request (no trace)" if final is None
+           else "the measured prefill shared no step with the sibling's")
+    return res, h.proof(False, why, sends, log), h.point, h.templated
+
+
+async def evict(h: HistoryRun) -> Measured:
+    """Unrelated prompts until their tokens exceed the pool, then the measured prompt."""
+    lines = max(len(h.point.plan.document.splitlines()), 8)
+    watch, sends = LogWatch(h.log_path), []
+    pool = await _served_pool(h.client) or h.pool_tokens
+    while len(sends) < EVICT_MAX_SENDS and (pool is None and len(sends) < 4 or pool is not None
+                                            and sum(s.prompt_tokens or 0 for s in sends) <= pool):
+        msgs = [{"role": "user", "content": INSTRUCTION.format(n=h.answer_lines) + "\n\n"
+                 + _other_doc(h, 10 + len(sends), lines) + "\n"}]
+        sends.append(await h.send("evictor", msgs))
+    res = await h.ask(request_id=f"{h.tag}-m")
+    sends.append(_sent("measured", res))
+    watch.read()
+    evictions = [e for e in watch.seen if e.kind == "evict"]
+    mine = [e for e in evictions if any(h.tag not in f for f in e.batch)]   # A's blocks
+    c, n = res.cached_tokens, res.prompt_tokens or h.length
+    unit = h.point.cfg.prefix_match_unit or h.point.cfg.block_size
+    full = (n - 1) // unit * unit
+    metrics = {"pool_tokens": pool, "evictor_tokens": sum(s.prompt_tokens or 0 for s in sends[:-1]),
+               "evictions": len(evictions)}
+    log = tuple(mine[:1] + mine[-1:]) if mine else ()
+    if c is None:
+        return res, h.proof(False, "cached_tokens not reported", sends, log, metrics), \
+            h.point, h.templated
+    finding = ("miss (cached_tokens 0)" if c == 0 else f"partial hit {c} of {n}" if c < full
+               else f"phantom hit: {c} of {n} cached although its blocks were evicted")
+    if mine:   # the server's own log: the measured prompt's blocks were evicted
+        return res, h.proof(True, f"{len(sends) - 1} evictors evicted the measured prompt's "
+                            f"blocks ({len(mine)} eviction line(s)); {finding}", sends, log,
+                            metrics, finding), h.point, h.templated
+    if c >= full:
+        return res, h.proof(False, f"not evicted: the measured send hit {c} of {n} tokens "
+                            f"after {len(sends) - 1} evictors", sends, log, metrics), \
+            h.point, h.templated
+    return res, h.proof(True, f"{len(sends) - 1} evictors, then the measured send: {finding}",
+                        sends, log, metrics, finding), h.point, h.templated
+
+
+async def next_turn(h: HistoryRun) -> Measured:
+    """The conversation continued: the passage as the assistant's answer, then a new user
+    turn (the instruction over a short new document, as an agent appends a tool's output)
+    padded so that the new templated length hits the residue (measured; its reference is
+    the new document's passage)."""
+    plan = h.point.plan
+    head = [*plan.messages, {"role": "assistant", "content": plan.expected or ""}]
+    lines = _other_doc(h, 2, NEXT_TURN_LINES).split("\n")
+    turn = INSTRUCTION.format(n=h.answer_lines) + "\n\n" + "\n".join(lines) + "\n"
+
+    def conv(unit: str, m: int) -> list[dict[str, str]]:
+        return [*head, {"role": "user", "content": turn + unit * m}]
+    found = None
+    for unit in PAD_CANDIDATES:
+        base, top = [await h.client.tokenize(conv(unit, m), h.model) for m in (0, plan.modulus - 1)]
+        if base is not None and top == base + plan.modulus - 1:
+            found = unit, base
+            break
+    if found is None:
+        res = await h.ask(messages=conv(" ~", 0), request_id=f"{h.tag}-turn2")
+        return res, h.proof(False, "no padding unit adds one templated token per repetition "
+                            "in the new turn", (_sent("turn-2", res),)), h.point, h.templated
+    unit, base = found
+    m = (plan.residue - base) % plan.modulus
+    msgs = conv(unit, m)
+    point = dataclasses.replace(h.point, plan=dataclasses.replace(
+        plan, messages=tuple(msgs), target_len=base + m, pad_count=m,
+        expected="\n".join(lines[: h.answer_lines]), document="\n".join(lines)))
+    res = await h.ask(messages=msgs, request_id=f"{h.tag}-turn2")
+    sends = (_sent("turn-2", res),)
+    if not (res.cached_tokens or 0) > 0:
+        return res, h.proof(False, f"the new turn did not hit the previous one (cached_tokens "
+                            f"{res.cached_tokens})", sends), point, base + m
+    return res, h.proof(True, f"new turn of {base + m} templated tokens (residue "
+                        f"{plan.residue}) after the first turn", sends,
+                        finding=f"hit {res.cached_tokens}, tail {base + m - res.cached_tokens}"), \
+        point, base + m
+
+
+DRIVERS: dict[str, Callable[[HistoryRun], Awaitable[Measured]]] = {
+    "abort-retry": abort_retry, "interleave": interleave, "sibling": sibling,
+    "evict": evict, "next-turn": next_turn,
+}
+
+
+def drives(point: Point, phase: str) -> bool:
+    """This phase of ``point`` is the one its history runs at."""
+    row = history_row(point.cfg.history)
+    return row.at == phase and row.name in DRIVERS
+
+
+async def run_history(h: HistoryRun) -> Measured:
+    return await DRIVERS[h.point.cfg.history](h)
+
+
+def _is_send(e: TraceEvent, tag: str, answered_id: str | None) -> bool:
+    """The event is of the send tagged ``tag``, or of the request the server answered as
+    ``answered_id`` (a server that names requests itself: its trace uses that id)."""
+    return tag in e.request or bool(answered_id) and (
+        e.request == answered_id or e.request.startswith(f"{answered_id}-"))
+
+
+async def _paused(client: EngineClient) -> bool:
+    """Scheduling paused (``EngineClient.pause``); False where the server cannot (then the
+    history runs unpaused and its proof says whether it happened all the same)."""
+    try:
+        await client.pause()
+    except ClientError:
+        return False
+    return True
+
+
+async def _until_waiting(client: EngineClient, n: int, timeout: float) -> None:
+    """Until /metrics shows ``n`` requests waiting (they arrived while paused)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while ((await client.scrape()).waiting or 0) < n and loop.time() < deadline:
+        await asyncio.sleep(LogWatch.POLL_S)
+
+
+async def _padded_to(h: HistoryRun, content: str, target: int) -> list[dict[str, str]]:
+    """``content`` padded to ``target`` templated tokens (a pad unit that adds one token
+    each, checked by /tokenize); as near as it gets where none does."""
+    conv = lambda m, unit: [{"role": "user", "content": content + unit * m}]  # noqa: E731
+    base = await h.client.tokenize(conv(0, ""), h.model) or target
+    for unit in PAD_CANDIDATES:
+        msgs = conv(max(target - base, 0), unit)
+        if await h.client.tokenize(msgs, h.model) == target:
+            return msgs
+    return conv(0, "")
+
+
+async def _aborts(client: EngineClient) -> float | None:
+    """``vllm:request_success_total{finished_reason="abort"}`` (vLLM's
+    v1/metrics/loggers.py; the lab serves the same family), None where not served."""
+    try:
+        text = await client.metrics_text()
+    except Exception:   # a server without /metrics: the trace lines alone decide
+        return None
+    total = None
+    for line in text.splitlines():
+        if line.startswith("vllm:request_success") and 'finished_reason="abort"' in line:
+            total = (total or 0.0) + float(line.rsplit(" ", 1)[1])
+    return total
+
+
+async def _served_pool(client: EngineClient) -> int | None:
+    """The KV pool in tokens as vLLM's ``vllm:cache_config_info`` labels say it
+    (``num_gpu_blocks`` x ``block_size``, v1/metrics/loggers.py); None where not served."""
+    try:
+        text = await client.metrics_text()
+    except Exception:   # no /metrics: the configuration's pool is used
+        return None
+    for line in text.splitlines():
+        if line.startswith("vllm:cache_config_info{"):
+            labels = dict(re.findall(r'(\w+)="([^"]*)"', line))
+            blocks, size = labels.get("num_gpu_blocks"), labels.get("block_size")
+            if blocks and size and blocks.isdigit() and size.isdigit():
+                return int(blocks) * int(size)
+    return None
+
+
+def _delta(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None else b - a
+
+
+def pool_tokens(cfg: Any) -> int | None:
+    """evict: the KV pool the configuration asked for, in tokens (None: the engine's)."""
+    return cfg.num_gpu_blocks * cfg.block_size if cfg.num_gpu_blocks else None
