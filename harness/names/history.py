@@ -48,6 +48,10 @@ class History:
     live_ok: bool        # a shared live server (--url) can prove it
     chunk_budget: int | None = None      # its servers' --max-num-batched-tokens, if unset
     pool_prompts: float | None = None    # its servers' KV pool in measured prompts, if unset
+    # on a real engine (vLLM), whose align-mode state block is the KV block (vLLM 0.26.0
+    # model_executor/models/config.py: mamba_block_size = block_size), the budget in KV
+    # blocks instead of chunk_budget (the lab's state block is 2048 at k = 3)
+    engine_budget_blocks: int | None = None
     align_mode: bool = False   # its servers run a hybrid's state cache in align mode (the
                                # lab's default is ``all``; vLLM's hybrids run align always)
 
@@ -57,20 +61,26 @@ HISTORIES: tuple[History, ...] = (
             "the phases' own checks (cached_tokens 0 cold, a proven hit)",
             "Bug B and the shapes of docs/shapes.md", "every bug that needs a history",
             "as the rule says for the configuration", True),
-    History("abort-retry", "the measured prompt sent as a stream and cut (the client "
-            "disconnects) once the server's log shows its first prefill chunk, then sent "
-            "again: the retry is the measured cold phase", "cold",
+    History("abort-retry", "the measured prompt sent as a stream; once the server's log "
+            "shows its first prefill chunk, scheduling is paused (/sleep?level=0&mode=keep), "
+            "the client hangs up, the abort line is awaited, scheduling resumes (/wake_up), "
+            "and the prompt is sent again: the retry is the measured cold phase", "cold",
             "the server's trace: a prefill chunk of the aborted request, then its abort line "
-            "with computed < prompt (mid-prefill: a long prompt, --context 16384, leaves the "
-            "hang-up room); the retry's cached_tokens (what the aborted prefill left cached)",
+            "with 0 < computed < prompt (mid-prefill: the pause lands a step or two after the "
+            "first chunk line, so the prompt needs a few chunks: the lab at --context 16384, "
+            "vLLM at a budget of one KV block); the retry's cached_tokens (what the aborted "
+            "prefill left cached)",
             "vllm PR #56525 (align-mode state hashes published at schedule time, an abort "
             "before the write); sglang #23392 (cancel + retry)",
-            "an abort at any other chunk than the first seen; aborts of other clients' "
-            "requests", "the retry's final chunk is L minus its hit (whole hash units the "
-            "aborted prefill computed), cut by the history's chunk budget: the budget's "
-            "residues, as the rule line says for the configuration; the history's own break "
-            "(a state that was never written) is not a Bug B residue", False,
-            chunk_budget=ABORT_CHUNK_BUDGET, align_mode=True),
+            "an abort at any other chunk than the pause leaves; aborts of other clients' "
+            "requests; an abort while steps run (the pause holds them)",
+            "#56525 (lab, unpatched, align mode, ngram or no spec): the retry (and the "
+            "self-hit after it) reads the state block the aborted prefill published but never "
+            "wrote: broken (answer '', cached_tokens = the abort's computed) at EVERY residue "
+            "whose abort is proven mid-prefill; align-publish-after-copy or all: clean; MTP / "
+            "DFlash drop the last matched block: nothing. Bug B: the retry's final chunk is L "
+            "minus its hit, cut by the chunk budget, as the rule line says", False,
+            chunk_budget=ABORT_CHUNK_BUDGET, engine_budget_blocks=1, align_mode=True),
     History("interleave", "A (the cold phase), then a different document B sharing A's "
             "first half (a whole number of hash units), then A again: the A-B-A pattern",
             "self-hit", "B's cached_tokens: a positive multiple of the hash unit below A's "

@@ -185,9 +185,12 @@ def history_server(cfg: ServingConfig, context: int, max_tokens: int) -> Serving
     row = history_row(cfg.history)
     changes: dict[str, Any] = {}
     notes = list(cfg.notes)
-    if row.chunk_budget and cfg.max_num_batched_tokens is None:
-        changes["max_num_batched_tokens"] = row.chunk_budget
-        notes.append(f"history {row.name}: --max-num-batched-tokens {row.chunk_budget} "
+    budget = row.chunk_budget
+    if row.engine_budget_blocks and cfg.engine != EngineName.LAB:
+        budget = row.engine_budget_blocks * cfg.block_size
+    if budget and cfg.max_num_batched_tokens is None:
+        changes["max_num_batched_tokens"] = budget
+        notes.append(f"history {row.name}: --max-num-batched-tokens {budget} "
                      "(harness/names/history.py says why)")
     if row.pool_prompts and cfg.num_gpu_blocks is None:
         # vLLM's hybrid takes a block per KV group (attention and mamba) from one pool, and
