@@ -26,7 +26,7 @@ from ..serve.engines import adapter_class
 from ..serve.slots import Slot
 from ..serve.engines import EngineName
 from ..judge.vocabulary import PHASES, PhaseName
-from ..names.history import history_row
+from ..names.history import history_row, sibling_budget
 
 __all__ = ["SweepOptions", "config_id", "modulus_for", "modulus_and_why", "expand_matrix",
            "matrix_combos",
@@ -188,6 +188,9 @@ def history_server(cfg: ServingConfig, context: int, max_tokens: int) -> Serving
     budget = row.chunk_budget
     if row.engine_budget_blocks and cfg.engine != EngineName.LAB:
         budget = row.engine_budget_blocks * cfg.block_size
+    if row.budget_prompts:
+        budget = sibling_budget(row.budget_prompts, context,
+                                cfg.prefix_match_unit or cfg.block_size)
     if budget and cfg.max_num_batched_tokens is None:
         changes["max_num_batched_tokens"] = budget
         notes.append(f"history {row.name}: --max-num-batched-tokens {budget} "
