@@ -202,6 +202,12 @@ def history_server(cfg: ServingConfig, context: int, max_tokens: int) -> Serving
         groups = VLLM_POOL_GROUPS if cfg.engine == EngineName.VLLM else 1
         tokens = groups * row.pool_prompts * (context + max_tokens + 2 * cfg.block_size)
         changes["num_gpu_blocks"] = -(-int(tokens) // cfg.block_size)
+        if cfg.engine != EngineName.LAB:
+            # vLLM 0.26.0 checks --max-model-len against the overridden pool at boot
+            # (v1/core/kv_cache_utils.py get_kv_cache_configs: available memory = override
+            # x bytes per block): one measured prompt and its answer, not CTX's 245,760
+            one = context + max_tokens + 2 * cfg.block_size
+            changes["max_model_len"] = -(-one // cfg.block_size) * cfg.block_size
         notes.append(f"history {row.name}: a KV pool of {changes['num_gpu_blocks']} blocks "
                      f"(~{row.pool_prompts:g} measured prompts), so unrelated prompts evict it")
     return dataclasses.replace(cfg, **changes, notes=tuple(notes)) if changes else cfg
