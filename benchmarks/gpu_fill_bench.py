@@ -103,6 +103,8 @@ def run(shape: Shape, pool_gib: float, device: str, repeats: int, point_blocks: 
     rows = []
     for name, fn in (("per-view fill + slab proof (old)", old),
                      ("once-per-storage fill + proof", lambda: F.fill_whole(storages, 0x5EED, tiles)),
+                     ("once-per-storage fill + proof (broadcast)",
+                      lambda: F.fill_whole(storages, 0x5EED, tiles, how="broadcast")),
                      ("dirty restore + proof", lambda: F.restore_blocks(storages, dirty, 0x5EED, tiles)),
                      ("audit (whole-pool proof)", lambda: F.prove(storages, 0x5EED, tiles))):
         s, out = _timed(fn, repeats, sync)
@@ -129,7 +131,8 @@ def table(rows: list[dict], pool: int, device: str, blocks: int) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="benchmarks/gpu_fill_bench.py", description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="cuda")
-    ap.add_argument("--pool-gib", type=float, default=20.0)
+    ap.add_argument("--pool-gib", type=float, default=None,
+                    help="the pool's GiB (default 20; 0.001 with --tiny)")
     ap.add_argument("--tiny", action="store_true", help="a small shape (a CPU check)")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--point-blocks", type=int, default=4, help="blocks one point is given")
@@ -141,6 +144,8 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     shape = SHAPE_TINY if a.tiny else SHAPE_27B
+    if a.pool_gib is None:
+        a.pool_gib = 0.001 if a.tiny else 20.0
     with torch.inference_mode():
         rows = run(shape, a.pool_gib, a.device, a.repeats, a.point_blocks, a.copy_mib)
     blocks = max(2, int(a.pool_gib * GiB) // (shape.storages * shape.page))

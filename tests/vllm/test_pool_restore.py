@@ -273,3 +273,32 @@ def test_the_worker_extension_has_no_name_vllms_worker_has():
 
     from engine.vllm.poison import PoisonWorker
     assert [a for a in dir(PoisonWorker) if not a.startswith("__") and hasattr(Worker, a)] == []
+
+
+def test_the_doubling_fill_writes_the_broadcast_fills_bytes(monkeypatch):
+    """The doubling copies (a short first stretch here, so several doublings and a
+    tail that is not a whole period) leave the same bytes as the tile broadcast."""
+    monkeypatch.setattr(F, "SEED_BYTES", 1)
+    raw, views = _hybrid_pool()
+    tail = torch.zeros(3 * F.MAX_PERIOD + 40, dtype=torch.uint8)   # a storage of its own
+    storages, tiles = F.resolve(views + [tail], BLOCKS), F.TileCache()
+    assert storages[1].period < storages[1].nbytes < 4 * storages[1].period
+    out = F.fill_whole(storages, SEED, tiles)
+    assert out["ok"] and out["how"] == "doubling"
+    doubled = raw.clone(), tail.clone()
+    raw.zero_(), tail.zero_()
+    assert F.fill_whole(storages, SEED, tiles, how="broadcast")["ok"]
+    assert torch.equal(raw, doubled[0]) and torch.equal(tail, doubled[1])
+
+
+def test_the_paged_audit_names_the_blocks_written_outside():
+    raw, views = _hybrid_pool()
+    storages, tiles = F.resolve(views, BLOCKS), F.TileCache()
+    F.fill_whole(storages, SEED, tiles)
+    ok = F.prove(storages, SEED, tiles)
+    assert ok["ok"] and ok["by"] == "pages" and ok["bad_blocks"] == []
+    raw.view(BLOCKS, -1)[4, 7] ^= 1                              # one bit of block 4
+    bad = F.prove(storages, SEED, tiles)
+    assert not bad["ok"] and bad["bad_blocks"] == [4] and bad["bad_storages"] == [0]
+    assert F.restore_blocks(storages, [4], SEED, tiles)["ok"]
+    assert F.prove(storages, SEED, tiles)["ok"]
