@@ -104,3 +104,17 @@ def test_the_as_returned_table_differs_only_in_the_two_added_lines():
     assert all(b.startswith(a.rstrip(")")) or "Proven:" in b for a, b in diff)
     raw = [json.loads(x) for x in gzip.open(RECORDS)]
     assert len(raw) == 89
+
+
+def test_two_runs_make_one_page_with_each_gpu_named(tmp_path, capsys):
+    """How a second run (another GPU) goes beside this one: cost_table.py with both."""
+    other = ROOT / "reports" / "h200" / "cost"
+    args = [str(RECORDS), str(other / "records.jsonl.gz"),
+            "--manifest", str(MANIFEST), "--manifest", str(other / "manifest.json")]
+    assert cost_table.main(args) == 0
+    page = capsys.readouterr().out
+    assert "| 27b@20 (NVIDIA H200) | NVIDIA H200 | 20 | 4,185 |" in page
+    assert "| 27b@20 (cost) |" in page and page.count("Wall ") == 2
+    assert cost_table.main([str(RECORDS), "--manifest", str(MANIFEST),
+                            "--manifest", str(MANIFEST)]) == 2
+    assert "more --manifest" in capsys.readouterr().err
