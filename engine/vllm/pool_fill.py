@@ -147,6 +147,14 @@ class TileCache:
             self._refs[key] = self.get(s, seed)[0].repeat(s.page // s.period)
         return self._refs[key]
 
+    def page_sum(self, s: Storage, seed: int, word: int) -> int:
+        """One page's sum as ``word``-byte words (a host read at its first use only)."""
+        key = ("page_sum", str(s.flat.device), s.period, word, seed, s.salt, s.page)
+        if key not in self._refs:
+            self._refs[key] = (_word_sum(self.get(s, seed)[0], word)
+                               * (s.page // s.period)) % _MASK
+        return self._refs[key]
+
     def get(self, s: Storage, seed: int) -> tuple[Any, int]:
         """The storage's tile and its word sum."""
         import torch
@@ -274,13 +282,18 @@ def prove(storages: list[Storage], seed: int, tiles: TileCache) -> dict:
     wrong = []
     for s in storages:
         got, w = _page_sums(s)
-        tile = tiles.get(s, seed)[0]
-        want = (_word_sum(tile, w) * (s.page // s.period)) % _MASK
+        want = tiles.page_sum(s, seed, w)
         wrong.append(got != (want - _MASK if want >= 1 << 63 else want))
-    bad = torch.stack(wrong).nonzero().tolist() if wrong else []    # the one host read
+    flat_bad = torch.cat(wrong).nonzero().flatten().tolist()        # the one host read
+    starts = [0]
+    for s in storages:
+        starts.append(starts[-1] + s.blocks)
     by_storage: dict[int, list[int]] = {}
-    for i, b in bad:
-        by_storage.setdefault(i, []).append(b)
+    bad = []
+    for k in flat_bad:
+        i = next(j for j in range(len(storages)) if k < starts[j + 1])
+        by_storage.setdefault(i, []).append(k - starts[i])
+        bad.append((i, k - starts[i]))
     return {"storages": len(storages), "bytes": sum(s.nbytes for s in storages),
             "by": "pages", "ok": not bad, "bad_storages": sorted(by_storage),
             "bad_blocks": sorted({b for _, b in bad})[:64], "bad_pages": len(bad),

@@ -302,3 +302,9 @@ def test_the_paged_audit_names_the_blocks_written_outside():
     assert not bad["ok"] and bad["bad_blocks"] == [4] and bad["bad_storages"] == [0]
     assert F.restore_blocks(storages, [4], SEED, tiles)["ok"]
     assert F.prove(storages, SEED, tiles)["ok"]
+    raw2, views2 = _hybrid_pool()                                 # a second storage
+    both = F.resolve(views + views2, BLOCKS)
+    F.fill_whole(both, SEED, tiles)
+    raw2.view(BLOCKS, -1)[2, 0] ^= 4
+    bad = F.prove(both, SEED, tiles)
+    assert bad["bad_storages"] == [1] and bad["bad_blocks"] == [2] and bad["bad_pages"] == 1
