@@ -4,6 +4,11 @@ As a script it prints the table of an archived run (records gzipped or not) and 
 nothing, so ``reports/h200/regenerate.sh`` and its test can render the committed page:
 
     python3 benchmarks/cost_table.py RECORDS.jsonl[.gz] [--manifest MANIFEST.json]
+    python3 benchmarks/cost_table.py RUN1/records.jsonl.gz RUN2/records.jsonl.gz \
+        --manifest RUN1/manifest.json --manifest RUN2/manifest.json   # runs side by side
+
+Several runs (two GPUs, say) make one page: each server's rows are named by its run (the
+GPU the run's bandwidth record names, else the run's folder), each run's header line kept.
 
 Medians over the measured rounds (a server's first point after its boot is shown apart),
 ranges and counts; ratios to the first measured server; the GiB each restore moves; what a
@@ -20,8 +25,8 @@ import sys
 from pathlib import Path
 from typing import Any, Iterable
 
-__all__ = ["NOTE", "fill_bytes", "fill_seconds", "load", "load_files", "main", "table",
-           "write_table"]
+__all__ = ["NOTE", "fill_bytes", "fill_seconds", "load", "load_files", "main", "merge_runs",
+           "table", "write_table"]
 
 NOTE = "dummy weights: cost only, no verdicts"
 RESIDUES, PHASES = 128, 2
@@ -39,6 +44,42 @@ def load_files(records: Path, manifest: Path | None = None) -> tuple[list[dict],
         recs = [json.loads(line) for line in fh if line.strip()]
     found = manifest is not None and manifest.is_file()
     return recs, (json.loads(manifest.read_text()) if found else {})
+
+
+def _run_label(recs: list[dict], records: Path) -> str:
+    device = next((r["result"].get("device") for r in recs if r.get("kind") == "bandwidth"
+                   and isinstance(r.get("result"), dict) and r["result"].get("device")), None)
+    return device or records.parent.name
+
+
+def merge_runs(runs: list[tuple[Path, list[dict], dict]]) -> tuple[list[dict], dict]:
+    """Several runs as one: every server named ``NAME (RUN)``, where RUN is the GPU its
+    run's bandwidth record names (its folder where two runs share a GPU or none says);
+    the manifest keeps each run's own under ``runs``. One run comes back as it is."""
+    if len(runs) == 1:
+        return runs[0][1], runs[0][2]
+    labels = [_run_label(recs, path) for path, recs, _ in runs]
+    labels = [f"{lab}, {path.parent.name}" if labels.count(lab) > 1 else lab
+              for lab, (path, _, _) in zip(labels, runs)]
+    recs_out: list[dict] = []
+    manifest: dict = {"note": NOTE, "servers": {}, "runs": {}}
+    for lab, (_, recs, man) in zip(labels, runs):
+        name = lambda n: f"{n} ({lab})" if n else n   # noqa: E731
+        recs_out += [{**r, "server": name(r.get("server"))} for r in recs]
+        manifest["servers"].update({name(n): v for n, v in (man.get("servers") or {}).items()})
+        manifest["runs"][lab] = man
+    return recs_out, manifest
+
+
+def _header(manifest: dict) -> list[str]:
+    def line(m: dict) -> str:
+        return (f"Wall {m.get('wall_s')} s of a {m.get('deadline_s')} s deadline; stopped: "
+                f"{m.get('stop_reason') or 'no (all rounds ran)'}; state fill: "
+                + ("`{method}` {args} of `{cls}`".format(**m["fill_call"]) if m.get("fill_call")
+                   else f"not measured ({m.get('fill_missing_why')})"))
+    if "runs" in manifest:
+        return [f"- {lab}: " + line(m) for lab, m in manifest["runs"].items()] + [""]
+    return [line(manifest), ""]
 
 
 def fill_bytes(result: Any) -> int | None:
@@ -151,11 +192,7 @@ def table(recs: list[dict], manifest: dict | None = None) -> str:
     b = rows.get(base, {})
     lines = [f"# Cost curve: {NOTE}", ""]
     if manifest:
-        lines += [f"Wall {manifest.get('wall_s')} s of a {manifest.get('deadline_s')} s "
-                  f"deadline; stopped: {manifest.get('stop_reason') or 'no (all rounds ran)'}; "
-                  "state fill: " + ("`{method}` {args} of `{cls}`".format(**manifest["fill_call"])
-                                    if manifest.get("fill_call") else
-                                    f"not measured ({manifest.get('fill_missing_why')})"), ""]
+        lines += _header(manifest)
     lines += [f"## Per point ({NOTE}): median [min–max] (n), seconds", "",
               "| server | params built | weights GiB | KV pool GiB | boot s | first point s | "
               "point s (cold + self-hit) | cold s | self-hit s | sleep cycle s | state fill s | "
@@ -294,8 +331,12 @@ def restore_lines(recs: list[dict], rows: dict) -> list[str]:
             f"{p['proven'][0]}/{p['proven'][1]} | {p['audits'][0]}/{p['audits'][1]} |")
         if _med(p["dirty"]) is not None and p["point"]:
             pct = 100 * _med(p["dirty"]) / p["point"]
+            worker = _med(p["dirty_worker"])
+            split = (f"; of its {_med(p['dirty']) * 1e3:.1f} ms the worker's "
+                     f"{worker * 1e3:.1f} ms, the HTTP calls the rest" if worker else "")
             goals.append(f"- {n}: dirty restore (the call, proof and prefix reset included) "
-                         f"{pct:.2f}% of the point ({'met' if pct <= 1 else 'not met'}: ≤ 1%)")
+                         f"{pct:.2f}% of the point ({'met' if pct <= 1 else 'not met'}: ≤ 1%"
+                         f"{split})")
         if whole is not None and p["limit"]:
             x = whole / p["limit"]
             goals.append(f"- {n}: once-per-storage fill and proof {x:.2f}× the bandwidth limit "
@@ -304,7 +345,8 @@ def restore_lines(recs: list[dict], rows: dict) -> list[str]:
                   "reads it) over the copy bandwidth the worker measured in the same call "
                   "(a device-to-device copy, CUDA events; read + write counted). Dirty: the "
                   "blocks the point's requests were given, plus the null block; which ran "
-                  "says where the whole fill stood in and why.", "", *goals]
+                  "says where the whole fill stood in and why. Proven: the calls whose result was ok "
+                  "(a dirty restore's in-call audit included).", "", *goals]
 
 
 def _goal_lines(rows: dict) -> list[str]:
@@ -346,19 +388,25 @@ def main(argv: list[str] | None = None) -> int:
     on stderr and exit 2."""
     ap = argparse.ArgumentParser(prog="benchmarks/cost_table.py",
                                  description="the cost curve's table from archived records")
-    ap.add_argument("records", type=Path, help="records.jsonl or records.jsonl.gz")
-    ap.add_argument("--manifest", type=Path, help="the run's manifest.json (the table's header)")
+    ap.add_argument("records", type=Path, nargs="+",
+                    help="records.jsonl or records.jsonl.gz (several: runs side by side)")
+    ap.add_argument("--manifest", type=Path, action="append", default=[],
+                    help="each run's manifest.json, in the records' order (the header)")
     a = ap.parse_args(argv)
-    for path in (a.records, a.manifest):
-        if path is not None and not path.is_file():
+    if len(a.manifest) > len(a.records):
+        print("cost_table: error: more --manifest than records files", file=sys.stderr)
+        return 2
+    for path in (*a.records, *a.manifest):
+        if not path.is_file():
             print(f"cost_table: error: {path}: no such file", file=sys.stderr)
             return 2
+    manifests = a.manifest + [None] * (len(a.records) - len(a.manifest))
     try:
-        recs, manifest = load_files(a.records, a.manifest)
-        text = table(recs, manifest)
+        runs = [(p, *load_files(p, m)) for p, m in zip(a.records, manifests)]
+        text = table(*merge_runs(runs))
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        print(f"cost_table: error: {a.records}: not a cost curve's records ({exc})",
-              file=sys.stderr)
+        print(f"cost_table: error: {' '.join(map(str, a.records))}: not a cost curve's "
+              f"records ({exc})", file=sys.stderr)
         return 2
     sys.stdout.write(text)
     return 0

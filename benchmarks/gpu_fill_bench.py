@@ -94,7 +94,7 @@ def run(shape: Shape, pool_gib: float, device: str, repeats: int, point_blocks: 
     pool = sum(s.nbytes for s in storages)
     bw = F.copy_bandwidth(device, copy_mib << 20)
     limit = 2 * pool / bw["bytes_per_s"]
-    dirty = list(range(point_blocks)) + [0]
+    dirty = list(range(1, point_blocks + 1)) + [0]     # the null block beside them
 
     def old():
         return sum(per_view_fill(v, 0x5EED, salt=i, per_block=v.dim() == 4 or v.dim() == 3)["bytes"]
@@ -103,6 +103,8 @@ def run(shape: Shape, pool_gib: float, device: str, repeats: int, point_blocks: 
     rows = []
     for name, fn in (("per-view fill + slab proof (old)", old),
                      ("once-per-storage fill + proof", lambda: F.fill_whole(storages, 0x5EED, tiles)),
+                     ("once-per-storage fill + proof (broadcast)",
+                      lambda: F.fill_whole(storages, 0x5EED, tiles, how="broadcast")),
                      ("dirty restore + proof", lambda: F.restore_blocks(storages, dirty, 0x5EED, tiles)),
                      ("audit (whole-pool proof)", lambda: F.prove(storages, 0x5EED, tiles))):
         s, out = _timed(fn, repeats, sync)
@@ -129,10 +131,12 @@ def table(rows: list[dict], pool: int, device: str, blocks: int) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="benchmarks/gpu_fill_bench.py", description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="cuda")
-    ap.add_argument("--pool-gib", type=float, default=20.0)
+    ap.add_argument("--pool-gib", type=float, default=None,
+                    help="the pool's GiB (default 20; 0.001 with --tiny)")
     ap.add_argument("--tiny", action="store_true", help="a small shape (a CPU check)")
     ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--point-blocks", type=int, default=4, help="blocks one point is given")
+    ap.add_argument("--point-blocks", type=int, default=18,
+                    help="blocks one point is given (18 + the null block: 19 at 27B, H200 run)")
     ap.add_argument("--copy-mib", type=int, default=2048)
     a = ap.parse_args(argv)
     import torch
@@ -141,6 +145,8 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     shape = SHAPE_TINY if a.tiny else SHAPE_27B
+    if a.pool_gib is None:
+        a.pool_gib = 0.001 if a.tiny else 20.0
     with torch.inference_mode():
         rows = run(shape, a.pool_gib, a.device, a.repeats, a.point_blocks, a.copy_mib)
     blocks = max(2, int(a.pool_gib * GiB) // (shape.storages * shape.page))

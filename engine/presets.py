@@ -26,7 +26,8 @@ CUDAGRAPH_MODES = ("NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PI
 # (RESIDUE_LAB_PATCHES): one vocabulary across engines.
 # the lab's fixes of the history mechanisms (engine/lab, issue 52): vLLM's plugin has no
 # such patch (engine/vllm/launch.py leaves them out of its selection)
-LAB_ONLY_PATCHES = ("align-publish-after-copy", "evict-group-key", "prefill-row-offsets")
+LAB_ONLY_PATCHES = ("align-publish-after-copy", "evict-group-key", "prefill-row-offsets",
+                    "mamba-chunk-grid")
 PATCHES = ("prefill-discriminator", "sliding-window-guard") + LAB_ONLY_PATCHES
 
 # SPEC -> (speculative method as the engines spell it, default draft tokens, why)

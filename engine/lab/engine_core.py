@@ -35,6 +35,10 @@ from .spec_decode import Drafter
 from .tokenizer import LabTokenizer
 
 
+# event-loop turns the API side gets between two engine steps (see AsyncEngine._loop)
+API_TURNS_PER_STEP = 4
+
+
 class EngineDeadError(RuntimeError):
     def __init__(self, msg: str = "EngineCore encountered an issue. See stack trace (above) "
                                   "for the root cause.") -> None:
@@ -130,7 +134,14 @@ class AsyncEngine:
                 q = self.queues.get(req.request_id)
                 if q is not None:
                     q.put_nowait((new, reason, req))
-            await asyncio.sleep(0)
+            # vLLM's API server is another process than its engine core: an HTTP request
+            # (an abort, a pause) is parsed and handed over while a step runs, and lands at
+            # the next step boundary. Here they share one event loop, and a request takes a
+            # few loop turns (bytes read, the app's task started, the handler run): give it
+            # those turns between two steps, so a pause or a hang-up lands a step after it
+            # arrives, as on vLLM, not one step per turn later
+            for _ in range(API_TURNS_PER_STEP):
+                await asyncio.sleep(0)
 
     # -- sleep mode (EngineCore.sleep / wake_up / is_sleeping) --------------------------
     async def sleep(self, level: int, mode: str = "abort") -> None:

@@ -147,6 +147,14 @@ class TileCache:
             self._refs[key] = self.get(s, seed)[0].repeat(s.page // s.period)
         return self._refs[key]
 
+    def page_sum(self, s: Storage, seed: int, word: int) -> int:
+        """One page's sum as ``word``-byte words (a host read at its first use only)."""
+        key = ("page_sum", str(s.flat.device), s.period, word, seed, s.salt, s.page)
+        if key not in self._refs:
+            self._refs[key] = (_word_sum(self.get(s, seed)[0], word)
+                               * (s.page // s.period)) % _MASK
+        return self._refs[key]
+
     def get(self, s: Storage, seed: int) -> tuple[Any, int]:
         """The storage's tile and its word sum."""
         import torch
@@ -199,33 +207,97 @@ def _finish(storages: list[Storage], sums: list, expected: list[int], t0: float)
             "s": round(time.perf_counter() - t0, 6)}
 
 
-def fill_whole(storages: list[Storage], seed: int, tiles: TileCache) -> dict:
-    """Write every storage once with its tile, then prove every storage (one reduction each,
-    one host read for all)."""
+SEED_BYTES = 16 << 20     # the doubling fill's first stretch, written from the tile
+
+
+def _fill_broadcast(s: Storage, tile) -> None:
+    """The tile broadcast over the storage as machine words (one kernel; the source is
+    the tile, so only the writes reach memory)."""
+    w = _INT[s.word]
+    full, tail = divmod(s.nbytes, s.period)
+    if full:
+        dst = s.flat[:full * s.period].view(w).view(full, s.period // s.word)
+        dst.copy_(tile.view(w).expand(full, s.period // s.word))
+    if tail:
+        s.flat[full * s.period:].copy_(tile[:tail])
+
+
+def _fill_doubling(s: Storage, tile) -> None:
+    """A first stretch from the tile, then the storage copied onto itself in doubling
+    contiguous copies (device memcpy, the kernel whose speed ``copy_bandwidth`` measures):
+    every copy starts at a multiple of the period, so the pattern runs on unbroken."""
+    first = min(s.nbytes, max(s.period, SEED_BYTES // s.period * s.period))
+    _fill_broadcast(Storage(flat=s.flat[:first], period=s.period), tile)
+    done = first
+    while done < s.nbytes:
+        k = min(done, s.nbytes - done)
+        s.flat[done:done + k].copy_(s.flat[:k])
+        done += k
+
+
+# how the whole fill writes (a row each; ``doubling`` by default: its cost is the measured
+# copy bandwidth's, the broadcast's depends on how well the GPU runs a strided copy)
+FILL_HOWS = {"doubling": _fill_doubling, "broadcast": _fill_broadcast}
+
+
+def fill_whole(storages: list[Storage], seed: int, tiles: TileCache,
+               how: str = "doubling") -> dict:
+    """Write every storage once with its tile, then prove every storage (one reduction
+    each over the storage as int64 words, no copy of it; one host read for all)."""
     t0 = time.perf_counter()
+    write = FILL_HOWS[how]
     sums, expected = [], []
     for s in storages:
         tile, tile_sum = tiles.get(s, seed)
-        full, tail = divmod(s.nbytes, s.period)
-        if full:
-            s.flat[:full * s.period].view(full, s.period).copy_(tile.expand(full, s.period))
-        if tail:
-            s.flat[full * s.period:].copy_(tile[:tail])
+        write(s, tile)
         sums.append(_device_sum(s))
         expected.append(_expected(s, tile, tile_sum))
-    return _finish(storages, sums, expected, t0)
+    out = _finish(storages, sums, expected, t0)
+    out["how"] = how
+    return out
+
+
+def _page_sums(s: Storage):
+    """Each page's word sum ([blocks], on the device): one read of the pages."""
+    import torch
+    w = next(x for x in (8, 4, 2, 1) if s.page % x == 0 and s.period % x == 0)
+    pages = s.flat[: s.blocks * s.page].view(_INT[w]).view(s.blocks, s.page // w)
+    return torch.sum(pages, dim=1, dtype=torch.int64), w
 
 
 def prove(storages: list[Storage], seed: int, tiles: TileCache) -> dict:
     """The audit: every storage read once and compared with the tile's prediction, nothing
-    written (a write the dirty set missed shows here)."""
+    written (a write the dirty set missed shows here). Where storages are paged, per page:
+    every page holds the same bytes, so the audit names the blocks that differ."""
+    import torch
     t0 = time.perf_counter()
-    sums, expected = [], []
+    paged = bool(storages) and all(s.page and s.blocks * s.page == s.nbytes for s in storages)
+    if not paged:
+        sums, expected = [], []
+        for s in storages:
+            tile, tile_sum = tiles.get(s, seed)
+            sums.append(_device_sum(s))
+            expected.append(_expected(s, tile, tile_sum))
+        return _finish(storages, sums, expected, t0)
+    wrong = []
     for s in storages:
-        tile, tile_sum = tiles.get(s, seed)
-        sums.append(_device_sum(s))
-        expected.append(_expected(s, tile, tile_sum))
-    return _finish(storages, sums, expected, t0)
+        got, w = _page_sums(s)
+        want = tiles.page_sum(s, seed, w)
+        wrong.append(got != (want - _MASK if want >= 1 << 63 else want))
+    flat_bad = torch.cat(wrong).nonzero().flatten().tolist()        # the one host read
+    starts = [0]
+    for s in storages:
+        starts.append(starts[-1] + s.blocks)
+    by_storage: dict[int, list[int]] = {}
+    bad = []
+    for k in flat_bad:
+        i = next(j for j in range(len(storages)) if k < starts[j + 1])
+        by_storage.setdefault(i, []).append(k - starts[i])
+        bad.append((i, k - starts[i]))
+    return {"storages": len(storages), "bytes": sum(s.nbytes for s in storages),
+            "by": "pages", "ok": not bad, "bad_storages": sorted(by_storage),
+            "bad_blocks": sorted({b for _, b in bad})[:64], "bad_pages": len(bad),
+            "s": round(time.perf_counter() - t0, 6)}
 
 
 def block_ref(s: Storage, v: View, tile):
@@ -257,11 +329,13 @@ def restore_blocks(storages: list[Storage], block_ids: Iterable[int], seed: int,
         dev = str(s.flat.device)
         if dev not in index:
             index[dev] = torch.tensor(ids, dtype=torch.int64).to(s.flat.device)
-        pages = s.flat[: s.blocks * s.page].view(s.blocks, s.page)
-        ref = tiles.page(s, seed)
-        pages[index[dev]] = ref.expand(len(ids), s.page)
-        as_int = _INT[next(w for w in (8, 4, 2, 1) if s.page % w == 0)]
-        bad.append(torch.sum(pages[index[dev]].view(as_int) != ref.view(as_int)))
+        w = _INT[next(x for x in (8, 4, 2, 1) if s.page % x == 0)]
+        pages = s.flat[: s.blocks * s.page].view(w).view(s.blocks, -1)
+        ref = tiles.page(s, seed).view(w)
+        # one batched write and one batched proof per storage, as words: the named pages
+        # only (a gather of them, not of the pool), compared exactly with the fill's page
+        pages.index_copy_(0, index[dev], ref.expand(len(ids), ref.numel()))
+        bad.append(torch.count_nonzero(pages.index_select(0, index[dev]) != ref))
         written += len(ids) * s.page
         checks += 1
     for s in storages if not paged else ():

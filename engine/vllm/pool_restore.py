@@ -8,7 +8,12 @@ block ids the scheduler gave: ``scheduled_new_reqs[i].block_ids`` and
 ``scheduled_cached_reqs.new_block_ids[i]`` (one list per KV cache group; the groups of a
 hybrid share one block pool, so the union is kept and applied to every view, a superset).
 The GDN/Mamba state slots of a request are block ids of its group too, so they are in the
-set. Block 0 (the null block, which padding may name) is always added.
+set. Block 0 (the null block, which padding may name) is always added, and so are both ends of
+``kv_cache_block_copies``: with ``--prefix-match-unit`` finer than the block, a request
+whose prompt ends past its last full block registers a partial tail, and the next step
+copies that block's page (every storage) into a fresh block that no block table names
+(``MambaManager.allocate_new_blocks``). Missing it failed both audits of the first H200
+run (``reports/h200/cost-restore/``: 16 of 16 storages, every point).
 
 ``residue_lab_restore_pool(pattern, how)``: ``whole`` fills every storage once
 (``engine/vllm/pool_fill.py``); ``auto`` rewrites the dirty blocks and proves them, or runs
@@ -33,9 +38,26 @@ __all__ = ["PoolRestore", "AUDIT_EVERY", "HOWS", "dirty_ids"]
 NULL_BLOCK = 0
 
 
+# the scheduler output's fields that name blocks, all read below or known to write nothing
+# (a count); a field of another release that names blocks makes the dirty set unknown
+READ_BLOCK_FIELDS = frozenset({"scheduled_new_reqs", "scheduled_cached_reqs",
+                               "new_block_ids_to_zero", "kv_cache_block_copies",
+                               "partial_tail_offloads", "num_common_prefix_blocks"})
+
+
+def _unread_block_fields(scheduler_output: Any) -> list[str]:
+    names = getattr(scheduler_output, "__dataclass_fields__", None) or vars(scheduler_output)
+    return sorted(n for n in names if "block" in n and n not in READ_BLOCK_FIELDS
+                  and getattr(scheduler_output, n, None))
+
+
 def dirty_ids(scheduler_output: Any) -> set[int]:
-    """The block ids one scheduler output gives its requests (every KV cache group);
-    AttributeError/TypeError where the output is not of the shape this reads."""
+    """The block ids one scheduler output gives its requests (every KV cache group) or
+    has the worker write; AttributeError/TypeError where the output is not of the shape
+    this reads, or names blocks in a field this does not read."""
+    unread = _unread_block_fields(scheduler_output)
+    if unread:
+        raise TypeError(f"it names blocks in {', '.join(unread)}, which this does not read")
     out: set[int] = set()
     for req in scheduler_output.scheduled_new_reqs:
         for group in req.block_ids:
@@ -45,6 +67,13 @@ def dirty_ids(scheduler_output: Any) -> set[int]:
             out.update(int(b) for b in group)
     for b in getattr(scheduler_output, "new_block_ids_to_zero", None) or ():
         out.add(int(b))
+    for copy in getattr(scheduler_output, "kv_cache_block_copies", None) or ():
+        # the worker copies a whole page, in every storage, into a block no request's
+        # table names: the partial-tail CoW of mamba "align" mode (a running producer
+        # stays on its source block; the cache entry moves to the copy). Both ends kept.
+        out.update(int(b) for b in copy)
+    for entries in (getattr(scheduler_output, "partial_tail_offloads", None) or {}).values():
+        out.update(int(block) for _group, block, _tokens in entries)
     return out
 
 

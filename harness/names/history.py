@@ -19,7 +19,8 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
 
 __all__ = ["History", "HISTORIES", "HISTORY_NAMES", "NONE", "history_row", "HistorySend",
-           "HistoryProof", "ABORT_CHUNK_BUDGET", "SIBLING_CHUNK_BUDGET", "EVICT_POOL_PROMPTS"]
+           "HistoryProof", "ABORT_CHUNK_BUDGET", "SIBLING_BUDGET_PROMPTS", "sibling_budget",
+           "EVICT_POOL_PROMPTS"]
 
 NONE = "none"
 # abort-retry: the chunked-prefill budget its servers get when the sweep sets none: the
@@ -27,9 +28,15 @@ NONE = "none"
 # mode publishes a state block (vllm PR #56525); on vLLM give the model's own mamba block
 # with --max-num-batched-tokens. A prompt of the default --context (4,096) is 3 chunks
 ABORT_CHUNK_BUDGET = 2048
-# sibling: the budget its servers get when the sweep sets none: room for both prompts of
-# the default --context whole in the one step they share
-SIBLING_CHUNK_BUDGET = 16384
+# sibling: the budget its servers get when the sweep sets none, in measured prompts: two of
+# residue 0's templated length (--context rounded to the hash unit; sibling_budget): at
+# residue 0 both prompts are prefilled whole in the step they share (the lab's
+# prefill-row-offsets cell: the first row's chunk a whole number of blocks); at a residue
+# whose prompt is longer, L(sibling) < B < L(sibling) + L(measured) with B a multiple of
+# the unit, so the measured prefill is split off the block grid, B - L(sibling) tokens in
+# the shared step and the rest in the next (vllm PR #34587's chunk that starts mid-block;
+# the lab2 note of /work/notes/history-contract.md)
+SIBLING_BUDGET_PROMPTS = 2
 # evict: the KV pool its servers get when the sweep sets none, in measured prompts (the
 # prompt + its answer): room for the measured prompt and one unrelated prompt beside it,
 # so that a few unrelated prompts evict every block of it
@@ -48,6 +55,11 @@ class History:
     live_ok: bool        # a shared live server (--url) can prove it
     chunk_budget: int | None = None      # its servers' --max-num-batched-tokens, if unset
     pool_prompts: float | None = None    # its servers' KV pool in measured prompts, if unset
+    # on a real engine (vLLM), whose align-mode state block is the KV block (vLLM 0.26.0
+    # model_executor/models/config.py: mamba_block_size = block_size), the budget in KV
+    # blocks instead of chunk_budget (the lab's state block is 2048 at k = 3)
+    engine_budget_blocks: int | None = None
+    budget_prompts: int | None = None    # its servers' budget in measured prompts, if unset
     align_mode: bool = False   # its servers run a hybrid's state cache in align mode (the
                                # lab's default is ``all``; vLLM's hybrids run align always)
 
@@ -57,27 +69,34 @@ HISTORIES: tuple[History, ...] = (
             "the phases' own checks (cached_tokens 0 cold, a proven hit)",
             "Bug B and the shapes of docs/shapes.md", "every bug that needs a history",
             "as the rule says for the configuration", True),
-    History("abort-retry", "the measured prompt sent as a stream and cut (the client "
-            "disconnects) once the server's log shows its first prefill chunk, then sent "
-            "again: the retry is the measured cold phase", "cold",
+    History("abort-retry", "the measured prompt sent as a stream; once the server's log "
+            "shows its first prefill chunk, scheduling is paused (/sleep?level=0&mode=keep), "
+            "the client hangs up, the abort line is awaited, scheduling resumes (/wake_up), "
+            "and the prompt is sent again: the retry is the measured cold phase", "cold",
             "the server's trace: a prefill chunk of the aborted request, then its abort line "
-            "with computed < prompt (mid-prefill: a long prompt, --context 16384, leaves the "
-            "hang-up room); the retry's cached_tokens (what the aborted prefill left cached)",
+            "with 0 < computed < prompt (mid-prefill: the pause lands a step or two after the "
+            "first chunk line, so the prompt needs a few chunks: the lab at --context 16384, "
+            "vLLM at a budget of one KV block); the retry's cached_tokens (what the aborted "
+            "prefill left cached)",
             "vllm PR #56525 (align-mode state hashes published at schedule time, an abort "
             "before the write); sglang #23392 (cancel + retry)",
-            "an abort at any other chunk than the first seen; aborts of other clients' "
-            "requests", "the retry's final chunk is L minus its hit (whole hash units the "
-            "aborted prefill computed), cut by the history's chunk budget: the budget's "
-            "residues, as the rule line says for the configuration; the history's own break "
-            "(a state that was never written) is not a Bug B residue", False,
-            chunk_budget=ABORT_CHUNK_BUDGET, align_mode=True),
+            "an abort at any other chunk than the pause leaves; aborts of other clients' "
+            "requests; an abort while steps run (the pause holds them)",
+            "#56525 (lab, unpatched, align mode, ngram or no spec): the retry (and the "
+            "self-hit after it) reads the state block the aborted prefill published but never "
+            "wrote: broken (answer '', cached_tokens = the abort's computed) at EVERY residue "
+            "whose abort is proven mid-prefill; align-publish-after-copy or all: clean; MTP / "
+            "DFlash drop the last matched block: nothing. Bug B: the retry's final chunk is L "
+            "minus its hit, cut by the chunk budget, as the rule line says", False,
+            chunk_budget=ABORT_CHUNK_BUDGET, engine_budget_blocks=1, align_mode=True),
     History("interleave", "A (the cold phase), then a different document B sharing A's "
             "first half (a whole number of hash units), then A again: the A-B-A pattern",
             "self-hit", "B's cached_tokens: a positive multiple of the hash unit below A's "
             "length (B hit A's shared prefix); the order of sends; A's hit after B",
             "A-B-A prefix patterns; a stale block B's prefill overwrote",
             "a B that shares a prefix of another length than half of A",
-            "A's resend is a hit: residue k+1 as for any hit", False),
+            "no lab mechanism (the lab's fixes change nothing here): A's resend is a hit, "
+            "residue k+1 as for any hit (Bug B)", False),
     History("sibling", "another cold prefill (another document, the measured prompt's "
             "templated length) sent first, the measured cold request while it waits, both "
             "scheduled in one step (the server paused until both wait, where it can pause)",
@@ -86,9 +105,17 @@ HISTORIES: tuple[History, ...] = (
             "lines: the measured one, or the sibling's before it, with prefill_reqs >= 2)", "sglang #22819 (prefix length == page size, "
             "corrupt only beside another request in one batch)",
             "steps the measured final chunk did not share; a server that writes no trace",
-            "nothing for the cold phase: a step with two prefills is not shape-uniform "
-            "(num_tokens != num_reqs x (1 + k)); the self-hit as none", False,
-            chunk_budget=SIBLING_CHUNK_BUDGET),
+            "row offsets (lab, prefill-row-offsets off): the cold phase broken where both "
+            "prompts are prefilled whole in the shared step and the sibling's chunk is a "
+            "whole number of blocks: residue 0 (the budget is two residue-0 prompts); "
+            "#34587 (lab, --mamba-cache-mode all, mamba-chunk-grid off): the measured "
+            "prompt split off the block grid (B - L(sibling) tokens in the shared step, not a "
+            "multiple of the unit), its self-hit broken (answer '', cached_tokens L rounded "
+            "down to the unit) where that hit exceeds B - L(sibling): every residue whose "
+            "templated length exceeds residue 0's; all: clean; vLLM (align mode): nothing. "
+            "Bug B: nothing for the cold phase (a step with two prefills is not "
+            "shape-uniform), the self-hit as none", False,
+            budget_prompts=SIBLING_BUDGET_PROMPTS),
     History("evict", "the measured prompt served (cold), then unrelated prompts until "
             "their tokens exceed the KV pool, then the measured prompt again (measured)",
             "self-hit", "the server's eviction lines naming the measured prompt's blocks "
@@ -97,6 +124,9 @@ HISTORIES: tuple[History, ...] = (
             "stale hits after eviction under churn (local-inference-lab/vllm #480; vllm "
             "#50702's pinned pool with eviction active)",
             "preemption of a running request (nothing runs beside it)",
+            "phantom hit (lab hybrid, evict-group-key off): the self-hit reports a full hit "
+            "although the eviction lines name its blocks, broken at EVERY residue; "
+            "evict-group-key or all, and dense: a miss or a partial hit, clean. Bug B: "
             "a miss prefills the whole prompt (the cold rule: only a chunk budget cuts a "
             "final chunk); a partial hit's final chunk is L minus the hit, k+1 tokens only "
             "where that is under one unit: the record's computed_tail says which", False,
@@ -112,11 +142,17 @@ HISTORIES: tuple[History, ...] = (
             "turn in whole hash units, so its final chunk (L2 minus the hit) is congruent to "
             "L2 but is k+1 tokens only where the new turn adds under one unit past the hit: "
             "with the document-sized new turn this sweeps, it predicts nothing for the "
-            "measured phase (the cold first turn as none)", False),
+            "measured phase (the cold first turn as none); no lab mechanism", False),
 )
 
 HISTORY_NAMES: tuple[str, ...] = tuple(h.name for h in HISTORIES)
 _BY_NAME = {h.name: h for h in HISTORIES}
+
+
+def sibling_budget(prompts: int, context: int, unit: int) -> int:
+    """``prompts`` times residue 0's templated length, which is ``context`` rounded to the
+    hash unit (the harness pads each prompt to ``context`` give or take half a modulus)."""
+    return prompts * max(unit, round(context / unit) * unit)
 
 
 def history_row(name: str | None) -> History:

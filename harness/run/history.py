@@ -86,10 +86,13 @@ def _other_doc(h: HistoryRun, i: int, lines: int) -> str:
 
 
 async def abort_retry(h: HistoryRun) -> Measured:
-    """The measured prompt streamed and cut once the log shows its first prefill chunk,
-    then sent again (measured). Where the abort lands is the server's: a prompt of a few
-    chunks may finish its prefill first (the proof says so); a long one (``--context``
-    16384 at the budget of 2,048) leaves room."""
+    """The measured prompt streamed; once the log shows its first prefill chunk the
+    server's scheduling is paused (``/sleep?level=0&mode=keep``: no step runs, aborts are
+    still processed, in vLLM 0.26.0's engine core as in the lab's), the client hangs up,
+    the abort line is awaited, scheduling resumes (``/wake_up``), and the prompt is sent
+    again (measured). The pause lands between two steps, a step or a few after the first
+    chunk line; the prompt's chunk count (its length over the budget) must exceed that,
+    and the abort line's ``computed`` proves it did (``0 < computed < of``)."""
     messages, n = h.point.plan.messages, h.length
     watch, rid = LogWatch(h.log_path), f"{h.tag}-aborted"
     aborts0 = await _aborts(h.client)
@@ -98,28 +101,39 @@ async def abort_retry(h: HistoryRun) -> Measured:
         request_id=rid, ignore_eos=False))
     first = await watch.wait(lambda e: e.kind in ("chunk", "final") and e.of_send(rid, n),
                              h.timeout, until=task)
-    task.cancel()   # the hang-up at once: the server sees it between two steps
+    paused = first is not None and first.kind == "chunk" and await _paused(h.client)
+    task.cancel()   # the hang-up: the server aborts the request (paused: between no steps)
     await asyncio.gather(task, return_exceptions=True)
     abort = await watch.wait(lambda e: e.kind in ("abort", "final") and e.of_send(rid, n)
                              and e is not first, min(h.timeout, 30.0) if first else 0.0)
+    if paused:
+        await h.client.wake_up()
     aborts = _delta(aborts0, await _aborts(h.client))
     res = await h.ask(request_id=f"{h.tag}-retry")
     sends = (HistorySend("aborted", n, None, rid, "abort"), _sent("retry", res))
     log = tuple(e for e in (first, abort) if e is not None)
-    metrics = {"abort_requests": aborts}
-    if first is None:
-        why = "no prefill chunk of the aborted request in the server's log (no trace)"
-    elif first.kind == "final":
-        why = "the first line of the aborted request was its final chunk: the prefill ended before the abort"
-    elif abort is None or abort.kind != "abort":
-        why = "no abort line of the request before its prefill ended"
-    elif abort.start is not None and abort.start >= abort.of:
-        why = f"the abort landed after the prefill ({abort.start} of {abort.of} computed)"
-    else:
+    metrics = {"abort_requests": aborts, "paused": paused}
+    why = _not_mid_prefill(first, abort)
+    if why is None:
         return res, h.proof(True, f"aborted mid-prefill at {abort.start} of {abort.of} "
-                            "tokens, then retried", sends, log, metrics,
-                            f"retry hit {res.cached_tokens} of {res.prompt_tokens}"), h.point, h.templated
+                            f"tokens{' (scheduling paused)' if paused else ''}, then retried",
+                            sends, log, metrics, f"retry hit {res.cached_tokens} of "
+                            f"{res.prompt_tokens}"), h.point, h.templated
     return res, h.proof(False, why, sends, log, metrics), h.point, h.templated
+
+
+def _not_mid_prefill(first: TraceEvent | None, abort: TraceEvent | None) -> str | None:
+    """Why the trace does not prove an abort mid-prefill (None: it does, 0 < computed < of)."""
+    if first is None:
+        return "no prefill chunk of the aborted request in the server's log (no trace)"
+    if first.kind == "final":
+        return ("the first line of the aborted request was its final chunk: the prefill "
+                "ended before the abort")
+    if abort is None or abort.kind != "abort":
+        return "no abort line of the request before its prefill ended"
+    if abort.start is None or abort.of is None or not 0 < abort.start < abort.of:
+        return f"the abort landed outside the prefill ({abort.start} of {abort.of} computed)"
+    return None
 
 
 async def interleave(h: HistoryRun) -> Measured:

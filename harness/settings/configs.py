@@ -26,7 +26,7 @@ from ..serve.engines import adapter_class
 from ..serve.slots import Slot
 from ..names.engine import EngineName
 from ..names.phase import PHASES, PhaseName
-from ..names.history import history_row
+from ..names.history import history_row, sibling_budget
 
 __all__ = ["SweepOptions", "config_id", "modulus_for", "modulus_and_why", "expand_matrix",
            "matrix_combos",
@@ -187,9 +187,15 @@ def history_server(cfg: ServingConfig, context: int, max_tokens: int) -> Serving
     row = history_row(cfg.history)
     changes: dict[str, Any] = {}
     notes = list(cfg.notes)
-    if row.chunk_budget and cfg.max_num_batched_tokens is None:
-        changes["max_num_batched_tokens"] = row.chunk_budget
-        notes.append(f"history {row.name}: --max-num-batched-tokens {row.chunk_budget} "
+    budget = row.chunk_budget
+    if row.engine_budget_blocks and cfg.engine != EngineName.LAB:
+        budget = row.engine_budget_blocks * cfg.block_size
+    if row.budget_prompts:
+        budget = sibling_budget(row.budget_prompts, context,
+                                cfg.prefix_match_unit or cfg.block_size)
+    if budget and cfg.max_num_batched_tokens is None:
+        changes["max_num_batched_tokens"] = budget
+        notes.append(f"history {row.name}: --max-num-batched-tokens {budget} "
                      "(harness/names/history.py says why)")
     if row.pool_prompts and cfg.num_gpu_blocks is None:
         # vLLM's hybrid takes a block per KV group (attention and mamba) from one pool, and
@@ -198,6 +204,12 @@ def history_server(cfg: ServingConfig, context: int, max_tokens: int) -> Serving
         groups = VLLM_POOL_GROUPS if cfg.engine == EngineName.VLLM else 1
         tokens = groups * row.pool_prompts * (context + max_tokens + 2 * cfg.block_size)
         changes["num_gpu_blocks"] = -(-int(tokens) // cfg.block_size)
+        if cfg.engine != EngineName.LAB:
+            # vLLM 0.26.0 checks --max-model-len against the overridden pool at boot
+            # (v1/core/kv_cache_utils.py get_kv_cache_configs: available memory = override
+            # x bytes per block): one measured prompt and its answer, not CTX's 245,760
+            one = context + max_tokens + 2 * cfg.block_size
+            changes["max_model_len"] = -(-one // cfg.block_size) * cfg.block_size
         notes.append(f"history {row.name}: a KV pool of {changes['num_gpu_blocks']} blocks "
                      f"(~{row.pool_prompts:g} measured prompts), so unrelated prompts evict it")
     return dataclasses.replace(cfg, **changes, notes=tuple(notes)) if changes else cfg

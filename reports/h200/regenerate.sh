@@ -100,6 +100,11 @@ page poison/hunt.md python ../../benchmarks/gpu_poison_summary.py poison/call1-r
 # issue 35: the cost curve (benchmarks/gpu_cost_curve.sh 565 on one H200, 2026-12-02; dummy
 # weights: cost only, no verdicts): the table from the archived records (cost/README.md)
 page cost/cost_curve.md python ../../benchmarks/cost_table.py cost/records.jsonl.gz --manifest cost/manifest.json
+# issue 51: restore at the speed of memory (benchmarks/gpu_cost_curve.sh 470 --servers 27b@20
+# --no-sleep --gpu-gib 79 on one H200, 2026-12-06; dummy weights: cost only, no verdicts):
+# the old per-view fill, the once-per-storage fill and the dirty restore beside the copy
+# bandwidth limit (cost-restore/README.md)
+page cost-restore/cost_curve.md python ../../benchmarks/cost_table.py cost-restore/records.jsonl.gz --manifest cost-restore/manifest.json
 # issue 32, round 3 (2026-12-03, three H200 machines; determinism/README.md): fixed kernel
 # choices beside plain servers (benchmarks/gpu_determinism.py: m1, m2), independent
 # compiles with and without PYTHONHASHSEED=0 (m3), what each server's autotuner kept; then

@@ -108,6 +108,29 @@ def test_gpu_shapes_on_the_lab_returns_two_files(tmp_path):
     assert "broken: residue 484" in s and "WARNING" not in res.stdout
 
 
+@pytest.mark.slow
+def test_gpu_history_on_the_lab_returns_records_reports_and_summary(tmp_path):
+    """benchmarks/gpu_history.sh with the lab standing in for vLLM: $OUT is the tgz (both
+    reports inside), both records files and the summary with every history's cells (~45 s
+    on a 2-vCPU box)."""
+    out = tmp_path / "out"
+    res = subprocess.run(["bash", "benchmarks/gpu_history.sh", "300"], cwd=ROOT,
+                         env={**os.environ, "ENGINE": "lab", "OUT": str(out),
+                              "PYTHON": sys.executable, "DEV_WORK": str(tmp_path / "work")},
+                         capture_output=True, text=True, timeout=400)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "history_ngram.tgz", "history_ngram_fap_all.jsonl.gz", "history_ngram_pw_none.jsonl.gz",
+        "history_ngram_summary.md"]
+    reports = {Path(n).parts[1] for n in tarfile.open(out / "history_ngram.tgz").getnames()
+               if n.endswith(".md")}
+    assert reports == {"fap_all", "pw_none"}
+    s = (out / "history_ngram_summary.md").read_text()
+    for name in ("none", "abort-retry", "interleave", "sibling", "evict", "next-turn"):
+        assert f"history={name} |" in s
+    assert "## fap_all" in s and "## pw_none" in s and "WARNING" not in res.stdout
+
+
 def test_no_device_script_works_in_a_fixed_folder():
     """Each device script's work folder is under ``$DEV_WORK`` (device_lib.sh; /tmp/work on
     the device): with a fixed /tmp/work/NAME, two suites on one box emptied each other's

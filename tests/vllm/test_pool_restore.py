@@ -139,20 +139,27 @@ class _Worker(R.PoolRestore):
 
     def execute_model(self, scheduler_output):
         self.ran.append(scheduler_output)
+        state = next(v for v in self.views if v.shape[0] == BLOCKS)   # blocks first
         for req in scheduler_output.scheduled_new_reqs:   # the model writes its blocks
             for b in getattr(req, "block_ids", ([],))[0]:
-                self.views[2][:, b] = 0.5
+                state[b] = 0.5
+        for src, dst in getattr(scheduler_output, "kv_cache_block_copies", None) or ():
+            # as vLLM's copy_kv_cache_blocks_inplace: a whole page, every storage
+            for t in {id(v.untyped_storage()): v for v in self.views}.values():
+                pages = torch.empty(0, dtype=torch.uint8).set_(t.untyped_storage())
+                pages = pages.view(BLOCKS, -1)
+                pages[dst] = pages[src]
         return "out"
 
 
-def _step(new_blocks, cached_blocks=None):
+def _step(new_blocks, cached_blocks=None, **fields):
     return SimpleNamespace(
         scheduled_new_reqs=[SimpleNamespace(block_ids=(list(new_blocks), list(new_blocks)))],
-        scheduled_cached_reqs=SimpleNamespace(new_block_ids=[cached_blocks]))
+        scheduled_cached_reqs=SimpleNamespace(new_block_ids=[cached_blocks]), **fields)
 
 
 def test_the_worker_restores_what_its_steps_were_given_and_audits_on_cadence():
-    _, views = _pool()
+    _, views = _hybrid_pool()
     w = _Worker(views)
     w._rl_track()
     boot = w.residue_lab_restore_pool("A", "whole")
@@ -180,6 +187,30 @@ def test_a_write_the_tracking_missed_is_caught_and_repaired():
     audit = w.residue_lab_audit("A")
     assert not audit["ok"] and audit["repaired_by"]["ok"]
     assert w.residue_lab_audit("A")["ok"]
+
+
+def test_a_partial_tail_copy_into_a_block_no_request_names_is_restored():
+    """The first H200 run's audits (0/2, every storage): with a prefix-match unit finer than
+    the block, the cold request registers a partial tail and the next step copies its page
+    into a fresh block that no block table names (``kv_cache_block_copies``)."""
+    _, views = _hybrid_pool()
+    w = _Worker(views)
+    w._rl_track()
+    w.residue_lab_restore_pool("A", "whole")
+    w.execute_model(_step([2], kv_cache_block_copies=[(2, 5)]))   # 5: nobody's block
+    out = w.residue_lab_restore_pool("A")
+    assert out["ok"] and out["means"] == "dirty" and out["restored"]["blocks"] == 3
+    assert w.residue_lab_audit("A")["ok"]
+
+
+def test_a_field_naming_blocks_this_does_not_read_is_the_whole_fill():
+    _, views = _hybrid_pool()
+    w = _Worker(views)
+    w._rl_track()
+    w.residue_lab_restore_pool("A", "whole")
+    w.execute_model(_step([2], block_moves=[(2, 4)]))
+    out = w.residue_lab_restore_pool("A")
+    assert out["ok"] and out["means"] == "storage-fill" and "block_moves" in out["why"]
 
 
 def test_an_unknown_scheduler_output_falls_back_to_the_whole_fill_and_says_why():
@@ -226,6 +257,11 @@ def test_the_block_ids_are_read_from_this_vllm_scheduler_output():
     out.scheduled_cached_reqs = CachedRequestData.make_empty()
     out.scheduled_cached_reqs.new_block_ids.extend([([6], [10]), None])
     assert R.dirty_ids(out) == {4, 5, 6, 9, 10}
+    if hasattr(out, "kv_cache_block_copies"):     # the partial-tail CoW of align mode
+        from vllm.v1.core.kv_cache_utils import KVCacheBlockCopy
+        out.kv_cache_block_copies = [KVCacheBlockCopy(src_block_id=5, dst_block_id=11)]
+        assert R.dirty_ids(out) == {4, 5, 6, 9, 10, 11}
+    assert R._unread_block_fields(out) == []     # every field of this release that names blocks
 
 
 def test_the_worker_extension_has_no_name_vllms_worker_has():
@@ -237,3 +273,38 @@ def test_the_worker_extension_has_no_name_vllms_worker_has():
 
     from engine.vllm.poison import PoisonWorker
     assert [a for a in dir(PoisonWorker) if not a.startswith("__") and hasattr(Worker, a)] == []
+
+
+def test_the_doubling_fill_writes_the_broadcast_fills_bytes(monkeypatch):
+    """The doubling copies (a short first stretch here, so several doublings and a
+    tail that is not a whole period) leave the same bytes as the tile broadcast."""
+    monkeypatch.setattr(F, "SEED_BYTES", 1)
+    raw, views = _hybrid_pool()
+    tail = torch.zeros(3 * F.MAX_PERIOD + 40, dtype=torch.uint8)   # a storage of its own
+    storages, tiles = F.resolve(views + [tail], BLOCKS), F.TileCache()
+    assert storages[1].period < storages[1].nbytes < 4 * storages[1].period
+    out = F.fill_whole(storages, SEED, tiles)
+    assert out["ok"] and out["how"] == "doubling"
+    doubled = raw.clone(), tail.clone()
+    raw.zero_(), tail.zero_()
+    assert F.fill_whole(storages, SEED, tiles, how="broadcast")["ok"]
+    assert torch.equal(raw, doubled[0]) and torch.equal(tail, doubled[1])
+
+
+def test_the_paged_audit_names_the_blocks_written_outside():
+    raw, views = _hybrid_pool()
+    storages, tiles = F.resolve(views, BLOCKS), F.TileCache()
+    F.fill_whole(storages, SEED, tiles)
+    ok = F.prove(storages, SEED, tiles)
+    assert ok["ok"] and ok["by"] == "pages" and ok["bad_blocks"] == []
+    raw.view(BLOCKS, -1)[4, 7] ^= 1                              # one bit of block 4
+    bad = F.prove(storages, SEED, tiles)
+    assert not bad["ok"] and bad["bad_blocks"] == [4] and bad["bad_storages"] == [0]
+    assert F.restore_blocks(storages, [4], SEED, tiles)["ok"]
+    assert F.prove(storages, SEED, tiles)["ok"]
+    raw2, views2 = _hybrid_pool()                                 # a second storage
+    both = F.resolve(views + views2, BLOCKS)
+    F.fill_whole(both, SEED, tiles)
+    raw2.view(BLOCKS, -1)[2, 0] ^= 4
+    bad = F.prove(both, SEED, tiles)
+    assert bad["bad_storages"] == [1] and bad["bad_blocks"] == [2] and bad["bad_pages"] == 1
