@@ -10,7 +10,8 @@ check that a file is one (no machinery: nothing here starts, asks or judges).
 - ``manifest.py``      ``RunManifest``: the run manifest typed and versioned
   (``MANIFEST_VERSION``), read losslessly whatever its version
 - ``run_timing.py``    ``RunTiming``, ``RunPlan``: the manifest's ``timing`` and ``plan`` typed
-- ``gate_block.py``    ``BaselineBlock`` / ``GateCell``: the manifest's ``baseline`` block typed
+- ``gate_block.py``    ``BaselineBlock`` / ``GateCell`` / ``StillBroken``: the manifest's
+  ``baseline`` block typed
 - ``recordkeys.py``    a record's cell: configuration, case, residue, phase, document; the
   latest of each cell, the reference cells, the verdicts per node
 - ``record_check.py``  is this file a results file? every line checked before it is read
