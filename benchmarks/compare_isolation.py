@@ -36,9 +36,10 @@ from typing import Iterable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from harness.records.phase_record import PhaseRecord  # noqa: E402
 from harness.records.recordkeys import document_of  # noqa: E402
 from harness.records.store import StoreError, load_records  # noqa: E402
-from harness.judge.vocabulary import BUG_VERDICTS  # noqa: E402
+from harness.names.verdict import BUG_VERDICTS  # noqa: E402
 
 __all__ = ["cell_of", "compare", "main"]
 
@@ -46,37 +47,38 @@ __all__ = ["cell_of", "compare", "main"]
 JUDGED = {"ok", "diverged", "broken"}
 
 
-def cell_of(r: dict) -> tuple:
+def cell_of(r: PhaseRecord) -> tuple:
     """A cell without how it was measured: configuration, case, residue, phase, document."""
-    return (r.get("config_id") or r.get("config_label"), r.get("case_id"), r.get("residue"),
-            r.get("phase"), document_of(r))
+    return (r.config_id or r.config_label, r.case_id, r.residue,
+            r.phase, document_of(r))
 
 
-def _pick(records: Iterable[dict], isolation: str | None) -> dict[tuple, dict]:
-    out: dict[tuple, dict] = {}
+def _pick(records: Iterable[PhaseRecord], isolation: str | None
+          ) -> dict[tuple, PhaseRecord]:
+    out: dict[tuple, PhaseRecord] = {}
     for r in records:
-        if isolation is None or r.get("isolation") == isolation:
+        if isolation is None or r.isolation == isolation:
             out[cell_of(r)] = r   # load_records already kept the latest per run and cell
     return out
 
 
-def compare(left: dict[tuple, dict], right: dict[tuple, dict]) -> dict:
+def compare(left: dict[tuple, PhaseRecord], right: dict[tuple, PhaseRecord]) -> dict:
     """Agreement of the cells both sides measured."""
     same, differ, incomparable, form = [], [], [], []
     for key in sorted(set(left) & set(right), key=str):
         a, b = left[key], right[key]
-        va, vb = a.get("verdict"), b.get("verdict")
+        va, vb = a.verdict, b.verdict
         row = {"cell": _name(a), "left": va, "right": vb,
-               "left_isolation": a.get("isolation"), "right_isolation": b.get("isolation")}
+               "left_isolation": a.isolation, "right_isolation": b.isolation}
         if va not in JUDGED or vb not in JUDGED:
             incomparable.append(row)
         elif va != vb and va in BUG_VERDICTS and vb in BUG_VERDICTS:
             form.append({**row, "why": "wrong both ways, in another form"})
         elif va != vb:
             differ.append({**row, "why": "verdicts differ"})
-        elif va == "ok" and a.get("answer") != b.get("answer"):
+        elif va == "ok" and a.answer != b.answer:
             differ.append({**row, "why": "ok answers differ",
-                           "left_sha1": a.get("sha1"), "right_sha1": b.get("sha1")})
+                           "left_sha1": a.sha1, "right_sha1": b.sha1})
         else:
             same.append(row)
     verdicts = Counter(r["left"] for r in same)
@@ -86,13 +88,13 @@ def compare(left: dict[tuple, dict], right: dict[tuple, dict]) -> dict:
             "left_only": len(set(left) - set(right)), "right_only": len(set(right) - set(left))}
 
 
-def _name(r: dict) -> str:
-    case = f" case {r['case_id']}" if r.get("case_id") else ""
-    return (f"{r.get('config_label') or r.get('config_id')}{case} residue {r.get('residue')} "
-            f"{r.get('phase')} document {document_of(r)}")
+def _name(r: PhaseRecord) -> str:
+    case = f" case {r.case_id}" if r.case_id else ""
+    return (f"{r.config_label or r.config_id}{case} residue {r.residue} "
+            f"{r.phase} document {document_of(r)}")
 
 
-def _within(records: list[dict]) -> dict:
+def _within(records: list[PhaseRecord]) -> dict:
     """Every reused-server record (restore, reset) against the fresh record of its cell."""
     fresh = _pick(records, "fresh")
     out = {}

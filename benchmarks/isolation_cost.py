@@ -25,6 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from harness.records.phase_record import PhaseRecord  # noqa: E402
 from harness.records.recordkeys import point_key  # noqa: E402
 from harness.records.store import load_records  # noqa: E402
 
@@ -39,25 +40,25 @@ LAB_RUNS = {"fresh-plain": ("--isolation", "fresh"),
             "reset": ("--isolation", "reset"), "restore": ("--isolation", "restore")}
 
 
-def point_costs(records: list[dict]) -> dict[tuple, list[tuple[float, float]]]:
+def point_costs(records: list[PhaseRecord]) -> dict[tuple, list[tuple[float, float]]]:
     """(isolation, launcher or None) -> [(overhead s, point s)] per point."""
-    points: dict[tuple, list[dict]] = defaultdict(list)
+    points: dict[tuple, list[PhaseRecord]] = defaultdict(list)
     for r in records:
-        points[(r.get("run_id"),) + point_key(r)].append(r)
+        points[(r.run_id,) + point_key(r)].append(r)
     out: dict[tuple, list[tuple[float, float]]] = defaultdict(list)
     for recs in points.values():
         r = recs[0]
-        lat = [x.get("latency_s") for x in recs]
-        if any(v is None for v in lat) or any(x.get("verdict") in ("boot-fail", "infra")
+        lat = [x.latency_s for x in recs]
+        if any(v is None for v in lat) or any(x.verdict in ("boot-fail", "infra")
                                               for x in recs):
             continue
-        iso = r.get("isolation")
+        iso = r.isolation
         if iso == "fresh":
-            how = (r.get("server_boot") or {}).get("launcher") or "plain"
-            over = float(r.get("boot_s") or 0.0)
+            how = (r.server_boot or {}).get("launcher") or "plain"
+            over = float(r.boot_s or 0.0)
             out[("fresh", how)].append((over, over + sum(lat)))
         elif iso == "restore":
-            proof = r.get("restore") or {}
+            proof = r.restore or {}
             if proof.get("means") in ("boot", "failed", None):
                 continue
             over = float(proof.get("s") or 0.0)

@@ -9,14 +9,14 @@ import sys
 
 from .names.history import history_row
 from .judge import bugb
-from .settings.configs import SweepOptions, config_id, describe, modulus_for, select_residues
+from .settings.configs import SweepOptions, choose_residues, config_id, describe
 from .serve.cmd_config import DECLARED_NOTE
 from .errors import CannotRun, ExitCode, UsageError
 from .prompts import PlanError, TemplateError
 from .text.ranges import fmt_ranges
 from .run.plan import plan_points
-from .serve.engines import EngineName
-from .serve.isolation import IsolationName
+from .names.engine import EngineName
+from .names.isolation import IsolationName
 
 __all__ = ["dry_run", "preset_warnings"]
 
@@ -45,8 +45,8 @@ def dry_run(opts: SweepOptions, adapter) -> int:
         raise UsageError(str(e)) from None
     total = 0
     for cfg in opts.configs:
-        mod = modulus_for(cfg, opts.modulus)
-        residues, note = select_residues(opts.residues, cfg, mod, seed=opts.seed)
+        chosen = choose_residues(opts.residues, cfg, opts.modulus, seed=opts.seed)
+        mod, residues, note = chosen.modulus, chosen.residues, chosen.note
         total += len(residues) * max(1, len(opts.cases))
         print(f"\n[{config_id(cfg)}] {cfg.label()}", file=out)
         print(f"  residues: {fmt_ranges(residues)} (mod {mod}){'  -- ' + note if note else ''}",

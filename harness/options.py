@@ -18,8 +18,8 @@ from typing import Any, Sequence
 
 from .run import live as attached
 from .backends import make_backend
-from .settings.configs import (SweepOptions, expand_matrix, modulus_for, parse_phases, parse_prompts,
-                             parse_reference, parse_slots, select_residues)
+from .settings.configs import (SweepOptions, choose_residues, expand_matrix, parse_phases,
+                             parse_prompts, parse_reference, parse_slots)
 from .serve.engines import adapter_class
 from .serve.cmd_config import declare, parse_served_config
 from .errors import UsageError
@@ -30,7 +30,7 @@ from .settings.flags import matrix_axes
 from .run.resume import resumed_namespace
 from .serve.serve_line import parse_serve_line, vllm_spellings
 from .records.store import ResultStore, StoreError
-from .serve.isolation import IsolationName
+from .names.isolation import IsolationName
 
 __all__ = ["DEFAULT_OUT", "DEFAULT_REPORTS", "build_options", "parse_sweep_argv",
            "options_from_argv"]
@@ -67,7 +67,7 @@ def build_options(ns: argparse.Namespace, argv: Sequence[str],
     reference = parse_reference(ns.reference, phases)
     cases = parse_prompts(ns.prompts, ns.case, reference)
     for cfg in configs:  # residue syntax errors surface now, not mid-sweep
-        select_residues(ns.residues, cfg, modulus_for(cfg, modulus), seed=seeds[0])
+        choose_residues(ns.residues, cfg, modulus, seed=seeds[0])
     engine = attached.LiveAdapter if live else adapter_class(ns.engine)
     derived = dict(   # the fields a flag does not give as it is
         engine=engine.name, configs=tuple(configs), modulus=modulus, phases=phases,

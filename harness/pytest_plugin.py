@@ -155,10 +155,11 @@ def failure_message(result: Any, argv: Sequence[str]) -> str:
             if r.history is not None:   # --history: what ran before, and its proof
                 lines.append(f"      history {r.history.name}: {r.history.reason}")
             lines.append(f"      rerun: {r.rerun}")
+    from .records.gate_block import BaselineBlock
     from .records.manifest import as_manifest
     manifest = getattr(result, "manifest", None)   # a RunManifest, or a manifest as read
     block = as_manifest(manifest).baseline if manifest else None
-    if isinstance(block, dict):   # --baseline: the cells the gate failed on, by name
+    if isinstance(block, BaselineBlock):   # --baseline: the cells the gate failed on, by name
         from .publish.gate import gate_lines
         lines += gate_lines(block)
     elif not bad:

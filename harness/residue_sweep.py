@@ -1,7 +1,7 @@
 """One sweep from its first server to its exit code: ``Sweep(options, adapter, backend)``.
 
 Every way of running a sweep goes through this one lifecycle: the command line
-(``sweep``, ``--resume``, ``--bisect``), ``sweep explain`` (``explain.ExplainSweep``
+(``sweep``, ``--resume``, ``--bisect``), ``sweep explain`` (``explain/plan.ExplainSweep``
 changes only its plan, its manifest links, its report and its exit code) and a Python
 caller (a test suite: ``from harness import Sweep, options_from_argv``):
 
@@ -39,13 +39,15 @@ from .run.driver import Driver
 from .run.live import connect
 from .run.golden import check_golden_covers, load_golden
 from .run.plan import Point, SweepPlan, plan_with_probes
-from .run.records import PhaseRecord, latest_records
+from .records.gate_block import BaselineBlock
+from .records.phase_record import PhaseRecord
+from .records.recordkeys import latest_records
 from .serve.orphans import end_orphans
 from .run.resume import check_resumed_records
 from .server_pool import Observer, ServerGroup, server_pids
 from .records.manifest import RunManifest
 from .records.store import ResultStore, StoreError, load_records, new_run_id, run_lock
-from .judge.vocabulary import CLEAN
+from .names.verdict import CLEAN
 from .text.phrase import plural
 
 __all__ = ["Sweep", "RunResult", "Callbacks", "adapter_for"]
@@ -143,6 +145,7 @@ class Sweep:
         self.signals = signals
         self.servers = ServerGroup(observers)
         self._checked = False
+        self._baseline: list[PhaseRecord] = []   # --baseline's records, read once by check()
         self._held = contextlib.ExitStack()   # the run's lock (store.run_lock) while it runs
         self._locked = False
 
@@ -156,8 +159,8 @@ class Sweep:
         opts = self.options
         check_outputs(opts)
         if opts.baseline:  # a gate that cannot be evaluated must not cost a whole sweep
-            try:
-                load_records([opts.baseline], opts.out)
+            try:   # read once: the gate at the end compares against these
+                self._baseline = load_records([opts.baseline], opts.out)
             except StoreError as e:
                 raise UsageError(f"--baseline: {e}") from None
         check_can_post(opts.gh_issue, opts.gh_repo, opts.gh_dry_run)
@@ -182,7 +185,7 @@ class Sweep:
             self.options = connect(self.options)
             self.adapter = adapter_for(self.options)
 
-    # -- the steps a kind of run may change (explain.ExplainSweep) -----------------------
+    # -- the steps a kind of run may change (explain/plan.ExplainSweep) ------------------
     async def plan(self, store: ResultStore) -> SweepPlan:
         """The data points, with probe servers where the prompt length needs them."""
         return await plan_with_probes(self.options, self.adapter, logs_dir=store.logs_dir,
@@ -202,16 +205,17 @@ class Sweep:
         from . import report
         return report.render_markdown(records, [manifest], full=self.options.full)
 
-    def judge(self, records: list[PhaseRecord], baseline: list[dict] | None,
+    def judge(self, records: list[PhaseRecord], block: BaselineBlock | None,
               cb: Callbacks) -> int:
-        """The run's own exit code: git bisect's under ``--bisect``, else the gate's."""
+        """The run's own exit code: git bisect's under ``--bisect``, else the gate's (against
+        ``--baseline``: the verdict ``block`` carries, decided by ``gate.gate_block``)."""
         from .publish import gate
         opts = self.options
         if opts.bisect:
             from .publish.bisect import bisect_exit_code, bisect_verdict_line
             cb.say(bisect_verdict_line(records))
             return bisect_exit_code(records)
-        return gate.gate_exit_code(records, baseline, allow_fewer=opts.allow_fewer)
+        return gate.gate_exit_code(records, block=block)
 
     # -- the lifecycle -----------------------------------------------------------------
     def run(self, callbacks: Callbacks | None = None) -> RunResult:
@@ -391,10 +395,9 @@ class Sweep:
         from .publish import gate
         from .publish.writers import WRITERS, Output
         opts, records = self.options, result.records
-        baseline = load_records([opts.baseline], opts.out) if opts.baseline else None
         block = None
-        if baseline is not None and not opts.bisect:  # the report's baseline section reads it
-            block = gate.gate_block(baseline, records, source=opts.baseline,
+        if opts.baseline and not opts.bisect:  # the report's baseline section reads it
+            block = gate.gate_block(self._baseline, records, source=opts.baseline,
                                     allow_fewer=opts.allow_fewer)
             result.manifest.baseline = block
         result.report_markdown = self.render(records, result.manifest)
@@ -419,7 +422,7 @@ class Sweep:
         if opts.bisect:
             for msg in result.failed_outputs:
                 cb.say(f"sweep: output failed: {msg}")
-        code = self.judge(records, baseline, cb)
+        code = self.judge(records, block, cb)
         if block is not None:   # the cells themselves: the terminal report, the report file
             cb.say(gate.gate_summary(block))
         if result.failed_outputs and not opts.bisect:

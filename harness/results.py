@@ -4,7 +4,7 @@
     >>> df = frame("reports/h200/results")            # a folder, a run id, or files
     >>> df[df.verdict != "ok"].groupby(["config.method", "config.draft_tokens", "residue"]).size()
 
-``frame`` reads records through the typed readers of ``run/records.py`` (``.jsonl`` and
+``frame`` reads records through the typed readers of ``records/store.py`` (``.jsonl`` and
 archived ``.jsonl.gz``, every line checked), keeps the latest record of each (run, cell) as
 ``sweep report`` does, and returns a DataFrame whose columns are
 
@@ -12,7 +12,7 @@ archived ``.jsonl.gz``, every line checked), keeps the latest record of each (ru
   ``isolation`` (for an ``--isolation auto`` run the pass that wrote the record),
   ``isolation_run`` (``auto`` or empty), ``residue``, ``phase``; ``history`` (``none``
   unless ``--history``) and ``history_proven`` (on the phase the history ran at);
-- ``verdict``, an *ordered* categorical worst first (``vocabulary.SEVERITY``), so
+- ``verdict``, an *ordered* categorical worst first (``names/verdict.SEVERITY``), so
   ``df.groupby(...).verdict.min()`` is the worst verdict of a group; ``phase`` ordered as
   the phases run, ``isolation`` a categorical;
 - what was measured (``templated_len``, ``prompt_tokens``, ``cached_tokens``, ``sha1``,
@@ -30,10 +30,13 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
-from .run.records import PhaseRecord, document_of, load_phase_records, typed
-from .records.store import resolve_sources
+from .records.phase_record import PhaseRecord, typed
+from .records.recordkeys import document_of
+from .records.store import load_records, resolve_sources
 from .records.same_compile import fingerprint_of, gpu_models
-from .judge.vocabulary import ISOLATIONS, PHASES, SEVERITY
+from .names.isolation import ISOLATIONS
+from .names.phase import PHASES
+from .names.verdict import SEVERITY
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -115,7 +118,7 @@ def frame(*sources: str | Path, out_dir: str | Path = "results",
     if records is None:
         if not sources:
             raise TypeError("frame() needs a run id, a results file, a folder or records=")
-        records = load_phase_records(resolve_sources(sources, out_dir), out_dir)
+        records = load_records(resolve_sources(sources, out_dir), out_dir)
     rows = record_rows(records)
     columns = list(KEYS) + list(MEASURED) + list(BUILD) + [k for k, _ in SERVER]
     df = pd.DataFrame(rows, columns=columns + sorted({k for row in rows for k in row}

@@ -20,7 +20,7 @@ from ..run.live import LiveServer, LiveTarget, requests_per_point
 from ..run.driver import Driver
 from ..run.plan import Point
 from ..run.point import PointRunner
-from ..run.records import timing_record
+from ..run.record_builder import timing_record
 from ..run.scheduling import PointQueue
 from ..serve.slots import Slot
 from .base import run_slot_workers
@@ -67,9 +67,9 @@ class _LiveRun:
         self.per_point = requests_per_point(driver.opts.phases)
         self.gone: str | None = None   # why no more points are sent
         self.server = LiveServer(target.url, driver.logs_dir / "live-server.log")
-        self.info = dict(runner.adapter.info)   # what the server reported, read once
+        self.info = runner.adapter.info.copy()   # what the server reported, read once
         # --poison auto: a running server cannot be filled before its first request
-        self.info["poison"] = off_record(driver.opts.poison)
+        self.info.poison = off_record(driver.opts.poison)
 
     async def worker(self, slot: Slot, queue: PointQueue) -> None:
         client = EngineClient(self.target.url, timeout=self.driver.opts.timeout,
@@ -85,7 +85,7 @@ class _LiveRun:
                 continue
             self.driver.point_started(point, slot.id)
             records, dead = await self.runner.run_phases(point, slot, self.server, client,
-                                                         dict(self.info), self.driver.phase_done)
+                                                         self.info.copy(), self.driver.phase_done)
             if dead:
                 self.gone = (f"the server at {self.target.url} stopped answering during "
                              f"residue {point.residue}: not sent")

@@ -30,19 +30,22 @@ from ..run.plan import Point
 from ..run.point import PointRunner, Server
 from ..run.auto import (MATRIX_REFERENCES, fresh_twin, late_confirmations, more_servers,
                         needs_confirmation, settle)
-from ..run.records import PhaseRecord, point_key, timing_record
-from ..serve.isolation import POLICIES, policy
+from ..records.phase_record import PhaseRecord
+from ..records.recordkeys import point_key
+from ..run.record_builder import timing_record
+from ..names.isolation import IsolationName, POLICIES, policy
+from ..serve.facts import ServerFacts
+from ..serve.isolation import machinery
 from ..run.scheduling import PointQueue
 from ..server_pool import BootFailure, Slot
 from .base import run_slot_workers
-from ..serve.isolation import IsolationName
 
 __all__ = ["LocalBackend", "BOOT_FAILURES_ALLOWED", "boot_failures_allowed", "BootGate",
            "COLD_BOOT_FACTOR"]
 
 # Boot failures of one configuration, per isolation (the pass's own under auto), before
 # that pass's remaining points of it are recorded boot-fail without booting: each
-# isolation's policy says how many (harness/serve/isolation.py).
+# isolation's policy says how many (harness/names/isolation.py).
 BOOT_FAILURES_ALLOWED = {n: p.boot_failures_allowed for n, p in POLICIES.items() if not p.passes}
 
 
@@ -95,7 +98,7 @@ class _Held:
     cfg: str | None = None
     iso: str | None = None
     timing: dict[str, float] | None = None
-    info: dict[str, Any] = field(default_factory=dict)
+    info: ServerFacts = field(default_factory=ServerFacts)
 
     def serves_next(self) -> str | None:
         """The configuration this slot's server can take next without a boot (None where
@@ -289,13 +292,14 @@ class _LocalRun:
         reuse = (how.reuses_server and held.server is not None and held.iso == iso
                  and held.cfg == point.cfg_id and held.server.tree_alive())
         replaced: str | None = None
-        if reuse and how.prepare is not None:   # reset: the prefix cache; restore
-            spent = await how.prepare(held.client, held.server, held.info)
+        prepare = machinery(iso).prepare
+        if reuse and prepare is not None:   # reset: the prefix cache; restore
+            spent = await prepare(held.client, held.server, held.info)
             if spent is not None:
                 timing[iso] = spent
             # a server that could not be prepared (a failed restore) is replaced:
             # the point, not sent yet, runs on a just-booted server instead
-            replaced = held.info.pop("unusable", None)
+            replaced, held.info.unusable = held.info.unusable, None
             reuse = replaced is None
         return reuse, replaced
 
@@ -320,8 +324,9 @@ class _LocalRun:
             return False
         held.cfg, held.iso, held.timing = point.cfg_id, iso, timing
         timing["boot"] = held.server.boot_s or 0.0
-        if how.booted is not None:   # e.g. restore: nothing to restore yet
-            how.booted(held.info, replaced)
+        booted = machinery(iso).booted
+        if booted is not None:   # e.g. restore: nothing to restore yet
+            booted(held.info, replaced)
         return True
 
     async def _confirm_again(self, point: Point, slot: Slot, first: list[PhaseRecord]

@@ -40,7 +40,8 @@ from ..settings.configs import SweepOptions
 from ..errors import CannotRun, UsageError
 from ..run.driver import Driver
 from ..run.plan import Point
-from ..run.records import PhaseRecord, by_node
+from ..records.phase_record import PhaseRecord
+from ..records.recordkeys import by_node
 from .ray_task import Watchdog, gpu_engine, node_label, run_point_task
 from .ray_task import one_line as _one_line
 
@@ -193,7 +194,8 @@ def _per_point(res_name: str, per_point: float) -> str:
 
 
 def records_by_node(records: list[PhaseRecord]) -> dict[str, dict[str, int]]:
-    """Verdict counts per node (``run.records.by_node``; the report's section reads it too)."""
+    """Verdict counts per node (``records.recordkeys.by_node``; the report's section reads
+    it too)."""
     return {node: dict(c) for node, c in by_node(records).items()}
 
 

@@ -1,6 +1,6 @@
-"""The command line: ``sweep`` and ``sweep explain``. The console script's face is
-``harness/entry.py`` (signal handlers first); argv becomes options in ``harness/options.py``.
+"""The command line: ``sweep`` and its verbs (``sweep explain``'s own flags and terminal are
+its room's: ``harness/explain/cli.py``). The console script's face is ``harness/entry.py``
+(signal handlers first); argv becomes options in ``harness/options.py``.
 
 - ``cli.py``          ``sweep``: subcommands, the run's terminal output, exit codes
-- ``explain_cli.py``  ``sweep explain``: its flags, the run, the ladder on the terminal
 """

@@ -1,5 +1,5 @@
-"""``sweep``: the command line. Each verb's argv is read here (``explain``'s in
-``explain_cli.py``), the sweep verb's once, by ``settings/flag_manifest.parse_flags``.
+"""``sweep``: the command line. Each verb's argv is read here (``explain``'s in its room,
+``harness/explain/cli.py``), the sweep verb's once, by ``settings/flag_manifest.parse_flags``.
 
     sweep [options]                 run a residue sweep (the default verb)
     sweep report RESULTS... [-o F]  markdown report from results files / run ids
@@ -38,13 +38,13 @@ from ..text.plaintext import markdown_to_plain
 from ..publish.posting import PostError, check_can_post, post_report
 from ..publish.preflight import check_output_file
 from ..run.plan import Point
-from ..run.records import PhaseRecord, read_jsonl_records
+from ..records.phase_record import PhaseRecord
+from ..records.store import (StoreError, linked_runs, load_records, read_jsonl_records,
+                             resolve_results, resolve_sources, run_manifest_for)
 from ..server_pool import kill_all_servers
 from ..residue_sweep import Callbacks, Sweep
-from ..records.store import (StoreError, linked_runs, run_manifest_for, load_records,
-                             resolve_results, resolve_sources)
-from ..judge.vocabulary import PHASES
-from ..judge.vocabulary import CLEAN
+from ..names.verdict import CLEAN
+from ..names.phase import PHASES
 
 __all__ = ["EXIT_ABORT", "build_options", "sweep_parser", "run_sweep", "run_report",
            "run_compare", "run_presets", "run_explain", "SUBCOMMANDS", "Terminal", "main"]
@@ -230,10 +230,10 @@ def _compare_two(ns) -> int:
         raise UsageError(str(e)) from None
     result = compare.compare_records(old, new)
     if ns.json:
-        print(json.dumps(result, indent=2, sort_keys=True))
+        print(json.dumps(result.as_dict(), indent=2, sort_keys=True))
     else:
         _print_markdown(compare.render_compare_markdown(result))
-    return EXIT_NOT_OK if result.get("regressed") else EXIT_OK
+    return EXIT_NOT_OK if result.regressed else EXIT_OK
 
 
 def _compare_many(ns, filters: dict) -> int:
@@ -264,9 +264,9 @@ def _compare_many(ns, filters: dict) -> int:
         _print_markdown(compare.render_trend_markdown(df, changed_only=not ns.all))
     if len(runs) < 2:
         return EXIT_OK
-    last = compare.compare_records([r for r in records if r.get("run_id") == runs[-2]],
-                                   [r for r in records if r.get("run_id") == runs[-1]])
-    return EXIT_NOT_OK if last.get("regressed") else EXIT_OK
+    last = compare.compare_records([r for r in records if r.run_id == runs[-2]],
+                                   [r for r in records if r.run_id == runs[-1]])
+    return EXIT_NOT_OK if last.regressed else EXIT_OK
 
 
 def _print_markdown(md: str) -> None:
@@ -280,8 +280,8 @@ def run_presets(argv: Sequence[str]) -> int:
 
 
 def run_explain(argv: Sequence[str]) -> int:
-    """``sweep explain``: the ablation ladder (harness/command/explain_cli.py parses and prints)."""
-    from .explain_cli import run_explain as run
+    """``sweep explain``: the ablation ladder (harness/explain/cli.py parses and prints)."""
+    from ..explain.cli import run_explain as run
     return run(argv)
 
 

@@ -1,7 +1,6 @@
-"""Judging: the words a record is written in, one answer's verdict, where a wrong answer
-leaves its reference, and the Bug B rule of which residues can break.
+"""Judging: one answer's verdict, where a wrong answer leaves its reference, and the Bug B
+rule of which residues can break (the verdicts' and phases' names: ``harness/names/``).
 
-- ``vocabulary.py``  ``VERDICT_TABLE``, phases and graph modes: the record's words, once
 - ``verdict.py``     one answer judged: sha1, verbatim n/N, repeats, the verdict
 - ``divergence.py``  where a non-ok answer leaves its reference, and how close it came
 - ``bugb.py``        the rule: the residues a configuration can break at (DESIGN §1)

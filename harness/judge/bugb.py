@@ -37,13 +37,14 @@ from typing import Any, Iterable, Mapping
 
 from ..text.phrase import Code, Phrase, Text
 from ..text.ranges import residues_phrase
-from .vocabulary import FULL_GRAPH_MODES, PREFILL_FIX
-from ..serve.engines import EngineName
+from ..names.engine import EngineName
 
 __all__ = ["Prediction", "Shape", "NO_RULE", "predict", "hit_granularity", "prefill_fix_applied",
-           "drops_hit_blocks", "DROPS_HIT_BLOCKS", "vllm_dispatch", "final_chunk",
-           "chunk_budget", "shapes_of", "auto_modulus", "hit_unit", "armed_batch"]
-
+           "drops_hit_blocks", "DROPS_HIT_BLOCKS", "vllm_dispatch", "final_chunk", "chunk_budget",
+           "shapes_of", "auto_modulus", "hit_unit", "armed_batch", "FULL_GRAPH_MODES", "PREFILL_FIX"]
+# cudagraph modes that capture a FULL graph for the speculative verify step (Bug B).
+FULL_GRAPH_MODES = frozenset({"FULL", "FULL_AND_PIECEWISE", "FULL_DECODE_ONLY"})
+PREFILL_FIX = "prefill-discriminator"   # the patch that gives the dispatch a prefill check
 NO_RULE: dict[str, str] = {EngineName.SGLANG: (   # no lone-request rule in the source
     "SGLang 0.5.12 picks a CUDA graph by forward mode, not shape: sglang.srt.model_executor."
     "model_runner.ModelRunner._forward_raw replays one only for ForwardMode.is_cuda_graph "
@@ -51,7 +52,6 @@ NO_RULE: dict[str, str] = {EngineName.SGLANG: (   # no lone-request rule in the 
     "size, and a prefill chunk is EXTEND; hits are whole pages of at most L - 1 tokens (sglang."
     "srt.managers.schedule_batch.Req.init_next_round_input): a self-hit computes (L - 1) mod "
     "page + 1; its open reports (#22819, #23392) need other requests beside it")}
-
 # Speculative methods whose drafter state makes the engine drop matched blocks on a hit.
 DROPS_HIT_BLOCKS = frozenset({"mtp", "eagle", "eagle3", "dflash", "dflash2"})
 

@@ -12,7 +12,7 @@
   ``unknown``: no logprobs, or only the answer's own. A margin says something about noise
   only when it is a clean reference's at that token: a corrupted answer's own top-1 lead
   is what the corruption left, so it is recorded but calls nothing (the report looks for a
-  clean answer's logprobs at the same prompt, ``report/explain.py``);
+  clean answer's logprobs at the same prompt, ``report/divergence.py``);
 - ``in_top_k``: vLLM's ``check_logprobs_close`` rule at the first differing token: each
   side's token is among the other's top-k alternatives (None when either side has no
   logprobs). vLLM's own tests accept such a pair as numerical noise.

@@ -32,7 +32,7 @@ COLLAPSE_MAX_CHARS = 8
 REPEAT_BROKEN = 3
 
 # infra: the point was lost with its node or worker twice (--backend ray), not measured
-# (the verdicts themselves are named in harness.judge.vocabulary)
+# (the verdicts themselves are named in harness.names.verdict)
 
 
 def sha1(text: str) -> str:

@@ -5,6 +5,10 @@ table of its values and what each means, and imports nothing of the harness but 
 of this package (tests/harness/test_layout.py checks it). The code that *does* a history, an
 isolation or an engine lives in run/, serve/ and backends/ and reads its row here.
 
-- ``history``: ``HISTORIES`` (the ``--history`` names, what each runs, proves, targets and
+- ``verdict.py``    ``VERDICT_TABLE``: what each verdict means, its groups, ``VerdictName``
+- ``phase.py``      ``PHASES`` in run order, ``PhaseName``
+- ``isolation.py``  ``POLICIES``: what each ``--isolation`` value is, ``IsolationName``
+- ``engine.py``     ``ENGINES``: the engines by name, ``EngineName``
+- ``history.py``    ``HISTORIES`` (the ``--history`` names, what each runs, proves, targets and
   cannot see, what the rule predicts) and ``HistoryProof``, a history's proof in a record.
 """

@@ -5,6 +5,7 @@ the user named.
 - ``gate.py``         exit codes, JUnit XML, the step summary, the comment body
 - ``bisect.py``       ``--bisect``: the exit code as ``git bisect run`` reads it
 - ``compare.py``      what changed between two sweeps, per configuration and residue
+- ``comparison.py``   ``Comparison``: that result typed (``as_dict``: ``sweep compare --json``)
 - ``writers.py``      ``WRITERS``: where results go besides the results file
 - ``posting.py``      ``--gh-issue N``: a report posted through ``gh`` or the REST API
 - ``github_rest.py``  the GitHub REST API, without ``gh``

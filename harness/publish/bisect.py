@@ -21,39 +21,33 @@ from __future__ import annotations
 
 import sys
 from collections import Counter
-from typing import Any, Iterable
+from typing import Iterable
 
 from ..errors import EXIT_CANNOT_RUN, EXIT_USAGE, BisectExit, ExitCode
-from ..records.recordkeys import document_of, value_of
-from ..judge.vocabulary import OPEN, UNTESTED
-from ..judge.vocabulary import CLEAN
+from ..records.phase_record import PhaseRecord
+from ..records.recordkeys import cell_key, reference_cells
+from ..names.verdict import CLEAN, UNTESTED
 
 __all__ = ["UNTESTED", "EXIT_GOOD", "EXIT_BAD", "EXIT_SKIP", "EXIT_ABORT_BISECT",
            "bisect_exit_code", "bisect_verdict_line", "map_exit", "internal_error"]
 
 EXIT_GOOD, EXIT_BAD, EXIT_SKIP, EXIT_ABORT_BISECT = (BisectExit.GOOD, BisectExit.BAD,
                                                    BisectExit.SKIP, BisectExit.ABORT)
-# UNTESTED (harness.judge.vocabulary): verdicts that say the point was not tested (not that the
+# UNTESTED (harness.names.verdict): verdicts that say the point was not tested (not that the
 # build misbehaved); unjudged too, unless another answer was judged against it (``_untested``).
 
 
-def _prompt_of(r: Any, sha: str | None) -> tuple:
-    return (value_of(r, "residue"), document_of(r), value_of(r, "case_id"), sha)
-
-
-def _untested(recs: list[Any]) -> list[Any]:
+def _untested(recs: list[PhaseRecord]) -> list[PhaseRecord]:
     """The records that say their point was not tested: UNTESTED verdicts, less the
-    unjudged answers some judged answer of the same prompt used as its reference."""
-    used = {_prompt_of(r, value_of(r, "reference_sha1")) for r in recs
-            if value_of(r, "verdict") not in UNTESTED and value_of(r, "reference_sha1")}
-    return [r for r in recs if value_of(r, "verdict") in UNTESTED
-            and not (value_of(r, "verdict") in OPEN
-                     and _prompt_of(r, value_of(r, "sha1")) in used)]
+    reference cells (``recordkeys.reference_cells``: the unjudged answers some judged
+    answer of the same prompt was judged against; the gate and the report ask the same)."""
+    refs = reference_cells(recs)
+    return [r for r in recs if r.verdict in UNTESTED and cell_key(r) not in refs]
 
 
-def bisect_exit_code(records: Iterable[Any]) -> int:
+def bisect_exit_code(records: Iterable[PhaseRecord]) -> int:
     recs = list(records)
-    verdicts = Counter(value_of(r, "verdict") for r in recs)
+    verdicts = Counter(r.verdict for r in recs)
     if any(v not in UNTESTED and v not in CLEAN for v in verdicts):
         return EXIT_BAD
     if not verdicts or _untested(recs):
@@ -61,11 +55,11 @@ def bisect_exit_code(records: Iterable[Any]) -> int:
     return EXIT_GOOD
 
 
-def bisect_verdict_line(records: Iterable[Any]) -> str:
+def bisect_verdict_line(records: Iterable[PhaseRecord]) -> str:
     """One stderr line: what the bisect exit code rests on."""
     recs = list(records)
     code = bisect_exit_code(recs)
-    counts = Counter(value_of(r, "verdict") for r in recs)
+    counts = Counter(r.verdict for r in recs)
     said = " ".join(f"{k}={v}" for k, v in sorted(counts.items())) or "no records"
     word = {EXIT_GOOD: "good", EXIT_BAD: "bad", EXIT_SKIP: "skip (untestable)"}[code]
     return f"bisect: {word}, exit {code} ({said})"

@@ -14,10 +14,10 @@ configuration each residue is one of:
 - ``no_longer_covered``: measured before, not now;
 - ``unchanged_ok``: ok before and now.
 
-The result is a plain JSON-serialisable dict (``sweep compare --json``): ``summary``
-(count per status), ``regressions`` (one entry per regressed cell), ``regressed`` (their
-number: non-zero means a gate fails), ``ok``, and ``configs`` with every point's old and
-new verdict, sha1 and rerun line per phase.
+The result is a ``comparison.Comparison`` (its ``as_dict()`` is ``sweep compare --json``):
+``summary`` (count per status), ``regressions`` (one per regressed cell), ``regressed``
+(their number: non-zero means a gate fails), ``ok``, and ``configs`` with every point's
+old and new verdict, sha1 and rerun line per phase.
 """
 from __future__ import annotations
 
@@ -27,10 +27,13 @@ from typing import Any
 
 from ..text.ghmarkdown import bold, code, escape_text, table
 from ..text.ranges import residues_phrase
-from ..serve.isolation import REUSE_ISOLATIONS
-from ..run.records import (BUG_VERDICTS, PHASES, PhaseRecord, auto_pass, document_of,
-                           latest_records, phase_key, record_identity, sha12, typed, worst)
-from ..judge.vocabulary import CLEAN
+from ..names.isolation import REUSE_ISOLATIONS
+from ..names.verdict import BUG_VERDICTS, CLEAN, worst
+from ..names.phase import PHASES, phase_key
+from ..records.phase_record import PhaseRecord, record_identity, sha12, typed
+from ..records.recordkeys import auto_pass, document_of, latest_records
+from .comparison import (CellSummary, Comparison, ConfigChange, PhaseChange, PointChange,
+                         Regression)
 from ..records.same_compile import bytes_between, bytes_phrase
 
 STATUSES = ("regressed", "fixed", "still_broken", "newly_covered", "no_longer_covered",
@@ -103,14 +106,14 @@ def _match(old: dict[str, dict], new: dict[str, dict]
     return pairs
 
 
-def _cell_summary(r: PhaseRecord) -> dict[str, Any]:
-    return {"verdict": r.verdict, "sha1": (r.sha1 or "")[:12],
-            "verbatim": f"{r.verbatim_n}/{r.verbatim_total}",
-            "reason": r.reason, "run_id": r.run_id, "rerun": r.rerun}
+def _cell_summary(r: PhaseRecord) -> CellSummary:
+    return CellSummary(verdict=r.verdict, sha1=(r.sha1 or "")[:12],
+                       verbatim=f"{r.verbatim_n}/{r.verbatim_total}", reason=r.reason,
+                       run_id=r.run_id, rerun=r.rerun)
 
 
-def _point(residue: int, old_cells: dict[str, PhaseRecord], new_cells: dict[str, PhaseRecord]
-           ) -> dict[str, Any]:
+def _point(residue: int, old_cells: dict[str, PhaseRecord], new_cells: dict[str, PhaseRecord],
+           document: int | None) -> PointChange:
     phases = sorted(set(old_cells) | set(new_cells), key=phase_key)
     old_v = {p: old_cells[p].verdict for p in old_cells}
     new_v = {p: new_cells[p].verdict for p in new_cells}
@@ -130,26 +133,24 @@ def _point(residue: int, old_cells: dict[str, PhaseRecord], new_cells: dict[str,
         status = "still_broken"
     else:
         status = "unchanged_ok"
-    cells = {p: {"old": _cell_summary(old_cells[p]) if p in old_cells else None,
-                 "new": _cell_summary(new_cells[p]) if p in new_cells else None}
-             for p in phases}
+    changes = {}
     for p in phases:   # a non-ok cell's bytes: only between runs of one compile (issue 48)
-        if p in old_cells and p in new_cells:
-            b = bytes_between(old_cells[p], new_cells[p])
-            if b is not None:
-                cells[p]["bytes"] = b
-    words = {c["bytes"]["bytes"] for c in cells.values() if "bytes" in c}
-    return {
-        "residue": residue, "status": status, "old_status": old_status,
-        "new_status": new_status, "regressed_phases": regressed_phases, "phases": cells,
-        "bytes": next((w for w in ("not_comparable", "changed", "same") if w in words), None),
-    }
+        old, new = old_cells.get(p), new_cells.get(p)
+        changes[p] = PhaseChange(_cell_summary(old) if old else None,
+                                 _cell_summary(new) if new else None,
+                                 bytes_between(old, new) if old and new else None)
+    words = {c.bytes["bytes"] for c in changes.values() if c.bytes}
+    return PointChange(
+        residue=residue, status=status, old_status=old_status, new_status=new_status,
+        regressed_phases=tuple(regressed_phases), phases=changes,
+        bytes=next((w for w in ("not_comparable", "changed", "same") if w in words), None),
+        document=document)
 
 
 def compare_records(old: list[dict] | list[PhaseRecord], new: list[dict] | list[PhaseRecord]
-                    ) -> dict:
+                    ) -> Comparison:
     """Per configuration and residue, what changed from ``old`` to ``new`` (records as
-    read or typed; the result is JSON-able)."""
+    read or typed)."""
     old, new = typed(old), typed(new)
     o, n = _by_config(old), _by_config(new)
     configs = []
@@ -167,71 +168,64 @@ def compare_records(old: list[dict] | list[PhaseRecord], new: list[dict] | list[
         for res, doc in prompts:
             op = {p: r for (rr, dd, p), r in ocells.items() if (rr, dd) == (res, doc)}
             np_ = {p: r for (rr, dd, p), r in ncells.items() if (rr, dd) == (res, doc)}
-            pt = _point(res, op, np_)
-            if several:
-                pt["document"] = doc
+            pt = _point(res, op, np_, doc if several else None)
             points.append(pt)
-            totals[pt["status"]] += 1
-            for ph in pt["regressed_phases"]:
-                r = np_[ph]
-                regressions.append({
-                    "config_id": (nc or oc)["config_id"],
-                    "config_label": (nc or oc)["config_label"], "residue": res, "phase": ph,
-                    "old_verdict": op[ph].verdict, "new_verdict": r.verdict,
-                    "sha1": (r.sha1 or "")[:12], "reason": r.reason,
-                    "rerun": r.rerun, "run_id": r.run_id,
-                    **({"document": doc} if several else {})})
-        counts = {s: sum(1 for p in points if p["status"] == s) for s in STATUSES}
-        configs.append({
-            "config_id": nid or oid, "old_config_id": oid, "new_config_id": nid,
-            "config_label": (nc or oc)["config_label"],
-            "old_config_label": (oc or {}).get("config_label"),
-            "matched_by": how,
-            "old_runs": (oc or {}).get("runs", []), "new_runs": (nc or {}).get("runs", []),
-            "counts": counts, "points": points,
-        })
+            totals[pt.status] += 1
+            regressions += [Regression(
+                config_id=(nc or oc)["config_id"], config_label=(nc or oc)["config_label"],
+                residue=res, phase=ph, old_verdict=op[ph].verdict,
+                new_verdict=np_[ph].verdict, sha1=(np_[ph].sha1 or "")[:12],
+                reason=np_[ph].reason, rerun=np_[ph].rerun, run_id=np_[ph].run_id,
+                document=doc if several else None) for ph in pt.regressed_phases]
+        counts = {s: sum(1 for p in points if p.status == s) for s in STATUSES}
+        configs.append(ConfigChange(
+            config_id=nid or oid, old_config_id=oid, new_config_id=nid,
+            config_label=(nc or oc)["config_label"],
+            old_config_label=(oc or {}).get("config_label"), matched_by=how,
+            old_runs=(oc or {}).get("runs", []), new_runs=(nc or {}).get("runs", []),
+            counts=counts, points=tuple(points)))
     old_runs = sorted({r.run_id for r in old if r.run_id})
     new_runs = sorted({r.run_id for r in new if r.run_id})
-    return {"old_runs": old_runs, "new_runs": new_runs, "summary": totals,
-            "regressions": regressions, "regressed": len(regressions),
-            "configs": configs, "ok": not regressions}
+    return Comparison(old_runs=old_runs, new_runs=new_runs, summary=totals,
+                      regressions=tuple(regressions), configs=tuple(configs))
 
 
-def _cell_word(c: dict | None) -> str:
+def _cell_word(c: CellSummary | None) -> str:
     if c is None:
         return "–"
-    if c["verdict"] in CLEAN:
-        return c["verbatim"]
-    return bold(escape_text(c["verdict"])) + f" {code(c['sha1'] or '–')}"
+    if c.verdict in CLEAN:
+        return c.verbatim
+    return bold(escape_text(c.verdict)) + f" {code(c.sha1 or '–')}"
 
 
-def render_compare_markdown(result: dict, *, show_unchanged: bool = False) -> str:
+def render_compare_markdown(result: Comparison, *, show_unchanged: bool = False) -> str:
     """Markdown of :func:`compare_records`: a totals line, then per configuration the
     residues that changed (``unchanged_ok`` folded into a count unless asked for)."""
-    old = ", ".join(code(r) for r in result.get("old_runs", [])) or "–"
-    new = ", ".join(code(r) for r in result.get("new_runs", [])) or "–"
-    s = result["summary"]
+    old = ", ".join(code(r) for r in result.old_runs) or "–"
+    new = ", ".join(code(r) for r in result.new_runs) or "–"
+    s = result.summary
     out = [f"# Sweep comparison: {old} → {new}", ""]
     parts = [f"{s[k]} {STATUS_WORDS[k]}" for k in STATUSES if s.get(k)]
-    verdict = bold(f"{len(result['regressions'])} regression"
-                   f"{'s' if len(result['regressions']) != 1 else ''}") \
-        if result["regressions"] else "no regressions"
+    verdict = bold(f"{len(result.regressions)} regression"
+                   f"{'s' if len(result.regressions) != 1 else ''}") \
+        if result.regressions else "no regressions"
     out += [f"{verdict}; " + (", ".join(parts) if parts else "nothing to compare") + ".", ""]
-    for c in result["configs"]:
-        out += _config_section(c, result["regressions"], show_unchanged)
+    for c in result.configs:
+        out += _config_section(c, result.regressions, show_unchanged)
     return "\n".join(out)
 
 
-def _config_section(c: dict, regressions: list[dict], show_unchanged: bool) -> list[str]:
+def _config_section(c: ConfigChange, regressions: tuple[Regression, ...],
+                    show_unchanged: bool) -> list[str]:
     """One configuration's heading, how it was matched, a bullet per status, the table of
     the points that changed and the rerun lines of its regressions."""
-    out = [f"## {code(c['config_label'])}", ""]
-    if c["matched_by"] in ("new only", "old only"):
-        out += [f"Only in the {'new' if c['matched_by'] == 'new only' else 'old'} run.", ""]
-    elif c["matched_by"] == "config_label":
+    out = [f"## {code(c.config_label)}", ""]
+    if c.matched_by in ("new only", "old only"):
+        out += [f"Only in the {'new' if c.matched_by == 'new only' else 'old'} run.", ""]
+    elif c.matched_by == "config_label":
         out += ["Matched by label (the configuration ids differ).", ""]
-    elif c["matched_by"] == "configuration except patches":
-        old_p = c.get("old_config_label") or "?"
+    elif c.matched_by == "configuration except patches":
+        old_p = c.old_config_label or "?"
         out += [f"Matched with {code(old_p)}: the same configuration apart from the "
                 "patch set.", ""]
     out += _status_bullets(c) + [""]
@@ -242,32 +236,32 @@ def _config_section(c: dict, regressions: list[dict], show_unchanged: bool) -> l
     out += _bytes_lines(c)
     seen = []
     for reg in regressions:
-        if reg["config_id"] == c["config_id"] and reg.get("rerun") and reg["rerun"] not in seen:
-            seen.append(reg["rerun"])
+        if reg.config_id == c.config_id and reg.rerun and reg.rerun not in seen:
+            seen.append(reg.rerun)
     if seen:
         from ..text.ghmarkdown import fence
         out += ["Rerun the regressions:", "", fence("\n".join(seen), "sh"), ""]
     return out
 
 
-def _bytes_lines(c: dict) -> list[str]:
+def _bytes_lines(c: ConfigChange) -> list[str]:
     """What the still-broken cells' bytes say: the same answer, another one under the same
     compile, or not comparable and why (harness/records/same_compile.py)."""
     lines = []
-    for p in c["points"]:
-        for ph, cell in p["phases"].items():
-            if cell.get("bytes"):
-                where = f"residue {p['residue']}" + (f", document {p['document']}"
-                                                      if "document" in p else "")
+    for p in c.points:
+        for ph, cell in p.phases.items():
+            if cell.bytes:
+                where = f"residue {p.residue}" + (f", document {p.document}"
+                                                  if p.document is not None else "")
                 lines.append(f"- {where} {escape_text(ph)}: "
-                             f"{escape_text(bytes_phrase(cell['bytes']))}")
+                             f"{escape_text(bytes_phrase(cell.bytes))}")
     return (["Bytes of the cells not ok in both runs:", "", *lines, ""]) if lines else []
 
 
-def _status_bullets(c: dict) -> list[str]:
+def _status_bullets(c: ConfigChange) -> list[str]:
     by: dict[str, list[int]] = defaultdict(list)
-    for p in c["points"]:
-        by[p["status"]].append(p["residue"])
+    for p in c.points:
+        by[p.status].append(p.residue)
     bullets = []
     for st in STATUSES:
         if by.get(st):
@@ -275,30 +269,30 @@ def _status_bullets(c: dict) -> list[str]:
             txt = (f"- {bold(word) if st == 'regressed' else word}: "
                    f"{residues_phrase(sorted(set(by[st])))}")
             if st == "newly_covered":
-                bad = [p["residue"] for p in c["points"]
-                       if p["status"] == st and p["new_status"] not in CLEAN]
+                bad = [p.residue for p in c.points
+                       if p.status == st and p.new_status not in CLEAN]
                 txt += (f" (not ok now: {residues_phrase(sorted(set(bad)))})" if bad
                         else " (all ok)")
             bullets.append(txt)
     return bullets
 
 
-def _changed_rows(c: dict, show_unchanged: bool) -> tuple[list[list[str]], list[str]]:
+def _changed_rows(c: ConfigChange, show_unchanged: bool) -> tuple[list[list[str]], list[str]]:
     """A row per point that changed (every point with ``show_unchanged``), a column per phase."""
     rows = []
-    phases = sorted({ph for p in c["points"] for ph in p["phases"]}, key=phase_key)
-    for p in c["points"]:
-        quiet = p["status"] in ("unchanged_ok", "no_longer_covered") or (
-            p["status"] == "newly_covered" and p["new_status"] in CLEAN)
+    phases = sorted({ph for p in c.points for ph in p.phases}, key=phase_key)
+    for p in c.points:
+        quiet = p.status in ("unchanged_ok", "no_longer_covered") or (
+            p.status == "newly_covered" and p.new_status in CLEAN)
         if quiet and not show_unchanged:
             continue
-        row = [f"residue {p['residue']}" + (f", document {p['document']}"
-                                            if "document" in p else ""),
-               bold(STATUS_WORDS[p["status"]]) if p["status"] == "regressed"
-               else STATUS_WORDS[p["status"]]]
+        row = [f"residue {p.residue}" + (f", document {p.document}"
+                                         if p.document is not None else ""),
+               bold(STATUS_WORDS[p.status]) if p.status == "regressed"
+               else STATUS_WORDS[p.status]]
         for ph in phases:
-            cell = p["phases"].get(ph) or {}
-            row.append(f"{_cell_word(cell.get('old'))} → {_cell_word(cell.get('new'))}")
+            cell = p.phases.get(ph) or PhaseChange(None, None)
+            row.append(f"{_cell_word(cell.old)} → {_cell_word(cell.new)}")
         rows.append(row)
     return rows, phases
 

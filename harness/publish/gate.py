@@ -5,7 +5,7 @@
   baseline and still broken does not fail the gate (it is a known bug, and the report says
   so); neither does a newly covered cell (there is nothing to regress from).
 - Without a baseline, any non-ok cell fails, but for the cells that are the reference
-  (``run.records.reference_cells``: under ``--reference cold`` the cold answers the hits
+  (``records.recordkeys.reference_cells``: under ``--reference cold`` the cold answers the hits
   were judged against, under ``first`` the first configuration's): they are the measure,
   not judged, and the cells judged against them decide. A run with no judged cell fails.
 - A sweep with no records at all fails either way, and with a baseline so does a sweep
@@ -26,15 +26,18 @@ import pathlib
 import shutil
 import subprocess
 import xml.etree.ElementTree as ET
+from typing import Iterable
 
 from ..text.ghmarkdown import cap
 from .outfile import write_output
 from .compare import compare_records
-from ..run.records import (PhaseRecord, as_record, auto_pass, cell_key, document_of,
-                           latest_records, phase_key, reference_cells, typed)
+from .comparison import Comparison
+from ..records.phase_record import PhaseRecord, as_record, typed
+from ..records.recordkeys import auto_pass, cell_key, document_of, latest_records, reference_cells
+from ..names.verdict import CLEAN, JUDGED, NOT_FAILED, OPEN, UNJUDGED
+from ..names.phase import phase_key
 from ..errors import ExitCode, HandledError
-from ..judge.vocabulary import JUDGED, NOT_FAILED, OPEN
-from ..judge.vocabulary import CLEAN, UNJUDGED
+from ..records.gate_block import BaselineBlock, GateCell, StillBroken
 
 EXIT_OK, EXIT_FAIL = ExitCode.OK, ExitCode.NOT_OK
 EXCERPT_CHARS = 200
@@ -51,126 +54,124 @@ class GhNotFound(GateError):
     pass
 
 
-def find_regressions(baseline: list[dict], new: list[dict]) -> list[dict]:
-    """Cells ok in ``baseline`` and not ok in ``new``: one dict per (config, residue, phase)
-    with ``config_id``, ``config_label``, ``residue``, ``phase``, ``old_verdict``,
-    ``new_verdict``, ``sha1`` (12 hex), ``reason``, ``rerun``, ``run_id``."""
-    return compare_records(baseline, new)["regressions"]
+def _regressions(comparison: Comparison) -> list[GateCell]:
+    """The gate's cells of the comparison's regressions (their cell, verdicts, rerun)."""
+    return [GateCell(config_id=r.config_id, config_label=r.config_label, residue=r.residue,
+                     phase=r.phase, old_verdict=r.old_verdict, new_verdict=r.new_verdict,
+                     document=r.document, rerun=r.rerun) for r in comparison.regressions]
 
 
+def _losses(comparison: Comparison) -> list[GateCell]:
+    out = []
+    for c in comparison.configs:
+        for pt in c.points:
+            for phase, cell in pt.phases.items():
+                old, now = cell.old, cell.new
+                if old is None or old.verdict not in JUDGED:
+                    continue
+                if now is not None and (now.verdict in JUDGED or old.verdict in CLEAN):
+                    continue
+                out.append(GateCell(config_id=c.config_id, config_label=c.config_label,
+                                    residue=pt.residue, phase=phase,
+                                    old_verdict=old.verdict,
+                                    new_verdict=now.verdict if now else None,
+                                    rerun=(now or old).rerun))
+    return out
 
 
-def find_coverage_losses(baseline: list[dict], new: list[dict]) -> list[dict]:
+def find_regressions(baseline: list[dict] | list[PhaseRecord],
+                     new: list[dict] | list[PhaseRecord]) -> list[GateCell]:
+    """Cells ok in ``baseline`` and not ok in ``new``: one ``GateCell`` per (config,
+    residue, phase) with the old and new verdict and the rerun line."""
+    return _regressions(compare_records(baseline, new))
+
+
+def find_coverage_losses(baseline: list[dict] | list[PhaseRecord],
+                         new: list[dict] | list[PhaseRecord]) -> list[GateCell]:
     """Cells the baseline judged (its verdict ok, diverged or broken) that are missing now
     or whose verdict now is not a judgement (invalid, crash, timeout, boot-fail, infra,
-    unjudged): one dict per (config, residue, phase) with ``config_id``,
-    ``config_label``, ``residue``, ``phase``, ``old_verdict``, ``new_verdict`` (None when
-    missing) and ``rerun``. A cell ok in the baseline and present now is a regression
+    unjudged): one ``GateCell`` per (config, residue, phase), ``new_verdict`` None when
+    missing. A cell ok in the baseline and present now is a regression
     (``find_regressions``), listed there and not here. Configurations are matched as
     ``sweep compare`` matches them."""
-    out = []
-    for c in compare_records(baseline, new)["configs"]:
-        for pt in c["points"]:
-            for phase, cell in pt["phases"].items():
-                old, now = cell["old"], cell["new"]
-                if old is None or old.get("verdict") not in JUDGED:
-                    continue
-                if now is not None and (now.get("verdict") in JUDGED
-                                        or old.get("verdict") in CLEAN):
-                    continue
-                out.append({"config_id": c["config_id"], "config_label": c["config_label"],
-                            "residue": pt["residue"], "phase": phase,
-                            "old_verdict": old.get("verdict"),
-                            "new_verdict": now.get("verdict") if now else None,
-                            "rerun": (now or old).get("rerun")})
-    return out
+    return _losses(compare_records(baseline, new))
 
 
-def coverage_line(loss: dict) -> str:
+def coverage_line(loss: GateCell) -> str:
     """``<label> residue 4 self-hit: broken in the baseline, boot-fail now``."""
-    now = loss["new_verdict"] or "missing"
-    return (f"{loss['config_label']} residue {loss['residue']} {loss['phase']}: "
-            f"{loss['old_verdict']} in the baseline, {now} now")
+    now = loss.new_verdict or "missing"
+    return (f"{loss.config_label} residue {loss.residue} {loss.phase}: "
+            f"{loss.old_verdict} in the baseline, {now} now")
 
 
-def regression_line(reg: dict) -> str:
+def regression_line(reg: GateCell) -> str:
     """``<label> residue 4 self-hit: ok -> broken``."""
-    return (f"{reg['config_label']} residue {reg['residue']} {reg['phase']}: "
-            f"{reg['old_verdict']} -> {reg['new_verdict']}")
+    return (f"{reg.config_label} residue {reg.residue} {reg.phase}: "
+            f"{reg.old_verdict} -> {reg.new_verdict}")
 
 
-def _cell(entry: dict) -> dict:
-    keys = ("config_id", "config_label", "residue", "phase", "old_verdict", "new_verdict",
-            "document", "rerun")
-    return {k: entry.get(k) for k in keys if k != "document" or "document" in entry}
-
-
-def gate_block(baseline: list[dict], records: list[dict], *, source: str,
-               allow_fewer: bool = False) -> dict:
-    """What the gate found against ``baseline``, cell by cell (JSON-able; the manifest's
-    ``baseline`` block): ``source`` (the --baseline value), ``runs`` (the baseline's run
-    ids), ``regressions`` and ``losses`` (one entry per cell: configuration, residue,
-    phase, old and new verdict, the rerun line), ``allow_fewer`` and ``passed``."""
-    regs = [_cell(r) for r in find_regressions(baseline, records)]
-    losses = [_cell(loss) for loss in find_coverage_losses(baseline, records)]
-    runs = sorted({str(r.get("run_id")) for r in baseline if r.get("run_id")})
+def gate_block(baseline: list[dict] | list[PhaseRecord], records: list[dict] | list[PhaseRecord],
+               *, source: str, allow_fewer: bool = False) -> BaselineBlock:
+    """What the gate found against ``baseline``, cell by cell, and its verdict, decided
+    here once (``passed``: some cell judged, no regression, no lost coverage unless
+    ``allow_fewer``); the run's comparison with the baseline is made once. The manifest's
+    ``baseline`` block; ``gate_exit_code`` reads its ``passed``."""
+    baseline, records = typed(baseline), typed(records)
+    comparison = compare_records(baseline, records)
+    regs, losses = _regressions(comparison), _losses(comparison)
+    runs = sorted({str(r.run_id) for r in baseline if r.run_id})
     judged = judged_any(records)
     passed = judged and not regs and (allow_fewer or not losses)
-    return {"source": str(source), "runs": runs, "regressions": regs, "losses": losses,
-            "still_broken": still_broken_bytes(baseline, records),
-            "allow_fewer": allow_fewer, "judged_any": judged, "passed": passed}
+    return BaselineBlock(source=str(source), runs=runs, regressions=tuple(regs),
+                         losses=tuple(losses), still_broken=still_broken_bytes(comparison),
+                         allow_fewer=allow_fewer, judged_any=judged, passed=passed)
 
 
-def still_broken_bytes(baseline: list[dict], new: list[dict]) -> list[dict]:
+def still_broken_bytes(comparison: Comparison) -> tuple[StillBroken, ...]:
     """Cells not ok in the baseline and now (they do not fail the gate), each with what its
-    bytes say (``run/same_compile.bytes_between``): ``bytes`` same / changed /
+    bytes say (``records/same_compile.bytes_between``): ``bytes`` same / changed /
     not_comparable and ``why``; bytes are compared only under one compile fingerprint."""
-    out = []
-    for c in compare_records(baseline, new)["configs"]:
-        for pt in c["points"]:
-            for phase, cell in pt["phases"].items():
-                if cell.get("bytes"):
-                    out.append({"config_id": c["config_id"], "config_label": c["config_label"],
-                                "residue": pt["residue"], "phase": phase,
-                                "old_verdict": cell["old"]["verdict"],
-                                "new_verdict": cell["new"]["verdict"],
-                                "bytes": cell["bytes"]["bytes"], "why": cell["bytes"]["why"]})
-    return out
+    return tuple(StillBroken(config_id=c.config_id, config_label=c.config_label,
+                             residue=pt.residue, phase=phase, old_verdict=cell.old.verdict,
+                             new_verdict=cell.new.verdict, bytes=cell.bytes["bytes"],
+                             why=cell.bytes["why"])
+                 for c in comparison.configs for pt in c.points
+                 for phase, cell in pt.phases.items() if cell.bytes)
 
 
-def gate_summary(block: dict) -> str:
+def gate_summary(block: BaselineBlock) -> str:
     """The gate's one status line (stderr): its verdict and counts; the cells are in the
     terminal report (``gate_lines``) and the report file."""
-    regs, losses = block["regressions"], block["losses"]
-    said = f"gate: {len(regs)} regression(s) against {block['source']}"
+    regs, losses = block.regressions, block.losses
+    said = f"gate: {len(regs)} regression(s) against {block.source}"
     if losses:
         said += (f", {len(losses)} cell(s) of lost coverage"
-                 f"{' (allowed: --allow-fewer)' if block['allow_fewer'] else ''}")
-    if not block.get("judged_any", True):
+                 f"{' (allowed: --allow-fewer)' if block.allow_fewer else ''}")
+    if not block.judged_any:
         said += ", no cell judged"
-    return said + f": {'passed' if block['passed'] else 'failed'}"
+    return said + f": {'passed' if block.passed else 'failed'}"
 
 
-def gate_lines(block: dict, limit: int = 20) -> list[str]:
+def gate_lines(block: BaselineBlock, limit: int = 20) -> list[str]:
     """The gate on stdout (the terminal report's end): its verdict, then each regressed
     and lost cell with its rerun line (at most ``limit`` of each, then how many more)."""
-    regs, losses = block["regressions"], block["losses"]
-    lines = [f"gate: {len(regs)} regression(s) against {block['source']}"]
-    if not block.get("judged_any", True):
+    regs, losses = block.regressions, block.losses
+    lines = [f"gate: {len(regs)} regression(s) against {block.source}"]
+    if not block.judged_any:
         lines.append("gate: failed: no cell of this run was judged (every one boot-fail, "
                      "invalid, crash, timeout, infra or unjudged): a gate that measured "
                      "nothing does not pass")
     for reg in regs[:limit]:
-        lines += [f"  regressed: {regression_line(reg)}", f"    rerun: {reg.get('rerun') or '-'}"]
+        lines += [f"  regressed: {regression_line(reg)}", f"    rerun: {reg.rerun or '-'}"]
     if len(regs) > limit:
         lines.append(f"  ... and {len(regs) - limit} more regression(s): see the report")
     if losses:
-        allowed = " (allowed: --allow-fewer)" if block["allow_fewer"] else ""
+        allowed = " (allowed: --allow-fewer)" if block.allow_fewer else ""
         lines.append(f"gate: {len(losses)} cell(s) the baseline judged are missing or not "
                      f"judged now (lost coverage){allowed}:")
         for loss in losses[:limit]:
             lines += [f"  coverage: {coverage_line(loss)}",
-                      f"    rerun: {loss.get('rerun') or '-'}"]
+                      f"    rerun: {loss.rerun or '-'}"]
         if len(losses) > limit:
             lines.append(f"  ... and {len(losses) - limit} more: see the report")
     return lines
@@ -186,18 +187,17 @@ def judged_any(records: list[dict] | list[PhaseRecord]) -> bool:
 
 def gate_exit_code(records: list[dict] | list[PhaseRecord],
                    baseline: list[dict] | list[PhaseRecord] | None = None, *,
-                   allow_empty: bool = False, allow_fewer: bool = False) -> int:
-    """0 when the sweep passes, 1 when it fails (see the module docstring)."""
+                   allow_empty: bool = False, allow_fewer: bool = False,
+                   block: BaselineBlock | None = None) -> int:
+    """0 when the sweep passes, 1 when it fails (see the module docstring). Against a
+    baseline the verdict is ``gate_block``'s ``passed`` (``block`` when the caller made
+    it already: the sweep's own, written to its manifest)."""
     if not records:
         return EXIT_OK if allow_empty else EXIT_FAIL
-    if baseline is not None:
-        if not judged_any(records):
-            return EXIT_FAIL
-        if find_regressions(baseline, records):
-            return EXIT_FAIL
-        if not allow_fewer and find_coverage_losses(baseline, records):
-            return EXIT_FAIL
-        return EXIT_OK
+    if block is None and baseline is not None:
+        block = gate_block(baseline, records, source="", allow_fewer=allow_fewer)
+    if block is not None:
+        return EXIT_OK if block.passed else EXIT_FAIL
     recs, _ = latest_records(typed(records))
     refs = reference_cells(recs)   # --reference cold / first: the measure, not judged
     judged = [r for r in recs if cell_key(r) not in refs]
@@ -262,7 +262,7 @@ def _failure_text(r: PhaseRecord) -> str:
     return _xml_safe("\n".join(lines))
 
 
-def _gate_suite(root: ET.Element, kind: str, entries: list[dict]) -> None:
+def _gate_suite(root: ET.Element, kind: str, entries: Iterable[GateCell]) -> None:
     """The ``regression`` or ``coverage`` suite: one failing testcase per cell the gate
     failed on, its message the cell's old -> new verdict, its text the rerun line."""
     suite = ET.SubElement(root, "testsuite", {
@@ -272,17 +272,17 @@ def _gate_suite(root: ET.Element, kind: str, entries: list[dict]) -> None:
     hint = "" if kind == "regression" else "; pass --allow-fewer to accept less coverage"
     for entry in entries:
         case = ET.SubElement(suite, "testcase", {
-            "name": _xml_safe(f"{entry['config_label']} residue {entry['residue']} "
-                              f"{entry['phase']}"),
+            "name": _xml_safe(f"{entry.config_label} residue {entry.residue} "
+                              f"{entry.phase}"),
             "classname": f"residue_sweep.{kind}", "time": "0.000"})
         fail = ET.SubElement(case, "failure", {"message": _xml_safe(line(entry)),
                                                "type": kind})
-        fail.text = _xml_safe(f"{line(entry)}{hint}\nrerun: {entry.get('rerun') or '-'}")
+        fail.text = _xml_safe(f"{line(entry)}{hint}\nrerun: {entry.rerun or '-'}")
 
 
 def write_junit(records: list[dict] | list[PhaseRecord], path, *, suite_name: str = "residue-sweep",
-                coverage_losses: list[dict] | None = None,
-                regressions: list[dict] | None = None) -> pathlib.Path:
+                coverage_losses: Iterable[GateCell] | None = None,
+                regressions: Iterable[GateCell] | None = None) -> pathlib.Path:
     """JUnit XML: one ``<testsuite>`` per configuration, one ``<testcase>`` per data point ×
     phase (name: configuration label, residue, phase). A non-ok cell gets a ``<failure>``
     whose ``type`` is the verdict and whose message carries verdict, sha1 (12 hex) and the
@@ -299,7 +299,8 @@ def write_junit(records: list[dict] | list[PhaseRecord], path, *, suite_name: st
     root = ET.Element("testsuites", name=suite_name)
     # (tests, failures, skipped, time) of each configuration's suite, then of the gate's
     counts = [_config_suite(root, cid, rs, refs) for cid, rs in by_cfg.items()]
-    for kind, entries in (("regression", regressions), ("coverage", coverage_losses)):
+    for kind, cells in (("regression", regressions), ("coverage", coverage_losses)):
+        entries = list(cells or ())
         if entries:
             _gate_suite(root, kind, entries)
             counts.append((len(entries), len(entries), 0, 0.0))

@@ -17,7 +17,8 @@ from typing import Any, Protocol
 from . import gate, posting
 from ..errors import OutputFailed, UsageError
 from .outfile import write_output
-from ..run.records import PhaseRecord
+from ..records.gate_block import BaselineBlock, GateCell
+from ..records.phase_record import PhaseRecord
 
 __all__ = ["Output", "Writer", "WRITERS", "MarkdownWriter", "JunitWriter", "GithubWriter"]
 
@@ -30,16 +31,16 @@ class Output:
     records: list[PhaseRecord]
     manifest: Any             # records.manifest.RunManifest
     report_md: str
-    gate: dict | None = None   # gate.gate_block against --baseline (None without one)
+    gate: BaselineBlock | None = None   # gate.gate_block against --baseline (None without one)
 
     @property
-    def gate_cells(self) -> dict[str, list]:
+    def gate_cells(self) -> dict[str, tuple[GateCell, ...]]:
         """The cells the gate failed on, for the JUnit: regressions, and lost coverage
         unless --allow-fewer accepted it."""
         if self.gate is None:
             return {}
-        return {"regressions": self.gate["regressions"],
-                "coverage_losses": [] if self.gate["allow_fewer"] else self.gate["losses"]}
+        return {"regressions": self.gate.regressions,
+                "coverage_losses": self.gate.failing_losses}
 
     @property
     def report_path(self) -> Path:

@@ -1,5 +1,5 @@
 """The run manifest (``<run-id>.manifest.json``, docs/records.md "Manifest") typed and
-versioned: ``RunManifest`` mirrors what ``run/records.PhaseRecord`` is to a phase record.
+versioned: ``RunManifest`` mirrors what ``records/phase_record.PhaseRecord`` is to a phase record.
 
 ``run/driver.Driver`` is its only writer: it builds a ``RunManifest`` when a run starts
 and updates its attributes as the run goes (``plan``, ``ended_at``, ``timing``,
@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
 from ..errors import StoreError
+from .gate_block import BaselineBlock
+from .run_timing import RunPlan, RunTiming
 
 __all__ = ["MANIFEST_VERSION", "WRITTEN_WHEN_SET", "RunManifest", "manifest_fields",
            "version_of", "as_manifest", "typed_manifests"]
@@ -70,11 +72,11 @@ class RunManifest:
     auto_sample: Any = None               # --isolation auto
     explains: dict | None = None          # sweep explain: the parent run (a link)
     prompts: dict | None = None           # --prompts: {file, cases}
-    plan: dict | None = None              # {points, by_config: {config_id: {pass: n}}}
+    plan: RunPlan | None = None           # {points, by_config: {config_id: {pass: n}}}
     wall_s: float | None = None
     backend: dict | None = None           # the backend's describe() (+ the launcher's)
-    timing: dict | None = None            # run/driver.timing_summary (run/records.RunTiming)
-    baseline: dict | None = None          # --baseline: publish/gate.gate_block
+    timing: RunTiming | None = None       # run/driver.timing_summary, typed
+    baseline: BaselineBlock | None = None   # --baseline: publish/gate.gate_block (typed)
     # every key of a manifest read that this model does not name (another link, a
     # benchmark's own keys), and a new manifest's links other than ``explains``
     extra: dict = field(default_factory=dict)
@@ -101,7 +103,7 @@ class RunManifest:
             out = {f.name: getattr(self, f.name) for f in manifest_fields()
                    if not (f.name in WRITTEN_WHEN_SET and getattr(self, f.name) is None)}
             out.update(self.extra)
-            return out
+            return _blocks_written(out)
         out = {k: getattr(self, k) if k in _NAMES else self.extra[k]
                for k in self._keys if k in _NAMES or k in self.extra}
         for f in manifest_fields():
@@ -109,7 +111,7 @@ class RunManifest:
             if f.name not in out and value != self._filled.get(f.name):
                 out[f.name] = value
         out.update((k, v) for k, v in self.extra.items() if k not in out)
-        return out
+        return _blocks_written(out)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], where: str = "") -> "RunManifest":
@@ -124,9 +126,23 @@ class RunManifest:
         filled = {f.name: (version if f.name == "manifest_version" else None)
                   for f in manifest_fields() if f.name not in d}
         known = {f.name: d.get(f.name, filled.get(f.name)) for f in manifest_fields()}
+        if isinstance(known["baseline"], Mapping):
+            known["baseline"] = BaselineBlock.from_dict(known["baseline"])
+        if isinstance(known["timing"], Mapping):
+            known["timing"] = RunTiming.from_dict(known["timing"])
+        if isinstance(known["plan"], Mapping):
+            known["plan"] = RunPlan.from_dict(known["plan"])
         m = cls(**known, extra={k: v for k, v in d.items() if k not in _NAMES})
         m._keys, m._filled = tuple(d), filled
         return m
+
+
+def _blocks_written(out: dict[str, Any]) -> dict[str, Any]:
+    """A manifest's typed blocks as their JSON (``baseline``, ``timing``, ``plan``)."""
+    for key, cls in (("baseline", BaselineBlock), ("timing", RunTiming), ("plan", RunPlan)):
+        if isinstance(out.get(key), cls):
+            out[key] = out[key].as_dict()
+    return out
 
 
 def manifest_fields() -> tuple[dataclasses.Field, ...]:

@@ -17,7 +17,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from ..judge.vocabulary import PHASES, VERDICTS
+from ..names.phase import PHASES
+from ..names.verdict import VERDICTS
 from ..errors import HandledError
 
 __all__ = ["RecordFileError", "REQUIRED_KEYS", "check_record", "read_record_file",

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:   # records are read typed by run/records.py; nothing here needs it at run time
-    from ..run.records import PhaseRecord
+if TYPE_CHECKING:   # only the type of what it reads
+    from .phase_record import PhaseRecord
 
-from ..judge.vocabulary import CLEAN
+from ..names.verdict import CLEAN
 
 __all__ = ["fingerprint_of", "gpu_models", "bytes_between", "BYTES_WORDS", "bytes_phrase",
            "compile_phrase"]

@@ -17,15 +17,17 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-# point_key: the data point a record belongs to (``plan.Point.key`` is the same tuple)
 from ..errors import NoSpace, StoreError, UsageError
 from .manifest import RunManifest, as_manifest
-from .record_check import gc_paused
+from .phase_record import PhaseRecord, typed
+from .record_check import RecordFileError, gc_paused, read_record_file
+# point_key: the data point a record belongs to (``plan.Point.key`` is the same tuple)
 from .recordkeys import cell_key, point_key
 
 __all__ = ["resolve_sources", "RECORD_SUFFIX", "ARCHIVED_SUFFIX", "MANIFEST_SUFFIX", "StoreError",
            "new_run_id", "now_iso", "run_lock", "LOCK_SUFFIX", "ResultStore", "read_jsonl", "resolve_results",
-           "load_records", "load_manifest_for", "run_manifest_for", "linked_runs", "point_key"]
+           "load_records", "read_phase_records", "read_jsonl_records", "load_manifest_for",
+           "run_manifest_for", "linked_runs", "point_key"]
 
 RECORD_SUFFIX = ".jsonl"
 ARCHIVED_SUFFIX = ".jsonl.gz"  # archived records (e.g. reports/h200/results): read like .jsonl
@@ -92,12 +94,12 @@ class ResultStore:
         self._fh = None
 
     # -- records -----------------------------------------------------------------------
-    def append(self, record: Any) -> None:
+    def append(self, record: PhaseRecord | dict[str, Any]) -> None:
         """Written and flushed to the kernel before returning: a sweep that is killed
         (Ctrl-C, SIGKILL, a crash) loses nothing that was appended. No fsync per record:
         that only guards against the machine itself going down, and costs milliseconds
-        per phase on a fast sweep. ``record``: a ``run.records.PhaseRecord`` (its
-        ``as_dict()`` is written, now) or a dict as read."""
+        per phase on a fast sweep. ``record``: a ``PhaseRecord`` (its ``as_dict()`` is
+        written, now) or a dict as read."""
         line = (json.dumps(_written(record), ensure_ascii=False, sort_keys=True)
                 + "\n").encode()
         if self._fh is None:
@@ -137,16 +139,17 @@ class ResultStore:
             self._fh.close()
             self._fh = None
 
-    def read(self) -> list[dict[str, Any]]:
-        return read_jsonl(self.records_path) if self.records_path.exists() else []
+    def read(self) -> list[PhaseRecord]:
+        """This run's records so far (``read_jsonl_records``: a torn last line skipped)."""
+        return read_jsonl_records(self.records_path) if self.records_path.exists() else []
 
-    def rewrite(self, records: list[Any]) -> None:
+    def rewrite(self, records: list[PhaseRecord]) -> None:
         """Replace the results file with ``records``, atomically (a matrix reference,
         ``--reference first`` / ``consensus``, judges the records after the run)."""
         self.close()
         self._replace_records(records)
 
-    def _replace_records(self, records: list[Any]) -> None:
+    def _replace_records(self, records: list[PhaseRecord]) -> None:
         """The results file becomes ``records``: written beside it, synced, then renamed
         over it, so a kill at any instant leaves the old file or the new one, never half."""
         tmp = self.records_path.with_suffix(".jsonl.tmp")
@@ -168,7 +171,7 @@ class ResultStore:
         records = self.read()
         seen: dict[tuple, set[str]] = {}
         for r in records:
-            seen.setdefault(point_key(r), set()).add(r["phase"])
+            seen.setdefault(point_key(r), set()).add(r.phase)
         want_all = set().union(*phases_per_point.values()) if phases_per_point else set()
         done = {k for k, phases in seen.items()
                 if (k in phases_per_point and phases_per_point[k] <= phases)
@@ -197,16 +200,17 @@ class ResultStore:
         return RunManifest.from_dict(manifest, str(self.manifest_path))
 
 
-def _written(record: Any) -> dict[str, Any]:
+def _written(record: PhaseRecord | dict[str, Any]) -> dict[str, Any]:
     """A record as its line says it: a ``PhaseRecord``'s ``as_dict()`` (taken at the moment
-    of writing: this layer does not import the model), a dict as it is."""
-    as_dict = getattr(record, "as_dict", None)
-    return as_dict() if callable(as_dict) else record
+    of writing), a dict as it is."""
+    return record.as_dict() if isinstance(record, PhaseRecord) else record
 
 
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
-    """Records of one file (``.jsonl``, or gzip-compressed ``.jsonl.gz``). A torn last line
-    (a sweep killed mid-write) is skipped."""
+    """The lines of one file (``.jsonl``, or gzip-compressed ``.jsonl.gz``) as JSON, untyped:
+    for a script or test that looks at a file's raw keys (the harness reads records
+    through ``read_jsonl_records``, ``read_phase_records`` and ``load_records``). A torn
+    last line (a sweep killed mid-write) is skipped."""
     out = []
     opener = gzip.open if str(path).endswith(".gz") else open
     with opener(path, "rt", encoding="utf-8") as fh, gc_paused():
@@ -253,20 +257,32 @@ def resolve_sources(refs: Iterable[str | Path], out_dir: str | Path = "results"
     return out
 
 
-def load_records(refs: Iterable[str | Path], out_dir: str | Path = "results") -> list[dict]:
-    """Records of several files/run ids; the last record of a (run, ``cell_key``: config,
-    case, residue, phase, document, auto pass) wins, so nothing is counted twice. Each
-    file is checked line by line (``record_check``): a line that is not a record is a
-    ``StoreError`` naming it."""
-    from .record_check import RecordFileError, read_record_file
-    latest: dict[tuple, dict] = {}
+def read_jsonl_records(path: str | Path) -> list[PhaseRecord]:
+    """One results file as a run's store reads it back, typed (a torn last line skipped,
+    nothing else checked)."""
+    return typed(read_jsonl(path))
+
+
+def read_phase_records(path: str | Path) -> list[PhaseRecord]:
+    """The typed records of one results file (``.jsonl`` / ``.jsonl.gz``), checked line by
+    line (``record_check``: a line that is not a record raises ``RecordFileError``)."""
+    return typed(read_record_file(path))
+
+
+def load_records(refs: Iterable[str | Path], out_dir: str | Path = "results"
+                 ) -> list[PhaseRecord]:
+    """The typed records of several files/run ids; the last record of a (run,
+    ``cell_key``: config, case, residue, phase, document, auto pass) wins, so nothing is
+    counted twice. Each file is checked line by line (``record_check``): a line that is
+    not a record is a ``StoreError`` naming it."""
+    latest: dict[tuple, PhaseRecord] = {}
     for ref in refs:
         try:
-            recs = read_record_file(resolve_results(ref, out_dir))
+            recs = read_phase_records(resolve_results(ref, out_dir))
         except RecordFileError as e:
             raise StoreError(str(e)) from None
         for r in recs:
-            latest[(r.get("run_id"),) + cell_key(r)] = r
+            latest[(r.run_id,) + cell_key(r)] = r
     return list(latest.values())
 
 

@@ -26,7 +26,7 @@ Layout:
 - ``engine_notice``: the opening lines (the CPU lab, not vLLM; a live server, not fresh ones);
 - ``interrupted``: a run that did not finish, said where a reader looks first;
 - ``nodes``: the by-node section; ``cases``: a ``--prompts`` run grouped by case;
-- ``explain``: why a bad cell is bad (first divergence, reference, final chunk);
+- ``divergence``: why a bad cell is bad (first divergence, reference, final chunk);
   ``explained``: the ladder of ``sweep explain``;
 - ``traffic``: a cell's "beside >= N others" and a configuration's "Other traffic" line
   (``--url`` beside other clients' requests);

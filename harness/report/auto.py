@@ -10,11 +10,11 @@ from dataclasses import dataclass, field
 
 from ..text.ghmarkdown import code, escape_text
 from ..records.manifest import RunManifest
-from ..records.recordkeys import point_key
-from ..run.records import PhaseRecord, cell_key, typed
-from ..judge.vocabulary import REUSE_ISOLATIONS, UNTESTED
-from ..serve.isolation import IsolationName
-from ..judge.vocabulary import CLEAN
+from ..records.recordkeys import cell_key, point_key
+from ..records.phase_record import PhaseRecord, typed
+from ..names.verdict import CLEAN, UNTESTED
+from ..names.isolation import REUSE_ISOLATIONS
+from ..names.isolation import IsolationName
 
 __all__ = ["Agreement", "agreement_line", "agreement_of", "config_auto_line", "fresh_reasons",
            "stability"]

@@ -8,6 +8,7 @@ verdict and the line that reruns it; ``sweep report`` of the run renders the sam
 from __future__ import annotations
 
 from ..text.ghmarkdown import bold, code, escape_text, fence, table
+from ..records.gate_block import BaselineBlock, GateCell
 from ..records.manifest import RunManifest
 from ..records.same_compile import bytes_phrase
 
@@ -20,24 +21,23 @@ def render_baseline(manifests: list[RunManifest]) -> str:
     """``## Baseline`` for each manifest with a ``baseline`` block ("" when none)."""
     out = []
     for m in manifests:
-        block = m.baseline
-        if isinstance(block, dict):
-            out.append(_section(block))
+        if isinstance(m.baseline, BaselineBlock):
+            out.append(_section(m.baseline))
     return "\n\n".join(out)
 
 
-def _section(block: dict) -> str:
-    regs, losses = block.get("regressions") or [], block.get("losses") or []
-    runs = ", ".join(code(r) for r in block.get("runs") or []) or "–"
-    verdict = bold("passed") if block.get("passed") else bold("failed")
-    allowed = " (accepted: `--allow-fewer`)" if losses and block.get("allow_fewer") else ""
+def _section(block: BaselineBlock) -> str:
+    regs, losses = list(block.regressions), list(block.losses)
+    runs = ", ".join(code(r) for r in block.runs or []) or "–"
+    verdict = bold("passed") if block.passed else bold("failed")
+    allowed = " (accepted: `--allow-fewer`)" if losses and block.allow_fewer else ""
     lines = ["## Baseline", "",
-             f"Gate {verdict} against {code(block.get('source', '?'))} (run {runs}): "
+             f"Gate {verdict} against {code(block.source)} (run {runs}): "
              f"{len(regs)} regressed cell{'s' if len(regs) != 1 else ''} (ok in the "
              f"baseline, not ok now), {len(losses)} cell{'s' if len(losses) != 1 else ''} "
              f"of lost coverage (judged in the baseline, missing or not judged now){allowed}.",
              ""]
-    if not block.get("judged_any", True):
+    if not block.judged_any:
         lines += ["No cell of this run was judged (every one boot-fail, invalid, crash, "
                   "timeout, infra or unjudged): a gate that measured nothing does not pass.",
                   ""]
@@ -48,14 +48,15 @@ def _section(block: dict) -> str:
             if more > 0:
                 lines += [f"... and {more} more (the JUnit's `{_suite(title)}` suite lists "
                           "every one).", ""]
-    still = block.get("still_broken") or []
+    still = block.still_broken
     if still:   # issue 48: a broken answer's bytes hold only within one compile
         lines += [f"Still broken (known, not a regression): {len(still)} cell"
                   f"{'s' if len(still) != 1 else ''}; their bytes:", ""]
-        lines += [f"- {code(c.get('config_label') or '?')} residue {c.get('residue')} "
-                  f"{escape_text(str(c.get('phase')))}: {escape_text(bytes_phrase(c))}"
+        lines += [f"- {code(c.config_label or '?')} residue {c.residue} "
+                  f"{escape_text(str(c.phase))}: "
+                  f"{escape_text(bytes_phrase({'bytes': c.bytes, 'why': c.why}))}"
                   for c in still[:SHOWN]] + [""]
-    reruns = list(dict.fromkeys(c["rerun"] for c in regs + losses if c.get("rerun")))
+    reruns = list(dict.fromkeys(c.rerun for c in regs + losses if c.rerun))
     if reruns:
         lines += ["Rerun them:", "", fence("\n".join(reruns[:SHOWN]), "sh"), ""]
     return "\n".join(lines).rstrip()
@@ -65,10 +66,10 @@ def _suite(title: str) -> str:
     return "regression" if title == "Regressed" else "coverage"
 
 
-def _table(cells: list[dict]) -> str:
-    rows = [[code(c.get("config_label") or c.get("config_id") or "?"), str(c.get("residue")),
-             escape_text(str(c.get("phase"))),
-             f"{escape_text(str(c.get('old_verdict')))} → "
-             f"{bold(escape_text(str(c.get('new_verdict') or 'missing')))}"]
+def _table(cells: list[GateCell]) -> str:
+    rows = [[code(c.config_label or c.config_id or "?"), str(c.residue),
+             escape_text(str(c.phase)),
+             f"{escape_text(str(c.old_verdict))} → "
+             f"{bold(escape_text(str(c.new_verdict or 'missing')))}"]
             for c in cells[:SHOWN]]
     return table(["configuration", "residue", "phase", "baseline → now"], rows)

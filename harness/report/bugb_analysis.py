@@ -5,9 +5,9 @@ from __future__ import annotations
 from ..judge.bugb import Prediction, armed_batch, hit_granularity, predict
 from ..text.phrase import Phrase
 from ..text.ranges import residues_phrase
-from ..run.records import BUG_VERDICTS, NOT_LONE
+from ..names.verdict import BUG_VERDICTS, CLEAN, NOT_LONE, UNJUDGED
+from ..names.phase import PhaseName
 from .model import ConfigData
-from ..judge.vocabulary import CLEAN, UNJUDGED, PhaseName
 from ..names.history import HISTORY_NAMES, NONE, history_row
 
 __all__ = ["predict_bug_b", "config_hit_granularity", "agreement", "history_rule"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Iterable
 
 from ..text.ghmarkdown import code, escape_text
-from ..run.records import PhaseRecord
+from ..records.phase_record import PhaseRecord
 from ..records.manifest import RunManifest
 from .model import ConfigData, group_configs
 

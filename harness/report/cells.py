@@ -10,12 +10,13 @@ from typing import Any, Mapping
 from ..text.ghmarkdown import code, escape_text, table
 from ..text.phrase import Code, Emph, Phrase, Strong, Text
 from ..text.ranges import fmt_ranges
-from ..run.records import (BUG_VERDICTS, NOT_FAILED, OPEN, SERVER_LOGGED, PhaseRecord,
-                           as_record, phase_key, verdict_info)
-from .explain import divergence_of, divergence_phrase
+from ..names.phase import phase_key
+from ..names.verdict import (BUG_VERDICTS, CLEAN, NOT_FAILED, OPEN, SERVER_LOGGED, VerdictName,
+                             verdict_info)
+from ..records.phase_record import PhaseRecord, as_record
+from .divergence import divergence_of, divergence_phrase
 from .model import Cell, ConfigData, sha12
-from ..serve.isolation import IsolationName
-from ..judge.vocabulary import CLEAN, VerdictName
+from ..names.isolation import IsolationName
 from .traffic import beside_phrase
 
 __all__ = ["cell_phrase", "cell_words", "cell_markdown", "cell_view", "cell_annotations",
@@ -78,7 +79,7 @@ def cell_words(r: PhaseRecord | Mapping[str, Any] | None) -> Phrase:
     v = r.verdict or "invalid"
     n, total = r.verbatim_n, r.verbatim_total
     nN = f"{n}/{total}" if n is not None and total is not None else "?"
-    shown = getattr(verdict_info(v), "cell", "answer")   # vocabulary.VERDICT_TABLE
+    shown = getattr(verdict_info(v), "cell", "answer")   # names/verdict.VERDICT_TABLE
     if v in CLEAN:
         return Phrase.of(nN)
     if v in OPEN:

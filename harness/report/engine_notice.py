@@ -9,9 +9,9 @@ comment and the GitHub step summary (both the report itself) carry it too.
 """
 from __future__ import annotations
 
-from ..run.records import PhaseRecord
-from ..serve.engines import EngineName
-from ..serve.isolation import IsolationName
+from ..records.phase_record import PhaseRecord
+from ..names.engine import EngineName
+from ..names.isolation import IsolationName
 
 __all__ = ["LAB_NOTICE", "engine_notice", "live_notice"]
 

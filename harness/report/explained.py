@@ -17,18 +17,19 @@ from ..judge import bugb
 from ..records.manifest import RunManifest, as_manifest
 from ..text.ghmarkdown import bold, code, escape_text, table
 from ..text.plaintext import align_table, display_width, inline_to_plain
-from ..run.records import (BUG_VERDICTS, EXPLAINED, PhaseRecord, document_of, latest_records,
-                           phase_key, typed)
+from ..names.verdict import BUG_VERDICTS, CLEAN, EXPLAINED, VerdictName
+from ..names.phase import PhaseName, phase_key
+from ..records.phase_record import PhaseRecord, typed
+from ..records.recordkeys import document_of, latest_records
 from .cells import cell_markdown
 from .model import Cell
-from ..judge.vocabulary import CLEAN, PhaseName, VerdictName
 
 __all__ = ["UNCHANGED", "EXPLAINED", "Rung", "Ladder", "ladders", "render_ladder",
            "render_ladder_plain",
            "render_explained", "explains_of", "closing_line", "hit_unit", "same_failure"]
 
 UNCHANGED = "none (the cell as run)"
-# EXPLAINED (harness.judge.vocabulary): the verdicts explain reruns: a judged bad answer, or a
+# EXPLAINED (harness.names.verdict): the verdicts explain reruns: a judged bad answer, or a
 # server that died or hung on the cell. unjudged (nothing to compare), boot-fail, invalid
 # and infra say nothing about the cell's answer, so there is nothing there to explain.
 

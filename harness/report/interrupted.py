@@ -16,9 +16,10 @@ from collections.abc import Iterable
 
 from ..text.ghmarkdown import bold, code
 from ..records.manifest import RunManifest
+from ..records.run_timing import RunPlan, RunTiming
 from ..records.recordkeys import point_key
-from ..run.records import PhaseRecord
-from ..serve.isolation import IsolationName
+from ..records.phase_record import PhaseRecord
+from ..names.isolation import IsolationName
 
 __all__ = ["finished_points", "interrupted_line", "interrupted_manifests", "is_interrupted",
            "planned_points"]
@@ -39,7 +40,7 @@ def interrupted_manifests(manifests: Iterable[RunManifest], run_ids: Iterable[st
 def finished_points(m: RunManifest, records: Iterable[PhaseRecord]) -> int:
     """Points of run ``m`` that finished: the manifest's count (``timing.points``, written
     as the run stops), else the distinct points of its records on disk."""
-    n = (m.timing or {}).get("points")
+    n = RunTiming.of(m).points
     if isinstance(n, int):
         return n
     return len({point_key(r) for r in records if r.run_id == m.run_id})
@@ -49,13 +50,9 @@ def planned_points(m: RunManifest, config_id: str | None = None, isolation: str 
                    ) -> int | None:
     """Points run ``m`` planned (of one configuration and pass, when given); None when its
     manifest has no plan (runs before the plan was recorded)."""
-    plan = m.plan
-    if not isinstance(plan, dict):
+    if not isinstance(m.plan, RunPlan):
         return None
-    if config_id is None:
-        return plan.get("points")
-    by = (plan.get("by_config") or {}).get(config_id) or {}
-    return sum(n for iso, n in by.items() if isolation is None or iso == isolation)
+    return m.plan.planned(config_id, isolation)
 
 
 def _runs_phrase(ms: list[RunManifest], records: list[PhaseRecord]) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from ..text.ghmarkdown import code, escape_text, table
 from ..text.phrase import plural
-from ..run.records import phase_key
+from ..names.phase import phase_key
 
 __all__ = ["render_load", "load_cell"]
 

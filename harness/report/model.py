@@ -10,11 +10,12 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any, Iterable, Mapping, NamedTuple
 
-from ..run.records import (CONFIG_FIELDS, NOT_IDENTITY, SEVERITY, PhaseRecord, as_record,
-                           cell_key, document_of, phase_key, reference_cells, sha12, typed,
-                           worst)
-from ..serve.isolation import IsolationName
-from ..judge.vocabulary import CLEAN, UNJUDGED
+from ..records.phase_record import (CONFIG_FIELDS, NOT_IDENTITY, PhaseRecord, as_record, sha12,
+                                    typed)
+from ..names.verdict import CLEAN, SEVERITY, UNJUDGED, worst
+from ..names.phase import phase_key
+from ..records.recordkeys import cell_key, document_of, reference_cells
+from ..names.isolation import IsolationName
 
 __all__ = ["ConfigData", "Cell", "Disagreement", "group_configs", "combine_cell", "sha12", "fmt_percent", "miss_probability",
            "miss_sentence", "fmt_value", "describe_dim", "config_fields", "varying_fields",
@@ -141,7 +142,7 @@ class Cell:
     documents: tuple[int, int] | None = None   # (not ok, of) over several documents
     fresh: int = 0                 # documents judged on a fresh server (--isolation auto)
     disagree: tuple[Disagreement, ...] = ()
-    reference: bool = False        # the answer others were judged against (run.records.reference_cells)
+    reference: bool = False        # the answer others were judged against (recordkeys.reference_cells)
     isolations: tuple[str, ...] = ()   # of the records that speak for its documents
 
     @classmethod
@@ -174,7 +175,7 @@ class ConfigData:
     requested: dict
     records: list[PhaseRecord] = field(default_factory=list)
     # cell_keys of the reference cells (--reference cold / first), over every
-    # configuration of the group: the measure, not judged (run.records.reference_cells)
+    # configuration of the group: the measure, not judged (records.recordkeys.reference_cells)
     references: frozenset = frozenset()
 
     def __post_init__(self) -> None:

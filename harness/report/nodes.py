@@ -7,8 +7,9 @@ the report shows one row per node so the two cannot be confused.
 from __future__ import annotations
 
 from ..text.ghmarkdown import bold, code, escape_text, table
-from ..run.records import PhaseRecord, by_node, typed
-from ..judge.vocabulary import CLEAN
+from ..records.phase_record import PhaseRecord, typed
+from ..records.recordkeys import by_node
+from ..names.verdict import CLEAN
 
 __all__ = ["by_node", "render_nodes"]
 

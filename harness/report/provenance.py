@@ -3,10 +3,10 @@ nodes, isolation (and how each restore was proven), poison, dates: what was meas
 which engine, and what it cannot see."""
 from __future__ import annotations
 
-from ..run.records import PhaseRecord
+from ..records.phase_record import PhaseRecord
 from ..records.same_compile import gpu_models
 from ..records.manifest import RunManifest
-from ..serve.isolation import POLICIES, IsolationName
+from ..names.isolation import IsolationName, POLICIES
 from ..text.ghmarkdown import bold, cap, code, details, escape_text, table
 from .model import ConfigData
 from .restore import poison_summary, restore_summary

@@ -7,20 +7,22 @@ from typing import Any, Iterable
 from ..text.ghmarkdown import bold, code, escape_text
 from ..text.phrase import plural
 from ..records.manifest import RunManifest, as_manifest, typed_manifests
-from ..run.records import PhaseRecord, latest_records, phase_key, reference_cells, typed
+from ..records.phase_record import PhaseRecord, typed
+from ..records.recordkeys import cell_key, latest_records, reference_cells
+from ..names.verdict import CLEAN
+from ..names.phase import PhaseName, phase_key
 from .auto import agreement_line
 from .baseline import render_baseline
 from .cases import case_groups, case_note, case_suffix
 from .cells import Footnotes
 from .columns import legend as columns_legend
 from .engine_notice import engine_notice, live_notice
-from .explain import reference_lines, reference_texts
+from .divergence import reference_lines, reference_texts
 from .interrupted import interrupted_line, interrupted_manifests
 from .model import group_configs, varying_fields
 from .provenance import render_provenance
 from .sections import (render_config_summary, render_ladder, render_results_table,
                        render_thread_view, short_labels, summary_counts)
-from ..judge.vocabulary import CLEAN, PhaseName
 
 __all__ = ["render_markdown", "write_report", "load_inputs", "title_markdown",
            "headline_markdown"]

@@ -8,9 +8,9 @@ from collections.abc import Iterable
 
 from ..text.ghmarkdown import escape_text
 from ..records.recordkeys import point_key
-from ..run.records import PhaseRecord
+from ..records.phase_record import PhaseRecord
 from ..records.same_compile import compile_phrase
-from ..serve.isolation import IsolationName
+from ..names.isolation import IsolationName
 
 __all__ = ["restore_summary", "poison_summary"]
 

@@ -8,18 +8,20 @@ from collections import defaultdict
 from ..text.ghmarkdown import bold, code, details, escape_text, fence, table
 from ..text.phrase import Code, Phrase, Strong, Text
 from ..text.ranges import residues_phrase
-from ..run.records import BUG_VERDICTS, NOT_IDENTITY, SEVERITY, cell_key, phase_key
+from ..names.verdict import BUG_VERDICTS, CLEAN, SEVERITY
+from ..names.phase import phase_key
+from ..records.phase_record import NOT_IDENTITY
+from ..records.recordkeys import cell_key
 from ..records.manifest import RunManifest
 from .auto import config_auto_line
-from .explain import final_chunk_line
+from .divergence import final_chunk_line
 from .traffic import traffic_line
 from .bugb_analysis import agreement, config_hit_granularity, predict_bug_b
 from .cells import Footnotes, cell_markdown, cell_view
 from .columns import COLUMNS, Column
 from .model import (SHORT_NAMES, VOLATILE, ConfigData, config_fields, describe_dim, fmt_value,
                     miss_sentence, varying_fields)
-from ..serve.isolation import IsolationName
-from ..judge.vocabulary import CLEAN
+from ..names.isolation import IsolationName
 
 __all__ = ["short_labels", "short_words", "render_results_table", "results_rows", "render_thread_view", "summary_counts",
            "render_config_summary", "render_reruns", "render_ladder",

@@ -19,7 +19,11 @@ import unicodedata
 from ..text.phrase import Phrase
 from ..text.plaintext import align_table, display_width, inline_to_plain, wrap_prose
 from ..text.ranges import fmt_ranges
-from ..run.records import UNANSWERED, PhaseRecord, latest_records, phase_key, typed
+from ..names.verdict import UNANSWERED
+from ..names.phase import phase_key
+from ..records.phase_record import PhaseRecord, typed
+from ..records.recordkeys import latest_records
+from ..records.gate_block import BaselineBlock
 from ..records.manifest import RunManifest, typed_manifests
 from .auto import agreement_line
 from .bugb_analysis import agreement, predict_bug_b
@@ -83,7 +87,7 @@ def _baseline(manifests: list[RunManifest]) -> list[str]:
     from ..publish.gate import gate_lines
     out: list[str] = []
     for m in manifests:
-        if isinstance(m.baseline, dict):
+        if isinstance(m.baseline, BaselineBlock):
             out += ["Baseline", "--------", *gate_lines(m.baseline), ""]
     return out
 

@@ -17,8 +17,9 @@ from collections.abc import Iterable
 from typing import Any
 
 from ..text.ghmarkdown import details, escape_text, table
-from ..serve.isolation import AUTO_PASSES
-from ..run.records import PhaseRecord, RunTiming
+from ..names.isolation import AUTO_PASSES
+from ..records.phase_record import PhaseRecord
+from ..records.run_timing import RunTiming
 from ..records.manifest import RunManifest
 
 __all__ = ["STAGE_NAMES", "booted_servers", "render_timing"]
@@ -111,8 +112,9 @@ def _boot_rows(m: RunManifest, t: RunTiming) -> list[list[str]]:
 
 def render_timing(manifests: list[RunManifest], records: list[PhaseRecord] | None = None) -> str:
     """``records``: the report's records, for the servers each run booted."""
-    shown = [(m, RunTiming.of(m)) for m in manifests if (m.timing or {}).get("boot_split")
-             or (m.timing or {}).get("passes")]
+    shown = [(m, t) for m, t in ((m, RunTiming.of(m)) for m in manifests)
+             if t.boot_split or t.passes or t.all_fresh_estimate_s is not None
+             or t.ratio_to_all_fresh is not None]
     if not shown:
         return ""
     rows: list[list[str]] = []

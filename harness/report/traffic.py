@@ -12,8 +12,9 @@ is left to the "Load" section (its backgrounds are the point).
 from __future__ import annotations
 
 from ..text.ghmarkdown import code, escape_text
-from ..serve.isolation import POLICIES
-from ..run.records import NOT_LONE, PhaseRecord
+from ..names.isolation import POLICIES
+from ..names.verdict import NOT_LONE
+from ..records.phase_record import PhaseRecord
 from .model import ConfigData
 
 __all__ = ["beside_phrase", "traffic_line"]

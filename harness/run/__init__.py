@@ -1,6 +1,5 @@
 """The run layer: plan the data points, run one point, drive a sweep, type its records.
 
-- ``records``: the phase record model, schema version and vocabulary;
 - ``record_builder``: ``RecordBuilder``, how a run writes its records;
 - ``plan``: data points, the sweep plan, probe planning;
 - ``golden``: ``--reference golden:RUN``'s answers, per data point;
@@ -25,4 +24,4 @@
 ``run/*`` never imports ``harness.backends``: backends talk to the driver.
 """
 
-__all__ = ["records", "plan", "point", "driver"]
+__all__ = ["plan", "point", "driver"]

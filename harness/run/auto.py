@@ -41,10 +41,11 @@ from engine.presets import ServingConfig
 from ..judge import bugb
 from ..serve.engines import auto_reuse_pass
 from ..records.recordkeys import point_key
-from ..judge.vocabulary import NOT_FAILED, REUSE_ISOLATIONS, worst
+from ..names.verdict import NOT_FAILED, worst
+from ..names.isolation import REUSE_ISOLATIONS
 from .matrix_reference import rejudge
-from .records import PhaseRecord
-from ..serve.isolation import IsolationName
+from ..records.phase_record import PhaseRecord
+from ..names.isolation import IsolationName
 
 __all__ = ["AUTO_MIN_DOCUMENTS", "rule_neighbourhood", "auto_extra_documents", "auto_passes",
            "needs_confirmation", "fresh_twin", "resume_confirmations", "late_confirmations",

@@ -23,17 +23,17 @@ from ..settings.configs import SweepOptions, config_id
 from ..serve.engines import EngineAdapter
 from ..serve.gpu_info import gpu_record
 from ..errors import UsageError
-from ..serve.isolation import AUTO_PASSES
+from ..names.isolation import AUTO_PASSES, IsolationName
 from ..provenance import harness_version
 from ..server_pool import ServerGroup
 from ..records.manifest import RunManifest
+from ..records.run_timing import RunPlan, RunTiming
 from ..records.store import ResultStore, now_iso
 from .plan import Point, SweepPlan
 from .point import RunnerSpec
 from .auto import resume_confirmations
-from .record_builder import RecordBuilder
-from .records import PhaseRecord, timing_record, typed
-from ..serve.isolation import IsolationName
+from .record_builder import RecordBuilder, timing_record
+from ..records.phase_record import PhaseRecord
 
 __all__ = ["Driver", "Counters", "timing_summary"]
 
@@ -84,9 +84,9 @@ class Driver:
         return self.store.logs_dir
 
     def records_so_far(self) -> list[PhaseRecord]:
-        """Every record of this run on disk now (a resumed run's earlier ones included),
-        read typed: the one place the driver reads its store's records."""
-        return typed(self.store.read())
+        """Every record of this run on disk now (a resumed run's earlier ones included):
+        the one place the driver reads its store's records."""
+        return self.store.read()
 
     def point_runner(self, http: Any) -> Any:
         """A ``run.point.PointRunner`` for this run, its logs in ``logs_dir``, its requests
@@ -120,25 +120,22 @@ class Driver:
         self.store.write_manifest(self.manifest)
         return points
 
-    def _plan_from(self, recorded: dict | None, planned: list[Point],
+    def _plan_from(self, recorded: RunPlan | None, planned: list[Point],
                    added: list[Point]) -> None:
         """The manifest's ``plan``: points planned in all and per configuration and pass,
         kept up to date as a backend adds points, so a report of an interrupted run can say
         how many of them ran (``--resume`` goes on from the recorded plan)."""
         by: dict[str, dict[str, int]] = {}
-        if recorded and isinstance(recorded.get("by_config"), dict):
+        if isinstance(recorded, RunPlan) and isinstance(recorded.by_config, dict):
             # it counted the confirmations added while the run ran, `added` among them
-            by = {cid: dict(n) for cid, n in recorded["by_config"].items()}
+            by = {cid: dict(n) for cid, n in recorded.by_config.items()}
         else:
             for pt in [*planned, *added]:
-                self._count(by, pt)
-        self.manifest.plan = {"points": sum(sum(n.values()) for n in by.values()),
-                              "by_config": by}
-
-    def _count(self, by: dict[str, dict[str, int]], point: Point) -> None:
-        n = by.setdefault(point.cfg_id, {})
-        iso = point.isolation or self.opts.isolation
-        n[iso] = n.get(iso, 0) + 1
+                n = by.setdefault(pt.cfg_id, {})
+                iso = pt.isolation or self.opts.isolation
+                n[iso] = n.get(iso, 0) + 1
+        self.manifest.plan = RunPlan(points=sum(sum(n.values()) for n in by.values()),
+                                     by_config=by)
 
     def _check_same_cases(self) -> None:
         """--resume of a --prompts run: the prompt file must still say what it said when
@@ -184,8 +181,7 @@ class Driver:
         confirmation of a reset point that was not ok)."""
         self.counters.total_points += 1
         if self.manifest.plan is not None:
-            self._count(self.manifest.plan["by_config"], point)
-            self.manifest.plan["points"] += 1
+            self.manifest.plan.add(point.cfg_id, point.isolation or self.opts.isolation)
             self.store.write_manifest(self.manifest)
         if self.on_point_added:
             self.on_point_added(point)
@@ -273,7 +269,7 @@ class Driver:
             backend = {**backend, **self.runner_spec.launcher.describe()}
         m = self.manifest
         m.ended_at, m.interrupted, m.wall_s = now_iso(), interrupted, round(wall, 3)
-        m.backend, m.timing = backend, timing
+        m.backend, m.timing = backend, RunTiming.from_dict(timing)
         self.store.write_manifest(self.manifest)
         return self.manifest
 

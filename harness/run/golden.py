@@ -6,14 +6,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import CannotRun
-from ..judge.vocabulary import NOT_FAILED, UNJUDGED
+from ..names.verdict import NOT_FAILED, UNJUDGED
 
 UNPROVEN = frozenset({UNJUDGED})
 from ..prompts import PlanError
-from ..records.store import resolve_results
+from ..records.store import read_jsonl_records, resolve_results
 from .plan import Point, SweepPlan
+from ..records.recordkeys import latest_records
 from ..records.same_compile import fingerprint_of
-from .records import latest_records, read_jsonl_records
 
 __all__ = ["load_golden", "golden_key", "golden_answer", "check_golden_covers"]
 

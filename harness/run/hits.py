@@ -14,7 +14,7 @@ from typing import Any, Mapping
 
 from ..judge import bugb
 from ..judge.bugb import chunk_budget, drops_hit_blocks, final_chunk
-from ..judge.vocabulary import PhaseName
+from ..names.phase import PhaseName
 
 __all__ = ["hit_unit", "intended_tail", "tail_note", "budget_final_chunk"]
 

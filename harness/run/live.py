@@ -34,11 +34,12 @@ import httpx
 from engine.presets import ServingConfig
 
 from ..serve.engines import ADAPTERS, EngineAdapter, normalise_reported
+from ..serve.facts import ServerFacts
 from ..errors import CannotRun, UsageError
-from ..settings.configs import SweepOptions, modulus_for, select_residues
+from ..settings.configs import SweepOptions, choose_residues
 from ..settings.flag_facts import url_refused
 from ..serve.slots import Slot
-from ..judge.vocabulary import PhaseName
+from ..names.phase import PhaseName
 
 __all__ = ["live_target", "connect", "API_KEY_ENVS", "DEFAULT_MAX_REQUESTS", "RequestBudget", "LiveTarget",
            "LiveConfig", "LiveAdapter", "LiveServer", "read_server", "live_config",
@@ -80,7 +81,7 @@ def connect(opts: SweepOptions) -> SweepOptions:
     if opts.modulus is None and not (cfg.prefix_match_unit or cfg.block_size):
         raise UsageError(f"--modulus auto: {target.url} does not report its block size or "
                          "match unit; give --modulus N")
-    select_residues(opts.residues, cfg, modulus_for(cfg, opts.modulus), seed=opts.seed)
+    choose_residues(opts.residues, cfg, opts.modulus, seed=opts.seed)
     target = dataclasses.replace(target, report=report, cfg=cfg, facts=facts)
     default = target.adapter().logprobs_default
     return dataclasses.replace(
@@ -350,9 +351,9 @@ class LiveAdapter(EngineAdapter):
         # as --engine lab / vllm ask (their answers do not change); an unknown server: not
         known = ADAPTERS.get(cfg.engine)
         self.logprobs_default = known.logprobs_default if known else 0
-        self.info = {"config": cfg.as_dict(), "engine_version": facts["engine_version"],
-                     "patch_status": facts.get("patch_status"), "model": facts.get("model"),
-                     "boot_s": None, "server_boot": None}
+        self.info = ServerFacts(config=cfg.as_dict(), engine_version=facts["engine_version"],
+                                patch_status=facts.get("patch_status"),
+                                model=facts.get("model"))
 
     def check(self, configs, slot) -> None:
         """Nothing to build: the server exists."""

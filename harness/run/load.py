@@ -31,7 +31,7 @@ from typing import Any
 
 from ..serve.client import ClientError, EngineClient
 from ..prompts import INSTRUCTION, document_lines
-from ..judge.vocabulary import LOAD_MODES
+from ..settings.flag_values import LOAD_MODES
 from ..errors import HandledError
 
 __all__ = ["LOAD_MODES", "BG_SEED_BASE", "BackgroundLoad", "LoadError", "background_messages",

@@ -23,14 +23,13 @@ from typing import Iterable
 from ..judge.divergence import first_divergence
 from ..records.recordkeys import cell_key, document_of
 from ..judge.verdict import judge, sha1
-from ..judge.vocabulary import OPEN
-from .records import PhaseRecord
-from ..judge.vocabulary import CLEAN
+from ..names.verdict import CLEAN, OPEN
+from ..records.phase_record import PhaseRecord
 
 __all__ = ["CONSENSUS_MIN", "rejudge", "first_references", "consensus_references"]
 
 CONSENSUS_MIN = 3
-# OPEN (harness.judge.vocabulary): provisional verdicts a matrix reference may replace.
+# OPEN (harness.names.verdict): provisional verdicts a matrix reference may replace.
 
 
 def _answered(r: PhaseRecord) -> bool:

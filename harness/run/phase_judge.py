@@ -8,9 +8,11 @@ from typing import Any
 
 from ..judge.divergence import first_divergence
 from ..judge.verdict import sha1
-from ..judge.vocabulary import CLEAN, UNJUDGED, PhaseName
+from ..names.verdict import CLEAN, UNJUDGED
+from ..names.phase import PhaseName
+from ..names.isolation import POLICIES
+from ..serve.facts import ServerFacts
 from .golden import golden_answer
-from ..serve.isolation import POLICIES
 from .hits import budget_final_chunk, intended_tail, tail_note
 from .plan import Point
 from .traffic import not_lone_reason
@@ -18,7 +20,7 @@ from .traffic import not_lone_reason
 __all__ = ["reference_of", "invalid_reason", "not_lone", "cold_by_construction", "measured_fields"]
 
 
-def invalid_reason(point: Point, phase: str, res, templated: int | None, info: dict,
+def invalid_reason(point: Point, phase: str, res, templated: int | None, info: ServerFacts,
                    isolation: str, proof=None) -> str | None:
     """Why a phase's answer cannot be judged: its prompt was not the planned length, its
     server's restore was not proven, or its cold or hit was not what the phase is
@@ -29,7 +31,7 @@ def invalid_reason(point: Point, phase: str, res, templated: int | None, info: d
         return f"templated length {templated} by the server's /tokenize, target {target}"
     if res.prompt_tokens is not None and res.prompt_tokens != target:
         return f"usage.prompt_tokens {res.prompt_tokens} != target {target}"
-    restore = info.get("restore") or {}
+    restore = info.restore or {}
     if restore.get("error"):
         return f"restore not proven: {restore['error']}"
     if proof is not None:
@@ -49,8 +51,8 @@ def invalid_reason(point: Point, phase: str, res, templated: int | None, info: d
     if phase == PhaseName.COLD and cached > 0:
         why = (f"cold request hit the cache ({cached} tokens): "
                f"{point.isolation or isolation} isolation not proven")
-        if info.get("reset_error"):
-            why += f"; /reset_prefix_cache failed: {info['reset_error']}"
+        if info.reset_error:
+            why += f"; /reset_prefix_cache failed: {info.reset_error}"
         return why
     if phase != PhaseName.COLD and hits and cached == 0:
         return f"{phase}: no prefix-cache hit (cached_tokens 0)"
@@ -74,7 +76,7 @@ def cold_by_construction(point: Point, isolation: str) -> bool:
 
 
 def measured_fields(point: Point, phase: str, res, tps, j, verdict: str, reason: str,
-                    expected: str | None, ref_tokens, info: dict,
+                    expected: str | None, ref_tokens, info: ServerFacts,
                     traffic: dict | None) -> dict[str, Any]:
     """What a judged phase's record holds of its answer: the answer and its judgement
     (``j``, the verdict and reason as the checks left them), the hit measured against the
@@ -99,9 +101,9 @@ def measured_fields(point: Point, phase: str, res, tps, j, verdict: str, reason:
         "reference_chars": len(expected) if expected is not None else None,
         "first_divergence": divergence, "token_logprobs": res.token_logprobs,
         "intended_tail": want,
-        "tail_note": tail_note(point.cfg.as_dict(), info.get("config") or {}, phase,
+        "tail_note": tail_note(point.cfg.as_dict(), info.config or {}, phase,
                                want, tail, point.modulus),
-        "final_chunk": budget_final_chunk(info.get("config") or point.cfg.as_dict(),
+        "final_chunk": budget_final_chunk(info.config or point.cfg.as_dict(),
                                           res.prompt_tokens, cached),
         "traffic": traffic,
     }
@@ -109,7 +111,7 @@ def measured_fields(point: Point, phase: str, res, tps, j, verdict: str, reason:
 
 
 def reference_of(ref: str, golden: dict, point: Point, phase: str, cold: Any,
-                 info: dict) -> tuple[str | None, list | None]:
+                 info: ServerFacts) -> tuple[str | None, list | None]:
     """(reference text, its token logprobs) for this phase; (None, None) when there is
     nothing to judge against (the answer is then ``unjudged`` unless it collapsed)."""
     if ref == "passage" or point.plan.passage_wins:
@@ -122,7 +124,7 @@ def reference_of(ref: str, golden: dict, point: Point, phase: str, cold: Any,
         return cold.answer or "", cold.token_logprobs
     if ref in ("first", "consensus"):
         return None, None  # judged across the matrix after the run (run/matrix_reference)
-    compiled = (info.get("server_boot") or {}).get("compile") or {}
+    compiled = (info.server_boot or {}).get("compile") or {}
     gold = golden_answer(golden, point, compiled.get("fingerprint"))
     # A prompt the golden run did not answer (another context or seed) falls back to
     # the passage; the record's reference_sha1 says which was used.

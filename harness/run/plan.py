@@ -31,7 +31,7 @@ import httpx
 from engine.presets import ServingConfig
 
 from ..serve.client import EngineClient
-from ..settings.configs import SweepOptions, config_id, modulus_and_why, select_residues
+from ..settings.configs import SweepOptions, choose_residues, config_id
 from ..settings.flags import FLAGS, MEASURE, Rerun, rerun_command
 from ..serve.engines import EngineAdapter
 from ..errors import CannotRun
@@ -39,10 +39,10 @@ from .live import LiveTarget, requests_per_point
 from ..prompts import (CaseTooLong, ChatTokenizer, PlanError, PromptPlan, approx_line_counts,
                        calibrate, calibrate_case, own_document_plan, plan_case_residues, plan_residue)
 from ..server_pool import BootFailure, PortAllocator, ServerProcess, Slot
-from ..judge.vocabulary import PhaseName
+from ..names.phase import PhaseName
 from .hits import hit_unit
 from .auto import auto_extra_documents, auto_passes
-from ..serve.isolation import IsolationName
+from ..names.isolation import IsolationName
 
 __all__ = ["Point", "SweepPlan", "plan_points", "plan_with_probes", "RemoteCounter",
            "probe_server", "plan_live", "document_seed", "live_rerun"]
@@ -94,9 +94,9 @@ def plan_points(opts: SweepOptions, adapter: EngineAdapter,
     cases: dict[str, dict] = {}
     for cfg in opts.configs:
         cid = config_id(cfg)
-        modulus, why = modulus_and_why(cfg, opts.modulus)
-        why = why if opts.modulus is None else None
-        residues, note = select_residues(opts.residues, cfg, modulus, seed=opts.seed)
+        chosen = choose_residues(opts.residues, cfg, opts.modulus, seed=opts.seed)
+        modulus, why, residues, note = (chosen.modulus, chosen.modulus_why, chosen.residues,
+                                        chosen.note)
         sampled[cid] = note
         # --isolation auto measures the rule's neighbourhood on two documents or more
         extra = auto_extra_documents(opts, cfg, modulus, residues)
@@ -368,9 +368,8 @@ def plan_live(opts: SweepOptions) -> SweepPlan:
     target: LiveTarget = opts.live
     cfg = opts.configs[0]
     cid = config_id(cfg)
-    modulus, why = modulus_and_why(cfg, opts.modulus)
-    why = why if opts.modulus is None else None
-    residues, note = select_residues(opts.residues, cfg, modulus, seed=opts.seed)
+    chosen = choose_residues(opts.residues, cfg, opts.modulus, seed=opts.seed)
+    modulus, why, residues, note = chosen.modulus, chosen.modulus_why, chosen.residues, chosen.note
     need_len = opts.context + modulus + opts.max_tokens
     if cfg.max_model_len and need_len > cfg.max_model_len:
         raise PlanError(f"--context {opts.context} + modulus {modulus} + --max-tokens "

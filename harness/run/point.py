@@ -26,18 +26,19 @@ from ..serve import poison
 from ..serve.gpu_info import gpu_record
 from ..settings.configs import SweepOptions
 from ..serve.engines import EngineAdapter
+from ..serve.facts import ServerFacts
 from ..provenance import harness_version
 from ..server_pool import (BootFailure, PortAllocator, ServerProcess, Slot, attempts_said,
                            log_excerpt)
 from ..judge.verdict import judge
-from ..judge.vocabulary import NOT_LONE
+from ..names.verdict import CLEAN, NOT_LONE, UNJUDGED
+from ..names.phase import PhaseName
 from .load import (BackgroundLoad, LoadError, beside_from_log, load_facts, preempted_in_log,
                    server_gauges)
 from .history import HistoryRun, drives, pool_tokens, run_history
 from .plan import Point
-from .record_builder import RecordBuilder
-from .records import PhaseRecord, timing_record
-from ..judge.vocabulary import CLEAN, PhaseName
+from .record_builder import RecordBuilder, timing_record
+from ..records.phase_record import PhaseRecord
 from .phase_judge import invalid_reason, measured_fields, not_lone, reference_of
 from .prompt_logprobs import canonical, compared
 from .traffic import traffic_facts
@@ -152,7 +153,7 @@ class PointRunner:
 
     # -- servers -----------------------------------------------------------------------
     async def boot(self, point: Point, slot: Slot, *, timeout: float | None = None
-                   ) -> tuple[Server, EngineClient, dict]:
+                   ) -> tuple[Server, EngineClient, ServerFacts]:
         case = f"-{point.case}" if point.case else ""
         # a restore point's server starts in sleep mode, a fresh one plain (for_isolation)
         adapter = self.adapter.for_isolation(point.isolation or self.opts.isolation)
@@ -170,13 +171,13 @@ class PointRunner:
                                   port_conflict=e.port_conflict, retryable=e.retryable,
                                   attempts=len(failed)) from None
             if failed:   # the record says the boot needed more than one try, and why
-                info["server_boot"]["attempts"] = len(failed) + 1
-                info["server_boot"]["failed_attempts"] = failed
+                info.server_boot["attempts"] = len(failed) + 1
+                info.server_boot["failed_attempts"] = failed
             return server, client, info
 
     async def boot_config(self, cfg: ServingConfig, slot: Slot, log_name: str,
                           adapter: EngineAdapter | None = None, *,
-                          timeout: float | None = None) -> tuple[Server, EngineClient, dict]:
+                          timeout: float | None = None) -> tuple[Server, EngineClient, ServerFacts]:
         """Start a server for ``cfg`` on ``slot`` and wait until it is ready; a port taken
         by another program between our pick and its bind is retried on a new port."""
         last: BootFailure | None = None
@@ -194,23 +195,22 @@ class PointRunner:
                 await server.prepare()
                 server.start()
                 await server.wait_ready(client, timeout or self.opts.boot_timeout)
-                info: dict[str, Any] = {"boot_s": round(server.boot_s or 0.0, 4),
-                                        "server_boot": self._boot_notes(server, log_path)}
+                info = ServerFacts(boot_s=round(server.boot_s or 0.0, 4),
+                                   server_boot=self._boot_notes(server, log_path))
                 if slot.gpu is not None:   # issue 48: the GPU, as the driver names it,
-                    boot = info["server_boot"]   # and the fingerprint bound to it
+                    boot = info.server_boot   # and the fingerprint bound to it
                     boot["gpu"] = gpu_record(slot.gpu)
                     boot["compile"] = (adapter or self.adapter).bind_compile(
                         boot.get("compile"), [g.get("model") for g in boot["gpu"] or []], env)
                 # --poison: filled before its first request (harness/serve/poison.py)
                 served = adapter or self.adapter
-                info["poison"] = (await poison.at_boot(client, served.poison_kernels())
-                                  if served.poison
-                                  else poison.off_record(self.opts.poison))
-                info["_fill_restores"] = served.poison and served.fill_restores
+                info.poison = (await poison.at_boot(client, served.poison_kernels())
+                               if served.poison else poison.off_record(self.opts.poison))
+                info.fill_restores = bool(served.poison and served.fill_restores)
                 # What the server says it runs is read while the first requests go out
                 # (it is needed for the records, not for the requests), unless the model
                 # name to put in the requests can only come from the server.
-                info["_probe"] = asyncio.create_task(self._probe(info, client, cfg, log_path))
+                info.probe = asyncio.create_task(self._probe(info, client, cfg, log_path))
                 if not self.model_name(cfg):
                     await self.settle(info)
                 return server, client, info
@@ -244,17 +244,17 @@ class PointRunner:
             notes["boot_log_error"] = f"{type(e).__name__}: {e}"
         return notes
 
-    async def _probe(self, info: dict, client: EngineClient, cfg: ServingConfig,
+    async def _probe(self, info: ServerFacts, client: EngineClient, cfg: ServingConfig,
                      log_path: Path) -> None:
         try:
-            info.update(await self.adapter.effective(client, cfg, _read(log_path)))
+            info.learn(await self.adapter.effective(client, cfg, _read(log_path)))
         except ClientError as e:  # a server that dies now shows up in the first request
-            info["probe_error"] = str(e)
+            info.probe_error = str(e)
 
     @staticmethod
-    async def settle(info: dict) -> dict:
+    async def settle(info: ServerFacts) -> ServerFacts:
         """Wait for the effective-configuration probe started at boot, if still running."""
-        task = info.pop("_probe", None)
+        task, info.probe = info.probe, None
         if task is not None:
             await task
         return info
@@ -278,11 +278,11 @@ class PointRunner:
 
     # -- the phases of one point -------------------------------------------------------
     async def run_phases(self, point: Point, slot: Slot, server: Server,
-                         client: EngineClient, info: dict,
+                         client: EngineClient, info: ServerFacts,
                          emit: Emit | None = None) -> tuple[list[PhaseRecord], bool]:
         """Every requested phase on a booted server; (records, server died)."""
         emit = emit or (lambda rec: None)
-        model = self.model_name(point.cfg) or info.get("model") or point.cfg.model or "default"
+        model = self.model_name(point.cfg) or info.model or point.cfg.model or "default"
         records: list[PhaseRecord] = []
         templated: int | None = None
         tokenize_error: str | None = None
@@ -309,7 +309,7 @@ class PointRunner:
         return records, dead is not None
 
     async def _phase(self, point: Point, slot: Slot, phase: str, server: Server,
-                     client: EngineClient, info: dict, model: str, templated: int | None,
+                     client: EngineClient, info: ServerFacts, model: str, templated: int | None,
                      tokenize_error: str | None, cold: PhaseRecord | None):
         """One phase's record, and (verdict, why, log) when the server is gone."""
         opts = self.opts
@@ -320,7 +320,7 @@ class PointRunner:
             before = await client.scrape()
             res, load, hist = await self._measured(point, phase, client, model, server,
                                                    templated)
-            res = self.adapter.read_usage(res, info.get("config") or {})   # SGLang's 0 hits
+            res = self.adapter.read_usage(res, info.config or {})   # SGLang's 0 hits
             after = await client.scrape()
         except LoadError as e:
             return self._failure(point, slot, phase, "invalid", f"--load: {e}", [], info,
@@ -405,7 +405,7 @@ class PointRunner:
                                  proof)
         if invalid:
             verdict, reason = "invalid", f"{invalid} (answer judged {j.verdict}: {j.reason})"
-        elif unfilled := poison.failure(info.get("poison")):
+        elif unfilled := poison.failure(info.poison):
             # the server ran, but not as the record's poison field claims: not ok
             verdict, reason = "infra", f"{unfilled} (answer judged {j.verdict}: {j.reason})"
         elif verdict in CLEAN and (alone := not_lone(point, traffic, self.opts.isolation)):

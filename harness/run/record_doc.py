@@ -1,6 +1,6 @@
 """The phase record's field table of docs/records.md, generated from ``PhaseRecord``.
 
-One row per field of :class:`harness.run.records.PhaseRecord`, in the dataclass's order:
+One row per field of :class:`harness.records.phase_record.PhaseRecord`, in the dataclass's order:
 its name, its JSON type (read off the field's annotation: ``int | None`` is ``int or
 null``, a ``dict`` an ``object``; a field written only when set is never null: it is
 absent) and its meaning
@@ -17,7 +17,7 @@ import re
 import sys
 from pathlib import Path
 
-from .records import WRITTEN_WHEN_SET, data_fields
+from ..records.phase_record import WRITTEN_WHEN_SET, data_fields
 
 __all__ = ["FIELD_DOCS", "EXTRA_DOCS", "BEGIN", "END", "json_type", "field_table",
            "with_table", "main"]
@@ -102,7 +102,7 @@ FIELD_DOCS: dict[str, str] = {
     "verdict": 'one of the verdict words below',
     "reason": 'one line: why this verdict (e.g. `empty answer, finish_reason=stop`)',
     "log_excerpt": 'for crash / boot-fail / timeout: the server log lines that explain it',
-    "schema_version": ('version of this record layout (`harness.run.records.SCHEMA_VERSION`, '
+    "schema_version": ('version of this record layout (`harness.records.phase_record.SCHEMA_VERSION`, '
                        'now 5); absent in records written before it existed, which read as '
                        'version 1 and mean the same. **5**: on a server the sweep does not own '
                        '(`isolation` `live`) a phase whose answer matched but that was not '
@@ -132,7 +132,7 @@ FIELD_DOCS: dict[str, str] = {
                     'boot that exited was started again: `run.point.BOOT_ATTEMPTS`; 0 on a '
                     'boot-fail point never started because its configuration was given up) '
                     'and `failed_attempts` (their reasons); read typed as `PhaseRecord.boot` '
-                    '(`run/records.ServerBoot`)'),
+                    '(`records/phase_record.ServerBoot`)'),
     "case_id": ("only with `--prompts FILE`: the case's `id` (`docs/prompts.md`); a data point"
                 ' is then (configuration, case, residue) for resume, the latest-record choice,'
                 ' compare and golden'),

@@ -1,6 +1,7 @@
 """Servers and engines: how a configuration becomes a server, what the server says it is,
 and what is done to a running one (reset, restore, poison). Below the pool
-(``harness/server_pool.py``) and the run; imports nothing of the harness but ``errors``.
+(``harness/server_pool.py``) and the run; imports nothing of the harness but ``errors`` and
+the names (``harness/names/``).
 
 - ``engines.py``      ``ADAPTERS``: the registry, one adapter class per engine (an adapter's
                       module is mapped by its entry there; the three below are named too)
@@ -13,7 +14,8 @@ and what is done to a running one (reset, restore, poison). Below the pool
 - ``cmd_config.py``   what an ``--engine cmd`` server runs: read, declared, or unknown
 - ``dummy_weights.py`` vLLM's ``--load-format dummy`` found in a command, however spelled
 - ``client.py``       the async client for one OpenAI-compatible server
-- ``isolation.py``    ``POLICIES``: what each ``--isolation`` value does to a server
+- ``facts.py``        ``ServerFacts``: what a point's records carry about its server, typed
+- ``isolation.py``    ``MACHINERY``: what an ``--isolation`` value does to a server
 - ``restore.py``      a running server returned to its just-booted state, each step proven
 - ``poison.py``       ``--poison``: the fill of the memory a stale read can reach
 - ``slots.py``        where a server runs: a CPU slot, a GPU, a group of GPUs

@@ -20,7 +20,7 @@ from engine.presets import ServingConfig
 from ..errors import UsageError
 from .client import EngineClient
 from .dummy_weights import dummy_weights_refusal
-from .isolation import restores as isolation_restores
+from ..names.isolation import restores as isolation_restores
 from .slots import Slot
 
 __all__ = ["EngineAdapter", "PreforkSpec", "after_module", "PORT_SENTINEL"]

@@ -1,6 +1,7 @@
-"""Engine adapters: the registry. ``ADAPTERS`` names one ``EngineAdapter`` class per
-engine (``adapter.py`` says what an adapter is), and everything else reads it: the
-``--engine`` choices, ``EngineName``, ``make_adapter``, the engines ``--help`` names.
+"""Engine adapters: the registry. ``ADAPTERS`` maps each engine name
+(``names/engine.EngineName``) to its ``EngineAdapter`` class (``adapter.py`` says what an
+adapter is), and everything else reads it: the ``--engine`` choices, ``make_adapter``, the
+engines ``--help`` names.
 
 - ``lab``: the CPU lab engine (``lab_adapter.py``), the embedded default;
 - ``vllm``: ``vllm serve`` from the shared presets (``vllm_adapter.py``);
@@ -10,34 +11,33 @@ engine (``adapter.py`` says what an adapter is), and everything else reads it: t
 """
 from __future__ import annotations
 
-from enum import StrEnum
 from pathlib import Path
 from typing import Any, Callable
 
 from ..errors import UsageError
+from ..names.engine import EngineName
 from .adapter import EngineAdapter, PreforkSpec
 from .cmd_adapter import CmdAdapter
 from .cmd_config import normalise_reported
 from .dummy_weights import dummy_weights_refusal
-
 from .lab_adapter import LAB_MODEL_DIR, LabAdapter
 from .poison import mode_for as poison_mode, why_not as poison_why_not
 from .restore import vllm_serves_sleep
 from .sglang_adapter import SglangAdapter
 from .vllm_adapter import VllmAdapter
 
-__all__ = ["EngineAdapter", "LabAdapter", "VllmAdapter", "CmdAdapter", "SglangAdapter", "ADAPTERS", "EngineName",
+__all__ = ["EngineAdapter", "LabAdapter", "VllmAdapter", "CmdAdapter", "SglangAdapter", "ADAPTERS",
            "adapter_class", "make_adapter", "LAB_MODEL_DIR", "PreforkSpec", "normalise_reported",
            "vllm_serves_sleep", "auto_reuse_pass", "engines_where",
            "dummy_weights_refusal"]
 
 
-# Adding an engine is one entry here (its adapter class: facts, ``build``, ``command``).
-ADAPTERS: dict[str, type[EngineAdapter]] = {"lab": LabAdapter, "vllm": VllmAdapter,
-                                             "cmd": CmdAdapter, "sglang": SglangAdapter}
-# An engine as a value, one member per entry: EngineName.VLLM == "vllm" (a StrEnum, written
-# as the word), so comparisons name the member or ask the adapter, never the string.
-EngineName = StrEnum("EngineName", [(n.upper(), n) for n in ADAPTERS], module=__name__)
+# Adding an engine is its name in names/engine.ENGINES and one entry here (its adapter
+# class: facts, ``build``, ``command``).
+ADAPTERS: dict[str, type[EngineAdapter]] = {EngineName.LAB: LabAdapter,
+                                             EngineName.VLLM: VllmAdapter,
+                                             EngineName.CMD: CmdAdapter,
+                                             EngineName.SGLANG: SglangAdapter}
 
 
 def engines_where(fact: Callable[[type[EngineAdapter]], Any]) -> str:

@@ -12,7 +12,7 @@ from ..errors import UsageError
 from ..names.history import history_row
 from .adapter import EngineAdapter, PreforkSpec, after_module
 from .cmd_config import normalise_reported
-from .isolation import restores as isolation_restores
+from ..names.isolation import restores as isolation_restores
 from .restore import SLEEP_MEANS
 from .slots import Slot
 

@@ -32,10 +32,10 @@ from typing import Any
 
 from engine.presets import PATCHES, SPEC_TABLE, ServingConfig
 
-from .engines import EngineName
+from ..names.engine import EngineName
 from ..errors import CannotRun, HandledError, UsageError
+from ..names.isolation import IsolationName, POLICIES
 from .sglang_adapter import SGLANG_MODULE, sglang_fields, sglang_parser, written_args
-from .isolation import POLICIES, IsolationName
 
 __all__ = ["ServeLine", "parse_serve_line", "vllm_spellings", "added_flags", "added_lines",
            "FORMS"]

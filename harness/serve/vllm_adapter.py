@@ -13,7 +13,7 @@ from engine.vllm import determinism as _det
 from ..errors import CannotRun, UsageError
 from .adapter import EngineAdapter, PreforkSpec
 from .cmd_config import normalise_reported
-from .isolation import dev_mode as isolation_dev_mode, restores as isolation_restores
+from ..names.isolation import dev_mode as isolation_dev_mode, restores as isolation_restores
 from .poison import WORKER_ARGS as POISON_ARGS
 from .restore import SLEEP_MEANS, vllm_serves_sleep
 from .slots import Slot

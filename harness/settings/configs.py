@@ -24,13 +24,14 @@ from .flags import UNSET
 from ..prompts.cases import PromptCase, load_cases, select_cases
 from ..serve.engines import adapter_class
 from ..serve.slots import Slot
-from ..serve.engines import EngineName
-from ..judge.vocabulary import PHASES, PhaseName
+from ..names.engine import EngineName
+from ..names.phase import PHASES, PhaseName
 from ..names.history import history_row, sibling_budget
 
 __all__ = ["SweepOptions", "config_id", "modulus_for", "modulus_and_why", "expand_matrix",
            "matrix_combos",
-           "predicted_residues", "select_residues", "parse_slots", "parse_phases",
+           "predicted_residues", "select_residues", "choose_residues", "ResidueChoice",
+           "parse_slots", "parse_phases",
            "parse_reference", "parse_prompts", "describe"]
 
 
@@ -218,6 +219,29 @@ def predicted_residues(cfg: ServingConfig, modulus: int) -> list[int]:
     """The residues the Bug B rule (``harness.judge.bugb``) names for ``cfg`` at ``modulus``
     before anything ran ([] when it predicts no break or cannot name one)."""
     return bugb.predict(cfg.as_dict(), modulus).residues or []
+
+
+@dataclass(frozen=True)
+class ResidueChoice:
+    """The residues one configuration is swept at, decided once (``choose_residues``): the
+    modulus and why, the residues, and what was left out (None: every residue)."""
+
+    modulus: int
+    modulus_why: str | None     # None when the user gave --modulus (records say nothing)
+    residues: list[int]
+    note: str | None
+
+
+def choose_residues(spec: str, cfg: ServingConfig, modulus: int | None, *,
+                    seed: int = 0) -> ResidueChoice:
+    """The residue decision for ``cfg``: its modulus (``modulus``, or auto from the
+    configuration: ``modulus_and_why``) and the residues ``spec`` selects there
+    (``select_residues``). Options, ``--url``, explain's rungs, the plan and the dry run
+    all ask it, so a residue spec means one thing everywhere; a bad one is a
+    ``UsageError``."""
+    mod, why = modulus_and_why(cfg, modulus)
+    residues, note = select_residues(spec, cfg, mod, seed=seed)
+    return ResidueChoice(mod, why if modulus is None else None, residues, note)
 
 
 def select_residues(spec: str, cfg: ServingConfig, modulus: int, *,

@@ -18,12 +18,13 @@ from functools import cached_property
 from typing import Any, Callable, Mapping, Sequence
 
 from ..errors import UsageError
-from ..judge.vocabulary import PhaseName
+from ..names.phase import PhaseName
 from ..names.history import HISTORIES
 from .flag_values import split
 from ..serve.engine_help import can_fork, for_engines
-from ..serve.engines import ADAPTERS, EngineName, engines_where
-from ..serve.isolation import IsolationName, restores as isolation_restores
+from ..serve.engines import ADAPTERS, engines_where
+from ..names.engine import EngineName
+from ..names.isolation import IsolationName, restores as isolation_restores
 from ..serve.poison import why_not as poison_why_not
 from . import flag_facts as facts
 from .backend_registry import LIVE_BACKEND

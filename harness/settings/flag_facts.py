@@ -8,8 +8,8 @@ from __future__ import annotations
 from typing import Any, Iterable, Sequence
 
 from ..records.store import StoreError, load_records
-from ..serve.engines import EngineName
-from ..serve.isolation import IsolationName
+from ..names.engine import EngineName
+from ..names.isolation import IsolationName
 from .flag_values import split
 from .flags import DEFAULT_OUT, ENGINE, FLAGS, matrix_axes
 
@@ -88,10 +88,6 @@ def serve_gpu_groups(a: Any) -> str | None:
     return None
 
 
-def _field(r: Any, name: str) -> Any:
-    return r.get(name) if isinstance(r, dict) else getattr(r, name, None)
-
-
 def _sans_patches(label: str | None) -> str | None:
     return " ".join(w for w in label.split() if not w.startswith("patches=")) if label else None
 
@@ -109,10 +105,10 @@ def baseline_unmatched(a: Any) -> str | None:
         return None
     from .configs import config_id
     ours = _keys((config_id(c), c.label()) for c in a.configs)
-    theirs = _keys((_field(r, "config_id"), _field(r, "config_label")) for r in recs)
+    theirs = _keys((r.config_id, r.config_label) for r in recs)   # PhaseRecords
     if not recs or ours & theirs:
         return None
-    labels = sorted({str(_field(r, "config_label")) for r in recs})
+    labels = sorted({str(r.config_label) for r in recs})
     return (f"--baseline {a.baseline}: none of its {len(labels)} configuration(s) "
             f"({'; '.join(labels[:3])}{'; ...' if len(labels) > 3 else ''}) is one this "
             "run sweeps; the gate would only count lost coverage. Sweep its configurations "

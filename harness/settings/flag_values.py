@@ -9,10 +9,13 @@ from typing import Any, Sequence
 from engine.presets import PATCHES, PresetError, normalise_patches
 
 from ..errors import UsageError
-from ..judge.vocabulary import PHASES
+from ..names.phase import PHASES
 
-__all__ = ["parse_phases", "positive_int", "positive_float", "seconds_at_least", "a_path", "split", "choices_of", "ints", "seed_list",
-           "patch_sets", "int_in", "or_none"]
+__all__ = ["parse_phases", "positive_int", "positive_float", "seconds_at_least", "a_path", "split",
+           "choices_of", "ints", "seed_list", "patch_sets", "int_in", "or_none", "LOAD_MODES"]
+
+# --load-mode: background conversations decode on (steady) or are cut and resent (cancel)
+LOAD_MODES = ("steady", "cancel")
 
 
 def positive_int(flag: str):

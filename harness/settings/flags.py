@@ -24,11 +24,12 @@ from ..serve.engine_help import (can_fork, ctx_words, engine_help, for_engines, 
                                  runner_help, spec_words)
 from ..serve.engines import ADAPTERS
 from ..errors import UsageError
-from ..serve.isolation import isolation_help
-from .flag_values import (a_path, seconds_at_least, choices_of, int_in, ints, or_none, patch_sets, positive_float,
-                          positive_int, seed_list)
+from ..names.isolation import isolation_help
+from .flag_values import (a_path, seconds_at_least, choices_of, int_in, ints, or_none, patch_sets,
+                          positive_float, positive_int, seed_list)
 from ..serve.slots import one_slot_args
-from ..judge.vocabulary import ISOLATIONS, LOAD_MODES
+from ..names.isolation import ISOLATIONS
+from .flag_values import LOAD_MODES
 from ..names.history import HISTORIES, HISTORY_NAMES
 
 __all__ = ["Flag", "FLAGS", "GROUPS", "UNSET", "sweep_parser", "matrix_axes",

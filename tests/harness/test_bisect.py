@@ -116,13 +116,15 @@ def test_each_kind_of_build_gives_its_exit_code(variants, tmp_path):
 
 
 def test_the_exit_code_rests_on_every_point():
-    ok = {"verdict": "ok"}
+    from harness.records.phase_record import PhaseRecord
+    v = lambda verdict: PhaseRecord.from_dict({"verdict": verdict, "phase": "cold"})  # noqa: E731
+    ok = v("ok")
     assert bisect_exit_code([ok, ok]) == 0
-    assert bisect_exit_code([ok, {"verdict": "broken"}, {"verdict": "boot-fail"}]) == 1
-    assert bisect_exit_code([ok, {"verdict": "crash"}]) == 1
-    assert bisect_exit_code([{"verdict": "boot-fail"}] * 2) == 125
-    assert bisect_exit_code([ok, {"verdict": "infra"}]) == 125
-    assert bisect_exit_code([{"verdict": "invalid"}]) == 125
+    assert bisect_exit_code([ok, v("broken"), v("boot-fail")]) == 1
+    assert bisect_exit_code([ok, v("crash")]) == 1
+    assert bisect_exit_code([v("boot-fail")] * 2) == 125
+    assert bisect_exit_code([ok, v("infra")]) == 125
+    assert bisect_exit_code([v("invalid")]) == 125
     assert bisect_exit_code([]) == 125
 
 

@@ -89,7 +89,7 @@ def test_the_flag_reference_says_each_engines_defaults_as_its_adapter():
 
 
 def test_the_reference_table_says_what_the_report_says():
-    from harness.report.explain import REFERENCE_SIGHT
+    from harness.report.divergence import REFERENCE_SIGHT
     for ref, (sees, misses) in REFERENCE_SIGHT.items():
         row = next(line for line in FLAGS_MD.splitlines()
                    if line.startswith(f"| `{ref}") and "|" in line[2:])

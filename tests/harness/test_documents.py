@@ -94,7 +94,7 @@ def test_golden_answers_are_per_document(tmp_path):
 def test_compare_keys_by_document():
     old = [_rec(4, 0, "a"), _rec(4, 1, "b")]
     new = [_rec(4, 0, "a"), _rec(4, 1, "x", verdict="broken")]
-    res = compare_records(old, new)
+    res = compare_records(old, new).as_dict()
     assert res["regressed"] == 1 and res["regressions"][0]["document"] == 1
     statuses = {(p["residue"], p["document"]): p["status"] for p in res["configs"][0]["points"]}
     assert statuses == {(4, 0): "unchanged_ok", (4, 1): "regressed"}
@@ -129,14 +129,17 @@ def test_cache_dir_is_for_vllm(tmp_path, cli):
 
 
 def test_one_key_for_case_document_and_auto_pass():
+    from harness.records.phase_record import PhaseRecord
     from harness.records.recordkeys import cell_key, point_key
     old = {"config_id": "c", "residue": 4, "phase": "cold"}   # before cases and documents
-    assert cell_key(old) == ("c", None, 4, "cold", 0, None)
-    assert point_key(old) == ("c", None, 4, 0, "")
+    read = PhaseRecord.from_dict
+    assert cell_key(read(old)) == ("c", None, 4, "cold", 0, None)
+    assert point_key(read(old)) == ("c", None, 4, 0, "")
     new = dict(old, case_id="q", document_seed=1, isolation="fresh", isolation_run="auto")
-    assert cell_key(new) == ("c", "q", 4, "cold", 1, "fresh")
-    assert point_key(new) == ("c", "q", 4, 1, "fresh")
-    assert point_key(dict(old, rerun="sweep --seed 2 --residues 4")) == ("c", None, 4, 2, "")
+    assert cell_key(read(new)) == ("c", "q", 4, "cold", 1, "fresh")
+    assert point_key(read(new)) == ("c", "q", 4, 1, "fresh")
+    assert point_key(read(dict(old, rerun="sweep --seed 2 --residues 4"))) == (
+        "c", None, 4, 2, "")
 
 
 def test_consensus_is_taken_per_document():
@@ -144,7 +147,7 @@ def test_consensus_is_taken_per_document():
     recs = [dict(_rec(r, doc, f"d{doc}", verdict="unjudged"), answer=f"document {doc}",
                  phase=phase)
             for doc in (0, 1) for r in (1, 2, 3) for phase in ("cold", "self-hit")]
-    from harness.run.records import PhaseRecord
+    from harness.records.phase_record import PhaseRecord
     out = rejudge([PhaseRecord.from_dict(r) for r in recs], "consensus", ["c"])
     assert {r.verdict for r in out} == {"ok"}
 

@@ -365,7 +365,7 @@ def test_the_block_rung_is_not_run_where_vllm_refuses_it(tmp_path, cli):
     block is not divisible by --prefix-match-unit 128): on a vLLM hybrid with a match unit
     the rung says why it is not run; the lab's hybrid (which runs it) keeps it."""
     from engine.presets import resolve
-    from harness.explain import HYBRID_BLOCK_NOTE, axis_changes
+    from harness.explain.plan import HYBRID_BLOCK_NOTE, axis_changes
     vllm = resolve("ngram", "huge", engine="vllm", model="/m", patches="none",
                    geometry="hybrid")
     block = {c[0]: c[2] for c in axis_changes(vllm)}["block size"]
@@ -380,7 +380,7 @@ def test_the_v2_runner_rung_is_not_run_for_ngram_on_vllm():
     says why it is not run instead of two boot-fails; MTP keeps it."""
     from engine.presets import resolve
     from harness.serve.engines import VllmAdapter
-    from harness.explain import V2_NGRAM_NOTE, axis_changes
+    from harness.explain.plan import V2_NGRAM_NOTE, axis_changes
     ngram = resolve("ngram", "huge", engine="vllm", model="/m")
     rungs = {c[1]: c[2] for c in axis_changes(ngram, runners=VllmAdapter.runners, ran_on="v1")}
     assert rungs["runner → v2"] == V2_NGRAM_NOTE

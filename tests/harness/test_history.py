@@ -11,14 +11,14 @@ import pytest
 
 from engine.vllm.patches import sched_trace
 from harness.errors import UsageError
-from harness.judge.vocabulary import PHASES
+from harness.names.phase import PHASES
 from harness.names.history import (ABORT_CHUNK_BUDGET, HISTORIES, HISTORY_NAMES, NONE,
                                    HistoryProof, HistorySend, history_row)
 from harness.options import options_from_argv
 from harness.run.history import DRIVERS
 from harness.run.history_log import events_of, parse_line
 from harness.run.prompt_logprobs import canonical, compared
-from harness.run.records import PhaseRecord
+from harness.records.phase_record import PhaseRecord
 
 
 def test_every_history_is_one_row_with_a_driver_and_its_words():
@@ -193,7 +193,7 @@ def test_prompt_logprobs_name_the_first_position_that_differs():
 
 
 def test_explain_tries_history_none_first(tmp_path):
-    from harness.explain import axis_changes
+    from harness.explain.plan import axis_changes
     (cfg,) = _opts(tmp_path, "--history", "evict", "--residues", "3").configs
     assert axis_changes(cfg)[0] == ("history", "history → none", {"history": "none"})
     (plain,) = _opts(tmp_path, "--residues", "3").configs

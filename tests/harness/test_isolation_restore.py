@@ -219,12 +219,13 @@ def test_poison_keeps_vllms_sleep_cycle_and_refills_only_the_lab(monkeypatch, tm
 
 def test_a_poisoned_server_that_cannot_restore_by_fill_sleeps_then_is_filled_again(monkeypatch):
     """The dispatch of a restore point: the fill as the means only where the adapter said
-    a fill stands for a boot (``_fill_restores``); else the sleep cycle, then the fill again
+    a fill stands for a boot (``ServerFacts.fill_restores``); else the sleep cycle, then the fill again
     (a wake maps new memory) kept in ``restore.fill``; unpoisoned: the sleep cycle alone."""
     import asyncio
     from types import SimpleNamespace
 
     from harness.serve import isolation, poison, restore
+    from harness.serve.facts import ServerFacts
     calls = []
 
     async def sleep_cycle(client, log_path):
@@ -243,11 +244,11 @@ def test_a_poisoned_server_that_cannot_restore_by_fill_sleeps_then_is_filled_aga
     monkeypatch.setattr(restore, "restore_by_fill", by_fill)
     monkeypatch.setattr(poison, "refill", refill)
     server = SimpleNamespace(log_path=None)
-    cases = (({"poison": {"mode": "on"}, "_fill_restores": True}, ["fill-means"]),
-             ({"poison": {"mode": "on"}, "_fill_restores": False}, ["sleep", "refill"]),
-             ({"poison": {"mode": "off"}, "_fill_restores": False}, ["sleep"]))
+    cases = ((ServerFacts(poison={"mode": "on"}, fill_restores=True), ["fill-means"]),
+             (ServerFacts(poison={"mode": "on"}, fill_restores=False), ["sleep", "refill"]),
+             (ServerFacts(poison={"mode": "off"}, fill_restores=False), ["sleep"]))
     for info, want in cases:
         calls.clear()
         asyncio.run(isolation._restore(None, server, info))
         assert calls == want, info
-    assert info["restore"] == {"means": "sleep-level-1+wake+reset"}
+    assert info.restore == {"means": "sleep-level-1+wake+reset"}

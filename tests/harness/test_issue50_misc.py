@@ -10,7 +10,7 @@ import pytest
 
 from engine.lab.cli import build_parser
 from harness.report.render import headline_markdown
-from harness.run.records import typed
+from harness.records.phase_record import typed
 from tests.reports import synth
 
 

@@ -118,13 +118,34 @@ def test_run_layer_never_imports_a_backend():
             assert not {d for d in deps if d.startswith("harness.backends")}, m
 
 
-def test_reports_compare_and_gate_read_records_not_the_run_runtime():
+def test_the_names_are_leaves():
+    """``names/*`` imports nothing of the harness outside ``names/`` (the package's rule,
+    its ``__init__`` docstring): a module that needs a verdict's, a phase's, an isolation's
+    or an engine's name gets it without the machinery. So ``judge/`` imports nothing of
+    ``serve/``, and the Bug B rule and the report's opening lines take ``EngineName``
+    without the adapter registry; ``records/recordkeys.py`` reads ``IsolationName`` there."""
     g = graph()
-    allowed = {"harness.run", "harness.run.records"}
+    names = {m for m in g if m.startswith("harness.names")}
+    assert {"harness.names.verdict", "harness.names.phase", "harness.names.isolation",
+            "harness.names.engine"} <= names
+    found = [f"{m} -> {d}" for m in names for d in g[m]
+             if d.startswith("harness") and not d.startswith("harness.names")]
+    found += [f"{m} -> {d}" for m, deps in g.items() if m.startswith("harness.judge")
+              for d in deps if d.startswith("harness.serve")]
+    found += [f"{m} -> {d}" for m in ("harness.judge.bugb", "harness.report.engine_notice",
+                                      "harness.records.recordkeys")
+              for d in g[m] if d in ("harness.serve.engines", "harness.serve.isolation")]
+    assert not found, found
+
+
+def test_reports_compare_and_gate_read_records_not_the_run_runtime():
+    """The record model is in ``records/``: the report, publish/ and results.py read it
+    there and import nothing of the run layer."""
+    g = graph()
     for m, deps in g.items():
-        if m.startswith(("harness.report", "harness.publish.compare", "harness.publish.gate")):
+        if m.startswith(("harness.report", "harness.publish", "harness.results")):
             used = {d for d in deps if d.startswith("harness.run")}
-            assert used <= allowed, (m, used - allowed)
+            assert not used, (m, used)
             assert "harness.report" not in deps or m.startswith("harness.report"), m
 
 
@@ -167,10 +188,11 @@ def _string_groups(path: Path):
 
 def test_verdict_and_isolation_groups_are_declared_once():
     """A group of verdicts (judged, untested, bugs, ...) is a column of
-    ``vocabulary.VERDICT_TABLE``, and what an isolation does is its ``isolation.POLICIES``
-    entry: no other module spells a group of them again."""
-    from harness.judge.vocabulary import ISOLATIONS, VERDICTS
-    homes = {HARNESS / "judge/vocabulary.py", HARNESS / "serve/isolation.py"}
+    ``names/verdict.VERDICT_TABLE``, and what an isolation is its
+    ``names/isolation.POLICIES`` entry: no other module spells a group of them again."""
+    from harness.names.isolation import ISOLATIONS
+    from harness.names.verdict import VERDICTS
+    homes = {HARNESS / "names/verdict.py", HARNESS / "names/isolation.py"}
     found = []
     for p in HARNESS.rglob("*.py"):
         if p in homes:
@@ -183,18 +205,20 @@ def test_verdict_and_isolation_groups_are_declared_once():
 
 def test_the_vocabulary_groups_are_the_tables_columns():
     """The groups the gate, bisect, explain and the matrix reference ask are read off
-    the table (and an isolation value has exactly one policy)."""
+    the table (and an isolation value has exactly one policy; what a value does to a
+    server, ``serve/isolation.MACHINERY``, is only for a value the policies name)."""
     from harness.publish import bisect, gate
-    from harness.serve import isolation
-    from harness.judge import vocabulary as v
+    from harness.names import isolation
+    from harness.names import verdict as v
     from harness.report import explained
     from harness.run import matrix_reference
+    from harness.serve.isolation import MACHINERY
     assert gate.JUDGED is v.JUDGED and bisect.UNTESTED is v.UNTESTED
     assert explained.EXPLAINED is v.EXPLAINED and matrix_reference.OPEN is v.OPEN
     assert v.VERDICTS == tuple(row.name for row in v.VERDICT_TABLE)
-    assert set(v.ISOLATIONS) == set(isolation.POLICIES)
+    assert set(isolation.ISOLATIONS) == set(isolation.POLICIES) >= set(MACHINERY)
     for name, pol in isolation.POLICIES.items():
-        assert pol.name == name and set(pol.passes) <= set(v.RECORD_ISOLATIONS)
+        assert pol.name == name and set(pol.passes) <= set(isolation.RECORD_ISOLATIONS)
 
 
 def test_exit_codes_are_declared_in_errors_only():
@@ -289,7 +313,7 @@ def test_the_terminal_table_is_the_reports_rows_as_plain_text():
 # Where an argparse parser reads a command line: the verbs (command/), the sweep verb's one
 # parse (settings/flag_manifest.parse_flags), and the `python -m` entry points of two tools;
 # serve_line reads a --serve server line with vLLM's (or the lab's) own parser, not argv.
-_PARSERS = {"command/cli.py", "command/explain_cli.py", "settings/flag_manifest.py",
+_PARSERS = {"command/cli.py", "explain/cli.py", "settings/flag_manifest.py",
             "run/record_doc.py", "publish/github_rest.py", "serve/serve_line.py"}
 
 
@@ -328,26 +352,25 @@ def test_the_driver_is_the_only_writer():
 
 
 # The modules a record passes through from where it is built to where it is written and
-# handed to the caller: each passes ``run.records.PhaseRecord``s, never a dict.
+# handed to the caller: each passes ``records.phase_record.PhaseRecord``s, never a dict.
 _RECORD_PATH = ("run/record_builder.py", "run/point.py", "run/driver.py", "run/auto.py",
                 "run/matrix_reference.py", "backends/local.py", "backends/live.py",
                 "backends/ray.py", "backends/ray_task.py", "residue_sweep.py",
-                "command/cli.py", "command/explain_cli.py", "publish/writers.py")
+                "command/cli.py", "explain/cli.py", "publish/writers.py")
 _RECORD_NAMES = {"record", "records", "rec", "recs"}
 # Where records as read (dicts) become PhaseRecords (``typed``, ``PhaseRecord.from_dict``):
 # the typed readers, the driver's one read of its store, Ray's process boundary, and the
 # public entry points that take records as read or typed (tests and users give dicts).
 _TYPED_AT = {
-    "run/records.py": {"as_record", "typed", "replaced", "read_phase_records",
-                       "read_jsonl_records", "load_phase_records"},
-    "run/driver.py": {"records_so_far"},
+    "records/phase_record.py": {"as_record", "typed", "replaced"},
+    "records/store.py": {"read_jsonl_records", "read_phase_records"},
     "backends/ray.py": {"_write"},
     "report/render.py": {"render_markdown"}, "report/terminal.py": {"render_terminal"},
     "report/explained.py": {"ladders"}, "report/nodes.py": {"render_nodes"},
-    "report/explain.py": {"reference_texts"},
+    "report/divergence.py": {"reference_texts"},
     "report/auto.py": {"agreement_of", "_stability"},   # agreement_line: reports/h200/summarize.py
     "report/model.py": {"__post_init__", "combine_cell", "group_configs"},
-    "publish/gate.py": {"judged_any", "gate_exit_code", "write_junit"},
+    "publish/gate.py": {"judged_any", "gate_exit_code", "write_junit", "gate_block"},
     "publish/compare.py": {"compare_records"}, "results.py": {"record_rows"},
 }
 
@@ -402,6 +425,94 @@ def test_records_travel_as_phase_records():
             if (ast.unparse(call.func) in ("typed", "PhaseRecord.from_dict")
                     and fn not in _TYPED_AT.get(rel, ())):
                 found.append(f"{rel}:{call.lineno} {fn} calls {ast.unparse(call.func)}")
+    assert not found, found
+
+
+def _calls_of(path: Path) -> list[tuple[str, str]]:
+    """(enclosing function, called name) of every call in ``path``."""
+    return [(fn, ast.unparse(c.func).rsplit(".", 1)[-1])
+            for fn, c in _calls_by_function(ast.parse(path.read_text()))]
+
+
+def test_each_decision_is_made_once():
+    """The gate's verdict against a baseline is ``gate.gate_block``'s ``passed``, decided
+    there (``gate_exit_code`` reads it); a ``--baseline`` run reads the baseline once (its
+    check) and compares with it once (``gate_block``); the reference-cell rule is
+    ``recordkeys.reference_cells``, which the gate, bisect and the report ask; a
+    configuration's residues are ``settings/configs.choose_residues``' (the options'
+    check, ``--url``, explain's rungs, the plan and the dry run ask it)."""
+    sweep = _calls_of(HARNESS / "residue_sweep.py")
+    assert [fn for fn, name in sweep if name == "load_records"] == ["check"]
+    assert [fn for fn, name in sweep if name == "gate_block"] == ["_finish"]
+    assert not [c for c in sweep if c[1] in ("compare_records", "find_regressions",
+                                             "find_coverage_losses")]
+    exits = [c for _, c in _calls_by_function(ast.parse((HARNESS / "residue_sweep.py")
+                                                        .read_text()))
+             if ast.unparse(c.func).endswith("gate_exit_code")]
+    assert exits and all([k.arg for k in c.keywords] == ["block"] for c in exits)
+    gate = _calls_of(HARNESS / "publish/gate.py")
+    assert sorted(fn for fn, name in gate if name == "compare_records") == [
+        "find_coverage_losses", "find_regressions", "gate_block"]
+    tree = ast.parse((HARNESS / "publish/gate.py").read_text())
+    deciders = {fn for fn, c in _calls_by_function(tree) if isinstance(c, ast.Call)
+                and ast.unparse(c.func) == "BaselineBlock"}
+    assert deciders == {"gate_block"}
+    exit_code = next(n for n in tree.body if isinstance(n, ast.FunctionDef)
+                     and n.name == "gate_exit_code")
+    assert "block.passed" in ast.unparse(exit_code)
+    assert not any(name in ("find_regressions", "find_coverage_losses") for _, name in
+                   ((fn, n) for fn, n in gate if fn == "gate_exit_code"))
+    for rel in ("publish/gate.py", "publish/bisect.py", "report/render.py"):
+        assert "reference_cells" in {name for _, name in _calls_of(HARNESS / rel)}, rel
+    assert not [p for p in HARNESS.rglob("*.py") if p.name != "recordkeys.py"
+                and any(isinstance(n, ast.FunctionDef) and n.name == "reference_cells"
+                        for n in ast.walk(ast.parse(p.read_text())))]
+    # the residues of a configuration: settings/configs.choose_residues, for every asker
+    selects = [f"{p.relative_to(HARNESS)}:{fn}" for p in HARNESS.rglob("*.py")
+               for fn, name in _calls_of(p) if name == "select_residues"]
+    assert selects == ["settings/configs.py:choose_residues"], selects
+
+
+def _returns(path: Path, name: str) -> str:
+    """The return annotation of function ``name`` (at any depth) in ``path``."""
+    fn = next(n for n in ast.walk(ast.parse(path.read_text()))
+              if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name)
+    return ast.unparse(fn.returns) if fn.returns else ""
+
+
+def test_data_between_rooms_is_typed():
+    """The store hands out ``PhaseRecord``s and every reader takes them: no module keeps
+    ``value_of``'s duck typing (a dict as read or a record alike), and what identifies a
+    record reads attributes. The side channels are objects: the per-server facts
+    (``serve/facts.ServerFacts``, no ``info[...]`` / ``info.get`` left where they pass), the
+    compare result (``publish/comparison.Comparison``), the gate's block
+    (``records/gate_block.BaselineBlock``, the manifest's ``baseline``)."""
+    found = [f"{p.relative_to(ROOT)}:{n.lineno}" for p in HARNESS.rglob("*.py")
+             for n in ast.walk(ast.parse(p.read_text()))
+             if (isinstance(n, ast.FunctionDef) and n.name == "value_of")
+             or (isinstance(n, ast.Name) and n.id == "value_of")]
+    assert not found, found
+    store = HARNESS / "records/store.py"
+    for name in ("load_records", "read_phase_records", "read_jsonl_records", "read"):
+        assert _returns(store, name) == "list[PhaseRecord]", name
+    keys = HARNESS / "records/recordkeys.py"
+    for fn in ast.parse(keys.read_text()).body:
+        if isinstance(fn, ast.FunctionDef) and not fn.name.startswith("_"):
+            assert "PhaseRecord" in ast.unparse(fn.args.args[0].annotation), fn.name
+    assert _returns(HARNESS / "publish/compare.py", "compare_records") == "Comparison"
+    assert _returns(HARNESS / "publish/gate.py", "gate_block") == "BaselineBlock"
+    assert _returns(HARNESS / "run/point.py", "boot_config").endswith("ServerFacts]")
+    from harness.records.manifest import RunManifest
+    assert RunManifest.__dataclass_fields__["baseline"].type.startswith("BaselineBlock")
+    assert RunManifest.__dataclass_fields__["timing"].type.startswith("RunTiming")
+    assert RunManifest.__dataclass_fields__["plan"].type.startswith("RunPlan")
+    facts = ("run/point.py", "run/phase_judge.py", "run/record_builder.py",
+             "serve/isolation.py", "backends/local.py", "backends/live.py")
+    found = [f"{rel}:{n.lineno} {ast.unparse(n)}" for rel in facts
+             for n in ast.walk(ast.parse((HARNESS / rel).read_text()))
+             if (isinstance(n, ast.Subscript) and ast.unparse(n.value).endswith("info"))
+             or (isinstance(n, ast.Call) and ast.unparse(n.func).endswith(("info.get",
+                                                                           "info.pop")))]
     assert not found, found
 
 
@@ -577,17 +688,19 @@ def test_a_new_verdict_isolation_engine_or_writer_is_one_entry():
     values too, and ``make_adapter`` builds whichever adapter ``ADAPTERS`` names)."""
     table = _section("Where a change goes")
     row = {ln.split("|")[1].strip(): ln for ln in table.splitlines() if ln.startswith("| ")}
-    assert "one row of `judge/vocabulary.VERDICT_TABLE`" in row["a new verdict or a change of what a verdict means"]
-    assert "one `Isolation(...)` entry in `serve/isolation.POLICIES`" in row["a new isolation mode"]
+    assert "one row of `names/verdict.VERDICT_TABLE`" in row["a new verdict or a change of what a verdict means"]
+    assert "one `Isolation(...)` entry in `names/isolation.POLICIES`" in row["a new isolation mode"]
     assert "one entry in `serve/engines.ADAPTERS`" in row["a new engine"]
     assert "one entry in `publish/writers.WRITERS`" in row["a new output format"]
-    from harness.serve import engines, isolation
-    from harness.judge import vocabulary
+    from harness.serve import engines
+    from harness.names import engine, isolation, phase
+    from harness.names import verdict as vocabulary
     from harness.publish import writers
     assert [m.value for m in vocabulary.VerdictName] == [v.name for v in vocabulary.VERDICT_TABLE]
-    assert [m.value for m in vocabulary.PhaseName] == list(vocabulary.PHASES)
+    assert [m.value for m in phase.PhaseName] == list(phase.PHASES)
     assert [m.value for m in isolation.IsolationName] == list(isolation.POLICIES)
-    assert [m.value for m in engines.EngineName] == list(engines.ADAPTERS)
+    # the engines by name (names/engine.py) are the adapters' engines, in the same order
+    assert [m.value for m in engine.EngineName] == list(engine.ENGINES) == list(engines.ADAPTERS)
     tree = ast.parse((HARNESS / "serve/engines.py").read_text())
     builders = [n for n in tree.body if isinstance(n, ast.FunctionDef)
                 and n.name in ("make_adapter", "_make_adapter")]
@@ -596,7 +709,7 @@ def test_a_new_verdict_isolation_engine_or_writer_is_one_entry():
     assert builders and not named & adapters, named & adapters   # no engine built by name
     from harness.settings.flags import FLAGS
     (iso_flag,) = [f for f in FLAGS if f.name == "--isolation"]
-    assert tuple(iso_flag.kw["choices"]) == isolation.ISOLATIONS == vocabulary.ISOLATIONS
+    assert tuple(iso_flag.kw["choices"]) == isolation.ISOLATIONS == tuple(isolation.POLICIES)
     assert vocabulary.VERDICTS == tuple(v.name for v in vocabulary.VERDICT_TABLE)
     assert all(w.name == n and callable(w.wanted) and callable(w.write)
                for n, w in writers.WRITERS.items())
@@ -613,8 +726,8 @@ def test_the_rule_returns_structure_not_markdown():
 
 # -- values are types ------------------------------------------------------------------
 # Each vocabulary's home: the table its StrEnum is read off, where its words are declared.
-_VOCABULARY_HOMES = {"verdict": HARNESS / "judge/vocabulary.py", "phase": HARNESS / "judge/vocabulary.py",
-                     "isolation": HARNESS / "serve/isolation.py", "engine": HARNESS / "serve/engines.py"}
+_VOCABULARY_HOMES = {"verdict": HARNESS / "names/verdict.py", "phase": HARNESS / "names/phase.py",
+                     "isolation": HARNESS / "names/isolation.py", "engine": HARNESS / "names/engine.py"}
 # Comparisons with such a word that is another vocabulary's value, by what is compared
 # (the other side's name, attribute or key), each with why.
 _OTHER_VOCABULARIES = {
@@ -623,19 +736,20 @@ _OTHER_VOCABULARIES = {
     "poison": "--poison auto: fill where the engine can, not the isolation",
     "owned_by": "GET /v1/models' owned_by: the word a vLLM server writes of itself",
     # --reference cold judges the hits against the same server's cold answer: a word of
-    # vocabulary.REFERENCES (passage, cold, first, ...), not the phase
+    # --reference's words (passage, cold, first, ...), not the phase
     "reference": "--reference cold: the reference word, not the phase",
     "ref": "--reference cold (run/point.py's self.opts.reference): not the phase",
-    "refs": "--reference cold among the records' references (report/explain.py): not the phase",
+    "refs": "--reference cold among the records' references (report/divergence.py): not the phase",
 }
 
 
 def _vocabularies() -> dict[str, set[str]]:
-    from harness.serve.engines import ADAPTERS
-    from harness.serve.isolation import POLICIES
-    from harness.judge.vocabulary import PHASES, VERDICT_TABLE
+    from harness.names.engine import ENGINES
+    from harness.names.isolation import POLICIES
+    from harness.names.phase import PHASES
+    from harness.names.verdict import VERDICT_TABLE
     return {"verdict": {v.name for v in VERDICT_TABLE}, "phase": set(PHASES), "isolation": set(POLICIES),
-            "engine": set(ADAPTERS)}
+            "engine": set(ENGINES)}
 
 
 def _strings(node: ast.AST) -> list[str]:
@@ -780,7 +894,7 @@ def test_cli_main_maps_errors_by_the_base_class_once():
 def _layers() -> dict[str, str]:
     """The "Layers" block of this page as ``{path: its entry's text}``. An entry is a line
     that starts, indented two spaces per folder level, with ``name.py`` or ``name/``; its
-    path is its folder's path and its name (``harness/run/records.py``); the lines below it
+    path is its folder's path and its name (``harness/records/store.py``); the lines below it
     indented deeper than any entry could be (its description's continuation) are its
     text."""
     block = re.search(r"## Layers\n+```\n(.*?)```", ARCH.read_text(), re.S).group(1)
@@ -812,12 +926,12 @@ def _mapped_by_registry() -> set[Path]:
 
 def test_every_harness_module_is_on_the_map():
     """Every module of ``harness/`` (``__init__.py`` and ``__main__.py`` aside) is on the
-    "Layers" map: an entry of its own (``harness/run/records.py``: ``records.py`` under
-    ``run/``), or, in a sub-package, its stem is a word of the package's entry (``base``
+    "Layers" map: an entry of its own (``harness/records/store.py``: ``store.py`` under
+    ``records/``), or, in a sub-package, its stem is a word of the package's entry (``base``
     in ``backends/``'s); a module of ``harness/`` itself has an entry of its own. Every
     file the map names exists."""
     entries = _layers()
-    assert {"harness/", "harness/command/cli.py", "harness/run/", "harness/run/records.py",
+    assert {"harness/", "harness/command/cli.py", "harness/run/", "harness/records/store.py",
             "harness/backends/"} <= set(entries)   # the checker reads the block's shape
     assert "base.py" in entries["harness/backends/"] and "harness/backends/base.py" not in entries
     missing = []
@@ -920,14 +1034,16 @@ def _measured(row: str) -> int:
 
 
 def test_engines_isolations_and_columns_are_read_off_their_tables():
-    """``--engine``'s choices and help are ``serve/engines.ADAPTERS``' (no other module
-    spells a group of engine names), ``--isolation``'s are ``serve/isolation.POLICIES``',
+    """``--engine``'s choices and help are ``serve/engines.ADAPTERS``' (no module but
+    ``names/engine.py`` spells a group of engine names), ``--isolation``'s are
+    ``names/isolation.POLICIES``',
     and the results table's columns after its phase cells are ``report/columns.COLUMNS``:
     only ``columns.py`` builds a ``Column``, ``sections.results_rows`` reads the table (the
     markdown table and the terminal's are its rows) and every legend of ``render.py`` says
     ``columns.legend()``. The page's rows state what each change measured: at most 2, 2
     and 3 files."""
-    from harness.serve import engines, isolation
+    from harness.serve import engines
+    from harness.names import isolation
     from harness.settings.flags import FLAGS
     flag = {f.name: f for f in FLAGS}
     assert tuple(flag["--engine"].kw["choices"]) == tuple(engines.ADAPTERS)
@@ -935,7 +1051,7 @@ def test_engines_isolations_and_columns_are_read_off_their_tables():
     assert tuple(flag["--isolation"].kw["choices"]) == tuple(isolation.POLICIES)
     assert flag["--isolation"].help == isolation.isolation_help(default="fresh")
     found = [f"{p.relative_to(ROOT)}:{line} {sorted(names)}"
-             for p in HARNESS.rglob("*.py") if p != HARNESS / "serve/engines.py"
+             for p in HARNESS.rglob("*.py") if p != HARNESS / "names/engine.py"
              for line, names in _string_groups(p) if len(names & set(engines.ADAPTERS)) >= 2]
     assert not found, found
     report = HARNESS / "report"

@@ -14,7 +14,7 @@ from harness.command.cli import build_options, sweep_parser
 from harness.serve.engines import make_adapter
 from harness.run.plan import Point, plan_points
 from harness.run.point import PointRunner
-from harness.run.records import SCHEMA_VERSION, PhaseRecord
+from harness.records.phase_record import SCHEMA_VERSION, PhaseRecord
 from harness.server_pool import Slot
 
 TEMPLATE = "fake-server --port {port}"

@@ -215,7 +215,7 @@ def test_fresh_lab_servers_disagree_at_the_rule_cell_without_the_mode_and_agree_
 # -- auto: every non-ok cell on two fresh servers or more (issue 32) -----------------------
 
 def _rec(phase: str, verdict: str, sha: str, log: str):
-    from harness.run.records import PhaseRecord
+    from harness.records.phase_record import PhaseRecord
     return PhaseRecord.from_dict({"phase": phase, "verdict": verdict, "sha1": sha,
                                   "server_boot": {"log": log}})
 
@@ -277,7 +277,7 @@ def test_the_reports_poison_row_says_whether_kernel_choices_were_fixed():
     """A vLLM run's provenance names the switches and how far a broken answer's bytes hold,
     or says the kernels were not fixed and why (an older vLLM: restore then sleeps)."""
     from harness.report.restore import poison_summary
-    from harness.run.records import PhaseRecord
+    from harness.records.phase_record import PhaseRecord
 
     def rec(kernels):
         fill = {"at": "boot", "ok": True, "s": 0.1}

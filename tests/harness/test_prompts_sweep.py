@@ -171,7 +171,7 @@ def test_compare_and_junit_name_the_case(tmp_path, cli):
                        str(tmp_path / "j.xml"))
     worse = [dict(r, verdict="broken") if r["case_id"] == "chat-incident"
              and r["phase"] == "self-hit" else r for r in recs]
-    result = compare_records(recs, worse)
+    result = compare_records(recs, worse).as_dict()
     assert [(g["config_label"].split(" · ")[-1], g["residue"]) for g in result["regressions"]] \
         == [("case chat-incident", 4)]
     labels = {c["config_label"].split(" · ")[-1]: c["counts"] for c in result["configs"]}

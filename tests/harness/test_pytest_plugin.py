@@ -179,7 +179,7 @@ def test_with_a_baseline_the_failure_names_the_cells_the_gate_failed_on():
     now = [dict(r, verdict="boot-fail", answer="") if r["residue"] == 4 else r
            for r in synth.sweep(cfg, [3, 4])]
     block = gate_block(base, now, source="base.jsonl")
-    from harness.run.records import PhaseRecord
+    from harness.records.phase_record import PhaseRecord
     result = SimpleNamespace(exit_code=1, not_ok=[PhaseRecord.from_dict(r) for r in now
                                                   if r["verdict"] != "ok"],
                              run_id="r", report_path=None, records_path="r.jsonl",

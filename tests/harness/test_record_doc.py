@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from harness.run import record_doc
-from harness.run.records import PhaseRecord, data_fields
+from harness.records.phase_record import PhaseRecord, data_fields
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "records.md"

@@ -10,7 +10,8 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from harness.publish.gate import gate_exit_code, write_junit
-from harness.run.records import reference_cells
+from harness.records.phase_record import typed
+from harness.records.recordkeys import reference_cells
 from tests.harness.test_sweep_cmd import cells, fake_sweep
 from tests.reports import synth
 
@@ -32,7 +33,7 @@ def _cold_reference(residues, broken=()):
 
 def test_the_gate_counts_the_cells_judged_against_the_reference(tmp_path):
     clean = _cold_reference(range(3))
-    assert len(reference_cells(clean)) == 3
+    assert len(reference_cells(typed(clean))) == 3
     assert gate_exit_code(clean) == 0
     assert gate_exit_code(_cold_reference(range(3), broken=[1])) == 1
     root = ET.parse(write_junit(clean, tmp_path / "j.xml")).getroot()
@@ -43,7 +44,7 @@ def test_the_gate_counts_the_cells_judged_against_the_reference(tmp_path):
                                      for m in skipped)
     # a cold cell no hit was judged against is not a reference: unjudged fails
     alone = [r for r in clean if r["phase"] == "cold"]
-    assert not reference_cells(alone) and gate_exit_code(alone) == 1
+    assert not reference_cells(typed(alone)) and gate_exit_code(alone) == 1
 
 
 def test_a_clean_run_under_reference_cold_exits_0_and_says_what_the_reference_was(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from harness.run.matrix_reference import rejudge
-from harness.run.records import PhaseRecord
+from harness.records.phase_record import PhaseRecord
 from tests.harness.test_hostile_server import hostile_sweep
 
 pytestmark = pytest.mark.usefixtures("no_leftovers")

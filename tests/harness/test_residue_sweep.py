@@ -70,7 +70,7 @@ class Heard(Callbacks):
         self.started_with = points
 
     def point_done(self, point, records: list, verdicts: Counter) -> None:
-        from harness.run.records import PhaseRecord
+        from harness.records.phase_record import PhaseRecord
         assert records and all(isinstance(r, PhaseRecord) for r in records)  # one shape
         self.points.append(point.residue)
 
@@ -144,7 +144,7 @@ def test_explain_takes_the_cache_dir_to_every_rung(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     rungs = [ln for ln in proc.stdout.splitlines() if ln.startswith("  ") and "not run" not in ln]
     assert len(rungs) >= 5 and all(str(cache) in ln for ln in rungs), proc.stdout
-    from harness import explain
+    from harness.explain import plan as explain
     xp = explain.prepare(str(H200_RUN), str(tmp_path), residue=None, phase=None,
                          run_flags={"out": str(tmp_path), "isolation": "fresh", "resume": None,
                                     "dry_run": False, "baseline": None, "junit": None,

@@ -15,7 +15,7 @@ import pytest
 from harness.serve.client import EngineClient
 from harness.report.restore import restore_summary
 from harness.serve.restore import discarded_gib, freed_lines, restore_server, sleep_lines
-from harness.run.records import PhaseRecord
+from harness.records.phase_record import PhaseRecord
 
 pytestmark = pytest.mark.usefixtures("no_leftovers")
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.records.phase_record import PhaseRecord
 from harness.serve.engines import LAB_MODEL_DIR
 from tests.conftest import ROOT
 
@@ -113,7 +114,7 @@ def test_cost_per_point_from_records():
             rec(3, "restore", "ok", "a", restore={"means": "sleep-level-1+wake+reset",
                                                    "s": 0.1}, latency_s=0.4),
             rec(4, "reset", "ok", "a", latency_s=0.3, isolation_run=None)]
-    costs = isolation_cost.point_costs(recs)
+    costs = isolation_cost.point_costs([PhaseRecord.from_dict(r) for r in recs])
     assert costs[("fresh", "plain")] == [(2.0, 3.0)]
     assert costs[("restore", None)] == [(0.1, 0.5)]      # the just-booted point is not one
     assert costs[("reset", None)] == [(0.0, 0.3)]

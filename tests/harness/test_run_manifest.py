@@ -102,7 +102,7 @@ def test_readers_take_manifests_as_read_or_typed():
     d = {"run_id": "d", "residues": [3]}
     typed = typed_manifests([d, None, {}, RunManifest.from_dict(d)])
     assert [m.run_id for m in typed] == ["d", "d"] and typed[0] == typed[1]
-    from harness.run.records import RunTiming
+    from harness.records.run_timing import RunTiming
     timing = {"timing": {"wall_s": 2.0, "points": 3}}
     assert RunTiming.of(timing) == RunTiming.of(RunManifest.from_dict(timing))
     assert RunTiming.of(timing).wall_s == 2.0 and RunTiming.of(None).wall_s is None
@@ -142,7 +142,7 @@ def test_the_driver_writes_a_run_manifest(tmp_path: Path):
     assert on_disk["explains"] == {"run_id": "parent"} and on_disk["ended_at"] is None
     assert on_disk["plan"]["points"] == 2 and "timing" not in on_disk
     driver.point_added(driver.plan.points[0])
-    assert store.read_manifest().plan["points"] == 3
+    assert store.read_manifest().plan.points == 3
     m = driver.finish(wall=1.5, interrupted=False, backend={"backend": "local"})
     driver.set_exit_code(0)
     back = store.read_manifest()
@@ -158,3 +158,23 @@ def test_docs_records_names_every_manifest_field():
     missing = [f.name for f in manifest_fields() if f"`{f.name}`" not in section]
     assert not missing, f"docs/records.md's Manifest section does not name: {missing}"
     assert f"`manifest_version` ({MANIFEST_VERSION}" in section
+
+
+def test_the_baseline_blocks_still_broken_cells_are_typed_and_round_trip():
+    """Issue 48's still-broken cells (their bytes, compared only under one compile) in the
+    typed baseline block: read as ``StillBroken``, written back key for key in main's
+    order; a block written before them gains nothing."""
+    from harness.records.gate_block import BaselineBlock, StillBroken
+    cell = {"config_id": "c1", "config_label": "k=3", "residue": 5, "phase": "cold",
+            "old_verdict": "broken", "new_verdict": "broken", "bytes": "not_comparable",
+            "why": "other compiles (a → b)"}
+    d = {"source": "r1", "runs": ["r1"], "regressions": [], "losses": [],
+         "still_broken": [cell], "allow_fewer": False, "judged_any": True, "passed": True}
+    block = BaselineBlock.from_dict(d)
+    assert block.still_broken == (StillBroken(**cell),)
+    assert block.as_dict() == d and list(block.as_dict()) == list(d)
+    new = BaselineBlock(source="r1", runs=["r1"], still_broken=(StillBroken(**cell),),
+                        passed=True)
+    assert list(new.as_dict()) == list(d) and new.as_dict()["still_broken"] == [cell]
+    old = {k: v for k, v in d.items() if k != "still_broken"}
+    assert BaselineBlock.from_dict(old).as_dict() == old

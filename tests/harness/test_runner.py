@@ -18,7 +18,7 @@ from harness.judge.bugb import predict
 from harness.command.cli import build_options
 from harness.settings.configs import config_id
 from harness.serve.engines import VllmAdapter
-from harness.explain import axis_changes
+from harness.explain.plan import axis_changes
 from harness.settings.flags import sweep_parser
 from harness.records.store import read_jsonl
 from tests.conftest import ROOT

@@ -8,7 +8,7 @@ import json
 
 from engine.vllm.caches import compile_dirs, compile_fingerprint
 from harness.publish.compare import compare_records, render_compare_markdown
-from harness.run.records import PhaseRecord
+from harness.records.phase_record import PhaseRecord
 from harness.records.same_compile import bytes_between, compile_phrase
 from harness.serve import gpu_info
 
@@ -103,14 +103,15 @@ def test_lab_compiles_break_with_other_bytes_and_compare_and_gate_honour_it(cli)
     for cell, r in a.items():   # every ok answer is the same under both compiles
         if r["verdict"] == "ok":
             assert c[cell]["verdict"] == "ok" and c[cell]["sha1"] == r["sha1"], cell
-    same = compare_records(cli.records("a"), cli.records("b"))
-    other = compare_records(cli.records("a"), cli.records("c"))
+    same = compare_records(cli.records("a"), cli.records("b")).as_dict()   # --json's shape
+    compared = compare_records(cli.records("a"), cli.records("c"))
+    other = compared.as_dict()
     words = {o: {ph: cell.get("bytes", {}).get("bytes")
                  for p in res["configs"][0]["points"] if p["residue"] == 5
                  for ph, cell in p["phases"].items()} for o, res in (("b", same), ("c", other))}
     assert words["b"]["cold"] == "same" and words["c"]["cold"] == "not_comparable"
     assert other["regressed"] == 0 and other["summary"]["still_broken"] >= 1
-    md = " ".join(render_compare_markdown(other).split())
+    md = " ".join(render_compare_markdown(compared).split())
     assert "bytes not comparable: other compiles" in md
     # the gate: still broken is no regression; its section says why the bytes differ
     proc = cli.sweep(*RULE, "--engine-arg=--compile-seed=3", "--baseline",

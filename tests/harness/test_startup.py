@@ -15,6 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # posted or rendered, a vLLM server launched
 LATER = ("pandas", "numpy", "tokenizers", "jinja2", "prometheus_client", "tabulate",
          "harness.publish.gate", "harness.publish.github_rest", "harness.report", "harness.explain",
+         "harness.explain.plan",
          "engine.vllm.launch", "engine.vllm.effective", "engine.vllm.bootlog")
 
 

@@ -20,6 +20,7 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
 from harness.serve.client import EngineClient, MetricsScrape, scrape_from_text
+from harness.serve.facts import ServerFacts
 from harness.publish.gate import gate_exit_code
 from harness.report import render_markdown
 from harness.run.point import PointRunner
@@ -120,7 +121,7 @@ def run_phases(tmp_path, tok_dir, isolation: str, metrics, text=None):
             server = FakeServer([], {}, 1, tmp_path / "server.log", None)
             server.start()
             client = EngineClient(server.base_url, http=http)
-            records, _ = await runner.run_phases(point, Slot("live0"), server, client, {})
+            records, _ = await runner.run_phases(point, Slot("live0"), server, client, ServerFacts())
             return records
     return {r.phase: r.as_dict() for r in asyncio.run(go())}   # as the store writes them
 

@@ -46,8 +46,9 @@ def test_node_label_and_grouping():
     a = rb.node_label("vm", "10.0.0.2", "ab12cd34ef" * 5)
     b = rb.node_label("vm", "10.0.0.2", "0123456789" * 5)
     assert a == "vm/10.0.0.2/ab12cd34" and a != b  # one machine, two nodes
-    recs = [{"node": a, "verdict": "ok"}, {"node": b, "verdict": "ok"},
-            {"node": a, "verdict": "broken"}]
+    from harness.records.phase_record import PhaseRecord
+    recs = [PhaseRecord.from_dict({"node": n, "verdict": v, "phase": "cold"})
+            for n, v in ((a, "ok"), (b, "ok"), (a, "broken"))]
     assert rb.records_by_node(recs) == {b: {"ok": 1}, a: {"ok": 1, "broken": 1}}
 
 
@@ -175,12 +176,12 @@ def test_lost_twice_is_infra_on_every_phase_and_once_is_a_retry_elsewhere(tmp_pa
     run._lost(att2, lost, where)
     store.close()
     recs = store.read()
-    assert [r["phase"] for r in recs] == ["cold", "warm", "self-hit"]
-    assert {r["verdict"] for r in recs} == {"infra"}
+    assert [r.phase for r in recs] == ["cold", "warm", "self-hit"]
+    assert {r.verdict for r in recs} == {"infra"}
     for r in recs:
-        assert r["node"] == "vm/10.0.0.3/bbbbbbbb" and r["slot"] == "bbbbbbbb.cpu9"
-        assert "aaaaaaaa" in r["reason"] and "bbbbbbbb" in r["reason"]
-        assert r["attempt"] == 2 and r["residue"] == 3 and r["rerun"]
+        assert r.node == "vm/10.0.0.3/bbbbbbbb" and r.slot == "bbbbbbbb.cpu9"
+        assert "aaaaaaaa" in r.reason and "bbbbbbbb" in r.reason
+        assert r.extra["attempt"] == 2 and r.residue == 3 and r.rerun
     assert done == [(3, 3)] and sweep.counters.verdicts["infra"] == 3
     assert not run.inflight
 

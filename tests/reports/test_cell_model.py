@@ -10,7 +10,7 @@ import pytest
 from harness.report.cells import Footnotes, cell_markdown
 from harness.report.model import Cell, Disagreement, combine_cell, group_configs
 from harness.report.sections import summary_counts
-from harness.run.records import PhaseRecord
+from harness.records.phase_record import PhaseRecord
 from tests.reports import synth
 
 CFG = synth.make_config()

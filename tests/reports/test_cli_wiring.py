@@ -58,7 +58,8 @@ def test_archived_gzip_records_report_the_same(recorded, tmp_path, cli):
 
 @pytest.mark.slow
 def test_sweep_compare_json_and_exit_code(recorded, tmp_path, cli):
-    clean = [dict(r, verdict="ok", answer="x", run_id="clean") for r in load_records([recorded])]
+    clean = [r.replaced(verdict="ok", answer="x", run_id="clean").as_dict()
+             for r in load_records([recorded])]
     base = synth.write_jsonl(tmp_path / "clean.jsonl", clean)
     proc = cli("compare", base, recorded, "--json")
     res = json.loads(proc.stdout)

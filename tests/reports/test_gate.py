@@ -34,8 +34,8 @@ def test_gate_with_baseline_fails_only_on_regressions():
     new = synth.sweep(FULL, range(8), broken=[4, 5])
     assert gate_exit_code(new, base) == 1
     regs = find_regressions(base, new)
-    assert [(r["residue"], r["phase"], r["new_verdict"]) for r in regs] == [(5, "self-hit", "broken")]
-    assert regs[0]["rerun"].startswith("sweep ")
+    assert [(r.residue, r.phase, r.new_verdict) for r in regs] == [(5, "self-hit", "broken")]
+    assert regs[0].rerun.startswith("sweep ")
 
 
 HOSTILE = "<script>x</script> & \"q\" ]]> \x00\x1b @someone #1 | `t`"
@@ -158,14 +158,14 @@ def test_gate_fails_when_coverage_shrinks_unless_allowed(tmp_path):
     assert gate_exit_code(fewer, base) == 1
     assert gate_exit_code(fewer, base, allow_fewer=True) == 0
     losses = find_coverage_losses(base, fewer)
-    assert sorted({(x["residue"], x["new_verdict"]) for x in losses}) == [(6, None), (7, None)]
+    assert sorted({(x.residue, x.new_verdict) for x in losses}) == [(6, None), (7, None)]
     # a judged cell that is unjudged now is lost coverage too; an ok one also regresses,
     # and is listed once, as the regression
     now = [dict(r, verdict="unjudged") if (r["residue"], r["phase"]) in ((4, "cold"),
                                                                          (4, "self-hit")) else r
            for r in synth.sweep(FULL, range(8), broken=[4])]
-    assert [(x["residue"], x["phase"]) for x in find_coverage_losses(base, now)] == [(4, "self-hit")]
-    assert [(x["residue"], x["phase"]) for x in find_regressions(base, now)] == [(4, "cold")]
+    assert [(x.residue, x.phase) for x in find_coverage_losses(base, now)] == [(4, "self-hit")]
+    assert [(x.residue, x.phase) for x in find_regressions(base, now)] == [(4, "cold")]
     assert gate_exit_code(now, base) == 1
     path = write_junit(fewer, tmp_path / "j.xml", coverage_losses=losses)
     root = ET.parse(path).getroot()
@@ -198,7 +198,7 @@ def test_a_known_broken_cell_that_nothing_judged_now_is_lost_coverage(verdict):
     now = _all(FULL, [4], verdict, "server never came up") + clean
     assert gate_exit_code(now, base) == 1
     losses = find_coverage_losses(base, now)
-    assert {(x["residue"], x["phase"], x["old_verdict"], x["new_verdict"]) for x in losses} == {
+    assert {(x.residue, x.phase, x.old_verdict, x.new_verdict) for x in losses} == {
         (4, "cold", "broken", verdict), (4, "self-hit", "broken", verdict)}
     assert gate_exit_code(now, base, allow_fewer=True) == 0   # accepted on request only
     # still broken is judged: no loss, the gate passes (a known bug)
@@ -214,7 +214,7 @@ def test_a_run_whose_every_point_failed_to_boot_fails_the_gate():
         assert gate_exit_code(now, base) == 1
         assert gate_exit_code(now, base, allow_fewer=True) == 1
     block = gate_block(now, now, source="b")
-    assert not block["passed"] and not block["regressions"] and not block["losses"]
+    assert not block.passed and not block.regressions and not block.losses
     assert "no cell of this run was judged" in "\n".join(gate_lines(block))
 
 
@@ -228,12 +228,12 @@ def test_the_gate_names_each_regressed_and_lost_cell(tmp_path):
     now = [dict(r, verdict="boot-fail", answer="") if r["residue"] == 4 else r
            for r in synth.sweep(FULL, range(6), broken=[3])]
     block = gate_block(base, now, source="base.jsonl")
-    assert not block["passed"] and block["runs"] == ["20261130-004512-ab12"]
-    assert [(c["residue"], c["phase"], c["old_verdict"], c["new_verdict"])
-            for c in block["regressions"]] == [(3, "self-hit", "ok", "broken"),
+    assert not block.passed and block.runs == ["20261130-004512-ab12"]
+    assert [(c.residue, c.phase, c.old_verdict, c.new_verdict)
+            for c in block.regressions] == [(3, "self-hit", "ok", "broken"),
                                                (4, "cold", "ok", "boot-fail")]
-    assert [(c["residue"], c["phase"], c["old_verdict"], c["new_verdict"])
-            for c in block["losses"]] == [(4, "self-hit", "broken", "boot-fail")]
+    assert [(c.residue, c.phase, c.old_verdict, c.new_verdict)
+            for c in block.losses] == [(4, "self-hit", "broken", "boot-fail")]
     label = synth.label(FULL)
     lines = gate_lines(block)
     assert lines[0] == "gate: 2 regression(s) against base.jsonl"
@@ -246,8 +246,8 @@ def test_the_gate_names_each_regressed_and_lost_cell(tmp_path):
     assert "Gate **failed** against `base.jsonl`" in section
     assert "| 3 " in section and "ok → **broken**" in section
     assert "broken → **boot-fail**" in section and "--residues 3" in section
-    root = ET.parse(write_junit(now, tmp_path / "j.xml", regressions=block["regressions"],
-                                coverage_losses=block["losses"])).getroot()
+    root = ET.parse(write_junit(now, tmp_path / "j.xml", regressions=block.regressions,
+                                coverage_losses=block.losses)).getroot()
     gated = {c.get("classname"): c for c in root.iter("testcase")
              if c.get("classname") in ("residue_sweep.regression", "residue_sweep.coverage")}
     assert len([c for c in root.iter("testcase")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.report import render_markdown
-from harness.report.explain import divergence_of, reference_texts
+from harness.report.divergence import divergence_of, reference_texts
 from harness.records.store import read_jsonl
 from harness.judge.verdict import judge
 

@@ -98,7 +98,7 @@ def test_lab_128_summary(tmp_path):
 def test_lab_fixed_compare(tmp_path):
     old, _ = _lab(tmp_path, "full128")
     new, _ = _lab(tmp_path, "fixed128")
-    res = compare_records(old, new)
+    res = compare_records(old, new).as_dict()
     fixed = [p["residue"] for c in res["configs"] for p in c["points"] if p["status"] == "fixed"]
     # the configurations differ only in the patch set: matched as before / after the fix
     assert [c["matched_by"] for c in res["configs"]] == ["configuration except patches"]

@@ -73,9 +73,9 @@ def test_every_non_ok_cell_has_its_sha1(run128):
     assert notes["head"] == ["†", "cell", "verdict", "sha1", "measured", "why",
                              "answer (excerpt)"]
     assert notes["rows"][0][:4] == ["†1", "4 self-hit", "broken, stop", "da39a3ee5e6b"]
-    bad = [r for r in records if r["verdict"] != "ok"]
+    bad = [r for r in records if r.verdict != "ok"]
     for r in bad:
-        assert r["sha1"][:12] in md
+        assert r.sha1[:12] in md
 
 
 def test_thread_table_full_vs_piecewise(write_run):

@@ -14,7 +14,8 @@ import pytest
 from harness.publish import compare
 from harness.results import CONFIG_PREFIX, frame
 from harness.records.store import StoreError, load_records, read_jsonl
-from harness.judge.vocabulary import PHASES, SEVERITY
+from harness.names.phase import PHASES
+from harness.names.verdict import SEVERITY
 
 ROOT = Path(__file__).resolve().parents[2]
 H200 = ROOT / "reports" / "h200" / "results"

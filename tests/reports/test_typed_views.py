@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from harness.run.records import BootSplit, PassTiming, PhaseRecord, RunTiming, ServerBoot
+from harness.records.phase_record import PhaseRecord, ServerBoot
+from harness.records.run_timing import BootSplit, PassTiming, RunTiming
 from tests.reports import synth
 
 ROOT = Path(__file__).resolve().parents[2]

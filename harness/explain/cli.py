@@ -1,8 +1,8 @@
 """``sweep explain``: its flags, the run, and the ladder printed on the terminal.
 
-The ladder itself is planned by ``harness.explain`` and rendered by
+The ladder itself is planned by ``plan.py`` beside it and rendered by
 ``harness.report.explained``; this module only parses argv and says what happened.
-The rungs run through the sweep's own lifecycle (``explain.ExplainSweep``, a
+The rungs run through the sweep's own lifecycle (``plan.ExplainSweep``, a
 ``residue_sweep.Sweep``): launcher, signals, rejudging, manifest, exit code as ``sweep``.
 """
 from __future__ import annotations
@@ -17,10 +17,10 @@ from ..errors import ExitCode
 from ..settings.flag_checks import Asked, rule_of
 from ..settings.flags import Parser, add_flags, positive_int, sweep_parser
 from ..run.plan import Point
-from ..run.records import PhaseRecord
-from ..options import DEFAULT_OUT
+from ..records.phase_record import PhaseRecord
+from ..settings.flags import DEFAULT_OUT
 from ..residue_sweep import Callbacks, adapter_for
-from ..judge.vocabulary import PHASES
+from ..names.phase import PHASES
 
 __all__ = ["run_explain"]
 
@@ -75,7 +75,7 @@ def run_explain(argv: Sequence[str]) -> int:
     p.add_argument("--dry-run", action="store_true", help="print each cell's rungs and their "
                    "server commands; start nothing")
     ns = p.parse_args(list(argv))
-    from .. import explain
+    from . import plan as explain
     rule_of("--slots", "--gpus").check(Asked(ns))   # the sweep's own rule
     # the rungs run on fresh servers: the parent's auto-only flags do not apply to them
     out = ns.out or DEFAULT_OUT

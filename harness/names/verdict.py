@@ -1,12 +1,11 @@
-"""The one vocabulary of records: phases, verdicts and what each verdict means, graph modes.
+"""The verdicts a record can carry and what each means, one row of ``VERDICT_TABLE`` each.
 
-Every module that names a phase or a verdict imports it from here (``run.records``
-re-exports it for record code). A verdict is one row of ``VERDICT_TABLE``: what it says
-(judged, tested, a bug, a failure, explained, provisional) and how a report cell shows
-it; the groups the gate, bisect, the report, auto, explain and the matrix reference ask
-(``JUDGED``, ``UNTESTED``, ``BUG_VERDICTS``, ...) are read off the table, so adding a
-verdict is one row here (docs/architecture.md). What each isolation does:
-``harness/serve/isolation.py``.
+A verdict's row says what it is (judged, tested, a bug, a failure, explained,
+provisional) and how a report cell shows it; the groups the gate, bisect, the report,
+auto, explain and the matrix reference ask (``JUDGED``, ``UNTESTED``, ``BUG_VERDICTS``,
+...) are read off the table, and ``VerdictName`` and ``SEVERITY``'s check follow, so
+adding a verdict is one row here and its rank in ``SEVERITY`` (docs/architecture.md).
+A leaf: imports nothing of the harness (``harness/names/__init__.py``).
 """
 from __future__ import annotations
 
@@ -14,20 +13,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Iterable
 
-__all__ = ["ISOLATIONS", "RECORD_ISOLATIONS", "REUSE_ISOLATIONS", "PHASES", "Verdict", "VERDICT_TABLE", "VERDICTS",
-           "REFERENCES", "UNJUDGED", "NOT_LONE", "SEVERITY", "BUG_VERDICTS", "CLEAN", "JUDGED", "UNTESTED",
-           "EXPLAINED", "OPEN", "NOT_FAILED", "SERVER_LOGGED", "UNANSWERED", "FULL_GRAPH_MODES", "PREFILL_FIX", "LOAD_MODES", "phase_key",
-           "worst", "verdict_info", "VerdictName", "PhaseName"]
-
-# The isolation values and what each does: harness/serve/isolation.py (one entry per value).
-from ..serve.isolation import ISOLATIONS, RECORD_ISOLATIONS, REUSE_ISOLATIONS  # noqa: E402
-
-# cold is by definition the first request on a server; the order is the order they run.
-PHASES = ("cold", "warm", "self-hit")
-# A phase as a value, one member per phase: PhaseName.COLD == "cold", PhaseName.SELF_HIT ==
-# "self-hit"; comparisons name the member, never the string.
-PhaseName = StrEnum("PhaseName", [(p.upper().replace("-", "_"), p) for p in PHASES],
-                    module=__name__)
+__all__ = ["Verdict", "VERDICT_TABLE", "VERDICTS", "VerdictName", "UNJUDGED", "NOT_LONE",
+           "SEVERITY", "BUG_VERDICTS", "CLEAN", "JUDGED", "UNTESTED", "EXPLAINED", "OPEN",
+           "NOT_FAILED", "SERVER_LOGGED", "UNANSWERED", "worst", "verdict_info"]
 
 
 @dataclass(frozen=True)
@@ -92,13 +80,6 @@ UNANSWERED = frozenset(v.name for v in VERDICT_TABLE if v.cell in ("gist", "reas
 CLEAN = frozenset(v.name for v in VERDICT_TABLE if v.clean)
 UNJUDGED = VerdictName.UNJUDGED
 NOT_LONE = VerdictName.NOT_LONE
-# --reference words (golden:RUN is the one with an argument)
-REFERENCES = ("passage", "cold", "first", "consensus", "golden:RUN")
-# cudagraph modes that capture a FULL graph for the speculative verify step (Bug B).
-FULL_GRAPH_MODES = frozenset({"FULL", "FULL_AND_PIECEWISE", "FULL_DECODE_ONLY"})
-PREFILL_FIX = "prefill-discriminator"
-# --load-mode: background conversations decode on (steady) or are cut and resent (cancel)
-LOAD_MODES = ("steady", "cancel")
 
 assert set(SEVERITY) == set(VERDICTS)
 
@@ -106,10 +87,6 @@ assert set(SEVERITY) == set(VERDICTS)
 def verdict_info(name: str) -> Verdict | None:
     """The row of a verdict (None for a word no record should carry)."""
     return _BY_NAME.get(name)
-
-
-def phase_key(phase: str) -> tuple:
-    return (PHASES.index(phase) if phase in PHASES else len(PHASES), phase)
 
 
 def worst(verdicts: Iterable[str]) -> str:

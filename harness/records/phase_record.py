@@ -1,5 +1,6 @@
-"""The phase record (docs/records.md): its typed model, its schema version, its readers
-(the builder a run writes them with: ``record_builder.py``).
+"""The phase record (docs/records.md): its typed model and its schema version (the store
+reads and writes it: ``store.py``; the builder a run makes them with:
+``run/record_builder.py``).
 
 A record is written as one JSON object per phase; ``PhaseRecord`` is that object typed.
 ``SCHEMA_VERSION`` is written into every new record; a record without one is a version-1
@@ -13,26 +14,18 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections import Counter
 from dataclasses import dataclass, field
-from pathlib import Path
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from .record_check import gc_paused
 from ..names.history import HistoryProof
-from ..records.recordkeys import auto_pass, cell_key, document_of, point_key, value_of
-from ..records.manifest import RunManifest, as_manifest
-from ..records.record_check import gc_paused
-from ..records.store import load_records, read_jsonl
+from ..names.phase import PHASES
+from ..names.verdict import VERDICTS
 
-from ..judge.vocabulary import (BUG_VERDICTS, CLEAN, EXPLAINED, JUDGED, NOT_FAILED, NOT_LONE, OPEN,
-                                PHASES, SERVER_LOGGED, SEVERITY, UNANSWERED, UNTESTED, VERDICTS,
-                                phase_key, verdict_info, worst)
-
-__all__ = ["SCHEMA_VERSION", "PhaseRecord", "PHASES", "VERDICTS", "SEVERITY", "BUG_VERDICTS",
-           "CLEAN", "EXPLAINED", "JUDGED", "NOT_FAILED", "NOT_LONE", "OPEN", "SERVER_LOGGED", "UNANSWERED", "UNTESTED", "verdict_info", "CONFIG_FIELDS", "NOT_IDENTITY", "phase_key", "worst", "schema_of",
-           "data_fields", "ServerBoot", "RunTiming", "PassTiming", "BootSplit", "as_record", "typed", "read_phase_records", "read_jsonl_records", "load_phase_records",
-           "latest_records", "reference_cells", "cell_key", "point_key", "document_of", "auto_pass", "record_identity", "sha12", "mismatches", "failure_fields", "timing_record", "by_node"]
+__all__ = ["SCHEMA_VERSION", "PhaseRecord", "CONFIG_FIELDS", "NOT_IDENTITY", "WRITTEN_WHEN_SET",
+           "schema_of", "data_fields", "ServerBoot",
+           "as_record", "typed", "record_identity", "sha12"]
 
 # 3: the cold phase under --reference cold is `unjudged` (was `ok`), a collapse is measured
 #    against the reference's length, an unproven hit is `invalid`; new fields
@@ -53,19 +46,6 @@ NOT_IDENTITY = frozenset({"notes", "overrides"})
 # Fields a record carries only when they apply (records of other runs stay as they were).
 SCHEMA3_FIELDS = frozenset({"reference_chars", "first_divergence", "token_logprobs",
                             "intended_tail", "tail_note"})
-# Fields compared between requested and effective configuration.
-COMPARED = ("cudagraph_mode", "prefix_caching", "block_size", "prefix_match_unit",
-            "max_model_len", "method", "draft_tokens")
-
-
-def mismatches(requested: dict[str, Any], effective: dict[str, Any]) -> list[str]:
-    out = []
-    for key in COMPARED:
-        if key in effective and effective.get(key) != requested.get(key):
-            out.append(f"{key}: requested {requested.get(key)!r}, server runs {effective.get(key)!r}")
-    return out
-
-
 # Fields written only when they have a value, so a record that predates them (or a run
 # that does not use them) round-trips unchanged.
 WRITTEN_WHEN_SET = frozenset({"document_seed", "isolation_run", "confirms", "server_boot",
@@ -263,24 +243,6 @@ def typed(records: Iterable[Mapping[str, Any] | PhaseRecord]) -> list[PhaseRecor
         return [as_record(r) for r in records]
 
 
-def read_phase_records(path: str | Path) -> list[PhaseRecord]:
-    """The typed records of one results file, checked line by line (``record_check``)."""
-    from ..records.record_check import read_record_file
-    return typed(read_record_file(path))
-
-
-def read_jsonl_records(path: str | Path) -> list[PhaseRecord]:
-    """``store.read_jsonl`` typed: a results file as the store reads it (torn last line cut)."""
-    return typed(read_jsonl(path))
-
-
-def load_phase_records(refs: Iterable[str | Path], out_dir: str | Path = "results"
-                       ) -> list[PhaseRecord]:
-    """``store.load_records`` typed: the records of several results files / run ids, the
-    last of each (run, cell) kept."""
-    return typed(load_records(refs, out_dir))
-
-
 def _view(cls, d: Mapping[str, Any] | None):
     """A typed view ``cls`` of a mapping as written: the keys it names, the rest in
     ``extra``; None for no mapping."""
@@ -311,119 +273,9 @@ class ServerBoot:
     extra: dict = field(default_factory=dict)   # what else the engine's boot notes said
 
 
-@dataclass(frozen=True)
-class PassTiming:
-    """One ``--isolation auto`` pass of a manifest's ``timing.passes``."""
-
-    points: int | None = None
-    sum_boot_s: float | None = None
-    median_boot_s: float | None = None
-    median_requests_s: float | None = None
-    restored_points: int | None = None
-    median_restore_s: float | None = None
-    extra: dict = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class BootSplit:
-    """A manifest's ``timing.boot_split``: how its servers started (``run.driver.boot_summary``)."""
-
-    servers: int | None = None
-    launchers: dict = field(default_factory=dict)        # launcher -> servers
-    fallback_reasons: list = field(default_factory=list)
-    compile_cache: dict = field(default_factory=dict)    # hit / miss / mixed -> servers
-    median_s: dict = field(default_factory=dict)         # boot stage -> median seconds
-    extra: dict = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class RunTiming:
-    """Where a run's wall time went: a manifest's ``timing`` (``run.driver.timing_summary``)
-    read typed, with its auto passes and its servers' boot split."""
-
-    wall_s: float | None = None
-    slots: int | None = None
-    points: int | None = None
-    median_boot_s: float | None = None
-    passes: dict = field(default_factory=dict)   # pass name -> PassTiming
-    all_fresh_estimate_s: float | None = None    # auto: every reuse point run fresh
-    ratio_to_all_fresh: float | None = None
-    boot_split: BootSplit | None = None
-    extra: dict = field(default_factory=dict)
-
-    @classmethod
-    def of(cls, manifest: Mapping[str, Any] | RunManifest | None) -> "RunTiming":
-        """The timing of a run manifest, as read or typed (empty for one without: an
-        interrupted run)."""
-        t = dict((as_manifest(manifest).timing if manifest else None) or {})
-        passes = dict(t.pop("passes", None) or {})
-        estimate = {k: passes.pop(k) for k in ("all_fresh_estimate_s", "ratio_to_all_fresh")
-                    if k in passes}
-        split = t.pop("boot_split", None)
-        return cls(**{k: v for k, v in t.items() if k in _RUN_TIMING},
-                   passes={k: _view(PassTiming, p) for k, p in passes.items() if p},
-                   boot_split=_view(BootSplit, split) if split else None,
-                   extra={k: v for k, v in t.items() if k not in _RUN_TIMING}, **estimate)
-
-
-_RUN_TIMING = frozenset({"wall_s", "slots", "points", "median_boot_s"})
-
-
 def schema_of(record: Mapping[str, Any]) -> int:
     """The schema version of a record as read: 1 for records written before the field."""
     return int(record.get("schema_version") or 1)
-
-
-def failure_fields(verdict: str, reason: str, excerpt: list, expected_chars: int) -> dict:
-    """The measured fields of a phase that produced no answer (boot-fail, crash, ...)."""
-    return {"prompt_tokens": None, "cached_tokens": None, "computed_tail": None,
-            "answer": "", "content_was_null": False, "sha1": None,
-            "reference_sha1": None, "expected_chars": expected_chars,
-            "verbatim_n": 0, "verbatim_total": 0, "repeats": 0, "finish_reason": None,
-            "completion_tokens": None, "tok_per_step": None, "latency_s": None,
-            "verdict": verdict, "reason": reason, "log_excerpt": list(excerpt)}
-
-
-def timing_record(*, boot: float = 0.0, requests: float = 0.0, teardown: float = 0.0,
-                  point: float | None = None) -> dict[str, float]:
-    """Where one point's time went (the driver sums these into the manifest's timing);
-    a restored point adds ``restore`` (the seconds its server took to be restored)."""
-    t = {"boot": boot, "requests": requests, "teardown": teardown}
-    if point is not None:
-        t["point"] = point
-    return t
-
-
-def reference_cells(records: Iterable[Any]) -> set[tuple]:
-    """The ``cell_key``s of the unjudged answers that are a reference: some judged answer
-    (ok, diverged, broken) of the same prompt (residue, document, case) was judged against
-    them (its ``reference_sha1`` is their sha1). Under ``--reference cold`` those are the
-    cold cells whose hits were judged, under ``first`` the first configuration's cells.
-    Such a cell is the measure, not a measurement: the gate and the report count the
-    cells judged against it, and say which cells were the reference."""
-    recs = list(records)
-    prompt = lambda r, sha: (value_of(r, "residue"), document_of(r),  # noqa: E731
-                             value_of(r, "case_id"), sha)
-    used = {prompt(r, value_of(r, "reference_sha1")) for r in recs
-            if value_of(r, "verdict") in JUDGED and value_of(r, "reference_sha1")
-            and value_of(r, "reference") in ("cold", "first")}   # judged against a cell
-    return {cell_key(r) for r in recs
-            if value_of(r, "verdict") in OPEN and value_of(r, "sha1")
-            and prompt(r, value_of(r, "sha1")) in used}
-
-
-def latest_records(records: Iterable[Any]) -> tuple[list[Any], int]:
-    """One record per cell (``cell_key``), the latest by ``started_at`` (a report over
-    several runs shows the newest measurement); (records, superseded)."""
-    best: dict[tuple, dict] = {}
-    n = 0
-    for r in records:
-        n += 1
-        key = cell_key(r)
-        old = best.get(key)
-        if old is None or (value_of(r, "started_at") or "") >= (value_of(old, "started_at") or ""):
-            best[key] = r
-    return list(best.values()), n - len(best)
 
 
 def record_identity(r: PhaseRecord) -> dict:
@@ -435,16 +287,8 @@ def record_identity(r: PhaseRecord) -> dict:
     return {k: config.get(k, requested.get(k)) for k in keys}
 
 
-def sha12(record: Any) -> str:
+def sha12(record: PhaseRecord) -> str:
     """The first 12 hex of a record's answer sha1 (``–`` when it has none)."""
-    return (value_of(record, "sha1") or "")[:12] or "–"
+    return (record.sha1 or "")[:12] or "–"
 
 
-def by_node(records: Iterable[Any]) -> dict[str, Counter]:
-    """Verdict counts per node: ``{"gpu-07/10.0.0.17/3590ecc1": Counter(ok=30, broken=2)}``;
-    read by the report's "By node" section and the Ray backend's summary (dicts or typed)."""
-    out: dict[str, Counter] = {}
-    for r in records:
-        out.setdefault(str(value_of(r, "node") or "?"), Counter())[
-            str(value_of(r, "verdict") or "invalid")] += 1
-    return dict(sorted(out.items()))

@@ -23,9 +23,10 @@ from ..judge.bugb import NO_RULE
 from ..judge.divergence import first_divergence
 from ..text.ghmarkdown import code, escape_text
 from ..records.recordkeys import document_of
-from ..run.records import BUG_VERDICTS, PhaseRecord, as_record, typed
+from ..names.verdict import BUG_VERDICTS, CLEAN, UNJUDGED
+from ..names.phase import PhaseName
+from ..records.phase_record import PhaseRecord, as_record, typed
 from .model import ConfigData
-from ..judge.vocabulary import CLEAN, UNJUDGED, PhaseName
 
 __all__ = ["REFERENCE_SIGHT", "ReferenceTexts", "reference_texts", "divergence_of",
            "divergence_phrase", "call_counts", "reference_lines", "final_chunk_line"]

@@ -7,8 +7,7 @@ vLLM model runner), resolved again from the typed values the parent's options re
 the cell from (``settings/configs.matrix_combos``), so exactly as ``sweep`` would; nothing
 is spelled back into flags and parsed again. All rungs of all cells are one linked run:
 one ``Driver``, one backend, records in the same store, and a manifest whose ``explains``
-block names the parent run and, per cell, which configuration ran which rung.
-"""
+block names the parent run and, per cell, which configuration ran which rung."""
 from __future__ import annotations
 
 import argparse
@@ -21,21 +20,22 @@ from typing import Any, Callable
 
 from engine.presets import ServingConfig
 
-from .settings.configs import (SweepOptions, config_id, expand_matrix, matrix_combos,
-                               modulus_for, select_residues)
-from .serve.cmd_config import declare
-from .errors import CannotRun, ExitCode, HarnessError, UsageError
-from .settings.flag_manifest import namespace_of
-from .settings.flags import UNSET, matrix_axes
-from .options import build_options
-from .report.explained import EXPLAINED, UNCHANGED
-from .run.plan import SweepPlan, plan_with_probes
-from .run.records import PhaseRecord, document_of, latest_records, phase_key, read_jsonl_records, worst
-from .residue_sweep import Sweep
-from .judge.vocabulary import CLEAN
-from .records.manifest import RunManifest
-from .records.store import ResultStore, StoreError, resolve_results, run_manifest_for
-from .serve.engines import EngineName
+from ..settings.configs import SweepOptions, config_id, expand_matrix, matrix_combos, choose_residues
+from ..serve.cmd_config import declare
+from ..errors import CannotRun, ExitCode, HarnessError, StoreError, UsageError
+from ..settings.flag_manifest import namespace_of
+from ..settings.flags import UNSET, matrix_axes
+from ..options import build_options
+from ..report.explained import EXPLAINED, UNCHANGED
+from ..run.plan import SweepPlan, plan_with_probes
+from ..records.phase_record import PhaseRecord
+from ..records.recordkeys import document_of, latest_records
+from ..records.manifest import RunManifest
+from ..records.store import ResultStore, read_jsonl_records, resolve_results, run_manifest_for
+from ..residue_sweep import Sweep
+from ..names.engine import EngineName
+from ..names.phase import phase_key
+from ..names.verdict import CLEAN, worst
 
 __all__ = ["ExplainPlan", "Target", "RungSpec", "ExplainSweep", "prepare", "ladder_options",
            "axis_changes", "non_ok_cells", "parent_golden", "check_resume",
@@ -177,7 +177,7 @@ def _rung_opts(run: SweepOptions, parent_ns, chosen: dict, changes: dict) -> Swe
                            prefix_cache=prefix_cache, axes={k: [v] for k, v in axes.items()},
                            max_tokens=run.max_tokens)
     cfg = declare(cfg, run.served_fields)
-    select_residues(run.residues, cfg, modulus_for(cfg, run.modulus), seed=run.seed)
+    choose_residues(run.residues, cfg, run.modulus, seed=run.seed)
     return dataclasses.replace(run, configs=(cfg,))
 
 
@@ -318,8 +318,8 @@ def check_resume(xp: ExplainPlan, run_id: str, out_dir: str) -> None:
 
 
 def unexplained_cells(records: list[PhaseRecord]) -> dict[str, int]:
-    """verdict -> the run's latest cells with it, for the not-ok verdicts explain does not
-    rerun (nothing in their answer to explain: boot-fail, invalid, infra, unjudged)."""
+    """verdict -> how many of the run's latest cells have it, for the not-ok verdicts explain
+    does not rerun (nothing in their answer to explain: boot-fail, invalid, infra, unjudged)."""
     recs, _ = latest_records(records)
     out = Counter(r.verdict for r in recs if r.verdict not in CLEAN | EXPLAINED)
     return dict(sorted(out.items()))
@@ -399,10 +399,10 @@ class ExplainSweep(Sweep):
                              "targets": [t.manifest_entry() for t in xp.targets]}}
 
     def render(self, records: list[PhaseRecord], manifest: RunManifest) -> str:
-        from .report.explained import ladders, render_ladder
+        from ..report.explained import ladders, render_ladder
         return "\n\n".join(render_ladder(lad, "##") for lad in ladders(manifest, records))
 
-    def judge(self, records: list[PhaseRecord], baseline, cb) -> int:
+    def judge(self, records: list[PhaseRecord], block, cb) -> int:
         return ExitCode.OK
 
 
