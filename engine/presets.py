@@ -28,7 +28,9 @@ CUDAGRAPH_MODES = ("NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PI
 # such patch (engine/vllm/launch.py leaves them out of its selection)
 LAB_ONLY_PATCHES = ("align-publish-after-copy", "evict-group-key", "prefill-row-offsets",
                     "mamba-chunk-grid")
-PATCHES = ("prefill-discriminator", "sliding-window-guard") + LAB_ONLY_PATCHES
+# the fixes vLLM's plugin has (engine/vllm/patches): what RESIDUE_LAB_PATCHES may name
+VLLM_PATCHES = ("prefill-discriminator", "sliding-window-guard")
+PATCHES = VLLM_PATCHES + LAB_ONLY_PATCHES
 
 # SPEC -> (speculative method as the engines spell it, default draft tokens, why)
 SPEC_TABLE: dict[str, tuple[str | None, int, str]] = {

@@ -34,7 +34,7 @@ def test_the_limit_and_the_ratios_come_from_the_records():
     assert f"| {limit_ms:.3g} |" in text and "| NVIDIA H100 80GB HBM3 | 20 | 3,000 |" in text
     assert f"| {0.02 / (limit_ms / 1e3):.2f}× |" in text                     # 1.40×
     assert "27b@20: dirty restore (the call, proof and prefix reset included) 0.40% of the " \
-           "point (met: ≤ 1%)" in text
+           "point (met: ≤ 1%; of its 6.0 ms the worker's 2.0 ms, the HTTP calls the rest)" in text
     assert "27b@20: once-per-storage fill and proof 1.40× the bandwidth limit (met: ≤ 2×)" in text
     assert "| dirty: 3 | 6/6 | 2/2 |" in text
 

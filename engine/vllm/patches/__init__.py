@@ -47,7 +47,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from engine.presets import PATCHES as PATCH_NAMES
+from engine.presets import VLLM_PATCHES as PATCH_NAMES
 
 from ._shape import AlreadyFixed, ShapeMismatch
 
