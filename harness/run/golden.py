@@ -94,13 +94,13 @@ def check_golden_covers(plan: SweepPlan, golden: dict[tuple, dict], run_ref: str
     passage to fall back on). A golden run that shares no prompt with this plan (another
     --context, --seed or model) is one too: every point would fall back on the passage,
     judged as if no golden run were named (issue 50)."""
-    if plan.points and not any(_shares_prompt(golden, p) for p in plan.points):
-        raise PlanError(f"--reference golden:{run_ref}: that run shares no prompt with this "
-                        "one (answers are looked up by residue, templated length and "
-                        "document); sweep with its --context, --seed and --model, or give "
-                        "another --reference")
     for p in plan.points:
         if p.case is not None and p.plan.expected is None and golden_key(p) not in golden:
             raise PlanError(f"--reference golden:{run_ref}: no ok answer for case {p.case!r} "
                             f"residue {p.residue} ({p.plan.target_len} tokens) in that run; "
                             "sweep the same cases there first, or give \"expected\"")
+    if plan.points and not any(_shares_prompt(golden, p) for p in plan.points):
+        raise PlanError(f"--reference golden:{run_ref}: that run shares no prompt with this "
+                        "one (answers are looked up by residue, templated length and "
+                        "document); sweep with its --context, --seed and --model, or give "
+                        "another --reference")
