@@ -37,7 +37,7 @@
 # CPU check of the same commands on the lab engine (no GPU, no vLLM):
 #   ENGINE=lab OUT=/tmp/hist-out bash benchmarks/gpu_history.sh 300
 LIMIT=${1:-560}; SPEC=${2:-ngram}; ENGINE=${ENGINE:-vllm}; PY=${PYTHON:-python3}
-SLOTS=${SLOTS:-6}
+SLOTS=${SLOTS:-6}   # HISTORIES and AUTO_SAMPLE narrow a short call (defaults: all six, 1)
 R=$PWD; S=$R
 source "$R/engine/tinymodel/scripts/device_lib.sh"
 [ $(( LIMIT - 70 )) -gt 120 ] || { echo "gpu_history.sh: LIMIT_S $LIMIT leaves too little; give 300 or more" >&2; exit 2; }
@@ -58,8 +58,9 @@ else   # the lab stand-in: the vLLM hybrid's align mode, CPU slots
   where() { printf -- "--slots %s" "$1"; }
 fi
 COMMON=("${BASE[@]}" --spec "$SPEC" --draft-tokens 3 --ctx huge --context 1200
-        --history none,abort-retry,interleave,sibling,evict,next-turn --residues risky
-        --isolation auto --auto-sample 1 --timeout 30 --no-progress)
+        --history "${HISTORIES:-none,abort-retry,interleave,sibling,evict,next-turn}"
+        --residues risky --isolation auto --auto-sample "${AUTO_SAMPLE:-1}" --timeout 30
+        --no-progress)
 H=$(( LIMIT - 70 - $(el) ))   # every harness stops by then: 70 s for the summary + packing
 PIDS=(); NAMES=()
 run() {  # NAME ARGS...: one harness process in the background
