@@ -45,7 +45,8 @@ def test_every_history_is_driven_proven_or_invalid_per_point(cli):
         assert f"history={name}" in r["config_label"]
         proof = r.get("history")
         if r["phase"] != history_row(name).at:
-            assert proof is None and r["verdict"] == "ok", r
+            assert proof is None and r["verdict"] == "ok", (name, r["phase"], r["residue"],
+                                                            r["verdict"], r.get("reason"))
             continue
         assert proof["name"] == name and proof["at"] == r["phase"]
         if proof["proven"]:
