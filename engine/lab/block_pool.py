@@ -128,6 +128,18 @@ class BlockPool:
         self.cached[key] = block_id
         self.cached_by[block_id] = owner
 
+    def take_over(self, block_id: int, block_hash: int, owner: str = "") -> None:
+        """Make ``block_id`` the cached block of ``block_hash`` in place of the block that
+        holds it (same tokens, so the same KV): that one keeps its memory, loses its hash."""
+        key = (block_hash, self.group_id)
+        old = self.cached.get(key)
+        if old is not None and old != block_id:
+            self.block_hash[old] = None
+            self.cached_by.pop(old, None)
+        self.block_hash[block_id] = block_hash
+        self.cached[key] = block_id
+        self.cached_by[block_id] = owner
+
     def store_snapshot(self, block_hash: int, state: Any) -> None:
         if self.enable_caching and (block_hash, self.group_id) in self.cached:
             self.state_snapshots[block_hash] = state

@@ -68,8 +68,27 @@ class AlignStateBlocks:
         for rid in req_ids:
             for block, h, state in self.pending.pop(rid, []):
                 self.pool.state_mem[block] = state.copy()
-                if self.publish_after_copy and self.pool.get_cached_block(h) == block:
-                    self.pool.state_snapshots[h] = block
+                if self.publish_after_copy:
+                    self._publish(rid, block, h)
+
+    def _publish(self, rid: str, block: int, h: int) -> None:
+        """The patch: the hash names the block its state was just copied into.
+
+        The hash may already be cached by ANOTHER block with the same tokens and no state:
+        an aborted request's block, freed unwritten (the abort-retry history; a retry that
+        could not resume there recomputes the same block). vLLM keeps both blocks under the
+        hash and its mamba group only ever cached the written one; the lab's map holds one
+        block per hash for both groups, so the written block takes the hash over. Keeping
+        the unwritten one would leave the state unpublished: every later hit on that prefix
+        misses the state the retry wrote.
+        """
+        cached = self.pool.get_cached_block(h)
+        if cached is None:      # not cached (prefix cache reset since): nothing to publish
+            return
+        if cached != block and h not in self.pool.state_snapshots:
+            self.pool.take_over(block, h, rid)
+        if self.pool.get_cached_block(h) == block:
+            self.pool.state_snapshots[h] = block
 
     def forget(self, req_id: str) -> None:
         """The request left the batch (finished, aborted, preempted): no next step."""

@@ -88,6 +88,44 @@ def test_abort_retry_hits_a_state_block_never_written(server, patches, broken):
         assert cached < computed and text == EXPECTED
 
 
+def _lines_for(srv, tokens: int) -> int:
+    """The fewest document lines whose prompt (no padding) templates to >= tokens."""
+    lo, hi = 1, len(DOC)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        lo, hi = (mid + 1, hi) if srv.templated_len(_content(mid, 0)) < tokens else (lo, mid)
+    return lo
+
+
+@pytest.mark.parametrize("patches", ["align-publish-after-copy", "all"])
+def test_a_retry_publishes_the_state_its_aborted_twin_left_unwritten(server, patches):
+    """abort-retry as the harness drives it (pause at the first chunk line, hang up, await
+    the abort, wake, retry): the aborted request's block ending at ``computed`` stays cached
+    with no state; the retry recomputes those tokens into its own block and writes the
+    state there, and a later prompt whose hit ends in [computed, computed + 2048) must
+    resume from it. Before the fix the patched publish kept the unwritten twin as the
+    hash's block and refused the retry's state: the hit fell a whole mamba block short
+    (the e2e abort-retry self-hit flake: cached_tokens 0 when computed was 2048)."""
+    srv = server(*ABORT_ARGS, "--patches", patches)
+    content, length = pad_to_residue(srv, lambda n: _content(900, n), 5)
+    sock = _post_raw(srv, content, "rl-a", stream=True)
+    _wait_log(srv, r"prefill chunk: request=chatcmpl-rl-a start=0 ")
+    srv.http.post("/sleep", params={"level": 0, "mode": "keep"}).raise_for_status()
+    sock.close()
+    m = _wait_log(srv, r"aborted request=chatcmpl-rl-a computed=(\d+) of=(\d+) ")
+    computed = int(m.group(1))
+    assert 0 < computed < int(m.group(2)) == length and computed % 2048 == 0
+    srv.http.post("/wake_up").raise_for_status()
+    retry = _answer(srv, content, "rl-retry")
+    assert retry["choices"][0]["message"]["content"] == EXPECTED
+    assert retry["usage"]["prompt_tokens_details"]["cached_tokens"] < computed
+    probe = _content(_lines_for(srv, computed + 1024), 0)   # shares ~computed + 1024 tokens
+    assert computed + 1024 <= srv.templated_len(probe) < computed + 1900
+    hit = _answer(srv, probe, "rl-probe")
+    assert hit["usage"]["prompt_tokens_details"]["cached_tokens"] == computed
+    assert hit["choices"][0]["message"]["content"] == EXPECTED
+
+
 def test_a_streamed_request_hung_up_mid_prefill_is_aborted_and_frees_its_blocks(server):
     """No token was streamed yet (the prefill is not done): the hang-up still aborts it."""
     srv = server(*ABORT_ARGS)
