@@ -159,7 +159,7 @@ class PhaseRecord:
         to the record's."""
         if not isinstance(self.server_boot, Mapping):
             return None
-        return _view(ServerBoot, {"boot_s": self.boot_s, **self.server_boot})
+        return typed_view(ServerBoot, {"boot_s": self.boot_s, **self.server_boot})
 
     def as_dict(self) -> dict[str, Any]:
         """The record as written to a results file. A record read by ``from_dict`` comes
@@ -243,7 +243,7 @@ def typed(records: Iterable[Mapping[str, Any] | PhaseRecord]) -> list[PhaseRecor
         return [as_record(r) for r in records]
 
 
-def _view(cls, d: Mapping[str, Any] | None):
+def typed_view(cls, d: Mapping[str, Any] | None):
     """A typed view ``cls`` of a mapping as written: the keys it names, the rest in
     ``extra``; None for no mapping."""
     if not isinstance(d, Mapping):

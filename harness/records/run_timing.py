@@ -10,20 +10,12 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping
 
+from .phase_record import typed_view as _view
+
 if TYPE_CHECKING:
     from .manifest import RunManifest
 
 __all__ = ["RunTiming", "PassTiming", "BootSplit", "RunPlan"]
-
-
-def _view(cls, d: Mapping[str, Any] | None):
-    """A typed view ``cls`` of a mapping as written: the keys it names, the rest in
-    ``extra``; None for no mapping."""
-    if not isinstance(d, Mapping):
-        return None
-    names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
-    return cls(**{k: v for k, v in d.items() if k in names},
-               extra={k: v for k, v in d.items() if k not in names})
 
 
 @dataclass(frozen=True)
