@@ -6,7 +6,6 @@ planned), ``RunManifest.plan``. Read as written and written back as read.
 from __future__ import annotations
 
 import copy
-import dataclasses
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping
 
