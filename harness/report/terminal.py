@@ -12,6 +12,7 @@ for the table and taken out again.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sys
 import unicodedata
@@ -130,17 +131,42 @@ def _tables(cds: list, notes: Footnotes, short: dict[str, Phrase], corner: Phras
     if len(cds) < 2:   # one configuration: the title names it, the corner need not
         rows = results_rows(cds, notes, full=False,
                             short={cds[0].config_id: Phrase.of()}, corner=Phrase.of())
-        return [_plain_table(*rows)]
+        return [_plain_table(*rows, width=width)]
     out: list[str] = []
     for cd in cds:
         rows = results_rows([cd], notes, full=False, short={cd.config_id: Phrase.of()},
                             corner=Phrase.of())
-        out += [short[cd.config_id].plain() + ":", _plain_table(*rows), ""]
+        out += [short[cd.config_id].plain() + ":", _plain_table(*rows, width=width), ""]
     return out[:-1]
 
 
-def _plain_table(header: list[Phrase], rows: list[list[Phrase]]) -> str:
-    return align_table([h.plain() for h in header], [[c.plain() for c in r] for r in rows])
+def _plain_table(header: list[Phrase], rows: list[list[Phrase]], width: int | None = None) -> str:
+    """The table aligned; past ``width`` its widest column's cells are cut (their footnote
+    mark kept: the "Not ok" list below says the rest), as a history's long invalid reason
+    would otherwise widen one configuration's table past a terminal."""
+    head, body = [h.plain() for h in header], [[c.plain() for c in r] for r in rows]
+    table = align_table(head, body)
+    if width is None or max(map(display_width, table.splitlines())) <= width or not body:
+        return table
+    cols = list(zip(head, *body))
+    widths = [max(map(display_width, col)) for col in cols]
+    wide = widths.index(max(widths))
+    room = max(MIN_CELL, width - (sum(widths) - widths[wide]) - 2 * (len(widths) - 1))
+    return align_table(head, [[_cut(c, room) if i == wide else c for i, c in enumerate(r)]
+                              for r in body])
+
+
+MIN_CELL = 24   # a cut cell keeps at least this many columns
+_MARK = re.compile(r"( †\d+)$")
+
+
+def _cut(cell: str, room: int) -> str:
+    """``cell`` in ``room`` columns: its start, an ellipsis, and its footnote mark."""
+    if display_width(cell) <= room:
+        return cell
+    m = _MARK.search(cell)
+    mark = m.group(1) if m else ""
+    return cell[:max(room - len(mark) - 1, 1)].rstrip() + "…" + mark
 
 
 def _visible(text: str) -> str:

@@ -86,3 +86,21 @@ def test_every_line_fits_120_columns():
         wide = [ln for ln in text.splitlines() if display_width(ln) > 120]
         assert wide == []
     assert "residue 4" in render_terminal(url, width=120)
+
+
+def test_a_long_invalid_reason_is_cut_in_the_cell_not_in_the_list():
+    """A history that was not proven says why in the cell (90 characters); beside the other
+    phases that made one configuration's table ~150 columns wide on the lab. Past the width
+    the cell is cut, keeps its footnote mark, and the "Not ok" list says the whole reason."""
+    why = ("history abort-retry not proven: no abort line of the request before its prefill "
+           "ended (answer judged ok: matches the reference sha1)")
+    cfg = synth.make_config(spec="ngram")
+    recs = [dict(r, verdict="invalid", reason=why) if r["phase"] == "cold" and r["residue"] in (0, 1)
+            else r for r in synth.sweep(cfg, range(6))]
+    assert max(_table_widths(render_terminal(recs, width=1000))) > 100   # the cell as it was
+    text = render_terminal(recs, width=100)
+    assert [ln for ln in text.splitlines() if display_width(ln) > 100] == []
+    rows = [ln for ln in text.splitlines() if ln.startswith("residue")]
+    assert len(rows) == 6 and sum("invalid: history abort-retry" in ln and "… †1 " in ln
+                                  for ln in rows) == 2
+    assert "no abort line of the request" in text.split("Not ok:")[1]
