@@ -3,7 +3,9 @@ by their layers, every way of filling is proven, and the table has every row."""
 from __future__ import annotations
 
 import pytest
-torch = pytest.importorskip("torch")   # the CI environment has it (vLLM); a new user may not
+
+from tests._vllm import require_module
+torch = require_module("torch", module_level=True)   # CI has it (vLLM); a new user may not
 
 from benchmarks import gpu_fill_bench as B
 from engine.vllm import pool_fill as F

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-import pytest
+from tests._vllm import require_module
 
-torch = pytest.importorskip("torch")   # the CI environment has it (vLLM); a new user may not
+torch = require_module("torch", module_level=True)   # CI has it (vLLM); a new user may not
 
 from engine.vllm import pool_fill as F
 from engine.vllm import pool_restore as R
