@@ -146,17 +146,17 @@ def _table(rows: list[dict]) -> str:
 
 async def _main(ns: argparse.Namespace, sweep_argv: list[str]) -> int:
     opts = options_from_argv(sweep_argv)
-    cfg = opts.configs[0]
+    cfg = opts.serving.configs[0]
     out = Path(ns.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "probe.jsonl").unlink(missing_ok=True)
-    adapter = make_adapter(opts.engine, draft_model=opts.draft_model,
-                           extra_args=opts.engine_args, work_dir=out, isolation="restore",
-                           cache_dir=opts.cache_dir)
+    adapter = make_adapter(opts.serving.engine, draft_model=opts.serving.draft_model,
+                           extra_args=opts.serving.engine_args, work_dir=out, isolation="restore",
+                           cache_dir=opts.serving.cache_dir)
     tok = ChatTokenizer.from_dir(adapter.tokenizer_dir(cfg))
     modulus = int(cfg.prefix_match_unit or cfg.block_size)
-    cal = calibrate(tok.count_many, opts.context, modulus, answer_lines=opts.answer_lines,
-                    seed=opts.documents[0], line_counts=tok.line_token_counts)
+    cal = calibrate(tok.count_many, opts.measure.context, modulus, answer_lines=opts.measure.answer_lines,
+                    seed=opts.measure.documents[0], line_counts=tok.line_token_counts)
     residues = [ns.residue] + [r for r in ns.others if r != ns.residue]
     plans = {r: plan_residue(cal, r, modulus) for r in residues}
     port = PortAllocator().acquire()
@@ -168,12 +168,12 @@ async def _main(ns: argparse.Namespace, sweep_argv: list[str]) -> int:
     server = ServerProcess(argv, env, port, log_path, slot)
     (out / "probe-command.txt").write_text(" ".join(map(str, argv)) + "\n" + json.dumps(env) + "\n")
     stopped = 0
-    async with EngineClient(server.base_url, timeout=opts.timeout) as client:
+    async with EngineClient(server.base_url, timeout=opts.running.timeout) as client:
         try:
             server.start()
-            await server.wait_ready(client, opts.boot_timeout)
+            await server.wait_ready(client, opts.running.boot_timeout)
             model = adapter.model_name(cfg) or (await client.models())[0]["id"]
-            probe = Probe(client, model, plans, ns.residue, log_path, out, opts.max_tokens)
+            probe = Probe(client, model, plans, ns.residue, log_path, out, opts.measure.max_tokens)
             try:
                 await probe.run()
             except ProbeStopped as e:
@@ -181,7 +181,7 @@ async def _main(ns: argparse.Namespace, sweep_argv: list[str]) -> int:
                 stopped = 1
             finally:
                 (out / "probe.md").write_text(
-                    f"# restore probe: {cfg.label()}, document {opts.documents[0]}, boot "
+                    f"# restore probe: {cfg.label()}, document {opts.measure.documents[0]}, boot "
                     f"{server.boot_s or 0:.1f} s\n\n" + _table(probe.rows))
         finally:
             await server.stop()

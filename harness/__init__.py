@@ -18,7 +18,7 @@ __all__ = ["Sweep", "SweepOptions", "RunResult", "Callbacks", "options_from_argv
            "ExitCode", "HarnessError", "UsageError", "CannotRun", "__version__"]
 
 _WHERE = {"Sweep": "residue_sweep", "RunResult": "residue_sweep", "Callbacks": "residue_sweep",
-          "SweepOptions": "settings.configs", "options_from_argv": "options", "ExitCode": "errors",
+          "SweepOptions": "settings.sweep_options", "options_from_argv": "options", "ExitCode": "errors",
           "HarnessError": "errors", "UsageError": "errors", "CannotRun": "errors"}
 
 

@@ -9,7 +9,8 @@ import sys
 
 from .names.history import history_row
 from .judge import bugb
-from .settings.configs import SweepOptions, choose_residues, config_id, describe
+from .settings.configs import choose_residues, config_id, describe
+from .settings.sweep_options import SweepOptions
 from .serve.cmd_config import DECLARED_NOTE
 from .errors import CannotRun, ExitCode, UsageError
 from .prompts import PlanError, TemplateError
@@ -25,15 +26,15 @@ def preset_warnings(opts: SweepOptions) -> list[str]:
     """The presets' warnings, said on the terminal before the sweep (the report repeats
     them under each configuration)."""
     return [f"sweep: warning: {cfg.label()}: {_plain(str(n)).removeprefix('WARNING: ')}"
-            for cfg in opts.configs for n in (cfg.notes or []) if str(n).startswith("WARNING")]
+            for cfg in opts.serving.configs for n in (cfg.notes or []) if str(n).startswith("WARNING")]
 
 
 def dry_run(opts: SweepOptions, adapter) -> int:
     out = sys.stdout
-    print(f"engine: {opts.engine}   slots: {', '.join(s.id for s in opts.slots)}   "
-          f"isolation: {opts.isolation}   phases: {', '.join(opts.phases)}   "
-          f"reference: {opts.reference}", file=out)
-    print(f"configurations ({len(opts.configs)}):", file=out)
+    print(f"engine: {opts.serving.engine}   slots: {', '.join(s.id for s in opts.running.slots)}   "
+          f"isolation: {opts.running.isolation}   phases: {', '.join(opts.measure.phases)}   "
+          f"reference: {opts.measure.reference}", file=out)
+    print(f"configurations ({len(opts.serving.configs)}):", file=out)
     for line in describe(opts):
         print("  " + line, file=out)
     try:
@@ -44,10 +45,10 @@ def dry_run(opts: SweepOptions, adapter) -> int:
     except PlanError as e:  # a target that cannot be hit (a prompt case, a context too big)
         raise UsageError(str(e)) from None
     total = 0
-    for cfg in opts.configs:
-        chosen = choose_residues(opts.residues, cfg, opts.modulus, seed=opts.seed)
+    for cfg in opts.serving.configs:
+        chosen = choose_residues(opts.measure.residues, cfg, opts.measure.modulus, seed=opts.measure.seed)
         mod, residues, note = chosen.modulus, chosen.residues, chosen.note
-        total += len(residues) * max(1, len(opts.cases))
+        total += len(residues) * max(1, len(opts.measure.cases))
         print(f"\n[{config_id(cfg)}] {cfg.label()}", file=out)
         print(f"  residues: {fmt_ranges(residues)} (mod {mod}){'  -- ' + note if note else ''}",
               file=out)
@@ -55,17 +56,17 @@ def dry_run(opts: SweepOptions, adapter) -> int:
         for p in (plan.points if plan else []):
             if p.cfg_id == config_id(cfg):
                 lengths.setdefault(p.residue, set()).add(p.plan.target_len)
-        print(f"  rule predicts: {_rule_line(cfg, mod, opts.load, lengths, opts.load_mode)}", file=out)
+        print(f"  rule predicts: {_rule_line(cfg, mod, opts.measure.load, lengths, opts.measure.load_mode)}", file=out)
         if cfg.history != "none":   # names/history.py: what runs before, what proves it
             row = history_row(cfg.history)
             print(f"  history {row.name} (at {row.at}): {row.before}; proven by {row.proof}; "
                   f"the rule under it: {row.rule}", file=out)
-        print(f"  server: {adapter.shell_line(cfg, opts.slots[0])}", file=out)
-        restoring = adapter.for_isolation("restore") if opts.isolation == IsolationName.AUTO else adapter
+        print(f"  server: {adapter.shell_line(cfg, opts.running.slots[0])}", file=out)
+        restoring = adapter.for_isolation("restore") if opts.running.isolation == IsolationName.AUTO else adapter
         if restoring is not adapter:   # auto's restore pass starts its servers in sleep mode
-            print(f"  server (restore pass): {restoring.shell_line(cfg, opts.slots[0])}",
+            print(f"  server (restore pass): {restoring.shell_line(cfg, opts.running.slots[0])}",
                   file=out)
-        if plan and opts.cases:
+        if plan and opts.measure.cases:
             for line in _case_lines(plan, config_id(cfg), opts):
                 print("  " + line, file=out)
         elif plan:
@@ -75,19 +76,19 @@ def dry_run(opts: SweepOptions, adapter) -> int:
                 print(f"  templated lengths: {min(lens)}..{max(lens)} "
                       f"(padding unit {plan.pad_unit.get(config_id(cfg))!r}); e.g. rerun: "
                       f"{pts[0].rerun}", file=out)
-    print(f"\n{total} data points x {len(opts.phases)} phases; nothing started (--dry-run).", file=out)
+    print(f"\n{total} data points x {len(opts.measure.phases)} phases; nothing started (--dry-run).", file=out)
     return ExitCode.OK
 
 
 def _case_lines(plan, cid: str, opts: SweepOptions) -> list[str]:
     """--dry-run, --prompts: one line per case (where it pads, its lengths, what judges it)."""
     out = []
-    for case in opts.cases:
+    for case in opts.measure.cases:
         facts = plan.cases.get(case.id) or {}
         lo, hi = (facts.get("templated_len") or {}).get(cid, ("?", "?"))
         pts = [p for p in plan.points if p.cfg_id == cid and p.case == case.id]
-        judged = "its expected" if case.expected is not None else f"--reference {opts.reference}"
-        out.append(f"case {case.id} ({opts.prompts}:{case.line}): padding "
+        judged = "its expected" if case.expected is not None else f"--reference {opts.measure.reference}"
+        out.append(f"case {case.id} ({opts.measure.prompts}:{case.line}): padding "
                    f"{(facts.get('pad_unit') or {}).get(cid)!r} in {case.describe_pad()}, "
                    f"templated lengths {lo}..{hi}, {len(pts)} points, judged by {judged}")
     if plan.points:

@@ -18,8 +18,9 @@ from typing import Any, Sequence
 
 from .run import live as attached
 from .backends import make_backend
-from .settings.configs import (SweepOptions, choose_residues, expand_matrix, parse_phases,
-                             parse_prompts, parse_reference, parse_slots)
+from .settings.configs import (choose_residues, expand_matrix, parse_phases, parse_prompts,
+                               parse_reference, parse_slots)
+from .settings.sweep_options import PARTS, SweepOptions
 from .serve.engines import adapter_class
 from .serve.cmd_config import declare, parse_served_config
 from .errors import UsageError
@@ -85,12 +86,20 @@ def build_options(ns: argparse.Namespace, argv: Sequence[str],
         logprobs_default=engine.logprobs_default)
     if live:   # what --url runs; the logprobs default is the server's engine's (connect)
         derived.update(_LIVE_FLAGS, api_key=live.api_key, logprobs=ns.logprobs)
-    # every other field is its flag's value (SweepOptions names it as the flag's dest)
-    given = {f.name: getattr(ns, f.name) for f in dataclasses.fields(SweepOptions)
-             if f.name not in derived and hasattr(ns, f.name)}
-    opts = SweepOptions(**given, **derived)
-    make_backend(opts.backend).check(opts)  # e.g. ray without the extra: exit 2, now
+    opts = SweepOptions(**_parts(ns, derived), flag_notes=derived["flag_notes"],
+                        argv=derived["argv"], flags=derived["flags"])
+    make_backend(opts.running.backend).check(opts)  # e.g. ray without the extra: exit 2, now
     return opts
+
+
+def _parts(ns: argparse.Namespace, derived: dict[str, Any]) -> dict[str, Any]:
+    """Each part of the options: a field is ``derived``'s, else its flag's value (a part
+    names it as the flag's dest)."""
+    def value(name: str) -> Any:
+        return derived[name] if name in derived else getattr(ns, name)
+    return {part: cls(**{f.name: value(f.name) for f in dataclasses.fields(cls)
+                         if f.name in derived or hasattr(ns, f.name)})
+            for part, cls in PARTS.items()}
 
 
 # what a --url sweep runs, whatever the flags' defaults say

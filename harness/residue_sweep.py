@@ -29,7 +29,7 @@ from typing import Any
 
 from . import interrupts
 from .backends import Backend, make_backend
-from .settings.configs import SweepOptions
+from .settings.sweep_options import SweepOptions
 from .serve.engines import EngineAdapter, make_adapter
 from .errors import CannotRun, ExitCode, OutputFailed, UsageError
 from .publish.posting import check_can_post
@@ -56,15 +56,15 @@ __all__ = ["Sweep", "RunResult", "Callbacks", "adapter_for"]
 def adapter_for(opts: SweepOptions) -> EngineAdapter:
     """The engine adapter ``opts`` asks for (every run builds it this one way); ``--url``:
     the running server's (harness/run/live.py)."""
-    if opts.live:
-        return opts.live.adapter()
-    serve = opts.serve_line   # --serve: the line, as the options read it
-    adapter = make_adapter(opts.engine, opts.server_cmd, draft_model=opts.draft_model,
-                           extra_args=opts.engine_args, work_dir=opts.out,
-                           isolation=opts.isolation, served_model_name=opts.served_model_name
+    if opts.running.live:
+        return opts.running.live.adapter()
+    serve = opts.serving.serve_line   # --serve: the line, as the options read it
+    adapter = make_adapter(opts.serving.engine, opts.serving.server_cmd, draft_model=opts.serving.draft_model,
+                           extra_args=opts.serving.engine_args, work_dir=opts.outputs.out,
+                           isolation=opts.running.isolation, served_model_name=opts.serving.served_model_name
                            or (serve.served_model_name if serve else None),
-                           served_config=opts.served_fields, cache_dir=opts.cache_dir,
-                           poison=opts.poison)
+                           served_config=opts.serving.served_fields, cache_dir=opts.serving.cache_dir,
+                           poison=opts.serving.poison)
     adapter.serve = serve
     if serve is not None and serve.has("--worker-extension-cls"):
         adapter.poison = False   # the line's own extension (vLLM loads one): --poison auto off
@@ -73,7 +73,7 @@ def adapter_for(opts: SweepOptions) -> EngineAdapter:
 
 def _unread(opts: SweepOptions) -> bool:
     """A ``--url`` sweep whose server the session has not read yet."""
-    return opts.live is not None and opts.live.cfg is None
+    return opts.running.live is not None and opts.running.live.cfg is None
 
 
 class Callbacks:
@@ -141,7 +141,7 @@ class Sweep:
         self.adapter = adapter
         if adapter is None and not _unread(options):   # --url: once read (check)
             self.adapter = adapter_for(options)
-        self.backend = backend if backend is not None else make_backend(options.backend)
+        self.backend = backend if backend is not None else make_backend(options.running.backend)
         self.signals = signals
         self.servers = ServerGroup(observers)
         self._checked = False
@@ -158,19 +158,19 @@ class Sweep:
         self._connect()
         opts = self.options
         check_outputs(opts)
-        if opts.baseline:  # a gate that cannot be evaluated must not cost a whole sweep
+        if opts.outputs.baseline:  # a gate that cannot be evaluated must not cost a whole sweep
             try:   # read once: the gate at the end compares against these
-                self._baseline = load_records([opts.baseline], opts.out)
+                self._baseline = load_records([opts.outputs.baseline], opts.outputs.out)
             except StoreError as e:
                 raise UsageError(f"--baseline: {e}") from None
-        check_can_post(opts.gh_issue, opts.gh_repo, opts.gh_dry_run)
-        if opts.resume and not opts.dry_run:   # before its file is read, let alone cut
-            self._lock(opts.resume)
+        check_can_post(opts.outputs.gh_issue, opts.outputs.gh_repo, opts.outputs.gh_dry_run)
+        if opts.running.resume and not opts.running.dry_run:   # before its file is read, let alone cut
+            self._lock(opts.running.resume)
         try:
             notes = [f"sweep: warning: {n}" for n in opts.flag_notes]   # RULES' warns rows
             notes += ([f"sweep: --resume: {n}" for n in check_resumed_records(opts)]
-                      if opts.resume else [])
-            self.adapter.check(opts.configs, opts.slots[0])
+                      if opts.running.resume else [])
+            self.adapter.check(opts.serving.configs, opts.running.slots[0])
         except BaseException:
             self._held.close()
             self._locked = False
@@ -194,7 +194,7 @@ class Sweep:
     def golden(self) -> dict[tuple, Any] | None:
         """The reference answers of ``--reference golden:RUN`` (None without one)."""
         opts = self.options
-        return load_golden(opts.golden_run, opts.out) if opts.golden_run else None
+        return load_golden(opts.measure.golden_run, opts.outputs.out) if opts.measure.golden_run else None
 
     def links(self) -> dict[str, Any]:
         """Blocks the manifest carries about other runs (explain: its parent)."""
@@ -203,7 +203,7 @@ class Sweep:
     def render(self, records: list[PhaseRecord], manifest: RunManifest) -> str:
         """The finished run's report, as markdown."""
         from . import report
-        return report.render_markdown(records, [manifest], full=self.options.full)
+        return report.render_markdown(records, [manifest], full=self.options.outputs.full)
 
     def judge(self, records: list[PhaseRecord], block: BaselineBlock | None,
               cb: Callbacks) -> int:
@@ -211,7 +211,7 @@ class Sweep:
         ``--baseline``: the verdict ``block`` carries, decided by ``gate.gate_block``)."""
         from .publish import gate
         opts = self.options
-        if opts.bisect:
+        if opts.outputs.bisect:
             from .publish.bisect import bisect_exit_code, bisect_verdict_line
             cb.say(bisect_verdict_line(records))
             return bisect_exit_code(records)
@@ -229,15 +229,15 @@ class Sweep:
             for note in self.check():
                 cb.say(note)
         try:
-            if self.options.dry_run:   # the plan and the server commands, nothing started
+            if self.options.running.dry_run:   # the plan and the server commands, nothing started
                 return self._dry_run(cb)
             self.adapter.check_can_start()   # e.g. vLLM not installed: exit 3, nothing started
-            for line in end_orphans(self.options.out):  # servers of an earlier run whose sweep was killed
+            for line in end_orphans(self.options.outputs.out):  # servers of an earlier run whose sweep was killed
                 cb.say(line)
-            run_id = self.options.resume or new_run_id()
+            run_id = self.options.running.resume or new_run_id()
             self._lock(run_id)   # a --resume took it in check(), before reading the file
             with interrupts.LoopSignals(self.signals) as sigs, \
-                    server_pids(self.options.out, run_id, self.servers):
+                    server_pids(self.options.outputs.out, run_id, self.servers):
                 try:
                     return await self._planned(run_id, sigs, cb)
                 except asyncio.CancelledError:
@@ -255,7 +255,7 @@ class Sweep:
         """Hold ``run_id``'s lock until the run ends (``UsageError`` while another process
         runs it: ``sweep --resume`` of a run still going)."""
         if not self._locked:
-            self._held.enter_context(run_lock(self.options.out, run_id))
+            self._held.enter_context(run_lock(self.options.outputs.out, run_id))
             self._locked = True
 
     def _dry_run(self, cb: Callbacks) -> RunResult:
@@ -272,7 +272,7 @@ class Sweep:
 
     async def _planned(self, run_id: str, sigs: interrupts.LoopSignals, cb: Callbacks) -> RunResult:
         opts = self.options
-        store = ResultStore(opts.out, run_id)
+        store = ResultStore(opts.outputs.out, run_id)
         try:
             golden = self.golden()
         except (StoreError, CannotRun) as e:
@@ -280,7 +280,7 @@ class Sweep:
         try:
             plan = await self.plan(store)
             if golden is not None:   # every case covered, some prompt shared
-                check_golden_covers(plan, golden, opts.golden_run)
+                check_golden_covers(plan, golden, opts.measure.golden_run)
         except PlanError as e:
             raise UsageError(str(e)) from None
         except TemplateError as e:   # the shared planner's (engine/prompts): no tokenizer
@@ -297,8 +297,8 @@ class Sweep:
         from .run.launchers import run_launcher
         opts = self.options
         first = plan.points[0].cfg if plan.points else None
-        launcher = await asyncio.to_thread(run_launcher, opts.launcher, self.adapter,
-                                           first_cfg=first, slot=opts.slots[0],
+        launcher = await asyncio.to_thread(run_launcher, opts.serving.launcher, self.adapter,
+                                           first_cfg=first, slot=opts.running.slots[0],
                                            logs_dir=store.logs_dir)
         if launcher is not None:
             cb.say(launcher.summary())
@@ -336,7 +336,7 @@ class Sweep:
             self._report_interrupted(result, cb)
             cb.say(f"\ninterrupted: {driver.counters.points_done} points finished and on disk "
                    f"in {store.records_path}; {self._servers_left()}. "
-                   + (f"Continue with: {self.continue_line(store.run_id)}" if not opts.live
+                   + (f"Continue with: {self.continue_line(store.run_id)}" if not opts.running.live
                       else "A --url run is not resumed: sweep the server again as a new run"))
         else:
             self._finish(result, wall, cb, driver.records_on_disk)
@@ -365,27 +365,27 @@ class Sweep:
     def _servers_left(self) -> str:
         """What an interrupted run left running: nothing of its own; a ``--url`` server is
         not the sweep's to stop (docs/live.md)."""
-        if self.options.live:
-            return (f"the server at {self.options.live.url} was not started by this sweep "
+        if self.options.running.live:
+            return (f"the server at {self.options.running.live.url} was not started by this sweep "
                     "and is left running")
         return "no server left running"
 
     def continue_line(self, run_id: str) -> str:
         """The command that continues this run after an interruption."""
-        return f"sweep --resume {run_id} --out {self.options.out}"
+        return f"sweep --resume {run_id} --out {self.options.outputs.out}"
 
     def _say_start(self, driver: Driver, plan: SweepPlan, to_run: int, cb: Callbacks) -> None:
         opts, run_id = self.options, driver.run_id
-        if opts.resume:
+        if opts.running.resume:
             cb.say(f"resuming {run_id}: {driver.resumed} points already complete, "
                    f"{to_run} to run")
-        slots_said = ("the Ray cluster's slots" if opts.backend == "ray"
-                      else plural(len(opts.slots), "slot"))
+        slots_said = ("the Ray cluster's slots" if opts.running.backend == "ray"
+                      else plural(len(opts.running.slots), "slot"))
         # two lines: the records path alone on the second (a 120-column terminal, issue 50)
         cb.say(f"run {run_id}: {plural(len(plan.points), 'data point')} x "
-               f"{plural(len(opts.phases), 'phase')} over "
-               f"{plural(len(opts.configs), 'configuration')}, {slots_said}, isolation "
-               f"{opts.isolation}\n  records -> {driver.store.records_path}")
+               f"{plural(len(opts.measure.phases), 'phase')} over "
+               f"{plural(len(opts.serving.configs), 'configuration')}, {slots_said}, isolation "
+               f"{opts.running.isolation}\n  records -> {driver.store.records_path}")
         for cid, note in plan.sampled.items():
             if note:
                 cb.say(f"  sampled ({cid}): {note}")
@@ -396,16 +396,16 @@ class Sweep:
         from .publish.writers import WRITERS, Output
         opts, records = self.options, result.records
         block = None
-        if opts.baseline and not opts.bisect:  # the report's baseline section reads it
-            block = gate.gate_block(self._baseline, records, source=opts.baseline,
-                                    allow_fewer=opts.allow_fewer)
+        if opts.outputs.baseline and not opts.outputs.bisect:  # the report's baseline section reads it
+            block = gate.gate_block(self._baseline, records, source=opts.outputs.baseline,
+                                    allow_fewer=opts.outputs.allow_fewer)
             result.manifest.baseline = block
         result.report_markdown = self.render(records, result.manifest)
         cb.finished(result)
         counts = " ".join(f"{k}={v}" for k, v in sorted(
             Counter(r.verdict for r in records).items())) or "-"
         ran = (f"; {on_disk} were on disk before --resume, {len(records) - on_disk} ran now"
-               if opts.resume else "")
+               if opts.running.resume else "")
         cb.say(f"\n{len(records)} records ({counts}) in {wall:.1f}s{ran}")
         cb.say(f"results: {result.records_path}")
         out = Output(opts, result.run_id, records, result.manifest, result.report_markdown,
@@ -419,13 +419,13 @@ class Sweep:
                     result.failed_outputs.append(str(e))
         if out.report_path.is_file():
             result.report_path = out.report_path
-        if opts.bisect:
+        if opts.outputs.bisect:
             for msg in result.failed_outputs:
                 cb.say(f"sweep: output failed: {msg}")
         code = self.judge(records, block, cb)
         if block is not None:   # the cells themselves: the terminal report, the report file
             cb.say(gate.gate_summary(block))
-        if result.failed_outputs and not opts.bisect:
+        if result.failed_outputs and not opts.outputs.bisect:
             for msg in result.failed_outputs:
                 cb.say(f"sweep: output failed: {msg}")
             kept = (result.report_path or f"not written; `sweep report {result.records_path} "

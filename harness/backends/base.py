@@ -11,7 +11,7 @@ import asyncio
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Protocol, Sequence, runtime_checkable
 
 if TYPE_CHECKING:  # types only: the registry must import without the run layer
-    from ..settings.configs import SweepOptions
+    from ..settings.sweep_options import SweepOptions
     from ..run.driver import Driver
     from ..run.plan import Point
 

@@ -15,7 +15,7 @@ from typing import Any, Sequence
 
 from ..serve.poison import off_record
 from ..serve.client import EngineClient
-from ..settings.configs import SweepOptions
+from ..settings.sweep_options import SweepOptions
 from ..run.live import LiveServer, LiveTarget, requests_per_point
 from ..run.driver import Driver
 from ..run.plan import Point
@@ -47,13 +47,13 @@ class LiveBackend:
                 "server_report": t.report}
 
     async def run(self, points: Sequence[Point], driver: Driver) -> None:
-        self._target = target = driver.opts.live
+        self._target = target = driver.opts.running.live
         http = target.async_http()
         try:
             runner = driver.point_runner(http)
             run = _LiveRun(driver, runner, target)
             queue = PointQueue(points, affinity=False)
-            await run_slot_workers(driver.opts.slots, lambda slot: run.worker(slot, queue),
+            await run_slot_workers(driver.opts.running.slots, lambda slot: run.worker(slot, queue),
                                    "live")
         finally:
             await http.aclose()
@@ -64,15 +64,15 @@ class _LiveRun:
         self.driver = driver
         self.runner = runner
         self.target = target
-        self.per_point = requests_per_point(driver.opts.phases)
+        self.per_point = requests_per_point(driver.opts.measure.phases)
         self.gone: str | None = None   # why no more points are sent
         self.server = LiveServer(target.url, driver.logs_dir / "live-server.log")
         self.info = runner.adapter.info.copy()   # what the server reported, read once
         # --poison auto: a running server cannot be filled before its first request
-        self.info.poison = off_record(driver.opts.poison)
+        self.info.poison = off_record(driver.opts.serving.poison)
 
     async def worker(self, slot: Slot, queue: PointQueue) -> None:
-        client = EngineClient(self.target.url, timeout=self.driver.opts.timeout,
+        client = EngineClient(self.target.url, timeout=self.driver.opts.running.timeout,
                               api_key=self.target.api_key, http=self.runner.http)
         while (point := queue.next(slot.id, None)) is not None:
             t_point = time.monotonic()

@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from ..serve.client import EngineClient, shared_http
-from ..settings.configs import SweepOptions, config_id
+from ..settings.configs import config_id
+from ..settings.sweep_options import SweepOptions
 from ..run.driver import Driver
 from ..run.plan import Point
 from ..run.point import PointRunner, Server
@@ -59,18 +60,18 @@ COLD_BOOT_FACTOR = 3.0
 
 
 class BootGate:
-    """How many servers boot at once (``opts.boot_parallel``, 0: no limit) and, with
-    ``opts.boot_warmup``, one boot alone first, on the cold-compile timeout, before any
+    """How many servers boot at once (``opts.running.boot_parallel``, 0: no limit) and, with
+    ``opts.running.boot_warmup``, one boot alone first, on the cold-compile timeout, before any
     other starts: on a cold GPU machine ten different configurations compiling together
     were each still compiling when their timeout came (issue 23). The wait at the gate is
     not boot time: the timeout starts when the boot does."""
 
     def __init__(self, opts: SweepOptions) -> None:
-        self.sem = asyncio.Semaphore(opts.boot_parallel) if opts.boot_parallel else None
+        self.sem = asyncio.Semaphore(opts.running.boot_parallel) if opts.running.boot_parallel else None
         self.warmed = asyncio.Event()
         self.warming = False
-        self.cold_timeout = opts.boot_timeout * COLD_BOOT_FACTOR
-        if not opts.boot_warmup:
+        self.cold_timeout = opts.running.boot_timeout * COLD_BOOT_FACTOR
+        if not opts.running.boot_warmup:
             self.warmed.set()
 
     async def boot(self, runner: PointRunner, point: Point, slot: Slot):
@@ -132,17 +133,17 @@ class _LocalRun:
         self._slot_stops: dict[str, asyncio.Task] = {}   # slot id -> its last server's stop
         self._boot_failures: Counter = Counter()
         self._gate = BootGate(self.opts)
-        self.auto = bool(policy(self.opts.isolation).passes)
+        self.auto = bool(policy(self.opts.running.isolation).passes)
         self.fresh: PointQueue | None = None     # auto: the fresh confirmations
         self._keys: set[tuple] = set()
         self._reset_running = 0
         self._wake = asyncio.Event()
         # first / consensus: the reset pass's points and records, judged when it is over
-        self._late = self.auto and self.opts.reference in MATRIX_REFERENCES
+        self._late = self.auto and self.opts.measure.reference in MATRIX_REFERENCES
         self._reset_done: list[tuple[Point, list[PhaseRecord]]] = []
 
     def _iso(self, point: Point) -> str:
-        return point.isolation or self.opts.isolation
+        return point.isolation or self.opts.running.isolation
 
     def _reuses(self, point: Point) -> bool:
         """The point runs on a kept server (under auto: it is in the reuse pass)."""
@@ -158,9 +159,9 @@ class _LocalRun:
             if self._late and self.driver.resumed:
                 self._seed_late_from_disk(points)
         else:
-            queue = PointQueue(points, affinity=policy(self.opts.isolation).reuses_server)
+            queue = PointQueue(points, affinity=policy(self.opts.running.isolation).reuses_server)
         try:
-            await run_slot_workers(self.opts.slots, lambda slot: self._worker(slot, queue), "slot")
+            await run_slot_workers(self.opts.running.slots, lambda slot: self._worker(slot, queue), "slot")
         finally:
             if self._teardowns:
                 await asyncio.gather(*self._teardowns, return_exceptions=True)
@@ -234,8 +235,8 @@ class _LocalRun:
         """Once, when the reset pass is over: the fresh twins of the reset points that
         the matrix reference judges not ok (``run.auto.late_confirmations``)."""
         self._late = False
-        twins = late_confirmations(self._reset_done, self.opts.reference,
-                                   [config_id(c) for c in self.opts.configs])
+        twins = late_confirmations(self._reset_done, self.opts.measure.reference,
+                                   [config_id(c) for c in self.opts.serving.configs])
         return any([self._add_twin(t) for t in twins])
 
     async def _worker(self, slot: Slot, queue: PointQueue) -> None:

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..settings.configs import SweepOptions
+from ..settings.sweep_options import SweepOptions
 from ..errors import CannotRun, UsageError
 from ..run.driver import Driver
 from ..run.plan import Point
@@ -133,7 +133,7 @@ async def _connect_in_background(ray, opts: SweepOptions) -> bool:
         return await asyncio.wait_for(asyncio.shield(done), timeout)
     except asyncio.TimeoutError:
         raise CannotRun(f"--backend ray: no Ray cluster answered at "
-                           f"{opts.ray_address or 'auto'!r} within {timeout:g}s "
+                           f"{opts.running.ray_address or 'auto'!r} within {timeout:g}s "
                            f"({CONNECT_TIMEOUT_ENV} to wait longer)") from None
 
 
@@ -141,7 +141,7 @@ def _connect(ray, opts: SweepOptions) -> bool:
     """Connect to the cluster; True when this call did (and so must disconnect)."""
     if ray.is_initialized():
         return False
-    address = opts.ray_address or "auto"
+    address = opts.running.ray_address or "auto"
     # ray.init runs off the main thread (the event loop keeps its signal handlers), where
     # Ray says it cannot set its SIGTERM handler: that is intended here.
     logging.getLogger("ray._private.worker").addFilter(_NotMainThreadNote())
@@ -175,9 +175,9 @@ def task_resources(opts: SweepOptions, cluster_resources: dict[str, float]) -> d
     (``--gpus 0+1,2+3``: two per point, the server runs across both). ``--gpus 0,0`` (two
     servers per GPU, locally) becomes half a GPU per point: Ray packs two on each GPU."""
     if gpu_engine(opts):
-        per_gpu = max(Counter(s.gpu for s in opts.slots if s.gpu is not None).values(),
+        per_gpu = max(Counter(s.gpu for s in opts.running.slots if s.gpu is not None).values(),
                       default=1)
-        size = max((s.tensor_parallel_size for s in opts.slots), default=1)
+        size = max((s.tensor_parallel_size for s in opts.running.slots), default=1)
         return {"num_gpus": size if per_gpu == 1 else round(size / per_gpu, 4), "num_cpus": 1}
     if cluster_resources.get(SLOT_RESOURCE, 0) >= 1:
         return {"num_cpus": 0, "resources": {SLOT_RESOURCE: 1}}
@@ -274,7 +274,7 @@ class _RayRun:
                                   f"--resources '{{\"{SLOT_RESOURCE}\": N}}' or --num-cpus"))
         self.slot_resource = res_name
         self.info = {
-            "backend": "ray", "address": self.opts.ray_address or "auto",
+            "backend": "ray", "address": self.opts.running.ray_address or "auto",
             "nodes": len(nodes), "slots": slots, "slot_resource": res_name,
             "ray_version": ray.__version__}
         _say(f"ray: {len(nodes)} node(s), {slots} slot(s) of {res_name!r}; "

@@ -22,7 +22,7 @@ from ..serve.engines import adapter_class
 from ..serve.orphans import OWNER_ENV, owner_token
 from ..serve.slots import Slot
 from ..server_pool import ServerGroup
-from ..settings.configs import SweepOptions
+from ..settings.sweep_options import SweepOptions
 
 __all__ = ["run_point_task", "gpu_engine", "node_label", "one_line", "Watchdog", "LOG_TAIL_BYTES"]
 
@@ -31,7 +31,7 @@ LOG_TAIL_BYTES = 1 << 20     # per server log shipped back to the driver
 
 def gpu_engine(opts: SweepOptions) -> bool:
     """A point of this sweep needs one GPU: vLLM always, ``cmd`` when given ``--gpus``."""
-    return adapter_class(opts.engine).needs_gpu or any(s.gpu is not None for s in opts.slots)
+    return adapter_class(opts.serving.engine).needs_gpu or any(s.gpu is not None for s in opts.running.slots)
 
 
 def node_label(hostname: str, ip: str, node_id: str) -> str:

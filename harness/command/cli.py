@@ -63,15 +63,15 @@ def run_sweep(argv: Sequence[str]) -> int:
     opts = sweep.options   # --url: with the configuration the server reported (check)
     for line in preset_warnings(opts):
         _say_wrapped(line)
-    if opts.serve:   # the line as read, and what the harness adds to it
+    if opts.serving.serve:   # the line as read, and what the harness adds to it
         from ..serve.serve_line import added_lines
         for line in added_lines(opts, sweep.adapter):
             _say(line)
-    if opts.dry_run:
+    if opts.running.dry_run:
         return dry_run(opts, sweep.adapter)
     if interrupts.pending():  # a signal whose KeyboardInterrupt a library swallowed
         raise KeyboardInterrupt
-    return sweep.run(Terminal(show_progress=not opts.no_progress)).exit_code
+    return sweep.run(Terminal(show_progress=not opts.running.no_progress)).exit_code
 
 
 class Terminal(Callbacks):

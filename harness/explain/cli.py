@@ -135,7 +135,7 @@ def _explain_dry_run(xp) -> int:
             if r.opts is None:
                 print(f"  {r.label}: not run ({r.note})")
             else:
-                adapter.check(r.opts.configs, r.opts.slots[0])
-                print(f"  {r.label}: {adapter.shell_line(r.cfg, r.opts.slots[0])}")
+                adapter.check(r.opts.serving.configs, r.opts.running.slots[0])
+                print(f"  {r.label}: {adapter.shell_line(r.cfg, r.opts.running.slots[0])}")
     print(f"\n{len(xp.runnable())} rerun(s) on fresh servers; nothing started (--dry-run).")
     return EXIT_OK

@@ -2,16 +2,14 @@
 
 For each non-ok cell of a finished run (or the one named), the residue is rerun on fresh
 servers once unchanged (does it reproduce?) and once per axis with only that axis changed
-(history, graph mode, patches, prefix caching, match unit, spec, block size, k ± 1, the
-vLLM model runner), resolved again from the typed values the parent's options resolved
-the cell from (``settings/configs.matrix_combos``), so exactly as ``sweep`` would; nothing
-is spelled back into flags and parsed again. All rungs of all cells are one linked run:
+(history, graph mode, patches, prefix caching, match unit, spec, block size, k ± 1, vLLM's
+model runner), resolved again from the typed values the parent resolved the cell from
+(``settings/configs.matrix_combos``), as ``sweep`` would; nothing is parsed again. All rungs of all cells are one linked run:
 one ``Driver``, one backend, records in the same store, and a manifest whose ``explains``
 block names the parent run and, per cell, which configuration ran which rung."""
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -20,7 +18,8 @@ from typing import Any, Callable
 
 from engine.presets import ServingConfig
 
-from ..settings.configs import SweepOptions, config_id, expand_matrix, matrix_combos, choose_residues
+from ..settings.configs import config_id, expand_matrix, matrix_combos, choose_residues
+from ..settings.sweep_options import SweepOptions
 from ..serve.cmd_config import declare
 from ..errors import CannotRun, ExitCode, HarnessError, StoreError, UsageError
 from ..settings.flag_manifest import namespace_of
@@ -51,7 +50,7 @@ class RungSpec:
 
     @property
     def cfg(self) -> ServingConfig | None:
-        return self.opts.configs[0] if self.opts else None
+        return self.opts.serving.configs[0] if self.opts else None
 
     def manifest_entry(self) -> dict[str, Any]:
         out: dict[str, Any] = {"label": self.label, "axis": self.axis}
@@ -173,12 +172,13 @@ def _rung_opts(run: SweepOptions, parent_ns, chosen: dict, changes: dict) -> Swe
     parent resolved it from (``chosen``: typed matrix axes) with ``changes`` over them."""
     axes = {**chosen, **changes}
     prefix_cache = axes.pop(PREFIX_CACHE, parent_ns.prefix_cache)
-    (cfg,) = expand_matrix(engine=parent_ns.engine, model=parent_ns.model, context=run.context,
+    m = run.measure
+    (cfg,) = expand_matrix(engine=parent_ns.engine, model=parent_ns.model, context=m.context,
                            prefix_cache=prefix_cache, axes={k: [v] for k, v in axes.items()},
-                           max_tokens=run.max_tokens)
-    cfg = declare(cfg, run.served_fields)
-    choose_residues(run.residues, cfg, run.modulus, seed=run.seed)
-    return dataclasses.replace(run, configs=(cfg,))
+                           max_tokens=m.max_tokens)
+    cfg = declare(cfg, run.serving.served_fields)
+    choose_residues(m.residues, cfg, m.modulus, seed=m.seed)
+    return run.replace(configs=(cfg,))
 
 
 def _chosen_for(combos: list[tuple[dict, ServingConfig]], served: dict | None,
@@ -196,7 +196,7 @@ def _run_opts(parent_ns, residue: int, modulus: int | None,
     if modulus is not None:
         ns.modulus = str(modulus)
     opts = build_options(ns, ["explain-rung"], written={})   # a rung's flags are its ns
-    return dataclasses.replace(opts, residues=str(residue))
+    return opts.replace(residues=str(residue))
 
 
 # -- which cells ---------------------------------------------------------------------------
@@ -284,14 +284,14 @@ def _target(run_id: str, parent_ns, combos: list, key: CellKey, cell: dict[str, 
     pin = (rec.modulus if requested.get("max_num_batched_tokens")
            and parent_ns.modulus == "auto" else None)
     run = _run_opts(parent_ns, res, pin, run_flags)
-    chosen = _chosen_for(combos, run.served_fields, cid)
+    chosen = _chosen_for(combos, run.serving.served_fields, cid)
     if chosen is None:
         raise CannotRun(f"run {run_id}: the command line no longer builds configuration "
                         f"{cid} ({rec.config_label}); was it made by another harness version?")
     base = _rung_opts(run, parent_ns, chosen, {})
     t = Target(cid, rec.config_label or base.configs[0].label(), res,
                cell["phases"], [RungSpec(UNCHANGED, UNCHANGED, base)], doc, case)
-    for change in axis_changes(base.configs[0], runners=runners_for(base.engine),
+    for change in axis_changes(base.serving.configs[0], runners=runners_for(base.serving.engine),
                                ran_on=(rec.config or {}).get("model_runner")):
         t.rungs.append(_rung(run, parent_ns, chosen, change, cid))
     return t
@@ -336,7 +336,7 @@ def _rung(run: SweepOptions, parent_ns, chosen: dict, change: Change, base_cid: 
         if e.exit_code is None:   # handled where it is raised (HandledError): here, a bug
             raise
         return RungSpec(label, axis, None, str(e))
-    if config_id(opts.configs[0]) == base_cid:
+    if config_id(opts.serving.configs[0]) == base_cid:
         return RungSpec(label, axis, None, "the cell already runs with it")
     return RungSpec(label, axis, opts)
 
@@ -350,18 +350,18 @@ def ladder_options(xp: ExplainPlan) -> SweepOptions:
     for r in rungs:
         configs.setdefault(config_id(r.cfg), r.cfg)
     residues = sorted({t.residue for t in xp.targets})
-    opts = dataclasses.replace(rungs[0].opts, configs=tuple(configs.values()),
-                               residues=",".join(map(str, residues)), argv=xp.argv)
     # every rung is another configuration, on a GPU each a compile: one boot alone first
     # (it warms the shared caches), then a few at once (backends/local.BootGate)
-    opts = dataclasses.replace(opts, boot_warmup=True,
-                               boot_parallel=min(len(opts.slots), xp.parallel_boots))
-    if opts.reference in ("first", "consensus"):
+    first = rungs[0].opts
+    opts = first.replace(configs=tuple(configs.values()), argv=xp.argv,
+                         residues=",".join(map(str, residues)), boot_warmup=True,
+                         boot_parallel=min(len(first.running.slots), xp.parallel_boots))
+    if opts.measure.reference in ("first", "consensus"):
         # first / consensus judge a run's answers against each other after it ends; a rung
         # is one configuration, so it is judged against the answer the parent's matrix
         # reference chose for the same prompt (ExplainSweep.golden; else every clean rung
         # stays unjudged)
-        opts = dataclasses.replace(opts, reference=f"golden:{xp.parent_run}")
+        opts = opts.replace(reference=f"golden:{xp.parent_run}")
     return opts
 
 
@@ -376,13 +376,13 @@ class ExplainSweep(Sweep):
     def __init__(self, xp: ExplainPlan, *, resume: str | None = None, **kw: Any) -> None:
         opts = ladder_options(xp)
         if resume:   # the same ladder: the points on disk are not run again
-            opts = dataclasses.replace(opts, resume=resume)
+            opts = opts.replace(resume=resume)
         super().__init__(opts, **kw)
         self.xp = xp
 
     def continue_line(self, run_id: str) -> str:
         return (f"sweep explain {self.xp.parent_run} --resume {run_id} "
-                f"--out {self.options.out}")
+                f"--out {self.options.outputs.out}")
 
     async def plan(self, store: ResultStore) -> SweepPlan:
         return await _plan(self.xp, self.options, self.adapter, store, self.servers.launcher())
@@ -417,9 +417,9 @@ async def _plan(xp: ExplainPlan, opts: SweepOptions, adapter, store: ResultStore
         for r in t.rungs:
             if r.opts is not None:
                 cfgs.setdefault(config_id(r.cfg), r.cfg)
-        cases = tuple(c for c in opts.cases if c.id == t.case_id)
-        sub = dataclasses.replace(opts, configs=tuple(cfgs.values()), residues=str(t.residue),
-                                  documents=(t.document,), seed=t.document, cases=cases)
+        cases = tuple(c for c in opts.measure.cases if c.id == t.case_id)
+        sub = opts.replace(configs=tuple(cfgs.values()), residues=str(t.residue),
+                           documents=(t.document,), seed=t.document, cases=cases)
         p = await plan_with_probes(sub, adapter, logs_dir=store.logs_dir, launcher=launcher)
         pad.update(p.pad_unit)
         for pt in p.points:

@@ -62,7 +62,7 @@ def check_output_file(flag: str, path: Path) -> None:
 
 def check_outputs(opts) -> None:
     """Every output location of ``opts`` (a ``SweepOptions``) is usable."""
-    check_writable_dir("--out", opts.out)
-    check_writable_dir("--reports-dir", opts.reports_dir)
-    if opts.junit is not None:
-        check_output_file("--junit", opts.junit)
+    check_writable_dir("--out", opts.outputs.out)
+    check_writable_dir("--reports-dir", opts.outputs.reports_dir)
+    if opts.outputs.junit is not None:
+        check_output_file("--junit", opts.outputs.junit)

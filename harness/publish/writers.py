@@ -44,7 +44,7 @@ class Output:
 
     @property
     def report_path(self) -> Path:
-        return self.opts.reports_dir / f"{self.run_id}.md"
+        return self.opts.outputs.reports_dir / f"{self.run_id}.md"
 
 
 class Writer(Protocol):
@@ -76,14 +76,14 @@ class JunitWriter:
     name = "junit"
 
     def wanted(self, opts: Any) -> bool:
-        return opts.junit is not None
+        return opts.outputs.junit is not None
 
     def write(self, out: Output) -> list[str]:
         try:
-            path = gate.write_junit(out.records, out.opts.junit, **out.gate_cells)
+            path = gate.write_junit(out.records, out.opts.outputs.junit, **out.gate_cells)
             return [f"junit:   {path}"]
         except OSError as e:
-            raise OutputFailed(f"cannot write the JUnit XML {out.opts.junit}: "
+            raise OutputFailed(f"cannot write the JUnit XML {out.opts.outputs.junit}: "
                                f"{e.strerror or e}") from None
 
 
@@ -102,15 +102,15 @@ class GithubWriter:
                 said.append("report appended to $GITHUB_STEP_SUMMARY")
         except OSError as e:
             raise OutputFailed(f"cannot append to $GITHUB_STEP_SUMMARY: {e.strerror or e}") from None
-        if out.opts.gh_issue:
+        if out.opts.outputs.gh_issue:
             try:  # checked before the sweep; the environment may have changed since
-                way = posting.check_can_post(out.opts.gh_issue, out.opts.gh_repo,
-                                             out.opts.gh_dry_run)
-                said += posting.post_report(out.report_path, out.opts.gh_issue, way,
-                                            dry_run=out.opts.gh_dry_run)
+                way = posting.check_can_post(out.opts.outputs.gh_issue, out.opts.outputs.gh_repo,
+                                             out.opts.outputs.gh_dry_run)
+                said += posting.post_report(out.report_path, out.opts.outputs.gh_issue, way,
+                                            dry_run=out.opts.outputs.gh_dry_run)
             except (posting.PostError, UsageError) as e:
                 raise OutputFailed(f"could not post the report to issue "
-                                   f"#{out.opts.gh_issue}: {e}") from None
+                                   f"#{out.opts.outputs.gh_issue}: {e}") from None
         return said
 
 

@@ -88,8 +88,8 @@ def auto_extra_documents(opts: Any, cfg: ServingConfig, modulus: int,
     """(seed, residues) of the documents auto adds so that the rule's neighbourhood (of
     the ``swept`` residues) is measured on ``AUTO_MIN_DOCUMENTS`` documents; [] outside
     auto or with enough seeds."""
-    docs = tuple(opts.documents)
-    if opts.isolation != IsolationName.AUTO or len(docs) >= AUTO_MIN_DOCUMENTS:
+    docs = tuple(opts.measure.documents)
+    if opts.running.isolation != IsolationName.AUTO or len(docs) >= AUTO_MIN_DOCUMENTS:
         return []
     residues = sorted(set(rule_neighbourhood(cfg, modulus)) & set(swept))
     if not residues:
@@ -105,7 +105,7 @@ def auto_passes(points: Sequence[Any], opts: Any) -> list[Any]:
     """The plan of an auto run: every point on the reuse pass (restore where the engine
     can, else reset), then the fresh points known before anything runs (rule
     neighbourhood, sample), in plan order."""
-    reuse = auto_reuse_pass(opts.engine)
+    reuse = auto_reuse_pass(opts.serving.engine)
     reset = [dataclasses.replace(p, isolation=reuse) for p in points]
     fresh: list[Any] = []
     by_doc: dict[tuple, list[Any]] = {}
@@ -116,10 +116,10 @@ def auto_passes(points: Sequence[Any], opts: Any) -> list[Any]:
         for p in pts:
             lengths.setdefault(p.residue, set()).add(p.plan.target_len)
         near = set(rule_neighbourhood(pts[0].cfg, pts[0].modulus,
-                                      load=getattr(opts, "load", 0), lengths=lengths))
+                                      load=opts.measure.load, lengths=lengths))
         rest = [p for p in pts if p.residue not in near]
-        rng = random.Random(f"auto-sample:{opts.seed}:{cid}:{seed}")
-        sample = {p.residue for p in rng.sample(rest, min(opts.auto_sample, len(rest)))}
+        rng = random.Random(f"auto-sample:{opts.measure.seed}:{cid}:{seed}")
+        sample = {p.residue for p in rng.sample(rest, min(opts.running.auto_sample, len(rest)))}
         for p in pts:
             if p.residue in near:
                 fresh.append(fresh_twin(p, "rule neighbourhood"))

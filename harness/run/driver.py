@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from ..settings.configs import SweepOptions, config_id
+from ..settings.configs import config_id
+from ..settings.sweep_options import SweepOptions
 from ..serve.engines import EngineAdapter
 from ..serve.gpu_info import gpu_record
 from ..errors import UsageError
@@ -66,8 +67,8 @@ class Driver:
         self.runner_spec = RunnerSpec(opts, adapter, store.run_id,
                                       version or harness_version(), dict(golden or {}),
                                       launcher=launcher)
-        self.records = RecordBuilder(store.run_id, self.runner_spec.version, opts.isolation,
-                                     opts.reference, tuple(opts.phases))
+        self.records = RecordBuilder(store.run_id, self.runner_spec.version, opts.running.isolation,
+                                     opts.measure.reference, tuple(opts.measure.phases))
         self.counters = Counters(total_points=len(plan.points))
         self.manifest = RunManifest(run_id=store.run_id)   # start() builds or reads it
         self.resumed = 0            # --resume: points already complete on disk
@@ -100,13 +101,13 @@ class Driver:
         """Write the manifest (or, on ``--resume``, drop the records of points cut off
         mid-way and read it back); returns the points still to run."""
         points = self.plan.points
-        if self.opts.resume:
+        if self.opts.running.resume:
             self.manifest = self.store.read_manifest()
             self._check_same_cases()   # before anything on disk is touched
-            want = {p.key: set(self.opts.phases) for p in points}
+            want = {p.key: set(self.opts.measure.phases) for p in points}
             done = self.store.prune_partial(want, keep_unplanned=True)
             todo = [p for p in points if p.key not in done]
-            if self.opts.isolation == IsolationName.AUTO:  # confirmations added while it ran
+            if self.opts.running.isolation == IsolationName.AUTO:  # confirmations added while it ran
                 todo += resume_confirmations(points, todo, self.records_so_far())
             added = todo[len([p for p in points if p.key not in done]):]
             points = todo
@@ -132,7 +133,7 @@ class Driver:
         else:
             for pt in [*planned, *added]:
                 n = by.setdefault(pt.cfg_id, {})
-                iso = pt.isolation or self.opts.isolation
+                iso = pt.isolation or self.opts.running.isolation
                 n[iso] = n.get(iso, 0) + 1
         self.manifest.plan = RunPlan(points=sum(sum(n.values()) for n in by.values()),
                                      by_config=by)
@@ -144,7 +145,7 @@ class Driver:
         for cid, facts in self.plan.cases.items():
             old = started.get(cid)
             if old is not None and old.get("digest") != facts.get("digest"):
-                raise UsageError(f"--resume {self.run_id}: case {cid!r} of {self.opts.prompts} "
+                raise UsageError(f"--resume {self.run_id}: case {cid!r} of {self.opts.measure.prompts} "
                                  "changed since the run started; start a new run")
 
     def _new_manifest(self) -> RunManifest:
@@ -154,25 +155,25 @@ class Driver:
         return RunManifest(
             run_id=self.run_id, command=shlex.join(["sweep", *opts.argv]),
             options=opts.flags or None,
-            harness_version=self.runner_spec.version, engine=opts.engine,
+            harness_version=self.runner_spec.version, engine=opts.serving.engine,
             host=socket.gethostname(), started_at=now_iso(), ended_at=None,
             configs=[{"config_id": config_id(c), "config_label": c.label(),
-                      "config": c.as_dict()} for c in opts.configs],
+                      "config": c.as_dict()} for c in opts.serving.configs],
             residues=sorted({p.residue for p in plan.points}),
-            modulus=opts.modulus or "auto",
-            phases=list(opts.phases), isolation=opts.isolation,
-            reference=opts.reference, context=opts.context,
-            slots=[s.id for s in opts.slots],
-            gpus={s.id: gpu_record(s.gpu) for s in opts.slots if s.gpu is not None} or None,
+            modulus=opts.measure.modulus or "auto",
+            phases=list(opts.measure.phases), isolation=opts.running.isolation,
+            reference=opts.measure.reference, context=opts.measure.context,
+            slots=[s.id for s in opts.running.slots],
+            gpus={s.id: gpu_record(s.gpu) for s in opts.running.slots if s.gpu is not None} or None,
             sampled={k: v for k, v in plan.sampled.items() if v},
             planning_s=round(plan.planning_s, 3), interrupted=False, exit_code=None,
             documents=sorted({p.document_seed for p in plan.points}),
-            launcher=opts.launcher,
-            cache_dir=str(opts.cache_dir) if opts.cache_dir else None,
-            auto_sample=opts.auto_sample if opts.isolation == IsolationName.AUTO else None,
+            launcher=opts.serving.launcher,
+            cache_dir=str(opts.serving.cache_dir) if opts.serving.cache_dir else None,
+            auto_sample=opts.running.auto_sample if opts.running.isolation == IsolationName.AUTO else None,
             explains=self.links.get("explains"),
             # --prompts: the file and, per case, its line, padding and lengths
-            prompts={"file": opts.prompts, "cases": plan.cases} if opts.prompts else None,
+            prompts={"file": opts.measure.prompts, "cases": plan.cases} if opts.measure.prompts else None,
             extra=links)
 
     # -- events from a backend ---------------------------------------------------------
@@ -181,7 +182,7 @@ class Driver:
         confirmation of a reset point that was not ok)."""
         self.counters.total_points += 1
         if self.manifest.plan is not None:
-            self.manifest.plan.add(point.cfg_id, point.isolation or self.opts.isolation)
+            self.manifest.plan.add(point.cfg_id, point.isolation or self.opts.running.isolation)
             self.store.write_manifest(self.manifest)
         if self.on_point_added:
             self.on_point_added(point)
@@ -248,18 +249,18 @@ class Driver:
         matrix reference, written here, atomically, in place of the records as measured
         (``run/matrix_reference.py``); the driver stays the only writer."""
         records = self.records_so_far()
-        if judge and self.opts.reference in ("first", "consensus"):
+        if judge and self.opts.measure.reference in ("first", "consensus"):
             from .matrix_reference import rejudge
-            records = rejudge(records, self.opts.reference,
-                              [config_id(c) for c in self.opts.configs])
+            records = rejudge(records, self.opts.measure.reference,
+                              [config_id(c) for c in self.opts.serving.configs])
             self.store.rewrite(records)
         return records
 
     def finish(self, *, wall: float, interrupted: bool, backend: dict[str, Any]) -> RunManifest:
         """The manifest's end: dates, wall time, the backend's description, timing."""
-        n_slots = backend.get("slots") or len(self.opts.slots)
+        n_slots = backend.get("slots") or len(self.opts.running.slots)
         timing = timing_summary(self.counters.timings, n_slots, wall)
-        if timing and self.opts.isolation == IsolationName.AUTO:
+        if timing and self.opts.running.isolation == IsolationName.AUTO:
             timing["passes"] = pass_summaries(self.counters.timings, n_slots, wall)
         boots = boot_summary(list(self.counters.boots.values()),
                              self.runner_spec.adapter.boot_stages)

@@ -36,7 +36,8 @@ from engine.presets import ServingConfig
 from ..serve.engines import ADAPTERS, EngineAdapter, normalise_reported
 from ..serve.facts import ServerFacts
 from ..errors import CannotRun, UsageError
-from ..settings.configs import SweepOptions, choose_residues
+from ..settings.configs import choose_residues
+from ..settings.sweep_options import SweepOptions
 from ..settings.flag_facts import url_refused
 from ..serve.slots import Slot
 from ..names.phase import PhaseName
@@ -68,25 +69,25 @@ def connect(opts: SweepOptions) -> SweepOptions:
     configuration checked against the phases and ``--modulus``, and the options it gives
     back carry the connected target, that one configuration and the engine's logprobs
     default (``--logprobs`` unless given). Options without a target come back as they are."""
-    target: LiveTarget | None = opts.live
+    target: LiveTarget | None = opts.running.live
     if target is None or target.cfg is not None:
         return opts
-    with target.http_client(opts.timeout) as http:
+    with target.http_client(opts.running.timeout) as http:
         report = read_server(target.url, http)
     cfg, facts = live_config(target.url, report)
-    hits = [p for p in opts.phases if p != PhaseName.COLD]
+    hits = [p for p in opts.measure.phases if p != PhaseName.COLD]
     if cfg.prefix_caching is False and hits:
         raise UsageError(f"--url {target.url}: the server reports prefix caching off, so "
                          f"{', '.join(hits)} cannot hit the cache; use --phases cold")
-    if opts.modulus is None and not (cfg.prefix_match_unit or cfg.block_size):
+    if opts.measure.modulus is None and not (cfg.prefix_match_unit or cfg.block_size):
         raise UsageError(f"--modulus auto: {target.url} does not report its block size or "
                          "match unit; give --modulus N")
-    choose_residues(opts.residues, cfg, opts.modulus, seed=opts.seed)
+    choose_residues(opts.measure.residues, cfg, opts.measure.modulus, seed=opts.measure.seed)
     target = dataclasses.replace(target, report=report, cfg=cfg, facts=facts)
     default = target.adapter().logprobs_default
-    return dataclasses.replace(
-        opts, live=target, configs=(cfg,), logprobs_default=default,
-        logprobs=default if opts.logprobs is None else opts.logprobs)
+    return opts.replace(
+        live=target, configs=(cfg,), logprobs_default=default,
+        logprobs=default if opts.measure.logprobs is None else opts.measure.logprobs)
 
 
 def refused_flags(given: dict[str, Any]) -> list[str]:

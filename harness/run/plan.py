@@ -31,7 +31,8 @@ import httpx
 from engine.presets import ServingConfig
 
 from ..serve.client import EngineClient
-from ..settings.configs import SweepOptions, choose_residues, config_id
+from ..settings.configs import choose_residues, config_id
+from ..settings.sweep_options import SweepOptions
 from ..settings.flags import FLAGS, MEASURE, Rerun, rerun_command
 from ..serve.engines import EngineAdapter
 from ..errors import CannotRun
@@ -83,7 +84,7 @@ def plan_points(opts: SweepOptions, adapter: EngineAdapter,
     """Calibrate once per (tokenizer, context, modulus), then build every residue's prompt
     arithmetically. ``count_many_for`` supplies a counter for configurations without a
     local tokenizer (a probe server's /tokenize)."""
-    if opts.live is not None:   # --dry-run of --url: nothing is counted before the run
+    if opts.running.live is not None:   # --dry-run of --url: nothing is counted before the run
         raise CannotRun("counted by the running server's /tokenize when the sweep runs")
     t0 = time.monotonic()
     points: list[Point] = []
@@ -92,9 +93,9 @@ def plan_points(opts: SweepOptions, adapter: EngineAdapter,
     calibrations: dict[tuple, Any] = {}
     tokenizers: dict[Path, ChatTokenizer] = {}
     cases: dict[str, dict] = {}
-    for cfg in opts.configs:
+    for cfg in opts.serving.configs:
         cid = config_id(cfg)
-        chosen = choose_residues(opts.residues, cfg, opts.modulus, seed=opts.seed)
+        chosen = choose_residues(opts.measure.residues, cfg, opts.measure.modulus, seed=opts.measure.seed)
         modulus, why, residues, note = (chosen.modulus, chosen.modulus_why, chosen.residues,
                                         chosen.note)
         sampled[cid] = note
@@ -106,27 +107,27 @@ def plan_points(opts: SweepOptions, adapter: EngineAdapter,
                 tokenizers[tdir] = ChatTokenizer.from_dir(tdir)
             counter = tokenizers[tdir].count_many
             line_counts = tokenizers[tdir].line_token_counts
-            key: tuple = (str(tdir), opts.context, modulus)
+            key: tuple = (str(tdir), opts.measure.context, modulus)
         elif count_many_for is not None:
             counter = count_many_for(cfg)
             line_counts = None
-            key = ("remote", cid, opts.context, modulus)
+            key = ("remote", cid, opts.measure.context, modulus)
         else:
             raise CannotRun(f"no local tokenizer for {cfg.label()} and no server to ask: "
                             "give --model DIR with tokenizer.json")
-        if opts.cases:
+        if opts.measure.cases:
             points += _case_points(opts, cfg, cid, modulus, residues, counter, key,
                                    calibrations, cases)
             continue
-        need = opts.context + modulus + opts.max_tokens
+        need = opts.measure.context + modulus + opts.measure.max_tokens
         if need > cfg.max_model_len:
-            raise PlanError(f"--context {opts.context} + modulus {modulus} + --max-tokens "
-                            f"{opts.max_tokens} exceeds max_model_len {cfg.max_model_len} "
+            raise PlanError(f"--context {opts.measure.context} + modulus {modulus} + --max-tokens "
+                            f"{opts.measure.max_tokens} exceeds max_model_len {cfg.max_model_len} "
                             f"of {cfg.label()}")
-        for seed, doc_residues in [(s, residues) for s in opts.documents] + extra:
+        for seed, doc_residues in [(s, residues) for s in opts.measure.documents] + extra:
             if key + (seed,) not in calibrations:
                 calibrations[key + (seed,)] = calibrate(
-                    counter, opts.context, modulus, answer_lines=opts.answer_lines,
+                    counter, opts.measure.context, modulus, answer_lines=opts.measure.answer_lines,
                     seed=seed, line_counts=line_counts)
                 check_answer_fits(counter, calibrations[key + (seed,)], modulus, opts, cfg)
             cal = calibrations[key + (seed,)]
@@ -135,7 +136,7 @@ def plan_points(opts: SweepOptions, adapter: EngineAdapter,
                 points.append(Point(cfg, cid, r, modulus, plan_residue(cal, r, modulus),
                                     rerun_command(opts, cfg, r, modulus, seed), document_seed=seed,
                                     modulus_why=why))
-    if opts.isolation == IsolationName.AUTO:
+    if opts.running.isolation == IsolationName.AUTO:
         points = auto_passes(points, opts)
     return SweepPlan(points, sampled, time.monotonic() - t0, pad_units, cases)
 
@@ -152,9 +153,9 @@ def check_answer_fits(counter: Callable, cal: Any, modulus: int, opts: SweepOpti
     empty, full = counter([[{"role": "user", "content": ""}],
                            [{"role": "user", "content": expected}]])
     need = full - empty
-    if need > opts.max_tokens:
-        raise PlanError(f"--max-tokens {opts.max_tokens} cannot hold the reference of "
-                        f"{cfg.label()}: --answer-lines {opts.answer_lines} is {need} tokens; "
+    if need > opts.measure.max_tokens:
+        raise PlanError(f"--max-tokens {opts.measure.max_tokens} cannot hold the reference of "
+                        f"{cfg.label()}: --answer-lines {opts.measure.answer_lines} is {need} tokens; "
                         f"give --max-tokens {need + 8} or more, or fewer --answer-lines")
 
 
@@ -167,23 +168,23 @@ def _case_points(opts: SweepOptions, cfg: ServingConfig, cid: str, modulus: int,
     ``PlanError`` naming it, before any point runs)."""
     out = []
     unit = hit_unit(cfg.as_dict(), modulus=0)
-    hit_phases = [p for p in opts.phases if p != PhaseName.COLD]
-    for case in opts.cases:
+    hit_phases = [p for p in opts.measure.phases if p != PhaseName.COLD]
+    for case in opts.measure.cases:
         ckey = key + ("case", case.id)
-        name = f"{opts.prompts}:{case.line}: case {case.id!r}"
+        name = f"{opts.measure.prompts}:{case.line}: case {case.id!r}"
         if ckey not in calibrations:
             try:
                 calibrations[ckey] = calibrate_case(case, counter, modulus,
-                                                    limit=cfg.max_model_len - opts.max_tokens)
+                                                    limit=cfg.max_model_len - opts.measure.max_tokens)
             except CaseTooLong as e:
                 raise PlanError(f"{name}: {e.tokens} templated tokens + --max-tokens "
-                                f"{opts.max_tokens} exceeds max_model_len {cfg.max_model_len} "
+                                f"{opts.measure.max_tokens} exceeds max_model_len {cfg.max_model_len} "
                                 f"of {cfg.label()}") from None
         cal = calibrations[ckey]
         longest = cal.base_len + modulus - 1
-        if longest + opts.max_tokens > cfg.max_model_len:
+        if longest + opts.measure.max_tokens > cfg.max_model_len:
             raise PlanError(f"{name}: {longest} templated tokens + --max-tokens "
-                            f"{opts.max_tokens} exceeds max_model_len {cfg.max_model_len} "
+                            f"{opts.measure.max_tokens} exceeds max_model_len {cfg.max_model_len} "
                             f"of {cfg.label()}")
         if cfg.prefix_caching and hit_phases and cal.base_len <= unit:
             raise PlanError(f"{name}: {cal.base_len} templated tokens cannot get a prefix-cache "
@@ -199,7 +200,7 @@ def _case_points(opts: SweepOptions, cfg: ServingConfig, cid: str, modulus: int,
         f["templated_len"][cid] = [cal.base_len, longest]
         out += [Point(cfg, cid, p.residue, modulus, p,
                       rerun_command(opts, cfg, p.residue, modulus, case=case.id), case=case.id,
-                      document_seed=opts.seed)
+                      document_seed=opts.measure.seed)
                 for p in plans]
     return out
 
@@ -273,14 +274,14 @@ async def probe_server(opts: SweepOptions, adapter: EngineAdapter, cfg: ServingC
     if slot.gpu is not None:
         env = {"CUDA_VISIBLE_DEVICES": slot.gpu, **env}
     server = launcher(argv, env, port, log_path, slot)
-    client = EngineClient(server.base_url, timeout=opts.timeout, api_key=opts.api_key)
+    client = EngineClient(server.base_url, timeout=opts.running.timeout, api_key=opts.running.api_key)
     try:
         try:
             server.start()
-            await server.wait_ready(client, opts.boot_timeout)
+            await server.wait_ready(client, opts.running.boot_timeout)
         except BootFailure as e:
             raise CannotRun(f"probe server for planning did not boot: {e.reason}") from None
-        model = opts.served_model_name or adapter.model_name(cfg)
+        model = opts.serving.served_model_name or adapter.model_name(cfg)
         if not model:
             models = await client.models()
             model = (models[0].get("id") if models else None) or cfg.model or "default"
@@ -297,9 +298,9 @@ async def plan_with_probes(opts: SweepOptions, adapter: EngineAdapter, *, logs_d
     """Plan every point; configurations without a local tokenizer are planned against a
     probe server of that configuration (booted by ``launcher``, asked, stopped); ``--url``
     is planned against the running server (``plan_live``, below)."""
-    if opts.live is not None:
+    if opts.running.live is not None:
         return await asyncio.to_thread(plan_live, opts)
-    need = [c for c in opts.configs if adapter.tokenizer_dir(c) is None]
+    need = [c for c in opts.serving.configs if adapter.tokenizer_dir(c) is None]
     if not need:
         return await asyncio.to_thread(plan_points, opts, adapter)
     counters: dict[str, RemoteCounter] = {}
@@ -308,10 +309,10 @@ async def plan_with_probes(opts: SweepOptions, adapter: EngineAdapter, *, logs_d
         try:
             for cfg in need:
                 url, model = await stack.enter_async_context(probe_server(
-                    opts, adapter, cfg, opts.slots[0],
-                    logs_dir / f"{config_id(cfg)}-probe-{opts.slots[0].id}.log", ports,
+                    opts, adapter, cfg, opts.running.slots[0],
+                    logs_dir / f"{config_id(cfg)}-probe-{opts.running.slots[0].id}.log", ports,
                     launcher))
-                counters[config_id(cfg)] = RemoteCounter(url, model, opts.api_key)
+                counters[config_id(cfg)] = RemoteCounter(url, model, opts.running.api_key)
             return await asyncio.to_thread(plan_points, opts, adapter,
                                            lambda cfg: counters[config_id(cfg)])
         finally:
@@ -365,22 +366,22 @@ class _BudgetedCounter(RemoteCounter):
 def plan_live(opts: SweepOptions) -> SweepPlan:
     """Every point of the one live configuration, each on its own document."""
     t0 = time.monotonic()
-    target: LiveTarget = opts.live
-    cfg = opts.configs[0]
+    target: LiveTarget = opts.running.live
+    cfg = opts.serving.configs[0]
     cid = config_id(cfg)
-    chosen = choose_residues(opts.residues, cfg, opts.modulus, seed=opts.seed)
+    chosen = choose_residues(opts.measure.residues, cfg, opts.measure.modulus, seed=opts.measure.seed)
     modulus, why, residues, note = chosen.modulus, chosen.modulus_why, chosen.residues, chosen.note
-    need_len = opts.context + modulus + opts.max_tokens
+    need_len = opts.measure.context + modulus + opts.measure.max_tokens
     if cfg.max_model_len and need_len > cfg.max_model_len:
-        raise PlanError(f"--context {opts.context} + modulus {modulus} + --max-tokens "
-                        f"{opts.max_tokens} exceeds the server's max_model_len "
+        raise PlanError(f"--context {opts.measure.context} + modulus {modulus} + --max-tokens "
+                        f"{opts.measure.max_tokens} exceeds the server's max_model_len "
                         f"{cfg.max_model_len}")
-    model = opts.served_model_name or target.facts.get("model") or "default"
-    counter = _BudgetedCounter(target, model, opts.timeout)
+    model = opts.serving.served_model_name or target.facts.get("model") or "default"
+    counter = _BudgetedCounter(target, model, opts.running.timeout)
     try:
-        cal = calibrate(counter, opts.context, modulus, answer_lines=opts.answer_lines,
+        cal = calibrate(counter, opts.measure.context, modulus, answer_lines=opts.measure.answer_lines,
                         seed=target.nonce, line_counts=approx_line_counts(counter))
-        per_point = requests_per_point(opts.phases)
+        per_point = requests_per_point(opts.measure.phases)
         budget = target.budget
         need = budget.sent + len(residues) * (1 + per_point)
         if need > budget.limit:

@@ -24,7 +24,7 @@ from ..serve.client import (BadResponse, ClientError, EngineClient, RequestTimeo
                             ServerGone, tok_per_step)
 from ..serve import poison
 from ..serve.gpu_info import gpu_record
-from ..settings.configs import SweepOptions
+from ..settings.sweep_options import SweepOptions
 from ..serve.engines import EngineAdapter
 from ..serve.facts import ServerFacts
 from ..provenance import harness_version
@@ -117,8 +117,8 @@ class PointRunner:
         self.ports = PortAllocator()
         self.node = node or socket.gethostname()
         self._cold_plp: dict = {}   # --prompt-logprobs: the cold phase's, per point
-        self.records = RecordBuilder(run_id, version or harness_version(), opts.isolation,
-                                     opts.reference, tuple(opts.phases))
+        self.records = RecordBuilder(run_id, version or harness_version(), opts.running.isolation,
+                                     opts.measure.reference, tuple(opts.measure.phases))
 
     # -- a whole point -----------------------------------------------------------------
     async def run_fresh(self, point: Point, slot: Slot, emit: Emit | None = None) -> PointResult:
@@ -156,7 +156,7 @@ class PointRunner:
                    ) -> tuple[Server, EngineClient, ServerFacts]:
         case = f"-{point.case}" if point.case else ""
         # a restore point's server starts in sleep mode, a fresh one plain (for_isolation)
-        adapter = self.adapter.for_isolation(point.isolation or self.opts.isolation)
+        adapter = self.adapter.for_isolation(point.isolation or self.opts.running.isolation)
         failed: list[str] = []
         while True:
             try:
@@ -188,13 +188,13 @@ class PointRunner:
                 env = {"CUDA_VISIBLE_DEVICES": slot.gpu, **env}
             log_path = self.logs_dir / f"{log_name}-{slot.id}-{port}.log"
             server = self.launcher(argv, env, port, log_path, slot)
-            client = EngineClient(server.base_url, timeout=self.opts.timeout,
-                                  api_key=self.opts.api_key, http=self.http,
+            client = EngineClient(server.base_url, timeout=self.opts.running.timeout,
+                                  api_key=self.opts.running.api_key, http=self.http,
                                   reset_path=(adapter or self.adapter).reset_path)
             try:
                 await server.prepare()
                 server.start()
-                await server.wait_ready(client, timeout or self.opts.boot_timeout)
+                await server.wait_ready(client, timeout or self.opts.running.boot_timeout)
                 info = ServerFacts(boot_s=round(server.boot_s or 0.0, 4),
                                    server_boot=self._boot_notes(server, log_path))
                 if slot.gpu is not None:   # issue 48: the GPU, as the driver names it,
@@ -205,7 +205,7 @@ class PointRunner:
                 # --poison: filled before its first request (harness/serve/poison.py)
                 served = adapter or self.adapter
                 info.poison = (await poison.at_boot(client, served.poison_kernels())
-                               if served.poison else poison.off_record(self.opts.poison))
+                               if served.poison else poison.off_record(self.opts.serving.poison))
                 info.fill_restores = bool(served.poison and served.fill_restores)
                 # What the server says it runs is read while the first requests go out
                 # (it is needed for the records, not for the requests), unless the model
@@ -260,7 +260,7 @@ class PointRunner:
         return info
 
     def model_name(self, cfg: ServingConfig) -> str | None:
-        return self.opts.served_model_name or self.adapter.model_name(cfg)
+        return self.opts.serving.served_model_name or self.adapter.model_name(cfg)
 
     async def stop(self, server: Server | None, client: EngineClient | None,
                    port: int | None = None, *, timing: dict[str, float] | None = None) -> None:
@@ -294,7 +294,7 @@ class PointRunner:
             await self.settle(info)
         cold: PhaseRecord | None = None
         dead: tuple[str, str, list[str]] | None = None
-        for phase in self.opts.phases:
+        for phase in self.opts.measure.phases:
             if dead is not None:
                 verdict, why, excerpt = dead
                 rec = self._failure(point, slot, phase, verdict, f"{why} (in an earlier phase)",
@@ -363,19 +363,19 @@ class PointRunner:
 
         def ask(messages=None, request_id=None):
             return client.chat(messages or point.plan.messages, model=model,
-                               max_tokens=opts.max_tokens, seed=point.document_seed,
-                               logprobs=opts.logprobs, request_id=request_id,
-                               prompt_logprobs=int(opts.prompt_logprobs))
+                               max_tokens=opts.measure.max_tokens, seed=point.document_seed,
+                               logprobs=opts.measure.logprobs, request_id=request_id,
+                               prompt_logprobs=int(opts.measure.prompt_logprobs))
         if drives(point, phase):
             res, proof, point, templated = await run_history(HistoryRun(
-                point, client, model, server.log_path, templated, opts.timeout,
-                opts.answer_lines, ask, pool_tokens(point.cfg)))
+                point, client, model, server.log_path, templated, opts.running.timeout,
+                opts.measure.answer_lines, ask, pool_tokens(point.cfg)))
             return res, None, (proof, point, templated)
-        if not opts.load:
+        if not opts.measure.load:
             return await ask(), None, None
         await server_gauges(client)   # the first scrape can be slow (lab: an import)
-        async with BackgroundLoad(client, model, opts.load, opts.load_mode, point.document_seed,
-                                  opts.timeout, point.cfg.max_model_len) as bg:
+        async with BackgroundLoad(client, model, opts.measure.load, opts.measure.load_mode, point.document_seed,
+                                  opts.running.timeout, point.cfg.max_model_len) as bg:
             g0 = await server_gauges(client)
             res = await ask()
             g1 = await server_gauges(client)
@@ -391,7 +391,7 @@ class PointRunner:
     def _judged(self, point, slot, phase, res, tps, info, templated, tokenize_error,
                 cold, traffic: dict | None = None, proof=None) -> PhaseRecord:
         base = self.records.base(point, slot.id, self.node, phase, info, templated)
-        expected, ref_tokens = reference_of(self.opts.reference, self.golden, point, phase,
+        expected, ref_tokens = reference_of(self.opts.measure.reference, self.golden, point, phase,
                                             cold, info)
         if (ref_tokens is None and cold is not None and cold.verdict in CLEAN
                 and expected is not None and (cold.answer or "") == expected):
@@ -401,21 +401,21 @@ class PointRunner:
         j = judge(res.answer, source=point.plan.document, expected=expected,
                   finish_reason=res.finish_reason)
         verdict, reason = j.verdict, j.reason
-        invalid = invalid_reason(point, phase, res, templated, info, self.opts.isolation,
+        invalid = invalid_reason(point, phase, res, templated, info, self.opts.running.isolation,
                                  proof)
         if invalid:
             verdict, reason = "invalid", f"{invalid} (answer judged {j.verdict}: {j.reason})"
         elif unfilled := poison.failure(info.poison):
             # the server ran, but not as the record's poison field claims: not ok
             verdict, reason = "infra", f"{unfilled} (answer judged {j.verdict}: {j.reason})"
-        elif verdict in CLEAN and (alone := not_lone(point, traffic, self.opts.isolation)):
+        elif verdict in CLEAN and (alone := not_lone(point, traffic, self.opts.running.isolation)):
             # Bug B breaks a lone request: a match beside other clients' requests says
             # nothing about it (run/traffic.py), and is not a pass
             verdict, reason = NOT_LONE, f"{alone} (answer judged ok: {j.reason})"
         measured = measured_fields(point, phase, res, tps, j, verdict, reason, expected,
                                    ref_tokens, info, traffic)
         extra = {"tokenize_error": tokenize_error} if tokenize_error else {}
-        if self.opts.prompt_logprobs:   # run/prompt_logprobs.py: the cold one is the reference
+        if self.opts.measure.prompt_logprobs:   # run/prompt_logprobs.py: the cold one is the reference
             mine = canonical(res.prompt_logprobs)
             if phase == PhaseName.COLD:
                 self._cold_plp[point.key] = mine

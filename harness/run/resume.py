@@ -93,15 +93,15 @@ def check_resumed_records(opts) -> list[str]:
     from ..settings.configs import config_id
     from ..records.record_check import RecordFileError, check_for_resume
     from ..records.store import ARCHIVED_SUFFIX, RECORD_SUFFIX, ResultStore
-    store = ResultStore(opts.out, opts.resume, create=False)
+    store = ResultStore(opts.outputs.out, opts.running.resume, create=False)
     gz = store.records_path.with_name(store.records_path.name.removesuffix(RECORD_SUFFIX)
                                       + ARCHIVED_SUFFIX)
     if not store.records_path.exists() and gz.exists():
         # appending to a fresh file would run every finished point again beside the gzip
-        raise UsageError(f"--resume {opts.resume}: its records are compressed ({gz}); "
+        raise UsageError(f"--resume {opts.running.resume}: its records are compressed ({gz}); "
                          f"gunzip it first, then resume")
     try:
-        return check_for_resume(store.records_path, opts.resume,
-                                {config_id(c) for c in opts.configs})
+        return check_for_resume(store.records_path, opts.running.resume,
+                                {config_id(c) for c in opts.serving.configs})
     except RecordFileError as e:
-        raise UsageError(f"--resume {opts.resume}: {e}") from None
+        raise UsageError(f"--resume {opts.running.resume}: {e}") from None

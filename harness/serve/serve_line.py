@@ -401,15 +401,15 @@ def added_flags(adapter: Any, slot: Any) -> list[str]:
 def added_lines(opts: Any, adapter: Any) -> list[str]:
     """What ``sweep --serve`` says before it starts: which parser read the line, the
     configuration, and every flag and variable the harness adds to the line."""
-    line = opts.serve_line
-    slot = opts.slots[0]
-    out = [f"serve: {line.engine} line read by {line.parser}: {opts.configs[0].label()}"]
-    passes = POLICIES[opts.isolation].passes   # auto: a restore (else reset) pass, then fresh
+    line = opts.serving.serve_line
+    slot = opts.running.slots[0]
+    out = [f"serve: {line.engine} line read by {line.parser}: {opts.serving.configs[0].label()}"]
+    passes = POLICIES[opts.running.isolation].passes   # auto: a restore (else reset) pass, then fresh
     isolations = [p for p in passes if p != IsolationName.RESET or not adapter.can_restore()] or \
-        [opts.isolation]
+        [opts.running.isolation]
     for iso in dict.fromkeys(isolations):
         a = adapter.for_isolation(iso)
-        argv, env = a.command(opts.configs[0], 54321, slot)
+        argv, env = a.command(opts.serving.configs[0], 54321, slot)
         flags = added_flags(a, slot)
         words = ["--host 127.0.0.1 --port {port} (a port per server"
                  + (f"; the line's {', '.join(line.dropped)} is not used)" if line.dropped

@@ -7,6 +7,7 @@ from argv.
 - ``flag_checks.py``       ``RULES``: the flags that only make sense with another one, or contradict it
 - ``flag_facts.py``        what some rows of ``RULES`` compute (a ``--serve`` line's contradictions, ...)
 - ``flag_manifest.py``     the flags as a manifest keeps them (versioned), and which argv wrote
-- ``configs.py``           ``SweepOptions``, matrix expansion, residue selection
+- ``sweep_options.py``     ``SweepOptions`` in four typed parts (serving, measure, running, outputs)
+- ``configs.py``           matrix expansion, residue selection, slots/phases/reference
 - ``backend_registry.py``  ``BACKENDS``: the names ``--backend`` takes and where each lives
 """

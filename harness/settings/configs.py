@@ -27,90 +27,13 @@ from ..serve.slots import Slot
 from ..names.engine import EngineName
 from ..names.phase import PHASES, PhaseName
 from ..names.history import history_row, sibling_budget
+from .sweep_options import SweepOptions
 
-__all__ = ["SweepOptions", "config_id", "modulus_for", "modulus_and_why", "expand_matrix",
+__all__ = ["config_id", "modulus_for", "modulus_and_why", "expand_matrix",
            "matrix_combos",
            "predicted_residues", "select_residues", "choose_residues", "ResidueChoice",
            "parse_slots", "parse_phases",
            "parse_reference", "parse_prompts", "describe"]
-
-
-@dataclass(frozen=True)
-class SweepOptions:
-    engine: str
-    configs: tuple[ServingConfig, ...]
-    model: str | None
-    residues: str
-    modulus: int | None            # None = auto (each configuration's hit granularity)
-    context: int
-    phases: tuple[str, ...]
-    reference: str                 # passage | cold | golden:RUN
-    isolation: str
-    slots: tuple[Slot, ...]
-    server_cmd: str | None
-    served_model_name: str | None
-    max_tokens: int
-    timeout: float
-    boot_timeout: float
-    out: Path
-    reports_dir: Path
-    resume: str | None
-    dry_run: bool
-    answer_lines: int = 3
-    flag_notes: tuple[str, ...] = ()   # the warning lines of settings/flag_checks.RULES
-    seed: int = 0
-    baseline: str | None = None
-    junit: Path | None = None
-    full: bool = False
-    gh_issue: int | None = None
-    gh_repo: str | None = None       # --gh-issue through the REST API: OWNER/NAME
-    gh_dry_run: bool = False         # --gh-issue: print the request, send nothing
-    api_key: str | None = None
-    draft_model: str | None = None   # --engine vllm: drafter checkpoint
-    engine_args: tuple[str, ...] = ()  # --engine vllm: extra server arguments
-    backend: str = "local"         # a name in harness.backends.BACKENDS
-    ray_address: str | None = None
-    # the document seeds every residue is measured on (--seed's list; () = (seed,)): one
-    # name from the options to the record (Point.document_seed, the record's document_seed)
-    documents: tuple[int, ...] = ()
-    auto_sample: int = 4             # --isolation auto: seeded ok residues confirmed fresh
-    cache_dir: Path | None = None    # --cache-dir: shared compile/Triton caches (vllm)
-    launcher: str = "plain"          # plain | prefork
-    poison: str = "auto"             # --poison auto | on | off (harness/serve/poison.py)
-    bisect: bool = False           # --bisect: the exit code git bisect run reads
-    prompts: str | None = None       # --prompts FILE, as given (reruns spell it)
-    cases: tuple[PromptCase, ...] = ()   # its validated cases (after --case)
-    argv: tuple[str, ...] = field(default=(), compare=False)
-    logprobs: int = 0              # top_logprobs asked per answer token; 0 = not asked
-    logprobs_default: int = 0      # the engine's default (a rerun repeats only a change)
-    allow_fewer: bool = False      # --baseline: coverage may shrink
-    # boots at once (0: one per slot) and a first boot alone with the cold-compile timeout
-    # (backends/local.BootGate): explain's rungs are as many configurations, each a compile
-    boot_parallel: int = 0
-    boot_warmup: bool = False
-    # --url: the running server swept (harness/live.LiveTarget); None: servers are started
-    live: Any = field(default=None, compare=False)
-    load: int = 0                  # --load N: background conversations beside each request
-    load_mode: str = "steady"      # --load-mode steady | cancel (run/load.py)
-    served_config: str | None = None   # --engine cmd: --served-config JSON, as given
-    # ... and its fields, parsed once by options.build_options (cmd_config.parse_served_config)
-    served_fields: dict | None = field(default=None, compare=False)
-    serve: str | None = None       # --serve LINE: the server line swept as written
-    # ... and as read (serve_line.ServeLine), once, by options.build_options
-    serve_line: Any = field(default=None, compare=False)
-    # the sweep flags as parsed (flag_manifest.flags_json): the manifest keeps them, versioned, and
-    # --resume / sweep explain rebuild the options from them
-    flags: dict = field(default_factory=dict, compare=False)
-    no_progress: bool = False      # --no-progress: the terminal shows no progress bar
-    prompt_logprobs: bool = False  # --prompt-logprobs: measured vs cold prompt logprobs
-
-    def __post_init__(self) -> None:
-        if not self.documents:   # one document: the seed's (a caller that gave no list)
-            object.__setattr__(self, "documents", (self.seed,))
-
-    @property
-    def golden_run(self) -> str | None:
-        return self.reference.split(":", 1)[1] if self.reference.startswith("golden:") else None
 
 
 def config_id(cfg: ServingConfig) -> str:
@@ -413,7 +336,7 @@ def parse_prompts(path: str | None, case_ids: str | None,
 
 
 def describe(opts: SweepOptions) -> Iterable[str]:
-    for cfg in opts.configs:
+    for cfg in opts.serving.configs:
         yield f"{config_id(cfg)}  {cfg.label()}"
         for note in cfg.notes:
             yield f"    - {note}"

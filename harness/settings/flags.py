@@ -101,7 +101,7 @@ _load_count = int_in(0, 64, "0..64 background conversations")
 
 def _opt(name: str, attr: str) -> Callable[[Rerun], list[str]]:
     """Rerun spelling of an option that is repeated only when it was given."""
-    return lambda r: [name, str(getattr(r.opts, attr))] if getattr(r.opts, attr) else []
+    return lambda r: [name, str(r.opts.value(attr))] if r.opts.value(attr) else []
 
 
 def _always(name: str, get: Callable[[Rerun], Any]) -> Callable[[Rerun], list[str]]:
@@ -184,7 +184,7 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--engine-arg", ENGINE, lambda: f"{for_engines('takes_engine_args')}: extra server "
          f"argument, repeatable (e.g. {notes('--engine-arg')})",
          {"action": "append", "default": [], "metavar": "ARG"},
-         rerun=lambda r: [f"--engine-arg={a}" for a in r.opts.engine_args]),
+         rerun=lambda r: [f"--engine-arg={a}" for a in r.opts.serving.engine_args]),
     Flag("--residues", MEASURE, "all (every residue, default) | risky (k, k+1, k+2 and "
          "the ends 0, 1, modulus-1) | tails[:N] (final chunks of 1, k, k+1, k+2 tokens, the "
          "rule's residues and N seeded others) | LIST (3,4,5, each once) | A-B | sample:N "
@@ -197,12 +197,12 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--context", MEASURE, "approximate templated length of the measured prompt "
          "(default 4096; not used with --prompts)",
          {"type": positive_int("--context"), "default": 4096},
-         rerun=lambda r: [] if r.opts.prompts else ["--context", str(r.opts.context)]),
+         rerun=lambda r: [] if r.opts.measure.prompts else ["--context", str(r.opts.measure.context)]),
     Flag("--phases", MEASURE, "comma list of cold (the prompt's first request: nothing "
          "cached), warm (a warm-up conversation that continues the measured prompt, then the "
          "measured prompt: a hit through another request's blocks), self-hit (the same prompt again: the final chunk is the uncached tail) "
          "(default cold,self-hit)",
-         {"default": "cold,self-hit"}, rerun=_always("--phases", lambda r: ",".join(r.opts.phases))),
+         {"default": "cold,self-hit"}, rerun=_always("--phases", lambda r: ",".join(r.opts.measure.phases))),
     Flag("--history", MEASURE, "what the server does right before the measured request "
          "(matrix, comma list; default none): " + "; ".join(
              f"{h.name} ({h.before})" for h in HISTORIES[1:]) + ". Each proven per point "
@@ -213,50 +213,50 @@ FLAGS: tuple[Flag, ...] = (
          "them with the cold reference's at each position: the first position that differs "
          "is the finding (upstream #53488: MTP corrupting prompt_logprobs while the text "
          "looks fine)", {"action": "store_true"},
-         rerun=lambda r: ["--prompt-logprobs"] if r.opts.prompt_logprobs else []),
+         rerun=lambda r: ["--prompt-logprobs"] if r.opts.measure.prompt_logprobs else []),
     Flag("--reference", MEASURE, "what an answer is judged against: passage (the "
          "document's own lines, default) | cold (the point's cold answer judges its hits; "
          "the cold phase is the reference) | first (the first configuration's answer to the "
          "same prompt) | consensus (the answer most residues of the configuration give) | "
          "golden:RUN (a stored run's answers) (docs/reports.md: what each can see)",
          {"default": "passage"},
-         rerun=_always("--reference", lambda r: r.opts.reference)),
+         rerun=_always("--reference", lambda r: r.opts.measure.reference)),
     Flag("--logprobs", MEASURE, lambda: "top-N logprobs per answer token, 0 = off (default: "
          f"{per_engine(lambda c: c.logprobs_default)}; docs/records.md says why they do not "
          "change the answer)",
          {"type": _logprobs_count, "metavar": "N"},
-         rerun=lambda r: ["--logprobs", str(r.opts.logprobs)]
-         if r.opts.logprobs != r.opts.logprobs_default else []),
+         rerun=lambda r: ["--logprobs", str(r.opts.measure.logprobs)]
+         if r.opts.measure.logprobs != r.opts.measure.logprobs_default else []),
     Flag("--answer-lines", MEASURE, "lines of the document the answer must reproduce "
          "(default 3; not used with --prompts)",
          {"type": positive_int("--answer-lines"), "default": 3},
-         rerun=lambda r: [] if r.opts.prompts else ["--answer-lines", str(r.opts.answer_lines)]),
+         rerun=lambda r: [] if r.opts.measure.prompts else ["--answer-lines", str(r.opts.measure.answer_lines)]),
     Flag("--max-tokens", MEASURE, "most tokens a measured answer may generate "
          "(default 256)",
          {"type": positive_int("--max-tokens"), "default": 256},
-         rerun=_always("--max-tokens", lambda r: r.opts.max_tokens)),
+         rerun=_always("--max-tokens", lambda r: r.opts.measure.max_tokens)),
     # a prompt set multiplies points (case x residue), not servers: run/plan.py loops over
     # its cases and each Point carries one (docs/prompts.md)
     Flag("--prompts", MEASURE, "a JSONL prompt set (docs/prompts.md): sweep every residue of "
          "each case instead of the document prompt", {"metavar": "FILE"},
-         rerun=lambda r: ["--prompts", r.opts.prompts] if r.opts.prompts else []),
+         rerun=lambda r: ["--prompts", r.opts.measure.prompts] if r.opts.measure.prompts else []),
     Flag("--case", MEASURE, "--prompts: only these case ids (comma list)", {"metavar": "IDS"},
          rerun=lambda r: ["--case", r.case] if r.case else []),
     Flag("--seed", MEASURE, "document / sampling seed, or a comma list (0,1,2): each residue "
          "is measured on each seed's document (default 0)",
          {"type": seed_list, "default": (0,), "metavar": "N[,N...]"},
-         rerun=_always("--seed", lambda r: r.opts.seed if r.seed is None else r.seed)),
+         rerun=_always("--seed", lambda r: r.opts.measure.seed if r.seed is None else r.seed)),
     Flag("--load", MEASURE, "N seeded background conversations (unrelated documents, long "
          "decodes, the same server) running while each measured request runs, so its final "
          "prefill chunk is batched beside spec-decode steps; records carry what ran beside "
          "it (docs/shapes.md; default 0: a lone request)",
          {"type": _load_count, "default": 0, "metavar": "N"},
-         rerun=lambda r: ["--load", str(r.opts.load)] if r.opts.load else []),
+         rerun=lambda r: ["--load", str(r.opts.measure.load)] if r.opts.measure.load else []),
     Flag("--load-mode", MEASURE, "--load: steady (background decodes run on) | cancel (each "
          "is cut after a few tokens and sent again: aborts and new prefills beside the "
          "measured request)", {"default": "steady", "choices": LOAD_MODES},
-         rerun=lambda r: (["--load-mode", r.opts.load_mode]
-                          if r.opts.load and r.opts.load_mode != "steady" else [])),
+         rerun=lambda r: (["--load-mode", r.opts.measure.load_mode]
+                          if r.opts.measure.load and r.opts.measure.load_mode != "steady" else [])),
     Flag("--isolation", RUN, isolation_help(default="fresh"),   # isolation.POLICIES
          {"default": "fresh", "choices": ISOLATIONS}),
     Flag("--auto-sample", RUN, "--isolation auto: ok residues per configuration and document "
@@ -274,7 +274,7 @@ FLAGS: tuple[Flag, ...] = (
          "builders' bookkeeping) with a fixed pattern after boot and at every restore, the "
          "proof in every record (docs/isolation.md: where it makes a broken answer's bytes "
          "the same on every server, and where not yet)", {"default": "auto", "choices": ("auto", "on", "off")},
-         rerun=lambda r: ["--poison", r.opts.poison] if r.opts.poison != "auto" else []),
+         rerun=lambda r: ["--poison", r.opts.serving.poison] if r.opts.serving.poison != "auto" else []),
     Flag("--url", RUN, "sweep this running OpenAI-compatible server (http://HOST:PORT): "
          "start nothing, stop nothing; each point its own document, cold proven by "
          "cached_tokens 0 (docs/live.md); key from RESIDUE_LAB_API_KEY or OPENAI_API_KEY",
@@ -292,7 +292,7 @@ FLAGS: tuple[Flag, ...] = (
     # a rerun is one point: one slot
     Flag("--slots", RUN, lambda: "parallel slots (default: one per CPU core; "
          f"{for_engines('needs_gpu')}: 1, or --gpus)", {"type": positive_int("--slots")},
-         rerun=lambda r: one_slot_args(r.opts.slots), resume=True),
+         rerun=lambda r: one_slot_args(r.opts.running.slots), resume=True),
     Flag("--gpus", RUN, "one server per GPU id, e.g. 0,1; or per group of GPUs, one "
          "tensor-parallel server across each (0+1,2+3: --tensor-parallel-size 2)",
          {"metavar": "LIST"}, resume=True),

@@ -166,7 +166,7 @@ def test_a_sweep_on_two_gpus_and_two_patch_sets_forks_every_server(tmp_path, run
                               "prefork", "--model", str(tmp_path / "model"), "--slots", "2",
                               "--out", str(tmp_path / "r"), "--no-progress"])
     # the lab refuses --gpus (CPU only): its slots are given GPU ids here, as --gpus 0,1 does
-    opts = dataclasses.replace(opts, slots=tuple(Slot.gpus(["0", "1"])))
+    opts = opts.replace(slots=tuple(Slot.gpus(["0", "1"])))
     result = Sweep(opts).run()
     assert result.exit_code in (ExitCode.OK, ExitCode.NOT_OK), result
     boots = {r.server_boot["log"]: r.server_boot for r in result.records}

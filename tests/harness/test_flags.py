@@ -29,20 +29,20 @@ def test_every_flag_is_declared_once_and_parsed():
 
 def test_a_rerun_command_reparses_to_its_own_point():
     opts = options(README_MATRIX + ["--block-size", "64,128", "--prefix-match-unit", "none,128"])
-    assert len(opts.configs) == 16
-    for cfg in opts.configs:
-        line = rerun_command(opts, cfg, 4, modulus_for(cfg, opts.modulus))
+    assert len(opts.serving.configs) == 16
+    for cfg in opts.serving.configs:
+        line = rerun_command(opts, cfg, 4, modulus_for(cfg, opts.measure.modulus))
         argv = shlex.split(line)[1:]
         again = options(argv)
-        assert [config_id(c) for c in again.configs] == [config_id(cfg)], line
-        assert again.residues == "4" and again.slots[0].id == "cpu0" and len(again.slots) == 1
-        assert again.phases == opts.phases and again.context == opts.context
+        assert [config_id(c) for c in again.serving.configs] == [config_id(cfg)], line
+        assert again.measure.residues == "4" and again.running.slots[0].id == "cpu0" and len(again.running.slots) == 1
+        assert again.measure.phases == opts.measure.phases and again.measure.context == opts.measure.context
 
 
 def test_the_rule_predicts_residue_4_for_the_full_unpatched_configuration_only():
     opts = options(README_MATRIX)
     predicted = {(c.cudagraph_mode, c.patches): bugb.predict(c.as_dict(), 128).residues
-                 for c in opts.configs}
+                 for c in opts.serving.configs}
     assert predicted == {("FULL_AND_PIECEWISE", "none"): [4], ("FULL_AND_PIECEWISE", "all"): [],
                          ("PIECEWISE", "none"): [], ("PIECEWISE", "all"): []}
 
@@ -101,7 +101,7 @@ def test_the_help_says_each_engines_facts_from_its_adapter(capsys, monkeypatch):
     assert "lab: v9, vllm: v1 | v2;" in after
     assert "vllm: hybrid means X" in after and "triton GDN" not in after
     # the same facts are what the sweep runs on
-    assert options(["--engine", "lab"]).boot_timeout == 42.0
-    assert options(["--engine", "vllm", "--model", "m"]).logprobs == 7
+    assert options(["--engine", "lab"]).running.boot_timeout == 42.0
+    assert options(["--engine", "vllm", "--model", "m"]).measure.logprobs == 7
     with pytest.raises(UsageError, match="--launcher prefork: --engine lab cannot be forked"):
         options(["--launcher", "prefork"])

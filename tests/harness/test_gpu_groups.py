@@ -63,12 +63,12 @@ def test_the_rerun_line_keeps_the_group(tmp_path):
     from harness.settings.flags import rerun_command
     opts = options_from_argv(["--engine", "vllm", "--model", str(tmp_path),
                               "--gpus", "2+3,4+5"])
-    line = rerun_command(opts, opts.configs[0], 4, 128)
+    line = rerun_command(opts, opts.serving.configs[0], 4, 128)
     assert "--gpus 2+3" in line and "--slots" not in line
     again = options_from_argv(shlex.split(line)[1:])
-    assert [s.tensor_parallel_size for s in again.slots] == [2]
+    assert [s.tensor_parallel_size for s in again.running.slots] == [2]
     plain = options_from_argv(["--engine", "vllm", "--model", str(tmp_path), "--gpus", "0,1"])
-    assert "--slots 1" in rerun_command(plain, plain.configs[0], 4, 128)
+    assert "--slots 1" in rerun_command(plain, plain.serving.configs[0], 4, 128)
 
 
 def test_the_lab_records_the_tp_size_and_refuses_more_than_its_devices():

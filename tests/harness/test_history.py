@@ -42,16 +42,16 @@ def _opts(tmp_path, *argv):
 def test_history_is_a_matrix_axis_labelled_and_out_of_the_id_when_none(tmp_path):
     plain = _opts(tmp_path, "--residues", "3")
     opts = _opts(tmp_path, "--history", "none,abort-retry,evict", "--residues", "3")
-    none, abort, evict = opts.configs
-    assert none == plain.configs[0] and "history" not in none.as_dict()
+    none, abort, evict = opts.serving.configs
+    assert none == plain.serving.configs[0] and "history" not in none.as_dict()
     assert "history" not in none.label()
     assert abort.history == "abort-retry" and abort.label().endswith("history=abort-retry")
     assert abort.max_num_batched_tokens == ABORT_CHUNK_BUDGET   # the history's budget
     assert evict.num_gpu_blocks and evict.num_gpu_blocks * evict.block_size > 4096 * 2
-    assert len({json.dumps(c.identity(), sort_keys=True) for c in opts.configs}) == 3
+    assert len({json.dumps(c.identity(), sort_keys=True) for c in opts.serving.configs}) == 3
     given = _opts(tmp_path, "--history", "abort-retry", "--max-num-batched-tokens", "1024",
                   "--residues", "3")
-    assert given.configs[0].max_num_batched_tokens == 1024     # the user's budget wins
+    assert given.serving.configs[0].max_num_batched_tokens == 1024     # the user's budget wins
 
 
 @pytest.mark.parametrize("argv, says", [
@@ -194,9 +194,9 @@ def test_prompt_logprobs_name_the_first_position_that_differs():
 
 def test_explain_tries_history_none_first(tmp_path):
     from harness.explain.plan import axis_changes
-    (cfg,) = _opts(tmp_path, "--history", "evict", "--residues", "3").configs
+    (cfg,) = _opts(tmp_path, "--history", "evict", "--residues", "3").serving.configs
     assert axis_changes(cfg)[0] == ("history", "history → none", {"history": "none"})
-    (plain,) = _opts(tmp_path, "--residues", "3").configs
+    (plain,) = _opts(tmp_path, "--residues", "3").serving.configs
     assert all(axis != "history" for axis, _, _ in axis_changes(plain))
 
 

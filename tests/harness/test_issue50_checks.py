@@ -52,7 +52,7 @@ def test_a_baseline_of_other_configurations_is_refused_before_the_sweep(tmp_path
 
 def test_two_servers_on_one_gpu_are_said_once(tmp_path):
     opts = options_from_argv(["--gpus", "0,0", "--out", str(tmp_path / "o")])
-    assert [s.id for s in opts.slots] == ["gpu0", "gpu0.1"]
+    assert [s.id for s in opts.running.slots] == ["gpu0", "gpu0.1"]
     assert opts.flag_notes == ("--gpus 0,0: GPU 0 runs two servers side by side on one GPU "
                                "(each gets part of its memory); give each GPU once for one "
                                "server per GPU",)

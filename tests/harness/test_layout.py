@@ -7,6 +7,8 @@ import ast
 import re
 from pathlib import Path
 
+from harness.settings.sweep_options import FIELD_PART
+
 ROOT = Path(__file__).resolve().parents[2]
 HARNESS = ROOT / "harness"
 MAX_LINES = 450
@@ -1077,3 +1079,29 @@ def test_engines_isolations_and_columns_are_read_off_their_tables():
     assert _measured(rows["a new engine"]) <= 2
     assert _measured(rows["a new isolation mode"]) <= 2
     assert _measured(rows["a new column of the results table"]) <= 3
+
+
+# the names a SweepOptions goes by in harness/ (settings/sweep_options.py: four parts)
+OPTION_HOLDERS = {"opts", "options", "_opts"}
+
+
+def _flat_reads(tree: ast.AST) -> list[str]:
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr in FIELD_PART:
+            holder = node.value
+            name = holder.attr if isinstance(holder, ast.Attribute) else getattr(holder, "id", "")
+            if name in OPTION_HOLDERS:
+                out.append(f"line {node.lineno}: {name}.{node.attr}")
+    return out
+
+
+def test_no_module_reads_a_field_past_its_part():
+    found = {}
+    for path in sorted((ROOT / "harness").rglob("*.py")):
+        hits = _flat_reads(ast.parse(path.read_text(), str(path)))
+        if hits:
+            found[str(path.relative_to(ROOT))] = hits
+    assert not found
+    assert _flat_reads(ast.parse("opts.residues\nself.opts.slots\nopts.measure.residues\n")) == [
+        "line 1: opts.residues", "line 2: opts.slots"]   # the checker sees both forms

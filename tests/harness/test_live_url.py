@@ -235,8 +235,8 @@ def test_options_send_no_request_and_the_session_reads_the_server(lab, tmp_path)
     argv = ["--url", nobody, "--out", str(tmp_path / "a")]
     ns, written = parse_flags(argv)
     opts = build_options(ns, argv, written)
-    assert opts.live.cfg is None and opts.configs == ()
-    assert (opts.isolation, opts.backend) == (IsolationName.LIVE, "live")
+    assert opts.running.live.cfg is None and opts.serving.configs == ()
+    assert (opts.running.isolation, opts.running.backend) == (IsolationName.LIVE, "live")
     assert ns.isolation != IsolationName.LIVE and ns.backend == "local"
     with pytest.raises(CannotRun, match="no server answers"):
         Sweep(opts).check()
@@ -245,9 +245,9 @@ def test_options_send_no_request_and_the_session_reads_the_server(lab, tmp_path)
     sweep = Sweep(opts)
     assert sweep.adapter is None            # nothing read yet
     sweep.check()
-    (cfg,) = sweep.options.configs
+    (cfg,) = sweep.options.serving.configs
     assert cfg.url == lab.url and cfg.method == "mtp" and sweep.adapter.name == "live"
-    assert opts.configs == () and opts.live.cfg is None   # the given options unchanged
+    assert opts.serving.configs == () and opts.running.live.cfg is None   # the given options unchanged
 
 
 def test_a_server_without_tokenize_is_named(tmp_path, tok_dir):

@@ -52,4 +52,4 @@ def test_a_resume_parses_its_line_and_the_runs_command_line_once_each(parses, tm
     resume = ["--resume", run_id, "--out", str(tmp_path), "--slots", "3"]
     opts = parse_sweep_argv(resume)
     assert dict(parses) == {tuple(resume): 1, tuple(command): 1}
-    assert opts.resume == run_id and len(opts.slots) == 3 and opts.configs[0].spec == "ngram"
+    assert opts.running.resume == run_id and len(opts.running.slots) == 3 and opts.serving.configs[0].spec == "ngram"

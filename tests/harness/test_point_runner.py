@@ -67,7 +67,7 @@ def make_point(tmp_path: Path, tok_dir: Path, *extra: str) -> tuple[object, obje
     argv = ["--engine", "cmd", "--model", str(tok_dir), "--server-cmd", TEMPLATE,
             "--context", "800", "--residues", "7", "--out", str(tmp_path), *extra]
     opts = build_options(sweep_parser().parse_args(argv), argv)
-    adapter = make_adapter(opts.engine, opts.server_cmd)
+    adapter = make_adapter(opts.serving.engine, opts.serving.server_cmd)
     plan = plan_points(opts, adapter)
     return opts, adapter, plan.points[0]
 
@@ -136,7 +136,7 @@ def test_clean_point_is_ok_on_both_phases(tmp_path, tok_dir):
     assert [recs[p]["verdict"] for p in ("cold", "self-hit")] == ["ok", "ok"]
     assert recs["self-hit"]["computed_tail"] == point.residue
     assert recs["cold"]["engine_version"] == "fake-1" and recs["cold"]["model"] == "fake-model"
-    assert len(sent) == 2 and sent[0]["max_tokens"] == opts.max_tokens
+    assert len(sent) == 2 and sent[0]["max_tokens"] == opts.measure.max_tokens
     assert set(timing) == {"boot", "requests", "teardown", "point"}
 
 

@@ -170,7 +170,7 @@ def test_build_options_rejects_passage_for_a_case_without_expected(tmp_path):
         build_options(sweep_parser().parse_args(argv), argv)
     argv += ["--reference", "cold"]
     opts = build_options(sweep_parser().parse_args(argv), argv)
-    assert [c.id for c in opts.cases] == ["q"] and opts.prompts == path
+    assert [c.id for c in opts.measure.cases] == ["q"] and opts.measure.prompts == path
 
 
 README_PROMPTS = ("sweep --prompts examples/prompts/chat.jsonl --case chat-release-notes "
@@ -187,14 +187,14 @@ def test_the_readme_shows_the_done_when_command_and_its_reruns_name_the_case():
     assert README_PROMPTS in (ROOT / "README.md").read_text()
     argv = shlex.split(README_PROMPTS)[1:]
     opts = build_options(sweep_parser().parse_args(argv), argv)
-    assert [c.id for c in opts.cases] == ["chat-release-notes"]
-    assert opts.cases[0].pad_index == 3 and opts.cases[0].messages[0]["role"] == "system"
+    assert [c.id for c in opts.measure.cases] == ["chat-release-notes"]
+    assert opts.measure.cases[0].pad_index == 3 and opts.measure.cases[0].messages[0]["role"] == "system"
     plan = plan_points(opts, make_adapter("lab", None))
     assert len(plan.points) == 128
     for point in (plan.points[4], plan.points[127]):
         again_argv = shlex.split(point.rerun)[1:]
         again = build_options(sweep_parser().parse_args(again_argv), again_argv)
-        assert [c.id for c in again.cases] == [point.case] and again.residues == str(point.residue)
+        assert [c.id for c in again.measure.cases] == [point.case] and again.measure.residues == str(point.residue)
         (one,) = plan_points(again, make_adapter("lab", None)).points
         assert (config_id(one.cfg), one.case, one.residue) == point.key[:3] and one.key == point.key
         assert one.plan.messages == point.plan.messages

@@ -152,7 +152,7 @@ def test_explain_takes_the_cache_dir_to_every_rung(tmp_path):
                          runners_for=lambda e: ())
     sweep = explain.ExplainSweep(xp)
     assert sweep.adapter.cache_dir == cache.resolve()
-    assert sweep.options.cache_dir == cache
+    assert sweep.options.serving.cache_dir == cache
 
 
 @pytest.mark.slow   # a parent sweep, then a ladder of lab servers

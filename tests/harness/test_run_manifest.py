@@ -130,7 +130,7 @@ def test_the_driver_writes_a_run_manifest(tmp_path: Path):
 
     argv = ["--residues", "3,4", "--phases", "cold,warm"]
     opts = build_options(sweep_parser().parse_args(argv), argv)
-    adapter = make_adapter(opts.engine, opts.server_cmd)
+    adapter = make_adapter(opts.serving.engine, opts.serving.server_cmd)
     store = ResultStore(tmp_path, "run-m")
     driver = Driver(opts, adapter, store, plan_points(opts, adapter),
                     links={"explains": {"run_id": "parent"}})

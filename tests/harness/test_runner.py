@@ -32,19 +32,19 @@ def options(argv):
 
 def test_runner_is_a_matrix_axis_that_reaches_the_launch_env(tmp_path):
     opts = options(["--engine", "vllm", "--model", str(tmp_path), "--runner", "v1,v2,auto"])
-    assert [c.runner for c in opts.configs] == ["v1", "v2", "auto"]
-    assert len({config_id(c) for c in opts.configs}) == 3
+    assert [c.runner for c in opts.serving.configs] == ["v1", "v2", "auto"]
+    assert len({config_id(c) for c in opts.serving.configs}) == 3
     adapter = VllmAdapter()
-    envs = [adapter.command(c, 8000, opts.slots[0])[1] for c in opts.configs]
+    envs = [adapter.command(c, 8000, opts.running.slots[0])[1] for c in opts.serving.configs]
     assert [e.get("VLLM_USE_V2_MODEL_RUNNER") for e in envs] == ["0", "1", None]
-    assert "runner=v2" in opts.configs[1].label() and "runner" not in opts.configs[2].label()
+    assert "runner=v2" in opts.serving.configs[1].label() and "runner" not in opts.serving.configs[2].label()
     # the rerun spelling reparses to the same point
     from harness.settings.flags import rerun_command
-    line = rerun_command(opts, opts.configs[0], 4, 128)
+    line = rerun_command(opts, opts.serving.configs[0], 4, 128)
     assert "--runner v1" in line
     again = options(shlex.split(line)[1:])
-    assert [config_id(c) for c in again.configs] == [config_id(opts.configs[0])]
-    assert "--runner" not in rerun_command(opts, opts.configs[2], 4, 128)
+    assert [config_id(c) for c in again.serving.configs] == [config_id(opts.serving.configs[0])]
+    assert "--runner" not in rerun_command(opts, opts.serving.configs[2], 4, 128)
 
 
 def test_the_lab_has_one_runner(cli):

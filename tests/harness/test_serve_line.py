@@ -106,23 +106,23 @@ def test_the_sweep_takes_the_lines_configuration(tmp_path, fresh_cache, monkeypa
     model.mkdir()
     line = VLLM_LINE.replace("/models/q", str(model))
     opts = options_from_argv(["--serve", line, "--residues", "3,4"])
-    (cfg,) = opts.configs
-    assert (opts.engine, cfg.model, cfg.spec, cfg.draft_tokens, cfg.cudagraph_mode,
+    (cfg,) = opts.serving.configs
+    assert (opts.serving.engine, cfg.model, cfg.spec, cfg.draft_tokens, cfg.cudagraph_mode,
             cfg.block_size, cfg.prefix_match_unit, cfg.max_model_len, cfg.patches) == \
         ("vllm", str(model), "ngram", 3, "FULL_AND_PIECEWISE", 128, 128, 8192, "none")
-    assert [s.id for s in opts.slots] == ["gpu0+1"]     # -tp 2: one group of two
+    assert [s.id for s in opts.running.slots] == ["gpu0+1"]     # -tp 2: one group of two
     from harness.residue_sweep import adapter_for
     adapter = adapter_for(opts)
-    argv, env = adapter.command(cfg, 9000, opts.slots[0])
+    argv, env = adapter.command(cfg, 9000, opts.running.slots[0])
     assert argv.count("-tp") == 1 and "--tensor-parallel-size" not in argv
     assert "--enable-prompt-tokens-details" in argv and env["RESIDUE_LAB_PATCHES"] == "none"
     assert "--enable-sleep-mode" in adapter.for_isolation("restore").command(
-        cfg, 9000, opts.slots[0])[0]
+        cfg, 9000, opts.running.slots[0])[0]
     # the rerun line parses back to the same configuration
     from harness.settings.flags import rerun_command
     again = options_from_argv(shlex.split(rerun_command(opts, cfg, 4, 128))[1:])
-    assert [config_id(c) for c in again.configs] == [config_id(cfg)]
-    assert [s.id for s in again.slots] == ["gpu0+1"]
+    assert [config_id(c) for c in again.serving.configs] == [config_id(cfg)]
+    assert [s.id for s in again.running.slots] == ["gpu0+1"]
     with pytest.raises(UsageError, match="--cudagraph PIECEWISE contradicts the line"):
         options_from_argv(["--serve", line, "--cudagraph", "PIECEWISE"])
     with pytest.raises(UsageError, match="groups of 2"):
@@ -141,7 +141,7 @@ def test_vllms_spellings_of_the_sweeps_flags():
     theirs = options_from_argv(["--compilation-config", '{"cudagraph_mode": "FULL"}',
                                 "--speculative-config", '{"method": "dflash"}',
                                 "--enable-prefix-caching"])
-    assert [config_id(c) for c in theirs.configs] == [config_id(c) for c in ours.configs]
+    assert [config_id(c) for c in theirs.serving.configs] == [config_id(c) for c in ours.serving.configs]
     with pytest.raises(UsageError, match="-cc: not JSON"):
         vllm_spellings(["-cc", "FULL"])
 

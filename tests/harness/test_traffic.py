@@ -98,7 +98,7 @@ def run_phases(tmp_path, tok_dir, isolation: str, metrics, text=None):
     """One point's phases through ``PointRunner`` on a server answering ``metrics()`` at
     each /metrics scrape, each chat with ``text`` (the passage by default)."""
     opts, adapter, point = make_point(tmp_path, tok_dir)
-    opts = dataclasses.replace(opts, isolation=isolation)
+    opts = opts.replace(isolation=isolation)
     hit = point.plan.target_len - point.residue
 
     def handler(request: httpx.Request) -> httpx.Response:

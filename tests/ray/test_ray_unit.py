@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from types import SimpleNamespace
 
 import psutil
 import pytest
@@ -20,10 +21,11 @@ from tests.conftest import wait_for as _wait_for
 REAPER = ROOT / "harness" / "backends" / "_reaper.py"
 
 
-class _Opts:
-    def __init__(self, engine: str, gpus: str | None = None):
-        self.engine = engine
-        self.slots = parse_slots(None, gpus, adapter_class(engine).default_slots())
+def _Opts(engine: str, gpus: str | None = None):
+    """What task_resources reads of the options: the engine and the slots."""
+    return SimpleNamespace(
+        serving=SimpleNamespace(engine=engine),
+        running=SimpleNamespace(slots=parse_slots(None, gpus, adapter_class(engine).default_slots())))
 
 
 
@@ -138,7 +140,7 @@ def test_lost_twice_is_infra_on_every_phase_and_once_is_a_retry_elsewhere(tmp_pa
 
     argv = ["--backend", "ray", "--residues", "3", "--phases", "cold,warm,self-hit"]
     opts = build_options(sweep_parser().parse_args(argv), argv)
-    adapter = make_adapter(opts.engine, opts.server_cmd)
+    adapter = make_adapter(opts.serving.engine, opts.serving.server_cmd)
     store = ResultStore(tmp_path, "run-x")
     sweep = Driver(opts, adapter, store, plan_points(opts, adapter))
     done = []
