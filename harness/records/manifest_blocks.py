@@ -98,18 +98,39 @@ class ConfigEntry(_Block):
 @dataclass(frozen=True)
 class RunBackend(_Block):
     """``RunManifest.backend``: what the backend said of itself (its ``describe()``: ``local``,
-    ``ray``'s cluster, ``live``'s server and request budget) and the launcher's (``prefork``'s
-    fork server); each backend's own keys beyond these in ``extra``."""
+    ``ray``'s cluster, ``live``'s server and request budget) and the launcher's
+    (``run/launchers.py``: ``prefork``'s fork servers); each key only where its backend or
+    launcher writes it."""
 
     backend: str | None = None          # local / ray / live
     slots: int | None = None            # ray, live: the slots it ran on
-    url: str | None = None              # live: the server swept
-    launcher: str | None = None         # prefork (the plain launcher adds nothing)
-    fork_server: bool | None = None     # prefork: whether its fork server came up
+    # live (backends/live.py): the server, the requests sent of the budget, where the key
+    # came from (never the key), what the server said of itself
+    url: str | None = None
+    requests: dict | None = None
+    api_key_from: str | None = None
+    server_report: Any = None
+    # ray (backends/ray.py): the cluster
+    address: str | None = None
+    nodes: int | None = None
+    slot_resource: str | None = None
+    ray_version: str | None = None
+    # prefork (run/launchers.py): its fork server and the parents started beside it
+    launcher: str | None = None
+    fork_server: bool | None = None
+    fork_server_import_s: float | None = None
+    unavailable: str | None = None
+    not_preloaded_cuda: list | None = None
+    optional_failed: list | None = None
+    more_fork_servers: list | None = None   # [{for, import_s}]
+    fork_server_failures: list | None = None
     extra: dict = field(default_factory=dict)
     _keys: tuple | None = _memory()
 
-    ORDER = ("backend", "slots", "url", "launcher", "fork_server")
+    ORDER = ("backend", "slots", "url", "requests", "api_key_from", "server_report",
+             "address", "nodes", "slot_resource", "ray_version", "launcher", "fork_server",
+             "fork_server_import_s", "unavailable", "not_preloaded_cuda", "optional_failed",
+             "more_fork_servers", "fork_server_failures")
     OPTIONAL = frozenset(ORDER)
 
 

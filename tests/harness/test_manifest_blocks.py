@@ -61,8 +61,9 @@ def test_a_key_a_block_does_not_name_survives_at_every_depth():
     assert m.as_dict() == d and json.dumps(m.as_dict()) == json.dumps(d)
     assert m.options.extra == {"note": "x"} and m.options.flags == {"residues": "3"}
     assert m.configs[0].extra == {"more": 1} and m.configs[0].config_label == "k=3"
-    assert (m.backend.backend, m.backend.slots, m.backend.extra) == (
-        "ray", 4, {"nodes": 2, "ray_version": "2.9"})
+    assert (m.backend.backend, m.backend.slots, m.backend.nodes, m.backend.extra) == (
+        "ray", 4, 2, {})
+    assert RunBackend.from_dict({"backend": "x", "new": 1}).extra == {"new": 1}
     assert m.prompts.cases["a"].extra == {"new": 1} and m.prompts.extra == {"v": 2}
     (target,) = m.explains.targets
     assert target.extra == {"later": True} and target.document is None
