@@ -18,7 +18,8 @@ does not name is kept in ``extra``, and ``as_dict()`` gives back exactly what wa
 key order included: the keys a manifest lacked are not added unless set since. Adding a
 key: a field here (default None), a line in docs/records.md's manifest table
 (``tests/harness/test_run_manifest.py`` checks every field is there), and, when it is
-written only when it applies, its name in ``WRITTEN_WHEN_SET``. Bump ``MANIFEST_VERSION``
+written only when it applies, its name in ``WRITTEN_WHEN_SET``; when it holds an object, a
+model in ``manifest_blocks.py`` and a row of ``_BLOCKS``. Bump ``MANIFEST_VERSION``
 only when the meaning of an existing key changes.
 """
 from __future__ import annotations

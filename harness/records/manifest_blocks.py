@@ -9,7 +9,7 @@ attributes (``tests/harness/test_manifest_blocks.py`` checks none indexes one by
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Mapping
+from typing import Any, ClassVar, Mapping, Self
 
 __all__ = ["ConfigEntry", "RunBackend", "CaseFacts", "PromptsBlock", "RunFlags", "RunLink",
            "ExplainRung", "ExplainTarget", "ExplainsLink", "typed_configs"]
@@ -17,9 +17,8 @@ __all__ = ["ConfigEntry", "RunBackend", "CaseFacts", "PromptsBlock", "RunFlags",
 
 class _Block:
     """What every block shares: ``from_dict`` / ``as_dict`` as the module says.
-    ``NESTED``: a key whose value is itself typed: ``(cls, "one")`` a block,
-    ``(cls, "list")`` a list of blocks (a tuple here), ``(cls, "map")`` a mapping of
-    name to block."""
+    ``NESTED``: a key whose value is itself typed: ``(cls, "list")`` a list of blocks (a
+    tuple here), ``(cls, "map")`` a mapping of name to block."""
 
     ORDER: ClassVar[tuple[str, ...]] = ()
     OPTIONAL: ClassVar[frozenset[str]] = frozenset()
@@ -30,7 +29,7 @@ class _Block:
         return bool(self.as_dict())
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]):
+    def from_dict(cls, d: Mapping[str, Any]) -> Self:
         """The block as written: the keys it names typed, the rest in ``extra``."""
         known = {k: _typed(cls.NESTED.get(k), d[k]) for k in cls.ORDER if k in d}
         obj = cls(**known, extra={k: v for k, v in d.items() if k not in cls.ORDER})
@@ -53,8 +52,6 @@ def _typed(nested: tuple[type, str] | None, value: Any) -> Any:
     if nested is None:
         return value
     cls, shape = nested
-    if shape == "one" and isinstance(value, Mapping):
-        return cls.from_dict(value)
     if shape == "list" and isinstance(value, list) and all(isinstance(v, Mapping)
                                                            for v in value):
         return tuple(cls.from_dict(v) for v in value)
