@@ -245,7 +245,7 @@ def prepare(run_ref: str, out_dir: str, *, residue: int | None, phase: str | Non
                          f"beside {path}")
     if manifest.explains:
         raise UsageError(f"{run_ref} is itself an explain run; explain its parent "
-                         f"{manifest.explains.get('run_id')}")
+                         f"{manifest.explained_run}")
     parent_ns, _ = namespace_of(manifest, f"explain {run_ref}")   # its options, else its command line
     if getattr(parent_ns, "serve", None):   # a rung changes a flag; the line has them all
         raise UsageError(f"sweep explain {run_ref}: the run swept a --serve line, whose "
@@ -305,12 +305,11 @@ def check_resume(xp: ExplainPlan, run_id: str, out_dir: str) -> None:
         manifest = run_manifest_for(resolve_results(run_id, out_dir)) or RunManifest()
     except StoreError as e:
         raise UsageError(f"--resume {run_id}: {e}") from None
-    block = manifest.explains or {}
-    if block.get("run_id") != xp.parent_run:
+    parent = manifest.explained_run   # set: manifest.explains is an ExplainsLink
+    if parent != xp.parent_run:
         raise UsageError(f"--resume {run_id}: not an explain run of {xp.parent_run}"
-                         + (f" (it explains {block['run_id']})" if block.get("run_id") else ""))
-    then = [(t.get("config_id"), t.get("residue"), t.get("document"))
-            for t in block.get("targets", [])]
+                         + (f" (it explains {parent})" if parent else ""))
+    then = [(t.config_id, t.residue, t.document) for t in manifest.explains.targets or ()]
     now = [(t.config_id, t.residue, t.document) for t in xp.targets]
     if then != now:
         raise UsageError(f"--resume {run_id}: it explained other cells ({len(then)}) than "

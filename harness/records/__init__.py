@@ -12,6 +12,9 @@ check that a file is one (no machinery: nothing here starts, asks or judges).
 - ``run_timing.py``    ``RunTiming``, ``RunPlan``: the manifest's ``timing`` and ``plan`` typed
 - ``gate_block.py``    ``BaselineBlock`` / ``GateCell`` / ``StillBroken``: the manifest's
   ``baseline`` block typed
+- ``manifest_blocks.py`` the manifest's other blocks typed: ``configs`` (``ConfigEntry``),
+  ``backend`` (``RunBackend``), ``prompts`` (``PromptsBlock``, ``CaseFacts``), ``options``
+  (``RunFlags``), ``explains`` and the other links (``ExplainsLink``, ``RunLink``)
 - ``recordkeys.py``    a record's cell: configuration, case, residue, phase, document; the
   latest of each cell, the reference cells, the verdicts per node
 - ``record_check.py``  is this file a results file? every line checked before it is read

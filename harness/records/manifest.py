@@ -5,7 +5,10 @@ versioned: ``RunManifest`` mirrors what ``records/phase_record.PhaseRecord`` is 
 and updates its attributes as the run goes (``plan``, ``ended_at``, ``timing``,
 ``exit_code``, ...); ``store.ResultStore.write_manifest`` writes ``as_dict()``. Every
 reader (the report, ``sweep explain``, ``--resume``, the flags read back) reads
-attributes, not keys, and takes a manifest as read or typed (``as_manifest``).
+attributes, not keys, and takes a manifest as read or typed (``as_manifest``); its blocks
+are typed too (``gate_block.py``, ``run_timing.py``, ``manifest_blocks.py``: the
+configurations, the backend, the prompts, the options, the links), a block whose value is
+not the JSON object it should be is kept as read.
 
 ``MANIFEST_VERSION`` is written into every new manifest; a manifest without it is a
 version-1 manifest (everything written before the field existed, the committed archives
@@ -15,7 +18,8 @@ does not name is kept in ``extra``, and ``as_dict()`` gives back exactly what wa
 key order included: the keys a manifest lacked are not added unless set since. Adding a
 key: a field here (default None), a line in docs/records.md's manifest table
 (``tests/harness/test_run_manifest.py`` checks every field is there), and, when it is
-written only when it applies, its name in ``WRITTEN_WHEN_SET``. Bump ``MANIFEST_VERSION``
+written only when it applies, its name in ``WRITTEN_WHEN_SET``; when it holds an object, a
+model in ``manifest_blocks.py`` and a row of ``_BLOCKS``. Bump ``MANIFEST_VERSION``
 only when the meaning of an existing key changes.
 """
 from __future__ import annotations
@@ -26,6 +30,8 @@ from typing import Any, Iterable, Mapping
 
 from ..errors import StoreError
 from .gate_block import BaselineBlock
+from .manifest_blocks import (ConfigEntry, ExplainsLink, PromptsBlock, RunBackend, RunFlags,
+                              RunLink, typed_configs)
 from .run_timing import RunPlan, RunTiming
 
 __all__ = ["MANIFEST_VERSION", "WRITTEN_WHEN_SET", "RunManifest", "manifest_fields",
@@ -47,13 +53,13 @@ class RunManifest:
     run_id: str | None = None
     manifest_version: int = MANIFEST_VERSION
     command: str | None = None            # argv as a shell line, ``sweep`` first
-    options: dict | None = None           # settings/flag_manifest.flags_json (versioned)
+    options: RunFlags | None = None       # settings/flag_manifest.flags_json (versioned)
     harness_version: str | None = None
     engine: str | None = None
     host: str | None = None
     started_at: str | None = None
     ended_at: str | None = None           # null while running / when interrupted
-    configs: list | None = None           # [{config_id, config_label, config}]
+    configs: tuple[ConfigEntry, ...] | None = None   # [{config_id, config_label, config}]
     residues: list | None = None
     modulus: Any = None                   # an int, or "auto"
     phases: list | None = None
@@ -70,11 +76,11 @@ class RunManifest:
     launcher: str | None = None
     cache_dir: str | None = None          # --cache-dir
     auto_sample: Any = None               # --isolation auto
-    explains: dict | None = None          # sweep explain: the parent run (a link)
-    prompts: dict | None = None           # --prompts: {file, cases}
+    explains: ExplainsLink | None = None  # sweep explain: the parent run (a link)
+    prompts: PromptsBlock | None = None   # --prompts: {file, cases}
     plan: RunPlan | None = None           # {points, by_config: {config_id: {pass: n}}}
     wall_s: float | None = None
-    backend: dict | None = None           # the backend's describe() (+ the launcher's)
+    backend: RunBackend | None = None     # the backend's describe() (+ the launcher's)
     timing: RunTiming | None = None       # run/driver.timing_summary, typed
     baseline: BaselineBlock | None = None   # --baseline: publish/gate.gate_block (typed)
     # every key of a manifest read that this model does not name (another link, a
@@ -90,10 +96,18 @@ class RunManifest:
         """The run was interrupted, or it started and has no end date (killed)."""
         return bool(self.interrupted or (self.started_at and not self.ended_at))
 
-    def link(self, name: str) -> dict | None:
-        """A link block (``explains``, or one kept in ``extra``) when it is a mapping."""
+    @property
+    def explained_run(self) -> str | None:
+        """The run id an explain run explains (its ``explains`` link; None for any other)."""
+        return self.explains.run_id if isinstance(self.explains, ExplainsLink) else None
+
+    def link(self, name: str) -> RunLink | None:
+        """A link block (``explains``, or one kept in ``extra``, typed as ``RunLink``) when
+        it is one (None for a value that is not a JSON object)."""
         block = getattr(self, name) if name in _NAMES else self.extra.get(name)
-        return block if isinstance(block, dict) else None
+        if isinstance(block, Mapping):
+            return RunLink.from_dict(block)
+        return block if isinstance(block, RunLink) else None
 
     def as_dict(self) -> dict[str, Any]:
         """The manifest as written. One read by ``from_dict`` comes back as it was read
@@ -126,22 +140,30 @@ class RunManifest:
         filled = {f.name: (version if f.name == "manifest_version" else None)
                   for f in manifest_fields() if f.name not in d}
         known = {f.name: d.get(f.name, filled.get(f.name)) for f in manifest_fields()}
-        if isinstance(known["baseline"], Mapping):
-            known["baseline"] = BaselineBlock.from_dict(known["baseline"])
-        if isinstance(known["timing"], Mapping):
-            known["timing"] = RunTiming.from_dict(known["timing"])
-        if isinstance(known["plan"], Mapping):
-            known["plan"] = RunPlan.from_dict(known["plan"])
+        for key, block in _BLOCKS:
+            if isinstance(known[key], Mapping):
+                known[key] = block.from_dict(known[key])
+        known["configs"] = typed_configs(known["configs"])
         m = cls(**known, extra={k: v for k, v in d.items() if k not in _NAMES})
         m._keys, m._filled = tuple(d), filled
         return m
 
 
+# the keys whose value is typed when it is a JSON object (``configs``: a list of them)
+_BLOCKS = (("baseline", BaselineBlock), ("timing", RunTiming), ("plan", RunPlan),
+           ("options", RunFlags), ("backend", RunBackend), ("prompts", PromptsBlock),
+           ("explains", ExplainsLink))
+
+
 def _blocks_written(out: dict[str, Any]) -> dict[str, Any]:
-    """A manifest's typed blocks as their JSON (``baseline``, ``timing``, ``plan``)."""
-    for key, cls in (("baseline", BaselineBlock), ("timing", RunTiming), ("plan", RunPlan)):
-        if isinstance(out.get(key), cls):
-            out[key] = out[key].as_dict()
+    """A manifest's typed blocks as their JSON (``baseline``, ``timing``, ``plan``,
+    ``options``, ``backend``, ``prompts``, ``explains``, ``configs``, a link in ``extra``)."""
+    for key, value in out.items():
+        if isinstance(value, (*(cls for _, cls in _BLOCKS), RunLink)):
+            out[key] = value.as_dict()
+    configs = out.get("configs")
+    if isinstance(configs, tuple) and all(isinstance(c, ConfigEntry) for c in configs):
+        out["configs"] = [c.as_dict() for c in configs]
     return out
 
 

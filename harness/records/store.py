@@ -331,7 +331,7 @@ def linked_runs(results_paths: Iterable[str | Path], link: str) -> list[tuple[Ru
             # an archived run's records are gzipped (reports/h200/results): link those too
             records = next((f for f in (m_path.with_name(stem + s) for s in
                                         (RECORD_SUFFIX, ARCHIVED_SUFFIX)) if f.is_file()), None)
-            if block is not None and block.get("run_id") == parent.run_id \
+            if block is not None and block.run_id == parent.run_id \
                     and records is not None:
                 out.append((m, records))
     return out

@@ -8,6 +8,7 @@ from typing import Iterable
 from ..text.ghmarkdown import code, escape_text
 from ..records.phase_record import PhaseRecord
 from ..records.manifest import RunManifest
+from ..records.manifest_blocks import CaseFacts, PromptsBlock
 from .model import ConfigData, group_configs
 
 __all__ = ["case_groups", "case_note", "case_suffix"]
@@ -31,17 +32,17 @@ def case_note(case: str, manifests: list[RunManifest]) -> str:
     """Where a case came from and what judged it, from the run manifests (empty when no
     manifest describes it)."""
     for m in manifests:
-        prompts = m.prompts or {}
-        facts = (prompts.get("cases") or {}).get(case)
-        if not facts:
+        prompts = m.prompts if isinstance(m.prompts, PromptsBlock) else PromptsBlock()
+        facts = (prompts.cases or {}).get(case)
+        if not isinstance(facts, CaseFacts) or not facts:
             continue
-        judged = ("its `expected` answer" if facts.get("expected")
+        judged = ("its `expected` answer" if facts.expected
                   else f"the run's reference ({escape_text(str(m.reference or '?'))})")
-        lens = [v for v in (facts.get("templated_len") or {}).values() if v]
+        lens = [v for v in (facts.templated_len or {}).values() if v]
         span = (f"; templated length {min(v[0] for v in lens)}–{max(v[1] for v in lens)}"
                 if lens else "")
-        units = sorted({repr(u) for u in (facts.get("pad_unit") or {}).values()})
-        return (f"{code(str(prompts.get('file')) + ':' + str(facts.get('line')))}: padding "
+        units = sorted({repr(u) for u in (facts.pad_unit or {}).values()})
+        return (f"{code(str(prompts.file) + ':' + str(facts.line))}: padding "
                 f"{', '.join(code(u) for u in units)} in "
-                f"{escape_text(str(facts.get('pad')))}{span}; judged by {judged}.")
+                f"{escape_text(str(facts.pad))}{span}; judged by {judged}.")
     return ""

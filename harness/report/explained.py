@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from ..judge import bugb
 from ..records.manifest import RunManifest, as_manifest
+from ..records.manifest_blocks import ExplainRung, ExplainsLink, ExplainTarget
 from ..text.ghmarkdown import bold, code, escape_text, table
 from ..text.plaintext import align_table, display_width, inline_to_plain
 from ..names.verdict import BUG_VERDICTS, CLEAN, EXPLAINED, VerdictName
@@ -141,11 +142,11 @@ class Ladder:
         return out
 
 
-def explains_of(manifest: dict | RunManifest | None) -> dict | None:
-    """The ``explains`` block of an explain run's manifest, as read or typed (None for
-    any other run)."""
+def explains_of(manifest: dict | RunManifest | None) -> ExplainsLink | None:
+    """The ``explains`` block of an explain run's manifest (the manifest as read or
+    typed; None for any other run)."""
     block = as_manifest(manifest).explains if manifest else None
-    return block if isinstance(block, dict) and block.get("run_id") else None
+    return block if isinstance(block, ExplainsLink) and block.run_id else None
 
 
 def ladders(manifest: dict | RunManifest, records: list[PhaseRecord] | list[dict]) -> list[Ladder]:
@@ -160,33 +161,34 @@ def ladders(manifest: dict | RunManifest, records: list[PhaseRecord] | list[dict
     for r in recs:
         key = (r.config_id, r.case_id, r.residue, document_of(r))
         by_point.setdefault(key, {})[r.phase] = r
-    targets = list(block.get("targets") or [])
-    several_docs = len({t.get("document") for t in targets}) > 1 or len(
-        block.get("documents") or ()) > 1
+    targets = [t for t in block.targets or () if isinstance(t, ExplainTarget)]
+    several_docs = len({t.document for t in targets}) > 1 or len(block.documents or ()) > 1
     out = []
     for t in targets:
-        residue = int(t["residue"])
+        residue = int(t.residue)
 
-        def rung(spec: dict) -> Rung:
-            cid = spec.get("config_id")
+        def rung(spec: ExplainRung) -> Rung:
             got: dict[str, PhaseRecord] = {}
-            if cid:
+            if spec.config_id:
                 for (c, case, res, doc), phases in by_point.items():
-                    if (c == cid and res == residue and case == t.get("case_id")
-                            and ("document" not in t or doc == t["document"])):
+                    # a target written before documents (issue 23) matches any
+                    if (c == spec.config_id and res == residue and case == t.case_id
+                            and (t.document is None or doc == t.document)):
                         got = {**phases, **got}
-            return Rung(spec["label"], spec.get("axis", spec["label"]), got, spec.get("note", ""))
+            return Rung(spec.label, spec.label if spec.axis is None else spec.axis, got,
+                        spec.note or "")
 
-        specs = list(t.get("rungs") or [])
-        unchanged = next((rung(s) for s in specs if s["label"] == UNCHANGED), None)
+        specs = [s for s in t.rungs or () if isinstance(s, ExplainRung)]
+        unchanged = next((rung(s) for s in specs if s.label == UNCHANGED), None)
         if unchanged is None:
             continue
         where = ", ".join(x for x in (
-            f"case {t['case_id']}" if t.get("case_id") else "",
-            f"document {t['document']}" if several_docs and "document" in t else "") if x)
-        out.append(Ladder(block["run_id"], t.get("config_label", "?"), residue,
-                          dict(t.get("phases") or {}), unchanged,
-                          [rung(s) for s in specs if s["label"] != UNCHANGED], where))
+            f"case {t.case_id}" if t.case_id else "",
+            f"document {t.document}" if several_docs and t.document is not None else "")
+            if x)
+        out.append(Ladder(block.run_id, "?" if t.config_label is None else t.config_label,
+                          residue, dict(t.phases or {}), unchanged,
+                          [rung(s) for s in specs if s.label != UNCHANGED], where))
     return out
 
 

@@ -28,6 +28,8 @@ from ..names.isolation import AUTO_PASSES, IsolationName
 from ..provenance import harness_version
 from ..server_pool import ServerGroup
 from ..records.manifest import RunManifest
+from ..records.manifest_blocks import (CaseFacts, ConfigEntry, ExplainsLink, PromptsBlock,
+                                       RunBackend, RunFlags, RunLink)
 from ..records.run_timing import RunPlan, RunTiming
 from ..records.store import ResultStore, now_iso
 from .plan import Point, SweepPlan
@@ -141,24 +143,25 @@ class Driver:
     def _check_same_cases(self) -> None:
         """--resume of a --prompts run: the prompt file must still say what it said when
         the run started (a changed case would mix two prompts under one case id)."""
-        started = (self.manifest.prompts or {}).get("cases") or {}
+        prompts = self.manifest.prompts
+        started = (prompts.cases if isinstance(prompts, PromptsBlock) else None) or {}
         for cid, facts in self.plan.cases.items():
             old = started.get(cid)
-            if old is not None and old.get("digest") != facts.get("digest"):
+            if isinstance(old, CaseFacts) and old.digest != facts.get("digest"):
                 raise UsageError(f"--resume {self.run_id}: case {cid!r} of {self.opts.measure.prompts} "
                                  "changed since the run started; start a new run")
 
     def _new_manifest(self) -> RunManifest:
         """The manifest of a run starting now (``plan`` and the end come later)."""
         opts, plan = self.opts, self.plan
-        links = {k: v for k, v in self.links.items() if k != "explains"}
+        links = {k: _typed_link(v) for k, v in self.links.items() if k != "explains"}
         return RunManifest(
             run_id=self.run_id, command=shlex.join(["sweep", *opts.argv]),
-            options=opts.flags or None,
+            options=RunFlags.from_dict(opts.flags) if opts.flags else None,
             harness_version=self.runner_spec.version, engine=opts.serving.engine,
             host=socket.gethostname(), started_at=now_iso(), ended_at=None,
-            configs=[{"config_id": config_id(c), "config_label": c.label(),
-                      "config": c.as_dict()} for c in opts.serving.configs],
+            configs=tuple(ConfigEntry(config_id=config_id(c), config_label=c.label(),
+                                      config=c.as_dict()) for c in opts.serving.configs),
             residues=sorted({p.residue for p in plan.points}),
             modulus=opts.measure.modulus or "auto",
             phases=list(opts.measure.phases), isolation=opts.running.isolation,
@@ -171,9 +174,11 @@ class Driver:
             launcher=opts.serving.launcher,
             cache_dir=str(opts.serving.cache_dir) if opts.serving.cache_dir else None,
             auto_sample=opts.running.auto_sample if opts.running.isolation == IsolationName.AUTO else None,
-            explains=self.links.get("explains"),
+            explains=_typed_link(self.links.get("explains"), ExplainsLink),
             # --prompts: the file and, per case, its line, padding and lengths
-            prompts={"file": opts.measure.prompts, "cases": plan.cases} if opts.measure.prompts else None,
+            prompts=PromptsBlock(file=opts.measure.prompts, cases={
+                cid: CaseFacts.from_dict(f) for cid, f in plan.cases.items()})
+            if opts.measure.prompts else None,
             extra=links)
 
     # -- events from a backend ---------------------------------------------------------
@@ -258,7 +263,8 @@ class Driver:
 
     def finish(self, *, wall: float, interrupted: bool, backend: dict[str, Any]) -> RunManifest:
         """The manifest's end: dates, wall time, the backend's description, timing."""
-        n_slots = backend.get("slots") or len(self.opts.running.slots)
+        described = RunBackend.from_dict(backend)
+        n_slots = described.slots or len(self.opts.running.slots)
         timing = timing_summary(self.counters.timings, n_slots, wall)
         if timing and self.opts.running.isolation == IsolationName.AUTO:
             timing["passes"] = pass_summaries(self.counters.timings, n_slots, wall)
@@ -267,16 +273,22 @@ class Driver:
         if timing and boots:
             timing["boot_split"] = boots
         if self.runner_spec.launcher is not None:
-            backend = {**backend, **self.runner_spec.launcher.describe()}
+            described = RunBackend.from_dict({**backend, **self.runner_spec.launcher.describe()})
         m = self.manifest
         m.ended_at, m.interrupted, m.wall_s = now_iso(), interrupted, round(wall, 3)
-        m.backend, m.timing = backend, RunTiming.from_dict(timing)
+        m.backend, m.timing = described, RunTiming.from_dict(timing)
         self.store.write_manifest(self.manifest)
         return self.manifest
 
     def set_exit_code(self, code: int) -> None:
         self.manifest.exit_code = code
         self.store.write_manifest(self.manifest)
+
+
+def _typed_link(block: Any, cls: type[RunLink] = RunLink) -> Any:
+    """A link block a sweep gives (``Sweep.links``) typed (as given when it is not a
+    mapping, None among them: written as given)."""
+    return cls.from_dict(block) if isinstance(block, dict) else block
 
 
 def timing_summary(timings: list[dict[str, float]], slots: int, wall: float) -> dict[str, float]:

@@ -39,7 +39,7 @@ def resumed_namespace(run_id: str, written: dict[str, Any], manifest: RunManifes
     line wrote; ``UsageError`` for any other flag that differs."""
     if manifest.explains:
         # an explain run's plan is its parent's cells and their rungs, not its options
-        parent = manifest.explains.get("run_id")
+        parent = manifest.explained_run
         raise UsageError(f"--resume {run_id}: an explain run of {parent}; continue it with "
                          f"`sweep explain {parent} --resume {run_id}`")
     ns, run_written = namespace_of(manifest, f"--resume {run_id}")   # its options, else its command line

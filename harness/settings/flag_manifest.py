@@ -12,6 +12,7 @@ from typing import Any, Sequence
 
 from ..errors import UsageError
 from ..records.manifest import RunManifest, as_manifest
+from ..records.manifest_blocks import RunFlags
 from .flags import FLAGS, flag_dest, sweep_parser
 
 __all__ = ["FLAGS_VERSION", "flags_json", "namespace_of", "parse_flags", "explicit_flags"]
@@ -49,26 +50,27 @@ def namespace_of(manifest: RunManifest | dict[str, Any], what: str
     ``UsageError`` (naming ``what``) when neither can be read."""
     manifest = as_manifest(manifest)
     block = manifest.options
+    flags = block.flags if isinstance(block, RunFlags) and isinstance(block.flags, dict) else None
     try:
         typed, written = parse_flags(shlex.split(manifest.command or "")[1:])
     except (ValueError, UsageError) as e:
-        if not (isinstance(block, dict) and isinstance(block.get("flags"), dict)):
+        if flags is None:
             raise UsageError(f"{what}: the manifest's command line cannot be read again "
                              f"({e})") from None
         typed, written = None, {}
-    if not (isinstance(block, dict) and isinstance(block.get("flags"), dict)):
+    if flags is None:
         if not manifest.command:
             raise UsageError(f"{what}: the manifest's command line cannot be read again "
                              "('command')")
         return typed, written
-    if int(block.get("version") or 0) > FLAGS_VERSION:
-        raise UsageError(f"{what}: the manifest's options are version {block['version']}, "
+    if int(block.version or 0) > FLAGS_VERSION:
+        raise UsageError(f"{what}: the manifest's options are version {block.version}, "
                          f"newer than this harness reads ({FLAGS_VERSION}); upgrade it")
     ns = copy.deepcopy(_defaults())
     for f in FLAGS:
         dest = flag_dest(f)
-        if dest in block["flags"]:
-            v = block["flags"][dest]
+        if dest in flags:
+            v = flags[dest]
             default = getattr(ns, dest, None)
             setattr(ns, dest, tuple(v) if isinstance(default, tuple) and v is not None else v)
     for dest in SECRET_DESTS:

@@ -176,13 +176,13 @@ def test_a_sweep_on_two_gpus_and_two_patch_sets_forks_every_server(tmp_path, run
     backend = result.manifest.backend
     # which (GPU, patches) pairs occur depends on which slot takes which point: slot 1
     # takes one at once, so a parent for GPU 1 is always among them
-    more = [m["for"] for m in backend["more_fork_servers"]]
+    more = [m["for"] for m in backend.more_fork_servers]
     assert len(set(more)) == len(more) and any(m.startswith("CUDA_VISIBLE_DEVICES=1") for m in more)
     assert set(more) <= {"CUDA_VISIBLE_DEVICES=1", "RESIDUE_LAB_PATCHES=none",
                          "CUDA_VISIBLE_DEVICES=1, RESIDUE_LAB_PATCHES=none"}, more
     pairs = {(r.slot, r.config["patches"]) for r in result.records}
     assert len(more) == len(pairs) - 1, (more, pairs)
-    assert backend["fork_server_failures"] == []
+    assert backend.fork_server_failures == []
     logs = list((tmp_path / "r").rglob("fork-server*.log"))
     assert len(logs) == 1 + len(more)
     # nothing left: every process the sweep started carries its token (harness.serve.orphans)

@@ -61,7 +61,8 @@ def test_a_new_manifest_carries_its_version_and_leaves_out_what_does_not_apply()
     assert d["manifest_version"] == MANIFEST_VERSION and d["ended_at"] is None
     assert not {"options", "cache_dir", "auto_sample", "explains", "plan", "timing",
                 "baseline"} & set(d)
-    assert list(d)[-1] == "link" and m.link("link") == {"run_id": "p"}
+    assert list(d)[-1] == "link" and m.link("link").run_id == "p"
+    assert m.link("link").as_dict() == {"run_id": "p"} and m.link("nothing") is None
     assert RunManifest.from_dict(d).as_dict() == d
 
 
@@ -147,7 +148,7 @@ def test_the_driver_writes_a_run_manifest(tmp_path: Path):
     driver.set_exit_code(0)
     back = store.read_manifest()
     assert m is driver.manifest and isinstance(back, RunManifest)
-    assert (back.exit_code, back.wall_s, back.backend["backend"], back.interrupted) == (
+    assert (back.exit_code, back.wall_s, back.backend.backend, back.interrupted) == (
         0, 1.5, "local", False)
     assert back.as_dict() == json.loads(store.manifest_path.read_text())
 
