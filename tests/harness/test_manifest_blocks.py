@@ -114,7 +114,7 @@ def test_the_driver_writes_the_blocks_it_wrote_as_dicts(tmp_path: Path):
 
     argv = ["--residues", "3,4", "--phases", "cold"]
     opts = build_options(sweep_parser().parse_args(argv), argv)
-    adapter = make_adapter(opts.engine, opts.server_cmd)
+    adapter = make_adapter(opts.serving.engine, opts.serving.server_cmd)
     store = ResultStore(tmp_path, "run-b")
     explains = {"run_id": "parent", "results": "p.jsonl", "documents": [0],
                 "targets": [{"config_id": "c", "config_label": "k", "residue": 3,
@@ -127,7 +127,7 @@ def test_the_driver_writes_the_blocks_it_wrote_as_dicts(tmp_path: Path):
     driver.start()
     on_disk = json.loads(store.manifest_path.read_text())
     as_dicts = [{"config_id": config_id(c), "config_label": c.label(), "config": c.as_dict()}
-                for c in opts.configs]   # what the driver wrote before the blocks were typed
+                for c in opts.serving.configs]   # what the driver wrote before the blocks were typed
     assert on_disk["configs"] == json.loads(json.dumps(as_dicts, default=str))
     assert on_disk["options"] == opts.flags and "prompts" not in on_disk
     assert on_disk["explains"] == explains and on_disk["golden"] == other
