@@ -38,6 +38,13 @@ FIX = {"abort": "align-publish-after-copy", "rows": "prefill-row-offsets",
        "grid": "mamba-chunk-grid", "phantom": "evict-group-key"}
 
 
+# sweeps an abort-retry point gets to land its abort mid-prefill: on a loaded machine the
+# prefill may end before the pause does (the harness then says invalid, with the reason,
+# never ok); such points are swept again, on fresh servers, as a user would rerun them
+ABORT_TRIES = 3
+RACE_LOST = ("prefill ended", "outside the prefill")
+
+
 def _fixed(patches: str, mechanism: str) -> bool:
     return patches == "all" or FIX[mechanism] in patches.split(",")
 
@@ -82,6 +89,35 @@ def _predict(name: str, patches: str, phases: dict[str, dict]) -> set[str]:
     return {"self-hit"}
 
 
+def _race_lost(recs: list[dict]) -> dict[tuple, set[int]]:
+    """{patches: residues} of abort-retry points whose abort missed the prefill."""
+    out: dict[tuple, set[int]] = defaultdict(set)
+    for r in recs:
+        proof = r.get("history") or {}
+        if r["config"].get("history") == "abort-retry" and not proof.get("proven", True) \
+                and any(w in proof.get("reason", "") for w in RACE_LOST):
+            out[r["config"]["patches"]].add(r["residue"])
+    return out
+
+
+def _aborts_landed(cli, recs: list[dict]) -> list[dict]:
+    """``recs`` with each abort-retry point that lost the race swept again (up to
+    ``ABORT_TRIES`` sweeps in all), its records replacing the lost ones."""
+    key = lambda r: (r["config_id"], r["residue"], r["document_seed"], r["phase"])  # noqa: E731
+    for attempt in range(1, ABORT_TRIES):
+        lost = _race_lost(recs)
+        if not lost:
+            break
+        for i, (patches, residues) in enumerate(lost.items()):
+            out = f"abort-again-{attempt}-{i}"
+            cli.sweep("--slots", "2", "--history", "abort-retry", "--patches", patches,
+                      "--residues", ",".join(map(str, sorted(residues))), *FLAGS, out=out,
+                      reports=None, lab_model=True, timeout=600)
+            again = {key(r): r for r in cli.records(out)}
+            recs = [again.get(key(r), r) for r in recs]
+    return recs
+
+
 def _check(recs: list[dict]) -> dict[str, set]:
     """Every point's verdicts as its proof predicts; returns the broken (history, patches,
     residue, phase) cells seen, per history, for the coverage checks."""
@@ -106,7 +142,7 @@ def test_each_history_finds_its_lab_mechanism_exactly_where_its_proof_says(cli):
     assert proc.returncode in (0, 1), proc.stderr[-3000:]
     recs = cli.records()
     assert len(recs) == 6 * 2 * 6 * 2
-    seen = _check(recs)
+    seen = _check(_aborts_landed(cli, recs))
     risky = {0, 1, 3, 4, 5, 127}
     # where the mechanisms showed, unpatched, and never patched
     assert {(p, r) for p, r, _ in seen["abort-retry"]} == {("none", r) for r in risky}
@@ -130,7 +166,7 @@ def test_each_single_patch_fixes_its_own_mechanism_only(cli):
     assert proc.returncode in (0, 1), proc.stderr[-3000:]
     recs = cli.records()
     assert len(recs) == 3 * 4 * 2 * 2
-    seen = _check(recs)
+    seen = _check(_aborts_landed(cli, recs))
     cells = {(h, p, ph) for h, c in seen.items() for p, _, ph in c}
     # each patch leaves the other mechanisms broken: what each single patch still shows
     assert cells == {
