@@ -4,7 +4,8 @@ from sglang 0.5.12's argument list as extracted from its source
 
 SGLang's import chain (``sglang.srt.server_args`` -> ``sglang.srt.utils.common`` ->
 ``torchvision.io``) needs a torchvision built for CUDA torch: on a CPU box with no CPU
-torchvision wheel it cannot be imported, so the list stands in for the parser there."""
+torchvision wheel it cannot be imported, so the list stands in for the parser there
+(docs/sglang.md says how a CPU box gets an environment where it imports)."""
 from __future__ import annotations
 
 import argparse
@@ -17,10 +18,15 @@ ARGS_FILE = Path(__file__).resolve().parents[1] / "fixtures" / "sglang_0.5.12_se
 TYPES = {"int": int, "float": float, "human_readable_int": int}
 
 
-def real_parser_importable() -> bool:
-    """A real SGLang (a file origin, not a folder named sglang) whose server arguments import."""
+def sglang_installed() -> bool:
+    """A real SGLang on the path: a file origin, not a folder named sglang."""
     spec = importlib.util.find_spec("sglang")
-    if spec is None or spec.origin in (None, "namespace"):
+    return spec is not None and spec.origin not in (None, "namespace")
+
+
+def real_parser_importable() -> bool:
+    """A real SGLang whose server arguments import."""
+    if not sglang_installed():
         return False
     try:
         from sglang.srt.server_args import ServerArgs  # noqa: F401
