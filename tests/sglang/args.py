@@ -37,8 +37,9 @@ def real_parser_importable() -> bool:
 
 def listed_parser(parser_cls=argparse.ArgumentParser) -> argparse.ArgumentParser:
     """A parser with every argument of sglang 0.5.12's ``ServerArgs.add_cli_args``: the
-    same option strings, dests, switches, nargs, literal choices and required flags (types
-    other than the integer and float ones read as strings; SGLang's own action classes as switches)."""
+    same option strings, dests, switches (``--x`` / ``--no-x`` pairs too), nargs, literal
+    choices and required flags (types other than the integer and float ones read as
+    strings; SGLang's own action classes as switches)."""
     parser = parser_cls(prog="sglang serve")
     for arg in json.loads(ARGS_FILE.read_text()):
         kw: dict = {"dest": arg["dest"]}
@@ -46,6 +47,8 @@ def listed_parser(parser_cls=argparse.ArgumentParser) -> argparse.ArgumentParser
         if action == "store_true" or (action and action.endswith("StoreTrueAction")) \
                 or action == "DeprecatedAction":
             kw["action"] = "store_true"
+        elif action == "BooleanOptionalAction":   # --x and --no-x
+            kw["action"] = argparse.BooleanOptionalAction
         else:
             kw["type"] = TYPES.get(arg.get("type"), str)
             for key in ("nargs", "choices", "required"):
