@@ -20,6 +20,8 @@ KEPT = ("type", "action", "nargs", "choices", "required", "dest", "const")
 def _literal(node: ast.AST, key: str):
     if isinstance(node, ast.Name) and key in ("type", "action"):   # int, an action class...
         return node.id
+    if isinstance(node, ast.Attribute) and key in ("type", "action"):   # argparse.X
+        return node.attr
     try:
         return ast.literal_eval(node)
     except ValueError:

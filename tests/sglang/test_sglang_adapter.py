@@ -193,4 +193,19 @@ def test_the_listed_arguments_are_the_installed_sglangs():
     from harness.serve.sglang_adapter import sglang_parser
     import argparse
     real, _ = sglang_parser(argparse.ArgumentParser)
-    assert set(listed_parser()._option_string_actions) <= set(real._option_string_actions)
+    listed = listed_parser()._option_string_actions
+    assert set(listed) == set(real._option_string_actions)
+
+    def shape(a, choices=True):   # what a command line sees (choices: literal ones only)
+        return a.dest, a.nargs, a.required, sorted(a.choices) if choices and a.choices else None
+    assert {o: shape(a) for o, a in listed.items()} == \
+        {o: shape(real._option_string_actions[o], bool(a.choices)) for o, a in listed.items()}
+
+
+def test_sglangs_on_off_pairs_are_switches_in_the_listed_arguments():
+    """argparse.BooleanOptionalAction (e.g. --lora-strict-loading): --x and --no-x, no value
+    (the list once read them as flags taking a value; SGLang's real parser showed it)."""
+    from tests.sglang.args import listed_parser
+    ns = listed_parser().parse_args(["--model-path", "/m", "--no-record-nolora-graph",
+                                     "--lora-strict-loading"])
+    assert ns.record_nolora_graph is False and ns.lora_strict_loading is True
