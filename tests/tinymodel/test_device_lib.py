@@ -87,16 +87,23 @@ def test_dev_summary_keeps_the_verdicts_and_a_boot_failures_root_cause(tmp_path)
     assert "## missing_run" in s and "no report" in s
 
 
-@pytest.mark.slow
-def test_gpu_shapes_on_the_lab_returns_two_files(tmp_path):
-    """benchmarks/gpu_shapes.sh with the lab engine standing in for vLLM: its $OUT is the tgz
-    (with every report inside) and the summary, nothing else (~30 s on a 2-vCPU box)."""
+def _on_the_lab(script: str, tmp_path: Path) -> tuple[subprocess.CompletedProcess, Path]:
+    """A device script run with the lab engine standing in for vLLM (budget 300 s); it must
+    exit 0. Returns the run and its $OUT."""
     out = tmp_path / "out"
-    res = subprocess.run(["bash", "benchmarks/gpu_shapes.sh", "300"], cwd=ROOT,
+    res = subprocess.run(["bash", script, "300"], cwd=ROOT,
                          env={**os.environ, "ENGINE": "lab", "OUT": str(out),
                               "PYTHON": sys.executable, "DEV_WORK": str(tmp_path / "work")},
                          capture_output=True, text=True, timeout=400)
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    return res, out
+
+
+@pytest.mark.slow
+def test_gpu_shapes_on_the_lab_returns_two_files(tmp_path):
+    """benchmarks/gpu_shapes.sh with the lab engine standing in for vLLM: its $OUT is the tgz
+    (with every report inside) and the summary, nothing else (~30 s on a 2-vCPU box)."""
+    res, out = _on_the_lab("benchmarks/gpu_shapes.sh", tmp_path)
     assert sorted(p.name for p in out.iterdir()) == ["shapes.tgz", "shapes_summary.md"]
     reports = {Path(n).parts[1] for n in tarfile.open(out / "shapes.tgz").getnames()
                if n.endswith(".md")}
@@ -113,12 +120,7 @@ def test_gpu_history_on_the_lab_returns_records_reports_and_summary(tmp_path):
     """benchmarks/gpu_history.sh with the lab standing in for vLLM: $OUT is the tgz (both
     reports inside), both records files and the summary with every history's cells (~45 s
     on a 2-vCPU box)."""
-    out = tmp_path / "out"
-    res = subprocess.run(["bash", "benchmarks/gpu_history.sh", "300"], cwd=ROOT,
-                         env={**os.environ, "ENGINE": "lab", "OUT": str(out),
-                              "PYTHON": sys.executable, "DEV_WORK": str(tmp_path / "work")},
-                         capture_output=True, text=True, timeout=400)
-    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    res, out = _on_the_lab("benchmarks/gpu_history.sh", tmp_path)
     assert sorted(p.name for p in out.iterdir()) == [
         "history_ngram.tgz", "history_ngram_fap_all.jsonl.gz", "history_ngram_pw_none.jsonl.gz",
         "history_ngram_summary.md"]
