@@ -23,6 +23,8 @@ per slab or per storage. Torch only; nothing here imports vLLM.
 """
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
 import time
 from dataclasses import dataclass, field
@@ -61,6 +63,12 @@ class Storage:
     def word(self) -> int:
         """The widest word that tiles both the period and the storage."""
         return next(w for w in (8, 4, 2, 1) if self.period % w == 0 and self.nbytes % w == 0)
+
+    @property
+    def page_word(self) -> int:
+        """The widest word that tiles the period, hence the page (a whole number of periods):
+        the width at which a page is summed, written and proven."""
+        return next(w for w in (8, 4, 2, 1) if self.page % w == 0 and self.period % w == 0)
 
 
 def _block_dim(t, num_blocks: int | None) -> int | None:
@@ -260,7 +268,7 @@ def fill_whole(storages: list[Storage], seed: int, tiles: TileCache,
 def _page_sums(s: Storage):
     """Each page's word sum ([blocks], on the device): one read of the pages."""
     import torch
-    w = next(x for x in (8, 4, 2, 1) if s.page % x == 0 and s.period % x == 0)
+    w = s.page_word
     pages = s.flat[: s.blocks * s.page].view(_INT[w]).view(s.blocks, s.page // w)
     return torch.sum(pages, dim=1, dtype=torch.int64), w
 
@@ -285,17 +293,10 @@ def prove(storages: list[Storage], seed: int, tiles: TileCache) -> dict:
         want = tiles.page_sum(s, seed, w)
         wrong.append(got != (want - _MASK if want >= 1 << 63 else want))
     flat_bad = torch.cat(wrong).nonzero().flatten().tolist()        # the one host read
-    starts = [0]
-    for s in storages:
-        starts.append(starts[-1] + s.blocks)
-    by_storage: dict[int, list[int]] = {}
-    bad = []
-    for k in flat_bad:
-        i = next(j for j in range(len(storages)) if k < starts[j + 1])
-        by_storage.setdefault(i, []).append(k - starts[i])
-        bad.append((i, k - starts[i]))
+    starts = list(itertools.accumulate((s.blocks for s in storages), initial=0))
+    bad = [(i, k - starts[i]) for k in flat_bad for i in (bisect.bisect_right(starts, k) - 1,)]
     return {"storages": len(storages), "bytes": sum(s.nbytes for s in storages),
-            "by": "pages", "ok": not bad, "bad_storages": sorted(by_storage),
+            "by": "pages", "ok": not bad, "bad_storages": sorted({i for i, _ in bad}),
             "bad_blocks": sorted({b for _, b in bad})[:64], "bad_pages": len(bad),
             "s": round(time.perf_counter() - t0, 6)}
 
@@ -329,7 +330,7 @@ def restore_blocks(storages: list[Storage], block_ids: Iterable[int], seed: int,
         dev = str(s.flat.device)
         if dev not in index:
             index[dev] = torch.tensor(ids, dtype=torch.int64).to(s.flat.device)
-        w = _INT[next(x for x in (8, 4, 2, 1) if s.page % x == 0)]
+        w = _INT[s.page_word]
         pages = s.flat[: s.blocks * s.page].view(w).view(s.blocks, -1)
         ref = tiles.page(s, seed).view(w)
         # one batched write and one batched proof per storage, as words: the named pages

@@ -27,8 +27,9 @@ boot copy as ``residue_lab_poison``'s ``builders`` region does, proven on the de
 """
 from __future__ import annotations
 
+import functools
 import time
-from typing import Any
+from typing import Any, Iterable
 
 from engine.poison_pattern import AUDIT_EVERY, RESTORE_HOWS as HOWS, seed_of
 from engine.vllm import pool_fill
@@ -45,10 +46,22 @@ READ_BLOCK_FIELDS = frozenset({"scheduled_new_reqs", "scheduled_cached_reqs",
                                "partial_tail_offloads", "num_common_prefix_blocks"})
 
 
+@functools.lru_cache(maxsize=8)
+def _block_fields_of(cls: type) -> tuple[str, ...]:
+    """A dataclass's fields that name blocks and are not read here (once per class, not
+    per step)."""
+    return _unread_names(cls.__dataclass_fields__)
+
+
+def _unread_names(names: Iterable[str]) -> tuple[str, ...]:
+    return tuple(sorted(n for n in names if "block" in n and n not in READ_BLOCK_FIELDS))
+
+
 def _unread_block_fields(scheduler_output: Any) -> list[str]:
-    names = getattr(scheduler_output, "__dataclass_fields__", None) or vars(scheduler_output)
-    return sorted(n for n in names if "block" in n and n not in READ_BLOCK_FIELDS
-                  and getattr(scheduler_output, n, None))
+    cls = type(scheduler_output)
+    names = (_block_fields_of(cls) if hasattr(cls, "__dataclass_fields__")
+             else _unread_names(vars(scheduler_output)))
+    return [n for n in names if getattr(scheduler_output, n, None)]
 
 
 def dirty_ids(scheduler_output: Any) -> set[int]:
