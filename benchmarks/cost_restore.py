@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import time
 from pathlib import Path
-from typing import Any
 
 __all__ = ["PoolKinds", "POOL_FILE", "POOL_METHOD", "pool_in_tree", "KIND_GUESS_S"]
 

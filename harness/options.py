@@ -72,9 +72,8 @@ def build_options(ns: argparse.Namespace, argv: Sequence[str],
     engine = attached.LiveAdapter if live else adapter_class(ns.engine)
     derived = dict(   # the fields a flag does not give as it is
         engine=engine.name, configs=tuple(configs), modulus=modulus, phases=phases,
-        reference=reference, live=live, cases=cases, argv=tuple(argv),
-        flags=flags_json(ns, **_LIVE_FLAGS if live else {}),
-        served_fields=served, serve_line=line, flag_notes=notes,
+        reference=reference, live=live, cases=cases,
+        served_fields=served, serve_line=line,
         slots=live.slots if live else parse_slots(ns.slots, ns.gpus, engine.default_slots()),
         boot_timeout=ns.boot_timeout or engine.boot_timeout_s,
         out=Path(ns.out or DEFAULT_OUT), reports_dir=_reports_dir(ns),
@@ -86,8 +85,8 @@ def build_options(ns: argparse.Namespace, argv: Sequence[str],
         logprobs_default=engine.logprobs_default)
     if live:   # what --url runs; the logprobs default is the server's engine's (connect)
         derived.update(_LIVE_FLAGS, api_key=live.api_key, logprobs=ns.logprobs)
-    opts = SweepOptions(**_parts(ns, derived), flag_notes=derived["flag_notes"],
-                        argv=derived["argv"], flags=derived["flags"])
+    opts = SweepOptions(**_parts(ns, derived), flag_notes=notes, argv=tuple(argv),
+                        flags=flags_json(ns, **_LIVE_FLAGS if live else {}))
     make_backend(opts.running.backend).check(opts)  # e.g. ray without the extra: exit 2, now
     return opts
 

@@ -289,7 +289,7 @@ def _target(run_id: str, parent_ns, combos: list, key: CellKey, cell: dict[str, 
         raise CannotRun(f"run {run_id}: the command line no longer builds configuration "
                         f"{cid} ({rec.config_label}); was it made by another harness version?")
     base = _rung_opts(run, parent_ns, chosen, {})
-    t = Target(cid, rec.config_label or base.configs[0].label(), res,
+    t = Target(cid, rec.config_label or base.serving.configs[0].label(), res,
                cell["phases"], [RungSpec(UNCHANGED, UNCHANGED, base)], doc, case)
     for change in axis_changes(base.serving.configs[0], runners=runners_for(base.serving.engine),
                                ran_on=(rec.config or {}).get("model_runner")):

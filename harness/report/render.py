@@ -8,7 +8,7 @@ from ..text.ghmarkdown import bold, code, escape_text
 from ..text.phrase import plural
 from ..records.manifest import RunManifest, as_manifest, typed_manifests
 from ..records.phase_record import PhaseRecord, typed
-from ..records.recordkeys import cell_key, latest_records, reference_cells
+from ..records.recordkeys import latest_records, reference_cells
 from ..names.verdict import CLEAN
 from ..names.phase import PhaseName, phase_key
 from .auto import agreement_line

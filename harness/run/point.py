@@ -31,7 +31,7 @@ from ..provenance import harness_version
 from ..server_pool import (BootFailure, PortAllocator, ServerProcess, Slot, attempts_said,
                            log_excerpt)
 from ..judge.verdict import judge
-from ..names.verdict import CLEAN, NOT_LONE, UNJUDGED
+from ..names.verdict import CLEAN, NOT_LONE
 from ..names.phase import PhaseName
 from .load import (BackgroundLoad, LoadError, beside_from_log, load_facts, preempted_in_log,
                    server_gauges)
@@ -312,7 +312,6 @@ class PointRunner:
                      client: EngineClient, info: ServerFacts, model: str, templated: int | None,
                      tokenize_error: str | None, cold: PhaseRecord | None):
         """One phase's record, and (verdict, why, log) when the server is gone."""
-        opts = self.opts
         try:
             if phase == PhaseName.WARM:
                 await client.chat(point.plan.warmup_messages, model=model,

@@ -1,8 +1,8 @@
-"""Configurations: one typed sweep request, matrix expansion, residue selection.
+"""Configurations: matrix expansion, residue selection, slots, phases, reference, prompts.
 
-Everything ``sweep`` was asked is validated here into ``SweepOptions`` before anything
-starts; a bad value raises ``UsageError`` with one line naming the flag and what it
-allows. Preset resolution is ``engine.presets.resolve`` (one table for every engine).
+What ``harness/options.build_options`` turns the flags into for ``SweepOptions``
+(``sweep_options.py``) before anything starts; a bad value raises ``UsageError`` with one
+line naming the flag and what it allows. Preset resolution is ``engine.presets.resolve`` (one table for every engine).
 """
 from __future__ import annotations
 
@@ -11,21 +11,19 @@ import hashlib
 import itertools
 import json
 import random
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 from engine.presets import PresetError, ServingConfig, resolve
 
 from ..judge import bugb
 from ..errors import UsageError
-from .flag_values import choices_of, parse_phases, split
+from .flag_values import parse_phases, split
 from .flags import UNSET
 from ..prompts.cases import PromptCase, load_cases, select_cases
 from ..serve.engines import adapter_class
 from ..serve.slots import Slot
 from ..names.engine import EngineName
-from ..names.phase import PHASES, PhaseName
 from ..names.history import history_row, sibling_budget
 from .sweep_options import SweepOptions
 
