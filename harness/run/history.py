@@ -12,6 +12,7 @@ the measured request is always sent, so the record has its answer all the same.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import re
 import uuid
@@ -101,13 +102,12 @@ async def abort_retry(h: HistoryRun) -> Measured:
         request_id=rid, ignore_eos=False))
     first = await watch.wait(lambda e: e.kind in ("chunk", "final") and e.of_send(rid, n),
                              h.timeout, until=task)
-    paused = first is not None and first.kind == "chunk" and await _paused(h.client)
-    task.cancel()   # the hang-up: the server aborts the request (paused: between no steps)
-    await asyncio.gather(task, return_exceptions=True)
-    abort = await watch.wait(lambda e: e.kind in ("abort", "final") and e.of_send(rid, n)
-                             and e is not first, min(h.timeout, 30.0) if first else 0.0)
-    if paused:
-        await h.client.wake_up()
+    async with _scheduling_paused(h.client, first is not None and first.kind == "chunk") \
+            as paused:
+        task.cancel()   # the hang-up: the server aborts the request (paused: between no steps)
+        await asyncio.gather(task, return_exceptions=True)
+        abort = await watch.wait(lambda e: e.kind in ("abort", "final") and e.of_send(rid, n)
+                                 and e is not first, min(h.timeout, 30.0) if first else 0.0)
     aborts = _delta(aborts0, await _aborts(h.client))
     res = await h.ask(request_id=f"{h.tag}-retry")
     sends = (HistorySend("aborted", n, None, rid, "abort"), _sent("retry", res))
@@ -164,14 +164,13 @@ async def sibling(h: HistoryRun) -> Measured:
     lines = max(len(h.point.plan.document.splitlines()), 8)
     s_msgs = await _padded_to(h, INSTRUCTION.format(n=h.answer_lines) + "\n\n"
                               + _other_doc(h, 1, lines) + "\n", h.length)
-    paused = await _paused(h.client)
-    sib_task = asyncio.ensure_future(h.send("sibling", s_msgs))
-    if paused:
-        await _until_waiting(h.client, 1, h.timeout)
-    res_task = asyncio.ensure_future(h.ask(request_id=f"{h.tag}-m"))
-    if paused:
-        await _until_waiting(h.client, 2, h.timeout)
-        await h.client.wake_up()
+    async with _scheduling_paused(h.client) as paused:
+        sib_task = asyncio.ensure_future(h.send("sibling", s_msgs))
+        if paused:
+            await _until_waiting(h.client, 1, h.timeout)
+        res_task = asyncio.ensure_future(h.ask(request_id=f"{h.tag}-m"))
+        if paused:
+            await _until_waiting(h.client, 2, h.timeout)
     sib, res = await asyncio.gather(sib_task, res_task)
     sends = (sib, _sent("measured", res))
     watch.read()
@@ -301,14 +300,23 @@ def _is_send(e: TraceEvent, tag: str, answered_id: str | None) -> bool:
         e.request == answered_id or e.request.startswith(f"{answered_id}-"))
 
 
-async def _paused(client: EngineClient) -> bool:
-    """Scheduling paused (``EngineClient.pause``); False where the server cannot (then the
+@contextlib.asynccontextmanager
+async def _scheduling_paused(client: EngineClient, pause: bool = True):
+    """Scheduling paused (``EngineClient.pause``) inside, resumed on the way out whatever
+    happens there; yields False where not asked or the server cannot pause (then the
     history runs unpaused and its proof says whether it happened all the same)."""
+    paused = False
+    if pause:
+        try:
+            await client.pause()
+            paused = True
+        except ClientError:
+            pass
     try:
-        await client.pause()
-    except ClientError:
-        return False
-    return True
+        yield paused
+    finally:
+        if paused:
+            await client.wake_up()
 
 
 async def _until_waiting(client: EngineClient, n: int, timeout: float) -> None:
