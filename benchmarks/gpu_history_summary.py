@@ -5,21 +5,16 @@ line's computed/of, the sibling's shared step, the evictions, the finding).
 
     python benchmarks/gpu_history_summary.py RECORDS.jsonl[.gz]... [--machine TEXT]
 
-Reads records as written (no harness import beyond the record reader), prints markdown.
+Reads records as written (``harness.records.store.read_jsonl``: raw keys, a torn last line
+skipped), prints markdown.
 """
 from __future__ import annotations
 
 import argparse
-import gzip
-import json
 from collections import defaultdict
 from pathlib import Path
 
-
-def read(path: Path) -> list[dict]:
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt") as f:
-        return [json.loads(line) for line in f if line.strip()]
+from harness.records.store import read_jsonl
 
 
 def combo(r: dict) -> str:
@@ -63,7 +58,7 @@ def main() -> int:
     ap.add_argument("records", nargs="+", type=Path)
     ap.add_argument("--machine", default=None, help="the machine, in words, for the heading")
     a = ap.parse_args()
-    records = [r for p in a.records for r in read(p)]
+    records = [r for p in a.records for r in read_jsonl(p)]
     print(f"# History sweep: {len(records)} records"
           + (f" ({a.machine})" if a.machine else ""))
     print()

@@ -67,8 +67,9 @@ def test_neither_target_was_met(run):
     whole = pool["whole"]
     assert f"{whole[0] * 1e3:.1f}" == "39.3" and f"{whole[0] / pool['limit']:.2f}" == "3.83"
     assert f"{whole[1] * 1e3:.1f}–{whole[2] * 1e3:.1f}" == "38.8–39.7"
-    assert _bench()["once-per-storage fill + proof"][0].startswith("37.195")
-    assert _bench()["once-per-storage fill + proof"][3] == "3.68"
+    fill = _bench()["once-per-storage fill + proof"]
+    assert fill[0].startswith("37.195")
+    assert fill[3] == "3.68"
     dirty, worker = pool["dirty"], pool["dirty_worker"]
     assert f"{dirty[0] * 1e3:.1f}" == "14.8" and f"{worker[0] * 1e3:.1f}" == "8.2"
     pct = f"{100 * dirty[0] / pool['point']:.2f}%"
@@ -106,7 +107,7 @@ def test_the_as_returned_table_differs_only_in_the_two_added_lines():
     assert len(raw) == 89
 
 
-def test_two_runs_make_one_page_with_each_gpu_named(tmp_path, capsys):
+def test_two_runs_make_one_page_with_each_gpu_named(capsys):
     """How a second run (another GPU) goes beside this one: cost_table.py with both."""
     other = ROOT / "reports" / "h200" / "cost"
     args = [str(RECORDS), str(other / "records.jsonl.gz"),
