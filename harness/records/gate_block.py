@@ -126,5 +126,4 @@ class BaselineBlock:
     def from_dict(cls, d: Mapping[str, Any]) -> "BaselineBlock":
         cells = {k: tuple(cell.from_dict(c) for c in d.get(k) or ())
                  for k, cell in _CELLS.items() if k in d}
-        block = _read(cls, {**d, **cells})
-        return block
+        return _read(cls, {**d, **cells})

@@ -145,8 +145,8 @@ class Ladder:
 def explains_of(manifest: dict | RunManifest | None) -> ExplainsLink | None:
     """The ``explains`` block of an explain run's manifest (the manifest as read or
     typed; None for any other run)."""
-    block = as_manifest(manifest).explains if manifest else None
-    return block if isinstance(block, ExplainsLink) and block.run_id else None
+    m = as_manifest(manifest) if manifest else None
+    return m.explains if m is not None and m.explained_run else None
 
 
 def ladders(manifest: dict | RunManifest, records: list[PhaseRecord] | list[dict]) -> list[Ladder]:

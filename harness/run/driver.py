@@ -128,17 +128,16 @@ class Driver:
         """The manifest's ``plan``: points planned in all and per configuration and pass,
         kept up to date as a backend adds points, so a report of an interrupted run can say
         how many of them ran (``--resume`` goes on from the recorded plan)."""
-        by: dict[str, dict[str, int]] = {}
         if isinstance(recorded, RunPlan) and isinstance(recorded.by_config, dict):
             # it counted the confirmations added while the run ran, `added` among them
             by = {cid: dict(n) for cid, n in recorded.by_config.items()}
-        else:
-            for pt in [*planned, *added]:
-                n = by.setdefault(pt.cfg_id, {})
-                iso = pt.isolation or self.opts.running.isolation
-                n[iso] = n.get(iso, 0) + 1
-        self.manifest.plan = RunPlan(points=sum(sum(n.values()) for n in by.values()),
-                                     by_config=by)
+            self.manifest.plan = RunPlan(points=sum(sum(n.values()) for n in by.values()),
+                                         by_config=by)
+            return
+        plan = RunPlan(points=0, by_config={})
+        for pt in [*planned, *added]:
+            plan.add(pt.cfg_id, pt.isolation or self.opts.running.isolation)
+        self.manifest.plan = plan
 
     def _check_same_cases(self) -> None:
         """--resume of a --prompts run: the prompt file must still say what it said when
@@ -263,7 +262,8 @@ class Driver:
 
     def finish(self, *, wall: float, interrupted: bool, backend: dict[str, Any]) -> RunManifest:
         """The manifest's end: dates, wall time, the backend's description, timing."""
-        described = RunBackend.from_dict(backend)
+        launcher = self.runner_spec.launcher
+        described = RunBackend.from_dict({**backend, **(launcher.describe() if launcher else {})})
         n_slots = described.slots or len(self.opts.running.slots)
         timing = timing_summary(self.counters.timings, n_slots, wall)
         if timing and self.opts.running.isolation == IsolationName.AUTO:
@@ -272,8 +272,6 @@ class Driver:
                              self.runner_spec.adapter.boot_stages)
         if timing and boots:
             timing["boot_split"] = boots
-        if self.runner_spec.launcher is not None:
-            described = RunBackend.from_dict({**backend, **self.runner_spec.launcher.describe()})
         m = self.manifest
         m.ended_at, m.interrupted, m.wall_s = now_iso(), interrupted, round(wall, 3)
         m.backend, m.timing = described, RunTiming.from_dict(timing)
