@@ -60,6 +60,12 @@ class Asked:
     def configs(self) -> list[Any]:
         return list(self.configs_of()) if self.configs_of else []
 
+    @cached_property
+    def baseline_unmatched(self) -> str | None:
+        """``flag_facts.baseline_unmatched``, once: its rule's test and line both read it,
+        and it reads the baseline's records."""
+        return facts.baseline_unmatched(self)
+
 
 @dataclass(frozen=True)
 class Rule:
@@ -214,8 +220,8 @@ RULES: tuple[Rule, ...] = (
          lambda a: f"--max-tokens {a.max_tokens} cannot hold the reference: --answer-lines "
                    f"{a.answer_lines} lines are at least {a.answer_lines} tokens; raise "
                    "--max-tokens or lower --answer-lines"),
-    Rule(("--baseline", *facts.MATRIX_FLAGS), lambda a: bool(facts.baseline_unmatched(a)),
-         lambda a: facts.baseline_unmatched(a)),
+    Rule(("--baseline", *facts.MATRIX_FLAGS), lambda a: bool(a.baseline_unmatched),
+         lambda a: a.baseline_unmatched),
     Rule(("--engine", "--model"),
          lambda a: bool(_engine(a)) and _engine(a).needs_model and not a.model and not a.serve,
          lambda a: f"--engine {a.engine} needs --model (a local model directory or HF id)"),
