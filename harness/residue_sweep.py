@@ -58,13 +58,14 @@ def adapter_for(opts: SweepOptions) -> EngineAdapter:
     the running server's (harness/run/live.py)."""
     if opts.running.live:
         return opts.running.live.adapter()
-    serve = opts.serving.serve_line   # --serve: the line, as the options read it
-    adapter = make_adapter(opts.serving.engine, opts.serving.server_cmd, draft_model=opts.serving.draft_model,
-                           extra_args=opts.serving.engine_args, work_dir=opts.outputs.out,
-                           isolation=opts.running.isolation, served_model_name=opts.serving.served_model_name
+    s = opts.serving
+    serve = s.serve_line   # --serve: the line, as the options read it
+    adapter = make_adapter(s.engine, s.server_cmd, draft_model=s.draft_model,
+                           extra_args=s.engine_args, work_dir=opts.outputs.out,
+                           isolation=opts.running.isolation, served_model_name=s.served_model_name
                            or (serve.served_model_name if serve else None),
-                           served_config=opts.serving.served_fields, cache_dir=opts.serving.cache_dir,
-                           poison=opts.serving.poison)
+                           served_config=s.served_fields, cache_dir=s.cache_dir,
+                           poison=s.poison)
     adapter.serve = serve
     if serve is not None and serve.has("--worker-extension-cls"):
         adapter.poison = False   # the line's own extension (vLLM loads one): --poison auto off

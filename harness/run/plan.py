@@ -86,7 +86,7 @@ def plan_points(opts: SweepOptions, adapter: EngineAdapter,
     local tokenizer (a probe server's /tokenize)."""
     if opts.running.live is not None:   # --dry-run of --url: nothing is counted before the run
         raise CannotRun("counted by the running server's /tokenize when the sweep runs")
-    t0 = time.monotonic()
+    m, t0 = opts.measure, time.monotonic()
     points: list[Point] = []
     sampled: dict[str, str | None] = {}
     pad_units: dict[str, str] = {}
@@ -95,7 +95,7 @@ def plan_points(opts: SweepOptions, adapter: EngineAdapter,
     cases: dict[str, dict] = {}
     for cfg in opts.serving.configs:
         cid = config_id(cfg)
-        chosen = choose_residues(opts.measure.residues, cfg, opts.measure.modulus, seed=opts.measure.seed)
+        chosen = choose_residues(m.residues, cfg, m.modulus, seed=m.seed)
         modulus, why, residues, note = (chosen.modulus, chosen.modulus_why, chosen.residues,
                                         chosen.note)
         sampled[cid] = note
@@ -107,27 +107,27 @@ def plan_points(opts: SweepOptions, adapter: EngineAdapter,
                 tokenizers[tdir] = ChatTokenizer.from_dir(tdir)
             counter = tokenizers[tdir].count_many
             line_counts = tokenizers[tdir].line_token_counts
-            key: tuple = (str(tdir), opts.measure.context, modulus)
+            key: tuple = (str(tdir), m.context, modulus)
         elif count_many_for is not None:
             counter = count_many_for(cfg)
             line_counts = None
-            key = ("remote", cid, opts.measure.context, modulus)
+            key = ("remote", cid, m.context, modulus)
         else:
             raise CannotRun(f"no local tokenizer for {cfg.label()} and no server to ask: "
                             "give --model DIR with tokenizer.json")
-        if opts.measure.cases:
+        if m.cases:
             points += _case_points(opts, cfg, cid, modulus, residues, counter, key,
                                    calibrations, cases)
             continue
-        need = opts.measure.context + modulus + opts.measure.max_tokens
+        need = m.context + modulus + m.max_tokens
         if need > cfg.max_model_len:
-            raise PlanError(f"--context {opts.measure.context} + modulus {modulus} + --max-tokens "
-                            f"{opts.measure.max_tokens} exceeds max_model_len {cfg.max_model_len} "
+            raise PlanError(f"--context {m.context} + modulus {modulus} + --max-tokens "
+                            f"{m.max_tokens} exceeds max_model_len {cfg.max_model_len} "
                             f"of {cfg.label()}")
-        for seed, doc_residues in [(s, residues) for s in opts.measure.documents] + extra:
+        for seed, doc_residues in [(s, residues) for s in m.documents] + extra:
             if key + (seed,) not in calibrations:
                 calibrations[key + (seed,)] = calibrate(
-                    counter, opts.measure.context, modulus, answer_lines=opts.measure.answer_lines,
+                    counter, m.context, modulus, answer_lines=m.answer_lines,
                     seed=seed, line_counts=line_counts)
                 check_answer_fits(counter, calibrations[key + (seed,)], modulus, opts, cfg)
             cal = calibrations[key + (seed,)]
@@ -166,25 +166,25 @@ def _case_points(opts: SweepOptions, cfg: ServingConfig, cid: str, modulus: int,
     configuration's counter, every prompt counted, the lengths checked against the server
     (a case too long for max_model_len, or too short for a prefix-cache hit, is a
     ``PlanError`` naming it, before any point runs)."""
-    out = []
+    out, m = [], opts.measure
     unit = hit_unit(cfg.as_dict(), modulus=0)
-    hit_phases = [p for p in opts.measure.phases if p != PhaseName.COLD]
-    for case in opts.measure.cases:
+    hit_phases = [p for p in m.phases if p != PhaseName.COLD]
+    for case in m.cases:
         ckey = key + ("case", case.id)
-        name = f"{opts.measure.prompts}:{case.line}: case {case.id!r}"
+        name = f"{m.prompts}:{case.line}: case {case.id!r}"
         if ckey not in calibrations:
             try:
                 calibrations[ckey] = calibrate_case(case, counter, modulus,
-                                                    limit=cfg.max_model_len - opts.measure.max_tokens)
+                                                    limit=cfg.max_model_len - m.max_tokens)
             except CaseTooLong as e:
                 raise PlanError(f"{name}: {e.tokens} templated tokens + --max-tokens "
-                                f"{opts.measure.max_tokens} exceeds max_model_len {cfg.max_model_len} "
+                                f"{m.max_tokens} exceeds max_model_len {cfg.max_model_len} "
                                 f"of {cfg.label()}") from None
         cal = calibrations[ckey]
         longest = cal.base_len + modulus - 1
-        if longest + opts.measure.max_tokens > cfg.max_model_len:
+        if longest + m.max_tokens > cfg.max_model_len:
             raise PlanError(f"{name}: {longest} templated tokens + --max-tokens "
-                            f"{opts.measure.max_tokens} exceeds max_model_len {cfg.max_model_len} "
+                            f"{m.max_tokens} exceeds max_model_len {cfg.max_model_len} "
                             f"of {cfg.label()}")
         if cfg.prefix_caching and hit_phases and cal.base_len <= unit:
             raise PlanError(f"{name}: {cal.base_len} templated tokens cannot get a prefix-cache "
@@ -200,7 +200,7 @@ def _case_points(opts: SweepOptions, cfg: ServingConfig, cid: str, modulus: int,
         f["templated_len"][cid] = [cal.base_len, longest]
         out += [Point(cfg, cid, p.residue, modulus, p,
                       rerun_command(opts, cfg, p.residue, modulus, case=case.id), case=case.id,
-                      document_seed=opts.measure.seed)
+                      document_seed=m.seed)
                 for p in plans]
     return out
 
@@ -366,22 +366,23 @@ class _BudgetedCounter(RemoteCounter):
 def plan_live(opts: SweepOptions) -> SweepPlan:
     """Every point of the one live configuration, each on its own document."""
     t0 = time.monotonic()
+    m = opts.measure
     target: LiveTarget = opts.running.live
     cfg = opts.serving.configs[0]
     cid = config_id(cfg)
-    chosen = choose_residues(opts.measure.residues, cfg, opts.measure.modulus, seed=opts.measure.seed)
+    chosen = choose_residues(m.residues, cfg, m.modulus, seed=m.seed)
     modulus, why, residues, note = chosen.modulus, chosen.modulus_why, chosen.residues, chosen.note
-    need_len = opts.measure.context + modulus + opts.measure.max_tokens
+    need_len = m.context + modulus + m.max_tokens
     if cfg.max_model_len and need_len > cfg.max_model_len:
-        raise PlanError(f"--context {opts.measure.context} + modulus {modulus} + --max-tokens "
-                        f"{opts.measure.max_tokens} exceeds the server's max_model_len "
+        raise PlanError(f"--context {m.context} + modulus {modulus} + --max-tokens "
+                        f"{m.max_tokens} exceeds the server's max_model_len "
                         f"{cfg.max_model_len}")
     model = opts.serving.served_model_name or target.facts.get("model") or "default"
     counter = _BudgetedCounter(target, model, opts.running.timeout)
     try:
-        cal = calibrate(counter, opts.measure.context, modulus, answer_lines=opts.measure.answer_lines,
+        cal = calibrate(counter, m.context, modulus, answer_lines=m.answer_lines,
                         seed=target.nonce, line_counts=approx_line_counts(counter))
-        per_point = requests_per_point(opts.measure.phases)
+        per_point = requests_per_point(m.phases)
         budget = target.budget
         need = budget.sent + len(residues) * (1 + per_point)
         if need > budget.limit:
