@@ -29,7 +29,8 @@ from ..settings.sweep_options import SweepOptions
 from ..run.driver import Driver
 from ..run.plan import Point
 from ..run.point import PointRunner, Server
-from ..run.auto import (MATRIX_REFERENCES, fresh_twin, late_confirmations, more_servers,
+from ..names.reference import MATRIX_REFERENCES
+from ..run.auto import (fresh_twin, late_confirmations, more_servers,
                         needs_confirmation, settle)
 from ..records.phase_record import PhaseRecord
 from ..records.recordkeys import point_key

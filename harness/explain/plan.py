@@ -20,6 +20,7 @@ from engine.presets import ServingConfig
 
 from ..settings.configs import config_id, expand_matrix, matrix_combos, choose_residues
 from ..settings.sweep_options import SweepOptions
+from ..names.reference import MATRIX_REFERENCES
 from ..serve.cmd_config import declare
 from ..errors import CannotRun, ExitCode, HarnessError, StoreError, UsageError
 from ..settings.flag_manifest import namespace_of
@@ -355,7 +356,7 @@ def ladder_options(xp: ExplainPlan) -> SweepOptions:
     opts = first.replace(configs=tuple(configs.values()), argv=xp.argv,
                          residues=",".join(map(str, residues)), boot_warmup=True,
                          boot_parallel=min(len(first.running.slots), xp.parallel_boots))
-    if opts.measure.reference in ("first", "consensus"):
+    if opts.measure.reference in MATRIX_REFERENCES:
         # first / consensus judge a run's answers against each other after it ends; a rung
         # is one configuration, so it is judged against the answer the parent's matrix
         # reference chose for the same prompt (ExplainSweep.golden; else every clean rung
@@ -387,7 +388,7 @@ class ExplainSweep(Sweep):
         return await _plan(self.xp, self.options, self.adapter, store, self.servers.launcher())
 
     def golden(self) -> dict[tuple, Any] | None:
-        if self.xp.parent_reference in ("first", "consensus"):
+        if self.xp.parent_reference in MATRIX_REFERENCES:
             return parent_golden(read_jsonl_records(self.xp.parent_path))
         return super().golden()
 

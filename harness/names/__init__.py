@@ -9,6 +9,7 @@ isolation or an engine lives in run/, serve/ and backends/ and reads its row her
 - ``phase.py``      ``PHASES`` in run order, ``PhaseName``
 - ``isolation.py``  ``POLICIES``: what each ``--isolation`` value is, ``IsolationName``
 - ``engine.py``     ``ENGINES``: the engines by name, ``EngineName``
+- ``reference.py``  the ``--reference`` words: per answer, matrix (``MATRIX_REFERENCES``), golden
 - ``history.py``    ``HISTORIES`` (the ``--history`` names, what each runs, proves, targets and
   cannot see, what the rule predicts) and ``HistoryProof``, a history's proof in a record.
 """

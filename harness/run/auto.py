@@ -49,12 +49,9 @@ from ..names.isolation import IsolationName
 
 __all__ = ["AUTO_MIN_DOCUMENTS", "rule_neighbourhood", "auto_extra_documents", "auto_passes",
            "needs_confirmation", "fresh_twin", "resume_confirmations", "late_confirmations",
-           "CONFIRMS", "MATRIX_REFERENCES", "CONFIRM_SERVERS", "more_servers", "settle"]
+           "CONFIRMS", "CONFIRM_SERVERS", "more_servers", "settle"]
 
 AUTO_MIN_DOCUMENTS = 2
-# References that judge a run's answers against each other once they are all in: under
-# these a reset point's answers are unjudged as it finishes (run/matrix_reference.py).
-MATRIX_REFERENCES = ("first", "consensus")
 # Why a fresh point of an auto run runs (the record's ``confirms``).
 CONFIRMS = ("not ok on restore", "not ok on reset", "rule neighbourhood", "sample")
 # Fresh servers a non-ok cell of an auto run is measured on, and at most (one more where

@@ -21,6 +21,7 @@ from typing import Any, Callable
 
 from ..settings.configs import config_id
 from ..settings.sweep_options import SweepOptions
+from ..names.reference import MATRIX_REFERENCES
 from ..serve.engines import EngineAdapter
 from ..serve.gpu_info import gpu_record
 from ..errors import UsageError
@@ -253,7 +254,7 @@ class Driver:
         matrix reference, written here, atomically, in place of the records as measured
         (``run/matrix_reference.py``); the driver stays the only writer."""
         records = self.records_so_far()
-        if judge and self.opts.measure.reference in ("first", "consensus"):
+        if judge and self.opts.measure.reference in MATRIX_REFERENCES:
             from .matrix_reference import rejudge
             records = rejudge(records, self.opts.measure.reference,
                               [config_id(c) for c in self.opts.serving.configs])

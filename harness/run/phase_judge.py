@@ -10,6 +10,7 @@ from ..judge.divergence import first_divergence
 from ..judge.verdict import sha1
 from ..names.verdict import CLEAN, UNJUDGED
 from ..names.phase import PhaseName
+from ..names.reference import MATRIX_REFERENCES
 from ..names.isolation import POLICIES
 from ..serve.facts import ServerFacts
 from .golden import golden_answer
@@ -122,7 +123,7 @@ def reference_of(ref: str, golden: dict, point: Point, phase: str, cold: Any,
         if phase == PhaseName.COLD or cold is None or cold.verdict != UNJUDGED:
             return None, None
         return cold.answer or "", cold.token_logprobs
-    if ref in ("first", "consensus"):
+    if ref in MATRIX_REFERENCES:
         return None, None  # judged across the matrix after the run (run/matrix_reference)
     compiled = (info.server_boot or {}).get("compile") or {}
     gold = golden_answer(golden, point, compiled.get("fingerprint"))

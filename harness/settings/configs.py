@@ -25,6 +25,7 @@ from ..serve.engines import adapter_class
 from ..serve.slots import Slot
 from ..names.engine import EngineName
 from ..names.history import history_row, sibling_budget
+from ..names.reference import GOLDEN_PREFIX, MATRIX_REFERENCES, PER_ANSWER_REFERENCES
 from .sweep_options import SweepOptions
 
 __all__ = ["config_id", "modulus_for", "modulus_and_why", "expand_matrix",
@@ -307,11 +308,10 @@ def _check_groups(spelled: str, groups: list[list[str]]) -> None:
 
 
 def parse_reference(reference: str, phases: Sequence[str]) -> str:
-    if reference in ("passage", "cold"):   # cold without a cold phase: flag_checks.RULES
+    # cold without a cold phase: flag_checks.RULES
+    if reference in PER_ANSWER_REFERENCES or reference in MATRIX_REFERENCES:
         return reference
-    if reference in ("first", "consensus"):
-        return reference
-    if reference.startswith("golden:") and len(reference) > len("golden:"):
+    if reference.startswith(GOLDEN_PREFIX) and len(reference) > len(GOLDEN_PREFIX):
         return reference
     raise UsageError(f"--reference: {reference!r} is not valid; allowed: passage, cold, first, "
                      "consensus, golden:RUN")
