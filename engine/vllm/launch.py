@@ -201,8 +201,12 @@ def _engine_flags(cfg: ServingConfig, spec: dict | None, compilation: dict) -> l
         # the chunked-prefill budget: a prompt ends in a final chunk of L mod B tokens
         argv += ["--max-num-batched-tokens", str(int(cfg.max_num_batched_tokens))]
     if getattr(cfg, "num_gpu_blocks", None):
-        # a small KV pool (the evict history): eviction after a few prompts
-        argv += ["--num-gpu-blocks-override", str(int(cfg.num_gpu_blocks))]
+        # a small KV pool (the evict history): eviction after a few prompts; a hybrid's
+        # FULL decode graphs need a state block per sequence (config/compilation.py:
+        # "max_num_seqs (1024) exceeds available Mamba cache blocks" at boot, H100,
+        # 2026-12-06), so no more sequences than the pool has blocks
+        blocks = int(cfg.num_gpu_blocks)
+        argv += ["--num-gpu-blocks-override", str(blocks), "--max-num-seqs", str(blocks)]
     if getattr(cfg, "async_scheduling", None):
         # vllm/engine/arg_utils.py: SchedulerConfig.async_scheduling, a BooleanOptionalAction
         argv.append("--async-scheduling" if cfg.async_scheduling == "on"

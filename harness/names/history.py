@@ -56,9 +56,13 @@ class History:
     chunk_budget: int | None = None      # its servers' --max-num-batched-tokens, if unset
     pool_prompts: float | None = None    # its servers' KV pool in measured prompts, if unset
     # on a real engine (vLLM), whose align-mode state block is the KV block (vLLM 0.26.0
-    # model_executor/models/config.py: mamba_block_size = block_size), the budget in KV
-    # blocks instead of chunk_budget (the lab's state block is 2048 at k = 3)
-    engine_budget_blocks: int | None = None
+    # model_executor/models/config.py: mamba_block_size = block_size), the budget as this
+    # share of the measured context in whole KV blocks instead of chunk_budget (the lab's
+    # state block is 2048 at k = 3). Not one block: vLLM promotes a hybrid's block until
+    # an attention page holds a state page (platforms/interface.py
+    # update_block_size_for_backend: 256 for the tiny hybrid at k = 3) and align mode
+    # asserts block <= budget (config/vllm.py); half a prompt is far above any promotion
+    engine_budget_share: float | None = None
     budget_prompts: int | None = None    # its servers' budget in measured prompts, if unset
     align_mode: bool = False   # its servers run a hybrid's state cache in align mode (the
                                # lab's default is ``all``; vLLM's hybrids run align always)
@@ -76,7 +80,7 @@ HISTORIES: tuple[History, ...] = (
             "the server's trace: a prefill chunk of the aborted request, then its abort line "
             "with 0 < computed < prompt (mid-prefill: the pause lands a step or two after the "
             "first chunk line, so the prompt needs a few chunks: the lab at --context 16384, "
-            "vLLM at a budget of one KV block); the retry's cached_tokens (what the aborted "
+            "vLLM at a budget of half the context in whole KV blocks); the retry's cached_tokens (what the aborted "
             "prefill left cached)",
             "vllm PR #56525 (align-mode state hashes published at schedule time, an abort "
             "before the write); sglang #23392 (cancel + retry)",
@@ -88,7 +92,7 @@ HISTORIES: tuple[History, ...] = (
             "whose abort is proven mid-prefill; align-publish-after-copy or all: clean; MTP / "
             "DFlash drop the last matched block: nothing. Bug B: the retry's final chunk is L "
             "minus its hit, cut by the chunk budget, as the rule line says", False,
-            chunk_budget=ABORT_CHUNK_BUDGET, engine_budget_blocks=1, align_mode=True),
+            chunk_budget=ABORT_CHUNK_BUDGET, engine_budget_share=0.5, align_mode=True),
     History("interleave", "A (the cold phase), then a different document B sharing A's "
             "first half (a whole number of hash units), then A again: the A-B-A pattern",
             "self-hit", "B's cached_tokens: a positive multiple of the hash unit below A's "

@@ -110,8 +110,9 @@ def history_server(cfg: ServingConfig, context: int, max_tokens: int) -> Serving
     changes: dict[str, Any] = {}
     notes = list(cfg.notes)
     budget = row.chunk_budget
-    if row.engine_budget_blocks and cfg.engine != EngineName.LAB:
-        budget = row.engine_budget_blocks * cfg.block_size
+    if row.engine_budget_share and cfg.engine != EngineName.LAB:
+        blocks = int(context * row.engine_budget_share) // cfg.block_size
+        budget = max(blocks, 1) * cfg.block_size
     if row.budget_prompts:
         budget = sibling_budget(row.budget_prompts, context,
                                 cfg.prefix_match_unit or cfg.block_size)

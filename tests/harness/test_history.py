@@ -169,8 +169,10 @@ def test_each_historys_servers_get_their_flags(cli, tmp_path, engine, history, f
     proc = cli.sweep("--dry-run", "--history", history, "--residues", "4", *extra)
     assert proc.returncode == 0, proc.stderr[-2000:]
     server = next(ln for ln in proc.stdout.splitlines() if ln.strip().startswith("server:"))
-    if engine == "vllm" and history == "abort-retry":   # vLLM's state block: one KV block
-        flags = ["--max-num-batched-tokens 128"]
+    if engine == "vllm" and history == "abort-retry":   # half the context, whole blocks
+        flags = ["--max-num-batched-tokens 2048"]   # --context 4096
+    if engine == "vllm" and history == "evict":   # FULL graphs: a state block a sequence
+        flags = [*flags, "--max-num-seqs"]
     for flag in flags:
         assert flag in server, server
     assert f"history={history}" in proc.stdout
@@ -219,3 +221,20 @@ def test_the_pytest_plugins_failure_names_the_history_and_its_proof():
                              records_path=None, manifest=None)
     said = failure_message(result, ["--history", "evict"])
     assert "      history evict: not evicted" in said.splitlines()
+
+
+def test_vllm_abort_budget_clears_the_promoted_hybrid_block_and_splits_the_prompt(tmp_path):
+    """vLLM 0.26.0 on the H100 (2026-12-06) promoted the tiny hybrid's block to 256 at k = 3
+    and refused a budget of one 128-token block ("In Mamba cache align mode, block_size (256)
+    must be <= max_num_batched_tokens (128)"): the abort's budget is half the context in whole
+    blocks, so it clears that block and the prompt still takes several chunks."""
+    model = tmp_path / "model"
+    model.mkdir()
+    for context in (1200, 4096, 16384):
+        opts = options_from_argv(["--engine", "vllm", "--model", str(model), "--history",
+                                  "abort-retry", "--context", str(context),
+                                  "--residues", "4"])
+        cfg = opts.serving.configs[0]
+        budget = cfg.max_num_batched_tokens
+        assert budget % cfg.block_size == 0 and 256 <= budget < context
+        assert context / budget >= 2   # the pause lands mid-prefill: chunks to spare
