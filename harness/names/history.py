@@ -20,7 +20,7 @@ from typing import Any, Mapping
 
 __all__ = ["History", "HISTORIES", "HISTORY_NAMES", "NONE", "history_row", "HistorySend",
            "HistoryProof", "ABORT_CHUNK_BUDGET", "SIBLING_BUDGET_PROMPTS", "sibling_budget",
-           "EVICT_POOL_PROMPTS"]
+           "EVICT_POOL_PROMPTS", "COLD_CONTROL"]
 
 NONE = "none"
 # abort-retry: the chunked-prefill budget its servers get when the sweep sets none: the
@@ -41,6 +41,12 @@ SIBLING_BUDGET_PROMPTS = 2
 # prompt + its answer): room for the measured prompt and one unrelated prompt beside it,
 # so that a few unrelated prompts evict every block of it
 EVICT_POOL_PROMPTS = 2.5
+# next-turn: the role of its cold control, the new turn sent again once the measured send is
+# answered, on an emptied prefix cache (cached_tokens 0 proves it cold): the cold phase
+# answered another prompt (the first turn), and a model trained on single-turn prompts may
+# answer the two-turn one with the first turn's passage even cold (vLLM 0.26.0, the tiny
+# hybrid, H100, 2026-12-06): the passage alone would call that a cache divergence
+COLD_CONTROL = "cold-control"
 
 
 @dataclass(frozen=True)
@@ -139,7 +145,10 @@ HISTORIES: tuple[History, ...] = (
             "phase), then its answer and a new user turn appended; the new turn's "
             "templated length hits the residue (measured in the self-hit phase)",
             "self-hit", "the new turn's templated length by /tokenize; its cached_tokens: a "
-            "hit on the previous turn (> 0) plus a tail",
+            "hit on the previous turn (> 0) plus a tail; then the new turn's cold control "
+            "(sent again on an emptied prefix cache, cached_tokens 0): where it does not "
+            "answer the passage (a model that cannot answer a second turn), or under "
+            "--reference cold, the measured answer is judged against it",
             "the agent / chat pattern: a hit on the previous turn plus a tail",
             "turns whose answer differs from the passage (the next turn is built from it)",
             "the residue is of the new turn's templated length L2; its hit covers the previous "

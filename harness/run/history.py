@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Awaitable, Callable
 
-from ..names.history import HistoryProof, HistorySend, history_row
+from ..names.history import COLD_CONTROL, HistoryProof, HistorySend, history_row
 from ..prompts import INSTRUCTION, PAD_CANDIDATES, document_lines
-from ..serve.client import ChatResult, ClientError, EngineClient
+from ..serve.client import ChatResult, ClientError, EngineClient, ServerError
 from .history_log import LogWatch, TraceEvent
 from .plan import Point
 
@@ -267,7 +267,7 @@ async def next_turn(h: HistoryRun) -> Measured:
         plan, messages=tuple(msgs), target_len=base + m, pad_count=m,
         expected="\n".join(lines[: h.answer_lines]), document="\n".join(lines)))
     res = await h.ask(messages=msgs, request_id=f"{h.tag}-turn2")
-    sends = (_sent("turn-2", res),)
+    sends = (_sent("turn-2", res), await _cold_control(h, msgs))
     if not (res.cached_tokens or 0) > 0:
         return res, h.proof(False, f"the new turn did not hit the previous one (cached_tokens "
                             f"{res.cached_tokens})", sends), point, base + m
@@ -275,6 +275,20 @@ async def next_turn(h: HistoryRun) -> Measured:
                         f"{plan.residue}) after the first turn", sends,
                         finding=f"hit {res.cached_tokens}, tail {base + m - res.cached_tokens}"), \
         point, base + m
+
+
+async def _cold_control(h: HistoryRun, msgs: list[dict[str, str]]) -> HistorySend:
+    """The new turn sent again on an emptied prefix cache, after the measured send (the
+    last phase of its point, so nothing measured comes after it): what this server answers
+    the two-turn prompt cold (``names/history.COLD_CONTROL``; its ``cached_tokens`` 0 proves
+    it cold, ``phase_judge.control_reference`` reads it)."""
+    try:
+        await h.client.reset_prefix_cache()
+    except ServerError as e:   # refused (not served): no control; a gone server is a crash
+        return HistorySend(COLD_CONTROL, extra={"skipped": f"/reset_prefix_cache: {e}"})
+    r = await h.ask(messages=msgs, request_id=f"{h.tag}-turn2-cold")
+    return HistorySend(COLD_CONTROL, r.prompt_tokens, r.cached_tokens, r.request_id,
+                       r.finish_reason, extra={"answer": r.answer or ""})
 
 
 DRIVERS: dict[str, Callable[[HistoryRun], Awaitable[Measured]]] = {

@@ -7,10 +7,11 @@ from __future__ import annotations
 from typing import Any
 
 from ..judge.divergence import first_divergence
-from ..judge.verdict import sha1
+from ..judge.verdict import first_char_difference, sha1
 from ..names.verdict import CLEAN, UNJUDGED
 from ..names.phase import PhaseName
-from ..names.reference import MATRIX_REFERENCES
+from ..names.history import COLD_CONTROL
+from ..names.reference import MATRIX_REFERENCES, PER_ANSWER_REFERENCES
 from ..names.isolation import POLICIES
 from ..serve.facts import ServerFacts
 from .golden import golden_answer
@@ -18,7 +19,8 @@ from .hits import budget_final_chunk, intended_tail, tail_note
 from .plan import Point
 from .traffic import not_lone_reason
 
-__all__ = ["reference_of", "invalid_reason", "not_lone", "cold_by_construction", "measured_fields"]
+__all__ = ["reference_of", "invalid_reason", "not_lone", "cold_by_construction", "measured_fields",
+           "control_reference"]
 
 
 def invalid_reason(point: Point, phase: str, res, templated: int | None, info: ServerFacts,
@@ -132,3 +134,29 @@ def reference_of(ref: str, golden: dict, point: Point, phase: str, cold: Any,
     if gold:
         return gold["text"], gold.get("tokens")
     return point.plan.expected, None
+
+
+def control_reference(ref: str, proof, expected: str | None,
+                      ref_tokens: list | None) -> tuple[str | None, list | None, str]:
+    """(reference, its tokens, what the reason adds) once a history's cold control of the
+    measured prompt is known (next-turn: ``run/history._cold_control``), proven cold by its
+    ``cached_tokens`` 0. Under ``--reference cold`` it is the reference (the cold phase
+    answered another prompt: the first turn). Under ``passage`` it is the reference where
+    it does not answer the passage: the model does not answer this prompt so even cold (a
+    model trained on single-turn prompts copies the first turn's document), and the passage
+    would report the model as a cache divergence. Else nothing changes."""
+    ctl = next((s for s in (proof.sends if proof is not None else ())
+                if s.role == COLD_CONTROL and s.cached_tokens == 0 and "answer" in s.extra),
+               None)
+    if ctl is None or ref not in PER_ANSWER_REFERENCES:
+        return expected, ref_tokens, ""
+    answer = ctl.extra["answer"]
+    if ref == "cold":
+        return answer, None, ("; the reference: the new turn's cold control (the cold phase "
+                              "answered the first turn)")
+    if answer == expected:
+        return expected, ref_tokens, "; the new turn's cold control answers the passage too"
+    at = first_char_difference(answer, expected or "")
+    return answer, None, ("; the reference: the new turn's cold control, which differs from "
+                          f"the passage at char {at} ({answer[:24]!r}, the passage "
+                          f"{(expected or '')[:24]!r}): the model's answer, not the cache's")

@@ -39,7 +39,8 @@ from .history import HistoryRun, drives, pool_tokens, run_history
 from .plan import Point
 from .record_builder import RecordBuilder, timing_record
 from ..records.phase_record import PhaseRecord
-from .phase_judge import invalid_reason, measured_fields, not_lone, reference_of
+from .phase_judge import (control_reference, invalid_reason, measured_fields, not_lone,
+                          reference_of)
 from .prompt_logprobs import canonical, compared
 from .traffic import traffic_facts
 
@@ -341,9 +342,11 @@ class PointRunner:
             dead = ("crash", why, log_excerpt(server.log_path))
             return self._failure(point, slot, phase, "crash", why, dead[2], info,
                                  templated), dead
-        proof, point, templated = hist or (None, point, templated)   # next-turn: its turn
-        rec = self._judged(point, slot, phase, res, tok_per_step(before.spec, after.spec),
-                           info, templated, tokenize_error, cold,
+        proof, measured, templated = hist or (None, point, templated)   # next-turn: its turn
+        # the cold answer is of this prompt only where the history kept it (next-turn: not)
+        same = measured.plan.messages == point.plan.messages
+        rec = self._judged(measured, slot, phase, res, tok_per_step(before.spec, after.spec),
+                           info, templated, tokenize_error, cold if same else None,
                            traffic_facts(before, after), proof)
         rec.history = proof
         if load is not None:
@@ -390,8 +393,9 @@ class PointRunner:
     def _judged(self, point, slot, phase, res, tps, info, templated, tokenize_error,
                 cold, traffic: dict | None = None, proof=None) -> PhaseRecord:
         base = self.records.base(point, slot.id, self.node, phase, info, templated)
-        expected, ref_tokens = reference_of(self.opts.measure.reference, self.golden, point, phase,
-                                            cold, info)
+        ref = self.opts.measure.reference
+        expected, ref_tokens, control = control_reference(
+            ref, proof, *reference_of(ref, self.golden, point, phase, cold, info))
         if (ref_tokens is None and cold is not None and cold.verdict in CLEAN
                 and expected is not None and (cold.answer or "") == expected):
             # the passage has no logprobs; this server's clean cold answer to the same
@@ -399,7 +403,7 @@ class PointRunner:
             ref_tokens = cold.token_logprobs
         j = judge(res.answer, source=point.plan.document, expected=expected,
                   finish_reason=res.finish_reason)
-        verdict, reason = j.verdict, j.reason
+        verdict, reason = j.verdict, j.reason + control
         invalid = invalid_reason(point, phase, res, templated, info, self.opts.running.isolation,
                                  proof)
         if invalid:
