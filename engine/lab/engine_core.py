@@ -78,7 +78,7 @@ class EngineCore:
         self.stale = StaleMemory(self.pool, self.runner, tokenizer)
 
     def add_request(self, req: Request) -> None:
-        self.scheduler.add_request(req)
+        self.scheduler.add_request(req, paused=self.sleep.paused)
 
     def abort(self, req_id: str) -> None:
         self.scheduler.abort(req_id)

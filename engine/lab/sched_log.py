@@ -15,14 +15,18 @@ the shape and the history it meant to exercise (the vLLM plugin's
 - ``aborted request=``, one per abort (client disconnect, sleep's abort mode), with how much
   of the prompt was computed: an abort mid-prefill says ``computed < of``;
 - ``evicted blocks=``, one per allocation that evicted cached blocks, naming the requests
-  that had cached them.
+  that had cached them;
+- ``queued request=``, one per request the scheduler takes into its waiting queue, with the
+  queue's length after it and whether scheduling is paused: the one sign that a request
+  sent while paused (``/sleep?level=0&mode=keep``) has arrived, since /metrics' gauges are
+  published by a step and a paused scheduler steps nothing (vLLM 0.26.0 as the lab).
 """
 from __future__ import annotations
 
 from ._log import log
 
 __all__ = ["FINAL_CHUNK_PREFIX", "CHUNK_PREFIX", "log_final_chunks", "log_chunks",
-           "log_abort", "log_evicted"]
+           "log_abort", "log_evicted", "log_queued"]
 
 FINAL_CHUNK_PREFIX = "final prefill chunk:"
 CHUNK_PREFIX = "prefill chunk:"
@@ -64,3 +68,8 @@ def log_evicted(owners: list[str], request_id: str, step: int) -> None:
     if owners:
         log("INFO", WHERE, f"evicted blocks={len(owners)} from={','.join(sorted(set(owners)))} "
             f"request={request_id} step={step}")
+
+
+def log_queued(req, waiting: int, paused: bool) -> None:
+    log("INFO", WHERE, f"queued request={req.request_id} of={req.num_prompt_tokens} "
+        f"waiting={waiting} paused={int(paused)}")

@@ -22,7 +22,7 @@ from .mamba_chunks import PATCH as CHUNK_GRID, ChunkStateBlocks
 from .metrics import EngineMetrics
 from .model_runner import ModelRunner, RunnerOutput
 from .request import FINISHED, RUNNING, WAITING, Request
-from .sched_log import log_abort, log_chunks, log_evicted
+from .sched_log import log_abort, log_chunks, log_evicted, log_queued
 
 
 def mamba_aligned_chunk(req: Request, start: int, n: int, block: int, hash_unit: int,
@@ -88,11 +88,15 @@ class Scheduler:
     def has_work(self) -> bool:
         return bool(self.waiting or self.running)
 
-    def add_request(self, req: Request) -> None:
+    def add_request(self, req: Request, paused: bool = False) -> None:
+        """Queued; the gauges follow unless scheduling is paused: vLLM publishes them from
+        a step's stats (v1/engine/core.py ``step``), and a paused scheduler steps nothing."""
         self.kvm.update_block_hashes(req)
         self.requests[req.request_id] = req
         self.waiting.append(req)
-        self._gauges()
+        log_queued(req, len(self.waiting), paused)
+        if not paused:
+            self._gauges()
 
     def abort(self, req_id: str) -> None:
         req = self.requests.get(req_id)

@@ -35,6 +35,10 @@ NEXT_TURN_LINES = 12
 EVICT_SEED_BASE = 700_000    # evictors', siblings' and B's documents: seeds no point uses
 EVICT_MAX_SENDS = 48         # evictors sent at most (a pool larger than that is not evicted)
 ABORT_MAX_TOKENS = 16        # the aborted stream's budget (it is cut during its prefill)
+# sibling: the longest scheduling stays paused waiting to see both sends queued, and the
+# share of the request timeout it may take (the sends' own clocks run while they wait)
+QUEUE_WAIT_S, QUEUE_WAIT_SHARE = 10.0, 1 / 3
+QUEUE_POLL_S = 0.05          # how often the log and /metrics are read meanwhile
 
 
 @dataclass
@@ -159,19 +163,12 @@ async def interleave(h: HistoryRun) -> Measured:
 async def sibling(h: HistoryRun) -> Measured:
     """Another cold prefill of the measured prompt's templated length (another document),
     sent first; the measured one sent while it waits; both scheduled in one step (the
-    server's scheduling paused until both wait, where it can pause)."""
+    server's scheduling paused until both are seen queued, where it can pause)."""
     watch = LogWatch(h.log_path)
     lines = max(len(h.point.plan.document.splitlines()), 8)
     s_msgs = await _padded_to(h, INSTRUCTION.format(n=h.answer_lines) + "\n\n"
                               + _other_doc(h, 1, lines) + "\n", h.length)
-    async with _scheduling_paused(h.client) as paused:
-        sib_task = asyncio.ensure_future(h.send("sibling", s_msgs))
-        if paused:
-            await _until_waiting(h.client, 1, h.timeout)
-        res_task = asyncio.ensure_future(h.ask(request_id=f"{h.tag}-m"))
-        if paused:
-            await _until_waiting(h.client, 2, h.timeout)
-    sib, res = await asyncio.gather(sib_task, res_task)
+    sib, res, unseen = await _sent_paused(h, watch, s_msgs)
     sends = (sib, _sent("measured", res))
     watch.read()
     mine = [e for e in watch.seen if _is_send(e, f"{h.tag}-m", res.request_id)]
@@ -195,8 +192,8 @@ async def sibling(h: HistoryRun) -> Measured:
         return res, h.proof(True, "the sibling's final chunk ran beside the measured "
                             "request's prefill (which ended later)", sends, log,
                             finding="shared the sibling's final step"), h.point, h.templated
-    why = ("no final-chunk line of the measured request (no trace)" if final is None
-           else "the measured prefill shared no step with the sibling's")
+    why = unseen or ("no final-chunk line of the measured request (no trace)" if final is None
+                     else "the measured prefill shared no step with the sibling's")
     return res, h.proof(False, why, sends, log), h.point, h.templated
 
 
@@ -333,12 +330,45 @@ async def _scheduling_paused(client: EngineClient, pause: bool = True):
             await client.wake_up()
 
 
-async def _until_waiting(client: EngineClient, n: int, timeout: float) -> None:
-    """Until /metrics shows ``n`` requests waiting (they arrived while paused)."""
+async def _sent_paused(h: HistoryRun, watch: LogWatch, s_msgs) -> tuple[
+        HistorySend, ChatResult, str | None]:
+    """The sibling, then the measured request once the sibling is seen queued, both while
+    scheduling is paused; the pause is lifted once both are seen queued or the wait's
+    bound passed, whichever first, so the sends are answered within their timeout. The
+    third value: why the history is not what was planned (None: both seen queued, or the
+    server cannot pause)."""
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while ((await client.scrape()).waiting or 0) < n and loop.time() < deadline:
-        await asyncio.sleep(LogWatch.POLL_S)
+    deadline = loop.time() + min(QUEUE_WAIT_S, h.timeout * QUEUE_WAIT_SHARE)
+    res_task, seen = None, 0
+    async with _scheduling_paused(h.client) as paused:
+        sib_task = asyncio.ensure_future(h.send("sibling", s_msgs))
+        if not paused or (seen := await _until_queued(h, watch, 1, deadline)) >= 1:
+            res_task = asyncio.ensure_future(h.ask(request_id=f"{h.tag}-m"))
+            if paused:
+                seen = await _until_queued(h, watch, 2, deadline)
+    if res_task is None:   # the sibling never showed: the measured request goes unpaused
+        res_task = asyncio.ensure_future(h.ask(request_id=f"{h.tag}-m"))
+    sib, res = await asyncio.gather(sib_task, res_task)
+    unseen = None if not paused or seen >= 2 else (
+        f"could not see both requests waiting while paused ({seen} of 2 seen queued in "
+        f"{min(QUEUE_WAIT_S, h.timeout * QUEUE_WAIT_SHARE):g} s, by the log's queued lines "
+        "or /metrics' vllm:num_requests_waiting); scheduling resumed")
+    return sib, res, unseen
+
+
+async def _until_queued(h: HistoryRun, watch: LogWatch, n: int, deadline: float) -> int:
+    """How many of this point's sends the server shows queued, polled until ``n`` or the
+    deadline: its log's ``queued request=`` lines (the trace's, written while paused),
+    or /metrics' waiting gauge where the server publishes it while paused (vLLM 0.26.0
+    does not: its gauges come from a step, and a paused scheduler steps nothing)."""
+    loop = asyncio.get_running_loop()
+    while True:
+        watch.read()
+        queued = len({e.request for e in watch.seen if e.kind == "queued" and h.tag in e.request})
+        seen = max(queued, int((await h.client.scrape()).waiting or 0))
+        if seen >= n or loop.time() >= deadline:
+            return seen
+        await asyncio.sleep(QUEUE_POLL_S)
 
 
 async def _padded_to(h: HistoryRun, content: str, target: int) -> list[dict[str, str]]:

@@ -6,6 +6,7 @@ lab (``engine/lab/sched_log.py``) and of vLLM's opt-in trace
     aborted request=<id> computed=<c> of=<L> step=<step>
     evicted blocks=<n> from=<id>,<id> request=<id> step=<step>
     final prefill chunk: request=<id> tokens=<n> prompt=<L> computed=<c> ... prefill_reqs=<p> ...
+    queued request=<id> of=<L> waiting=<n> paused=<0|1>
 
 A send is found by its tag (the harness's ``X-Request-Id``, which vLLM puts into its request
 id) or, where the server named the request itself, by its prompt length (unique per point
@@ -33,15 +34,19 @@ _FINAL = re.compile(r"final prefill chunk: request=(?P<id>\S+) tokens=(?P<tokens
                     r"prompt=(?P<of>\d+) computed=(?P<computed>\d+) batch_reqs=(?P<reqs>\d+) "
                     r"batch_tokens=\d+ decode_reqs=\d+ prefill_reqs=(?P<pre>\d+)")
 
+_QUEUED = re.compile(r"queued request=(?P<id>\S+) of=(?P<of>\d+) waiting=(?P<n>\d+)"
+                     r" paused=(?P<paused>[01])")
+
 
 @dataclass(frozen=True)
 class TraceEvent:
-    kind: str                 # chunk | abort | final | evict
+    kind: str                 # chunk | abort | final | evict | queued
     request: str
     of: int                   # the request's prompt length
     line: str                 # the log line as written (the record keeps it)
-    start: int | None = None  # chunk: first position; abort / final: tokens computed before
-    tokens: int | None = None
+    start: int | None = None  # chunk: first position; abort / final: tokens computed before;
+                              # queued: 1 where scheduling was paused
+    tokens: int | None = None   # queued: the waiting queue's length after it
     step: int | None = None
     prefill_reqs: int | None = None   # final: prefills in the step
     batch: tuple[str, ...] = ()
@@ -65,6 +70,9 @@ def parse_line(line: str) -> TraceEvent | None:
     if m := _EVICT.search(text):   # batch: the requests whose cached blocks were evicted
         return TraceEvent("evict", m["id"], 0, text, tokens=int(m["n"]), step=_int(m["step"]),
                           batch=tuple(b for b in m["from"].split(",") if b))
+    if m := _QUEUED.search(text):   # start: 1 where scheduling was paused
+        return TraceEvent("queued", m["id"], int(m["of"]), text, start=int(m["paused"]),
+                          tokens=int(m["n"]))
     if m := _ABORT.search(text):
         return TraceEvent("abort", m["id"], int(m["of"]), text, start=int(m["computed"]),
                           step=_int(m["step"]))

@@ -199,10 +199,10 @@ def _sibling_step(srv, first: str, measured: str) -> tuple[dict, dict]:
         t = threading.Thread(target=lambda r=rid, c=content: out.__setitem__(r, _answer(srv, c, r)))
         t.start()
         threads.append(t)
-        t0 = time.monotonic()   # queued in this order: the sibling is row 0
-        while srv.counters().get("vllm:num_requests_waiting", 0) < len(threads):
-            assert time.monotonic() - t0 < 30
-            time.sleep(0.005)
+        # queued in this order (the sibling is row 0); as in vLLM 0.26.0 a paused scheduler
+        # publishes no gauge, so the trace's queued line is the sign it arrived
+        _wait_log(srv, rf"queued request=chatcmpl-{rid} of=\d+ waiting={len(threads)} paused=1")
+    assert srv.counters().get("vllm:num_requests_waiting", 0) == 0
     srv.http.post("/wake_up").raise_for_status()
     for t in threads:
         t.join(60)

@@ -51,6 +51,8 @@ def test_install_wraps_the_installed_schedulers_schedule(monkeypatch):
     assert "self.num_computed_tokens" in init and "self.num_prompt_tokens" in init
     orig = mod.Scheduler.schedule
     monkeypatch.setattr(mod.Scheduler, "schedule", orig)   # restored after the test
+    monkeypatch.setattr(mod.Scheduler, "finish_requests", mod.Scheduler.finish_requests)
+    monkeypatch.setattr(mod.Scheduler, "add_request", mod.Scheduler.add_request)
     monkeypatch.delenv(sched_trace.ENV, raising=False)
     assert sched_trace.install() == "off" and mod.Scheduler.schedule is orig
     monkeypatch.setenv(sched_trace.ENV, "1")
@@ -70,6 +72,7 @@ def test_install_wraps_finish_requests_for_the_abort_line(monkeypatch):
     assert "finish_requests" in inspect.getsource(mod.Scheduler)
     monkeypatch.setattr(mod.Scheduler, "schedule", mod.Scheduler.schedule)
     monkeypatch.setattr(mod.Scheduler, "finish_requests", mod.Scheduler.finish_requests)
+    monkeypatch.setattr(mod.Scheduler, "add_request", mod.Scheduler.add_request)
     orig = mod.Scheduler.finish_requests
     monkeypatch.setenv(sched_trace.ENV, "1")
     sched_trace.install()
@@ -86,3 +89,29 @@ def test_install_wraps_finish_requests_for_the_abort_line(monkeypatch):
     except Exception:
         pass
     assert seen == ["aborted request=r computed=512 of=4100 step=" + seen[0].rsplit("=", 1)[1]]
+
+
+def test_install_wraps_add_request_for_the_queued_line(monkeypatch):
+    """--history sibling: a request sent while scheduling is paused (``mode=keep``,
+    ``PauseState.PAUSED_ALL``) reaches ``Scheduler.add_request`` and its waiting queue, but no
+    step runs, so no gauge says so: the queued line, read back as the lab's, does."""
+    from vllm.v1.core.sched import scheduler as mod
+    from vllm.v1.core.sched.interface import PauseState
+    from harness.run.history_log import parse_line
+
+    assert "self.waiting" in inspect.getsource(mod.Scheduler.add_request) or \
+        "_enqueue_waiting_request" in inspect.getsource(mod.Scheduler.add_request)
+    for name in ("schedule", "finish_requests", "add_request"):
+        monkeypatch.setattr(mod.Scheduler, name, getattr(mod.Scheduler, name))
+    orig = mod.Scheduler.add_request
+    monkeypatch.setenv(sched_trace.ENV, "1")
+    sched_trace.install()
+    if getattr(orig, "_residue_lab_trace", False):   # wrapped by an earlier install here
+        orig = orig.__wrapped__
+    assert mod.Scheduler.add_request.__wrapped__ is orig
+    req = SimpleNamespace(request_id="chatcmpl-rl-ab-m-1f", num_prompt_tokens=1152)
+    for state, paused in ((PauseState.PAUSED_ALL, 1), (PauseState.UNPAUSED, 0)):
+        sched = SimpleNamespace(pause_state=state, waiting=[object(), req])
+        e = parse_line(sched_trace.queued_line(sched, req))
+        assert (e.kind, e.request, e.of, e.tokens, e.start) == (
+            "queued", "chatcmpl-rl-ab-m-1f", 1152, 2, paused)

@@ -20,7 +20,13 @@ and, wrapping ``Scheduler.finish_requests`` (where the API server's abort of a
 disconnected client lands, ``RequestStatus.FINISHED_ABORTED``), one per abort of a request
 still held (``aborted request= computed= of= step=``): ``computed`` is the scheduler's
 ``num_computed_tokens`` (under asynchronous scheduling it runs one step ahead of the
-model), so ``computed < of`` says the abort landed mid-prefill.
+model), so ``computed < of`` says the abort landed mid-prefill. Wrapping
+``Scheduler.add_request`` it writes one ``queued request= of= waiting= paused=`` line per
+request taken into the waiting queue: while scheduling is paused
+(``/sleep?level=0&mode=keep``, ``PauseState.PAUSED_ALL``) ``get_num_unfinished_requests``
+is 0, the engine core's busy loop never steps, and /metrics' gauges (published from a
+step's ``SchedulerStats``) stay as they were, so this line is the only sign that a request
+sent while paused has arrived.
 """
 from __future__ import annotations
 
@@ -31,7 +37,7 @@ from typing import Any
 ENV = "RESIDUE_LAB_SCHED_TRACE"
 logger = logging.getLogger("vllm.residue_lab.trace")
 
-__all__ = ["ENV", "install", "trace_lines", "chunk_lines", "abort_lines"]
+__all__ = ["ENV", "install", "trace_lines", "chunk_lines", "abort_lines", "queued_line"]
 
 _step = [0]   # the scheduler steps this process has traced (the lines' ``step=``)
 
@@ -85,6 +91,14 @@ def abort_lines(requests: dict[str, Any], request_ids: Any, step: int) -> list[s
     return out
 
 
+def queued_line(scheduler: Any, request: Any) -> str:
+    """The line of a request the scheduler just queued (the lab's format)."""
+    state = getattr(scheduler, "pause_state", None)
+    paused = state is not None and getattr(state, "name", str(state)) != "UNPAUSED"
+    return (f"queued request={request.request_id} of={int(request.num_prompt_tokens)} "
+            f"waiting={len(scheduler.waiting)} paused={int(paused)}")
+
+
 def install() -> str:
     """Wrap ``Scheduler.schedule`` once in this process; returns what happened."""
     if os.environ.get(ENV) != "1":
@@ -115,6 +129,7 @@ def install() -> str:
     schedule.__wrapped__ = orig  # type: ignore[attr-defined]
     mod.Scheduler.schedule = schedule
     _wrap_finish(mod)
+    _wrap_add(mod)
     return "installed"
 
 
@@ -139,3 +154,22 @@ def _wrap_finish(mod: Any) -> None:
     finish_requests._residue_lab_trace = True  # type: ignore[attr-defined]
     finish_requests.__wrapped__ = orig  # type: ignore[attr-defined]
     mod.Scheduler.finish_requests = finish_requests
+
+
+def _wrap_add(mod: Any) -> None:
+    """``add_request``: the queued line, written once the request is in the queue."""
+    orig = getattr(mod.Scheduler, "add_request", None)
+    if orig is None or getattr(orig, "_residue_lab_trace", False):
+        return
+
+    def add_request(self, request: Any, *args: Any, **kw: Any):
+        out = orig(self, request, *args, **kw)
+        try:
+            logger.info(queued_line(self, request))
+        except Exception:  # a trace must never take the engine down
+            pass
+        return out
+
+    add_request._residue_lab_trace = True  # type: ignore[attr-defined]
+    add_request.__wrapped__ = orig  # type: ignore[attr-defined]
+    mod.Scheduler.add_request = add_request
