@@ -133,3 +133,6 @@ page determinism/cost-m6.md python ../../benchmarks/isolation_cost.py $R/2026120
 # mode, each compiling its own cache, one per k with the candidate pins
 # (bash benchmarks/gpu_bytes_experiment.sh 250 h200a)
 page bytes/summary-h200a.md python ../../benchmarks/gpu_bytes_summary.py bytes/records-h200a.jsonl.gz
+# the same experiment on one H100 80GB HBM3 with h200a's k4-own0 cache carried
+# (bash benchmarks/gpu_bytes_experiment.sh 230 h100b; "h100b" is a third machine, not issue 48's H100 B)
+page bytes/summary-h100b.md python ../../benchmarks/gpu_bytes_summary.py bytes/records-h100b.jsonl.gz
