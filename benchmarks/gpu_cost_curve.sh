@@ -13,13 +13,15 @@
 # of the bundle is unpacked first when _C is missing and .gpu/bundle/b2 was carried.
 # Usage (repository root of the device's copy):
 #   bash benchmarks/gpu_cost_curve.sh [LIMIT_S] [ARGS...]    # ARGS: gpu_cost_curve.py's
-# Issue 51 on one 80 GB H100 or one H200 (the 27B shape alone, no sleep cycles), <= 400 s:
-#   bash benchmarks/gpu_cost_curve.sh 390 --servers 27b@20 --no-sleep --gpu-gib 79
+# Issue 51 on one 80 GB H100 or one H200 (the 27B shape alone, no sleep cycles), <= 570 s:
+#   bash benchmarks/gpu_cost_curve.sh 560 --servers 27b@20 --no-sleep --gpu-gib 79
 # 45.4 GiB of weights + the 20 GiB pool + 4 GiB overhead = 69.4 GiB <= 79 (an H100's
 # 79.1 GiB). The call ends by LIMIT - 10 s: the driver is killed at LIMIT - 15 s and writes
-# by LIMIT - 40 s (333 s after the ~17 s bench). On one H200 (2026-12-06) the boot took
-# 242 s (cold caches), the first point 6 s, the 20 rounds 32 s (reports/h200/cost-restore/);
-# a round the deadline cannot hold is skipped and recorded, never cut.
+# by LIMIT - 40 s (503 s after the ~17 s bench). A point starts only with 85 s left (a first
+# guess of 60 s + 25 s reserve). Cold boots (2026-12-06): 242 s on one H200, then the first
+# point 6 s and the 20 rounds 32 s; 265 s on one H100, where LIMIT 390 (deadline 333 s) left
+# 67 s and no point ran (reports/h200/cost-restore/); a round the deadline cannot hold is
+# skipped and recorded, never cut.
 # The mechanism on a CPU box, the lab engine standing in for every shape (no fills):
 #   ENGINE=lab OUT=/tmp/cc-out PYTHON=python3 bash benchmarks/gpu_cost_curve.sh 120 --points 3
 # (the lab serves the fills' RPCs: every restore kind runs; --in-turn --no-sleep work too)

@@ -1,7 +1,8 @@
-"""Issue 51's first GPU run (reports/h200/cost-restore/, one H200): the claims its README,
-the project README and docs/scale.md make, computed from the archived records and looked up
-in the docs that quote them, so a doc that drifts from the records fails. Dummy weights:
-cost only, no verdicts."""
+"""Issue 51's GPU runs (reports/h200/cost-restore/: the first on one H200, the second in
+run2-h100/ on one H100): the claims its README, the project README, docs/scale.md and
+benchmarks/README.md make, computed from the archived records and looked up in the docs
+that quote them, so a doc that drifts from the records fails. Dummy weights: cost only, no
+verdicts."""
 from __future__ import annotations
 
 import gzip
@@ -20,6 +21,8 @@ HERE = ROOT / "reports" / "h200" / "cost-restore"
 RECORDS, MANIFEST = HERE / "records.jsonl.gz", HERE / "manifest.json"
 PAGE = (HERE / "README.md").read_text()
 DOCS = {name: (ROOT / name).read_text() for name in ("README.md", "docs/scale.md")}
+RUN2 = HERE / "run2-h100"
+BENCH_DOC = (ROOT / "benchmarks" / "README.md").read_text()
 
 
 @pytest.fixture(scope="module")
@@ -29,8 +32,8 @@ def run():
     return recs, manifest, rows, cost_table._pool_row(recs, "27b@20", rows["27b@20"]["point"][0])
 
 
-def _bench() -> dict[str, list[str]]:
-    rows = [ln.split("|")[1:-1] for ln in (HERE / "fill_bench.md").read_text().splitlines()
+def _bench(folder: Path = HERE) -> dict[str, list[str]]:
+    rows = [ln.split("|")[1:-1] for ln in (folder / "fill_bench.md").read_text().splitlines()
             if ln.startswith("| ") and not ln.startswith("| what")]
     return {r[0].strip(): [c.strip() for c in r[1:]] for r in rows}
 
@@ -119,3 +122,135 @@ def test_two_runs_make_one_page_with_each_gpu_named(capsys):
     assert cost_table.main([str(RECORDS), "--manifest", str(MANIFEST),
                             "--manifest", str(MANIFEST)]) == 2
     assert "more --manifest" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def run2():
+    recs, manifest = cost_table.load_files(RUN2 / "records.jsonl.gz", RUN2 / "manifest.json")
+    rows = cost_table.summarize(recs)
+    return recs, manifest, rows, cost_table._pool_row(recs, "27b@20", None)
+
+
+def _run2_docs() -> list[str]:
+    """The docs that quote the second run, their lines joined (a number may wrap)."""
+    return [" ".join(doc.split()) for doc in (DOCS["README.md"], DOCS["docs/scale.md"], BENCH_DOC)]
+
+
+def _section2() -> str:
+    """The README's section on the second run, its lines joined (a number may wrap)."""
+    section = PAGE[PAGE.index("## Second run: one H100"):PAGE.index("## What is left")]
+    return " ".join(section.split())
+
+
+def test_run2_one_h100_cold_boot_and_no_point(run2):
+    """The second run: the fills ran every round, every point was skipped for the deadline."""
+    recs, manifest, rows, pool = run2
+    assert recs and all(r["cost_only"] is True and r["note"] == NOTE for r in recs)
+    assert manifest["deadline_s"] == 333 == 390 - 40 - 17
+    assert round(manifest["wall_s"], 1) == 273.8
+    assert manifest["argv"][-5:] == ["--servers", "27b@20", "--no-sleep", "--gpu-gib", "79"]
+    assert pool["device"] == "NVIDIA H100 80GB HBM3" and list(rows) == ["27b@20"]
+    boot = rows["27b@20"]["boot"]
+    assert round(boot["boot_s"]) == 265 and boot["compile_cache"] == "miss"
+    first = next(r for r in cost_table.load_files(RECORDS, MANIFEST)[0] if r["kind"] == "boot")
+    assert round(first["boot_s"]) == 242 and first["compile_cache"] == "miss"
+    assert round(boot["boot_s"] - first["boot_s"]) == 23
+    stages = [b["stages"] for b in (first, boot)]
+    assert [st["api_server_to_engine_core_s"] for st in stages] == [43, 52]
+    assert [f"{st['init_engine_s']:.1f}" for st in stages] == ["169.8", "183.5"]
+    skips = rows["27b@20"]["skips"]
+    assert len(skips) == 21 and {s["what"] for s in skips} == {"point"}
+    assert skips[0]["why"] == "67 s left, point may take 60.0 s + 25 s reserve"
+    assert not [r for r in recs if r["kind"] == "point"] and rows["27b@20"]["point"] is None
+    # the first point needs 85 s left after the boot: the LIMIT that would have held it
+    assert int(skips[0]["t_s"] + 85 + 40 + 17) + 1 == 408 and 560 - 40 - 17 - 85 == 418
+    (text,) = [(RUN2 / "device" / "timings.txt").read_text()]
+    assert "rc=0 291s (started at 17s)" in text and "rc=0 17s" in text
+    sec = _section2()
+    assert "one NVIDIA H100 80GB HBM3" in sec
+    assert "390 --servers 27b@20 --no-sleep --gpu-gib 79" in sec
+    for want in ("265 s on a cold compile cache", "242 s", "67 s of its 333 s", "85 s",
+                 "all 21 points were skipped", "273.8 s", "291 s", "LIMIT ≥ 408", "6 s of margin",
+                 "LIMIT ≥ 560",
+                 "~418 s", "52 s against 43 s", "183.5 s against 169.8 s", "23 s longer"):
+        assert want in sec, want
+
+
+def test_run2_limit_and_the_fill_target_met(run2):
+    _, _, rows, pool = run2
+    bench = _bench(RUN2)
+    assert f"{pool['pool'] / 2**30:.2f}" == "19.96"
+    assert f"{pool['bw'] / 1e9:,.0f}" == "2,992" and "copy bandwidth 3033 GB/s" in (
+        RUN2 / "fill_bench.md").read_text()
+    limit_ms = [pool["limit"] * 1e3,
+                float(bench["copy bandwidth limit (write + read of the pool)"][0])]
+    assert f"{min(limit_ms):.1f}–{max(limit_ms):.1f} ms" == "14.1–14.3 ms"
+    whole = pool["whole"]
+    assert f"{whole[0] * 1e3:.1f}" == "23.9" and f"{whole[0] / pool['limit']:.2f}" == "1.67"
+    assert f"{whole[1] * 1e3:.1f}–{whole[2] * 1e3:.1f}" == "23.6–24.2" and whole[3] == 20
+    once = bench["once-per-storage fill + proof"]
+    broad = bench["once-per-storage fill + proof (broadcast)"]
+    assert f"{float(once[0]):.1f}" == "21.4" and once[3] == "1.52"
+    assert f"{float(broad[0]):.1f}" == "13.7" and broad[3] == "0.97"
+    old, old_bench = pool["old"], bench["per-view fill + slab proof (old)"]
+    assert f"{old[0]:.3f} ({old[1]:.3f}–{old[2]:.3f})" == "0.292 (0.290–0.295)"
+    assert f"{float(old_bench[0]):.1f}" == "268.3" and old_bench[3] == "18.98"
+    assert f"{rows['27b@20']['fill_gib'][0]:.1f}" == "73.3"
+    page = (RUN2 / "cost_curve.md").read_text()
+    assert page.count("1.67× the bandwidth limit (met: ≤ 2×)") == 1
+    sec = _section2()
+    for want in ("**2,992 GB/s**", "**3,033 GB/s**", "**14.1–14.3 ms**", "its proof: 23.9 ms**",
+                 "(23.6–24.2", "**1.67× the limit", "21.4 ms, 1.52×", "13.7 ms, 0.97×",
+                 "0.292 s in the worker",
+                 "(0.290–0.295)", "73.3 GiB", "268.3 ms, 18.98×"):
+        assert want in sec, want
+    for doc in _run2_docs():
+        assert "14.1–14.3 ms" in doc and "2,992" in doc and "3,033" in doc
+        assert "23.9 ms" in doc and "1.67×" in doc and "21.4 ms, 1.52×" in doc and "H100" in doc
+        assert "met on this H100" in doc
+
+
+def test_run2_dirty_restore_only_in_the_bench(run2):
+    """Every restore call fell back to the whole fill: no step (no point) since the last."""
+    recs, _, _, pool = run2
+    assert pool["ran"] == {"storage-fill (no step was seen since the last restore)": 21}
+    assert pool["blocks"] is None and pool["mib"] is None and pool["point"] is None
+    dirty = [r for r in recs if r["kind"] == "dirty_restore"]
+    assert all(r["result"]["restored"]["steps_seen"] == 0 for r in dirty)
+    d, w = pool["dirty"], pool["dirty_worker"]
+    assert f"{d[0] * 1e3:.1f} ({d[1] * 1e3:.1f}–{d[2] * 1e3:.1f})" == "29.8 (28.6–32.5)"
+    assert f"{w[0] * 1e3:.1f}" == "23.9"
+    outside = sorted(r["s"] - r["result"]["s"] for r in dirty)
+    ms = [f"{outside[i] * 1e3:.1f}" for i in (10, 0, -1)]   # the median of 21, the range
+    assert ms == ["5.8", "4.9", "8.5"]
+    row = _bench(RUN2)["dirty restore + proof"]
+    assert f"{float(row[0]):.1f}" == "3.1" and f"{float(row[1]):.2f}" == "1.04" and row[3] == "0.22"
+    sec = _section2()
+    for want in ("**3.1 ms**", "1.04 GiB", "**0.22× the limit**", "29.8 ms a call (28.6–32.5)",
+                 "worker's share 23.9 ms", "5.8 ms a call (4.9–8.5)",
+                 "**No H100 point time exists**"):
+        assert want in sec, want
+    for doc in _run2_docs():
+        assert "3.1 ms" in doc and "0.22×" in doc and "265 s" in doc
+
+
+def test_run2_every_call_proven_and_the_audit_after_whole_fills_only(run2):
+    recs, _, _, pool = run2
+    assert pool["proven"] == (41, 41) and pool["audits"] == (1, 1)
+    (audit,) = [r for r in recs if r["kind"] == "audit"]
+    assert audit["result"]["ok"] and audit["result"]["bad_pages"] == 0
+    assert not [r for r in recs if r["kind"] == "dirty_restore" and r["result"]["means"] == "dirty"]
+    sec = _section2()
+    assert "**Proven 41 of 41**" in sec and "**the audit 1 of 1 ok**" in sec
+    assert "1 of 1" in DOCS["docs/scale.md"]
+
+
+def test_run2_regenerated_page_is_the_as_returned_table_and_both_runs_share_a_page():
+    assert (RUN2 / "cost_curve.md").read_bytes() == (
+        RUN2 / "device" / "cost_curve-as-returned.md").read_bytes()
+    both = (HERE / "both.md").read_text()
+    assert "| 27b@20 (NVIDIA H200) | NVIDIA H200 | 20 | 4,185 |" in both
+    assert "| 27b@20 (NVIDIA H100 80GB HBM3) | NVIDIA H100 80GB HBM3 | 20 | 2,992 |" in both
+    raw = [json.loads(x) for x in gzip.open(RUN2 / "records.jsonl.gz")]
+    assert len(raw) == 89
+    assert sum(p.stat().st_size for p in RUN2.rglob("*") if p.is_file()) < 100_000
