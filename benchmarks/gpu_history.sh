@@ -46,6 +46,8 @@ case "$SPEC" in ngram|mtp) ;; *) echo "gpu_history.sh: SPEC must be ngram or mtp
 CACHE=/tmp/residue-lab-boot-cache; mkdir -p "$CACHE"   # kept: warm from earlier calls
 M=$R/engine/tinymodel/weights/hybrid
 if [ "$ENGINE" = vllm ]; then
+  # vLLM's _C from the bundle's halves when missing (b1 stashed by the call before, b2 carried)
+  [ -f /tmp/site/vllm/_C_stable_libtorch.abi3.so ] || [ ! -d "$R/.gpu/bundle/b2" ] || dev_unpack_b "$W/timings.txt"
   [ -f /tmp/site/vllm/_C_stable_libtorch.abi3.so ] || { echo "gpu_history.sh: vLLM 0.26.0 is not in /tmp/site" >&2; exit 2; }
   dev_vllm_env; dev_env_txt "$W/env.txt"; dev_monitor "$W/monitor.txt"
   BASE=(--engine vllm --model "$M" --geometry hybrid --cache-dir "$CACHE" --boot-timeout 300
