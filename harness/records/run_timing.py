@@ -7,12 +7,10 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import Any, Mapping
 
 from .phase_record import typed_view as _view
 
-if TYPE_CHECKING:
-    from .manifest import RunManifest
 
 __all__ = ["RunTiming", "PassTiming", "BootSplit", "RunPlan"]
 
@@ -80,14 +78,10 @@ class RunTiming:
         return copy.deepcopy(self._written)
 
     @classmethod
-    def of(cls, manifest: Mapping[str, Any] | "RunManifest" | None) -> "RunTiming":
-        """The timing of a run manifest, as read or typed (empty for one without: an
-        interrupted run)."""
-        if not manifest:
-            return cls()
-        timing = manifest.get("timing") if isinstance(manifest, Mapping) else manifest.timing
-        if isinstance(timing, RunTiming):
-            return timing
+    def of(cls, manifest: Mapping[str, Any] | None) -> "RunTiming":
+        """The timing of a run manifest as read from its JSON (empty for one without: an
+        interrupted run); a typed ``RunManifest`` holds it as ``timing``."""
+        timing = (manifest or {}).get("timing")
         return cls.from_dict(timing) if isinstance(timing, Mapping) else cls()
 
 

@@ -40,7 +40,7 @@ def interrupted_manifests(manifests: Iterable[RunManifest], run_ids: Iterable[st
 def finished_points(m: RunManifest, records: Iterable[PhaseRecord]) -> int:
     """Points of run ``m`` that finished: the manifest's count (``timing.points``, written
     as the run stops), else the distinct points of its records on disk."""
-    n = RunTiming.of(m).points
+    n = (m.timing or RunTiming()).points
     if isinstance(n, int):
         return n
     return len({point_key(r) for r in records if r.run_id == m.run_id})

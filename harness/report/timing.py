@@ -112,7 +112,7 @@ def _boot_rows(m: RunManifest, t: RunTiming) -> list[list[str]]:
 
 def render_timing(manifests: list[RunManifest], records: list[PhaseRecord] | None = None) -> str:
     """``records``: the report's records, for the servers each run booted."""
-    shown = [(m, t) for m, t in ((m, RunTiming.of(m)) for m in manifests)
+    shown = [(m, t) for m, t in ((m, m.timing or RunTiming()) for m in manifests)
              if t.boot_split or t.passes or t.all_fresh_estimate_s is not None
              or t.ratio_to_all_fresh is not None]
     if not shown:
