@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
 
 __all__ = ["History", "HISTORIES", "HISTORY_NAMES", "NONE", "history_row", "HistorySend",
-           "HistoryProof", "ABORT_CHUNK_BUDGET", "SIBLING_BUDGET_PROMPTS", "sibling_budget",
+           "HistoryProof", "ABORT_CHUNK_BUDGET", "SIBLING_BUDGET_PROMPTS",
            "EVICT_POOL_PROMPTS", "COLD_CONTROL"]
 
 NONE = "none"
@@ -29,7 +29,7 @@ NONE = "none"
 # with --max-num-batched-tokens. A prompt of the default --context (4,096) is 3 chunks
 ABORT_CHUNK_BUDGET = 2048
 # sibling: the budget its servers get when the sweep sets none, in measured prompts: two of
-# residue 0's templated length (--context rounded to the hash unit; sibling_budget): at
+# residue 0's templated length (--context rounded to the hash unit; settings/configs.history_server): at
 # residue 0 both prompts are prefilled whole in the step they share (the lab's
 # prefill-row-offsets cell: the first row's chunk a whole number of blocks); at a residue
 # whose prompt is longer, L(sibling) < B < L(sibling) + L(measured) with B a multiple of
@@ -160,12 +160,6 @@ HISTORIES: tuple[History, ...] = (
 
 HISTORY_NAMES: tuple[str, ...] = tuple(h.name for h in HISTORIES)
 _BY_NAME = {h.name: h for h in HISTORIES}
-
-
-def sibling_budget(prompts: int, context: int, unit: int) -> int:
-    """``prompts`` times residue 0's templated length, which is ``context`` rounded to the
-    hash unit (the harness pads each prompt to ``context`` give or take half a modulus)."""
-    return prompts * max(unit, round(context / unit) * unit)
 
 
 def history_row(name: str | None) -> History:

@@ -24,7 +24,7 @@ from ..prompts.cases import PromptCase, load_cases, select_cases
 from ..serve.engines import adapter_class
 from ..serve.slots import Slot
 from ..names.engine import EngineName
-from ..names.history import history_row, sibling_budget
+from ..names.history import history_row
 from ..names.reference import GOLDEN_PREFIX, MATRIX_REFERENCES, PER_ANSWER_REFERENCES
 from .sweep_options import SweepOptions
 
@@ -114,8 +114,10 @@ def history_server(cfg: ServingConfig, context: int, max_tokens: int) -> Serving
         blocks = int(context * row.engine_budget_share) // cfg.block_size
         budget = max(blocks, 1) * cfg.block_size
     if row.budget_prompts:
-        budget = sibling_budget(row.budget_prompts, context,
-                                cfg.prefix_match_unit or cfg.block_size)
+        # residue 0's templated length is --context rounded to the hash unit (each prompt
+        # is padded to --context give or take half a modulus)
+        unit = cfg.prefix_match_unit or cfg.block_size
+        budget = row.budget_prompts * max(unit, round(context / unit) * unit)
     if budget and cfg.max_num_batched_tokens is None:
         changes["max_num_batched_tokens"] = budget
         notes.append(f"history {row.name}: --max-num-batched-tokens {budget} "
