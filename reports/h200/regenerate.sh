@@ -140,3 +140,9 @@ page bytes/summary-h200a.md python ../../benchmarks/gpu_bytes_summary.py bytes/r
 # the same experiment on one H100 80GB HBM3 with h200a's k4-own0 cache carried
 # (bash benchmarks/gpu_bytes_experiment.sh 230 h100b; "h100b" is a third machine, not issue 48's H100 B)
 page bytes/summary-h100b.md python ../../benchmarks/gpu_bytes_summary.py bytes/records-h100b.jsonl.gz
+# issue 52, the history axis on vLLM (2026-12-06, one H100 80GB HBM3 per call; history/README.md):
+# bash benchmarks/gpu_history.sh 550 (all six histories; cut by its time limit) and then
+# HISTORIES=abort-retry,sibling,evict,next-turn SLOTS=4 bash benchmarks/gpu_history.sh 555 after
+# the fixes; each call's two harness processes (fap_all, pw_none), every cell and its proof
+page history/run1/summary.md python ../../benchmarks/gpu_history_summary.py history/run1/fap_all.jsonl.gz history/run1/pw_none.jsonl.gz --machine "NVIDIA H100 80GB HBM3"
+page history/run2/summary.md python ../../benchmarks/gpu_history_summary.py history/run2/fap_all.jsonl.gz history/run2/pw_none.jsonl.gz --machine "NVIDIA H100 80GB HBM3"
