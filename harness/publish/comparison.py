@@ -6,7 +6,7 @@ its ``--json`` (``Comparison.as_dict``) read it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterator
 
 __all__ = ["CellSummary", "PhaseChange", "PointChange", "Regression", "ConfigChange",
            "Comparison"]
@@ -126,6 +126,13 @@ class Comparison:
     summary: dict                # status -> points, over every configuration
     regressions: tuple[Regression, ...] = ()
     configs: tuple[ConfigChange, ...] = field(default=())
+
+    def cells(self) -> Iterator[tuple[ConfigChange, PointChange, str, PhaseChange]]:
+        """Every phase cell compared: its configuration, its point, the phase's name."""
+        for c in self.configs:
+            for pt in c.points:
+                for phase, cell in pt.phases.items():
+                    yield c, pt, phase, cell
 
     @property
     def regressed(self) -> int:

@@ -63,19 +63,16 @@ def _regressions(comparison: Comparison) -> list[GateCell]:
 
 def _losses(comparison: Comparison) -> list[GateCell]:
     out = []
-    for c in comparison.configs:
-        for pt in c.points:
-            for phase, cell in pt.phases.items():
-                old, now = cell.old, cell.new
-                if old is None or old.verdict not in JUDGED:
-                    continue
-                if now is not None and (now.verdict in JUDGED or old.verdict in CLEAN):
-                    continue
-                out.append(GateCell(config_id=c.config_id, config_label=c.config_label,
-                                    residue=pt.residue, phase=phase,
-                                    old_verdict=old.verdict,
-                                    new_verdict=now.verdict if now else None,
-                                    rerun=(now or old).rerun))
+    for c, pt, phase, cell in comparison.cells():
+        old, now = cell.old, cell.new
+        if old is None or old.verdict not in JUDGED:
+            continue
+        if now is not None and (now.verdict in JUDGED or old.verdict in CLEAN):
+            continue
+        out.append(GateCell(config_id=c.config_id, config_label=c.config_label,
+                            residue=pt.residue, phase=phase, old_verdict=old.verdict,
+                            new_verdict=now.verdict if now else None,
+                            rerun=(now or old).rerun))
     return out
 
 
@@ -135,8 +132,7 @@ def still_broken_bytes(comparison: Comparison) -> tuple[StillBroken, ...]:
                              residue=pt.residue, phase=phase, old_verdict=cell.old.verdict,
                              new_verdict=cell.new.verdict, bytes=cell.bytes["bytes"],
                              why=cell.bytes["why"])
-                 for c in comparison.configs for pt in c.points
-                 for phase, cell in pt.phases.items() if cell.bytes)
+                 for c, pt, phase, cell in comparison.cells() if cell.bytes)
 
 
 def gate_summary(block: BaselineBlock) -> str:
