@@ -99,12 +99,15 @@ HISTORIES: tuple[History, ...] = (
             "DFlash drop the last matched block: nothing. Bug B: the retry's final chunk is L "
             "minus its hit, cut by the chunk budget, as the rule line says", False,
             chunk_budget=ABORT_CHUNK_BUDGET, engine_budget_share=0.5, align_mode=True),
-    History("interleave", "A (the cold phase), then a different document B sharing A's "
-            "first half (a whole number of hash units), then A again: the A-B-A pattern",
-            "self-hit", "B's cached_tokens: a positive multiple of the hash unit below A's "
-            "length (B hit A's shared prefix); the order of sends; A's hit after B",
-            "A-B-A prefix patterns; a stale block B's prefill overwrote",
-            "a B that shares a prefix of another length than half of A",
+    History("interleave", "A (the cold phase), then B: A's conversation, a short reply and "
+            "a different document as the next turn, then A again: the A-B-A pattern",
+            "self-hit", "B's cached_tokens: a positive multiple of the hash unit (B's prompt "
+            "begins with A's, so B hit A's blocks); the order of sends; A's hit after B",
+            "A-B-A prefix patterns; a stale block B's prefill overwrote (B recomputes A's "
+            "partial last block)",
+            "a B that shares less of A (in vLLM's align mode a hybrid's state is cached only "
+            "where a scheduled chunk ended: a B sharing half of A hits nothing; MTP / DFlash "
+            "drop the last matched block, which there is A's only one)",
             "no lab mechanism (the lab's fixes change nothing here): A's resend is a hit, "
             "residue k+1 as for any hit (Bug B)", False),
     History("sibling", "another cold prefill (another document, the measured prompt's "

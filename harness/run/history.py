@@ -141,19 +141,20 @@ def _not_mid_prefill(first: TraceEvent | None, abort: TraceEvent | None) -> str 
 
 
 async def interleave(h: HistoryRun) -> Measured:
-    """B (A's first half, then another document), then A again (measured)."""
-    content = h.point.plan.messages[-1]["content"]
-    half = content[: len(content) // 2]
-    b_msgs = [*h.point.plan.messages[:-1], {"role": "user", "content": half + "\n"
-                                            + _other_doc(h, 0, 40)}]
+    """B (A's conversation, a short reply, another document as the next user turn), then A
+    again (measured). B's templated prompt begins with all of A's, so B hits A's last
+    cached block wherever it ends: a B sharing half of A hit nothing where a hybrid keeps
+    its state only where a scheduled chunk ended (vLLM's align mode, H100, 2026-12-06)."""
+    b_msgs = [*h.point.plan.messages, {"role": "assistant", "content": "Noted."},
+              {"role": "user", "content": _other_doc(h, 0, 40)}]
     b = await h.send("B", b_msgs)
     res = await h.ask(request_id=f"{h.tag}-A")
     sends = (b, _sent("A", res))
     c = b.cached_tokens
     if c is None:
         return res, h.proof(False, "B's cached_tokens not reported", sends), h.point, h.templated
-    if not 0 < c < h.length:
-        return res, h.proof(False, f"B hit {c} tokens of A (wanted a part of A's prefix)",
+    if not c > 0:   # B's prompt begins with all of A's: any hit is A's (or its answer's)
+        return res, h.proof(False, f"B hit {c} tokens of A (wanted a part of A's prompt)",
                             sends), h.point, h.templated
     return res, h.proof(True, f"B hit A's first {c} tokens, then A was sent again", sends,
                         finding=f"A after B hit {res.cached_tokens} of {res.prompt_tokens}"), \

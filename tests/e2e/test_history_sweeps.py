@@ -79,3 +79,17 @@ def test_none_is_unchanged_beside_a_history(cli):
     assert len(none) == 2 and all("history" not in r for r in none)
     assert "history" not in none[0]["config_label"]
     assert all(r["verdict"] == "ok" for r in recs), [r["reason"] for r in recs]
+
+
+def test_interleave_is_proven_where_state_is_kept_only_at_chunk_ends(cli):
+    """vLLM's align mode keeps a hybrid's state only where a scheduled chunk ended: on the
+    H100 (2026-12-06) a B sharing half of A hit nothing at every point. The lab in align
+    mode does the same; B now continues A's conversation, so it hits A's last cached block
+    (1,152 or 1,024 of a ~1,200-token A) at every risky residue."""
+    recs = _sweep(cli, "--history", "interleave", "--residues", "risky", "--context", "1200",
+                  "--spec", "ngram", "--engine-arg=--mamba-cache-mode=align")
+    proofs = [r["history"] for r in recs if r.get("history")]
+    assert len(proofs) == 6
+    for proof in proofs:
+        b = next(s for s in proof["sends"] if s["role"] == "B")
+        assert proof["proven"] and b["cached_tokens"] in (1024, 1152), (proof["reason"], b)
