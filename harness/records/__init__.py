@@ -15,6 +15,8 @@ check that a file is one (no machinery: nothing here starts, asks or judges).
 - ``manifest_blocks.py`` the manifest's other blocks typed: ``configs`` (``ConfigEntry``),
   ``backend`` (``RunBackend``), ``prompts`` (``PromptsBlock``, ``CaseFacts``), ``options``
   (``RunFlags``), ``explains`` and the other links (``ExplainsLink``, ``RunLink``)
+- ``written.py``       ``Block``: the one round trip of those typed blocks (every key as read,
+  in its order; a block built here in ``ORDER``)
 - ``recordkeys.py``    a record's cell: configuration, case, residue, phase, document; the
   latest of each cell, the reference cells, the verdicts per node
 - ``record_check.py``  is this file a results file? every line checked before it is read

@@ -9,77 +9,16 @@ attributes (``tests/harness/test_manifest_blocks.py`` checks none indexes one by
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Mapping, Self
+from typing import Any
+
+from .written import Block, typed_value, written_memory
 
 __all__ = ["ConfigEntry", "RunBackend", "CaseFacts", "PromptsBlock", "RunFlags", "RunLink",
            "ExplainRung", "ExplainTarget", "ExplainsLink", "typed_configs"]
 
 
-class _Block:
-    """What every block shares: ``from_dict`` / ``as_dict`` as the module says.
-    ``NESTED``: a key whose value is itself typed: ``(cls, "list")`` a list of blocks (a
-    tuple here), ``(cls, "map")`` a mapping of name to block."""
-
-    ORDER: ClassVar[tuple[str, ...]] = ()
-    OPTIONAL: ClassVar[frozenset[str]] = frozenset()
-    NESTED: ClassVar[dict[str, tuple[type, str]]] = {}
-
-    def __bool__(self) -> bool:
-        # as empty as the mapping it writes: a block read as ``{}`` (``if m.explains:``)
-        return bool(self.as_dict())
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> Self:
-        """The block as written: the keys it names typed, the rest in ``extra``."""
-        known = {k: _typed(cls.NESTED.get(k), d[k]) for k in cls.ORDER if k in d}
-        obj = cls(**known, extra={k: v for k, v in d.items() if k not in cls.ORDER})
-        object.__setattr__(obj, "_keys", tuple(d))
-        return obj
-
-    def as_dict(self) -> dict[str, Any]:
-        """The block as written (see the module)."""
-        keys = self._keys if self._keys is not None else tuple(
-            k for k in self.ORDER if k not in self.OPTIONAL or getattr(self, k) is not None)
-        out = {k: _plain(getattr(self, k)) if k in self.ORDER else self.extra[k]
-               for k in keys if k in self.ORDER or k in self.extra}
-        out.update((k, v) for k, v in self.extra.items() if k not in out)
-        return out
-
-
-def _typed(nested: tuple[type, str] | None, value: Any) -> Any:
-    """A value as read, typed when ``nested`` says how and it has that shape (else as read:
-    a manifest this model does not describe still comes back as it was)."""
-    if nested is None:
-        return value
-    cls, shape = nested
-    if shape == "list" and isinstance(value, list) and all(isinstance(v, Mapping)
-                                                           for v in value):
-        return tuple(cls.from_dict(v) for v in value)
-    if shape == "map" and isinstance(value, Mapping) and all(isinstance(v, Mapping)
-                                                             for v in value.values()):
-        return {k: cls.from_dict(v) for k, v in value.items()}
-    return value
-
-
-def _plain(value: Any) -> Any:
-    """A typed value as JSON (the inverse of ``_typed``)."""
-    if isinstance(value, _Block):
-        return value.as_dict()
-    if isinstance(value, tuple) and all(isinstance(v, _Block) for v in value):
-        return [v.as_dict() for v in value]
-    if isinstance(value, dict) and value and all(isinstance(v, _Block) for v in value.values()):
-        return {k: v.as_dict() for k, v in value.items()}
-    return value
-
-
-def _memory() -> Any:
-    """The private memory of a block read: its keys in the order written (None: a block
-    built here, not read)."""
-    return field(default=None, repr=False, compare=False)
-
-
 @dataclass(frozen=True)
-class ConfigEntry(_Block):
+class ConfigEntry(Block):
     """One configuration of ``RunManifest.configs``: its id, its label and the serving
     configuration as ``ServingConfig.as_dict()`` wrote it."""
 
@@ -87,13 +26,13 @@ class ConfigEntry(_Block):
     config_label: str | None = None
     config: dict | None = None
     extra: dict = field(default_factory=dict)
-    _keys: tuple | None = _memory()
+    _keys: tuple | None = written_memory()
 
     ORDER = ("config_id", "config_label", "config")
 
 
 @dataclass(frozen=True)
-class RunBackend(_Block):
+class RunBackend(Block):
     """``RunManifest.backend``: what the backend said of itself (its ``describe()``: ``local``,
     ``ray``'s cluster, ``live``'s server and request budget) and the launcher's
     (``run/launchers.py``: ``prefork``'s fork servers); each key only where its backend or
@@ -122,7 +61,7 @@ class RunBackend(_Block):
     more_fork_servers: list | None = None   # [{for, import_s}]
     fork_server_failures: list | None = None
     extra: dict = field(default_factory=dict)
-    _keys: tuple | None = _memory()
+    _keys: tuple | None = written_memory()
 
     ORDER = ("backend", "slots", "url", "requests", "api_key_from", "server_report",
              "address", "nodes", "slot_resource", "ray_version", "launcher", "fork_server",
@@ -132,7 +71,7 @@ class RunBackend(_Block):
 
 
 @dataclass(frozen=True)
-class CaseFacts(_Block):
+class CaseFacts(Block):
     """One case of ``--prompts`` as the run planned it (``run/plan.py``): its line in the
     file, what was padded, whether it carries an ``expected`` answer, its digest (a
     ``--resume`` refuses a changed case), per configuration the padding unit and the
@@ -145,26 +84,26 @@ class CaseFacts(_Block):
     pad_unit: dict | None = None        # config_id -> the padding unit
     templated_len: dict | None = None   # config_id -> [shortest, longest]
     extra: dict = field(default_factory=dict)
-    _keys: tuple | None = _memory()
+    _keys: tuple | None = written_memory()
 
     ORDER = ("line", "pad", "expected", "digest", "pad_unit", "templated_len")
 
 
 @dataclass(frozen=True)
-class PromptsBlock(_Block):
+class PromptsBlock(Block):
     """``RunManifest.prompts`` (``--prompts``): the file and, per case id, its facts."""
 
     file: str | None = None
     cases: dict | None = None           # case id -> CaseFacts
     extra: dict = field(default_factory=dict)
-    _keys: tuple | None = _memory()
+    _keys: tuple | None = written_memory()
 
     ORDER = ("file", "cases")
     NESTED = {"cases": (CaseFacts, "map")}
 
 
 @dataclass(frozen=True)
-class RunFlags(_Block):
+class RunFlags(Block):
     """``RunManifest.options``: the run's sweep flags as ``settings/flag_manifest.flags_json``
     keeps them, ``{dest: value}`` in the flags' own spellings, and the block's version
     (``flag_manifest.FLAGS_VERSION``; a newer one is refused where it is read)."""
@@ -172,25 +111,25 @@ class RunFlags(_Block):
     version: int | None = None
     flags: dict | None = None
     extra: dict = field(default_factory=dict)
-    _keys: tuple | None = _memory()
+    _keys: tuple | None = written_memory()
 
     ORDER = ("version", "flags")
 
 
 @dataclass(frozen=True)
-class RunLink(_Block):
+class RunLink(Block):
     """A block naming another run (``RunManifest.link``): the run and its records file."""
 
     run_id: str | None = None
     results: str | None = None
     extra: dict = field(default_factory=dict)
-    _keys: tuple | None = _memory()
+    _keys: tuple | None = written_memory()
 
     ORDER = ("run_id", "results")
 
 
 @dataclass(frozen=True)
-class ExplainRung(_Block):
+class ExplainRung(Block):
     """One rung of an explained cell: its label and axis, and the configuration it ran
     (else the note saying why it could not)."""
 
@@ -200,14 +139,14 @@ class ExplainRung(_Block):
     config_label: str | None = None
     note: str | None = None
     extra: dict = field(default_factory=dict)
-    _keys: tuple | None = _memory()
+    _keys: tuple | None = written_memory()
 
     ORDER = ("label", "axis", "config_id", "config_label", "note")
     OPTIONAL = frozenset({"config_id", "config_label", "note"})
 
 
 @dataclass(frozen=True)
-class ExplainTarget(_Block):
+class ExplainTarget(Block):
     """One explained cell of the parent run and its rungs (``document`` is None in a target
     written before issue 23: it matches any document)."""
 
@@ -219,7 +158,7 @@ class ExplainTarget(_Block):
     rungs: tuple[ExplainRung, ...] | None = None
     case_id: str | None = None          # --prompts: the case of the cell
     extra: dict = field(default_factory=dict)
-    _keys: tuple | None = _memory()
+    _keys: tuple | None = written_memory()
 
     ORDER = ("config_id", "config_label", "residue", "document", "phases", "rungs", "case_id")
     OPTIONAL = frozenset({"case_id"})
@@ -234,7 +173,7 @@ class ExplainsLink(RunLink):
     documents: list | None = None
     targets: tuple[ExplainTarget, ...] | None = None
     extra: dict = field(default_factory=dict)
-    _keys: tuple | None = _memory()
+    _keys: tuple | None = written_memory()
 
     ORDER = ("run_id", "results", "documents", "targets")
     NESTED = {"targets": (ExplainTarget, "list")}
@@ -243,4 +182,4 @@ class ExplainsLink(RunLink):
 def typed_configs(value: Any) -> Any:
     """``RunManifest.configs`` as read: a tuple of ``ConfigEntry`` (as read when it is not a
     list of objects)."""
-    return _typed((ConfigEntry, "list"), value)
+    return typed_value((ConfigEntry, "list"), value)

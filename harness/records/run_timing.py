@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from .phase_record import typed_view as _view
+from .written import Block, written_memory
 
 
 __all__ = ["RunTiming", "PassTiming", "BootSplit", "RunPlan"]
@@ -89,7 +90,7 @@ _RUN_TIMING = frozenset({"wall_s", "slots", "points", "median_boot_s"})
 
 
 @dataclass
-class RunPlan:
+class RunPlan(Block):
     """A manifest's ``plan``: the points a run planned, in all and per configuration and
     pass (``{config_id: {isolation: points}}``), kept up to date by ``run/driver.Driver`` as
     a backend adds points, so an interrupted run's report can say how many ran and
@@ -98,7 +99,9 @@ class RunPlan:
     points: int | None = None
     by_config: dict | None = None         # as written (None: the manifest had none)
     extra: dict = field(default_factory=dict)
-    _keys: tuple = field(default=(), repr=False, compare=False)
+    _keys: tuple | None = written_memory()
+
+    ORDER = ("points", "by_config")
 
     def add(self, config_id: str, isolation: str) -> None:
         """One more point of ``config_id`` in pass ``isolation``."""
@@ -116,17 +119,3 @@ class RunPlan:
         by = (self.by_config or {}).get(config_id) or {}
         return sum(n for iso, n in by.items() if isolation is None or iso == isolation)
 
-    def as_dict(self) -> dict[str, Any]:
-        known = {"points": self.points, "by_config": self.by_config}
-        keys = self._keys or tuple(known)
-        out = {k: known[k] if k in known else self.extra[k]
-               for k in keys if k in known or k in self.extra}
-        out.update((k, v) for k, v in self.extra.items() if k not in out)
-        return out
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "RunPlan":
-        plan = cls(points=d.get("points"), by_config=d.get("by_config"),
-                   extra={k: v for k, v in d.items() if k not in ("points", "by_config")})
-        plan._keys = tuple(d)
-        return plan
