@@ -146,3 +146,7 @@ page bytes/summary-h100b.md python ../../benchmarks/gpu_bytes_summary.py bytes/r
 # the fixes; each call's two harness processes (fap_all, pw_none), every cell and its proof
 page history/run1/summary.md python ../../benchmarks/gpu_history_summary.py history/run1/fap_all.jsonl.gz history/run1/pw_none.jsonl.gz --machine "NVIDIA H100 80GB HBM3"
 page history/run2/summary.md python ../../benchmarks/gpu_history_summary.py history/run2/fap_all.jsonl.gz history/run2/pw_none.jsonl.gz --machine "NVIDIA H100 80GB HBM3"
+# run 3 (same day, one H100 80GB HBM3): HISTORIES=interleave SLOTS=2 bash benchmarks/gpu_history.sh 280
+# after 918475b (interleave's B continues A's conversation); both processes cut by their time
+# limit, their finished points kept
+page history/run3/summary.md python ../../benchmarks/gpu_history_summary.py history/run3/fap_all.jsonl.gz history/run3/pw_none.jsonl.gz --machine "NVIDIA H100 80GB HBM3"

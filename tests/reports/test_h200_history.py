@@ -1,4 +1,4 @@
-"""Issue 52's GPU runs of the history axis (reports/h200/history/: two device calls of
+"""Issue 52's GPU runs of the history axis (reports/h200/history/: three device calls of
 benchmarks/gpu_history.sh, each on one H100): every claim its README, the project README and
 docs/histories.md make, computed from the archived records, manifests and server logs, so a
 doc that drifts from the records fails."""
@@ -20,7 +20,8 @@ PAGE = (HERE / "README.md").read_text()
 DOCS = {name: (ROOT / name).read_text() for name in ("README.md", "docs/histories.md")}
 PROCS = ("fap_all", "pw_none")
 GPU = {"run1": "GPU-75aaa4f9-d986-e058-88a2-fe897472688a",
-       "run2": "GPU-8797883c-de57-1949-0799-85091710744c"}
+       "run2": "GPU-8797883c-de57-1949-0799-85091710744c",
+       "run3": "GPU-4a531710-325b-6d96-a9ad-d18516c31edd"}
 ABORT_LINE = re.compile(r"aborted request=\S+ computed=(\d+) of=(\d+)")
 
 
@@ -49,26 +50,94 @@ def _manifest(run: str, proc: str) -> dict:
     return json.loads((HERE / run / f"{proc}.manifest.json").read_text())
 
 
-@pytest.mark.parametrize("run", ["run1", "run2"])
+@pytest.mark.parametrize("run", ["run1", "run2", "run3"])
 def test_one_h100_per_run_and_the_code_it_ran(run):
-    digest = {"run1": "src8373fa6d2988", "run2": "srcedf9c6614d3d"}[run]
+    digest = {"run1": "src8373fa6d2988", "run2": "srcedf9c6614d3d", "run3": "srce8e49537a12d"}[run]
     for proc in PROCS:
         m = _manifest(run, proc)
         uuids = {g["uuid"] for slot in m["gpus"].values() for g in slot}
         assert uuids == {GPU[run]}
         assert {g["model"] for slot in m["gpus"].values() for g in slot} == {"NVIDIA H100 80GB HBM3"}
         assert m["harness_version"].endswith(digest) and digest in PAGE
-        assert m["interrupted"] is (run == "run1")
+        assert m["interrupted"] is (run != "run2")
         assert {r["engine_version"] for r in _records(run, proc)
                 if r["verdict"] != "boot-fail"} == {"0.26.0"}
     assert GPU[run] in PAGE
     timings = (HERE / run / "device" / "timings.txt").read_text()
-    want = "rc=124" if run == "run1" else "rc=0 344s"
+    want = {"run1": "rc=124", "run2": "rc=0 344s", "run3": "rc=124"}[run]
     assert timings.count(want) == 2
     commands = (HERE / run / "device" / "commands.txt").read_text()
-    hist = ("none,abort-retry,interleave,sibling,evict,next-turn" if run == "run1"
-            else "abort-retry,sibling,evict,next-turn")
+    hist = {"run1": "none,abort-retry,interleave,sibling,evict,next-turn",
+            "run2": "abort-retry,sibling,evict,next-turn", "run3": "interleave"}[run]
     assert commands.count(f"--history {hist} ") == 2
+
+
+def test_run3_interleave_proven_at_every_finished_point_and_all_ok():
+    """B continuing A's conversation (918475b) hit A's last cached block at every point."""
+    b_lengths, a_lengths = set(), set()
+    for proc in PROCS:
+        recs = _records("run3", proc)
+        assert len(recs) == 24 and {r["verdict"] for r in recs} == {"ok"}
+        assert set(_by_history("run3", proc)) == {"interleave"}
+        proofs = _proofs(recs)
+        assert len(proofs) == 12 and all(r["history"]["proven"] for r in proofs)
+        assert Counter(r["isolation"] for r in proofs) == {"restore": 9, "fresh": 3}
+        assert Counter(r["residue"] for r in proofs if r["isolation"] == "restore") == \
+            {0: 1, 1: 1, 3: 2, 4: 2, 5: 2, 127: 1}
+        fresh = {r["residue"] for r in proofs if r["isolation"] == "fresh"}
+        assert fresh == {"fap_all": {0, 3, 4}, "pw_none": {3, 4, 5}}[proc]
+        for r in proofs:
+            b, a = r["history"]["sends"]
+            assert (b["role"], a["role"]) == ("B", "A")
+            assert b["cached_tokens"] in (1024, 1152)
+            assert b["cached_tokens"] == (1024 if r["residue"] == 127 else 1152)
+            assert a["cached_tokens"] == r["cached_tokens"] == \
+                (1024 if r["residue"] in (0, 127) else 1152)
+            assert a["prompt_tokens"] == r["prompt_tokens"] < b["prompt_tokens"]
+            assert r["history"]["finding"] == \
+                f"A after B hit {a['cached_tokens']} of {a['prompt_tokens']}"
+            b_lengths.add(b["prompt_tokens"])
+            a_lengths.add((r["residue"], r["prompt_tokens"]))
+    assert (min(b_lengths), max(b_lengths)) == (1826, 1872) and "(1,826–1,872 tokens)" in PAGE
+    assert a_lengths == {(0, 1152), (1, 1153), (3, 1155), (4, 1156), (5, 1157), (127, 1151)}
+    for row in ("| 0 | 1,152 | 1,152 | 1,024 |", "| 1, 3, 4, 5 | 1,153–1,157 | 1,152 | 1,152 |",
+                "| 127 | 1,151 | 1,024 | 1,024 |"):
+        assert row in PAGE
+    for proc in PROCS:
+        report = (HERE / "run3" / f"{proc}.md").read_text()
+        assert "6 cells measured on both, 6 agree" in report
+        assert "predicts no break" in report and "**the sweep agrees** (no break)" in report
+        assert "under history interleave the rule predicts: no lab mechanism" in report
+    assert "Restore and fresh agreed on all 6 cells" in PAGE
+
+
+def test_run3_was_cut_by_its_time_limit_with_its_points_on_disk():
+    timings = (HERE / "run3" / "device" / "timings.txt").read_text()
+    assert timings.count("rc=124 217s (limit 198s)") == 2
+    for proc in PROCS:
+        m = _manifest("run3", proc)
+        assert m["interrupted"] is True and m["plan"]["points"] == 16
+        assert m["plan"]["by_config"][m["configs"][0]["config_id"]] == {"fresh": 7, "restore": 9}
+        # a finished point is its two phases, both on disk
+        assert Counter(r["phase"] for r in _records("run3", proc)) == {"cold": 12, "self-hit": 12}
+        assert "interrupted: 12 points finished and on disk" in \
+            (HERE / "run3" / "device" / f"{proc}.stderr.txt").read_text()
+        assert "(12 of 16 planned points finished)" in (HERE / "run3" / f"{proc}.md").read_text()
+    assert "| both cut at 198 s (rc 124), 12 of 16 points each |" in PAGE
+
+
+def test_run3_records_name_the_gpu_and_the_trace_shows_the_hits():
+    for proc in PROCS:
+        gpus = [g for r in _records("run3", proc) for g in r["server_boot"]["gpu"]]
+        assert len(gpus) == 24
+        assert {(g["uuid"], g["model"]) for g in gpus} == {(GPU["run3"], "NVIDIA H100 80GB HBM3")}
+    log = _log("run3", "fap_all-interleave")   # residue 0 on fap_all's restore server
+    chunk = r"prefill chunk: request=chatcmpl-rl-2862e2f9dc0a-{}-\S+ start=(\d+) tokens=\d+ of=(\d+) "
+    b, a = (re.search(chunk.format(who), log) for who in "BA")
+    assert (b[1], b[2], a[1], a[2]) == ("1152", "1864", "1024", "1152") and b.end() < a.start()
+    cold = re.findall(r"prefill chunk: request=chatcmpl-90fbfc2460cd284c-\S+ start=(\d+) ", log)
+    assert cold == ["0", "1024"] and log.index("90fbfc2460cd284c") < b.start()
+    assert "B's first chunk at `start=1152 ... of=1864`, A's resend at\n`start=1024`" in PAGE
 
 
 def test_run2_every_history_proven_at_every_point_and_all_ok():
@@ -251,7 +320,7 @@ def test_run1_sibling_timed_out_unscheduled_and_the_oom():
     assert "thirteen other processes" in PAGE
 
 
-@pytest.mark.parametrize("run", ["run1", "run2"])
+@pytest.mark.parametrize("run", ["run1", "run2", "run3"])
 def test_the_page_is_the_table_the_device_printed(run):
     """summary.md (a regenerate.sh page, rerun by test_h200_archive.py) is byte for byte the
     table part of the summary the device returned."""
@@ -267,5 +336,6 @@ def test_the_folder_is_small():
 def test_the_project_docs_quote_the_h100_result():
     for doc in DOCS.values():
         assert "reports/h200/history/" in doc and "GPU-8797883c" in doc
+        assert "GPU-4a531710" in doc and "NVIDIA H100 80GB HBM3" in doc
         assert "H100" in doc and "vLLM 0.26.0" in doc
     assert "128 records" in DOCS["README.md"]
