@@ -8,7 +8,6 @@ import dataclasses
 import inspect
 from types import SimpleNamespace
 
-import pytest
 
 from tests._vllm import require_vllm
 
@@ -62,6 +61,19 @@ def test_install_wraps_the_installed_schedulers_schedule(monkeypatch):
     assert mod.Scheduler.schedule.__wrapped__ is orig
 
 
+def _install_wrapping(monkeypatch, mod, name: str) -> None:
+    """The trace installed on the installed vLLM's scheduler (its methods restored after the
+    test), and ``Scheduler.NAME`` wrapping the method it had."""
+    for each in ("schedule", "finish_requests", "add_request"):
+        monkeypatch.setattr(mod.Scheduler, each, getattr(mod.Scheduler, each))
+    orig = getattr(mod.Scheduler, name)
+    monkeypatch.setenv(sched_trace.ENV, "1")
+    sched_trace.install()
+    if getattr(orig, "_residue_lab_trace", False):   # wrapped by an earlier install here
+        orig = orig.__wrapped__
+    assert getattr(mod.Scheduler, name).__wrapped__ is orig
+
+
 def test_install_wraps_finish_requests_for_the_abort_line(monkeypatch):
     """--history abort-retry: the abort of a disconnected client lands in the installed
     vLLM's ``Scheduler.finish_requests(ids, RequestStatus.FINISHED_ABORTED)``."""
@@ -70,15 +82,7 @@ def test_install_wraps_finish_requests_for_the_abort_line(monkeypatch):
 
     assert RequestStatus.is_finished(RequestStatus.FINISHED_ABORTED)
     assert "finish_requests" in inspect.getsource(mod.Scheduler)
-    monkeypatch.setattr(mod.Scheduler, "schedule", mod.Scheduler.schedule)
-    monkeypatch.setattr(mod.Scheduler, "finish_requests", mod.Scheduler.finish_requests)
-    monkeypatch.setattr(mod.Scheduler, "add_request", mod.Scheduler.add_request)
-    orig = mod.Scheduler.finish_requests
-    monkeypatch.setenv(sched_trace.ENV, "1")
-    sched_trace.install()
-    if getattr(orig, "_residue_lab_trace", False):   # wrapped by an earlier install here
-        orig = orig.__wrapped__
-    assert mod.Scheduler.finish_requests.__wrapped__ is orig
+    _install_wrapping(monkeypatch, mod, "finish_requests")
     held = {"r": SimpleNamespace(num_computed_tokens=512, num_prompt_tokens=4100,
                                  is_finished=lambda: False)}
     seen = []
@@ -101,14 +105,7 @@ def test_install_wraps_add_request_for_the_queued_line(monkeypatch):
 
     assert "self.waiting" in inspect.getsource(mod.Scheduler.add_request) or \
         "_enqueue_waiting_request" in inspect.getsource(mod.Scheduler.add_request)
-    for name in ("schedule", "finish_requests", "add_request"):
-        monkeypatch.setattr(mod.Scheduler, name, getattr(mod.Scheduler, name))
-    orig = mod.Scheduler.add_request
-    monkeypatch.setenv(sched_trace.ENV, "1")
-    sched_trace.install()
-    if getattr(orig, "_residue_lab_trace", False):   # wrapped by an earlier install here
-        orig = orig.__wrapped__
-    assert mod.Scheduler.add_request.__wrapped__ is orig
+    _install_wrapping(monkeypatch, mod, "add_request")
     req = SimpleNamespace(request_id="chatcmpl-rl-ab-m-1f", num_prompt_tokens=1152)
     for state, paused in ((PauseState.PAUSED_ALL, 1), (PauseState.UNPAUSED, 0)):
         sched = SimpleNamespace(pause_state=state, waiting=[object(), req])

@@ -125,9 +125,7 @@ def install() -> str:
             pass
         return out
 
-    schedule._residue_lab_trace = True  # type: ignore[attr-defined]
-    schedule.__wrapped__ = orig  # type: ignore[attr-defined]
-    mod.Scheduler.schedule = schedule
+    _put(mod, "schedule", schedule, orig)
     _wrap_finish(mod)
     _wrap_add(mod)
     return "installed"
@@ -151,9 +149,7 @@ def _wrap_finish(mod: Any) -> None:
             pass
         return orig(self, request_ids, finished_status, *args, **kw)
 
-    finish_requests._residue_lab_trace = True  # type: ignore[attr-defined]
-    finish_requests.__wrapped__ = orig  # type: ignore[attr-defined]
-    mod.Scheduler.finish_requests = finish_requests
+    _put(mod, "finish_requests", finish_requests, orig)
 
 
 def _wrap_add(mod: Any) -> None:
@@ -170,6 +166,12 @@ def _wrap_add(mod: Any) -> None:
             pass
         return out
 
-    add_request._residue_lab_trace = True  # type: ignore[attr-defined]
-    add_request.__wrapped__ = orig  # type: ignore[attr-defined]
-    mod.Scheduler.add_request = add_request
+    _put(mod, "add_request", add_request, orig)
+
+
+def _put(mod: Any, name: str, wrapper: Any, orig: Any) -> None:
+    """``Scheduler.NAME`` becomes ``wrapper``, marked as the trace's (installed once) and
+    holding the method it wraps."""
+    wrapper._residue_lab_trace = True
+    wrapper.__wrapped__ = orig
+    setattr(mod.Scheduler, name, wrapper)
