@@ -8,7 +8,6 @@ import dataclasses
 import inspect
 from types import SimpleNamespace
 
-
 from tests._vllm import require_vllm
 
 from engine.vllm.patches import sched_trace
