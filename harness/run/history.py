@@ -338,8 +338,8 @@ async def _sent_paused(h: HistoryRun, watch: LogWatch, s_msgs) -> tuple[
     bound passed, whichever first, so the sends are answered within their timeout. The
     third value: why the history is not what was planned (None: both seen queued, or the
     server cannot pause)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + min(QUEUE_WAIT_S, h.timeout * QUEUE_WAIT_SHARE)
+    bound = min(QUEUE_WAIT_S, h.timeout * QUEUE_WAIT_SHARE)
+    deadline = asyncio.get_running_loop().time() + bound
     res_task, seen = None, 0
     async with _scheduling_paused(h.client) as paused:
         sib_task = asyncio.ensure_future(h.send("sibling", s_msgs))
@@ -352,7 +352,7 @@ async def _sent_paused(h: HistoryRun, watch: LogWatch, s_msgs) -> tuple[
     sib, res = await asyncio.gather(sib_task, res_task)
     unseen = None if not paused or seen >= 2 else (
         f"could not see both requests waiting while paused ({seen} of 2 seen queued in "
-        f"{min(QUEUE_WAIT_S, h.timeout * QUEUE_WAIT_SHARE):g} s, by the log's queued lines "
+        f"{bound:g} s, by the log's queued lines "
         "or /metrics' vllm:num_requests_waiting); scheduling resumed")
     return sib, res, unseen
 
