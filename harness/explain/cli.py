@@ -14,7 +14,8 @@ from typing import Sequence
 
 from ..serve.engines import adapter_class
 from ..errors import ExitCode
-from ..settings.flag_checks import Asked, rule_of
+from ..settings.asked import Asked
+from ..settings.flag_checks import rule_of
 from ..settings.flags import Parser, add_flags, positive_int, sweep_parser
 from ..run.plan import Point
 from ..records.phase_record import PhaseRecord

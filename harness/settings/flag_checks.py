@@ -2,22 +2,20 @@
 (``RULES``): each ``Rule`` names the flags it relates, when they are broken together, and
 the one ``UsageError`` line that says so, never silence (issue 27). Every cross-flag check
 of a sweep is a row here (issue 47), an engine's too (its adapter's facts: what it takes,
-whether it restores, fills or forks), read off the parsed namespace of ``flags.FLAGS``, the
-flags the command line wrote (``flag_manifest.parse_flags``: no argv is scanned here), a
-``--serve`` line as read once, and, where a rule needs them, the configurations the flags
-expand to. ``options.build_options`` checks every rule, in the table's order, before
-anything runs; a row that ``warns`` says its line once and the sweep goes on (``--gpus
-0,0``). What only the plan can tell (a reference's length against ``--max-tokens``, a
-golden run's prompts) is a ``PlanError`` before any point runs (``run/plan.py``,
-``run/golden.py``)."""
+whether it restores, fills or forks), read off ``Asked`` (``settings/asked.py``: the
+parsed flags, the flags the command line wrote, a ``--serve`` line and ``--phases`` read
+once, and, where a rule needs them, the configurations the flags expand to).
+``options.build_options`` checks every rule, in the table's order, before anything runs;
+a row that ``warns`` says its line once and the sweep goes on (``--gpus 0,0``). What only
+the plan can tell (a reference's length against ``--max-tokens``, a golden run's prompts)
+is a ``PlanError`` before any point runs (``run/plan.py``, ``run/golden.py``)."""
 from __future__ import annotations
 
-import argparse
-from dataclasses import dataclass, field
-from functools import cached_property
-from typing import Any, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Callable, Sequence
 
 from ..errors import UsageError
+from .asked import Asked
 from ..names.phase import PhaseName
 from ..names.history import HISTORIES
 from .flag_values import split
@@ -29,42 +27,9 @@ from ..serve.poison import why_not as poison_why_not
 from . import flag_facts as facts
 from .backend_registry import LIVE_BACKEND
 
-__all__ = ["Asked", "Rule", "RULES", "check_flag_use", "rule_of"]
+__all__ = ["Rule", "RULES", "check_flag_use", "rule_of"]
 
 HISTORY_ROWS = {h.name: h for h in HISTORIES}
-
-
-@dataclass(frozen=True)
-class Asked:
-    """What a rule reads: the parsed flags, the flags the command line wrote
-    (``{name: value}``, ``flag_manifest.parse_flags``), ``--phases`` read, the ``--serve``
-    line read, and the configurations (built on first use: ``configs_of``)."""
-    ns: argparse.Namespace
-    given: Mapping[str, Any] = field(default_factory=dict)
-    phases: Sequence[str] = ()
-    line: Any = None                                   # serve_line.ServeLine or None
-    configs_of: Callable[[], Sequence[Any]] | None = None
-
-    def written(self, name: str) -> bool:
-        """``name`` is on the command line (a default cannot tell it from one written)."""
-        return name in self.given
-
-    def __getattr__(self, dest: str):
-        return getattr(self.ns, dest, None)
-
-    @property
-    def hit_phases(self) -> list[str]:
-        return [p for p in self.phases if p != PhaseName.COLD]
-
-    @cached_property
-    def configs(self) -> list[Any]:
-        return list(self.configs_of()) if self.configs_of else []
-
-    @cached_property
-    def baseline_unmatched(self) -> str | None:
-        """``flag_facts.baseline_unmatched``, once: its rule's test and line both read it,
-        and it reads the baseline's records."""
-        return facts.baseline_unmatched(self)
 
 
 @dataclass(frozen=True)
@@ -273,7 +238,9 @@ def _history_missing(a: Asked) -> tuple[str, str] | None:
 
 def check_flag_use(asked: Asked) -> tuple[str, ...]:
     """Every rule of ``RULES``, in order: the first broken one is a ``UsageError``; the
-    lines of the broken ``warns`` rows come back, to be said once."""
+    lines of the broken ``warns`` rows come back, to be said once. The ``--serve`` line
+    and ``--phases`` are read first: a mistake in either is its own line, before any rule."""
+    asked.line, asked.phases   # noqa: B018 (each raises its UsageError here)
     said = (rule.check(asked) for rule in RULES)
     return tuple(line for line in said if line)
 

@@ -8,12 +8,10 @@ import pytest
 
 from harness.errors import UsageError
 from harness.options import options_from_argv
-from harness.options import _configs
-from harness.serve.serve_line import parse_serve_line
-from harness.settings.flag_checks import RULES, Asked
+from harness.settings.asked import Asked
+from harness.settings.flag_checks import RULES
 from harness.settings.flag_facts import MATRIX_FLAGS, SERVE_FIELDS, SERVER_FLAGS
 from harness.settings.flag_manifest import parse_flags
-from harness.settings.flag_values import parse_phases
 from harness.settings.flags import FLAGS
 from tests.reports import synth
 
@@ -97,10 +95,7 @@ def _argv(rule, tmp_path) -> list[str]:
 
 def _asked(argv: list[str]) -> Asked:
     """The rules' view of ``argv``, as ``options.build_options`` builds it."""
-    ns, given = parse_flags(argv)
-    line = parse_serve_line(ns.serve) if ns.serve else None
-    return Asked(ns, given, parse_phases(ns.phases), line,
-                 configs_of=lambda: _configs(ns, given, line)[0])
+    return Asked(*parse_flags(argv))
 
 
 @pytest.mark.parametrize("rule", RULES, ids=lambda r: "+".join(r.flags[:4]))

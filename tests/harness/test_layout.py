@@ -564,10 +564,23 @@ def test_options_are_built_without_a_request_or_a_changed_namespace():
             continue
         found += [f"{p.relative_to(ROOT)}: imports {name}" for m, name in _imports_named(p)
                   if m.endswith("live") and name in ("connect", "read_server")]
-    for p in (HARNESS / "options.py", HARNESS / "run" / "live.py",
-              *(HARNESS / "settings").glob("flag_*.py")):
+    for p in (HARNESS / "options.py", HARNESS / "option_fields.py", HARNESS / "run" / "live.py",
+              HARNESS / "settings" / "asked.py", *(HARNESS / "settings").glob("flag_*.py")):
         found += _assigned_ns_attributes(p)
     assert not found, found
+
+
+def test_option_building_hands_the_namespace_to_asked_alone():
+    """``options.build_options`` reads nothing off the parsed flags itself: ``ns`` goes
+    into ``settings/asked.Asked``, and the rules (``flag_checks.RULES``) and the fields
+    (``option_fields.FIELDS``) read that."""
+    fn = next(n for n in ast.walk(ast.parse((HARNESS / "options.py").read_text()))
+              if isinstance(n, ast.FunctionDef) and n.name == "build_options")
+    uses = [n for n in ast.walk(fn) if isinstance(n, ast.Name) and n.id == "ns"]
+    handed = [a for n in ast.walk(fn) if isinstance(n, ast.Call)
+              and getattr(n.func, "id", None) == "Asked" for a in n.args
+              if isinstance(a, ast.Name) and a.id == "ns"]
+    assert len(uses) == len(handed) == 1
 
 
 _MUTATORS = {"append", "extend", "insert", "remove", "pop", "clear", "add", "discard",

@@ -35,3 +35,26 @@ def test_replace_routes_each_change_to_its_part_and_keeps_the_rest():
     assert new.measure.context == opts.measure.context
     assert opts.measure.residues == "3-5"   # frozen: the original is unchanged
     assert new.value("isolation") == "reset"
+
+
+def test_each_field_row_names_a_part_field_and_every_other_field_is_a_flag():
+    """``option_fields.FIELDS`` derives only fields of the parts, and a part field without
+    a row is a flag's value as parsed (its ``dest``) or keeps the part's default."""
+    from harness.option_fields import FIELDS
+    from harness.settings.flags import FLAGS, dest_of
+    assert set(FIELDS) <= set(FIELD_PART), set(FIELDS) - set(FIELD_PART)
+    dests = {dest_of(f) for f in FLAGS}
+    no_source = [f.name for cls in PARTS.values() for f in dataclasses.fields(cls)
+                 if f.name not in FIELDS and f.name not in dests
+                 and f.default is dataclasses.MISSING
+                 and f.default_factory is dataclasses.MISSING]
+    assert no_source == []
+
+
+def test_a_url_sweep_takes_the_live_rows_and_a_started_one_its_flags():
+    opts = options_from_argv(["--url", "http://127.0.0.1:9/v1", "--phases", "cold"])
+    assert (opts.running.isolation, opts.running.backend) == ("live", "live")
+    assert opts.running.live is not None and opts.serving.configs == ()
+    started = options_from_argv(["--isolation", "reset", "--slots", "2"])
+    assert (started.running.isolation, started.running.backend) == ("reset", "local")
+    assert len(started.running.slots) == 2 and started.running.live is None
