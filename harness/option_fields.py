@@ -18,9 +18,10 @@ from typing import Any, Callable
 
 from .errors import UsageError
 from .names.isolation import IsolationName
-from .run import live as attached
+from .run.live import LiveAdapter
 from .serve.cmd_config import declare, parse_served_config
 from .serve.engines import EngineAdapter, adapter_class
+from .serve.live_target import LiveTarget, live_target
 from .settings.asked import Asked
 from .settings.configs import choose_residues, parse_prompts, parse_reference, parse_slots
 from .settings.flag_manifest import flags_json
@@ -45,13 +46,14 @@ class Settled:
         return argparse.Namespace(**{**vars(self.asked.ns), **self.asked.decided})
 
     @cached_property
-    def live(self) -> attached.LiveTarget | None:
-        """``--url``: the running server swept (run/live.py); the session reads it."""
-        return attached.live_target(self.ns, self.asked.given) if self.ns.url else None
+    def live(self) -> LiveTarget | None:
+        """``--url``: the running server swept (serve/live_target.py); the session reads it
+        (run/live.connect)."""
+        return live_target(self.ns, self.asked.given) if self.ns.url else None
 
     @cached_property
     def adapter(self) -> type[EngineAdapter]:
-        return attached.LiveAdapter if self.live else adapter_class(self.ns.engine)
+        return LiveAdapter if self.live else adapter_class(self.ns.engine)
 
     @cached_property
     def served(self) -> dict | None:

@@ -36,7 +36,7 @@ from .publish.posting import check_can_post
 from .publish.preflight import check_outputs
 from .prompts import PlanError, TemplateError
 from .run.driver import Driver
-from .run.live import connect
+from .run.live import connect, live_adapter
 from .run.golden import check_golden_covers, load_golden
 from .run.plan import Point, SweepPlan, plan_with_probes
 from .records.gate_block import BaselineBlock
@@ -57,7 +57,7 @@ def adapter_for(opts: SweepOptions) -> EngineAdapter:
     """The engine adapter ``opts`` asks for (every run builds it this one way); ``--url``:
     the running server's (harness/run/live.py)."""
     if opts.running.live:
-        return opts.running.live.adapter()
+        return live_adapter(opts.running.live)
     s = opts.serving
     serve = s.serve_line   # --serve: the line, as the options read it
     adapter = make_adapter(s.engine, s.server_cmd, draft_model=s.draft_model,

@@ -16,7 +16,8 @@ from typing import Any, Sequence
 from ..serve.poison import off_record
 from ..serve.client import EngineClient
 from ..settings.sweep_options import SweepOptions
-from ..run.live import LiveServer, LiveTarget, requests_per_point
+from ..run.live import LiveServer, requests_per_point
+from ..serve.live_target import LiveTarget
 from ..run.driver import Driver
 from ..run.plan import Point
 from ..run.point import PointRunner

@@ -36,7 +36,8 @@ from ..settings.sweep_options import SweepOptions
 from ..settings.flags import FLAGS, MEASURE, Rerun, rerun_command
 from ..serve.engines import EngineAdapter
 from ..errors import CannotRun
-from .live import LiveTarget, requests_per_point
+from ..serve.live_target import LiveTarget
+from .live import requests_per_point
 from ..prompts import (CaseTooLong, ChatTokenizer, PlanError, PromptPlan, approx_line_counts,
                        calibrate, calibrate_case, own_document_plan, plan_case_residues, plan_residue)
 from ..server_pool import BootFailure, PortAllocator, ServerProcess, Slot

@@ -14,6 +14,7 @@ the names (``harness/names/``).
 - ``cmd_config.py``   what an ``--engine cmd`` server runs: read, declared, or unknown
 - ``dummy_weights.py`` vLLM's ``--load-format dummy`` found in a command, however spelled
 - ``client.py``       the async client for one OpenAI-compatible server
+- ``live_target.py``  ``LiveTarget``: ``--url``'s server as the options take it, nothing sent
 - ``facts.py``        ``ServerFacts``: what a point's records carry about its server, typed
 - ``isolation.py``    ``MACHINERY``: what an ``--isolation`` value does to a server
 - ``restore.py``      a running server returned to its just-booted state, each step proven

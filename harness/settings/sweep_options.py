@@ -24,6 +24,8 @@ from typing import Any
 from engine.presets import ServingConfig
 
 from ..prompts.cases import PromptCase
+from ..serve.live_target import LiveTarget
+from ..serve.serve_line import ServeLine
 from ..serve.slots import Slot
 
 __all__ = ["ServingPart", "MeasurePart", "RunningPart", "OutputsPart", "SweepOptions",
@@ -41,11 +43,11 @@ class ServingPart:
     draft_model: str | None = None      # --engine vllm: drafter checkpoint
     engine_args: tuple[str, ...] = ()   # --engine vllm: extra server arguments
     served_config: str | None = None    # --engine cmd: --served-config JSON, as given
-    # ... and its fields, parsed once by options.build_options (cmd_config.parse_served_config)
+    # ... and its fields, parsed once (option_fields.Settled.served)
     served_fields: dict | None = field(default=None, compare=False)
     serve: str | None = None            # --serve LINE: the server line swept as written
-    # ... and as read (serve_line.ServeLine), once, by options.build_options
-    serve_line: Any = field(default=None, compare=False)
+    # ... and as read, once (settings/asked.Asked.line)
+    serve_line: ServeLine | None = field(default=None, compare=False)
     cache_dir: Path | None = None       # --cache-dir: shared compile/Triton caches (vllm)
     launcher: str = "plain"             # plain | prefork
     poison: str = "auto"                # --poison auto | on | off (harness/serve/poison.py)
@@ -93,8 +95,8 @@ class RunningPart:
     dry_run: bool
     backend: str = "local"              # a name in harness.backends.BACKENDS
     ray_address: str | None = None
-    # --url: the running server swept (harness/run/live.LiveTarget); None: servers are started
-    live: Any = field(default=None, compare=False)
+    # --url: the running server swept; None: servers are started
+    live: LiveTarget | None = field(default=None, compare=False)
     api_key: str | None = None
     auto_sample: int = 4                # --isolation auto: seeded ok residues confirmed fresh
     # boots at once (0: one per slot) and a first boot alone with the cold-compile timeout

@@ -565,7 +565,8 @@ def test_options_are_built_without_a_request_or_a_changed_namespace():
         found += [f"{p.relative_to(ROOT)}: imports {name}" for m, name in _imports_named(p)
                   if m.endswith("live") and name in ("connect", "read_server")]
     for p in (HARNESS / "options.py", HARNESS / "option_fields.py", HARNESS / "run" / "live.py",
-              HARNESS / "settings" / "asked.py", *(HARNESS / "settings").glob("flag_*.py")):
+              HARNESS / "serve" / "live_target.py", HARNESS / "settings" / "asked.py",
+              *(HARNESS / "settings").glob("flag_*.py")):
         found += _assigned_ns_attributes(p)
     assert not found, found
 
