@@ -109,6 +109,10 @@ page cost-restore/cost_curve.md python ../../benchmarks/cost_table.py cost-resto
 # boot left no point time: cost-restore/README.md), alone and beside the first, by GPU
 page cost-restore/run2-h100/cost_curve.md python ../../benchmarks/cost_table.py cost-restore/run2-h100/records.jsonl.gz --manifest cost-restore/run2-h100/manifest.json
 page cost-restore/both.md python ../../benchmarks/cost_table.py cost-restore/records.jsonl.gz cost-restore/run2-h100/records.jsonl.gz --manifest cost-restore/manifest.json --manifest cost-restore/run2-h100/manifest.json
+# its third run (the same command at LIMIT 560 on one H100 80GB HBM3, 2026-12-06; every point
+# ran: cost-restore/README.md), alone and beside the other two, each server named by its GPU and run
+page cost-restore/run3-h100/cost_curve.md python ../../benchmarks/cost_table.py cost-restore/run3-h100/records.jsonl.gz --manifest cost-restore/run3-h100/manifest.json
+page cost-restore/all-runs.md python ../../benchmarks/cost_table.py cost-restore/records.jsonl.gz cost-restore/run2-h100/records.jsonl.gz cost-restore/run3-h100/records.jsonl.gz --manifest cost-restore/manifest.json --manifest cost-restore/run2-h100/manifest.json --manifest cost-restore/run3-h100/manifest.json
 # issue 32, round 3 (2026-12-03, three H200 machines; determinism/README.md): fixed kernel
 # choices beside plain servers (benchmarks/gpu_determinism.py: m1, m2), independent
 # compiles with and without PYTHONHASHSEED=0 (m3), what each server's autotuner kept; then

@@ -1,6 +1,6 @@
 """Issue 51's GPU runs (reports/h200/cost-restore/: the first on one H200, the second in
-run2-h100/ on one H100): the claims its README, the project README, docs/scale.md and
-benchmarks/README.md make, computed from the archived records and looked up in the docs
+run2-h100/ and the third in run3-h100/, each on one H100): the claims its README, the
+project README, docs/scale.md and benchmarks/README.md make, computed from the archived records and looked up in the docs
 that quote them, so a doc that drifts from the records fails. Dummy weights: cost only, no
 verdicts."""
 from __future__ import annotations
@@ -21,7 +21,7 @@ HERE = ROOT / "reports" / "h200" / "cost-restore"
 RECORDS, MANIFEST = HERE / "records.jsonl.gz", HERE / "manifest.json"
 PAGE = (HERE / "README.md").read_text()
 DOCS = {name: (ROOT / name).read_text() for name in ("README.md", "docs/scale.md")}
-RUN2 = HERE / "run2-h100"
+RUN2, RUN3 = HERE / "run2-h100", HERE / "run3-h100"
 BENCH_DOC = (ROOT / "benchmarks" / "README.md").read_text()
 
 
@@ -138,7 +138,7 @@ def _run2_docs() -> list[str]:
 
 def _section2() -> str:
     """The README's section on the second run, its lines joined (a number may wrap)."""
-    section = PAGE[PAGE.index("## Second run: one H100"):PAGE.index("## What is left")]
+    section = PAGE[PAGE.index("## Second run: one H100"):PAGE.index("## Third run: one H100")]
     return " ".join(section.split())
 
 
@@ -254,3 +254,151 @@ def test_run2_regenerated_page_is_the_as_returned_table_and_both_runs_share_a_pa
     raw = [json.loads(x) for x in gzip.open(RUN2 / "records.jsonl.gz")]
     assert len(raw) == 89
     assert sum(p.stat().st_size for p in RUN2.rglob("*") if p.is_file()) < 100_000
+
+
+@pytest.fixture(scope="module")
+def run3():
+    recs, manifest = cost_table.load_files(RUN3 / "records.jsonl.gz", RUN3 / "manifest.json")
+    rows = cost_table.summarize(recs)
+    return recs, manifest, rows, cost_table._pool_row(recs, "27b@20", rows["27b@20"]["point"][0])
+
+
+def _section3() -> str:
+    """The README's section on the third run, its lines joined (a number may wrap)."""
+    section = PAGE[PAGE.index("## Third run: one H100"):PAGE.index("## What is left")]
+    return " ".join(section.split())
+
+
+def test_run3_one_h100_every_point_ran(run3):
+    recs, manifest, rows, pool = run3
+    assert recs and all(r["cost_only"] is True and r["note"] == NOTE for r in recs)
+    assert manifest["deadline_s"] == 503 == 560 - 40 - 17 and manifest["stop_reason"] is None
+    assert f"{manifest['wall_s']:.1f}" == "241.9"
+    assert manifest["argv"][-5:] == ["--servers", "27b@20", "--no-sleep", "--gpu-gib", "79"]
+    assert pool["device"] == "NVIDIA H100 80GB HBM3" and list(rows) == ["27b@20"]
+    assert "NVIDIA H100 80GB HBM3, 580.159.04" in (RUN3 / "device" / "env.txt").read_text()
+    row = rows["27b@20"]
+    boot = row["boot"]
+    assert round(boot["boot_s"]) == 208 and boot["compile_cache"] == "miss"
+    assert boot["stages"]["api_server_to_engine_core_s"] == 42
+    assert f"{boot['stages']['init_engine_s']:.1f}" == "138.7"
+    assert not row.get("skips") and len([r for r in recs if r["kind"] == "point"]) == 21
+    point = row["point"]
+    assert f"{point[0]:.2f} ({point[1]:.2f}–{point[2]:.2f})" == "1.08 (1.01–1.21)" and point[3] == 20
+    assert f"{row['cold'][0]:.3f}" == "0.622" and f"{row['hit'][0]:.3f}" == "0.461"
+    hits = {p["phases"]["self-hit"]["cached_tokens"] for p in recs if p["kind"] == "point"}
+    assert hits == {1024, 1152} and all(h % 896 for h in hits)   # a partial tail every time
+    timings = (RUN3 / "device" / "timings.txt").read_text()
+    assert "fill bench rc=0 17s" in timings and "cost curve rc=0 259s (started at 17s)" in timings
+    sec = _section3()
+    assert "one NVIDIA H100 80GB HBM3" in sec and "GPU-d6e5e111-347e-408f-6c15-efc5bf2fe772" in sec
+    assert "560 --servers 27b@20 --no-sleep --gpu-gib 79" in sec
+    for want in ("259 s of device wall", "208 s on a cold compile cache", "42 s", "138.7 s",
+                 "241.9 s of its 503 s deadline", "**every round ran with its point**",
+                 "**1.08 s** (1.01–1.21, 20 points)", "0.622 s", "0.461 s", "1,024 or 1,152",
+                 "261 s unused"):
+        assert want in sec, want
+    assert f"{503 - manifest['wall_s']:.0f}" == "261"
+
+
+def test_run3_limit_and_the_fill_target_met(run3):
+    _, _, rows, pool = run3
+    bench = _bench(RUN3)
+    assert f"{pool['pool'] / 2**30:.2f}" == "19.96"
+    assert f"{pool['bw'] / 1e9:,.0f}" == "3,005" and "copy bandwidth 3030 GB/s" in (
+        RUN3 / "fill_bench.md").read_text()
+    limit_ms = [pool["limit"] * 1e3,
+                float(bench["copy bandwidth limit (write + read of the pool)"][0])]
+    assert f"{min(limit_ms):.1f}–{max(limit_ms):.1f} ms" == "14.1–14.3 ms"
+    assert f"{100 * pool['limit'] / pool['point']:.2f}%" == "1.32%"
+    whole = pool["whole"]
+    assert f"{whole[0] * 1e3:.1f} ({whole[1] * 1e3:.1f}–{whole[2] * 1e3:.1f})" == "22.7 (22.5–23.4)"
+    ratio = whole[0] / pool["limit"]
+    assert f"{ratio:.2f}" == "1.59" and ratio <= 2 and whole[3] == 20
+    assert f"{100 * whole[0] / pool['point']:.2f}%" == "2.09%"
+    once = bench["once-per-storage fill + proof"]
+    broad = bench["once-per-storage fill + proof (broadcast)"]
+    assert f"{float(once[0]):.1f}" == "21.4" and once[3] == "1.51"
+    assert f"{float(broad[0]):.1f}" == "13.7" and broad[3] == "0.97"
+    old, old_bench = pool["old"], bench["per-view fill + slab proof (old)"]
+    assert f"{old[0]:.3f} ({old[1]:.3f}–{old[2]:.3f})" == "0.270 (0.267–0.289)"
+    assert f"{float(old_bench[0]):.1f}" == "262.3" and old_bench[3] == "18.54"
+    assert f"{rows['27b@20']['fill_gib'][0]:.1f}" == "73.3"
+    assert (RUN3 / "cost_curve.md").read_text().count("1.59× the bandwidth limit (met: ≤ 2×)") == 1
+    sec = _section3()
+    for want in ("**3,005 GB/s**", "**3,030 GB/s**", "**14.1–14.3 ms**", "1.32% of this point",
+                 "its proof: 22.7 ms**", "(22.5–23.4, 20 fills)", "**1.59× the limit",
+                 "2.09% of the point", "21.4 ms, 1.51×", "13.7 ms, 0.97×", "0.270 s in the worker",
+                 "(0.267–0.289)", "73.3 GiB", "262.3 ms, 18.54×"):
+        assert want in sec, want
+
+
+def test_run3_dirty_restore_met_the_one_percent_target(run3):
+    """Every restore call ran the dirty restore after a point: its share of the point, ≤ 1%."""
+    recs, _, _, pool = run3
+    assert pool["ran"] == {"dirty": 21}
+    dirty = [r for r in recs if r["kind"] == "dirty_restore"]
+    assert len(dirty) == 21 and all(r["result"]["means"] == "dirty" for r in dirty)
+    assert all(r["result"]["restored"]["steps_seen"] > 0 for r in dirty)
+    d, w = pool["dirty"], pool["dirty_worker"]
+    assert f"{d[0] * 1e3:.1f} ({d[1] * 1e3:.1f}–{d[2] * 1e3:.1f})" == "9.2 (8.3–20.7)" and d[3] == 21
+    assert f"{w[0] * 1e3:.1f} ({w[1] * 1e3:.1f}–{w[2] * 1e3:.1f})" == "4.9 (4.6–15.4)"
+    share = d[0] / pool["point"]
+    assert f"{100 * share:.2f}%" == "0.85%" and share <= 0.01
+    assert pool["blocks"] == (22, 22, 22, 21) and pool["mib"][0] == 1232
+    (slowest,) = [r for r in dirty if r["s"] == max(x["s"] for x in dirty)]
+    assert slowest["round"] == 16 and slowest["result"]["audit"]["ok"]
+    outside = sorted(r["s"] - r["result"]["s"] for r in dirty)
+    assert [f"{outside[i] * 1e3:.1f}" for i in (10, 0, -1)] == ["4.3", "3.6", "5.3"]
+    assert all(r["reset_overlapped"] for r in dirty)
+    page = (RUN3 / "cost_curve.md").read_text()
+    assert page.count("0.85% of the point (met: ≤ 1%; of its 9.2 ms the worker's 4.9 ms") == 1
+    sec = _section3()
+    for want in ("9.2 ms a call** (8.3–20.7, 21 calls", "the 16th", "**4.9 ms** (4.6–15.4)",
+                 "22 blocks, 1,232 MiB", "19 blocks", "**0.85% of the point: the target (≤ 1%) "
+                 "is met, measured for the first time**", "4.3 ms a call (3.6–5.3)"):
+        assert want in sec, want
+    for doc in _run2_docs():
+        assert "0.85%" in doc and "9.2 ms" in doc and "8.3–20.7" in doc and "4.9 ms" in doc
+        assert "1.08 s" in doc and "run3-h100" in doc
+
+
+def test_run3_every_call_proven_and_both_audits_ok_after_points(run3):
+    """The audits followed points with a partial tail (the first run's failing case)."""
+    recs, _, rows, pool = run3
+    assert pool["proven"] == (41, 41) and pool["audits"] == (2, 2)
+    assert rows["27b@20"]["fill_proven"] == "20/20"
+    (audit,) = [r for r in recs if r["kind"] == "audit"]
+    in_call = [r["result"]["audit"] for r in recs
+               if r["kind"] == "dirty_restore" and r["result"]["audit"]]
+    for a in (audit["result"], *in_call):
+        assert a["ok"] and a["bad_storages"] == [] and a["bad_blocks"] == [] and a["bad_pages"] == 0
+    assert len(in_call) == 1
+    sec = _section3()
+    assert "**Proven 41 of 41**" in sec and "**audits 2 of 2 ok**" in sec
+    for doc in _run2_docs():
+        assert "41 of 41" in doc and "2 of 2" in doc
+
+
+def test_run3_goal_line_counts_the_old_fill(run3):
+    """cost_curve.md's "not met" goal line is the old per-view fill, not the dirty restore."""
+    _, _, rows, pool = run3
+    row = rows["27b@20"]
+    fill = row["fill"]
+    assert f"{fill[0]:.3f} ({fill[1]:.3f}–{fill[2]:.3f})" == "0.276 (0.273–0.297)"
+    assert f"{100 * fill[0] / pool['point']:.2f}%" == "25.47%"
+    assert "state fill 25.47% of the point (not met)" in (RUN3 / "cost_curve.md").read_text()
+    assert "0.276 s a call (0.273–0.297)" in _section3()
+
+
+def test_run3_page_is_the_as_returned_table_and_all_runs_share_a_page():
+    assert (RUN3 / "cost_curve.md").read_bytes() == (
+        RUN3 / "device" / "cost_curve-as-returned.md").read_bytes()
+    page = (HERE / "all-runs.md").read_text()
+    for want in ("| 27b@20 (NVIDIA H200) | NVIDIA H200 | 20 | 4,185 |",
+                 "| 27b@20 (NVIDIA H100 80GB HBM3, run2-h100) | NVIDIA H100 80GB HBM3 | 20 | 2,992 |",
+                 "| 27b@20 (NVIDIA H100 80GB HBM3, run3-h100) | NVIDIA H100 80GB HBM3 | 20 | 3,005 |"):
+        assert want in page, want
+    raw = [json.loads(x) for x in gzip.open(RUN3 / "records.jsonl.gz")]
+    assert len(raw) == 89
+    assert sum(p.stat().st_size for p in RUN3.rglob("*") if p.is_file()) < 100_000
