@@ -162,7 +162,7 @@ def test_run4_mtp_drops_a_block_from_every_hit():
             assert re.fullmatch(r"hit 768, tail 76[7-9]|hit 768, tail 77[0-3]",
                                 r["history"]["finding"])
     assert computed == {512: 31, 768: 1} and retry_hit == {512: {0}, 768: {512}}
-    for text in ("computed = **512** (31 points of 33) or **768** (1)", "retry hit **0**",
+    for text in ("computed = **512** (31 of the 32 proven points) or **768** (1)", "retry hit **0**",
                  "hit **768** of the first turn plus a tail of 767–773"):
         assert text in FLAT
 
