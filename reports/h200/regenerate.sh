@@ -154,3 +154,6 @@ page history/run2/summary.md python ../../benchmarks/gpu_history_summary.py hist
 # after 918475b (interleave's B continues A's conversation); both processes cut by their time
 # limit, their finished points kept
 page history/run3/summary.md python ../../benchmarks/gpu_history_summary.py history/run3/fap_all.jsonl.gz history/run3/pw_none.jsonl.gz --machine "NVIDIA H100 80GB HBM3"
+# run 4 (same day, one H100 80GB HBM3): the same four histories with MTP k = 3,
+# HISTORIES=abort-retry,sibling,evict,next-turn SLOTS=4 bash benchmarks/gpu_history.sh 555 mtp
+page history/run4-mtp/summary.md python ../../benchmarks/gpu_history_summary.py history/run4-mtp/fap_all.jsonl.gz history/run4-mtp/pw_none.jsonl.gz --machine "NVIDIA H100 80GB HBM3"

@@ -1,5 +1,5 @@
 """Issue 52's GPU runs of the history axis (reports/h200/history/: three device calls of
-benchmarks/gpu_history.sh, each on one H100): every claim its README, the project README and
+benchmarks/gpu_history.sh, each on one H100; run 4 with MTP): every claim its README, the project README and
 docs/histories.md make, computed from the archived records, manifests and server logs, so a
 doc that drifts from the records fails."""
 from __future__ import annotations
@@ -21,7 +21,9 @@ DOCS = {name: (ROOT / name).read_text() for name in ("README.md", "docs/historie
 PROCS = ("fap_all", "pw_none")
 GPU = {"run1": "GPU-75aaa4f9-d986-e058-88a2-fe897472688a",
        "run2": "GPU-8797883c-de57-1949-0799-85091710744c",
-       "run3": "GPU-4a531710-325b-6d96-a9ad-d18516c31edd"}
+       "run3": "GPU-4a531710-325b-6d96-a9ad-d18516c31edd",
+       "run4-mtp": "GPU-d6e5e111-347e-408f-6c15-efc5bf2fe772"}
+RUNS = list(GPU)
 ABORT_LINE = re.compile(r"aborted request=\S+ computed=(\d+) of=(\d+)")
 
 
@@ -50,26 +52,119 @@ def _manifest(run: str, proc: str) -> dict:
     return json.loads((HERE / run / f"{proc}.manifest.json").read_text())
 
 
-@pytest.mark.parametrize("run", ["run1", "run2", "run3"])
+@pytest.mark.parametrize("run", RUNS)
 def test_one_h100_per_run_and_the_code_it_ran(run):
-    digest = {"run1": "src8373fa6d2988", "run2": "srcedf9c6614d3d", "run3": "srce8e49537a12d"}[run]
+    digest = {"run1": "src8373fa6d2988", "run2": "srcedf9c6614d3d", "run3": "srce8e49537a12d",
+              "run4-mtp": "srcf0ee80d1339f"}[run]
     for proc in PROCS:
         m = _manifest(run, proc)
         uuids = {g["uuid"] for slot in m["gpus"].values() for g in slot}
         assert uuids == {GPU[run]}
         assert {g["model"] for slot in m["gpus"].values() for g in slot} == {"NVIDIA H100 80GB HBM3"}
         assert m["harness_version"].endswith(digest) and digest in PAGE
-        assert m["interrupted"] is (run != "run2")
+        assert m["interrupted"] is (run in ("run1", "run3"))
         assert {r["engine_version"] for r in _records(run, proc)
                 if r["verdict"] != "boot-fail"} == {"0.26.0"}
     assert GPU[run] in PAGE
     timings = (HERE / run / "device" / "timings.txt").read_text()
-    want = {"run1": "rc=124", "run2": "rc=0 344s", "run3": "rc=124"}[run]
-    assert timings.count(want) == 2
+    want = {"run1": ("rc=124",) * 2, "run2": ("rc=0 344s",) * 2, "run3": ("rc=124",) * 2,
+            "run4-mtp": ("rc=1 447s", "rc=0 447s")}[run]
+    assert [ln.split(" ", 1)[0] for ln in timings.splitlines() if " rc=" in ln] == list(PROCS)
+    for proc, rc in zip(PROCS, want):
+        assert f"{proc} {rc}" in timings
     commands = (HERE / run / "device" / "commands.txt").read_text()
     hist = {"run1": "none,abort-retry,interleave,sibling,evict,next-turn",
-            "run2": "abort-retry,sibling,evict,next-turn", "run3": "interleave"}[run]
+            "run2": "abort-retry,sibling,evict,next-turn", "run3": "interleave",
+            "run4-mtp": "abort-retry,sibling,evict,next-turn"}[run]
     assert commands.count(f"--history {hist} ") == 2
+    spec = "mtp" if run == "run4-mtp" else "ngram"
+    assert commands.count(f"--spec {spec} --draft-tokens 3 ") == 2
+
+
+R4 = "run4-mtp"
+FLAT = " ".join(PAGE.split())   # the page's prose, its line breaks undone
+
+
+def test_run4_every_history_proven_and_all_ok_but_one_point():
+    """MTP k = 3: pw_none all ok; fap_all one invalid restore point, confirmed ok fresh."""
+    for proc in PROCS:
+        recs = _records(R4, proc)
+        assert {(r["config"]["spec"], r["config"]["draft_tokens"]) for r in recs} == {("mtp", 3)}
+        gpus = {(g["uuid"], g["model"]) for r in recs for g in r["server_boot"]["gpu"]}
+        assert gpus == {(GPU[R4], "NVIDIA H100 80GB HBM3")}
+        assert {r["engine_version"] for r in recs} == {"0.26.0"}
+        want = {"fap_all": {"ok": 129, "invalid": 1}, "pw_none": {"ok": 128}}[proc]
+        assert Counter(r["verdict"] for r in recs) == want and len(recs) == sum(want.values())
+        for name, rs in _by_history(R4, proc).items():
+            proofs = _proofs(rs)
+            proven = sum(r["history"]["proven"] for r in proofs)
+            if (proc, name) == ("fap_all", "abort-retry"):
+                assert (len(rs), len(proofs), proven) == (34, 17, 16)
+            else:
+                assert {r["verdict"] for r in rs} == {"ok"} and len(rs) == 32
+                assert len(proofs) == proven == 16, (proc, name)
+                assert f"| `{name}` | 32 ok, 16/16 proven | 32 ok, 16/16 proven |" in PAGE
+    assert "| `abort-retry` | 33 ok, 1 invalid; 16/17 proven | 32 ok, 16/16 proven |" in PAGE
+    assert "`pw_none`: 128 records, all ok" in FLAT
+    assert "130 records, 129 ok and 1 `invalid`" in FLAT
+    assert "(57 both ok" in (HERE / R4 / "fap_all.md").read_text()
+    assert "56 cells measured on both, 56 agree" in (HERE / R4 / "pw_none.md").read_text()
+
+
+def test_run4_the_invalid_point_is_the_abort_after_the_whole_prefill():
+    (bad,) = [r for r in _records(R4, "fap_all") if r["verdict"] != "ok"]
+    assert (bad["config"]["history"], bad["residue"], bad["phase"], bad["isolation"]) == \
+        ("abort-retry", 127, "cold", "restore")
+    assert bad["reason"].startswith("history abort-retry not proven: no abort line of the "
+                                    "request before its prefill ended")
+    assert (bad["cached_tokens"], bad["prompt_tokens"]) == (768, 1151)
+    first, final = bad["history"]["log"]
+    assert "start=0 tokens=512 of=1151 step=188" in first
+    assert "final prefill chunk" in final and "computed=1024" in final
+    fresh = [r for r in _proofs(_by_history(R4, "fap_all")["abort-retry"])
+             if r["residue"] == 127 and r["isolation"] == "fresh"]
+    assert len(fresh) == 1 and fresh[0]["history"]["proven"] and fresh[0]["verdict"] == "ok"
+    log = _log(R4, "fap_all-abort-retry-restore")
+    rid = "chatcmpl-rl-03498d0ae848"
+    starts = re.findall(rf"prefill chunk: request={rid}-aborted-\S+ start=(\d+) ", log)
+    assert starts == ["0", "512", "768", "1024"]   # the whole prompt, before the pause
+    first_chunk = log.index(f"request={rid}-aborted")
+    reset = log.rindex("Successfully reset prefix cache", 0, first_chunk)
+    assert "prefill chunk" not in log[reset:first_chunk]   # nothing ran after the restore
+    end = log.index(f"final prefill chunk: request={rid}-aborted")
+    pause = log.index("POST /sleep?level=0&mode=keep", end)
+    abort = re.search(rf"aborted request={rid}-aborted-\S+ computed=(\d+) of=(\d+)", log)
+    assert end < pause < abort.start() and abort.groups() == ("1151", "1151")
+    retry = re.search(rf"prefill chunk: request={rid}-retry-\S+ start=(\d+) ", log)
+    assert retry[1] == "768" and retry.start() > abort.start()
+    for text in ("no abort line of the request before its prefill ended", "computed=1151 of=1151",
+                 "this point's own aborted send**", "Not a harness defect"):
+        assert text in FLAT
+
+
+def test_run4_mtp_drops_a_block_from_every_hit():
+    computed, retry_hit = Counter(), {}
+    for proc in PROCS:
+        hists = _by_history(R4, proc)
+        for r in _proofs(hists["abort-retry"]):
+            lines = [m for m in map(ABORT_LINE.search, r["history"]["log"]) if m]
+            if not r["history"]["proven"]:
+                assert not lines
+                continue
+            (line,) = lines
+            assert r["config"]["max_num_batched_tokens"] == 512 and r["config"]["block_size"] == 256
+            done = int(line[1])
+            computed[done] += 1
+            retry_hit.setdefault(done, set()).add(r["cached_tokens"])
+        assert {r["cached_tokens"] for name in hists for r in hists[name]
+                if r["phase"] == "self-hit" and name != "evict"} == {768}
+        for r in _proofs(hists["next-turn"]):
+            assert re.fullmatch(r"hit 768, tail 76[7-9]|hit 768, tail 77[0-3]",
+                                r["history"]["finding"])
+    assert computed == {512: 31, 768: 1} and retry_hit == {512: {0}, 768: {512}}
+    for text in ("computed = **512** (31 of the 32 proven points) or **768** (1)", "retry hit **0**",
+                 "hit **768** of the first turn plus a tail of 767–773"):
+        assert text in FLAT
 
 
 def test_run3_interleave_proven_at_every_finished_point_and_all_ok():
@@ -320,7 +415,7 @@ def test_run1_sibling_timed_out_unscheduled_and_the_oom():
     assert "thirteen other processes" in PAGE
 
 
-@pytest.mark.parametrize("run", ["run1", "run2", "run3"])
+@pytest.mark.parametrize("run", RUNS)
 def test_the_page_is_the_table_the_device_printed(run):
     """summary.md (a regenerate.sh page, rerun by test_h200_archive.py) is byte for byte the
     table part of the summary the device returned."""
@@ -337,5 +432,6 @@ def test_the_project_docs_quote_the_h100_result():
     for doc in DOCS.values():
         assert "reports/h200/history/" in doc and "GPU-8797883c" in doc
         assert "GPU-4a531710" in doc and "NVIDIA H100 80GB HBM3" in doc
+        assert "GPU-d6e5e111" in doc and "MTP k = 3" in doc
         assert "H100" in doc and "vLLM 0.26.0" in doc
     assert "128 records" in DOCS["README.md"]
