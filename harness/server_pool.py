@@ -3,7 +3,8 @@
 Scheduling (which data point runs next) lives in ``residue_sweep``; this module only
 knows processes. A server is started in its own session / process group with its output
 captured to a log file next to the results, is ready when ``/health`` answers 200 while
-its process is still alive (a server that exits during boot is a boot failure at once,
+its process is still alive and holds the port's listening socket (another program may take
+a free port first; a server that exits during boot is a boot failure at once,
 with the log lines that say why), and is stopped by SIGTERM → wait → SIGKILL of its whole
 process tree, after which nothing of it may survive.
 
@@ -39,7 +40,7 @@ from .serve.slots import Slot  # noqa: F401  (re-exported: where a server runs)
 from .errors import HandledError
 
 __all__ = ["attempts_said", "Observer", "ServerGroup", "READY_POLL_S", "READY_POLL_FAST_FOR_S", "READY_POLL_MAX_S",
-           "TERM_GRACE_S", "BootFailure", "Slot", "PortAllocator", "live_servers", "kill_all_servers",
+           "TERM_GRACE_S", "BootFailure", "Slot", "PortAllocator", "holds_listener", "live_servers", "kill_all_servers",
            "log_excerpt", "ServerProcess", "server_pids"]
 
 # /health is polled every 10 ms for the first second (a lab server is up in ~0.3 s and
@@ -308,7 +309,8 @@ class ServerProcess:
             # A bare connect() tells whether anything listens yet at the cost of a syscall;
             # the HTTP /health request (which must answer 200) only once something does.
             if _listening(self.port) and await client.health(
-                    timeout=min(2.0, max(0.1, deadline - time.monotonic()))):
+                    timeout=min(2.0, max(0.1, deadline - time.monotonic()))) \
+                    and holds_listener(self.proc.pid, self.port):
                 self.boot_s = time.monotonic() - self.started_at
                 self.ready_epoch = time.time()
                 self._remember_children()
@@ -371,6 +373,29 @@ def _listening(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.setblocking(False)
         return s.connect_ex(("127.0.0.1", port)) in (0, errno.EINPROGRESS)
+
+
+def holds_listener(pid: int, port: int) -> bool:
+    """Whether ``port``'s listening socket is held by ``pid`` or one of its children: a
+    port handed out free can be taken by another program's server before ours binds it,
+    and that server answers /health too (ours then exits: ``address already in use``).
+    True where the sockets cannot be read (another OS's rules): as before, /health alone."""
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return True
+    readable = False
+    for proc in procs:
+        try:
+            conns = proc.net_connections("tcp")
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+        readable = True
+        if any(c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port
+               for c in conns):
+            return True
+    return not readable
 
 
 def _last_meaningful(lines: list[str]) -> str:

@@ -15,6 +15,8 @@ from pathlib import Path
 import httpx
 import psutil
 
+from harness.server_pool import holds_listener
+
 ROOT = Path(__file__).resolve().parents[2]
 
 WORDS = ("amber lantern quietly folds the narrow river under seven copper bridges while "
@@ -98,7 +100,8 @@ def wait_healthy(port: int, proc: subprocess.Popen, timeout: float = 20.0) -> fl
         if proc.poll() is not None:
             raise RuntimeError(f"server exited with {proc.returncode} before /health")
         try:
-            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200 \
+                    and holds_listener(proc.pid, port):   # not another test's server
                 return time.monotonic() - t0
         except httpx.HTTPError:
             pass
@@ -127,11 +130,26 @@ def stop(proc: subprocess.Popen) -> None:
     assert not psutil.pid_exists(proc.pid) or psutil.Process(proc.pid).status() == psutil.STATUS_ZOMBIE
 
 
+def start_healthy(args: list[str], log_path: Path, tries: int = 3) -> tuple[subprocess.Popen, int]:
+    """A server healthy on its own port: a free port that another test's server bound
+    first makes ours exit ("address already in use"), and it starts again on another."""
+    for attempt in range(tries):
+        proc, port = start(args, log_path)
+        try:
+            wait_healthy(port, proc)
+            return proc, port
+        except RuntimeError:
+            stop(proc)
+            taken = "address already in use" in log_path.read_text(errors="replace").lower()
+            if not taken or attempt == tries - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
 @contextmanager
 def lab_server(args: list[str], log_path: Path):
-    proc, port = start(args, log_path)
+    proc, port = start_healthy(args, log_path)
     try:
-        wait_healthy(port, proc)
         srv = LabServer(args, port, proc, log_path)
         try:
             yield srv
