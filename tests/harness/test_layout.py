@@ -508,6 +508,8 @@ def test_data_between_rooms_is_typed():
     assert RunManifest.__dataclass_fields__["baseline"].type.startswith("BaselineBlock")
     assert RunManifest.__dataclass_fields__["timing"].type.startswith("RunTiming")
     assert RunManifest.__dataclass_fields__["plan"].type.startswith("RunPlan")
+    _facts_are_plain_data()
+    _no_field_is_any()
     facts = ("run/point.py", "run/phase_judge.py", "run/record_builder.py",
              "serve/isolation.py", "backends/local.py", "backends/live.py")
     found = [f"{rel}:{n.lineno} {ast.unparse(n)}" for rel in facts
@@ -622,6 +624,33 @@ def test_no_module_changes_another_modules_globals():
                     and target.value.id in names):
                 found.append(f"{p.relative_to(ROOT)}:{node.lineno} {ast.unparse(target)}")
     assert not found, found
+
+
+def _facts_are_plain_data() -> None:
+    """``ServerFacts`` holds JSON values only: no task, no client, nothing running (the
+    effective-configuration read still running is the ``PointRunner``'s own)."""
+    import types
+    import typing
+    from harness.serve.facts import ServerFacts
+    plain = {str, int, float, bool, dict, list, type(None)}
+    hints = typing.get_type_hints(ServerFacts)
+    assert hints, "ServerFacts has no fields?"
+    bad = {name: t for name, t in hints.items()
+           if not set(typing.get_args(t) if isinstance(t, types.UnionType) else (t,)) <= plain}
+    assert not bad, f"ServerFacts fields that are not plain data: {bad}"
+
+
+def _no_field_is_any() -> None:
+    """The manifest, its blocks and the server facts say each field's type (``Any`` nowhere)."""
+    import dataclasses
+    from harness.records import manifest, manifest_blocks
+    from harness.serve.facts import ServerFacts
+    models = [manifest.RunManifest, ServerFacts] + [
+        getattr(manifest_blocks, n) for n in manifest_blocks.__all__
+        if dataclasses.is_dataclass(getattr(manifest_blocks, n))]
+    found = [f"{m.__name__}.{f.name}" for m in models for f in dataclasses.fields(m)
+             if "Any" in str(f.type)]
+    assert not found, f"fields typed Any: {found}"
 
 
 ARCH = ROOT / "docs" / "architecture.md"
