@@ -12,13 +12,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from . import gate, posting
 from ..errors import OutputFailed, UsageError
 from .outfile import write_output
 from ..records.gate_block import BaselineBlock, GateCell
+from ..records.manifest import RunManifest
 from ..records.phase_record import PhaseRecord
+from ..settings.sweep_options import SweepOptions
 
 __all__ = ["Output", "Writer", "WRITERS", "MarkdownWriter", "JunitWriter", "GithubWriter"]
 
@@ -26,10 +28,10 @@ __all__ = ["Output", "Writer", "WRITERS", "MarkdownWriter", "JunitWriter", "Gith
 @dataclass(frozen=True)
 class Output:
     """A finished run as the writers see it."""
-    opts: Any                 # configs.SweepOptions
+    opts: SweepOptions
     run_id: str
     records: list[PhaseRecord]
-    manifest: Any             # records.manifest.RunManifest
+    manifest: RunManifest
     report_md: str
     gate: BaselineBlock | None = None   # gate.gate_block against --baseline (None without one)
 
@@ -50,7 +52,7 @@ class Output:
 class Writer(Protocol):
     name: str
 
-    def wanted(self, opts: Any) -> bool: ...
+    def wanted(self, opts: SweepOptions) -> bool: ...
 
     def write(self, out: Output) -> list[str]: ...
 
@@ -59,7 +61,7 @@ class MarkdownWriter:
     """``reports/<run-id>.md``: always."""
     name = "markdown"
 
-    def wanted(self, opts: Any) -> bool:
+    def wanted(self, opts: SweepOptions) -> bool:
         return True
 
     def write(self, out: Output) -> list[str]:
@@ -75,7 +77,7 @@ class JunitWriter:
     """``--junit PATH``: one testcase per point x phase."""
     name = "junit"
 
-    def wanted(self, opts: Any) -> bool:
+    def wanted(self, opts: SweepOptions) -> bool:
         return opts.outputs.junit is not None
 
     def write(self, out: Output) -> list[str]:
@@ -92,7 +94,7 @@ class GithubWriter:
     the REST API: ``harness.publish.posting``)."""
     name = "github"
 
-    def wanted(self, opts: Any) -> bool:
+    def wanted(self, opts: SweepOptions) -> bool:
         return True  # the step summary is written whenever Actions provides one
 
     def write(self, out: Output) -> list[str]:

@@ -45,7 +45,7 @@ class RunBackend(Block):
     url: str | None = None
     requests: dict | None = None
     api_key_from: str | None = None
-    server_report: Any = None
+    server_report: dict | None = None   # run/live.read_server: what the server said of itself
     # ray (backends/ray.py): the cluster
     address: str | None = None
     nodes: int | None = None

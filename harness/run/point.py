@@ -118,6 +118,9 @@ class PointRunner:
         self.ports = PortAllocator()
         self.node = node or socket.gethostname()
         self._cold_plp: dict = {}   # --prompt-logprobs: the cold phase's, per point
+        # the effective-configuration reads still running, per server's facts (by identity:
+        # the facts are held here too, so the id is not reused while the read is pending)
+        self._probes: dict[int, tuple[ServerFacts, asyncio.Task]] = {}
         self.records = RecordBuilder(run_id, version or harness_version(), opts.running.isolation,
                                      opts.measure.reference, tuple(opts.measure.phases))
 
@@ -211,7 +214,8 @@ class PointRunner:
                 # What the server says it runs is read while the first requests go out
                 # (it is needed for the records, not for the requests), unless the model
                 # name to put in the requests can only come from the server.
-                info.probe = asyncio.create_task(self._probe(info, client, cfg, log_path))
+                self._probes[id(info)] = (
+                    info, asyncio.create_task(self._probe(info, client, cfg, log_path)))
                 if not self.model_name(cfg):
                     await self.settle(info)
                 return server, client, info
@@ -252,10 +256,9 @@ class PointRunner:
         except ClientError as e:  # a server that dies now shows up in the first request
             info.probe_error = str(e)
 
-    @staticmethod
-    async def settle(info: ServerFacts) -> ServerFacts:
+    async def settle(self, info: ServerFacts) -> ServerFacts:
         """Wait for the effective-configuration probe started at boot, if still running."""
-        task, info.probe = info.probe, None
+        _, task = self._probes.pop(id(info), (None, None))
         if task is not None:
             await task
         return info

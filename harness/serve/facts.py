@@ -5,13 +5,14 @@ Built when the server is up (``run/point.PointRunner.boot_config``: its boot, th
 adapter's ``effective`` answer, read while the first requests go out), and written on by
 what the isolation does to it between points (``serve/isolation.MACHINERY``: a reset's
 failure, a restore's proof, a server no request may reach). ``record_builder`` and
-``phase_judge`` read it; nothing else travels through it.
+``phase_judge`` read it; nothing else travels through it. It is plain data (JSON values
+only): the effective-configuration read still running when the server is handed on is the
+``PointRunner``'s own (``PointRunner.settle`` awaits it), never a field here.
 """
 from __future__ import annotations
 
-import asyncio
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 __all__ = ["ServerFacts"]
@@ -35,8 +36,6 @@ class ServerFacts:
     restore: dict | None = None           # how it was returned to its just-booted state
     reset_error: str | None = None        # /reset_prefix_cache failed
     unusable: str | None = None           # why no request may go there (replaced)
-    # the effective-configuration read still running (PointRunner.settle awaits it)
-    probe: asyncio.Task | None = field(default=None, repr=False, compare=False)
 
     def learn(self, reported: Mapping[str, Any]) -> None:
         """What the adapter read of the server (``EngineAdapter.effective``'s keys)."""

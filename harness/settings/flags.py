@@ -30,6 +30,7 @@ from .flag_values import (a_path, seconds_at_least, choices_of, int_in, ints, or
 from ..serve.slots import one_slot_args
 from ..names.isolation import ISOLATIONS
 from .flag_values import LOAD_MODES
+from .sweep_options import SweepOptions
 from ..names.history import HISTORIES, HISTORY_NAMES
 
 __all__ = ["Flag", "FLAGS", "GROUPS", "UNSET", "sweep_parser", "matrix_axes",
@@ -64,7 +65,7 @@ class Parser(argparse.ArgumentParser):
 class Rerun(NamedTuple):
     """What a flag's rerun spelling is computed from: the sweep, one configuration and
     one residue of it (and, with --prompts, the case)."""
-    opts: Any            # configs.SweepOptions
+    opts: SweepOptions
     cfg: ServingConfig
     residue: int
     modulus: int
@@ -389,7 +390,7 @@ def matrix_axes(ns: argparse.Namespace) -> dict[str, list[Any]]:
     return {f.axis: f.items(f.name, getattr(ns, flag_dest(f))) for f in FLAGS if f.axis and f.items}
 
 
-def rerun_command(opts: Any, cfg: ServingConfig, residue: int, modulus: int,
+def rerun_command(opts: SweepOptions, cfg: ServingConfig, residue: int, modulus: int,
                   seed: int | None = None, case: str | None = None) -> str:
     """The one command line that reruns exactly this data point (on document ``seed``;
     with --prompts, of case ``case``)."""
