@@ -9,7 +9,7 @@ import sys
 
 from .names.history import history_row
 from .judge import bugb
-from .settings.configs import choose_residues, config_id, describe
+from .settings.configs import config_id, describe, residue_choice
 from .settings.sweep_options import SweepOptions
 from .serve.cmd_config import DECLARED_NOTE
 from .errors import CannotRun, ExitCode, UsageError
@@ -46,7 +46,7 @@ def dry_run(opts: SweepOptions, adapter) -> int:
         raise UsageError(str(e)) from None
     total = 0
     for cfg in opts.serving.configs:
-        chosen = choose_residues(opts.measure.residues, cfg, opts.measure.modulus, seed=opts.measure.seed)
+        chosen = residue_choice(opts.measure, cfg)
         mod, residues, note = chosen.modulus, chosen.residues, chosen.note
         total += len(residues) * max(1, len(opts.measure.cases))
         print(f"\n[{config_id(cfg)}] {cfg.label()}", file=out)

@@ -34,7 +34,7 @@ from ..serve.engines import ADAPTERS, EngineAdapter, normalise_reported
 from ..serve.facts import ServerFacts
 from ..serve.live_target import API_KEY_ENVS, LiveTarget
 from ..errors import CannotRun, UsageError
-from ..settings.configs import choose_residues
+from ..settings.configs import residue_choice
 from ..settings.sweep_options import SweepOptions
 from ..settings.flag_facts import url_refused
 from ..names.phase import PhaseName
@@ -60,7 +60,7 @@ def connect(opts: SweepOptions) -> SweepOptions:
     if opts.measure.modulus is None and not (cfg.prefix_match_unit or cfg.block_size):
         raise UsageError(f"--modulus auto: {target.url} does not report its block size or "
                          "match unit; give --modulus N")
-    choose_residues(opts.measure.residues, cfg, opts.measure.modulus, seed=opts.measure.seed)
+    residue_choice(opts.measure, cfg)   # a bad --residues for this server: exit 2, now
     target = dataclasses.replace(target, report=report, cfg=cfg, facts=facts)
     default = live_adapter(target).logprobs_default
     return opts.replace(

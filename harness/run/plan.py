@@ -31,7 +31,7 @@ import httpx
 from engine.presets import ServingConfig
 
 from ..serve.client import EngineClient
-from ..settings.configs import choose_residues, config_id
+from ..settings.configs import config_id, residue_choice
 from ..settings.sweep_options import SweepOptions
 from ..settings.flags import FLAGS, MEASURE, Rerun, rerun_command
 from ..serve.engines import EngineAdapter
@@ -96,7 +96,7 @@ def plan_points(opts: SweepOptions, adapter: EngineAdapter,
     cases: dict[str, dict] = {}
     for cfg in opts.serving.configs:
         cid = config_id(cfg)
-        chosen = choose_residues(m.residues, cfg, m.modulus, seed=m.seed)
+        chosen = residue_choice(m, cfg)
         modulus, why, residues, note = (chosen.modulus, chosen.modulus_why, chosen.residues,
                                         chosen.note)
         sampled[cid] = note
@@ -371,7 +371,7 @@ def plan_live(opts: SweepOptions) -> SweepPlan:
     target: LiveTarget = opts.running.live
     cfg = opts.serving.configs[0]
     cid = config_id(cfg)
-    chosen = choose_residues(m.residues, cfg, m.modulus, seed=m.seed)
+    chosen = residue_choice(m, cfg)
     modulus, why, residues, note = chosen.modulus, chosen.modulus_why, chosen.residues, chosen.note
     need_len = m.context + modulus + m.max_tokens
     if cfg.max_model_len and need_len > cfg.max_model_len:

@@ -7,6 +7,7 @@ line naming the flag and what it allows. Preset resolution is ``engine.presets.r
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import itertools
 import json
@@ -26,11 +27,11 @@ from ..serve.slots import Slot
 from ..names.engine import EngineName
 from ..names.history import history_row
 from ..names.reference import GOLDEN_PREFIX, MATRIX_REFERENCES, PER_ANSWER_REFERENCES
-from .sweep_options import SweepOptions
+from .sweep_options import MeasurePart, SweepOptions
 
 __all__ = ["config_id", "modulus_for", "modulus_and_why", "expand_matrix",
            "matrix_combos",
-           "predicted_residues", "select_residues", "choose_residues", "ResidueChoice",
+           "predicted_residues", "select_residues", "choose_residues", "residue_choice", "ResidueChoice",
            "parse_slots", "parse_phases",
            "parse_reference", "parse_prompts", "describe"]
 
@@ -153,20 +154,27 @@ class ResidueChoice:
 
     modulus: int
     modulus_why: str | None     # None when the user gave --modulus (records say nothing)
-    residues: list[int]
+    residues: tuple[int, ...]
     note: str | None
 
 
+def residue_choice(measure: MeasurePart, cfg: ServingConfig) -> ResidueChoice:
+    """``choose_residues`` for ``cfg`` with what the sweep asked to measure."""
+    return choose_residues(measure.residues, cfg, measure.modulus, seed=measure.seed)
+
+
+@functools.lru_cache(maxsize=256)
 def choose_residues(spec: str, cfg: ServingConfig, modulus: int | None, *,
                     seed: int = 0) -> ResidueChoice:
     """The residue decision for ``cfg``: its modulus (``modulus``, or auto from the
     configuration: ``modulus_and_why``) and the residues ``spec`` selects there
     (``select_residues``). Options, ``--url``, explain's rungs, the plan and the dry run
     all ask it, so a residue spec means one thing everywhere; a bad one is a
-    ``UsageError``."""
+    ``UsageError``. Decided once for each (spec, configuration, modulus, seed): every
+    asker gets the same choice (``lru_cache``; a ``ResidueChoice`` cannot change)."""
     mod, why = modulus_and_why(cfg, modulus)
     residues, note = select_residues(spec, cfg, mod, seed=seed)
-    return ResidueChoice(mod, why if modulus is None else None, residues, note)
+    return ResidueChoice(mod, why if modulus is None else None, tuple(residues), note)
 
 
 def select_residues(spec: str, cfg: ServingConfig, modulus: int, *,

@@ -58,3 +58,15 @@ def test_a_url_sweep_takes_the_live_rows_and_a_started_one_its_flags():
     started = options_from_argv(["--isolation", "reset", "--slots", "2"])
     assert (started.running.isolation, started.running.backend) == ("reset", "local")
     assert len(started.running.slots) == 2 and started.running.live is None
+
+
+def test_a_configurations_residues_are_decided_once_and_every_asker_shares_them():
+    """Issue 47 point 5: the options, ``--url``, explain's rungs, the plan and the dry run
+    all ask ``settings/configs.choose_residues``; a configuration's choice is made once."""
+    from harness.settings.configs import residue_choice
+    opts = options_from_argv(["--residues", "3-5"])
+    cfg = opts.serving.configs[0]
+    first, again = residue_choice(opts.measure, cfg), residue_choice(opts.measure, cfg)
+    assert first is again and first.residues == (3, 4, 5)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        first.residues = ()
