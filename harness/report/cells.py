@@ -1,6 +1,6 @@
 """What one cell says, in the thread's words, and the footnotes of non-ok cells. A cell is
 ``model.Cell`` (its record and what its other documents and passes add); the phrases of
-one record take a ``PhaseRecord`` (a dict as read is typed first)."""
+one record take a ``PhaseRecord`` (the report's entry points type what they are given)."""
 from __future__ import annotations
 
 import re

@@ -35,9 +35,9 @@ def render_markdown(records: RecordsIn,
                     ) -> str:
     """The whole report as GitHub-flavoured markdown.
 
-    ``records``: phase records of one or more runs (docs/records.md). ``manifests``: their
-    run manifests, as read or typed (optional: they add the command line, the dates, planned-but-missing
-    residues and the interrupted flag). ``full``: one row per residue, no folding, and every
+    ``records``: phase records of one or more runs (docs/records.md), as read or typed.
+    ``manifests``: their run manifests, as read or typed (optional: they add the command
+    line, the dates, planned-but-missing residues and the interrupted flag). ``full``: one row per residue, no folding, and every
     rerun command line. ``explained``: (manifest, records) of the explain runs linked to
     these runs (``sweep explain``): their ladders make the "Explained" section. The one
     place the report types what it is given (``typed``): every section behind it reads
