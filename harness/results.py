@@ -28,9 +28,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Iterable
 
-from .records.phase_record import PhaseRecord, typed
+from .records.phase_record import PhaseRecord, RecordsIn, typed
 from .records.recordkeys import document_of
 from .records.store import load_records, resolve_sources
 from .records.same_compile import fingerprint_of, gpu_models
@@ -74,11 +74,11 @@ def _flat(prefix: str, value: Any, out: dict[str, Any]) -> None:
         out[prefix] = value
 
 
-def record_rows(records: Iterable[PhaseRecord | Mapping[str, Any]]) -> list[dict[str, Any]]:
+def record_rows(records: Iterable[PhaseRecord]) -> list[dict[str, Any]]:
     """The rows of :func:`frame` as plain dicts (no pandas): keys, measured fields, build,
     then the flattened effective configuration."""
     rows = []
-    for r in typed(records):
+    for r in records:
         row: dict[str, Any] = {k: getattr(r, k) for k in KEYS if k != "document"}
         row["document"] = document_of(r)
         row["isolation_run"] = r.isolation_run or ""
@@ -109,7 +109,7 @@ def _typed_columns(df: "pd.DataFrame") -> "pd.DataFrame":
 
 
 def frame(*sources: str | Path, out_dir: str | Path = "results",
-          records: Iterable[PhaseRecord | Mapping[str, Any]] | None = None) -> "pd.DataFrame":
+          records: RecordsIn | None = None) -> "pd.DataFrame":
     """One row per phase cell of the runs named by ``sources`` (run ids looked up in
     ``out_dir``, results files, or folders of them), or of ``records`` already read;
     sorted by run, configuration, document, residue and phase. Raises ``StoreError`` for
@@ -119,7 +119,7 @@ def frame(*sources: str | Path, out_dir: str | Path = "results",
         if not sources:
             raise TypeError("frame() needs a run id, a results file, a folder or records=")
         records = load_records(resolve_sources(sources, out_dir), out_dir)
-    rows = record_rows(records)
+    rows = record_rows(typed(records))
     columns = list(KEYS) + list(MEASURED) + list(BUILD) + [k for k, _ in SERVER]
     df = pd.DataFrame(rows, columns=columns + sorted({k for row in rows for k in row}
                                                      - set(columns)))

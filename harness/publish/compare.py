@@ -30,7 +30,7 @@ from ..text.ranges import residues_phrase
 from ..names.isolation import REUSE_ISOLATIONS
 from ..names.verdict import BUG_VERDICTS, CLEAN, worst
 from ..names.phase import PHASES, phase_key
-from ..records.phase_record import PhaseRecord, record_identity, sha12, typed
+from ..records.phase_record import PhaseRecord, RecordsIn, record_identity, sha12, typed
 from ..records.recordkeys import auto_pass, document_of, latest_records
 from .comparison import (CellSummary, Comparison, ConfigChange, PhaseChange, PointChange,
                          Regression)
@@ -147,8 +147,7 @@ def _point(residue: int, old_cells: dict[str, PhaseRecord], new_cells: dict[str,
         document=document)
 
 
-def compare_records(old: list[dict] | list[PhaseRecord], new: list[dict] | list[PhaseRecord]
-                    ) -> Comparison:
+def compare_records(old: RecordsIn, new: RecordsIn) -> Comparison:
     """Per configuration and residue, what changed from ``old`` to ``new`` (records as
     read or typed)."""
     old, new = typed(old), typed(new)

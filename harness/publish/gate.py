@@ -32,7 +32,7 @@ from ..text.ghmarkdown import cap
 from .outfile import write_output
 from .compare import compare_records
 from .comparison import Comparison
-from ..records.phase_record import PhaseRecord, as_record, typed
+from ..records.phase_record import PhaseRecord, RecordsIn, typed
 from ..records.recordkeys import auto_pass, cell_key, document_of, latest_records, reference_cells
 from ..names.verdict import CLEAN, JUDGED, NOT_FAILED, OPEN, UNJUDGED
 from ..names.phase import phase_key
@@ -76,15 +76,14 @@ def _losses(comparison: Comparison) -> list[GateCell]:
     return out
 
 
-def find_regressions(baseline: list[dict] | list[PhaseRecord],
-                     new: list[dict] | list[PhaseRecord]) -> list[GateCell]:
+def find_regressions(baseline: list[PhaseRecord], new: list[PhaseRecord]) -> list[GateCell]:
     """Cells ok in ``baseline`` and not ok in ``new``: one ``GateCell`` per (config,
     residue, phase) with the old and new verdict and the rerun line."""
     return _regressions(compare_records(baseline, new))
 
 
-def find_coverage_losses(baseline: list[dict] | list[PhaseRecord],
-                         new: list[dict] | list[PhaseRecord]) -> list[GateCell]:
+def find_coverage_losses(baseline: list[PhaseRecord], new: list[PhaseRecord]
+                         ) -> list[GateCell]:
     """Cells the baseline judged (its verdict ok, diverged or broken) that are missing now
     or whose verdict now is not a judgement (invalid, crash, timeout, boot-fail, infra,
     unjudged): one ``GateCell`` per (config, residue, phase), ``new_verdict`` None when
@@ -107,8 +106,8 @@ def regression_line(reg: GateCell) -> str:
             f"{reg.old_verdict} -> {reg.new_verdict}")
 
 
-def gate_block(baseline: list[dict] | list[PhaseRecord], records: list[dict] | list[PhaseRecord],
-               *, source: str, allow_fewer: bool = False) -> BaselineBlock:
+def gate_block(baseline: RecordsIn, records: RecordsIn, *, source: str,
+               allow_fewer: bool = False) -> BaselineBlock:
     """What the gate found against ``baseline``, cell by cell, and its verdict, decided
     here once (``passed``: some cell judged, no regression, no lost coverage unless
     ``allow_fewer``); the run's comparison with the baseline is made once. The manifest's
@@ -173,28 +172,28 @@ def gate_lines(block: BaselineBlock, limit: int = 20) -> list[str]:
     return lines
 
 
-def judged_any(records: list[dict] | list[PhaseRecord]) -> bool:
+def judged_any(records: list[PhaseRecord]) -> bool:
     """Whether any cell of ``records`` was judged (ok, diverged, broken): a run whose
     every point failed to boot (or was invalid, ...) measured nothing, against any
     baseline."""
-    recs, _ = latest_records(typed(records))
+    recs, _ = latest_records(records)
     return any(r.verdict in JUDGED for r in recs)
 
 
-def gate_exit_code(records: list[dict] | list[PhaseRecord],
-                   baseline: list[dict] | list[PhaseRecord] | None = None, *,
+def gate_exit_code(records: RecordsIn, baseline: RecordsIn | None = None, *,
                    allow_empty: bool = False, allow_fewer: bool = False,
                    block: BaselineBlock | None = None) -> int:
     """0 when the sweep passes, 1 when it fails (see the module docstring). Against a
     baseline the verdict is ``gate_block``'s ``passed`` (``block`` when the caller made
     it already: the sweep's own, written to its manifest)."""
+    records = typed(records)
     if not records:
         return EXIT_OK if allow_empty else EXIT_FAIL
     if block is None and baseline is not None:
         block = gate_block(baseline, records, source="", allow_fewer=allow_fewer)
     if block is not None:
         return EXIT_OK if block.passed else EXIT_FAIL
-    recs, _ = latest_records(typed(records))
+    recs, _ = latest_records(records)
     refs = reference_cells(recs)   # --reference cold / first: the measure, not judged
     judged = [r for r in recs if cell_key(r) not in refs]
     return EXIT_FAIL if not judged or any(r.verdict not in CLEAN for r in judged) else EXIT_OK
@@ -221,11 +220,10 @@ def _one_line(text: str) -> str:
     return " ".join(str(text).split())
 
 
-def testcase_name(r: PhaseRecord | dict, documents: bool = False) -> str:
+def testcase_name(r: PhaseRecord, documents: bool = False) -> str:
     """One name per cell: with the case (--prompts), the document when a run measured
     several (``--seed`` lists) and the auto pass, so no two testcases share a name
     (single-document names stay as they were)."""
-    r = as_record(r)
     case = f" case {r.case_id}" if r.case_id else ""
     name = f"{r.config_label or r.config_id}{case} residue {r.residue} {r.phase}"
     if documents:
@@ -235,9 +233,8 @@ def testcase_name(r: PhaseRecord | dict, documents: bool = False) -> str:
     return name
 
 
-def failure_message(r: PhaseRecord | dict) -> str:
+def failure_message(r: PhaseRecord) -> str:
     """``broken: sha1 da39a3ee5e6b: "" (empty answer, finish_reason=stop)``."""
-    r = as_record(r)
     ans = r.answer or ""
     excerpt = cap(ans, EXCERPT_CHARS) if ans else ""
     sha = (r.sha1 or "")[:12] or "-"
@@ -276,7 +273,7 @@ def _gate_suite(root: ET.Element, kind: str, entries: Iterable[GateCell]) -> Non
         fail.text = _xml_safe(f"{line(entry)}{hint}\nrerun: {entry.rerun or '-'}")
 
 
-def write_junit(records: list[dict] | list[PhaseRecord], path, *, suite_name: str = "residue-sweep",
+def write_junit(records: RecordsIn, path, *, suite_name: str = "residue-sweep",
                 coverage_losses: Iterable[GateCell] | None = None,
                 regressions: Iterable[GateCell] | None = None) -> pathlib.Path:
     """JUnit XML: one ``<testsuite>`` per configuration, one ``<testcase>`` per data point ×

@@ -25,7 +25,7 @@ from ..names.verdict import VERDICTS
 
 __all__ = ["SCHEMA_VERSION", "PhaseRecord", "CONFIG_FIELDS", "NOT_IDENTITY", "WRITTEN_WHEN_SET",
            "schema_of", "data_fields", "ServerBoot",
-           "as_record", "typed", "record_identity", "sha12"]
+           "RecordsIn", "as_record", "typed", "record_identity", "sha12"]
 
 # 3: the cold phase under --reference cold is `unjudged` (was `ok`), a collapse is measured
 #    against the reference's length, an unproven hit is `invalid`; new fields
@@ -232,12 +232,19 @@ def _absent(f: dataclasses.Field, d: Mapping[str, Any]) -> Any:
     return None
 
 
+# Records as a caller of a public entry point gives them: read from a file (dicts), built
+# by a test or a script, or typed already. Only those entry points take it and hand it to
+# ``typed`` (docs/architecture.md names them); every reader behind them takes PhaseRecords.
+RecordsIn = Iterable[Mapping[str, Any] | PhaseRecord]
+
+
 def as_record(r: Mapping[str, Any] | PhaseRecord) -> PhaseRecord:
-    """A record as ``PhaseRecord`` (one already typed is returned as it is)."""
+    """A record as ``PhaseRecord`` (one already typed is returned as it is): ``typed``'s,
+    one record at a time; no reader asks it (tests/harness/test_layout.py)."""
     return r if isinstance(r, PhaseRecord) else PhaseRecord.from_dict(r)
 
 
-def typed(records: Iterable[Mapping[str, Any] | PhaseRecord]) -> list[PhaseRecord]:
+def typed(records: RecordsIn) -> list[PhaseRecord]:
     """Records as ``PhaseRecord``s (a record already typed is kept as it is)."""
     with gc_paused():   # an archive's records are many small objects and no cycle
         return [as_record(r) for r in records]
@@ -271,6 +278,18 @@ class ServerBoot:
     gpu: list | None = None                # issue 48: per GPU index, model, uuid (gpu_info)
     compile: dict | None = None            # issue 48: the compile fingerprint and its source
     extra: dict = field(default_factory=dict)   # what else the engine's boot notes said
+
+    @classmethod
+    def of(cls, notes: Mapping[str, Any] | None) -> "ServerBoot | None":
+        """Boot notes as written (a server's facts hold them before any record does)
+        read typed; None for none."""
+        return typed_view(cls, notes)
+
+    @property
+    def fingerprint(self) -> Any:
+        """The compile fingerprint the server booted with, as its notes say it (None: not
+        recorded)."""
+        return self.compile.get("fingerprint") if isinstance(self.compile, dict) else None
 
 
 def schema_of(record: Mapping[str, Any]) -> int:

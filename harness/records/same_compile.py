@@ -33,8 +33,7 @@ BYTES_WORDS = {"same": "same bytes (same compile)",
 def fingerprint_of(r: "PhaseRecord") -> str | None:
     """The compile fingerprint the record's server booted with (None: not recorded)."""
     boot = r.boot
-    compiled = boot.compile if boot is not None else None
-    fp = compiled.get("fingerprint") if isinstance(compiled, dict) else None
+    fp = boot.fingerprint if boot is not None else None
     return str(fp) if fp else None
 
 
@@ -85,8 +84,8 @@ def compile_phrase(records) -> str:
     (fingerprint 1a2b3c4d5e6f, 4 servers)``; servers are counted by their log."""
     servers: dict[str | None, set] = {}
     for r in records:
-        boot = r.server_boot if isinstance(r.server_boot, dict) else {}
-        servers.setdefault(fingerprint_of(r), set()).add(boot.get("log") or r.run_id)
+        boot = r.boot
+        servers.setdefault(fingerprint_of(r), set()).add((boot.log if boot else None) or r.run_id)
     named = {fp: n for fp, n in servers.items() if fp}
     if not named:
         return "no compile fingerprint recorded: a broken answer's bytes are not comparable " \

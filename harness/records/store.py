@@ -94,12 +94,12 @@ class ResultStore:
         self._fh = None
 
     # -- records -----------------------------------------------------------------------
-    def append(self, record: PhaseRecord | dict[str, Any]) -> None:
+    def append(self, record: PhaseRecord) -> None:
         """Written and flushed to the kernel before returning: a sweep that is killed
         (Ctrl-C, SIGKILL, a crash) loses nothing that was appended. No fsync per record:
         that only guards against the machine itself going down, and costs milliseconds
         per phase on a fast sweep. ``record``: a ``PhaseRecord`` (its ``as_dict()`` is
-        written, now) or a dict as read."""
+        written, now)."""
         line = (json.dumps(_written(record), ensure_ascii=False, sort_keys=True)
                 + "\n").encode()
         if self._fh is None:
@@ -200,10 +200,10 @@ class ResultStore:
         return RunManifest.from_dict(manifest, str(self.manifest_path))
 
 
-def _written(record: PhaseRecord | dict[str, Any]) -> dict[str, Any]:
-    """A record as its line says it: a ``PhaseRecord``'s ``as_dict()`` (taken at the moment
-    of writing), a dict as it is."""
-    return record.as_dict() if isinstance(record, PhaseRecord) else record
+def _written(record: PhaseRecord) -> dict[str, Any]:
+    """A record as its line says it: its ``as_dict()``, taken at the moment of writing
+    (the store writes ``PhaseRecord``s only)."""
+    return record.as_dict()
 
 
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from ..text.ghmarkdown import code, escape_text
 from ..records.manifest import RunManifest
 from ..records.recordkeys import cell_key, point_key
-from ..records.phase_record import PhaseRecord, typed
+from ..records.phase_record import PhaseRecord
 from ..names.verdict import CLEAN, UNTESTED
 from ..names.isolation import REUSE_ISOLATIONS
 from ..names.isolation import IsolationName
@@ -36,11 +36,10 @@ class Agreement:
         return self.both_ok + self.both_bad
 
 
-def agreement_of(records: Iterable[PhaseRecord | dict]) -> Agreement | None:
-    """The agreement of an auto run's records (as read or typed); None when no record came
-    from one."""
+def agreement_of(records: Iterable[PhaseRecord]) -> Agreement | None:
+    """The agreement of an auto run's records; None when no record came from one."""
     pairs: dict[tuple, dict[str, PhaseRecord]] = {}
-    for r in typed(records):
+    for r in records:
         if r.isolation_run != IsolationName.AUTO:
             continue
         key = cell_key(r)[:5]   # the cell without its pass: the two passes pair up
@@ -110,7 +109,7 @@ def _stability(records: list[PhaseRecord], labels: bool) -> str:
     servers; ...`` from the records' ``confirmed_on``; "" where no record has it (runs
     before issue 32 render as they did)."""
     cells = []
-    for r in typed(records):
+    for r in records:
         said = stability(r.confirmed_on) if r.isolation == IsolationName.FRESH else None
         if said:
             where = f"residue {r.residue} {escape_text(str(r.phase))}"

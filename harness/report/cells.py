@@ -1,11 +1,10 @@
 """What one cell says, in the thread's words, and the footnotes of non-ok cells. A cell is
 ``model.Cell`` (its record and what its other documents and passes add); the phrases of
-one record take a ``PhaseRecord`` (a dict as read is typed first)."""
+one record take a ``PhaseRecord`` (the report's entry points type what they are given)."""
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Mapping
 
 from ..text.ghmarkdown import code, escape_text, table
 from ..text.phrase import Code, Emph, Phrase, Strong, Text
@@ -13,7 +12,7 @@ from ..text.ranges import fmt_ranges
 from ..names.phase import phase_key
 from ..names.verdict import (BUG_VERDICTS, CLEAN, NOT_FAILED, OPEN, SERVER_LOGGED, VerdictName,
                              verdict_info)
-from ..records.phase_record import PhaseRecord, as_record
+from ..records.phase_record import PhaseRecord
 from .divergence import divergence_of, divergence_phrase
 from .model import Cell, ConfigData, sha12
 from ..names.isolation import IsolationName
@@ -43,11 +42,10 @@ _GIST = re.compile(r"\b[A-Za-z_.]*(Error|Exception|Interrupt)\b|\bassert(ion)?\b
 _REASON_IS_WHY = ("not healthy after", "not started:")
 
 
-def failure_gist(r: PhaseRecord | Mapping[str, Any]) -> str:
+def failure_gist(r: PhaseRecord) -> str:
     """One line saying why a crash / boot-fail / timeout happened: the last log line that
     names an error (``ModuleNotFoundError: No module named 'x'``), else the reason; the
     reason itself for a boot that timed out or never started."""
-    r = as_record(r)
     if (r.reason or "").startswith(_REASON_IS_WHY):
         return reason_short(r)
     lines = [str(x).strip() for x in (r.log_excerpt or []) if str(x).strip()]
@@ -57,25 +55,23 @@ def failure_gist(r: PhaseRecord | Mapping[str, Any]) -> str:
     return reason_short(r)
 
 
-def reason_short(r: PhaseRecord | Mapping[str, Any]) -> str:
-    r = as_record(r)
+def reason_short(r: PhaseRecord) -> str:
     reason = (r.reason or "").strip()
     if not reason and r.log_excerpt:
         reason = str(r.log_excerpt[-1]).strip()
     return reason or "no reason recorded"
 
 
-def cell_phrase(r: PhaseRecord | Mapping[str, Any] | None) -> str:
+def cell_phrase(r: PhaseRecord | None) -> str:
     """What a cell says, in the thread's words (markdown, not yet bold)."""
     return cell_words(r).markdown()
 
 
-def cell_words(r: PhaseRecord | Mapping[str, Any] | None) -> Phrase:
+def cell_words(r: PhaseRecord | None) -> Phrase:
     """What a cell says, in the thread's words, as structure (``text/phrase.Phrase``: the
     report renders it as markdown, the terminal as plain text)."""
     if r is None:
         return Phrase.of("not run")
-    r = as_record(r)
     v = r.verdict or "invalid"
     n, total = r.verbatim_n, r.verbatim_total
     nN = f"{n}/{total}" if n is not None and total is not None else "?"

@@ -17,7 +17,7 @@ clean configuration's, or an explain run's clean rerun. Without one the call is
 from __future__ import annotations
 
 from collections import Counter
-from typing import Iterable
+from typing import Iterable, Sequence
 
 from ..judge.bugb import NO_RULE
 from ..judge.divergence import first_divergence
@@ -25,7 +25,7 @@ from ..text.ghmarkdown import code, escape_text
 from ..records.recordkeys import document_of
 from ..names.verdict import BUG_VERDICTS, CLEAN, UNJUDGED
 from ..names.phase import PhaseName
-from ..records.phase_record import PhaseRecord, as_record, typed
+from ..records.phase_record import PhaseRecord
 from .model import ConfigData
 
 __all__ = ["REFERENCE_SIGHT", "ReferenceTexts", "reference_texts", "divergence_of",
@@ -72,24 +72,22 @@ def _prompt_key(r: PhaseRecord, sha: str | None) -> tuple:
     return (r.model, r.case_id, document_of(r), r.target_len, sha)
 
 
-def reference_texts(records: Iterable[PhaseRecord | dict], extra: Iterable[PhaseRecord | dict] = ()
+def reference_texts(records: Sequence[PhaseRecord], extra: Iterable[PhaseRecord] = ()
                     ) -> ReferenceTexts:
-    """sha1 -> answer text, for every answer in ``records`` (as read or typed); ``extra``
-    (an explain run's reruns) adds clean logprobs only."""
-    records = typed(records)
+    """sha1 -> answer text, for every answer in ``records``; ``extra`` (an explain run's
+    reruns) adds clean logprobs only."""
     out = ReferenceTexts({r.sha1: r.answer or "" for r in records if r.sha1})
-    for r in [*records, *typed(extra)]:
+    for r in [*records, *extra]:
         if r.verdict in CLEAN and r.token_logprobs and r.sha1:
             out.clean.setdefault(_prompt_key(r, r.sha1), []).append(r)
     return out
 
 
-def divergence_of(r: PhaseRecord | dict, texts: dict[str, str]) -> dict | None:
+def divergence_of(r: PhaseRecord, texts: dict[str, str]) -> dict | None:
     """The record's first_divergence (computed from the recovered reference text when the
     record predates the field; None when there is no reference text to compare with),
     its margin and call taken from a clean answer's logprobs where the record's are not
     the reference's, else its call ``unknown``."""
-    r = as_record(r)
     fd = r.first_divergence
     ref = texts.get(r.reference_sha1 or "")
     if not fd:

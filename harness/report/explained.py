@@ -20,7 +20,7 @@ from ..text.ghmarkdown import bold, code, escape_text, table
 from ..text.plaintext import align_table, display_width, inline_to_plain
 from ..names.verdict import BUG_VERDICTS, CLEAN, EXPLAINED, VerdictName
 from ..names.phase import PhaseName, phase_key
-from ..records.phase_record import PhaseRecord, typed
+from ..records.phase_record import PhaseRecord
 from ..records.recordkeys import document_of, latest_records
 from .cells import cell_markdown
 from .model import Cell
@@ -149,14 +149,14 @@ def explains_of(manifest: dict | RunManifest | None) -> ExplainsLink | None:
     return m.explains if m is not None and m.explained_run else None
 
 
-def ladders(manifest: dict | RunManifest, records: list[PhaseRecord] | list[dict]) -> list[Ladder]:
-    """The ladders of one explain run (its records as read or typed), in the order its
+def ladders(manifest: dict | RunManifest, records: list[PhaseRecord]) -> list[Ladder]:
+    """The ladders of one explain run (its records), in the order its
     cells were named. A target names its document and case (explain runs since issue
     23); an older one matches any."""
     block = explains_of(manifest)
     if block is None:
         return []
-    recs, _ = latest_records(typed(records))
+    recs, _ = latest_records(records)
     by_point: dict[tuple, dict[str, PhaseRecord]] = {}
     for r in recs:
         key = (r.config_id, r.case_id, r.residue, document_of(r))
@@ -275,7 +275,7 @@ def closing_line(ladder: Ladder) -> str:
     return " ".join(parts) + tail
 
 
-def render_explained(explained: list[tuple[RunManifest, list[dict]]]) -> str:
+def render_explained(explained: list[tuple[RunManifest, list[PhaseRecord]]]) -> str:
     """The parent report's "Explained" section: every ladder of every explain run that
     links to it (``explained``: (manifest, records) of each)."""
     blocks = []

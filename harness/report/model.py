@@ -8,10 +8,9 @@ import dataclasses
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
-from typing import Any, Iterable, Mapping, NamedTuple
+from typing import Any, Iterable, NamedTuple, Sequence
 
-from ..records.phase_record import (CONFIG_FIELDS, NOT_IDENTITY, PhaseRecord, as_record, sha12,
-                                    typed)
+from ..records.phase_record import CONFIG_FIELDS, NOT_IDENTITY, PhaseRecord, sha12
 from ..names.verdict import CLEAN, SEVERITY, UNJUDGED, worst
 from ..names.phase import phase_key
 from ..records.recordkeys import cell_key, document_of, reference_cells
@@ -146,9 +145,9 @@ class Cell:
     isolations: tuple[str, ...] = ()   # of the records that speak for its documents
 
     @classmethod
-    def of(cls, record: PhaseRecord | Mapping[str, Any] | None) -> "Cell | None":
+    def of(cls, record: PhaseRecord | None) -> "Cell | None":
         """The cell of one record (None: not run)."""
-        return None if record is None else cls(as_record(record))
+        return None if record is None else cls(record)
 
     @property
     def verdict(self) -> str:
@@ -166,8 +165,7 @@ class Cell:
 
 @dataclass
 class ConfigData:
-    """One configuration of the report and its records (typed: a dict given here is read
-    with ``PhaseRecord.from_dict``)."""
+    """One configuration of the report and its records (``PhaseRecord``s)."""
 
     config_id: str
     label: str
@@ -177,9 +175,6 @@ class ConfigData:
     # cell_keys of the reference cells (--reference cold / first), over every
     # configuration of the group: the measure, not judged (records.recordkeys.reference_cells)
     references: frozenset = frozenset()
-
-    def __post_init__(self) -> None:
-        self.records = typed(self.records)
 
     @property
     def modulus(self) -> int:
@@ -270,7 +265,6 @@ def combine_cell(records: list[PhaseRecord]) -> Cell:
     fresh server) and ``disagree`` (documents where the reused and the fresh server's
     verdicts differ, one ok and the other judged not ok; an unjudged side compares with
     nothing)."""
-    records = typed(records)
     if len(records) == 1:
         return Cell(records[0])
     by_doc: dict[Any, dict[str, PhaseRecord]] = defaultdict(dict)
@@ -294,10 +288,9 @@ def combine_cell(records: list[PhaseRecord]) -> Cell:
                 isolations=tuple(sorted({r.isolation or "?" for r in effective})))
 
 
-def group_configs(records: Iterable[PhaseRecord | Mapping[str, Any]]) -> list[ConfigData]:
+def group_configs(recs: Sequence[PhaseRecord]) -> list[ConfigData]:
     """Records grouped by configuration, in the order configurations first appear."""
     out: dict[str, ConfigData] = {}
-    recs = typed(records)
     refs = frozenset(reference_cells(recs))
     for r in recs:
         cid = r.config_id or r.config_label or "?"

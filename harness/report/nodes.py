@@ -7,19 +7,18 @@ the report shows one row per node so the two cannot be confused.
 from __future__ import annotations
 
 from ..text.ghmarkdown import bold, code, escape_text, table
-from ..records.phase_record import PhaseRecord, typed
+from ..records.phase_record import PhaseRecord
 from ..records.recordkeys import by_node
 from ..names.verdict import CLEAN
 
 __all__ = ["by_node", "render_nodes"]
 
 
-def render_nodes(records: list[PhaseRecord] | list[dict]) -> str:
+def render_nodes(records: list[PhaseRecord]) -> str:
     """A ``## By node`` section, or "" when every record ran on one node (nothing to say).
 
     Columns: node, data points, phase cells, cells not ok (by verdict), points retried
     after their node or worker was lost (``attempt`` 2, a key of the record's ``extra``)."""
-    records = typed(records)
     nodes = by_node(records)
     if len(nodes) < 2:
         return ""

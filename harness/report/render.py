@@ -7,7 +7,7 @@ from typing import Any, Iterable
 from ..text.ghmarkdown import bold, code, escape_text
 from ..text.phrase import plural
 from ..records.manifest import RunManifest, as_manifest, typed_manifests
-from ..records.phase_record import PhaseRecord, typed
+from ..records.phase_record import PhaseRecord, RecordsIn, typed
 from ..records.recordkeys import latest_records, reference_cells
 from ..names.verdict import CLEAN
 from ..names.phase import PhaseName, phase_key
@@ -28,20 +28,22 @@ __all__ = ["render_markdown", "write_report", "load_inputs", "title_markdown",
            "headline_markdown"]
 
 
-def render_markdown(records: list[dict] | list[PhaseRecord],
+def render_markdown(records: RecordsIn,
                     manifests: list[dict] | list[RunManifest] | None = None, *,
                     full: bool = False, title: str | None = None,
-                    explained: list[tuple[dict | RunManifest, list[dict]]] | None = None
+                    explained: list[tuple[dict | RunManifest, RecordsIn]] | None = None
                     ) -> str:
     """The whole report as GitHub-flavoured markdown.
 
-    ``records``: phase records of one or more runs (docs/records.md). ``manifests``: their
-    run manifests, as read or typed (optional: they add the command line, the dates, planned-but-missing
-    residues and the interrupted flag). ``full``: one row per residue, no folding, and every
+    ``records``: phase records of one or more runs (docs/records.md), as read or typed.
+    ``manifests``: their run manifests, as read or typed (optional: they add the command
+    line, the dates, planned-but-missing residues and the interrupted flag). ``full``: one row per residue, no folding, and every
     rerun command line. ``explained``: (manifest, records) of the explain runs linked to
-    these runs (``sweep explain``): their ladders make the "Explained" section."""
+    these runs (``sweep explain``): their ladders make the "Explained" section. The one
+    place the report types what it is given (``typed``): every section behind it reads
+    ``PhaseRecord``s."""
     manifests = typed_manifests(manifests)
-    explained = [(as_manifest(m), rs) for m, rs in explained or []]
+    explained = [(as_manifest(m), typed(rs)) for m, rs in explained or []]
     if not records:
         return (f"# {title or 'Residue sweep report'}\n\nNo records: nothing was measured.\n")
     records = typed(records)
@@ -55,7 +57,7 @@ def render_markdown(records: list[dict] | list[PhaseRecord],
     title_md = escape_text(title) if title is not None else title_markdown(recs)
     out = [f"# {title_md}", ""]
     # an explain run's clean reruns give clean logprobs at the parent's prompts
-    texts = reference_texts(records, [r for _, rs in explained or [] for r in rs])
+    texts = reference_texts(records, [r for _, rs in explained for r in rs])
     out += _summary_lines(recs, configs, groups, manifests, texts)
     summary = {"interrupted": interrupted_manifests(manifests)}
     if by_case:
@@ -96,14 +98,14 @@ def _summary_lines(recs: list[PhaseRecord], configs, groups, manifests: list[Run
 
 
 def _sections(recs: list[PhaseRecord], configs, manifests: list[RunManifest],
-              explained: list[tuple[dict, list[dict]]] | None) -> list[str]:
+              explained: list[tuple[RunManifest, list[PhaseRecord]]]) -> list[str]:
     """The sections only some runs have, in the report's order: nodes (several Ray nodes),
     load (``--load``), explained (``sweep explain``), timing (a boot split or auto passes)."""
     from .explained import render_explained
     from .load import render_load
     from .nodes import render_nodes
     from .timing import render_timing
-    found = (render_nodes(recs), render_load(configs), render_explained(explained or []),
+    found = (render_nodes(recs), render_load(configs), render_explained(explained),
              render_timing(manifests, recs))
     return [s for s in found if s]
 
@@ -210,7 +212,7 @@ def _by_case_body(groups, manifests, planned, full, texts, summary) -> list[str]
     return out
 
 
-def write_report(records: list[dict], manifests: list[dict] | None, path, *,
+def write_report(records: RecordsIn, manifests: list[dict] | list[RunManifest] | None, path, *,
                  full: bool = False, **kwargs: Any) -> pathlib.Path:
     """Render and write the report (``harness.publish.outfile``: a file replaced atomically, a
     link written through, a device or FIFO written in place); returns its path."""
@@ -220,15 +222,16 @@ def write_report(records: list[dict], manifests: list[dict] | None, path, *,
     return p
 
 
-def load_inputs(paths: Iterable, out_dir="results") -> tuple[list[dict], list[dict]]:
-    """Records and manifests of results files / run ids (convenience for the CLI)."""
-    from ..records.store import load_manifest_for, load_records, resolve_results
+def load_inputs(paths: Iterable, out_dir="results"
+                ) -> tuple[list[PhaseRecord], list[RunManifest]]:
+    """Records and manifests of results files / run ids, typed (convenience for the CLI)."""
+    from ..records.store import load_records, resolve_results, run_manifest_for
 
     paths = list(paths)
     records = load_records(paths, out_dir)
     manifests = []
     for ref in paths:
-        m = load_manifest_for(resolve_results(ref, out_dir))
-        if m:
+        m = run_manifest_for(resolve_results(ref, out_dir))
+        if m is not None:
             manifests.append(m)
     return records, manifests

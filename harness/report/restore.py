@@ -151,7 +151,8 @@ def poison_summary(records: Iterable[PhaseRecord]) -> str:
             kinds.add(_kernels_phrase(kernels))
         for f in p.get("fills") or ():
             # a server's boot fill by its log; a restore fill by its point
-            key = (f.get("at"), (r.server_boot or {}).get("log") if f.get("at") == "boot"
+            boot = r.boot
+            key = (f.get("at"), (boot.log if boot else None) if f.get("at") == "boot"
                    else point_key(r))
             fills.setdefault(key, f)
     parts = []

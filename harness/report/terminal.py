@@ -22,7 +22,7 @@ from ..text.plaintext import align_table, display_width, inline_to_plain, wrap_p
 from ..text.ranges import fmt_ranges
 from ..names.verdict import UNANSWERED
 from ..names.phase import phase_key
-from ..records.phase_record import PhaseRecord, typed
+from ..records.phase_record import PhaseRecord, RecordsIn, typed
 from ..records.recordkeys import latest_records
 from ..records.gate_block import BaselineBlock
 from ..records.manifest import RunManifest, typed_manifests
@@ -55,7 +55,7 @@ def terminal_width() -> int:
     return shutil.get_terminal_size().columns if sys.stdout.isatty() else PIPE_WIDTH
 
 
-def render_terminal(records: list[dict] | list[PhaseRecord],
+def render_terminal(records: RecordsIn,
                     manifests: list[dict] | list[RunManifest] | None = None, *,
                     width: int | None = None, wrap: int | None | bool = True) -> str:
     """The short plain-text report of ``records`` (and their manifests). ``width``: the

@@ -207,6 +207,6 @@ def settle(runs: Sequence[Sequence[PhaseRecord]]) -> list[PhaseRecord]:
         pick = next(r for r in phase if r.verdict == bad)
         out.append(pick.replaced(confirmed_on=[
             {"verdict": r.verdict, "sha1": r.sha1,
-             "log": (r.server_boot or {}).get("log")} for r in phase]))
+             "log": r.boot.log if r.boot else None} for r in phase]))
     return out
 

@@ -226,14 +226,15 @@ class Driver:
     def _note_boot(self, records: list[PhaseRecord], timing: dict[str, float] | None) -> None:
         """Keep each server's boot notes once, with the first request's extra latency
         (Triton JIT and the like) measured on the point that booted it."""
-        boot = next((r.server_boot for r in records if r.server_boot), None)
-        if not boot or boot.get("log") in self.counters.boots:
+        booted = next((r for r in records if r.server_boot), None)
+        boot = booted.boot if booted is not None else None
+        if boot is None or boot.log in self.counters.boots:
             return
-        boot = dict(boot)
+        notes = dict(booted.server_boot)   # kept as the records wrote them
         lat = [r.latency_s for r in records]
         if timing is not None and timing.get("boot") and len(lat) >= 2 and None not in lat:
-            boot["first_request_extra_s"] = self.runner_spec.adapter.first_request_extra_s(lat)
-        self.counters.boots[boot.get("log") or str(len(self.counters.boots))] = boot
+            notes["first_request_extra_s"] = self.runner_spec.adapter.first_request_extra_s(lat)
+        self.counters.boots[boot.log or str(len(self.counters.boots))] = notes
 
     def point_lost(self, point: Point, *, slot: str, node: str, reason: str,
                    since: float, extra: dict[str, Any] | None = None) -> list[PhaseRecord]:

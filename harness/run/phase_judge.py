@@ -13,6 +13,7 @@ from ..names.phase import PhaseName
 from ..names.history import COLD_CONTROL
 from ..names.reference import MATRIX_REFERENCES, PER_ANSWER_REFERENCES
 from ..names.isolation import POLICIES
+from ..records.phase_record import ServerBoot
 from ..serve.facts import ServerFacts
 from .golden import golden_answer
 from .hits import budget_final_chunk, intended_tail, tail_note
@@ -127,8 +128,8 @@ def reference_of(ref: str, golden: dict, point: Point, phase: str, cold: Any,
         return cold.answer or "", cold.token_logprobs
     if ref in MATRIX_REFERENCES:
         return None, None  # judged across the matrix after the run (run/matrix_reference)
-    compiled = (info.server_boot or {}).get("compile") or {}
-    gold = golden_answer(golden, point, compiled.get("fingerprint"))
+    boot = ServerBoot.of(info.server_boot)
+    gold = golden_answer(golden, point, boot.fingerprint if boot else None)
     # A prompt the golden run did not answer (another context or seed) falls back to
     # the passage; the record's reference_sha1 says which was used.
     if gold:

@@ -131,7 +131,8 @@ def auto_runs(rs) -> None:
     autos = [r for r in rs if r["isolation"] == "auto"]
     if not autos:
         return
-    from harness.report.auto import agreement_line
+    from harness.records.phase_record import typed
+    from harness.report.auto import agreement_line   # reads PhaseRecords: rs's are as read
     print("\n## `--isolation auto`: the rule's residue k + 1, k x document x isolation\n")
     print("| run | spec | graph | patches | document | residue | reset cold / self-hit "
           "| fresh cold / self-hit | agree |")
@@ -172,7 +173,7 @@ def auto_runs(rs) -> None:
               f"{b.get('graph_capture_s')} s, engine init {b.get('init_engine_s')} s, weights to "
               f"ready {b.get('weights_to_ready_s')} s, boot {b.get('boot_s')} s, first request "
               f"+{b.get('first_request_extra_s')} s. "
-              + agreement_line(r["recs"]))
+              + agreement_line(typed(r["recs"])))
 
 
 def tok_per_step(rs) -> None:

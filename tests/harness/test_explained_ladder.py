@@ -2,6 +2,7 @@
 how each rung's outcome is named, without servers."""
 from __future__ import annotations
 
+from harness.records.phase_record import PhaseRecord, typed
 from harness.report.explained import UNCHANGED, closing_line, ladders, render_explained
 
 
@@ -29,7 +30,7 @@ RUNGS = [{"label": UNCHANGED, "axis": UNCHANGED, "config_id": "u"},
 def test_each_outcome_is_named_for_what_it_is():
     records = [rec("u", "broken"), rec("g", "ok"), rec("k2", "ok"), rec("k4", "broken"),
                rec("b", "broken"), rec("p", "boot-fail")]
-    (lad,) = ladders(manifest(RUNGS), records)
+    (lad,) = ladders(manifest(RUNGS), typed(records))
     assert lad.reproduced
     line = closing_line(lad)
     assert "each alone cleans residue 4 self-hit): graph mode, k → 2." in line
@@ -41,7 +42,7 @@ def test_each_outcome_is_named_for_what_it_is():
 def test_a_rung_that_moved_the_unit_but_not_the_tail_is_neither():
     records = [rec("u", "broken", prefix_match_unit=128),
                rec("g", "broken", effective_hash_unit=2048)]
-    (lad,) = ladders(manifest(RUNGS[:2]), records)
+    (lad,) = ladders(manifest(RUNGS[:2]), typed(records))
     line = closing_line(lad)
     assert "Discriminators** (each alone cleans residue 4 self-hit): none." in line
     assert "Not discriminators (the cell stays broken): none." in line
@@ -51,26 +52,26 @@ def test_a_rung_that_moved_the_unit_but_not_the_tail_is_neither():
 def test_not_reproduced_names_nothing_and_the_section_says_whose():
     records = [rec("u", "ok"), rec("g", "ok")]
     m = manifest(RUNGS[:2])
-    (lad,) = ladders(m, records)
+    (lad,) = ladders(m, typed(records))
     assert not lad.reproduced
     line = closing_line(lad)
     assert line.startswith("**Not reproduced: residue 4 self-hit came back self-hit ok")
     assert "Discriminators" not in line
-    section = render_explained([(m, records)])
+    section = render_explained([(m, typed(records))])
     assert section.startswith("## Explained") and "Explain run: `child`" in section
-    assert render_explained([({"run_id": "x"}, records)]) == ""   # not an explain run
+    assert render_explained([({"run_id": "x"}, typed(records))]) == ""   # not an explain run
 
 
 def test_an_unchanged_rerun_that_could_not_judge_reproduces_nothing():
     # issue 23 item 2: boot-fail / timeout / invalid / unjudged is not "Reproduced"
     for verdict in ("boot-fail", "timeout", "invalid", "unjudged"):
         records = [rec("u", verdict), rec("g", "ok")]
-        (lad,) = ladders(manifest(RUNGS[:2]), records)
+        (lad,) = ladders(manifest(RUNGS[:2]), typed(records))
         assert not lad.reproduced, verdict
         line = closing_line(lad)
         assert line.startswith(f"**Inconclusive: residue 4 self-hit came back self-hit {verdict}")
         assert "Discriminators" not in line
-    (lad,) = ladders(manifest(RUNGS[:2]), [rec("u", "diverged"), rec("g", "ok")])
+    (lad,) = ladders(manifest(RUNGS[:2]), typed([rec("u", "diverged"), rec("g", "ok")]))
     assert lad.reproduced   # broken and diverged are one family
 
 
@@ -80,7 +81,7 @@ def test_each_document_reads_its_own_reruns():
     m["explains"]["targets"] = [dict(t0, document=0), dict(t0, document=1)]
     records = [dict(rec("u", "broken"), document_seed=0), dict(rec("g", "broken"), document_seed=0),
                dict(rec("u", "broken"), document_seed=1), dict(rec("g", "ok"), document_seed=1)]
-    lad0, lad1 = ladders(m, records)
+    lad0, lad1 = ladders(m, typed(records))
     assert (lad0.where, lad1.where) == ("document 0", "document 1")
     assert "Not discriminators (the cell stays broken): graph mode." in closing_line(lad0)
     assert "cleans residue 4 self-hit): graph mode." in closing_line(lad1)
@@ -94,9 +95,9 @@ def test_a_boot_timeout_cell_says_the_reason_not_a_log_warning():
              "line: Capturing CUDA graphs (mixed prefill-decode, PIECEWISE): 40%",
              log_excerpt=["WARNING Found ulimit of 1024 ... fd limit errors like `OSError: "
                           "[Errno 24] Too many open files`", "Capturing CUDA graphs: 40%"])
-    phrase = cell_phrase(r)
+    phrase = cell_phrase(PhaseRecord.from_dict(r))
     assert phrase.startswith("boot-fail: not healthy after 320s, still running") and \
         "ulimit" not in phrase, phrase
     died = dict(r, reason="server exited with code 1 during boot: ValueError: bad")
     died["log_excerpt"] = ["WARNING ulimit", "ValueError: bad"]
-    assert cell_phrase(died) == "boot-fail: ValueError: bad"
+    assert cell_phrase(PhaseRecord.from_dict(died)) == "boot-fail: ValueError: bad"

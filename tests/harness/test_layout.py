@@ -432,20 +432,24 @@ _RECORD_PATH = ("run/record_builder.py", "run/point.py", "run/driver.py", "run/a
                 "backends/ray.py", "backends/ray_task.py", "residue_sweep.py",
                 "command/cli.py", "explain/cli.py", "publish/writers.py")
 _RECORD_NAMES = {"record", "records", "rec", "recs"}
+# The public entry points that take records as a caller gives them (``RecordsIn``: read from
+# a file, built by a test or a script, or typed already) and type them; every reader behind
+# them takes ``PhaseRecord``s. docs/architecture.md names exactly these.
+_ENTRY_POINTS = {
+    "report/render.py": {"render_markdown", "write_report"},
+    "report/terminal.py": {"render_terminal"},
+    "publish/compare.py": {"compare_records"},
+    "publish/gate.py": {"gate_block", "gate_exit_code", "write_junit"},
+    "results.py": {"frame"},
+}
 # Where records as read (dicts) become PhaseRecords (``typed``, ``PhaseRecord.from_dict``):
-# the typed readers, the driver's one read of its store, Ray's process boundary, and the
-# public entry points that take records as read or typed (tests and users give dicts).
+# the model itself, the typed readers of the store, Ray's process boundary and the entry
+# points above.
 _TYPED_AT = {
     "records/phase_record.py": {"as_record", "typed", "replaced"},
     "records/store.py": {"read_jsonl_records", "read_phase_records"},
     "backends/ray.py": {"_write"},
-    "report/render.py": {"render_markdown"}, "report/terminal.py": {"render_terminal"},
-    "report/explained.py": {"ladders"}, "report/nodes.py": {"render_nodes"},
-    "report/divergence.py": {"reference_texts"},
-    "report/auto.py": {"agreement_of", "_stability"},   # agreement_line: reports/h200/summarize.py
-    "report/model.py": {"__post_init__", "combine_cell", "group_configs"},
-    "publish/gate.py": {"judged_any", "gate_exit_code", "write_junit", "gate_block"},
-    "publish/compare.py": {"compare_records"}, "results.py": {"record_rows"},
+    **_ENTRY_POINTS,
 }
 
 
@@ -500,6 +504,58 @@ def test_records_travel_as_phase_records():
                     and fn not in _TYPED_AT.get(rel, ())):
                 found.append(f"{rel}:{call.lineno} {fn} calls {ast.unparse(call.func)}")
     assert not found, found
+
+
+def _takes_records_in() -> dict[str, set[str]]:
+    """The functions of ``harness/`` (outside the record model) with a parameter annotated
+    ``RecordsIn`` (records as a caller gives them), by module."""
+    out: dict[str, set[str]] = {}
+    for p in HARNESS.rglob("*.py"):
+        rel = str(p.relative_to(HARNESS))
+        for n in ast.walk(ast.parse(p.read_text())):
+            if (isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+                    and rel != "records/phase_record.py"
+                    and any(a.annotation is not None
+                            and re.search(r"\bRecordsIn\b", ast.unparse(a.annotation))
+                            for a in n.args.args + n.args.kwonlyargs)):
+                out.setdefault(rel, set()).add(n.name)
+    return out
+
+
+def test_records_are_typed_at_the_public_entry_points_alone():
+    """Only the public entry points (``_ENTRY_POINTS``) take records as a caller gives
+    them (``RecordsIn``), and each does; every other reader's records are ``PhaseRecord``s
+    (no union of dict and record), and docs/architecture.md names exactly these entry
+    points."""
+    assert _takes_records_in() == _ENTRY_POINTS
+    unions = [f"{p.relative_to(HARNESS)}:{n.lineno} {n.name}({a.arg})"
+              for p in HARNESS.rglob("*.py") if p.name != "phase_record.py"
+              for n in ast.walk(ast.parse(p.read_text()))
+              if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+              for a in n.args.args + n.args.kwonlyargs
+              if a.arg in _RECORD_NAMES | {"r", "old", "new", "baseline", "extra"}
+              and a.annotation is not None
+              and re.search(r"\bPhaseRecord\b", ast.unparse(a.annotation))
+              and re.search(r"\b(dict|Mapping)\b", ast.unparse(a.annotation))]
+    assert not unions, unions
+    listed = ARCH.read_text().split("phase_record.RecordsIn`:", 1)[1].split(")", 1)[0]
+    named = set(re.findall(r"`(?:[\w/]+\.)?(\w+)`", listed))
+    assert named == set().union(*_ENTRY_POINTS.values()), named
+
+
+def _named_by_function(tree: ast.AST, name: str):
+    """(enclosing function name, node) for every place ``tree`` names ``name``: a name, an
+    attribute, an import of it."""
+    def visit(node, fn):
+        for child in ast.iter_child_nodes(node):
+            inner = child.name if isinstance(child, (ast.FunctionDef,
+                                                     ast.AsyncFunctionDef)) else fn
+            if ((isinstance(child, ast.Name) and child.id == name)
+                    or (isinstance(child, ast.Attribute) and child.attr == name)
+                    or (isinstance(child, ast.alias) and child.name == name)):
+                yield fn, child
+            yield from visit(child, inner)
+    yield from visit(tree, "<module>")
 
 
 def _calls_of(path: Path) -> list[tuple[str, str]]:
@@ -565,6 +621,12 @@ def test_data_between_rooms_is_typed():
              for n in ast.walk(ast.parse(p.read_text()))
              if (isinstance(n, ast.FunctionDef) and n.name == "value_of")
              or (isinstance(n, ast.Name) and n.id == "value_of")]
+    assert not found, found
+    # nor ``as_record``'s per-record switch (a dict or a PhaseRecord): the record model's
+    # ``typed`` asks it, nothing else names it
+    found = [f"{p.relative_to(ROOT)}:{n.lineno}" for p in HARNESS.rglob("*.py")
+             for fn, n in _named_by_function(ast.parse(p.read_text()), "as_record")
+             if (str(p.relative_to(HARNESS)), fn) != ("records/phase_record.py", "typed")]
     assert not found, found
     store = HARNESS / "records/store.py"
     for name in ("load_records", "read_phase_records", "read_jsonl_records", "read"):

@@ -341,12 +341,13 @@ def test_on_vllm_a_batched_chunk_is_measured_not_predicted():
 
 def test_a_break_at_a_watched_residue_is_not_a_disagreement():
     from harness.report.bugb_analysis import agreement
+    from harness.records.phase_record import typed
     from harness.report.model import ConfigData
 
     def cd(verdict484):
         recs = [{"residue": r, "phase": "cold", "verdict": v, "modulus": 512}
                 for r, v in ((4, "ok"), (100, "ok"), (484, verdict484))]
-        return ConfigData("x", "x", _vllm(), {}, recs)
+        return ConfigData("x", "x", _vllm(), {}, typed(recs))
     p = predict(_vllm(), 512, longest=1124, load=4, lengths=LENGTHS)
     assert agreement(cd("ok"), p) == "**the sweep agrees** (no break)"
     assert agreement(cd("broken"), p) == ("broken at residue 484, which the rule names to "

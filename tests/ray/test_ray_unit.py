@@ -201,16 +201,17 @@ def test_infra_errors_are_told_from_harness_errors(ray_module):
 
 
 def test_by_node_section_only_when_several_nodes():
+    from harness.records.phase_record import typed   # the report's sections read PhaseRecords
     from harness.report.nodes import render_nodes
     one = [{"node": "vm", "verdict": "ok", "residue": 1, "config_id": "c", "run_id": "r",
             "phase": "cold"}]   # a record has a phase (the report reads records typed)
-    assert render_nodes(one) == ""
+    assert render_nodes(typed(one)) == ""
     recs = [{"node": "vm/10.0.0.2/aaaaaaaa", "verdict": "ok", "residue": r, "config_id": "c",
              "run_id": "r", "phase": ph} for r in (1, 2) for ph in ("cold", "self-hit")]
     recs += [{"node": "vm/10.0.0.2/bbbbbbbb", "verdict": v, "residue": 4, "config_id": "c",
               "run_id": "r", "phase": ph, "attempt": 2}
              for v, ph in (("ok", "cold"), ("broken", "self-hit"))]
-    md = render_nodes(recs)
+    md = render_nodes(typed(recs))
     assert md.startswith("## By node")
     row_a = next(ln for ln in md.splitlines() if "aaaaaaaa" in ln)
     row_b = next(ln for ln in md.splitlines() if "bbbbbbbb" in ln)

@@ -10,7 +10,7 @@ import pytest
 from harness.report.cells import Footnotes, cell_markdown
 from harness.report.model import Cell, Disagreement, combine_cell, group_configs
 from harness.report.sections import summary_counts
-from harness.records.phase_record import PhaseRecord
+from harness.records.phase_record import PhaseRecord, typed
 from tests.reports import synth
 
 CFG = synth.make_config()
@@ -24,7 +24,7 @@ def _auto(doc: int, isolation: str, verdict: str) -> dict:
 
 def test_one_record_is_its_own_cell_and_carries_nothing_else():
     rec = synth.record(CFG, 4, "cold")
-    cell = combine_cell([rec])
+    cell = combine_cell(typed([rec]))   # the report model reads PhaseRecords
     assert cell == Cell(PhaseRecord.from_dict(rec))
     assert (cell.documents, cell.fresh, cell.disagree) == (None, 0, ())
     assert cell_markdown(cell) == "794/794"
@@ -33,7 +33,7 @@ def test_one_record_is_its_own_cell_and_carries_nothing_else():
 def test_an_auto_cell_says_its_documents_fresh_confirmation_and_disagreement():
     recs = [_auto(0, "reset", "ok"), _auto(0, "fresh", "broken"),
             _auto(1, "reset", "ok"), _auto(1, "fresh", "ok")]
-    cell = combine_cell(recs)
+    cell = combine_cell(typed(recs))
     assert cell.record.document_seed == 0 and cell.verdict == "broken"   # the worst document
     assert cell.documents == (1, 2) and cell.fresh == 2
     assert cell.disagree == (Disagreement(0, "ok", "broken", "reset"),)
@@ -47,7 +47,7 @@ def test_an_auto_cell_says_its_documents_fresh_confirmation_and_disagreement():
 
 def test_a_footnote_holds_the_cells_record():
     recs = [_auto(0, "reset", "ok"), _auto(0, "fresh", "broken")]
-    cd = group_configs(recs)[0]
+    cd = group_configs(typed(recs))[0]
     notes = Footnotes()
     mark = notes.mark(cd, cd.cell(4, "self-hit"))
     assert mark == "†1" and notes.items[0].record.isolation == "fresh"
@@ -64,7 +64,7 @@ def test_an_auto_cell_no_fresh_server_judged_says_so_and_is_not_plainly_clean():
         return {**r, "document_seed": 0, "isolation_run": "auto"}
     recs = [rec(res, ph, "restore") for res in range(12, 20) for ph in ("cold", "self-hit")]
     recs += [rec(res, ph, "fresh") for res in (12, 14, 18, 19) for ph in ("cold", "self-hit")]
-    cd = group_configs(recs)[0]
+    cd = group_configs(typed(recs))[0]
     assert cell_markdown(cd.cell(13, "cold")) == "794/794, restore only"
     assert cell_markdown(cd.cell(12, "cold")) == "794/794, fresh"
     assert cd.cell(13, "cold").judged_by == "restore" and cd.cell(12, "cold").judged_by == "fresh"

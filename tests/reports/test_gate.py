@@ -11,6 +11,7 @@ import pytest
 
 from . import synth
 from .conftest import FIXTURES
+from harness.records.phase_record import typed   # the gate's readers take PhaseRecords
 from harness.publish.gate import (GateError, GhNotFound, append_github_step_summary,
                                   find_regressions, gate_exit_code, post_issue_comment, write_junit)
 
@@ -33,7 +34,7 @@ def test_gate_with_baseline_fails_only_on_regressions():
     assert gate_exit_code(synth.sweep(FULL, range(16), broken=[4, 12]), base) == 0  # new point
     new = synth.sweep(FULL, range(8), broken=[4, 5])
     assert gate_exit_code(new, base) == 1
-    regs = find_regressions(base, new)
+    regs = find_regressions(typed(base), typed(new))
     assert [(r.residue, r.phase, r.new_verdict) for r in regs] == [(5, "self-hit", "broken")]
     assert regs[0].rerun.startswith("sweep ")
 
@@ -157,15 +158,15 @@ def test_gate_fails_when_coverage_shrinks_unless_allowed(tmp_path):
     fewer = synth.sweep(FULL, range(6), broken=[4])      # residues 6, 7 gone
     assert gate_exit_code(fewer, base) == 1
     assert gate_exit_code(fewer, base, allow_fewer=True) == 0
-    losses = find_coverage_losses(base, fewer)
+    losses = find_coverage_losses(typed(base), typed(fewer))
     assert sorted({(x.residue, x.new_verdict) for x in losses}) == [(6, None), (7, None)]
     # a judged cell that is unjudged now is lost coverage too; an ok one also regresses,
     # and is listed once, as the regression
     now = [dict(r, verdict="unjudged") if (r["residue"], r["phase"]) in ((4, "cold"),
                                                                          (4, "self-hit")) else r
            for r in synth.sweep(FULL, range(8), broken=[4])]
-    assert [(x.residue, x.phase) for x in find_coverage_losses(base, now)] == [(4, "self-hit")]
-    assert [(x.residue, x.phase) for x in find_regressions(base, now)] == [(4, "cold")]
+    assert [(x.residue, x.phase) for x in find_coverage_losses(typed(base), typed(now))] == [(4, "self-hit")]
+    assert [(x.residue, x.phase) for x in find_regressions(typed(base), typed(now))] == [(4, "cold")]
     assert gate_exit_code(now, base) == 1
     path = write_junit(fewer, tmp_path / "j.xml", coverage_losses=losses)
     root = ET.parse(path).getroot()
@@ -197,12 +198,12 @@ def test_a_known_broken_cell_that_nothing_judged_now_is_lost_coverage(verdict):
     base = [dict(r, verdict="broken") for r in synth.sweep(FULL, [4])] + clean  # 4 known-broken
     now = _all(FULL, [4], verdict, "server never came up") + clean
     assert gate_exit_code(now, base) == 1
-    losses = find_coverage_losses(base, now)
+    losses = find_coverage_losses(typed(base), typed(now))
     assert {(x.residue, x.phase, x.old_verdict, x.new_verdict) for x in losses} == {
         (4, "cold", "broken", verdict), (4, "self-hit", "broken", verdict)}
     assert gate_exit_code(now, base, allow_fewer=True) == 0   # accepted on request only
     # still broken is judged: no loss, the gate passes (a known bug)
-    assert gate_exit_code(base, base) == 0 and not find_coverage_losses(base, base)
+    assert gate_exit_code(base, base) == 0 and not find_coverage_losses(typed(base), typed(base))
 
 
 def test_a_run_whose_every_point_failed_to_boot_fails_the_gate():

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from harness.report import render_markdown
 from harness.report.divergence import divergence_of, reference_texts
+from harness.records.phase_record import PhaseRecord, typed
 from harness.records.store import read_jsonl
 from harness.judge.verdict import judge
 
@@ -15,12 +16,12 @@ FRAGMENT = RESULTS / "20261130-024956-23ee.jsonl.gz"   # ' first frost.' cold, 2
 
 
 def test_residue_4_cells_have_their_first_divergence():
-    recs = read_jsonl(FRAGMENT)
-    texts = reference_texts(recs)
+    recs = read_jsonl(FRAGMENT)   # as read, to look at raw keys; the report reads them typed
+    texts = reference_texts(typed(recs))
     bad = [r for r in recs if r["verdict"] != "ok"]
     assert {(r["residue"], r["phase"]) for r in bad} == {(4, "cold"), (4, "self-hit")}
     for r in bad:
-        fd = divergence_of(r, texts)
+        fd = divergence_of(PhaseRecord.from_dict(r), texts)
         ref = texts[r["reference_sha1"]]
         assert fd["char"] is not None and r["answer"][:fd["char"]] == ref[:fd["char"]]
         assert r["answer"][fd["char"]:fd["char"] + 1] != ref[fd["char"]:fd["char"] + 1]
@@ -29,7 +30,7 @@ def test_residue_4_cells_have_their_first_divergence():
 
 def test_the_13_char_fragment_is_broken_today():
     cold = next(r for r in read_jsonl(FRAGMENT) if r["residue"] == 4 and r["phase"] == "cold")
-    ref = reference_texts(read_jsonl(FRAGMENT))[cold["reference_sha1"]]
+    ref = reference_texts(typed(read_jsonl(FRAGMENT)))[cold["reference_sha1"]]
     assert cold["answer"] == " first frost." and cold["verdict"] == "diverged"  # as recorded
     assert judge(cold["answer"], source=ref, expected=ref, finish_reason="stop").verdict == "broken"
 
@@ -49,17 +50,17 @@ def test_no_near_tie_is_called_from_a_corrupted_answers_own_logprobs():
     # (near-tie)" from its own logprobs; the clean answers to the same prompt (other
     # phases, passes and configurations of the run) put the reference token 13 nats ahead
     recs = read_jsonl(K1_K5)
-    texts = reference_texts(recs)
+    texts = reference_texts(typed(recs))
     bad = [r for r in recs if r["verdict"] in ("broken", "diverged")]
     assert bad
     for r in bad:
-        fd = divergence_of(r, texts)
+        fd = divergence_of(PhaseRecord.from_dict(r), texts)
         assert fd["call"] != "near-tie" or fd["margin_from"] in ("reference", "clean answer")
         if fd["call"] in ("near-tie", "decisive"):
             assert fd["margin_from"] in ("reference", "clean answer"), fd
     key = next(r for r in bad if r["answer"] == " key." and r["residue"] == 6)
     assert key["first_divergence"]["call"] == "near-tie"   # as recorded
-    fd = divergence_of(key, texts)
+    fd = divergence_of(PhaseRecord.from_dict(key), texts)
     assert fd["margin_from"] == "clean answer" and fd["call"] == "decisive" and fd["margin"] > 10
     md = render_markdown(recs)
     assert "10 decisive, 0 near-tie, 0 of unknown margin" in md

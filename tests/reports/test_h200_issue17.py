@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from harness.report.auto import agreement_of
+from harness.records.phase_record import typed
 from harness.records.store import read_jsonl
 
 RES = Path(__file__).resolve().parents[2] / "reports" / "h200" / "results"
@@ -35,14 +36,14 @@ def test_matrix_in_one_call_with_every_rule_residue_confirmed_fresh():
     assert bad(recs) == {(3, iso, d, 4, ph) for iso in ("reset", "fresh") for d in (0, 1)
                          for ph in ("cold", "self-hit")}
     assert {r["patches"] for r in recs if r["verdict"] != "ok"} == {"none"}
-    a = agreement_of(recs)
+    a = agreement_of(typed(recs))   # the report reads PhaseRecords
     assert (a.both, a.agree, len(a.only_fresh), len(a.only_reset)) == (64, 64, 0, 0)
 
 
 def test_k4_document0_broken_only_on_a_fresh_server():
     recs, man = load(KRUN)
     assert man["documents"] == [0, 1]
-    a = agreement_of(recs)
+    a = agreement_of(typed(recs))   # the report reads PhaseRecords
     assert (a.both, a.agree) == (32, 30)
     assert {(r.config["draft_tokens"], r.document_seed, r.residue, r.phase)
             for r in a.only_fresh} == {(4, 0, 5, "cold"), (4, 0, 5, "self-hit")}

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from harness.report.auto import agreement_of
+from harness.records.phase_record import typed
 from harness.records.store import read_jsonl
 
 H200 = Path(__file__).resolve().parents[2] / "reports" / "h200"
@@ -47,7 +48,7 @@ def test_dflash_breaks_k_plus_1_only_unpatched_full_with_the_dropped_block():
         ("cold", 0, 1160), ("self-hit", 768, 392)}
     tps = [r["tok_per_step"] for r in recs if r["verdict"] == "ok" and r.get("tok_per_step")]
     assert statistics.median(tps) >= 2.0 and round(statistics.median(tps), 2) == 7.86
-    a = agreement_of(recs)
+    a = agreement_of(typed(recs))   # the report reads PhaseRecords
     assert (a.both, a.agree) == (34, 33) and not a.only_reset
     assert {(r.document_seed, r.residue, r.phase) for r in a.only_fresh} == {
         (0, 8, "cold")}
@@ -57,7 +58,7 @@ def test_ngram_k1_k5_reset_missed_k5_document0_and_nothing_else_broke():
     recs, man = load(UNPATCHED)
     assert man["documents"] == [0, 1]
     assert {(k, res) for k, _, _, res, _, _ in bad(recs)} == {(1, 2), (5, 6)}
-    a = agreement_of(recs)
+    a = agreement_of(typed(recs))   # the report reads PhaseRecords
     assert {(r.config["draft_tokens"], r.document_seed, r.residue, r.phase)
             for r in a.only_fresh} == {(5, 0, 6, "cold"), (5, 0, 6, "self-hit")}
     assert not a.only_reset
