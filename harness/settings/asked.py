@@ -12,11 +12,12 @@ from functools import cached_property
 from typing import Any, Mapping
 
 from ..names.phase import PhaseName
+from ..prompts.cases import PromptCase, load_cases, select_cases
 from ..serve.engines import adapter_class
 from ..serve.serve_line import ServeLine, parse_serve_line
 from . import flag_facts as facts
 from .configs import expand_matrix
-from .flag_values import parse_phases
+from .flag_values import parse_phases, split
 from .flags import matrix_axes
 
 __all__ = ["Asked", "serve_configs"]
@@ -66,6 +67,14 @@ class Asked:
         """What a ``--serve`` line or the engine decides for other flags (``{dest: value}``):
         the line's engine, model and GPU group, the engine's default ``--patches``."""
         return self._matrix[1]
+
+    @cached_property
+    def cases(self) -> tuple[PromptCase, ...]:
+        """``--prompts FILE``'s cases (``--case`` picks some), read once: a rule checks them
+        against ``--reference`` and the options carry them."""
+        if not getattr(self.ns, "prompts", None):   # --case alone: refused by a rule
+            return ()
+        return select_cases(load_cases(self.ns.prompts), split(self.ns.case), self.ns.prompts)
 
     @cached_property
     def baseline_unmatched(self) -> str | None:

@@ -72,6 +72,10 @@ BROKEN = {
     ("--case", "--prompts"): ["--case", "a"],
     ("--gpus",): ["--gpus", "0,0"],
     ("--url", "--history"): ["--url", "http://127.0.0.1:9", "--history", "evict"],
+    ("--engine", "--serve", "--patches", "--prefix-match-unit", "--block-size", "--cudagraph"):
+        ["--engine", "sglang", "--model", "owner/m", "--cudagraph", "FULL"],
+    ("--prompts", "--reference"): ["--prompts", "{prompts}"],
+    ("--runner", "--engine"): ["--runner", "v2"],
 }
 
 
@@ -176,3 +180,18 @@ def test_argv_is_scanned_only_in_the_command_room():
             if any(isinstance(c, ast.Constant) and str(c.value).startswith("--") for c in consts):
                 found.append(f"{rel}:{node.lineno} {ast.unparse(node)[:80]}")
     assert found == []
+
+
+def test_the_prompts_cases_are_read_once(monkeypatch, tmp_path):
+    """Issue 47: the ``--prompts`` cases are read once (``Asked.cases``): the rule that
+    checks them against ``--reference`` and the options' field read the same reading."""
+    import harness.settings.asked as asked_module
+    reads = []
+    real = asked_module.load_cases
+    monkeypatch.setattr(asked_module, "load_cases", lambda p: reads.append(p) or real(p))
+    cases = tmp_path / "cases.jsonl"
+    cases.write_text('{"id": "q", "messages": [{"role": "user", "content": "Say hi."}], '
+                     '"expected": "hi"}\n')
+    opts = options_from_argv(["--prompts", str(cases), "--out", str(tmp_path / "o")])
+    assert reads == [str(cases)]
+    assert [c.id for c in opts.measure.cases] == ["q"]
