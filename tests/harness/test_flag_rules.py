@@ -127,6 +127,32 @@ _NOT_CROSS_FLAG = {
 }
 
 
+# Flags checked against a stored file, not against each other: no row of RULES can check
+# them (a row reads one command line's flags; here the namespace the rows read is built from
+# that file, by this very check). Each named by its function, with why.
+_AGAINST_A_STORED_FILE = {
+    ("run/resume.py", "resumed_namespace"):
+        "a flag written beside --resume against the resumed run's manifest (only the "
+        "MAY_CHANGE flags may differ): the namespace RULES reads is that manifest's, built "
+        "here, so the check runs before the rows, on the stored manifest",
+}
+
+
+def test_flags_checked_against_a_stored_file_are_named():
+    """Issue 47 point 3 (A4): what compares written flags with a stored manifest is named
+    here with its reason (and in docs/architecture.md), and still raises its line."""
+    import ast
+    from tests.conftest import ROOT
+    for (path, name), why in _AGAINST_A_STORED_FILE.items():
+        tree = ast.parse((ROOT / "harness" / path).read_text())
+        fn = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == name)
+        raised = [n for n in ast.walk(fn) if isinstance(n, ast.Raise)
+                  and getattr(getattr(n.exc, "func", None), "id", "") == "UsageError"]
+        assert raised and why, (path, name)
+    arch = (ROOT / "docs" / "architecture.md").read_text()
+    assert all(f"`{name}`" in arch for _, name in _AGAINST_A_STORED_FILE)
+
+
 def test_no_module_but_the_table_checks_flags_against_each_other():
     """Issue 47 point 3: a ``UsageError`` whose line names two sweep flags is a row of
     ``RULES`` (or says what a request, file or the environment told: ``_NOT_CROSS_FLAG``)."""
