@@ -152,4 +152,5 @@ FIELDS: dict[str, Callable[[Settled], Any]] = {
     "junit": lambda s: Path(s.ns.junit) if s.ns.junit else None,
     "cache_dir": lambda s: Path(s.ns.cache_dir) if s.ns.cache_dir else None,
     "bisect": lambda s: bool(getattr(s.ns, "bisect", False)),
+    "baseline_records": lambda s: s.asked.baseline_records,   # read once (the rule's too)
 }

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Sequence
 
-from ..records.store import StoreError, load_records
 from ..names.engine import EngineName
 from ..names.isolation import IsolationName
 from ..serve.engines import adapter_class
 from .flag_values import split
-from .flags import DEFAULT_OUT, ENGINE, FLAGS, matrix_axes
+from .flags import ENGINE, FLAGS, matrix_axes
 
 __all__ = ["SERVER_FLAGS", "SERVE_FIELDS", "MATRIX_FLAGS", "url_refused",
            "tensor_parallel_arg", "serve_contradiction", "serve_gpu_groups",
@@ -103,10 +102,7 @@ def baseline_unmatched(a: Any) -> str | None:
     said by the session's check (``residue_sweep.Sweep.check``)."""
     if not a.baseline or a.url or not a.configs:
         return None
-    try:
-        recs = load_records([a.baseline], a.out or DEFAULT_OUT)
-    except StoreError:
-        return None
+    recs = a.baseline_records or ()   # read once (Asked); unreadable: None, said elsewhere
     from .configs import config_id
     ours = _keys((config_id(c), c.label()) for c in a.configs)
     theirs = _keys((r.config_id, r.config_label) for r in recs)   # PhaseRecords

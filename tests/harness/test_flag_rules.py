@@ -221,3 +221,29 @@ def test_the_prompts_cases_are_read_once(monkeypatch, tmp_path):
     opts = options_from_argv(["--prompts", str(cases), "--out", str(tmp_path / "o")])
     assert reads == [str(cases)]
     assert [c.id for c in opts.measure.cases] == ["q"]
+
+
+def test_a_baseline_run_reads_the_baseline_once(monkeypatch, tmp_path):
+    """Issue 47 point 5: a ``--baseline`` run loads the baseline's records once (as the
+    options are built, ``Asked.baseline_records``): its rule and the session's gate read
+    that load (``OutputsPart.baseline_records``; ``residue_sweep.Sweep.check``)."""
+    import sys
+    from harness.records import store
+    from harness.residue_sweep import Sweep
+    loads = []
+    real = store.load_records
+
+    def counted(*a, **kw):
+        loads.append(a[0])
+        return real(*a, **kw)
+    for module in [m for n, m in list(sys.modules.items()) if n.startswith("harness")]:
+        if getattr(module, "load_records", None) is real:
+            monkeypatch.setattr(module, "load_records", counted)
+    baseline = synth.write_jsonl(tmp_path / "base.jsonl", synth.sweep(synth.make_config(),
+                                                                        range(3)))
+    opts = options_from_argv(["--baseline", str(baseline), "--out", str(tmp_path / "o"),
+                              "--cudagraph", "FULL_AND_PIECEWISE", "--patches", "none"])
+    sweep = Sweep(opts, signals=False)
+    sweep.check()
+    assert len(loads) == 1
+    assert len(sweep._baseline) == 6 and sweep._baseline == list(opts.outputs.baseline_records)
