@@ -510,13 +510,17 @@ def _calls_of(path: Path) -> list[tuple[str, str]]:
 
 def test_each_decision_is_made_once():
     """The gate's verdict against a baseline is ``gate.gate_block``'s ``passed``, decided
-    there (``gate_exit_code`` reads it); a ``--baseline`` run reads the baseline once (its
-    check) and compares with it once (``gate_block``); the reference-cell rule is
+    there (``gate_exit_code`` reads it); a ``--baseline`` run reads the baseline once (as
+    its options are built, ``Asked.baseline_records``; the session's check only for options
+    built without it) and compares with it once (``gate_block``); the reference-cell rule is
     ``recordkeys.reference_cells``, which the gate, bisect and the report ask; a
     configuration's residues are ``settings/configs.choose_residues``' (the options'
     check, ``--url``, explain's rungs, the plan and the dry run ask it)."""
     sweep = _calls_of(HARNESS / "residue_sweep.py")
     assert [fn for fn, name in sweep if name == "load_records"] == ["check"]
+    assert [fn for fn, name in _calls_of(HARNESS / "settings" / "asked.py")
+            if name == "load_records"] == ["baseline_records"]
+    assert "load_records" not in {name for _, name in _calls_of(HARNESS / "settings" / "flag_facts.py")}
     assert [fn for fn, name in sweep if name == "gate_block"] == ["_finish"]
     assert not [c for c in sweep if c[1] in ("compare_records", "find_regressions",
                                              "find_coverage_losses")]
