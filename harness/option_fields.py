@@ -23,7 +23,7 @@ from .serve.cmd_config import declare, parse_served_config
 from .serve.engines import EngineAdapter, adapter_class
 from .serve.live_target import LiveTarget, live_target
 from .settings.asked import Asked
-from .settings.configs import choose_residues, parse_prompts, parse_reference, parse_slots
+from .settings.configs import choose_residues, parse_reference, parse_slots
 from .settings.flag_manifest import flags_json
 from .settings.flags import DEFAULT_OUT
 from .settings.sweep_options import PARTS
@@ -134,7 +134,7 @@ FIELDS: dict[str, Callable[[Settled], Any]] = {
     "modulus": lambda s: s.modulus,
     "phases": lambda s: s.asked.phases,
     "reference": lambda s: s.reference,
-    "cases": lambda s: parse_prompts(s.ns.prompts, s.ns.case, s.reference),
+    "cases": lambda s: s.asked.cases,   # checked against --reference by a RULES row
     "residues": _residues,
     "slots": lambda s: (s.live.slots if s.live else
                         parse_slots(s.ns.slots, s.ns.gpus, s.adapter.default_slots())),
@@ -152,4 +152,5 @@ FIELDS: dict[str, Callable[[Settled], Any]] = {
     "junit": lambda s: Path(s.ns.junit) if s.ns.junit else None,
     "cache_dir": lambda s: Path(s.ns.cache_dir) if s.ns.cache_dir else None,
     "bisect": lambda s: bool(getattr(s.ns, "bisect", False)),
+    "baseline_records": lambda s: s.asked.baseline_records,   # read once (the rule's too)
 }

@@ -62,7 +62,7 @@ def parse_sweep_argv(argv: Sequence[str]) -> SweepOptions:
             raise UsageError(f"--resume: {e}") from None
         ns, written = resumed_namespace(ns.resume, written, manifest)
         if Path(ns.out or DEFAULT_OUT) != store.out_dir:  # the run was found elsewhere
-            ns.out = str(store.out_dir)
+            ns = argparse.Namespace(**{**vars(ns), "out": str(store.out_dir)})   # a new one
         argv = shlex.split(manifest.command)[1:] if manifest.command else []
     return build_options(ns, argv, written)
 

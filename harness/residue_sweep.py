@@ -160,8 +160,10 @@ class Sweep:
         opts = self.options
         check_outputs(opts)
         if opts.outputs.baseline:  # a gate that cannot be evaluated must not cost a whole sweep
-            try:   # read once: the gate at the end compares against these
-                self._baseline = load_records([opts.outputs.baseline], opts.outputs.out)
+            read = opts.outputs.baseline_records   # read once, as the options were built
+            try:   # else here (options built by hand; unreadable: said now, exit 2)
+                self._baseline = (list(read) if read is not None else
+                                  load_records([opts.outputs.baseline], opts.outputs.out))
             except StoreError as e:
                 raise UsageError(f"--baseline: {e}") from None
         check_can_post(opts.outputs.gh_issue, opts.outputs.gh_repo, opts.outputs.gh_dry_run)

@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 from engine.presets import ServingConfig
 
-from ..settings.configs import config_id, expand_matrix, matrix_combos, residue_choice
+from ..settings.configs import config_id, expand_matrix, matrix_combos, residue_choice, runnable
 from ..settings.sweep_options import SweepOptions
 from ..names.reference import MATRIX_REFERENCES
 from ..serve.cmd_config import declare
@@ -177,7 +177,7 @@ def _rung_opts(run: SweepOptions, parent_ns, chosen: dict, changes: dict) -> Swe
     (cfg,) = expand_matrix(engine=parent_ns.engine, model=parent_ns.model, context=m.context,
                            prefix_cache=prefix_cache, axes={k: [v] for k, v in axes.items()},
                            max_tokens=m.max_tokens)
-    cfg = declare(cfg, run.serving.served_fields)
+    cfg = declare(runnable(cfg), run.serving.served_fields)   # past RULES: refused, a note
     residue_choice(m, cfg)   # a rung's residues checked on its configuration
     return run.replace(configs=(cfg,))
 

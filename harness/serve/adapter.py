@@ -105,19 +105,17 @@ class EngineAdapter:
 
     @classmethod
     def config_refusal(cls, cfg: ServingConfig) -> str | None:
-        """Why this engine cannot run ``cfg`` at all (None: it can), said as the configuration
-        is built (``settings.configs.matrix_combos``): a sweep stops in one line, an
-        ``explain`` rung becomes a note."""
+        """Why this engine cannot run ``cfg`` at all (None: it can), asked by a row of
+        ``settings/flag_checks.RULES`` (``flag_facts.config_refusal``): a sweep stops in one
+        line before any server; an ``explain`` rung asks it too and becomes a note."""
         return None
 
     def check(self, configs, slot: Slot) -> None:
         """Every configuration can be turned into a server command: raises
-        ``UsageError`` while the sweep is built, never when a point boots."""
+        ``UsageError`` while the sweep is built, never when a point boots. What the engine
+        cannot run at all (``config_refusal``) or force onto a runner (``runners``) is
+        ``RULES``' (the options' check), not this."""
         for cfg in configs:
-            if (why := self.config_refusal(cfg)) is not None:   # a --serve line's, too
-                raise UsageError(f"{cfg.label()}: {why}")
-            if cfg.runner != "auto" and cfg.runner not in self.runners:
-                raise UsageError(self.runner_refusal(cfg.runner))
             check_model_path(cfg.model)
             argv, _ = self.command(cfg, PORT_SENTINEL, slot)
             if (why := dummy_weights_refusal(argv)) is not None:
@@ -128,8 +126,10 @@ class EngineAdapter:
         ``CannotRun`` (exit 3) before a sweep starts anything. Not part of ``check``:
         ``--dry-run`` plans a vLLM sweep where vLLM is not installed."""
 
-    def runner_refusal(self, runner: str) -> str:
-        return (f"--runner {runner}: --engine {self.name} cannot be forced onto a model "
+    @classmethod
+    def runner_refusal(cls, runner: str) -> str:
+        """The line a ``--runner`` this engine lacks says (a ``RULES`` row asks it)."""
+        return (f"--runner {runner}: --engine {cls.name} cannot be forced onto a model "
                 "runner; only --runner auto (--engine vllm has v1 and v2)")
 
     def model_name(self, cfg: ServingConfig) -> str | None:

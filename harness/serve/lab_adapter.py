@@ -47,7 +47,8 @@ class LabAdapter(EngineAdapter):
         return cls(served_model_name, sleep_mode=isolation_restores(isolation),
                    extra_args=extra_args)
 
-    def runner_refusal(self, runner: str) -> str:
+    @classmethod
+    def runner_refusal(cls, runner: str) -> str:
         # The lab's dispatch is V1's shape-only _is_uniform_decode; V2's prefill check is
         # what its prefill-discriminator patch adds, so --patches is the lab's switch.
         return (f"--runner {runner}: the lab engine has one model runner (V1's shape-only "

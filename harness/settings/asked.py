@@ -12,12 +12,15 @@ from functools import cached_property
 from typing import Any, Mapping
 
 from ..names.phase import PhaseName
+from ..prompts.cases import PromptCase, load_cases, select_cases
+from ..records.phase_record import PhaseRecord
+from ..records.store import StoreError, load_records
 from ..serve.engines import adapter_class
 from ..serve.serve_line import ServeLine, parse_serve_line
 from . import flag_facts as facts
 from .configs import expand_matrix
-from .flag_values import parse_phases
-from .flags import matrix_axes
+from .flag_values import parse_phases, split
+from .flags import DEFAULT_OUT, matrix_axes
 
 __all__ = ["Asked", "serve_configs"]
 
@@ -68,9 +71,30 @@ class Asked:
         return self._matrix[1]
 
     @cached_property
+    def cases(self) -> tuple[PromptCase, ...]:
+        """``--prompts FILE``'s cases (``--case`` picks some), read once: a rule checks them
+        against ``--reference`` and the options carry them."""
+        if not getattr(self.ns, "prompts", None):   # --case alone: refused by a rule
+            return ()
+        return select_cases(load_cases(self.ns.prompts), split(self.ns.case), self.ns.prompts)
+
+    @cached_property
+    def baseline_records(self) -> tuple[PhaseRecord, ...] | None:
+        """``--baseline``'s records, read once: the rule matching them against the
+        configurations and the session's gate (``OutputsPart.baseline_records``) read this
+        reading. None: no ``--baseline``, or one that cannot be read (the session's check
+        says why, ``residue_sweep.Sweep.check``)."""
+        if not getattr(self.ns, "baseline", None):
+            return None
+        try:
+            return tuple(load_records([self.ns.baseline], self.ns.out or DEFAULT_OUT))
+        except StoreError:
+            return None
+
+    @cached_property
     def baseline_unmatched(self) -> str | None:
-        """``flag_facts.baseline_unmatched``, once: its rule's test and line both read it,
-        and it reads the baseline's records."""
+        """``flag_facts.baseline_unmatched``, once: its rule's test and line both read it
+        (off ``baseline_records``)."""
         return facts.baseline_unmatched(self)
 
 

@@ -21,7 +21,6 @@ from ..judge import bugb
 from ..errors import UsageError
 from .flag_values import parse_phases, split
 from .flags import UNSET
-from ..prompts.cases import PromptCase, load_cases, select_cases
 from ..serve.engines import adapter_class
 from ..serve.slots import Slot
 from ..names.engine import EngineName
@@ -30,10 +29,10 @@ from ..names.reference import GOLDEN_PREFIX, MATRIX_REFERENCES, PER_ANSWER_REFER
 from .sweep_options import MeasurePart, SweepOptions
 
 __all__ = ["config_id", "modulus_for", "modulus_and_why", "expand_matrix",
-           "matrix_combos",
+           "matrix_combos", "engine_refusal", "runnable",
            "predicted_residues", "select_residues", "choose_residues", "residue_choice", "ResidueChoice",
            "parse_slots", "parse_phases",
-           "parse_reference", "parse_prompts", "describe"]
+           "parse_reference", "describe"]
 
 
 def config_id(cfg: ServingConfig) -> str:
@@ -90,14 +89,29 @@ def matrix_combos(*, engine: str, model: str | None, prefix_cache: bool | None,
             cfg = resolve(engine=engine, model=model, prefix_caching=prefix_cache, **overrides)
         except PresetError as e:
             raise UsageError(f"configuration {chosen.get('spec')}/{chosen.get('ctx')}: {e}") from None
+        # what the engine cannot run (SGLang: FULL, ...) is a row of flag_checks.RULES
         cfg = history_server(cfg, context, max_tokens)
-        if (why := adapter_class(engine).config_refusal(cfg)) is not None:   # SGLang: FULL...
-            raise UsageError(f"{cfg.label()}: {why}")
         cid = config_id(cfg)
         if cid not in seen:
             seen.add(cid)
             out.append((chosen, cfg))
     return out
+
+
+def engine_refusal(cfg: ServingConfig) -> str | None:
+    """What ``cfg``'s engine cannot run at all, as one line (None: it can): its adapter's
+    ``config_refusal`` (SGLang: a patch set, a match unit other than its page, FULL), asked
+    by a row of ``flag_checks.RULES`` for the options' configurations (``runnable``:
+    explain's rungs, resolved from a parent's after its options were checked)."""
+    why = adapter_class(cfg.engine).config_refusal(cfg)
+    return None if why is None else f"{cfg.label()}: {why}"
+
+
+def runnable(cfg: ServingConfig) -> ServingConfig:
+    """``cfg``, or ``engine_refusal``'s line as a ``UsageError`` (a rung's note)."""
+    if (line := engine_refusal(cfg)) is not None:
+        raise UsageError(line)
+    return cfg
 
 
 VLLM_POOL_GROUPS = 4   # evict on vLLM: KV groups a small hybrid's pool is sized for
@@ -326,22 +340,6 @@ def parse_reference(reference: str, phases: Sequence[str]) -> str:
         return reference
     raise UsageError(f"--reference: {reference!r} is not valid; allowed: passage, cold, first, "
                      "consensus, golden:RUN")
-
-
-def parse_prompts(path: str | None, case_ids: str | None,
-                  reference: str) -> tuple[PromptCase, ...]:
-    """The cases of ``--prompts FILE`` (``--case`` picks some), checked against the
-    reference: a case without ``expected`` needs a reference that is not the passage."""
-    if path is None:   # --case without --prompts: refused by settings/flag_checks.RULES
-        return ()
-    cases = select_cases(load_cases(path), split(case_ids), path)
-    if reference == "passage":
-        bare = next((c for c in cases if c.expected is None), None)
-        if bare is not None:
-            raise UsageError(f"{path}:{bare.line}: case {bare.id!r} has no \"expected\", so "
-                             "--reference passage cannot judge it; give \"expected\" or "
-                             "--reference cold or golden:RUN")
-    return cases
 
 
 def describe(opts: SweepOptions) -> Iterable[str]:

@@ -2,11 +2,15 @@
 (``RULES``): each ``Rule`` names the flags it relates, when they are broken together, and
 the one ``UsageError`` line that says so, never silence (issue 27). Every cross-flag check
 of a sweep is a row here (issue 47), an engine's too (its adapter's facts: what it takes,
-whether it restores, fills or forks), read off ``Asked`` (``settings/asked.py``: the
-parsed flags, the flags the command line wrote, a ``--serve`` line and ``--phases`` read
-once, and, where a rule needs them, the configurations the flags expand to).
-``options.build_options`` checks every rule, in the table's order, before anything runs;
-a row that ``warns`` says its line once and the sweep goes on (``--gpus 0,0``). What only
+whether it restores, fills or forks, which configurations and model runners it can run),
+read off ``Asked`` (``settings/asked.py``: the parsed flags, the flags the command line
+wrote, a ``--serve`` line and ``--phases`` read once, and, where a rule needs them, the
+configurations the flags expand to, the ``--prompts`` cases and the ``--baseline``
+records, each read once). ``options.build_options`` checks every rule, in the table's
+order, before anything runs; a row that ``warns`` says its line once and the sweep goes on
+(``--gpus 0,0``). The one check of written flags that is not a row compares them with a
+stored file: the flags beside ``--resume`` against its run's manifest
+(``run/resume.resumed_namespace``: the namespace the rows read is built from it). What only
 the plan can tell (a reference's length against ``--max-tokens``, a golden run's prompts)
 is a ``PlanError`` before any point runs (``run/plan.py``, ``run/golden.py``)."""
 from __future__ import annotations
@@ -216,6 +220,15 @@ RULES: tuple[Rule, ...] = (
     Rule(("--history", "--phases"), lambda a: bool(_history_missing(a)),
          lambda a: "--history {0} runs at the {1} phase: --phases must have {2}".format(
              *_history_missing(a), ", ".join(dict.fromkeys(("cold", _history_missing(a)[1]))))),
+    # what the engine makes of each configuration, read off its adapter (issue 47): the
+    # last rows, where the configurations were built before (and the runner at the session)
+    Rule(("--engine", "--serve", "--patches", "--prefix-match-unit", "--block-size",
+          "--cudagraph"), lambda a: bool(facts.config_refusal(a)),
+         lambda a: facts.config_refusal(a)),
+    Rule(("--prompts", "--reference"), lambda a: bool(facts.case_without_expected(a)),
+         lambda a: facts.case_without_expected(a)),
+    Rule(("--runner", "--engine"), lambda a: bool(facts.runner_refusal(a)),
+         lambda a: facts.runner_refusal(a)),
 )
 
 

@@ -1,21 +1,24 @@
 """What some rows of ``flag_checks.RULES`` compute to tell whether they are broken: the
 server flags ``--url`` cannot honour, a tensor-parallel size in ``--engine-arg``, what a
 ``--serve`` line says against the flags beside it, a ``--baseline`` that matches none of
-the run's configurations, a GPU named twice in ``--gpus``. Each returns the one line a
-broken row says, or nothing; none raises (the table does)."""
+the run's configurations, a GPU named twice in ``--gpus``, a configuration the engine cannot
+run (its adapter's ``config_refusal``) or force onto a model runner (``runners``), a
+``--prompts`` case ``--reference passage`` cannot judge. Each returns the one line a broken
+row says, or nothing; none raises (the table does)."""
 from __future__ import annotations
 
 from typing import Any, Iterable, Sequence
 
-from ..records.store import StoreError, load_records
 from ..names.engine import EngineName
 from ..names.isolation import IsolationName
+from ..serve.engines import adapter_class
 from .flag_values import split
-from .flags import DEFAULT_OUT, ENGINE, FLAGS, matrix_axes
+from .flags import ENGINE, FLAGS, matrix_axes
 
 __all__ = ["SERVER_FLAGS", "SERVE_FIELDS", "MATRIX_FLAGS", "url_refused",
            "tensor_parallel_arg", "serve_contradiction", "serve_gpu_groups",
-           "baseline_unmatched", "shared_gpus"]
+           "baseline_unmatched", "shared_gpus", "config_refusal", "runner_refusal",
+           "case_without_expected"]
 
 # the flags that configure or start a server (--url cannot honour them: its server is
 # already running as it is): the whole "engine and configuration" group but the two that
@@ -99,10 +102,7 @@ def baseline_unmatched(a: Any) -> str | None:
     said by the session's check (``residue_sweep.Sweep.check``)."""
     if not a.baseline or a.url or not a.configs:
         return None
-    try:
-        recs = load_records([a.baseline], a.out or DEFAULT_OUT)
-    except StoreError:
-        return None
+    recs = a.baseline_records or ()   # read once (Asked); unreadable: None, said elsewhere
     from .configs import config_id
     ours = _keys((config_id(c), c.label()) for c in a.configs)
     theirs = _keys((r.config_id, r.config_label) for r in recs)   # PhaseRecords
@@ -128,3 +128,33 @@ def shared_gpus(gpus: str | None) -> str | None:
     ids = split(gpus) if gpus else []
     twice = sorted({g for g in ids if ids.count(g) > 1})
     return ("GPU " + ", ".join(twice)) if twice else None
+
+
+def config_refusal(a: Any) -> str | None:
+    """The first configuration the flags expand to that the engine cannot run at all, as its
+    adapter says (``config_refusal``; SGLang: a patch set, a match unit other than its page,
+    a graph mode it lacks): ``label: why``. A ``--serve`` line's configurations too; none
+    for ``--url`` (the server's own)."""
+    from .configs import engine_refusal
+    return next((line for cfg in a.configs if (line := engine_refusal(cfg))), None)
+
+
+def runner_refusal(a: Any) -> str | None:
+    """A ``--runner`` the engine cannot be forced onto (its adapter's ``runners``)."""
+    for cfg in a.configs:
+        cls = adapter_class(cfg.engine)
+        if cfg.runner != "auto" and cfg.runner not in cls.runners:
+            return cls.runner_refusal(cfg.runner)
+    return None
+
+
+def case_without_expected(a: Any) -> str | None:
+    """A ``--prompts`` case without ``expected``, which ``--reference passage`` cannot judge
+    (the cases as ``Asked.cases`` read them, once)."""
+    if a.reference != "passage" or not a.prompts:
+        return None
+    bare = next((c for c in a.cases if c.expected is None), None)
+    if bare is None:
+        return None
+    return (f"{a.prompts}:{bare.line}: case {bare.id!r} has no \"expected\", so --reference "
+            "passage cannot judge it; give \"expected\" or --reference cold or golden:RUN")

@@ -24,6 +24,7 @@ from typing import Any
 from engine.presets import ServingConfig
 
 from ..prompts.cases import PromptCase
+from ..records.phase_record import PhaseRecord
 from ..serve.live_target import LiveTarget
 from ..serve.serve_line import ServeLine
 from ..serve.slots import Slot
@@ -117,6 +118,10 @@ class OutputsPart:
     gh_repo: str | None = None          # --gh-issue through the REST API: OWNER/NAME
     gh_dry_run: bool = False            # --gh-issue: print the request, send nothing
     baseline: str | None = None
+    # --baseline's records, read once as the options were built (settings/asked.Asked); None:
+    # not read there (options built by hand, or unreadable): the session reads and says why
+    baseline_records: tuple[PhaseRecord, ...] | None = field(default=None, compare=False,
+                                                              repr=False)
     allow_fewer: bool = False           # --baseline: coverage may shrink
     bisect: bool = False                # --bisect: the exit code git bisect run reads
 

@@ -72,6 +72,10 @@ BROKEN = {
     ("--case", "--prompts"): ["--case", "a"],
     ("--gpus",): ["--gpus", "0,0"],
     ("--url", "--history"): ["--url", "http://127.0.0.1:9", "--history", "evict"],
+    ("--engine", "--serve", "--patches", "--prefix-match-unit", "--block-size", "--cudagraph"):
+        ["--engine", "sglang", "--model", "owner/m", "--cudagraph", "FULL"],
+    ("--prompts", "--reference"): ["--prompts", "{prompts}"],
+    ("--runner", "--engine"): ["--runner", "v2"],
 }
 
 
@@ -121,6 +125,32 @@ _NOT_CROSS_FLAG = {
     ("publish/posting.py", ("--gh-dry-run", "--gh-issue")): "no gh, no token",
     ("publish/posting.py", ("--gh-issue", "--gh-repo")): "a token but no repository",
 }
+
+
+# Flags checked against a stored file, not against each other: no row of RULES can check
+# them (a row reads one command line's flags; here the namespace the rows read is built from
+# that file, by this very check). Each named by its function, with why.
+_AGAINST_A_STORED_FILE = {
+    ("run/resume.py", "resumed_namespace"):
+        "a flag written beside --resume against the resumed run's manifest (only the "
+        "MAY_CHANGE flags may differ): the namespace RULES reads is that manifest's, built "
+        "here, so the check runs before the rows, on the stored manifest",
+}
+
+
+def test_flags_checked_against_a_stored_file_are_named():
+    """Issue 47 point 3 (A4): what compares written flags with a stored manifest is named
+    here with its reason (and in docs/architecture.md), and still raises its line."""
+    import ast
+    from tests.conftest import ROOT
+    for (path, name), why in _AGAINST_A_STORED_FILE.items():
+        tree = ast.parse((ROOT / "harness" / path).read_text())
+        fn = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == name)
+        raised = [n for n in ast.walk(fn) if isinstance(n, ast.Raise)
+                  and getattr(getattr(n.exc, "func", None), "id", "") == "UsageError"]
+        assert raised and why, (path, name)
+    arch = (ROOT / "docs" / "architecture.md").read_text()
+    assert all(f"`{name}`" in arch for _, name in _AGAINST_A_STORED_FILE)
 
 
 def test_no_module_but_the_table_checks_flags_against_each_other():
@@ -176,3 +206,44 @@ def test_argv_is_scanned_only_in_the_command_room():
             if any(isinstance(c, ast.Constant) and str(c.value).startswith("--") for c in consts):
                 found.append(f"{rel}:{node.lineno} {ast.unparse(node)[:80]}")
     assert found == []
+
+
+def test_the_prompts_cases_are_read_once(monkeypatch, tmp_path):
+    """Issue 47: the ``--prompts`` cases are read once (``Asked.cases``): the rule that
+    checks them against ``--reference`` and the options' field read the same reading."""
+    import harness.settings.asked as asked_module
+    reads = []
+    real = asked_module.load_cases
+    monkeypatch.setattr(asked_module, "load_cases", lambda p: reads.append(p) or real(p))
+    cases = tmp_path / "cases.jsonl"
+    cases.write_text('{"id": "q", "messages": [{"role": "user", "content": "Say hi."}], '
+                     '"expected": "hi"}\n')
+    opts = options_from_argv(["--prompts", str(cases), "--out", str(tmp_path / "o")])
+    assert reads == [str(cases)]
+    assert [c.id for c in opts.measure.cases] == ["q"]
+
+
+def test_a_baseline_run_reads_the_baseline_once(monkeypatch, tmp_path):
+    """Issue 47 point 5: a ``--baseline`` run loads the baseline's records once (as the
+    options are built, ``Asked.baseline_records``): its rule and the session's gate read
+    that load (``OutputsPart.baseline_records``; ``residue_sweep.Sweep.check``)."""
+    import sys
+    from harness.records import store
+    from harness.residue_sweep import Sweep
+    loads = []
+    real = store.load_records
+
+    def counted(*a, **kw):
+        loads.append(a[0])
+        return real(*a, **kw)
+    for module in [m for n, m in list(sys.modules.items()) if n.startswith("harness")]:
+        if getattr(module, "load_records", None) is real:
+            monkeypatch.setattr(module, "load_records", counted)
+    baseline = synth.write_jsonl(tmp_path / "base.jsonl", synth.sweep(synth.make_config(),
+                                                                        range(3)))
+    opts = options_from_argv(["--baseline", str(baseline), "--out", str(tmp_path / "o"),
+                              "--cudagraph", "FULL_AND_PIECEWISE", "--patches", "none"])
+    sweep = Sweep(opts, signals=False)
+    sweep.check()
+    assert len(loads) == 1
+    assert len(sweep._baseline) == 6 and sweep._baseline == list(opts.outputs.baseline_records)

@@ -566,13 +566,17 @@ def _calls_of(path: Path) -> list[tuple[str, str]]:
 
 def test_each_decision_is_made_once():
     """The gate's verdict against a baseline is ``gate.gate_block``'s ``passed``, decided
-    there (``gate_exit_code`` reads it); a ``--baseline`` run reads the baseline once (its
-    check) and compares with it once (``gate_block``); the reference-cell rule is
+    there (``gate_exit_code`` reads it); a ``--baseline`` run reads the baseline once (as
+    its options are built, ``Asked.baseline_records``; the session's check only for options
+    built without it) and compares with it once (``gate_block``); the reference-cell rule is
     ``recordkeys.reference_cells``, which the gate, bisect and the report ask; a
     configuration's residues are ``settings/configs.choose_residues``' (the options'
     check, ``--url``, explain's rungs, the plan and the dry run ask it)."""
     sweep = _calls_of(HARNESS / "residue_sweep.py")
     assert [fn for fn, name in sweep if name == "load_records"] == ["check"]
+    assert [fn for fn, name in _calls_of(HARNESS / "settings" / "asked.py")
+            if name == "load_records"] == ["baseline_records"]
+    assert "load_records" not in {name for _, name in _calls_of(HARNESS / "settings" / "flag_facts.py")}
     assert [fn for fn, name in sweep if name == "gate_block"] == ["_finish"]
     assert not [c for c in sweep if c[1] in ("compare_records", "find_regressions",
                                              "find_coverage_losses")]
@@ -689,6 +693,71 @@ def _assigned_ns_attributes(path: Path) -> list[str]:
     return found
 
 
+# calls whose result (or the first item of it) is a namespace of parsed flags
+_NAMESPACE_MAKERS = {"parse_flags", "resumed_namespace", "namespace_of", "Namespace",
+                     "parse_args", "parse_known_args"}
+
+
+def _namespace_writes(path: Path) -> list[str]:
+    """Any write into a namespace in ``path``, through any name bound to one: a parameter
+    ``ns``, a name bound to what a ``_NAMESPACE_MAKERS`` call returns (or its first item),
+    or an alias of either; written as ``x.a = ...``, ``x.a += ...``, ``del x.a``,
+    ``setattr(x, ...)``, ``delattr(x, ...)`` or through ``vars(x)`` / ``x.__dict__``."""
+    tree = ast.parse(path.read_text())
+    bound = {a.arg for fn in ast.walk(tree) if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))
+             for a in fn.args.args + fn.args.kwonlyargs if a.arg == "ns"}
+    for _ in range(3):   # aliases of aliases
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Assign):
+                continue
+            v = node.value
+            makes = (isinstance(v, ast.Call) and (getattr(v.func, "id", None) in _NAMESPACE_MAKERS
+                                                   or getattr(v.func, "attr", None) in _NAMESPACE_MAKERS))
+            alias = isinstance(v, ast.Name) and v.id in bound
+            for t in node.targets:
+                first = t.elts[0] if isinstance(t, ast.Tuple) and t.elts else t
+                if (makes or alias) and isinstance(first, ast.Name):
+                    bound.add(first.id)
+
+    def through(e) -> bool:   # x, vars(x), x.__dict__
+        if isinstance(e, ast.Name):
+            return e.id in bound
+        if isinstance(e, ast.Call) and getattr(e.func, "id", None) == "vars" and e.args:
+            return through(e.args[0])
+        return isinstance(e, ast.Attribute) and e.attr == "__dict__" and through(e.value)
+    found = []
+    for node in ast.walk(tree):
+        targets = (node.targets if isinstance(node, (ast.Assign, ast.Delete))
+                   else [node.target] if isinstance(node, ast.AugAssign) else [])
+        hits = [el for t in targets for el in (t.elts if isinstance(t, ast.Tuple) else [t])
+                if isinstance(el, (ast.Attribute, ast.Subscript)) and through(el.value)]
+        if isinstance(node, ast.Call):
+            f = node.func
+            if getattr(f, "id", None) in ("setattr", "delattr") and node.args \
+                    and through(node.args[0]):
+                hits.append(node)
+            elif isinstance(f, ast.Attribute) and f.attr in _MUTATORS and through(f.value) \
+                    and not isinstance(f.value, ast.Name):
+                hits.append(node)   # vars(ns).update(...), ns.__dict__.update(...)
+        where = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path.name
+        found += [f"{where}:{node.lineno} {ast.unparse(h)[:60]}" for h in hits]
+    return found
+
+
+def test_the_namespace_check_sees_every_way_of_writing(tmp_path):
+    """The checker itself: a write through the parse's namespace, an alias, setattr,
+    vars() and a resumed namespace are each seen; building a new namespace is not a write."""
+    src = tmp_path / "options_like.py"
+    src.write_text(
+        "def f(argv):\n    ns, written = parse_flags(argv)\n    ns.out = 1\n"
+        "    other = ns\n    other.slots = 2\n    setattr(ns, 'gpus', 3)\n"
+        "    vars(ns)['seed'] = 4\n    ns.__dict__.update(x=5)\n"
+        "    r, w = resumed_namespace('id', written, None)\n    r.out += 'x'\n"
+        "    ns = argparse.Namespace(**{**vars(ns), 'out': 6})\n    return ns\n")
+    assert sorted(int(line.split()[0].rsplit(":", 1)[1]) for line in _namespace_writes(src)) == \
+        [3, 5, 6, 7, 8, 10]
+
+
 def test_options_are_built_without_a_request_or_a_changed_namespace():
     """argv -> ``SweepOptions`` once: building the options sends no request (``--url``'s
     server is read by the session: only ``residue_sweep.py`` calls ``run/live.connect``
@@ -704,6 +773,8 @@ def test_options_are_built_without_a_request_or_a_changed_namespace():
               HARNESS / "serve" / "live_target.py", HARNESS / "settings" / "asked.py",
               *(HARNESS / "settings").glob("flag_*.py")):
         found += _assigned_ns_attributes(p)
+    # options.py: no write through any name bound to a namespace (the parse's, --resume's)
+    found += _namespace_writes(HARNESS / "options.py")
     assert not found, found
 
 

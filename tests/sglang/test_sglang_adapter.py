@@ -80,20 +80,39 @@ def test_a_hybrid_keeps_its_pages_and_drafts_beside_the_radix_cache():
     assert off.mamba_scheduler_strategy in (None, "auto")   # SGLang's default
 
 
-@pytest.mark.parametrize("kw,needle", [
-    (dict(cudagraph_mode="FULL"), "SGLang has no such mode"),
-    (dict(patches="all"), "give --patches none"),
-    (dict(block_size=64), "must equal --block-size 64")])
-def test_what_sglang_cannot_run_is_one_line_before_any_server(kw, needle):
-    from harness.settings.configs import expand_matrix
-    assert needle in SglangAdapter.config_refusal(cfg(**kw))
-    axes = {k: [v] for k, v in {"spec": "ngram", "ctx": "huge", "patches": "none", **kw}.items()}
-    with pytest.raises(UsageError, match=needle):   # said as the configuration is built
-        expand_matrix(engine="sglang", model="owner/tiny", prefix_cache=None, axes=axes)
+@pytest.mark.parametrize("flags,needle", [
+    (["--cudagraph", "FULL"], "SGLang has no such mode"),
+    (["--patches", "all"], "give --patches none"),
+    (["--block-size", "64", "--prefix-match-unit", "16"], "must equal --block-size 64")])
+def test_what_sglang_cannot_run_is_one_line_before_any_server(flags, needle, tmp_path):
+    """Issue 47: a row of ``settings/flag_checks.RULES`` asks the adapter, with the other
+    rules, as the options are built; the configuration is not refused again elsewhere."""
+    from harness.options import options_from_argv
+    argv = ["--engine", "sglang", "--model", "owner/tiny", "--out", str(tmp_path), *flags]
+    with pytest.raises(UsageError, match=needle) as e:
+        options_from_argv(argv)
+    assert str(e.value).count(needle) == 1
     assert SglangAdapter.config_refusal(cfg()) is None
-    with pytest.raises(UsageError, match=needle):   # a --serve line's configuration too
-        make_adapter("sglang").check([cfg(**kw)], GPU)
 
+
+def test_what_sglang_cannot_run_is_asked_once_per_configuration(monkeypatch, tmp_path):
+    """One ask per configuration (the options' rule), none again at the session's check, and
+    the adapter's check builds a refused configuration's command no more (the rule did)."""
+    from harness.options import options_from_argv
+    from harness.residue_sweep import Sweep
+    from harness.settings.configs import expand_matrix
+    asked = []
+    real = SglangAdapter.config_refusal.__func__
+    monkeypatch.setattr(SglangAdapter, "config_refusal",
+                        classmethod(lambda c, x: asked.append(x) or real(c, x)))
+    opts = options_from_argv(["--engine", "sglang", "--model", "owner/tiny", "--spec",
+                              "ngram,none", "--out", str(tmp_path)])
+    Sweep(opts, signals=False).check()
+    assert len(asked) == len(opts.serving.configs) == 2
+    (refused,) = expand_matrix(engine="sglang", model="owner/tiny", prefix_cache=None,
+                               axes={"spec": ["ngram"], "ctx": ["huge"], "patches": ["all"]})
+    assert "give --patches none" in SglangAdapter.config_refusal(refused)   # built, not refused
+    make_adapter("sglang").check([refused], GPU)   # nor refused again at the session
 
 SERVER_INFO = {   # sglang.srt.entrypoints.http_server.server_info's shape, abridged
     "model_path": "owner/tiny", "page_size": None, "disable_radix_cache": False,
