@@ -144,6 +144,9 @@ page bytes/summary-h200a.md python ../../benchmarks/gpu_bytes_summary.py bytes/r
 # the same experiment on one H100 80GB HBM3 with h200a's k4-own0 cache carried
 # (bash benchmarks/gpu_bytes_experiment.sh 230 h100b; "h100b" is a third machine, not issue 48's H100 B)
 page bytes/summary-h100b.md python ../../benchmarks/gpu_bytes_summary.py bytes/records-h100b.jsonl.gz
+# the same experiment on another H100 80GB HBM3, no cache carried (bash
+# benchmarks/gpu_bytes_experiment.sh 240 h100c): two k = 4 own compiles gave the two classes
+page bytes/summary-h100c.md python ../../benchmarks/gpu_bytes_summary.py bytes/records-h100c.jsonl.gz
 # issue 52, the history axis on vLLM (2026-12-06, one H100 80GB HBM3 per call; history/README.md):
 # bash benchmarks/gpu_history.sh 550 (all six histories; cut by its time limit) and then
 # HISTORIES=abort-retry,sibling,evict,next-turn SLOTS=4 bash benchmarks/gpu_history.sh 555 after
