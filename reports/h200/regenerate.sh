@@ -147,6 +147,9 @@ page bytes/summary-h100b.md python ../../benchmarks/gpu_bytes_summary.py bytes/r
 # the same experiment on another H100 80GB HBM3, no cache carried (bash
 # benchmarks/gpu_bytes_experiment.sh 240 h100c): two k = 4 own compiles gave the two classes
 page bytes/summary-h100c.md python ../../benchmarks/gpu_bytes_summary.py bytes/records-h100c.jsonl.gz
+# the same experiment on a fourth H100 80GB HBM3 with Inductor's matmul padding off in every
+# server (export TORCHINDUCTOR_SHAPE_PADDING=0; bash benchmarks/gpu_bytes_experiment.sh 240 h100d-nopad)
+page bytes/summary-h100d-nopad.md python ../../benchmarks/gpu_bytes_summary.py bytes/records-h100d-nopad.jsonl.gz
 # issue 52, the history axis on vLLM (2026-12-06, one H100 80GB HBM3 per call; history/README.md):
 # bash benchmarks/gpu_history.sh 550 (all six histories; cut by its time limit) and then
 # HISTORIES=abort-retry,sibling,evict,next-turn SLOTS=4 bash benchmarks/gpu_history.sh 555 after
