@@ -133,17 +133,16 @@ def stop(proc: subprocess.Popen) -> None:
 def start_healthy(args: list[str], log_path: Path, tries: int = 3) -> tuple[subprocess.Popen, int]:
     """A server healthy on its own port: a free port that another test's server bound
     first makes ours exit ("address already in use"), and it starts again on another."""
-    for attempt in range(tries):
-        proc, port = start(args, log_path)
-        try:
-            wait_healthy(port, proc)
-            return proc, port
-        except RuntimeError:
-            stop(proc)
-            taken = "address already in use" in log_path.read_text(errors="replace").lower()
-            if not taken or attempt == tries - 1:
-                raise
-    raise AssertionError("unreachable")
+    proc, port = start(args, log_path)
+    try:
+        wait_healthy(port, proc)
+        return proc, port
+    except RuntimeError:
+        stop(proc)
+        taken = "address already in use" in log_path.read_text(errors="replace").lower()
+        if not taken or tries <= 1:
+            raise
+    return start_healthy(args, log_path, tries - 1)
 
 
 @contextmanager
