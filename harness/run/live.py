@@ -168,8 +168,9 @@ _KNOWN = ("method", "draft_tokens", "cudagraph_mode", "prefix_caching", "block_s
           "prefix_match_unit", "patches")
 
 
-def live_config(url: str, report: dict[str, Any]) -> tuple[LiveConfig, dict[str, Any]]:
-    """(the configuration, the facts for the records: engine version, patch status)."""
+def live_config(url: str, report: dict[str, Any]) -> tuple[LiveConfig, ServerFacts]:
+    """(the configuration, the facts for the records: the effective configuration, engine
+    version, patch status, model)."""
     first = report["models"][0]
     version = report.get("version") or {}
     eff: dict[str, Any] = {}
@@ -203,9 +204,9 @@ def live_config(url: str, report: dict[str, Any]) -> tuple[LiveConfig, dict[str,
         kv_cache_memory_bytes=None, geometry=eff.get("geometry"), url=url,
         max_num_batched_tokens=eff.get("max_num_batched_tokens"),
         not_reported=not_reported, **values)
-    facts = {"engine_version": str(version.get("version") or "unknown"),
-             "patch_status": version.get("patches"), "model": first.get("id"),
-             "reported": {k: v for k, v in eff.items() if k not in _KNOWN}}
+    facts = ServerFacts(config=cfg.as_dict(), engine_version=str(version.get("version")
+                                                                 or "unknown"),
+                        patch_status=version.get("patches"), model=first.get("id"))
     return cfg, facts
 
 
@@ -243,15 +244,13 @@ class LiveAdapter(EngineAdapter):
     name = "live"
     logprobs_default = 0   # set per server: that of the engine it reports, if one of ours
 
-    def __init__(self, target: LiveTarget, cfg: LiveConfig, facts: dict[str, Any]):
+    def __init__(self, target: LiveTarget, cfg: LiveConfig, facts: ServerFacts):
         self.target = target
-        self.served_model_name = facts.get("model")
+        self.served_model_name = facts.model
         # as --engine lab / vllm ask (their answers do not change); an unknown server: not
         known = ADAPTERS.get(cfg.engine)
         self.logprobs_default = known.logprobs_default if known else 0
-        self.info = ServerFacts(config=cfg.as_dict(), engine_version=facts["engine_version"],
-                                patch_status=facts.get("patch_status"),
-                                model=facts.get("model"))
+        self.info = dataclasses.replace(facts, config=cfg.as_dict())   # the points' own copy
 
     def check(self, configs, slot) -> None:
         """Nothing to build: the server exists."""
@@ -271,7 +270,7 @@ class LiveAdapter(EngineAdapter):
 
 def live_adapter(target: LiveTarget) -> "LiveAdapter":
     """The adapter of a connected target (``connect`` filled in its configuration)."""
-    assert target.cfg is not None
+    assert target.cfg is not None and target.facts is not None
     return LiveAdapter(target, target.cfg, target.facts)
 
 

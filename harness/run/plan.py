@@ -378,7 +378,7 @@ def plan_live(opts: SweepOptions) -> SweepPlan:
         raise PlanError(f"--context {m.context} + modulus {modulus} + --max-tokens "
                         f"{m.max_tokens} exceeds the server's max_model_len "
                         f"{cfg.max_model_len}")
-    model = opts.serving.served_model_name or target.facts.get("model") or "default"
+    model = opts.serving.served_model_name or (target.facts.model if target.facts else None) or "default"
     counter = _BudgetedCounter(target, model, opts.running.timeout)
     try:
         cal = calibrate(counter, m.context, modulus, answer_lines=m.answer_lines,

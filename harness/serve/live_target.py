@@ -15,6 +15,7 @@ import httpx
 from engine.presets import ServingConfig
 
 from ..errors import UsageError
+from .facts import ServerFacts
 from .slots import Slot
 
 __all__ = ["API_KEY_ENVS", "DEFAULT_MAX_REQUESTS", "LiveTarget", "RequestBudget",
@@ -97,7 +98,7 @@ class LiveTarget:
     report: dict = field(default_factory=dict, compare=False)
     nonce: int = 0                 # the run's document seed base (random unless --seed)
     cfg: ServingConfig | None = field(default=None, compare=False)   # run/live.LiveConfig
-    facts: dict = field(default_factory=dict, compare=False)
+    facts: ServerFacts | None = field(default=None, compare=False)   # connect fills it
 
     @property
     def slots(self) -> tuple[Slot, ...]:

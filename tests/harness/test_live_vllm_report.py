@@ -69,7 +69,7 @@ def test_dev_mode_server_info_names_the_configuration(mode):
     assert (cfg.method, cfg.draft_tokens, cfg.cudagraph_mode) == ("mtp", 3, mode.name)
     assert (cfg.block_size, cfg.prefix_caching, cfg.prefix_match_unit) == (16, True, None)
     assert cfg.not_reported == ("patches",)     # residue-lab's plugin says so in its log only
-    assert facts["engine_version"] == "0.27.1"
+    assert facts.engine_version == "0.27.1"
     assert "(not reported: patches)" in cfg.label()
 
 
