@@ -1,9 +1,10 @@
 """``Asked``: a sweep's flags as the command line asked them, each reading made once, on
 first use: the parsed namespace (``flags.FLAGS``), the flags the command line wrote
 (``flag_manifest.parse_flags``: no argv is scanned here), ``--phases`` and a ``--serve``
-line read, the configurations the flags expand to, and what a ``--serve`` line or the
-engine decides for other flags. The cross-flag rules (``flag_checks.RULES``) read it, and
-so do the options' fields (``harness/option_fields.FIELDS``)."""
+line read, the configurations the flags expand to, what a ``--serve`` line or the engine
+decides for other flags, ``--prompts``' cases and ``--baseline``'s records. The
+cross-flag rules (``flag_checks.RULES``) read it, and so do the options' fields
+(``harness/option_fields.FIELDS``)."""
 from __future__ import annotations
 
 import argparse
