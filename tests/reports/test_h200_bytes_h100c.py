@@ -7,34 +7,22 @@ from __future__ import annotations
 import gzip
 import json
 import re
-import sys
 import tarfile
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-from gpu_bytes_summary import load, servers  # noqa: E402
+from tests.reports.bytes_archive import (HERE, assert_cells, file_lists, ready_boots,
+                                         servers_of, signature, table_rows)
 
-HERE = ROOT / "reports" / "h200" / "bytes"
-README = (HERE / "README.md").read_text()
 SECTION = "## What the third machine answers (h100c)"
-COLUMNS = [(4, 5, "cold"), (4, 5, "self-hit"), (4, 4, "reset-cold"), (3, 4, "cold"),
-           (3, 4, "self-hit")]
 PADDED_KERNEL = "def triton_poi_fused_mm_t_"
 MACHINES = ("h200a", "h100b", "h100c")
 
 
 @pytest.fixture(scope="module")
 def srv():
-    return servers(load([HERE / "records-h100c.jsonl.gz"]))
-
-
-def _rows() -> list[list[str]]:
-    part = README.split(SECTION)[1].split("\n\n")[1]
-    rows = [[c.strip() for c in line.strip("|").split("|")] for line in part.splitlines()]
-    return [r for r in rows if r[0].startswith("k")]
+    return servers_of("h100c")
 
 
 def _members(machine: str, prefix: str) -> dict[str, bytes]:
@@ -43,17 +31,8 @@ def _members(machine: str, prefix: str) -> dict[str, bytes]:
                 if Path(m.name).name.startswith(prefix)}
 
 
-def _file_lists(machine: str) -> dict[str, list]:
-    out = {}
-    for n, b in _members(machine, "files-").items():
-        data = json.loads(b)
-        out[n[len("files-"):-len(".json")]] = data["files"] if isinstance(data, dict) else data
-    return out
-
-
-def _signature(files: list) -> tuple[int, int]:
-    """(.best_config files, files): 17/71 where the compile padded the matmul, 14/65 not."""
-    return sum(1 for f in files if f[0].endswith(".best_config")), len(files)
+def _files(machine: str) -> dict[str, list]:
+    return {n: d["files"] for n, d in file_lists(machine).items()}
 
 
 def _cache_files(name: str) -> dict[str, bytes]:
@@ -71,30 +50,23 @@ def _pad_decision(files: dict[str, bytes]) -> tuple[bool, float]:
 
 
 def test_the_third_machines_table_is_what_each_server_gave(srv):
-    rows = _rows()
+    rows = table_rows(SECTION)
     assert [r[0] for r in rows] == ["k4-own0", "k4-own1", "k4-pin", "k4-copy0", "k3-own0",
                                     "k3-pin", "k3-copy0"]
-    lists = _file_lists("h100c")
+    lists = _files("h100c")
     for name, fp, padded, *cells in rows:
         s = srv[name]
         assert f"`{s['fingerprint']}`" == fp, name
         if padded.endswith("decision"):
             assert s["kind"] == "copy" and padded == f"{s['source']}'s decision", name
         else:
-            assert _signature(lists[name]) == ((17, 71) if padded == "padded" else (14, 65)), name
-        for (k, residue, phase), text in zip(COLUMNS, cells):
-            got = s["cells"].get((residue, phase)) if s["k"] == k else None
-            want = None if text == "–" else (text.startswith("ok"), text.split("`")[1])
-            assert got == want, (name, residue, phase)
+            assert signature(lists[name]) == ((17, 71) if padded == "padded" else (14, 65)), name
+        assert_cells(s, name, cells)
 
 
 def test_one_h100_every_boot_a_miss_and_both_copies_booted(srv):
-    records = load([HERE / "records-h100c.jsonl.gz"])
-    ready = [r for r in records if r.get("boot") == "ready"]
+    ready = ready_boots("h100c", "GPU-3f1d28c0-7e87-34dc-7e24-3351ea213392")
     assert len(ready) == 7 and {r["compile_cache"] for r in ready} == {"miss"}
-    assert {g["uuid"] for r in ready for g in r["gpu"]} == {
-        "GPU-3f1d28c0-7e87-34dc-7e24-3351ea213392"}
-    assert {g["model"] for r in ready for g in r["gpu"]} == {"NVIDIA H100 80GB HBM3"}
     assert 91 <= min(r["after_s"] for r in ready) <= max(r["after_s"] for r in ready) <= 124
     assert {n: s["source"] for n, s in srv.items() if s.get("kind") == "copy"} == {
         "k4-copy0": "k4-own0", "k3-copy0": "k3-own0"}
@@ -106,7 +78,7 @@ def test_two_own_compiles_of_one_machine_gave_the_two_classes_and_the_pins_neith
     assert own0[(5, "cold")] == own0[(5, "self-hit")] == (False, "d09a0f59410e")
     assert own1[(5, "cold")] == pin[(5, "cold")] == (False, "95c227a4fecf")
     assert own1[(5, "self-hit")] == pin[(5, "self-hit")] == (True, "5f2f1596bf8d")
-    other = {m: servers(load([HERE / f"records-{m}.jsonl.gz"]))["k4-pin"]["cells"]
+    other = {m: servers_of(m)["k4-pin"]["cells"]
              for m in ("h200a", "h100b")}
     assert {c[(5, "cold")] for c in other.values()} == {(False, "d09a0f59410e")}
 
@@ -129,11 +101,11 @@ def test_the_padded_compile_pads_the_4_wide_matmul_and_the_unpadded_does_not():
 def test_across_three_machines_the_pad_signature_decides_the_k4_class():
     seen = {"padded": set(), "plain": set()}
     for m in MACHINES:
-        srv, lists = servers(load([HERE / f"records-{m}.jsonl.gz"])), _file_lists(m)
+        srv, lists = servers_of(m), _files(m)
         for name, s in srv.items():
             if s.get("kind") not in ("own", "pin"):
                 continue
-            sig = _signature(lists[name])
+            sig = signature(lists[name])
             assert sig in ((17, 71), (14, 65)), (m, name, sig)
             key = "padded" if sig == (17, 71) else "plain"
             cold = s["cells"][(5, "cold")] if s["k"] == 4 else s["cells"][(4, "cold")]
@@ -144,7 +116,7 @@ def test_across_three_machines_the_pad_signature_decides_the_k4_class():
 
 
 def test_the_copy_carried_its_sources_pad_decision_and_recompiled():
-    lists = _file_lists("h100c")
+    lists = _files("h100c")
     def cache_rows(name):
         return {sha for rel, sha, _ in lists[name] if rel.startswith("inductor_cache/cache/")}
     assert cache_rows("k4-copy0") == cache_rows("k4-own0") != cache_rows("k4-own1")
@@ -157,9 +129,9 @@ def test_the_copy_carried_its_sources_pad_decision_and_recompiled():
 def test_no_fingerprint_is_shared_by_servers_with_other_bytes():
     by_fp: dict[tuple, set] = {}
     for m in MACHINES:
-        for s in servers(load([HERE / f"records-{m}.jsonl.gz"])).values():
+        for s in servers_of(m).values():
             for cell, (_ok, sha) in s["cells"].items():
                 by_fp.setdefault((s["fingerprint"], s["k"], cell), set()).add(sha)
     assert by_fp and all(len(v) == 1 for v in by_fp.values())
-    fps = {s["fingerprint"] for s in servers(load([HERE / "records-h100c.jsonl.gz"])).values()}
+    fps = {s["fingerprint"] for s in servers_of("h100c").values()}
     assert {"8bacd52b900f", "e041a0715f2c"} <= fps

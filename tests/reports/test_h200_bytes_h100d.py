@@ -5,58 +5,30 @@ cache that came back: every k = 4 server gave one class, no compile wrote a pad 
 the two copies share a fingerprint because their folders hold one set of kernel rows."""
 from __future__ import annotations
 
-import json
 import re
-import sys
 import tarfile
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-from gpu_bytes_summary import load, servers  # noqa: E402
+from tests.reports.bytes_archive import (HERE, README, ROOT, assert_cells, file_lists,
+                                         ready_boots, records_of, servers_of, signature,
+                                         table_rows)
 
-HERE = ROOT / "reports" / "h200" / "bytes"
-README = (HERE / "README.md").read_text()
 SECTION = "## What the fourth machine answers (h100d-nopad: shape padding off)"
 RUN = "h100d-nopad"
-COLUMNS = [(4, 5, "cold"), (4, 5, "self-hit"), (4, 4, "reset-cold"), (3, 4, "cold"),
-           (3, 4, "self-hit")]
 EARLIER = ("h200a", "h100b", "h100c")
 AUTOTUNE = "inductor_cache/cache/"   # where h100b's and h100c's compiles wrote pad_mm's pick
 
 
 @pytest.fixture(scope="module")
 def srv():
-    return servers(load([HERE / f"records-{RUN}.jsonl.gz"]))
+    return servers_of(RUN)
 
 
 @pytest.fixture(scope="module")
 def lists():
-    return _file_lists(RUN)
-
-
-def _rows() -> list[list[str]]:
-    part = README.split(SECTION)[1].split("\n\n")[1]
-    rows = [[c.strip() for c in line.strip("|").split("|")] for line in part.splitlines()]
-    return [r for r in rows if r[0].startswith("k")]
-
-
-def _file_lists(machine: str) -> dict[str, dict]:
-    out = {}
-    with tarfile.open(HERE / f"logs-{machine}.tgz") as tar:
-        for m in tar.getmembers():
-            name = Path(m.name).name
-            if name.startswith("files-"):
-                data = json.loads(tar.extractfile(m).read())
-                out[name[len("files-"):-len(".json")]] = (
-                    data if isinstance(data, dict) else {"files": data})
-    return out
-
-
-def _signature(files: list) -> tuple[int, int]:
-    return sum(1 for f in files if f[0].endswith(".best_config")), len(files)
+    return file_lists(RUN)
 
 
 def _padded_kernels(cache: str) -> tuple[set[str], int, int]:
@@ -84,25 +56,19 @@ def test_the_row_names_the_variable_and_the_page_is_regenerated():
 
 
 def test_the_fourth_machines_table_is_what_each_server_gave(srv, lists):
-    rows = _rows()
+    rows = table_rows(SECTION)
     assert [r[0] for r in rows] == ["k4-own0", "k4-own1", "k4-pin", "k4-copy0", "k3-own0",
                                     "k3-pin", "k3-copy0"]
-    for name, fp, signature, *cells in rows:
+    for name, fp, shown, *cells in rows:
         s = srv[name]
         assert f"`{s['fingerprint']}`" == fp, name
-        assert signature == "%d / %d" % _signature(lists[name]["files"]), name
-        for (k, residue, phase), text in zip(COLUMNS, cells):
-            got = s["cells"].get((residue, phase)) if s["k"] == k else None
-            want = None if text == "–" else (text.startswith("ok"), text.split("`")[1])
-            assert got == want, (name, residue, phase)
+        assert shown == "%d / %d" % signature(lists[name]["files"]), name
+        assert_cells(s, name, cells)
 
 
 def test_one_h100_every_boot_a_miss_and_both_copies_booted(srv):
-    ready = [r for r in load([HERE / f"records-{RUN}.jsonl.gz"]) if r.get("boot") == "ready"]
+    ready = ready_boots(RUN, "GPU-0f80f714-4caa-0d48-ff64-55fbfdb9939d")
     assert len(ready) == 7 and {r["compile_cache"] for r in ready} == {"miss"}
-    assert {g["uuid"] for r in ready for g in r["gpu"]} == {
-        "GPU-0f80f714-4caa-0d48-ff64-55fbfdb9939d"}
-    assert {g["model"] for r in ready for g in r["gpu"]} == {"NVIDIA H100 80GB HBM3"}
     assert 85 <= min(r["after_s"] for r in ready) <= max(r["after_s"] for r in ready) <= 116
     assert {n: s["source"] for n, s in srv.items() if s.get("kind") == "copy"} == {
         "k4-copy0": "k4-own0", "k3-copy0": "k3-own0"}
@@ -123,18 +89,18 @@ def test_every_k4_server_gave_one_class_and_k3_what_it_always_gave(srv):
 
 def test_no_compile_wrote_a_pad_decision_and_the_cache_has_no_padded_matmul(lists):
     assert not [n for n, d in lists.items() for f in d["files"] if f[0].startswith(AUTOTUNE)]
-    assert {_signature(d["files"]) for n, d in lists.items() if "copy" not in n} == {(14, 64)}
+    assert {signature(d["files"]) for n, d in lists.items() if "copy" not in n} == {(14, 64)}
     # h100b's and h100c's compiles each wrote the decision: the check above can see one
     for m in ("h100b", "h100c"):
         assert all(any(f[0].startswith(AUTOTUNE) for f in d["files"])
-                   for d in _file_lists(m).values()), m
+                   for d in file_lists(m).values()), m
     assert _padded_kernels(f"cache-{RUN}.tar.xz") == (set(), 0, 0)
     kernels, clones, autotune = _padded_kernels("cache-h100c.tar.xz")   # the padded one
     assert len(kernels) == 3 and clones > 0 and autotune == 1
 
 
 def test_the_copies_share_a_fingerprint_because_their_kernel_rows_are_one_set(srv, lists):
-    ready = {r["server"]: r for r in load([HERE / f"records-{RUN}.jsonl.gz"])
+    ready = {r["server"]: r for r in records_of(RUN)
              if r.get("boot") == "ready"}
     assert ready["k4-copy0"]["copied"]["from"].endswith("/k4-own0")
     assert ready["k3-copy0"]["copied"]["from"].endswith("/k3-own0")
@@ -158,10 +124,10 @@ def test_the_copies_share_a_fingerprint_because_their_kernel_rows_are_one_set(sr
 def test_the_chance_the_readme_gives_is_the_earlier_machines_pad_rate():
     padded = plain = padded4 = plain4 = 0
     for m in EARLIER:
-        srv, lists = servers(load([HERE / f"records-{m}.jsonl.gz"])), _file_lists(m)
+        srv, lists = servers_of(m), file_lists(m)
         for name, s in srv.items():
             if s.get("kind") in ("own", "pin"):
-                is_padded = _signature(lists[name]["files"]) == (17, 71)
+                is_padded = signature(lists[name]["files"]) == (17, 71)
                 padded, plain = padded + is_padded, plain + (not is_padded)
                 if s["k"] == 4:
                     padded4, plain4 = padded4 + is_padded, plain4 + (not is_padded)

@@ -124,11 +124,17 @@ def test_two_runs_make_one_page_with_each_gpu_named(capsys):
     assert "more --manifest" in capsys.readouterr().err
 
 
+def _run(folder, has_point: bool):
+    """(records, manifest, summary rows, the 27b@20 pool row) of one archived run."""
+    recs, manifest = cost_table.load_files(folder / "records.jsonl.gz", folder / "manifest.json")
+    rows = cost_table.summarize(recs)
+    point = rows["27b@20"]["point"][0] if has_point else None
+    return recs, manifest, rows, cost_table._pool_row(recs, "27b@20", point)
+
+
 @pytest.fixture(scope="module")
 def run2():
-    recs, manifest = cost_table.load_files(RUN2 / "records.jsonl.gz", RUN2 / "manifest.json")
-    rows = cost_table.summarize(recs)
-    return recs, manifest, rows, cost_table._pool_row(recs, "27b@20", None)
+    return _run(RUN2, has_point=False)   # no point ran: the deadline took them all
 
 
 def _run2_docs() -> list[str]:
@@ -136,10 +142,14 @@ def _run2_docs() -> list[str]:
     return [" ".join(doc.split()) for doc in (DOCS["README.md"], DOCS["docs/scale.md"], BENCH_DOC)]
 
 
+def _section(heading: str, next_heading: str) -> str:
+    """The README's section from ``heading`` to ``next_heading``, its lines joined (a number
+    may wrap)."""
+    return " ".join(PAGE[PAGE.index(heading):PAGE.index(next_heading)].split())
+
+
 def _section2() -> str:
-    """The README's section on the second run, its lines joined (a number may wrap)."""
-    section = PAGE[PAGE.index("## Second run: one H100"):PAGE.index("## Third run: one H100")]
-    return " ".join(section.split())
+    return _section("## Second run: one H100", "## Third run: one H100")
 
 
 def test_run2_one_h100_cold_boot_and_no_point(run2):
@@ -258,15 +268,11 @@ def test_run2_regenerated_page_is_the_as_returned_table_and_both_runs_share_a_pa
 
 @pytest.fixture(scope="module")
 def run3():
-    recs, manifest = cost_table.load_files(RUN3 / "records.jsonl.gz", RUN3 / "manifest.json")
-    rows = cost_table.summarize(recs)
-    return recs, manifest, rows, cost_table._pool_row(recs, "27b@20", rows["27b@20"]["point"][0])
+    return _run(RUN3, has_point=True)
 
 
 def _section3() -> str:
-    """The README's section on the third run, its lines joined (a number may wrap)."""
-    section = PAGE[PAGE.index("## Third run: one H100"):PAGE.index("## What is left")]
-    return " ".join(section.split())
+    return _section("## Third run: one H100", "## What is left")
 
 
 def test_run3_one_h100_every_point_ran(run3):
